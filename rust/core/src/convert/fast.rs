@@ -1,0 +1,306 @@
+//! Fast paths: f32 into small IEEE-like formats, branch-free, one body
+//! compiled twice (baseline and AVX2+FMA+F16C; the AVX2 build vectorizes to
+//! 8 lanes with variable shifts), and table-driven decoding.
+//!
+//! Each lane computes exactly what the reference engine computes; the
+//! random bits come from the same counter-based generator.
+
+use std::any::{Any, TypeId};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use super::{Code, Isa, Real};
+use crate::format::{Format, NanPolicy};
+use crate::round::{Mode, RoundOpts, Rng};
+
+/// Constants of one (format, options) pair, for the lane function.
+#[derive(Clone, Copy, Debug)]
+struct Params {
+    /// Mantissa bits of the target.
+    m: u32,
+    /// 23 - m: how far an f32 mantissa shifts to the target's unit (normal range).
+    base_sh: i32,
+    /// f32 biased exponent of the target's smallest normal (>= 1).
+    tmin_ef: i32,
+    max_code: u32,
+    sign_shift: u32,
+    mag_mask: u32,
+    fnuz: bool,
+    /// [positive, negative] results for NaN, inf and overflowing finite inputs.
+    nan: [u32; 2],
+    inf: [u32; 2],
+    ovf: [u32; 2],
+    rbits: u32,
+    rng: Rng,
+    // Decoding back to f32 (round path).
+    rebias: u32,
+    sub_scale: f32,
+    /// Magnitude code of inf (u32::MAX if none).
+    inf_mag: u32,
+}
+
+pub(super) struct EncodePlan {
+    p: Params,
+    mode: Mode,
+    path: Isa,
+}
+
+const NE: u8 = 0;
+const NA: u8 = 1;
+const RZ: u8 = 2;
+const UP: u8 = 3;
+const DN: u8 = 4;
+const ODD: u8 = 5;
+const SR: u8 = 6;
+
+impl EncodePlan {
+    /// A plan when the fast path applies: f32 input, a float format with
+    /// subnormals, at most 22 mantissa bits and a normal range inside f32's.
+    pub(super) fn new<S: Real>(fmt: &Format, opts: &RoundOpts, path: Isa) -> Option<Self> {
+        if path == Isa::Scalar || TypeId::of::<S>() != TypeId::of::<f32>() {
+            return None;
+        }
+        let Format::Float(f) = fmt else { return None };
+        let tmin_ef = f.emin() + 127;
+        if !f.subnormals || f.man_bits > 22 || f.bits() > 32 || tmin_ef < 1 {
+            return None;
+        }
+        if opts.mode == Mode::Stochastic && opts.rbits > 32 {
+            return None;
+        }
+        let ovf = |neg: bool| {
+            if opts.saturate || !opts.mode.overflows_to_inf(neg) {
+                f.apply_sign(f.max_code(), neg)
+            } else {
+                f.inf_code(neg)
+            }
+        };
+        let inf = |neg: bool| if opts.saturate { f.apply_sign(f.max_code(), neg) } else { f.inf_code(neg) };
+        let inf_mag = if f.inf { (f.inf_code(false) & f.mag_mask()) as u32 } else { u32::MAX };
+        let p = Params {
+            m: f.man_bits,
+            base_sh: 23 - f.man_bits as i32,
+            tmin_ef,
+            max_code: f.max_code() as u32,
+            sign_shift: f.exp_bits + f.man_bits,
+            mag_mask: f.mag_mask() as u32,
+            fnuz: f.nan == NanPolicy::Fnuz,
+            nan: [f.nan_code(false) as u32, f.nan_code(true) as u32],
+            inf: [inf(false) as u32, inf(true) as u32],
+            ovf: [ovf(false) as u32, ovf(true) as u32],
+            rbits: opts.rbits,
+            rng: Rng::new(opts.key),
+            rebias: ((127 - f.bias) as u32) << 23,
+            sub_scale: crate::format::ldexp(1.0, f.emin() - f.man_bits as i32) as f32,
+            inf_mag,
+        };
+        Some(EncodePlan { p, mode: opts.mode, path })
+    }
+
+    pub(super) fn run<C: Code>(&self, src: &[f32], dst: &mut [C], i0: u64) {
+        for_index_blocks(src.len(), i0, |a, b, i| {
+            let (s, d) = (&src[a..b], &mut dst[a..b]);
+            match self.path {
+                // SAFETY: Avx2 is only chosen when the CPU has AVX2, FMA and F16C.
+                #[cfg(target_arch = "x86_64")]
+                Isa::Avx2 => unsafe { encode_avx2(&self.p, self.mode, s, d, i) },
+                _ => encode_dispatch(&self.p, self.mode, s, d, i),
+            }
+        });
+    }
+
+    pub(super) fn run_round(&self, src: &[f32], dst: &mut [f32], i0: u64) {
+        for_index_blocks(src.len(), i0, |a, b, i| {
+            let (s, d) = (&src[a..b], &mut dst[a..b]);
+            match self.path {
+                // SAFETY: Avx2 is only chosen when the CPU has AVX2, FMA and F16C.
+                #[cfg(target_arch = "x86_64")]
+                Isa::Avx2 => unsafe { round_avx2(&self.p, self.mode, s, d, i) },
+                _ => round_dispatch(&self.p, self.mode, s, d, i),
+            }
+        });
+    }
+}
+
+/// Split `[i0, i0 + len)` where the upper 32 bits of the index change, so
+/// the loops can hoist the generator's high word.
+fn for_index_blocks(len: usize, i0: u64, mut f: impl FnMut(usize, usize, u64)) {
+    let mut a = 0usize;
+    while a < len {
+        let i = i0 + a as u64;
+        let room = (1u64 << 32) - (i & 0xffff_ffff);
+        let b = (a as u64 + room).min(len as u64) as usize;
+        f(a, b, i);
+        a = b;
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn encode_avx2<C: Code>(p: &Params, mode: Mode, src: &[f32], dst: &mut [C], i0: u64) {
+    encode_dispatch(p, mode, src, dst, i0)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn round_avx2(p: &Params, mode: Mode, src: &[f32], dst: &mut [f32], i0: u64) {
+    round_dispatch(p, mode, src, dst, i0)
+}
+
+macro_rules! by_mode {
+    ($mode:expr, $f:ident::<$($t:ty,)?>($($arg:expr),*)) => {
+        match $mode {
+            Mode::NearestEven => $f::<$($t,)? NE>($($arg),*),
+            Mode::NearestAway => $f::<$($t,)? NA>($($arg),*),
+            Mode::TowardZero => $f::<$($t,)? RZ>($($arg),*),
+            Mode::Up => $f::<$($t,)? UP>($($arg),*),
+            Mode::Down => $f::<$($t,)? DN>($($arg),*),
+            Mode::Odd => $f::<$($t,)? ODD>($($arg),*),
+            Mode::Stochastic => $f::<$($t,)? SR>($($arg),*),
+        }
+    };
+}
+
+#[inline(always)]
+fn encode_dispatch<C: Code>(p: &Params, mode: Mode, src: &[f32], dst: &mut [C], i0: u64) {
+    by_mode!(mode, encode_loop::<C,>(p, src, dst, i0))
+}
+
+#[inline(always)]
+fn round_dispatch(p: &Params, mode: Mode, src: &[f32], dst: &mut [f32], i0: u64) {
+    by_mode!(mode, round_loop::<>(p, src, dst, i0))
+}
+
+#[inline(always)]
+fn encode_loop<C: Code, const MODE: u8>(p: &Params, src: &[f32], dst: &mut [C], i0: u64) {
+    let hi = p.rng.hi_word(i0);
+    let lo0 = i0 as u32;
+    for (j, (x, y)) in src.iter().zip(dst.iter_mut()).enumerate() {
+        let rand = if MODE == SR { p.rng.word0(lo0.wrapping_add(j as u32), hi) } else { 0 };
+        *y = C::from_u64(encode_lane::<MODE>(p, x.to_bits(), rand) as u64);
+    }
+}
+
+#[inline(always)]
+fn round_loop<const MODE: u8>(p: &Params, src: &[f32], dst: &mut [f32], i0: u64) {
+    let hi = p.rng.hi_word(i0);
+    let lo0 = i0 as u32;
+    for (j, (x, y)) in src.iter().zip(dst.iter_mut()).enumerate() {
+        let rand = if MODE == SR { p.rng.word0(lo0.wrapping_add(j as u32), hi) } else { 0 };
+        *y = f32::from_bits(decode_lane(p, encode_lane::<MODE>(p, x.to_bits(), rand)));
+    }
+}
+
+const HALF: u32 = 1 << 31;
+
+/// One f32 (as bits) to one code of the target; `rand` is the element's
+/// 32-bit random word (stochastic mode only).
+#[inline(always)]
+fn encode_lane<const MODE: u8>(p: &Params, x: u32, rand: u32) -> u32 {
+    let sign = x >> 31;
+    let a = x & 0x7fff_ffff;
+    let ef = (a >> 23) as i32;
+    // f32 subnormals have exponent field 0 but scale like field 1, without the hidden bit.
+    let ef1 = ef.max(1);
+    let mant = (a & 0x7f_ffff) | if ef != 0 { 0x80_0000 } else { 0 };
+    // Bits of mant below the target's unit: more when the result is subnormal.
+    let sh = p.base_sh + (p.tmin_ef - ef1).max(0);
+    let k = mant >> sh.min(31);
+    // The remainder as a fraction of one unit in 32 bits (truncated beyond).
+    let frac = if sh <= 32 { mant << ((32 - sh) & 31) } else { mant >> (sh - 32).min(31) };
+    let inexact = if sh < 32 { frac != 0 } else { mant != 0 };
+    let k_odd = k & 1 == 1;
+    let neg = sign == 1;
+    let up = match MODE {
+        NE => frac > HALF || (frac == HALF && k_odd),
+        NA => frac >= HALF,
+        RZ => false,
+        UP => inexact && !neg,
+        DN => inexact && neg,
+        ODD => inexact && !k_odd,
+        _ => (rand >> (32 - p.rbits)) < (frac >> (32 - p.rbits)),
+    };
+    // Exponent steps above the target's smallest normal, in units of 2^m codes.
+    let base = ((ef1 - p.tmin_ef).max(0) as u32) << p.m;
+    let code = base + k + up as u32;
+    let s = sign as usize;
+    let signed = if code == 0 && p.fnuz { 0 } else { code | (sign << p.sign_shift) };
+    if a > 0x7f80_0000 {
+        p.nan[s]
+    } else if a == 0x7f80_0000 {
+        p.inf[s]
+    } else if code > p.max_code {
+        p.ovf[s]
+    } else {
+        signed
+    }
+}
+
+/// A code of the target back to f32 bits (the format fits in f32 here).
+#[inline(always)]
+fn decode_lane(p: &Params, code: u32) -> u32 {
+    let sign = (code >> p.sign_shift) & 1;
+    let mag = code & p.mag_mask;
+    let normal = (mag << (23 - p.m)).wrapping_add(p.rebias);
+    let sub = ((mag as f32) * p.sub_scale).to_bits();
+    let fin = if mag >> p.m == 0 { sub } else { normal };
+    let bits = if p.fnuz && code == 1 << p.sign_shift {
+        0x7fc0_0000
+    } else if mag > p.max_code {
+        if mag == p.inf_mag {
+            0x7f80_0000
+        } else {
+            0x7fc0_0000
+        }
+    } else {
+        fin
+    };
+    bits | (sign << 31)
+}
+
+/// Decoding table of a format of at most 16 bits, shared across calls.
+pub(super) fn decode_table<D: Real>(fmt: &Format) -> Arc<Vec<D>> {
+    type Cache = Mutex<HashMap<(Format, TypeId), Arc<dyn Any + Send + Sync>>>;
+    static CACHE: OnceLock<Cache> = OnceLock::new();
+    let key = (*fmt, TypeId::of::<D>());
+    let cache = CACHE.get_or_init(Default::default);
+    if let Some(t) = cache.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
+        if let Ok(t) = t.clone().downcast::<Vec<D>>() {
+            return t;
+        }
+    }
+    let n = 1usize << fmt.bits();
+    let t: Arc<Vec<D>> = Arc::new((0..n as u64).map(|c| D::from_f64(fmt.decode(c))).collect());
+    cache.lock().unwrap_or_else(|e| e.into_inner()).insert(key, t.clone());
+    t
+}
+
+pub(super) fn decode_lut<C: Code, D: Real>(lut: &[D], src: &[C], dst: &mut [D], path: Isa) {
+    let mask = lut.len() - 1;
+    match path {
+        // SAFETY: Avx2 is only chosen when the CPU has AVX2.
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => unsafe { lut_avx2(lut, mask, src, dst) },
+        _ => lut_body(lut, mask, src, dst),
+    }
+}
+
+/// bf16 is the top half of an f32: decoding is a shift.
+pub(super) fn decode_bf16<C: Code>(src: &[C], dst: &mut [f32]) {
+    for (c, y) in src.iter().zip(dst.iter_mut()) {
+        *y = f32::from_bits((c.to_u64() as u32) << 16);
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn lut_avx2<C: Code, D: Real>(lut: &[D], mask: usize, src: &[C], dst: &mut [D]) {
+    lut_body(lut, mask, src, dst)
+}
+
+#[inline(always)]
+fn lut_body<C: Code, D: Real>(lut: &[D], mask: usize, src: &[C], dst: &mut [D]) {
+    for (c, y) in src.iter().zip(dst.iter_mut()) {
+        *y = lut[c.to_u64() as usize & mask];
+    }
+}

@@ -1,0 +1,281 @@
+//! Array kernels: encode (round into a format, return codes), decode (codes to
+//! f32/f64), and round (values to values), over slices, in parallel.
+//!
+//! Paths, chosen once per call by [`isa`]:
+//! - `Scalar`: the reference. Every element goes through the generic engine
+//!   ([`Format::encode`] on f64), which is correct for every format and mode.
+//! - `Sse2` / `Avx2`: for f32 input into small IEEE-like formats, one
+//!   branch-free body ([`fast`]) compiled for the baseline and for AVX2+FMA+F16C;
+//!   decoding of 8- and 16-bit formats through a lookup table.
+//!
+//! The fast paths are tested bit-for-bit against the reference, and stochastic
+//! rounding draws its bits from `(seed, element index)` on every path.
+
+mod fast;
+
+use std::any::TypeId;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::OnceLock;
+
+use crate::format::Format;
+use crate::parallel::zip_chunks;
+use crate::round::{Mode, RoundOpts, Rng};
+use crate::{Error, Result};
+
+/// Instruction-set paths.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Isa {
+    Scalar = 1,
+    Sse2 = 2,
+    Avx2 = 3,
+}
+
+impl Isa {
+    pub fn name(self) -> &'static str {
+        match self {
+            Isa::Scalar => "scalar",
+            Isa::Sse2 => "sse2",
+            Isa::Avx2 => "avx2",
+        }
+    }
+
+    fn from_u8(v: u8) -> Option<Isa> {
+        match v {
+            1 => Some(Isa::Scalar),
+            2 => Some(Isa::Sse2),
+            3 => Some(Isa::Avx2),
+            _ => None,
+        }
+    }
+
+    pub fn parse(s: &str) -> Result<Isa> {
+        match s {
+            "scalar" => Ok(Isa::Scalar),
+            "sse2" => Ok(Isa::Sse2),
+            "avx2" => Ok(Isa::Avx2),
+            _ => Err(Error::value(format!("isa: unknown {s:?}; accepted: \"scalar\", \"sse2\", \"avx2\""))),
+        }
+    }
+}
+
+/// The best path this CPU supports.
+pub fn detected_isa() -> Isa {
+    static DETECTED: OnceLock<Isa> = OnceLock::new();
+    *DETECTED.get_or_init(|| {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if std::is_x86_feature_detected!("avx2")
+                && std::is_x86_feature_detected!("fma")
+                && std::is_x86_feature_detected!("f16c")
+            {
+                return Isa::Avx2;
+            }
+        }
+        Isa::Sse2
+    })
+}
+
+static FORCED: AtomicU8 = AtomicU8::new(0);
+
+/// The path kernels use now: `LOWP_ISA` (scalar, sse2, avx2) or [`set_isa`]
+/// may lower it; it never exceeds what the CPU supports.
+pub fn isa() -> Isa {
+    if let Some(i) = Isa::from_u8(FORCED.load(Ordering::Relaxed)) {
+        return i;
+    }
+    static ENV: OnceLock<Option<Isa>> = OnceLock::new();
+    let env = *ENV.get_or_init(|| std::env::var("LOWP_ISA").ok().and_then(|s| Isa::parse(s.trim()).ok()));
+    match env {
+        Some(i) => i.min(detected_isa()),
+        None => detected_isa(),
+    }
+}
+
+/// Force a path (`None` returns to the default). Errors if the CPU lacks it.
+pub fn set_isa(i: Option<Isa>) -> Result<()> {
+    match i {
+        Some(i) if i > detected_isa() => Err(Error::value(format!(
+            "isa: {:?} is not supported by this CPU (best: {:?})",
+            i.name(),
+            detected_isa().name()
+        ))),
+        Some(i) => {
+            FORCED.store(i as u8, Ordering::Relaxed);
+            Ok(())
+        }
+        None => {
+            FORCED.store(0, Ordering::Relaxed);
+            Ok(())
+        }
+    }
+}
+
+/// Unsigned storage of one encoding.
+pub trait Code: Copy + Send + Sync + Default + 'static {
+    const BYTES: usize;
+    fn from_u64(v: u64) -> Self;
+    fn to_u64(self) -> u64;
+}
+
+macro_rules! impl_code {
+    ($($t:ty),*) => {$(
+        impl Code for $t {
+            const BYTES: usize = std::mem::size_of::<$t>();
+            #[inline(always)]
+            fn from_u64(v: u64) -> Self { v as $t }
+            #[inline(always)]
+            fn to_u64(self) -> u64 { self as u64 }
+        }
+    )*};
+}
+impl_code!(u8, u16, u32, u64);
+
+/// Real input/output element types.
+pub trait Real: Copy + Send + Sync + Default + 'static {
+    /// Random bits per stochastic decision that make probabilities exact at
+    /// this type's resolution (for values in the target's normal range).
+    const DEFAULT_RBITS: u32;
+    fn to_f64(self) -> f64;
+    fn from_f64(v: f64) -> Self;
+}
+
+impl Real for f32 {
+    const DEFAULT_RBITS: u32 = 32;
+    #[inline(always)]
+    fn to_f64(self) -> f64 {
+        self as f64
+    }
+    #[inline(always)]
+    fn from_f64(v: f64) -> Self {
+        v as f32
+    }
+}
+
+impl Real for f64 {
+    const DEFAULT_RBITS: u32 = 64;
+    #[inline(always)]
+    fn to_f64(self) -> f64 {
+        self
+    }
+    #[inline(always)]
+    fn from_f64(v: f64) -> Self {
+        v
+    }
+}
+
+/// Below this many elements a call stays on the calling thread.
+pub const MIN_CHUNK: usize = 1 << 16;
+
+/// Validate options against a format and the storage width.
+pub fn check(fmt: &Format, opts: &RoundOpts, code_bytes: usize) -> Result<()> {
+    if !(1..=64).contains(&opts.rbits) {
+        return Err(Error::value(format!("rbits: must be in 1..=64, got {}", opts.rbits)));
+    }
+    if code_bytes < fmt.storage_bytes() {
+        return Err(Error::type_(format!(
+            "out: a {}-bit format needs at least {}-byte codes, got {code_bytes}",
+            fmt.bits(),
+            fmt.storage_bytes()
+        )));
+    }
+    Ok(())
+}
+
+/// What a kernel saw that the caller may want to report.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Report {
+    /// A NaN went into a format that has no NaN (it was encoded as 0).
+    pub nan_unrepresentable: bool,
+}
+
+#[inline(always)]
+fn reference_encode_one<S: Real>(fmt: &Format, x: S, opts: &RoundOpts, rng: &Rng, i: u64) -> u64 {
+    let rand = if opts.mode == Mode::Stochastic { rng.bits(i, opts.rbits) } else { 0 };
+    fmt.encode(x.to_f64(), opts, rand)
+}
+
+/// Round `src` into `fmt`, writing codes. `index0` is the index of `src[0]` in
+/// the whole array (it keys stochastic rounding).
+pub fn encode<S: Real, C: Code>(fmt: &Format, src: &[S], dst: &mut [C], opts: &RoundOpts, index0: u64) -> Result<Report> {
+    check(fmt, opts, C::BYTES)?;
+    if src.len() != dst.len() {
+        return Err(Error::value(format!("out: length {} does not match x's {}", dst.len(), src.len())));
+    }
+    let rng = Rng::new(opts.key);
+    let path = isa();
+    let fast = fast::EncodePlan::new::<S>(fmt, opts, path);
+    zip_chunks(src, dst, MIN_CHUNK, |start, s, d| {
+        let i0 = index0 + start as u64;
+        if let Some(plan) = &fast {
+            // SAFETY: S is f32 whenever a plan exists (EncodePlan::new checks).
+            let s32 = unsafe { std::slice::from_raw_parts(s.as_ptr() as *const f32, s.len()) };
+            plan.run(s32, d, i0);
+        } else {
+            for (j, (x, y)) in s.iter().zip(d.iter_mut()).enumerate() {
+                *y = C::from_u64(reference_encode_one(fmt, *x, opts, &rng, i0 + j as u64));
+            }
+        }
+    });
+    let mut report = Report::default();
+    if !fmt.has_nan() {
+        report.nan_unrepresentable = src.iter().any(|x| x.to_f64().is_nan());
+    }
+    Ok(report)
+}
+
+/// Decode codes to values (exact when the format fits in `D`, else rounded to nearest even).
+pub fn decode<C: Code, D: Real>(fmt: &Format, src: &[C], dst: &mut [D]) -> Result<()> {
+    if src.len() != dst.len() {
+        return Err(Error::value(format!("out: length {} does not match bits' {}", dst.len(), src.len())));
+    }
+    let path = isa();
+    if path >= Isa::Sse2 && *fmt == Format::Float(crate::format::named::BFLOAT16) && TypeId::of::<D>() == TypeId::of::<f32>() {
+        // SAFETY: D is f32 (checked above).
+        let d32 = unsafe { std::slice::from_raw_parts_mut(dst.as_mut_ptr() as *mut f32, dst.len()) };
+        let src: &[C] = src;
+        zip_chunks(src, d32, MIN_CHUNK, |_, s, d| fast::decode_bf16(s, d));
+    } else if path >= Isa::Sse2 && fmt.bits() <= 16 && src.len() >= 1024 {
+        let lut = fast::decode_table::<D>(fmt);
+        zip_chunks(src, dst, MIN_CHUNK, |_, s, d| fast::decode_lut(&lut, s, d, path));
+    } else {
+        zip_chunks(src, dst, MIN_CHUNK, |_, s, d| {
+            for (c, y) in s.iter().zip(d.iter_mut()) {
+                *y = D::from_f64(fmt.decode(c.to_u64()));
+            }
+        });
+    }
+    Ok(())
+}
+
+/// Round values to values of `fmt` (`decode(encode(x))`), in the input's type.
+pub fn round<S: Real>(fmt: &Format, src: &[S], dst: &mut [S], opts: &RoundOpts, index0: u64) -> Result<Report> {
+    check(fmt, opts, 8)?;
+    if src.len() != dst.len() {
+        return Err(Error::value(format!("out: length {} does not match x's {}", dst.len(), src.len())));
+    }
+    let rng = Rng::new(opts.key);
+    let path = isa();
+    let fast = fast::EncodePlan::new::<S>(fmt, opts, path);
+    zip_chunks(src, dst, MIN_CHUNK, |start, s, d| {
+        let i0 = index0 + start as u64;
+        if let Some(plan) = &fast {
+            // SAFETY: S is f32 whenever a plan exists (EncodePlan::new checks).
+            let s32 = unsafe { std::slice::from_raw_parts(s.as_ptr() as *const f32, s.len()) };
+            let d32 = unsafe { std::slice::from_raw_parts_mut(d.as_mut_ptr() as *mut f32, d.len()) };
+            plan.run_round(s32, d32, i0);
+        } else {
+            for (j, (x, y)) in s.iter().zip(d.iter_mut()).enumerate() {
+                let c = reference_encode_one(fmt, *x, opts, &rng, i0 + j as u64);
+                *y = S::from_f64(fmt.decode(c));
+            }
+        }
+    });
+    let mut report = Report::default();
+    if !fmt.has_nan() {
+        report.nan_unrepresentable = src.iter().any(|x| x.to_f64().is_nan());
+    }
+    Ok(report)
+}
+
+#[cfg(test)]
+mod tests;

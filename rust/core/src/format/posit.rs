@@ -1,0 +1,159 @@
+//! Posits <n, es> (2022 Posit Standard when es = 2): one zero, one NaR
+//! (`100..0`), two's-complement negation, rounding on the encoding's bit string,
+//! never rounding a nonzero to zero nor overflowing to NaR.
+
+use super::float::ldexp;
+use crate::round::{round_up, Rem, RoundOpts};
+use crate::{Error, Result};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct PositFormat {
+    pub nbits: u32,
+    pub es: u32,
+}
+
+impl PositFormat {
+    pub fn new(nbits: u32, es: u32) -> Result<Self> {
+        if !(2..=32).contains(&nbits) {
+            return Err(Error::value(format!("nbits: must be in 2..=32, got {nbits}")));
+        }
+        if es > 4 {
+            return Err(Error::value(format!("es: must be in 0..=4, got {es}")));
+        }
+        Ok(PositFormat { nbits, es })
+    }
+
+    #[inline(always)]
+    pub fn bits(&self) -> u32 {
+        self.nbits
+    }
+
+    #[inline(always)]
+    pub fn nar(&self) -> u64 {
+        1u64 << (self.nbits - 1)
+    }
+
+    #[inline(always)]
+    fn mask(&self) -> u64 {
+        (1u64 << self.nbits) - 1
+    }
+
+    /// Largest positive code, `011..1`.
+    #[inline(always)]
+    pub fn max_code(&self) -> u64 {
+        self.nar() - 1
+    }
+
+    /// log2 of maxpos: (n - 2) * 2^es.
+    pub fn max_scale(&self) -> i32 {
+        ((self.nbits as i32) - 2) << self.es
+    }
+
+    /// Decode to f64 (exact: at most 2^±480 and 28 significant bits).
+    pub fn decode(&self, code: u64) -> f64 {
+        let n = self.nbits;
+        let code = code & self.mask();
+        if code == 0 {
+            return 0.0;
+        }
+        if code == self.nar() {
+            return f64::NAN;
+        }
+        let negative = code & self.nar() != 0;
+        // Magnitude by two's complement.
+        let mag = if negative { code.wrapping_neg() & self.mask() } else { code };
+        // Bits after the sign, left-aligned in a u64: bit 63 is the first regime bit.
+        let body = mag << (64 - (n - 1));
+        let first = body >> 63;
+        let run = if first == 1 { body.leading_ones() } else { body.leading_zeros() }.min(n - 1);
+        let k: i32 = if first == 1 { run as i32 - 1 } else { -(run as i32) };
+        // Skip the regime and its terminating bit (absent when the regime fills the word).
+        let used = (run + 1).min(n - 1);
+        let rest = if used >= 64 { 0 } else { body << used };
+        let avail = n - 1 - used; // bits left for exponent and fraction
+        let es = self.es;
+        let e = if es == 0 { 0 } else { (rest >> (64 - es)) as i32 }; // missing bits read as 0
+        let fbits = avail.saturating_sub(es);
+        let frac = if fbits == 0 { 0 } else { (rest << es) >> (64 - fbits) };
+        let scale = (k << es) + e;
+        let v = ldexp(((1u64 << fbits) | frac) as f64, scale - fbits as i32);
+        if negative {
+            -v
+        } else {
+            v
+        }
+    }
+
+    /// Round `x` into the format (bit-string rounding of the standard for the
+    /// nearest modes; the other modes pick between the same two neighbours).
+    pub fn encode(&self, x: f64, opts: &RoundOpts, rand: u64) -> u64 {
+        if !x.is_finite() {
+            return self.nar();
+        }
+        if x == 0.0 {
+            return 0;
+        }
+        let negative = x < 0.0;
+        let a = x.abs();
+        let bits = a.to_bits();
+        let ef = (bits >> 52) as i32;
+        // Normalize to mant in [2^52, 2^53): a = mant * 2^(e_a - 52).
+        let (mant, e_a) = if ef == 0 {
+            let f = bits & ((1 << 52) - 1);
+            let top = 63 - f.leading_zeros() as i32;
+            (f << (52 - top), top - 1074)
+        } else {
+            ((bits & ((1 << 52) - 1)) | (1 << 52), ef - 1023)
+        };
+        let n = self.nbits;
+        let es = self.es;
+        let maxscale = self.max_scale();
+        let mag = if e_a >= maxscale {
+            self.max_code()
+        } else if e_a < -maxscale {
+            1 // minpos: never round a nonzero to zero
+        } else {
+            let k = e_a >> es; // regime (floor division)
+            let e = (e_a - (k << es)) as u128;
+            // Build regime | exponent | 52 fraction bits as one bit string.
+            let (reg, reglen) = if k >= 0 {
+                // k+1 ones then a zero
+                (((1u128 << (k + 1)) - 1) << 1, (k + 2) as u32)
+            } else {
+                (1u128, (-k + 1) as u32)
+            };
+            let frac = (mant & ((1 << 52) - 1)) as u128;
+            let len = reglen + es + 52;
+            let s = (((reg << es) | e) << 52) | frac;
+            let keep = n - 1;
+            let (kc, rem) = if len <= keep {
+                (s << (keep - len), Rem::ZERO)
+            } else {
+                let cut = len - keep;
+                (s >> cut, Rem::low_bits(s, cut))
+            };
+            let kc = kc as u64;
+            let up = round_up(opts.mode, negative, kc & 1 == 1, rem, rand, opts.rbits);
+            (kc + up as u64).clamp(1, self.max_code())
+        };
+        if negative {
+            mag.wrapping_neg() & self.mask()
+        } else {
+            mag
+        }
+    }
+
+    pub fn max_value(&self) -> f64 {
+        self.decode(self.max_code())
+    }
+
+    pub fn min_value(&self) -> f64 {
+        self.decode(1)
+    }
+
+    /// Gap between 1 and the next posit.
+    pub fn eps(&self) -> f64 {
+        let one = self.encode(1.0, &RoundOpts::new(crate::Mode::NearestEven), 0);
+        self.decode(one + 1) - 1.0
+    }
+}

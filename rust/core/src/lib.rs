@@ -1,0 +1,42 @@
+//! lowp-core: low-precision number formats, correct rounding, and the array
+//! kernels built on them. Pure Rust; the Python bindings live in `lowp-python`.
+
+pub mod convert;
+pub mod format;
+pub mod parallel;
+pub mod round;
+
+pub use format::{FloatFormat, Format, IntFormat, NanPolicy, PositFormat};
+pub use round::{Mode, RoundOpts, SeedKey};
+
+use std::fmt;
+
+/// What went wrong, in words that name the offending argument.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Error {
+    /// An invalid value (maps to Python's ValueError).
+    Value(String),
+    /// An unsupported type (maps to Python's TypeError).
+    Type(String),
+}
+
+impl Error {
+    pub fn value(msg: impl Into<String>) -> Self {
+        Error::Value(msg.into())
+    }
+    pub fn type_(msg: impl Into<String>) -> Self {
+        Error::Type(msg.into())
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::Value(m) | Error::Type(m) => f.write_str(m),
+        }
+    }
+}
+
+impl std::error::Error for Error {}
+
+pub type Result<T> = std::result::Result<T, Error>;
