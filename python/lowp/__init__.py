@@ -1,0 +1,21 @@
+"""lowp: low-precision numerics for NumPy (bf16, fp8, posits, int8) with a Rust core."""
+
+from __future__ import annotations
+
+from . import _lowp
+from ._convert import ROUNDING_MODES, cast, decode, encode, round
+from ._formats import FloatFormat, Format, IntFormat, PositFormat, finfo, format, named_formats
+from ._quant import QuantizedArray, quantize
+
+__version__ = "0.1.0"
+
+set_num_threads = _lowp.set_num_threads
+get_num_threads = _lowp.get_num_threads
+
+
+__all__ = [
+    "Format", "FloatFormat", "PositFormat", "IntFormat", "format", "finfo", "named_formats",
+    "round", "cast", "encode", "decode", "ROUNDING_MODES",
+    "quantize", "QuantizedArray",
+    "set_num_threads", "get_num_threads",
+]

@@ -1,0 +1,211 @@
+"""round / cast / encode / decode: the array entry points of the conversion kernels."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Optional, Union
+
+import numpy as np
+
+from . import _lowp
+from ._formats import Format, FloatFormat, _canonical, _dtype_registry, format as _format
+
+__all__ = ["round", "cast", "encode", "decode", "ROUNDING_MODES", "nextafter_scalar"]
+
+ROUNDING_MODES = ("nearest_even", "nearest_away", "toward_zero", "up", "down", "odd", "stochastic")
+
+SeedLike = Union[None, int, np.integer, np.random.Generator]
+
+
+def _check_rounding(rounding: Any) -> str:
+    if not isinstance(rounding, str) or rounding not in ROUNDING_MODES:
+        raise ValueError(f"rounding: unknown mode {rounding!r}; accepted: {', '.join(map(repr, ROUNDING_MODES))}")
+    return rounding
+
+
+def _seed_word(seed: SeedLike, rounding: str) -> int:
+    """A 64-bit key from ``seed`` (an int >= 0 or a numpy Generator; None: fresh entropy)."""
+    if rounding != "stochastic" and seed is None:
+        return 0
+    if seed is None:
+        return int(np.random.default_rng().integers(0, 2**63, dtype=np.int64)) * 2 + 1
+    if isinstance(seed, np.random.Generator):
+        return int(seed.integers(0, 2**64, dtype=np.uint64))
+    if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)):
+        raise TypeError(f"seed: expected None, an int or a numpy.random.Generator, got {type(seed).__name__}")
+    seed = int(seed)
+    if not 0 <= seed < 2**64:
+        raise ValueError(f"seed: must be in [0, 2**64), got {seed}")
+    return seed
+
+
+def _rbits(rbits: Any, dtype: np.dtype) -> int:
+    if rbits is None:
+        return 32 if dtype == np.float32 else 64
+    if isinstance(rbits, (bool, np.bool_)) or not isinstance(rbits, (int, np.integer)):
+        raise TypeError(f"rbits: expected None or an int, got {type(rbits).__name__}")
+    if not 1 <= int(rbits) <= 64:
+        raise ValueError(f"rbits: must be in 1..64, got {rbits}")
+    return int(rbits)
+
+
+_LOWP_DTYPE_NAMES = {
+    "bfloat16", "float8_e5m2", "float8_e4m3fn", "float8_e4m3", "float8_e4m3fnuz", "float8_e5m2fnuz",
+    "posit8", "posit16", "posit32",
+}
+
+
+def _as_float_array(x: Any, arg: str = "x") -> np.ndarray:
+    """``x`` as a C-contiguous float32 or float64 array (low-precision dtypes are decoded exactly)."""
+    if isinstance(x, np.ndarray):
+        a = x
+    else:
+        try:
+            a = np.asarray(x)
+        except Exception as e:  # e.g. ragged nested sequences
+            raise TypeError(f"{arg}: cannot be read as a numeric array: {e}") from None
+    dt = a.dtype
+    if dt == np.float32 or dt == np.float64:
+        return np.ascontiguousarray(a)
+    if dt.name in _LOWP_DTYPE_NAMES:
+        f = _format(dt)
+        bits = np.ascontiguousarray(a).view(f.storage_dtype)
+        return decode(bits, f, dtype=np.float64 if not f._fits_f32() else np.float32)
+    if dt == np.float16:
+        return a.astype(np.float32)
+    if dt.kind in "iub":
+        return a.astype(np.float64)
+    if dt.kind == "f":  # longdouble
+        return a.astype(np.float64)
+    raise TypeError(f"{arg}: unsupported dtype {dt}; accepted: float16/32/64, integers, bool, "
+                    f"and the low-precision dtypes of lowp and ml_dtypes")
+
+
+def _check_out(out: Any, shape: tuple, dtype: np.dtype) -> np.ndarray:
+    if not isinstance(out, np.ndarray):
+        raise TypeError(f"out: expected a numpy array, got {type(out).__name__}")
+    if out.shape != shape:
+        raise ValueError(f"out: shape {out.shape} does not match {shape}")
+    if out.dtype != dtype:
+        raise TypeError(f"out: dtype {out.dtype} must be {dtype}")
+    if not out.flags.c_contiguous or not out.flags.writeable:
+        raise ValueError("out: must be C-contiguous and writeable")
+    return out
+
+
+def _prepare(fmt: Any, rounding: Any, saturate: Any) -> tuple[Format, str, bool]:
+    f = _format(fmt)
+    r = _check_rounding(rounding)
+    if not isinstance(saturate, (bool, np.bool_)):
+        raise TypeError(f"saturate: expected a bool, got {type(saturate).__name__}")
+    return f, r, bool(saturate)
+
+
+def _raise_nan(f: Format) -> None:
+    raise ValueError(f"x: contains NaN, which {f!r} cannot represent")
+
+
+def round(x: Any, fmt: Any, rounding: str = "nearest_even", *, saturate: bool = False, subnormals: bool = True,
+          seed: SeedLike = None, rbits: Optional[int] = None, out: Optional[np.ndarray] = None) -> np.ndarray:
+    """Round ``x`` to values representable in ``fmt``; the result has x's dtype (float32 or float64).
+
+    Rounding from float64 is correct rounding (never through float32). ``subnormals=False``
+    flushes results below the smallest normal to 0 or the smallest normal (by ``rounding``).
+    Stochastic rounding with ``seed`` is reproducible at any thread count and on every path.
+    """
+    f, r, sat = _prepare(fmt, rounding, saturate)
+    if not isinstance(subnormals, (bool, np.bool_)):
+        raise TypeError(f"subnormals: expected a bool, got {type(subnormals).__name__}")
+    if not subnormals and isinstance(f, FloatFormat) and f.subnormals:
+        f = f.replace(subnormals=False)
+    a = _as_float_array(x)
+    key = _seed_word(seed, r)
+    nb = _rbits(rbits, a.dtype)
+    if out is None:
+        res = np.empty(a.shape, a.dtype)
+    else:
+        res = _check_out(out, a.shape, a.dtype)
+    bad = _lowp.round_into(a.reshape(-1), f._spec, res.reshape(-1), r, sat, key, nb)
+    if bad:
+        _raise_nan(f)
+    return res
+
+
+def encode(x: Any, fmt: Any, rounding: str = "nearest_even", *, saturate: bool = False, seed: SeedLike = None,
+           rbits: Optional[int] = None, out: Optional[np.ndarray] = None) -> np.ndarray:
+    """Round ``x`` into ``fmt`` and return the encodings as uint8/16/32/64 (by ``fmt.bits``)."""
+    f, r, sat = _prepare(fmt, rounding, saturate)
+    a = _as_float_array(x)
+    key = _seed_word(seed, r)
+    nb = _rbits(rbits, a.dtype)
+    sd = f.storage_dtype
+    res = np.empty(a.shape, sd) if out is None else _check_out(out, a.shape, sd)
+    bad = _lowp.encode_into(a.reshape(-1), f._spec, res.reshape(-1), r, sat, key, nb)
+    if bad:
+        _raise_nan(f)
+    return res
+
+
+def decode(bits: Any, fmt: Any, dtype: Any = np.float32, *, out: Optional[np.ndarray] = None) -> np.ndarray:
+    """Values of the encodings ``bits`` (unsigned or signed integers of fmt's storage width or wider)."""
+    f = _format(fmt)
+    try:
+        dt = np.dtype(dtype)
+    except TypeError:
+        raise TypeError(f"dtype: expected float32 or float64, got {dtype!r}") from None
+    if dt not in (np.float32, np.float64):
+        raise TypeError(f"dtype: expected float32 or float64, got {dt}")
+    b = bits if isinstance(bits, np.ndarray) else np.asarray(bits)
+    if b.dtype.kind not in "iu":
+        raise TypeError(f"bits: expected an integer array, got dtype {b.dtype}")
+    if b.dtype.itemsize < f.storage_dtype.itemsize:
+        raise TypeError(f"bits: {b.dtype} is too narrow for a {f.bits}-bit format (need {f.storage_dtype} or wider)")
+    if b.dtype.kind == "i":
+        b = b.view(np.dtype(f"u{b.dtype.itemsize}"))
+    if b.dtype.itemsize not in (1, 2, 4, 8):
+        raise TypeError(f"bits: unsupported dtype {b.dtype}")
+    b = np.ascontiguousarray(b)
+    res = np.empty(b.shape, dt) if out is None else _check_out(out, b.shape, dt)
+    _lowp.decode_into(b.reshape(-1), f._spec, res.reshape(-1))
+    return res
+
+
+def cast(x: Any, dtype: Any, rounding: str = "nearest_even", *, saturate: bool = False, seed: SeedLike = None,
+         rbits: Optional[int] = None) -> np.ndarray:
+    """Convert ``x`` to a low-precision ``dtype`` with any rounding mode.
+
+    ``dtype`` may be a lowp or ml_dtypes dtype (the result is an array of it), numpy's
+    float16/float32/float64 or int8, or a Format with a registered dtype.
+    """
+    if isinstance(dtype, Format):
+        f = dtype
+        dt = f.dtype
+        if dt is None:
+            raise TypeError(f"dtype: {f!r} has no numpy dtype; use lowp.encode for its bits or lowp.round for values")
+    else:
+        try:
+            dt = np.dtype(dtype)
+        except TypeError:
+            raise TypeError(f"dtype: expected a numpy dtype or a Format, got {dtype!r}") from None
+        f = _format(dt)
+    f = _canonical(f)
+    codes = encode(x, f, rounding, saturate=saturate, seed=seed, rbits=rbits)
+    if dt in (np.float32, np.float64):
+        return decode(codes, f, dt)
+    return codes.view(dt)
+
+
+def nextafter_scalar(x: float, toward: float, fmt: Format) -> float:
+    """The next value of ``fmt`` after the representable ``x`` in the direction of ``toward``."""
+    if math.isnan(x) or math.isnan(toward) or x == toward:
+        return x if not math.isnan(toward) else math.nan
+    mode = "up" if toward > x else "down"
+    # The neighbour is the rounding (toward `toward`) of x nudged by a sliver.
+    tiny = fmt.min_subnormal / 4
+    step = max(abs(x) * 2.0**-60, tiny)
+    y = x + step if toward > x else x - step
+    return float(round(np.array([y]), fmt, mode, saturate=True)[0])
+
+
+def _register_dtype(spec: tuple, dt: np.dtype) -> None:
+    _dtype_registry.setdefault(spec, dt)

@@ -1,0 +1,131 @@
+"""Integer quantization: scales and zero points, per tensor or per axis."""
+
+from __future__ import annotations
+
+from typing import Any, Optional, Union
+
+import numpy as np
+
+from ._convert import SeedLike, _as_float_array, _check_rounding, encode
+from ._formats import IntFormat, format as _format
+
+__all__ = ["quantize", "QuantizedArray"]
+
+
+class QuantizedArray:
+    """Integer values with the scale and zero point that map them back to reals:
+    ``real = (values - zero_point) * scale``, per tensor or along ``axis``."""
+
+    __slots__ = ("values", "scale", "zero_point", "axis", "format")
+
+    def __init__(self, values: np.ndarray, scale: Any, zero_point: Any, axis: Optional[int], fmt: IntFormat) -> None:
+        self.values = values
+        self.scale = scale
+        self.zero_point = zero_point
+        self.axis = axis
+        self.format = fmt
+
+    @property
+    def shape(self) -> tuple:
+        return self.values.shape
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.values.dtype
+
+    def _broadcast(self, p: Any) -> np.ndarray:
+        p = np.asarray(p)
+        if self.axis is None or p.ndim == 0:
+            return p
+        shape = [1] * self.values.ndim
+        shape[self.axis] = -1
+        return p.reshape(shape)
+
+    def dequantize(self) -> np.ndarray:
+        """float32 reals ``(values - zero_point) * scale``."""
+        v = self.values.astype(np.float32)
+        zp = self._broadcast(self.zero_point).astype(np.float32)
+        sc = self._broadcast(self.scale).astype(np.float32)
+        return ((v - zp) * sc).astype(np.float32)
+
+    def __repr__(self) -> str:
+        return (f"QuantizedArray(shape={self.values.shape}, format={self.format!r}, axis={self.axis}, "
+                f"scale={self.scale!r}, zero_point={self.zero_point!r})")
+
+
+def _calibrate(a: np.ndarray, calibration: Any, reduce_axes: Optional[tuple], symmetric: bool) -> tuple[np.ndarray, np.ndarray]:
+    """(lo, hi) of the range to map, reduced over ``reduce_axes`` (None: everything)."""
+    if isinstance(calibration, str) and calibration == "max":
+        if symmetric:
+            hi = np.max(np.abs(a), axis=reduce_axes) if a.size else np.zeros(())
+            return -hi, hi
+        if not a.size:
+            return np.zeros(()), np.zeros(())
+        return np.min(a, axis=reduce_axes), np.max(a, axis=reduce_axes)
+    if (isinstance(calibration, (tuple, list)) and len(calibration) == 2 and calibration[0] == "percentile"):
+        p = calibration[1]
+        if isinstance(p, bool) or not isinstance(p, (int, float, np.integer, np.floating)) or not 0 < float(p) <= 100:
+            raise ValueError(f"calibration: percentile must be in (0, 100], got {p!r}")
+        p = float(p)
+        if not a.size:
+            return np.zeros(()), np.zeros(())
+        if symmetric:
+            hi = np.percentile(np.abs(a), p, axis=reduce_axes)
+            return -hi, hi
+        return np.percentile(a, 100.0 - p, axis=reduce_axes), np.percentile(a, p, axis=reduce_axes)
+    raise ValueError(f"calibration: expected 'max' or ('percentile', p), got {calibration!r}")
+
+
+def quantize(x: Any, fmt: Union[str, IntFormat] = "int8", *, axis: Optional[int] = None, symmetric: bool = True,
+             rounding: str = "nearest_even", seed: SeedLike = None, calibration: Any = "max") -> QuantizedArray:
+    """Quantize ``x`` to integers with a scale (and zero point when not ``symmetric``).
+
+    Symmetric uses ``[-(2**(b-1)-1), 2**(b-1)-1]`` (int8: [-127, 127]) and zero point 0;
+    asymmetric uses the full range (int8: [-128, 127]) with a zero point that maps 0
+    exactly. ``axis`` gives one scale per index along it; ``calibration`` is ``"max"``
+    or ``("percentile", p)``.
+    """
+    f = _format(fmt)
+    if not isinstance(f, IntFormat) or not f.signed:
+        raise ValueError(f"fmt: expected a signed integer format such as 'int8', got {f!r}")
+    r = _check_rounding(rounding)
+    a = _as_float_array(x).astype(np.float64)
+    if np.isnan(a).any():
+        raise ValueError("x: contains NaN; quantization needs finite values")
+    if np.isinf(a).any():
+        raise ValueError("x: contains inf; quantization needs finite values")
+    if axis is not None:
+        if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)):
+            raise TypeError(f"axis: expected None or an int, got {type(axis).__name__}")
+        if not -a.ndim <= axis < a.ndim:
+            raise ValueError(f"axis: {axis} is out of range for an array of {a.ndim} dimensions")
+        axis = int(axis) % a.ndim
+        reduce_axes: Optional[tuple] = tuple(i for i in range(a.ndim) if i != axis)
+    else:
+        reduce_axes = None
+    qmax = (1 << (f.bits - 1)) - 1
+    qmin = -qmax if symmetric else -qmax - 1
+    lo, hi = _calibrate(a, calibration, reduce_axes, bool(symmetric))
+    lo = np.minimum(np.asarray(lo, np.float64), 0.0)
+    hi = np.maximum(np.asarray(hi, np.float64), 0.0)
+    if symmetric:
+        scale = hi / qmax
+        zp = np.zeros_like(scale)
+    else:
+        scale = (hi - lo) / (qmax - qmin)
+    scale = np.where(scale > 0, scale, 1.0)
+    if not symmetric:
+        zp = np.clip(np.rint(qmin - lo / scale), qmin, qmax)
+    shape = [1] * a.ndim
+    if axis is not None:
+        shape[axis] = -1
+    y = a / scale.reshape(shape) + zp.reshape(shape) if a.ndim else a / scale + zp
+    codes = encode(y, f, r, seed=seed)
+    vals = codes.view(np.int8 if f.bits <= 8 else np.dtype(f"i{f.storage_dtype.itemsize}"))
+    if f.bits < 8 * vals.dtype.itemsize:  # sign-extend narrower formats
+        sh = 8 * vals.dtype.itemsize - f.bits
+        vals = (vals << sh) >> sh
+    vals = np.clip(vals, qmin, qmax).astype(vals.dtype)
+    if axis is None:
+        return QuantizedArray(vals, np.float32(scale), np.int32(zp), None, f)
+    return QuantizedArray(vals, scale.astype(np.float32), zp.astype(np.int32), axis, f)

@@ -1,0 +1,21 @@
+//! Core errors to Python exceptions.
+
+use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::PyErr;
+
+pub fn to_py(e: lowp_core::Error) -> PyErr {
+    match e {
+        lowp_core::Error::Value(m) => PyValueError::new_err(m),
+        lowp_core::Error::Type(m) => PyTypeError::new_err(m),
+    }
+}
+
+pub trait IntoPy<T> {
+    fn py_err(self) -> pyo3::PyResult<T>;
+}
+
+impl<T> IntoPy<T> for lowp_core::Result<T> {
+    fn py_err(self) -> pyo3::PyResult<T> {
+        self.map_err(to_py)
+    }
+}
