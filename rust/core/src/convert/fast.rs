@@ -27,9 +27,16 @@ struct Params {
     mag_mask: u32,
     fnuz: bool,
     /// [positive, negative] results for NaN, inf and overflowing finite inputs.
-    nan: [u32; 2],
-    inf: [u32; 2],
-    ovf: [u32; 2],
+    nan_p: u32,
+    nan_n: u32,
+    inf_p: u32,
+    inf_n: u32,
+    ovf_p: u32,
+    ovf_n: u32,
+    /// The sign bit of a code.
+    sign_bit: u32,
+    /// Sign mask applied to a zero magnitude (0 for fnuz, which has no -0).
+    zero_sign_mask: u32,
     rbits: u32,
     rng: Rng,
     // Decoding back to f32 (round path).
@@ -85,9 +92,14 @@ impl EncodePlan {
             sign_shift: f.exp_bits + f.man_bits,
             mag_mask: f.mag_mask() as u32,
             fnuz: f.nan == NanPolicy::Fnuz,
-            nan: [f.nan_code(false) as u32, f.nan_code(true) as u32],
-            inf: [inf(false) as u32, inf(true) as u32],
-            ovf: [ovf(false) as u32, ovf(true) as u32],
+            nan_p: f.nan_code(false) as u32,
+            nan_n: f.nan_code(true) as u32,
+            inf_p: inf(false) as u32,
+            inf_n: inf(true) as u32,
+            ovf_p: ovf(false) as u32,
+            ovf_n: ovf(true) as u32,
+            sign_bit: f.sign_bit() as u32,
+            zero_sign_mask: if f.nan == NanPolicy::Fnuz { 0 } else { u32::MAX },
             rbits: opts.rbits,
             rng: Rng::new(opts.key),
             rebias: ((127 - f.bias) as u32) << 23,
@@ -177,7 +189,7 @@ fn encode_loop<C: Code, const MODE: u8>(p: &Params, src: &[f32], dst: &mut [C], 
     let lo0 = i0 as u32;
     for (j, (x, y)) in src.iter().zip(dst.iter_mut()).enumerate() {
         let rand = if MODE == SR { p.rng.word0(lo0.wrapping_add(j as u32), hi) } else { 0 };
-        *y = C::from_u64(encode_lane::<MODE>(p, x.to_bits(), rand) as u64);
+        *y = C::from_u32(encode_lane::<MODE>(p, x.to_bits(), rand));
     }
 }
 
@@ -194,23 +206,25 @@ fn round_loop<const MODE: u8>(p: &Params, src: &[f32], dst: &mut [f32], i0: u64)
 const HALF: u32 = 1 << 31;
 
 /// One f32 (as bits) to one code of the target; `rand` is the element's
-/// 32-bit random word (stochastic mode only).
+/// 32-bit random word (stochastic mode only). Written with 32-bit integer
+/// operations and selects only, so it vectorizes lane by lane.
 #[inline(always)]
 fn encode_lane<const MODE: u8>(p: &Params, x: u32, rand: u32) -> u32 {
-    let sign = x >> 31;
+    // All ones when the sign bit is set (arithmetic shift copies it).
+    let neg_m = ((x as i32) >> 31) as u32;
     let a = x & 0x7fff_ffff;
     let ef = (a >> 23) as i32;
     // f32 subnormals have exponent field 0 but scale like field 1, without the hidden bit.
     let ef1 = ef.max(1);
     let mant = (a & 0x7f_ffff) | if ef != 0 { 0x80_0000 } else { 0 };
     // Bits of mant below the target's unit: more when the result is subnormal.
-    let sh = p.base_sh + (p.tmin_ef - ef1).max(0);
+    let sh = (p.base_sh + (p.tmin_ef - ef1).max(0)) as u32;
     let k = mant >> sh.min(31);
     // The remainder as a fraction of one unit in 32 bits (truncated beyond).
-    let frac = if sh <= 32 { mant << ((32 - sh) & 31) } else { mant >> (sh - 32).min(31) };
+    let frac = if sh <= 32 { mant << (32u32.wrapping_sub(sh) & 31) } else { mant >> (sh - 32).min(31) };
     let inexact = if sh < 32 { frac != 0 } else { mant != 0 };
     let k_odd = k & 1 == 1;
-    let neg = sign == 1;
+    let neg = neg_m != 0;
     let up = match MODE {
         NE => frac > HALF || (frac == HALF && k_odd),
         NA => frac >= HALF,
@@ -223,14 +237,15 @@ fn encode_lane<const MODE: u8>(p: &Params, x: u32, rand: u32) -> u32 {
     // Exponent steps above the target's smallest normal, in units of 2^m codes.
     let base = ((ef1 - p.tmin_ef).max(0) as u32) << p.m;
     let code = base + k + up as u32;
-    let s = sign as usize;
-    let signed = if code == 0 && p.fnuz { 0 } else { code | (sign << p.sign_shift) };
+    // Sign-dependent constants: pick the negative one where neg_m is all ones.
+    let pick = |pos: u32, negv: u32| pos ^ (neg_m & (pos ^ negv));
+    let signed = code | (neg_m & p.sign_bit & if code == 0 { p.zero_sign_mask } else { u32::MAX });
     if a > 0x7f80_0000 {
-        p.nan[s]
+        pick(p.nan_p, p.nan_n)
     } else if a == 0x7f80_0000 {
-        p.inf[s]
+        pick(p.inf_p, p.inf_n)
     } else if code > p.max_code {
-        p.ovf[s]
+        pick(p.ovf_p, p.ovf_n)
     } else {
         signed
     }

@@ -114,6 +114,8 @@ pub fn set_isa(i: Option<Isa>) -> Result<()> {
 pub trait Code: Copy + Send + Sync + Default + 'static {
     const BYTES: usize;
     fn from_u64(v: u64) -> Self;
+    /// Truncating conversion from a 32-bit code.
+    fn from_u32(v: u32) -> Self;
     fn to_u64(self) -> u64;
 }
 
@@ -123,6 +125,8 @@ macro_rules! impl_code {
             const BYTES: usize = std::mem::size_of::<$t>();
             #[inline(always)]
             fn from_u64(v: u64) -> Self { v as $t }
+            #[inline(always)]
+            fn from_u32(v: u32) -> Self { v as $t }
             #[inline(always)]
             fn to_u64(self) -> u64 { self as u64 }
         }
