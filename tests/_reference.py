@@ -74,12 +74,12 @@ def _pow2(e: int) -> Fraction:
     return Fraction(2) ** e
 
 
-def _decide(mode: str, negative: bool, k: int, r: Fraction) -> bool:
-    """Round the magnitude ``k + r`` (0 <= r < 1) up to ``k + 1``?"""
+def _decide(mode: str, negative: bool, odd: int, r: Fraction) -> bool:
+    """Round the magnitude ``k + r`` (0 <= r < 1) up to ``k + 1``? ``odd``: the truncated code's last bit."""
     if r == 0:
         return False
     if mode == "nearest_even":
-        return r > Fraction(1, 2) or (r == Fraction(1, 2) and k % 2 == 1)
+        return r > Fraction(1, 2) or (r == Fraction(1, 2) and odd == 1)
     if mode == "nearest_away":
         return r >= Fraction(1, 2)
     if mode == "toward_zero":
@@ -89,7 +89,7 @@ def _decide(mode: str, negative: bool, k: int, r: Fraction) -> bool:
     if mode == "down":
         return negative
     if mode == "odd":
-        return k % 2 == 0
+        return odd == 0
     raise ValueError(mode)
 
 
@@ -106,7 +106,7 @@ def _overflow_to_inf(mode: str, negative: bool) -> bool:
 def neighbours(x: float, s: FloatSpec):
     """(lo, hi) magnitudes of the grid points around |x| (finite, nonzero), and k's parity."""
     a = Fraction(abs(x))
-    e = _floor_log2(a)
+    e = math.frexp(abs(x))[1] - 1  # floor(log2 |x|), exact for a float
     if e >= s.emin:
         q = e - s.m
     elif s.subnormals:
@@ -114,11 +114,18 @@ def neighbours(x: float, s: FloatSpec):
     else:
         q = s.emin
     k = math.floor(a / _pow2(q))
-    return k, a / _pow2(q) - k, q
+    # Ties to even and round to odd look at the last bit of the truncated value's code:
+    # k's when man_bits > 0; with man_bits == 0, k is 1 and the code is the biased exponent.
+    if s.m == 0 and e >= s.emin:
+        parity = e + s.bias
+    else:
+        parity = k
+    return k, a / _pow2(q) - k, q, parity % 2
 
 
-def round_float(x: float, s: FloatSpec, mode: str, saturate: bool = False) -> float:
-    """x rounded into the format, as a Python float (NaN, +-inf, signed zeros kept)."""
+def round_float(x: float, s: FloatSpec, mode: str, saturate: bool = False, _nb=None) -> float:
+    """x rounded into the format, as a Python float (NaN, +-inf, signed zeros kept).
+    ``_nb`` may carry ``neighbours(x, s)`` when rounding one x in several modes."""
     if math.isnan(x):
         if not s.has_nan:
             raise ValueError("NaN has no encoding")
@@ -143,8 +150,8 @@ def round_float(x: float, s: FloatSpec, mode: str, saturate: bool = False) -> fl
         return math.nan if s.has_nan else sign * float(s.max)
     if x == 0:
         return -0.0 if negative and s.has_neg_zero else 0.0
-    k, r, q = neighbours(x, s)
-    k += _decide(mode, negative, k, r)
+    k, r, q, odd = _nb if _nb is not None else neighbours(x, s)
+    k += _decide(mode, negative, odd, r)
     v = k * _pow2(q)
     if v > s.max:
         return over()
@@ -217,3 +224,28 @@ def posit_round(x: float, n: int, es: int) -> int:
     maxpos = (1 << (n - 1)) - 1
     mag = min(max(mag, 1), maxpos)
     return (-mag) & ((1 << n) - 1) if negative else mag
+
+
+def round_float_modes(x: float, s: FloatSpec, modes=MODES, saturates=(False, True)) -> dict:
+    """{(mode, saturate): round_float(x, s, mode, saturate)}, sharing the exact work."""
+    if not math.isfinite(x) or x == 0:
+        return {(m, sat): round_float(x, s, m, sat) for m in modes for sat in saturates}
+    negative = x < 0
+    sign = -1.0 if negative else 1.0
+    k, r, q, odd = neighbours(x, s)
+    unit = _pow2(q)
+    cand = {}
+    for up in (False, True):
+        v = (k + up) * unit
+        if v > s.max:
+            cand[up] = None
+        elif v == 0:
+            cand[up] = -0.0 if negative and s.has_neg_zero else 0.0
+        else:
+            cand[up] = sign * float(v)
+    out = {}
+    for m in modes:
+        c = cand[_decide(m, negative, odd, r)]
+        for sat in saturates:
+            out[(m, sat)] = c if c is not None else round_float(x, s, m, sat, (k, r, q, odd))
+    return out

@@ -201,6 +201,16 @@ mod tests {
     }
 
     #[test]
+    fn ties_to_even_code_without_mantissa() {
+        // E4M0 (fn): 12 is the tie between 8 (code 0x0a) and 16 (code 0x0b): even code -> 8.
+        let f = FloatFormat::new(4, 0, None, true, NanPolicy::Fn, true).unwrap();
+        assert_eq!(f.decode(f.encode(12.0, &rne(), 0)), 8.0);
+        assert_eq!(f.decode(f.encode(24.0, &rne(), 0)), 32.0);
+        assert_eq!(f.decode(f.encode(12.0, &RoundOpts::new(Mode::Odd), 0)), 16.0);
+        assert_eq!(f.decode(f.encode(-12.0, &RoundOpts::new(Mode::NearestAway), 0)), -16.0);
+    }
+
+    #[test]
     fn int_rounding() {
         let i = INT8;
         assert_eq!(i.round_int(2.5, &rne(), 0), 2);
