@@ -19,3 +19,5 @@ __all__ = [
     "quantize", "QuantizedArray",
     "set_num_threads", "get_num_threads",
 ]
+
+from . import sparse  # noqa: E402

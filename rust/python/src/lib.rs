@@ -8,9 +8,11 @@ use pyo3::prelude::*;
 mod convert;
 mod errors;
 mod spec;
+mod sparse;
 
 #[pymodule]
 fn _lowp(m: &Bound<'_, PyModule>) -> PyResult<()> {
     convert::register(m)?;
+    sparse::register(m)?;
     Ok(())
 }
