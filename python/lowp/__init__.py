@@ -21,3 +21,5 @@ __all__ = [
     "set_num_threads", "get_num_threads",
     "matmul", "qmatmul", "sum", "padded_ld", "empty",
 ]
+
+from . import sparse  # noqa: E402

@@ -9,10 +9,12 @@ mod convert;
 mod errors;
 mod gemm;
 mod spec;
+mod sparse;
 
 #[pymodule]
 fn _lowp(m: &Bound<'_, PyModule>) -> PyResult<()> {
     convert::register(m)?;
     gemm::register(m)?;
+    sparse::register(m)?;
     Ok(())
 }
