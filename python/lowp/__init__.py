@@ -6,6 +6,7 @@ from . import _lowp
 from ._convert import ROUNDING_MODES, cast, decode, encode, round
 from ._formats import FloatFormat, Format, IntFormat, PositFormat, finfo, format, named_formats
 from ._quant import QuantizedArray, quantize
+from ._ulp import nextafter, ulp
 
 __version__ = "0.1.0"
 
@@ -18,4 +19,5 @@ __all__ = [
     "round", "cast", "encode", "decode", "ROUNDING_MODES",
     "quantize", "QuantizedArray",
     "set_num_threads", "get_num_threads",
+    "ulp", "nextafter",
 ]
