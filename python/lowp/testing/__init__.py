@@ -134,8 +134,8 @@ def assert_ulp_close(actual: Any, desired: Any, fmt: Any, ulps: float = 0, *, er
         lines.append(err_msg)
     lines.append(f"max distance: {float(dist[bad].max())} ulp")
     for k in order:
-        i = tuple(idx[k])
-        lines.append(f"  at {i if i else '()'}: actual {a[i]!r}, desired {d[i]!r}, {dist[i]} ulp")
+        i = tuple(int(j) for j in idx[k])
+        lines.append(f"  at {i}: actual {float(a[i])!r}, desired {float(d[i])!r}, {float(dist[i])} ulp")
     raise AssertionError("\n".join(lines))
 
 
