@@ -7,6 +7,7 @@ from ._convert import ROUNDING_MODES, cast, decode, encode, round
 from ._gemm import empty, matmul, padded_ld, qmatmul, sum
 from ._formats import FloatFormat, Format, IntFormat, PositFormat, finfo, format, named_formats
 from ._quant import QuantizedArray, quantize
+from ._ulp import nextafter, ulp
 
 __version__ = "0.1.0"
 
@@ -20,6 +21,7 @@ __all__ = [
     "quantize", "QuantizedArray",
     "set_num_threads", "get_num_threads",
     "matmul", "qmatmul", "sum", "padded_ld", "empty",
+    "ulp", "nextafter",
 ]
 
 from . import sparse  # noqa: E402
