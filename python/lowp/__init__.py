@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from . import _lowp
 from ._convert import ROUNDING_MODES, cast, decode, encode, round
+from ._dtypes import (bfloat16, float8_e4m3, float8_e4m3fn, float8_e4m3fnuz, float8_e5m2, float8_e5m2fnuz, posit8,
+                      posit16, posit32)
 from ._formats import FloatFormat, Format, IntFormat, PositFormat, finfo, format, named_formats
 from ._quant import QuantizedArray, quantize
 
@@ -18,4 +20,6 @@ __all__ = [
     "round", "cast", "encode", "decode", "ROUNDING_MODES",
     "quantize", "QuantizedArray",
     "set_num_threads", "get_num_threads",
+    "bfloat16", "float8_e5m2", "float8_e4m3fn", "float8_e4m3", "float8_e4m3fnuz", "float8_e5m2fnuz",
+    "posit8", "posit16", "posit32",
 ]

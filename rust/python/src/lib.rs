@@ -6,11 +6,13 @@
 use pyo3::prelude::*;
 
 mod convert;
+mod dtypes;
 mod errors;
 mod spec;
 
 #[pymodule]
 fn _lowp(m: &Bound<'_, PyModule>) -> PyResult<()> {
     convert::register(m)?;
+    dtypes::register(m)?;
     Ok(())
 }
