@@ -6,6 +6,7 @@
 use pyo3::prelude::*;
 
 mod convert;
+mod dtypes;
 mod errors;
 mod gemm;
 mod spec;
@@ -16,5 +17,6 @@ fn _lowp(m: &Bound<'_, PyModule>) -> PyResult<()> {
     convert::register(m)?;
     gemm::register(m)?;
     sparse::register(m)?;
+    dtypes::register(m)?;
     Ok(())
 }
