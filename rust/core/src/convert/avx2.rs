@@ -26,7 +26,8 @@ struct K {
     m: __m128i,
     max_code: __m256i,
     sign_bit: __m256i,
-    fnuz: __m256i,
+    sign_floor: __m256i,
+    tmin_sh: __m256i,
     nan_p: __m256i,
     nan_x: __m256i,
     inf_p: __m256i,
@@ -69,7 +70,8 @@ fn consts(p: &Params) -> K {
         m: _mm_cvtsi32_si128(p.m as i32),
         max_code: s(p.max_code),
         sign_bit: s(p.sign_bit),
-        fnuz: s(if p.fnuz { u32::MAX } else { 0 }),
+        sign_floor: s(if p.fnuz { 0 } else { u32::MAX }),
+        tmin_sh: s((p.tmin_ef + p.base_sh) as u32),
         nan_p: s(p.nan_p),
         nan_x: s(p.nan_p ^ p.nan_n),
         inf_p: s(p.inf_p),
@@ -136,43 +138,43 @@ fn enc8<const MODE: u8>(k: &K, x: __m256i, rand: __m256i) -> __m256i {
     // Remove the exponent but keep the hidden bit: a - (ef1 - 1) << 23.
     let mant = _mm256_sub_epi32(a, _mm256_slli_epi32::<23>(_mm256_sub_epi32(ef1, k.one)));
     // Bits below the target's unit: base_sh, plus the steps below its normal range.
-    let below = _mm256_max_epi32(_mm256_sub_epi32(k.tmin, ef1), k.zero);
-    let sh = _mm256_add_epi32(below, k.base_sh);
+    let sh = _mm256_max_epi32(_mm256_sub_epi32(k.tmin_sh, ef1), k.base_sh);
     // Variable shifts give 0 for counts >= 32 (negative counts are huge unsigned).
     let kt = _mm256_srlv_epi32(mant, sh);
     // The remainder as a 32-bit fraction of one unit: left-align the low sh bits
     // (sh <= 32), or shift the whole mantissa down (sh >= 32).
-    let frac = _mm256_or_si256(_mm256_sllv_epi32(mant, _mm256_sub_epi32(k.c32, sh)), _mm256_srlv_epi32(mant, _mm256_sub_epi32(sh, k.c32)));
+    let frac = || _mm256_or_si256(_mm256_sllv_epi32(mant, _mm256_sub_epi32(k.c32, sh)), _mm256_srlv_epi32(mant, _mm256_sub_epi32(sh, k.c32)));
+    // 2^(sh-1) - 1, half a unit less one (0 for sh > 32; mant < 2^24 keeps the sums below 2^32).
+    let half_m1 = || _mm256_srlv_epi32(k.abs, _mm256_sub_epi32(k.c32, sh));
     // The remainder is nonzero exactly when shifting kt back does not give mant.
     let inexact = || _mm256_xor_si256(_mm256_cmpeq_epi32(_mm256_sllv_epi32(kt, sh), mant), _mm256_set1_epi32(-1));
     // All ones where kt is odd.
     let odd = || _mm256_srai_epi32::<31>(_mm256_slli_epi32::<31>(kt));
-    // frac - 2^31 as a signed number (flip the top bit): signed compares against a half.
-    let fs = || _mm256_xor_si256(frac, k.half);
-    // All ones where the magnitude goes up by one unit.
-    let up = match MODE {
-        // frac > 1/2, or frac == 1/2 and kt odd: fs > -(kt & 1).
-        NE => _mm256_cmpgt_epi32(fs(), odd()),
-        // frac >= 1/2: fs > -1.
-        NA => _mm256_cmpgt_epi32(fs(), _mm256_set1_epi32(-1)),
-        RZ => k.zero,
-        UP => _mm256_andnot_si256(neg, inexact()),
-        DN => _mm256_and_si256(neg, inexact()),
-        ODD => _mm256_andnot_si256(odd(), inexact()),
+    // The rounded magnitude in units: kt plus one where rounding goes up.
+    let kr = match MODE {
+        // Ties to even: (mant + half - 1 + (kt & 1)) >> sh rounds half up only when kt is odd.
+        NE => _mm256_srlv_epi32(_mm256_add_epi32(_mm256_add_epi32(mant, half_m1()), _mm256_and_si256(kt, k.one)), sh),
+        // Ties away: (mant + half) >> sh.
+        NA => _mm256_srlv_epi32(_mm256_add_epi32(_mm256_add_epi32(mant, half_m1()), k.one), sh),
+        RZ => kt,
+        // The masks below are -1 where rounding up: subtracting them adds one.
+        UP => _mm256_sub_epi32(kt, _mm256_andnot_si256(neg, inexact())),
+        DN => _mm256_sub_epi32(kt, _mm256_and_si256(neg, inexact())),
+        ODD => _mm256_sub_epi32(kt, _mm256_andnot_si256(odd(), inexact())),
         _ => {
             // Unsigned rand < frac on the top rbits bits (top bits flipped for a signed compare).
             let r = _mm256_xor_si256(_mm256_and_si256(rand, k.rmask), k.half);
-            let f = _mm256_xor_si256(_mm256_and_si256(frac, k.rmask), k.half);
-            _mm256_cmpgt_epi32(f, r)
+            let f = _mm256_xor_si256(_mm256_and_si256(frac(), k.rmask), k.half);
+            _mm256_sub_epi32(kt, _mm256_cmpgt_epi32(f, r))
         }
     };
     // Exponent steps above the smallest normal, in units of 2^m codes.
     let base = _mm256_sll_epi32(_mm256_max_epi32(_mm256_sub_epi32(ef1, k.tmin), k.zero), k.m);
-    // up is -1 where rounding up: subtracting it adds one.
-    let code = _mm256_sub_epi32(_mm256_add_epi32(base, kt), up);
-    // Sign bit in negative lanes, except on a fnuz zero (fnuz has no -0).
-    let fz = _mm256_and_si256(_mm256_cmpeq_epi32(code, k.zero), k.fnuz);
-    let signed = _mm256_or_si256(code, _mm256_andnot_si256(fz, _mm256_and_si256(neg, k.sign_bit)));
+    let code = _mm256_add_epi32(base, kr);
+    // Sign bit in negative lanes, except on a fnuz zero (fnuz has no -0):
+    // code > sign_floor is always true (floor -1), or for fnuz code != 0 (floor 0).
+    let keep_sign = _mm256_and_si256(neg, _mm256_cmpgt_epi32(code, k.sign_floor));
+    let signed = _mm256_or_si256(code, _mm256_and_si256(keep_sign, k.sign_bit));
     // Codes stay below 2^31 here, so signed compares are exact.
     let ovf = _mm256_cmpgt_epi32(code, k.max_code);
     let r = _mm256_blendv_epi8(signed, pick(neg, k.ovf_p, k.ovf_x), ovf);
@@ -214,6 +216,7 @@ fn load8(p: &[f32]) -> __m256i {
 pub(super) fn encode<C: Code>(p: &Params, mode: Mode, kind: Kind, src: &[f32], dst: &mut [C], i0: u64) {
     match (kind, C::BYTES) {
         (Kind::Bf16Ne, 2) => return bf16_ne(p, src, as_u16(dst)),
+        (Kind::Bf16Sr, 2) => return bf16_sr(p, src, as_u16(dst), i0),
         (Kind::F16c, 2) => {
             return match mode {
                 Mode::TowardZero => f16c::<{ _MM_FROUND_TO_ZERO }>(p, src, as_u16(dst)),
@@ -337,6 +340,46 @@ fn bf16_ne(p: &Params, src: &[f32], dst: &mut [u16]) {
     }
     for (x, y) in src[j..].iter().zip(dst[j..].iter_mut()) {
         *y = encode_lane::<NE>(p, x.to_bits(), 0) as u16;
+    }
+}
+
+/// bfloat16, stochastic. With L the low 16 bits of x and R the element's
+/// random bits, both cut to their top `rbits` bits (of 16), the reference
+/// rounds up when R < L; adding the complement (max - R) to x carries into
+/// bit 16 exactly then. Overflow carries into inf as the mode requires.
+#[target_feature(enable = "avx2,fma,f16c")]
+fn bf16_sr(p: &Params, src: &[f32], dst: &mut [u16], i0: u64) {
+    let k = consts(p);
+    let hi_s = p.rng.hi_word(i0);
+    let hi = _mm256_set1_epi32(hi_s as i32);
+    let lo0 = i0 as u32;
+    // The random bits compared, within the low 16 bits: the top min(rbits, 16) of them.
+    let m16 = _mm256_set1_epi32((0xffff_u32 & !(0xffff_u32 >> p.rbits.min(16))) as i32);
+    // x without the low bits that are not compared.
+    let keep = _mm256_or_si256(m16, _mm256_set1_epi32(!0xffff));
+    let low16 = _mm256_set1_epi32(0xffff);
+    let one8 = |x: __m256i, j: usize| {
+        let r = rand8(&k, _mm256_add_epi32(_mm256_set1_epi32(lo0.wrapping_add(j as u32) as i32), k.step), hi);
+        let neg = _mm256_srai_epi32::<31>(x);
+        // (max - R) on the compared bits: the complement of R's top 16 bits, masked.
+        let add = _mm256_andnot_si256(_mm256_srli_epi32::<16>(r), m16);
+        let c = _mm256_srli_epi32::<16>(_mm256_add_epi32(_mm256_and_si256(x, keep), add));
+        let nan = _mm256_cmpgt_epi32(_mm256_and_si256(x, k.abs), k.exp_inf);
+        _mm256_and_si256(_mm256_blendv_epi8(c, pick(neg, k.nan_p, k.nan_x), nan), low16)
+    };
+    let n = src.len();
+    let mut j = 0;
+    while j + 16 <= n {
+        let s = &src[j..j + 16];
+        let w = _mm256_packus_epi32(one8(load8(&s[0..]), j), one8(load8(&s[8..]), j + 8));
+        let w = _mm256_permute4x64_epi64::<0b11_01_10_00>(w);
+        // SAFETY: j + 16 <= n = dst.len().
+        unsafe { _mm256_storeu_si256(dst.as_mut_ptr().add(j) as *mut __m256i, w) };
+        j += 16;
+    }
+    for (jj, (x, y)) in src[j..].iter().zip(dst[j..].iter_mut()).enumerate() {
+        let rand = p.rng.word0(lo0.wrapping_add((j + jj) as u32), hi_s);
+        *y = encode_lane::<SR>(p, x.to_bits(), rand) as u16;
     }
 }
 

@@ -53,6 +53,8 @@ pub(super) enum Kind {
     Generic,
     /// bfloat16, nearest-even, no saturation: one add and a shift.
     Bf16Ne,
+    /// bfloat16, stochastic, no saturation: add the complemented random bits, shift.
+    Bf16Sr,
     /// float16 without saturation in a mode the F16C instruction has
     /// (nearest-even, toward zero, up, down).
     F16c,
@@ -156,6 +158,8 @@ impl EncodePlan {
         let plain = !opts.saturate;
         let kind = if plain && opts.mode == Mode::NearestEven && *f == crate::format::named::BFLOAT16 {
             Kind::Bf16Ne
+        } else if plain && opts.mode == Mode::Stochastic && *f == crate::format::named::BFLOAT16 {
+            Kind::Bf16Sr
         } else if plain
             && *f == crate::format::named::FLOAT16
             && matches!(opts.mode, Mode::NearestEven | Mode::TowardZero | Mode::Up | Mode::Down)

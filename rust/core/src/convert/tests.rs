@@ -64,7 +64,7 @@ fn fast_paths_match_reference() {
     for fmt in formats() {
         for mode in Mode::ALL {
             for saturate in [false, true] {
-                for rbits in [32u32, 7] {
+                for rbits in [32u32, 20, 7] {
                     if mode != Mode::Stochastic && rbits != 32 {
                         continue;
                     }
