@@ -210,12 +210,17 @@ pub fn encode<S: Real, C: Code>(fmt: &Format, src: &[S], dst: &mut [C], opts: &R
     let rng = Rng::new(opts.key);
     let path = isa();
     let fast = fast::EncodePlan::new::<S>(fmt, opts, path);
+    let fast64 = fast::EncodePlan64::new::<S>(fmt, opts, path);
     zip_chunks(src, dst, MIN_CHUNK, |start, s, d| {
         let i0 = index0 + start as u64;
         if let Some(plan) = &fast {
             // SAFETY: S is f32 whenever a plan exists (EncodePlan::new checks).
             let s32 = unsafe { std::slice::from_raw_parts(s.as_ptr() as *const f32, s.len()) };
             plan.run(s32, d, i0);
+        } else if let Some(plan) = &fast64 {
+            // SAFETY: S is f64 whenever a plan exists (EncodePlan64::new checks).
+            let s64 = unsafe { std::slice::from_raw_parts(s.as_ptr() as *const f64, s.len()) };
+            plan.run(s64, d, i0);
         } else {
             for (j, (x, y)) in s.iter().zip(d.iter_mut()).enumerate() {
                 *y = C::from_u64(reference_encode_one(fmt, *x, opts, &rng, i0 + j as u64));
@@ -276,6 +281,7 @@ pub fn round<S: Real>(fmt: &Format, src: &[S], dst: &mut [S], opts: &RoundOpts, 
     let rng = Rng::new(opts.key);
     let path = isa();
     let fast = fast::EncodePlan::new::<S>(fmt, opts, path);
+    let fast64 = fast::EncodePlan64::new::<S>(fmt, opts, path);
     zip_chunks(src, dst, MIN_CHUNK, |start, s, d| {
         let i0 = index0 + start as u64;
         if let Some(plan) = &fast {
@@ -283,6 +289,11 @@ pub fn round<S: Real>(fmt: &Format, src: &[S], dst: &mut [S], opts: &RoundOpts, 
             let s32 = unsafe { std::slice::from_raw_parts(s.as_ptr() as *const f32, s.len()) };
             let d32 = unsafe { std::slice::from_raw_parts_mut(d.as_mut_ptr() as *mut f32, d.len()) };
             plan.run_round(s32, d32, i0);
+        } else if let Some(plan) = &fast64 {
+            // SAFETY: S is f64 whenever a plan exists (EncodePlan64::new checks).
+            let s64 = unsafe { std::slice::from_raw_parts(s.as_ptr() as *const f64, s.len()) };
+            let d64 = unsafe { std::slice::from_raw_parts_mut(d.as_mut_ptr() as *mut f64, d.len()) };
+            plan.run_round(s64, d64, i0);
         } else {
             for (j, (x, y)) in s.iter().zip(d.iter_mut()).enumerate() {
                 let c = reference_encode_one(fmt, *x, opts, &rng, i0 + j as u64);

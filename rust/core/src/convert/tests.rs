@@ -160,3 +160,83 @@ fn decode_paths_agree() {
         }
     }
 }
+
+/// f64 inputs: every exponent near the range of any format of at most 32 bits
+/// (and a sample beyond), mantissas at and next to the tie of every shift,
+/// random mantissas, specials.
+fn probe_inputs64() -> Vec<f64> {
+    let mut v = vec![0.0f64, -0.0, f64::INFINITY, f64::NEG_INFINITY, f64::NAN, -f64::NAN, f64::MAX, f64::MIN_POSITIVE, 5e-324];
+    v.push(1.0 + 2f64.powi(-8) + 2f64.powi(-30));
+    v.push(f64::from_bits(0x7ff0_0000_0000_0001));
+    let mut s = 0x0123_4567_89ab_cdefu64;
+    let exps: Vec<u64> = (0..2048u64).filter(|&e| (1023 - 330..=1023 + 330).contains(&e) || e % 37 == 0 || e < 3 || e > 2044).collect();
+    for e in exps {
+        for sh in 0..53u32 {
+            for d in [-1i64, 0, 1] {
+                let m = ((1u64 << sh) as i64 + d) as u64 & ((1 << 52) - 1);
+                v.push(f64::from_bits((e << 52) | m));
+                v.push(f64::from_bits((1 << 63) | (e << 52) | (m ^ (0x5_5555_5555_5555 & ((1 << sh) - 1)))));
+            }
+        }
+        for _ in 0..24 {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            v.push(f64::from_bits((e << 52) | (s & 0x800f_ffff_ffff_ffff)));
+        }
+    }
+    v.push(3.0);
+    v
+}
+
+#[test]
+fn fast64_paths_match_reference() {
+    let xs = probe_inputs64();
+    for fmt in formats() {
+        for mode in Mode::ALL {
+            for saturate in [false, true] {
+                for rbits in [64u32, 40, 32, 7] {
+                    if mode != Mode::Stochastic && rbits != 64 {
+                        continue;
+                    }
+                    let opts = RoundOpts { mode, saturate, rbits, key: SeedKey::from_seed(11) };
+                    let rng = Rng::new(opts.key);
+                    let i0 = (1u64 << 32) - 7000;
+                    let want: Vec<u32> = xs
+                        .iter()
+                        .enumerate()
+                        .map(|(i, &x)| reference_encode_one(&fmt, x, &opts, &rng, i0 + i as u64) as u32)
+                        .collect();
+                    for &path in &paths() {
+                        let plan = fast::EncodePlan64::new::<f64>(&fmt, &opts, path).expect("fast path applies");
+                        let mut got = vec![0u32; xs.len()];
+                        plan.run(&xs, &mut got, i0);
+                        let mut got8 = vec![0u8; xs.len()];
+                        if fmt.bits() <= 8 {
+                            plan.run(&xs, &mut got8, i0);
+                        }
+                        let mut vals = vec![0f64; xs.len()];
+                        plan.run_round(&xs, &mut vals, i0);
+                        for i in 0..xs.len() {
+                            let ctx = || format!("{fmt:?} {mode:?} sat={saturate} rbits={rbits} {path:?} x={:e} ({:#x})", xs[i], xs[i].to_bits());
+                            assert_eq!(got[i], want[i], "{}", ctx());
+                            if fmt.bits() <= 8 {
+                                assert_eq!(got8[i] as u32, want[i], "u8 {}", ctx());
+                            }
+                            assert_eq!(vals[i].to_bits(), fmt.decode(want[i] as u64).to_bits(), "round {}", ctx());
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn f64_rounds_once() {
+    // 1 + 2^-8 + 2^-30 is above the midpoint 1 + 2^-8 of bf16's neighbours 1 and 1 + 2^-7.
+    let x = [1.0 + 2f64.powi(-8) + 2f64.powi(-30)];
+    let mut c = [0u16];
+    encode(&Format::Float(named::BFLOAT16), &x, &mut c, &RoundOpts::new(Mode::NearestEven), 0).unwrap();
+    assert_eq!(Format::Float(named::BFLOAT16).decode(c[0] as u64), 1.0078125);
+}
