@@ -202,6 +202,43 @@ fn dec8(k: &K, code: __m256i) -> __m256i {
     _mm256_or_si256(r, sign)
 }
 
+
+/// Store 32 bytes: streaming (non-temporal, `p` 32-byte aligned) or plain.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn put(p: *mut __m256i, v: __m256i, nt: bool) {
+    // SAFETY: the caller passes a valid pointer, 32-byte aligned when nt.
+    unsafe {
+        if nt {
+            _mm256_stream_si256(p, v)
+        } else {
+            _mm256_storeu_si256(p, v)
+        }
+    }
+}
+
+/// Run `f(a, b, stream)` over `[0, n)`: with `nt`, a scalar head up to the
+/// first 32-byte boundary of `dst`, then the rest with streaming stores
+/// (which bypass the caches: large outputs are not read back soon, and
+/// fresh pages need no read for ownership), then a store fence.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn streamed<T>(dst: *const T, n: usize, nt: bool, mut f: impl FnMut(usize, usize, bool)) {
+    let addr = dst as usize;
+    let elem = std::mem::size_of::<T>();
+    if !nt || addr % elem != 0 {
+        f(0, n, false);
+        return;
+    }
+    let h = ((32 - addr % 32) % 32 / elem).min(n);
+    if h > 0 {
+        f(0, h, false);
+    }
+    f(h, n, true);
+    // Streaming stores are weakly ordered: fence before the results are handed on.
+    _mm_sfence();
+}
+
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 fn load8(p: &[f32]) -> __m256i {
@@ -213,28 +250,35 @@ fn load8(p: &[f32]) -> __m256i {
 /// Encode f32 into codes of the plan's format. `i0` is the index of `src[0]`;
 /// the upper 32 bits of the indices are constant over the call.
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) fn encode<C: Code>(p: &Params, mode: Mode, kind: Kind, src: &[f32], dst: &mut [C], i0: u64) {
+pub(super) fn encode<C: Code>(p: &Params, mode: Mode, kind: Kind, src: &[f32], dst: &mut [C], i0: u64, nt: bool) {
+    let ptr = dst.as_ptr();
+    streamed(ptr, src.len(), nt, |a, b, nt| encode_part(p, mode, kind, &src[a..b], &mut dst[a..b], i0 + a as u64, nt));
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn encode_part<C: Code>(p: &Params, mode: Mode, kind: Kind, src: &[f32], dst: &mut [C], i0: u64, nt: bool) {
     match (kind, C::BYTES) {
-        (Kind::Bf16Ne, 2) => return bf16_ne(p, src, as_u16(dst)),
-        (Kind::Bf16Sr, 2) => return bf16_sr(p, src, as_u16(dst), i0),
+        (Kind::Bf16Ne, 2) => return bf16_ne(p, src, as_u16(dst), nt),
+        (Kind::Bf16Sr, 2) => return bf16_sr(p, src, as_u16(dst), i0, nt),
         (Kind::F16c, 2) => {
             return match mode {
-                Mode::TowardZero => f16c::<{ _MM_FROUND_TO_ZERO }>(p, src, as_u16(dst)),
-                Mode::Up => f16c::<{ _MM_FROUND_TO_POS_INF }>(p, src, as_u16(dst)),
-                Mode::Down => f16c::<{ _MM_FROUND_TO_NEG_INF }>(p, src, as_u16(dst)),
-                _ => f16c::<{ _MM_FROUND_TO_NEAREST_INT }>(p, src, as_u16(dst)),
+                Mode::TowardZero => f16c::<{ _MM_FROUND_TO_ZERO }>(p, src, as_u16(dst), nt),
+                Mode::Up => f16c::<{ _MM_FROUND_TO_POS_INF }>(p, src, as_u16(dst), nt),
+                Mode::Down => f16c::<{ _MM_FROUND_TO_NEG_INF }>(p, src, as_u16(dst), nt),
+                _ => f16c::<{ _MM_FROUND_TO_NEAREST_INT }>(p, src, as_u16(dst), nt),
             }
         }
         _ => {}
     }
     match mode {
-        Mode::NearestEven => encode_loop::<C, NE>(p, src, dst, i0),
-        Mode::NearestAway => encode_loop::<C, NA>(p, src, dst, i0),
-        Mode::TowardZero => encode_loop::<C, RZ>(p, src, dst, i0),
-        Mode::Up => encode_loop::<C, UP>(p, src, dst, i0),
-        Mode::Down => encode_loop::<C, DN>(p, src, dst, i0),
-        Mode::Odd => encode_loop::<C, ODD>(p, src, dst, i0),
-        Mode::Stochastic => encode_loop::<C, SR>(p, src, dst, i0),
+        Mode::NearestEven => encode_loop::<C, NE>(p, src, dst, i0, nt),
+        Mode::NearestAway => encode_loop::<C, NA>(p, src, dst, i0, nt),
+        Mode::TowardZero => encode_loop::<C, RZ>(p, src, dst, i0, nt),
+        Mode::Up => encode_loop::<C, UP>(p, src, dst, i0, nt),
+        Mode::Down => encode_loop::<C, DN>(p, src, dst, i0, nt),
+        Mode::Odd => encode_loop::<C, ODD>(p, src, dst, i0, nt),
+        Mode::Stochastic => encode_loop::<C, SR>(p, src, dst, i0, nt),
     }
 }
 
@@ -246,7 +290,7 @@ fn as_u16<C: Code>(d: &mut [C]) -> &mut [u16] {
 
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn encode_loop<C: Code, const MODE: u8>(p: &Params, src: &[f32], dst: &mut [C], i0: u64) {
+fn encode_loop<C: Code, const MODE: u8>(p: &Params, src: &[f32], dst: &mut [C], i0: u64, nt: bool) {
     let k = consts(p);
     let hi_s = p.rng.hi_word(i0);
     let hi = _mm256_set1_epi32(hi_s as i32);
@@ -277,8 +321,8 @@ fn encode_loop<C: Code, const MODE: u8>(p: &Params, src: &[f32], dst: &mut [C], 
                 // interleave 128-bit halves, which the permute puts back in order.
                 let w = _mm256_packus_epi16(_mm256_packus_epi32(c0, c1), _mm256_packus_epi32(c2, c3));
                 let w = _mm256_permutevar8x32_epi32(w, order);
-                // SAFETY: j + 32 <= n = dst.len().
-                unsafe { _mm256_storeu_si256(d.add(j) as *mut __m256i, w) };
+                // SAFETY: j + 32 <= n = dst.len(); aligned when nt (see `streamed`).
+                unsafe { put(d.add(j) as *mut __m256i, w, nt) };
                 j += 32;
             }
         }
@@ -290,8 +334,8 @@ fn encode_loop<C: Code, const MODE: u8>(p: &Params, src: &[f32], dst: &mut [C], 
                 let c1 = enc8::<MODE>(&k, load8(&s[8..]), rand_at(j + 8));
                 // Codes are < 2^16: narrowing pack, then restore the order of the 64-bit quarters.
                 let w = _mm256_permute4x64_epi64::<0b11_01_10_00>(_mm256_packus_epi32(c0, c1));
-                // SAFETY: j + 16 <= n = dst.len().
-                unsafe { _mm256_storeu_si256(d.add(j) as *mut __m256i, w) };
+                // SAFETY: j + 16 <= n = dst.len(); aligned when nt (see `streamed`).
+                unsafe { put(d.add(j) as *mut __m256i, w, nt) };
                 j += 16;
             }
         }
@@ -299,8 +343,8 @@ fn encode_loop<C: Code, const MODE: u8>(p: &Params, src: &[f32], dst: &mut [C], 
             let d = dst.as_mut_ptr() as *mut u32;
             while j + 8 <= n {
                 let c = enc8::<MODE>(&k, load8(&src[j..]), rand_at(j));
-                // SAFETY: j + 8 <= n = dst.len().
-                unsafe { _mm256_storeu_si256(d.add(j) as *mut __m256i, c) };
+                // SAFETY: j + 8 <= n = dst.len(); aligned when nt (see `streamed`).
+                unsafe { put(d.add(j) as *mut __m256i, c, nt) };
                 j += 8;
             }
         }
@@ -317,7 +361,7 @@ fn encode_loop<C: Code, const MODE: u8>(p: &Params, src: &[f32], dst: &mut [C], 
 /// the top 16 bits (overflow carries into the exponent and gives inf). NaN
 /// lanes take the format's NaN.
 #[target_feature(enable = "avx2,fma,f16c")]
-fn bf16_ne(p: &Params, src: &[f32], dst: &mut [u16]) {
+fn bf16_ne(p: &Params, src: &[f32], dst: &mut [u16], nt: bool) {
     let k = consts(p);
     let bias = _mm256_set1_epi32(0x7fff);
     let low16 = _mm256_set1_epi32(0xffff);
@@ -334,8 +378,8 @@ fn bf16_ne(p: &Params, src: &[f32], dst: &mut [u16]) {
         let s = &src[j..j + 16];
         let w = _mm256_packus_epi32(one8(load8(&s[0..])), one8(load8(&s[8..])));
         let w = _mm256_permute4x64_epi64::<0b11_01_10_00>(w);
-        // SAFETY: j + 16 <= n = dst.len().
-        unsafe { _mm256_storeu_si256(dst.as_mut_ptr().add(j) as *mut __m256i, w) };
+        // SAFETY: j + 16 <= n = dst.len(); aligned when nt (see `streamed`).
+        unsafe { put(dst.as_mut_ptr().add(j) as *mut __m256i, w, nt) };
         j += 16;
     }
     for (x, y) in src[j..].iter().zip(dst[j..].iter_mut()) {
@@ -348,7 +392,7 @@ fn bf16_ne(p: &Params, src: &[f32], dst: &mut [u16]) {
 /// rounds up when R < L; adding the complement (max - R) to x carries into
 /// bit 16 exactly then. Overflow carries into inf as the mode requires.
 #[target_feature(enable = "avx2,fma,f16c")]
-fn bf16_sr(p: &Params, src: &[f32], dst: &mut [u16], i0: u64) {
+fn bf16_sr(p: &Params, src: &[f32], dst: &mut [u16], i0: u64, nt: bool) {
     let k = consts(p);
     let hi_s = p.rng.hi_word(i0);
     let hi = _mm256_set1_epi32(hi_s as i32);
@@ -373,8 +417,8 @@ fn bf16_sr(p: &Params, src: &[f32], dst: &mut [u16], i0: u64) {
         let s = &src[j..j + 16];
         let w = _mm256_packus_epi32(one8(load8(&s[0..]), j), one8(load8(&s[8..]), j + 8));
         let w = _mm256_permute4x64_epi64::<0b11_01_10_00>(w);
-        // SAFETY: j + 16 <= n = dst.len().
-        unsafe { _mm256_storeu_si256(dst.as_mut_ptr().add(j) as *mut __m256i, w) };
+        // SAFETY: j + 16 <= n = dst.len(); aligned when nt (see `streamed`).
+        unsafe { put(dst.as_mut_ptr().add(j) as *mut __m256i, w, nt) };
         j += 16;
     }
     for (jj, (x, y)) in src[j..].iter().zip(dst[j..].iter_mut()).enumerate() {
@@ -388,7 +432,7 @@ fn bf16_sr(p: &Params, src: &[f32], dst: &mut [u16], i0: u64) {
 /// the mode). NaN keeps its sign and quiet bit but loses its payload, as the
 /// reference does.
 #[target_feature(enable = "avx2,fma,f16c")]
-fn f16c<const R: i32>(p: &Params, src: &[f32], dst: &mut [u16]) {
+fn f16c<const R: i32>(p: &Params, src: &[f32], dst: &mut [u16], nt: bool) {
     let abs16 = _mm_set1_epi16(0x7fff);
     let inf16 = _mm_set1_epi16(0x7c00);
     let payload = _mm_set1_epi16(0x01ff);
@@ -401,8 +445,15 @@ fn f16c<const R: i32>(p: &Params, src: &[f32], dst: &mut [u16]) {
         // NaN results (magnitude above inf's) drop the payload below the quiet bit.
         let nan = _mm_cmpgt_epi16(_mm_and_si128(h, abs16), inf16);
         let h = _mm_andnot_si128(_mm_and_si128(nan, payload), h);
-        // SAFETY: j + 8 <= n = dst.len().
-        unsafe { _mm_storeu_si128(dst.as_mut_ptr().add(j) as *mut __m128i, h) };
+        // SAFETY: j + 8 <= n = dst.len(); 16-byte aligned when nt (see `streamed`).
+        unsafe {
+            let q = dst.as_mut_ptr().add(j) as *mut __m128i;
+            if nt {
+                _mm_stream_si128(q, h)
+            } else {
+                _mm_storeu_si128(q, h)
+            }
+        }
         j += 8;
     }
     let tail = |x: u32| match R {
@@ -418,21 +469,25 @@ fn f16c<const R: i32>(p: &Params, src: &[f32], dst: &mut [u16]) {
 
 /// Round f32 values to values of the format (encode, then decode).
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) fn round(p: &Params, mode: Mode, src: &[f32], dst: &mut [f32], i0: u64) {
-    match mode {
-        Mode::NearestEven => round_loop::<NE>(p, src, dst, i0),
-        Mode::NearestAway => round_loop::<NA>(p, src, dst, i0),
-        Mode::TowardZero => round_loop::<RZ>(p, src, dst, i0),
-        Mode::Up => round_loop::<UP>(p, src, dst, i0),
-        Mode::Down => round_loop::<DN>(p, src, dst, i0),
-        Mode::Odd => round_loop::<ODD>(p, src, dst, i0),
-        Mode::Stochastic => round_loop::<SR>(p, src, dst, i0),
-    }
+pub(super) fn round(p: &Params, mode: Mode, src: &[f32], dst: &mut [f32], i0: u64, nt: bool) {
+    let ptr = dst.as_ptr();
+    streamed(ptr, src.len(), nt, |a, b, nt| {
+        let (s, d, i) = (&src[a..b], &mut dst[a..b], i0 + a as u64);
+        match mode {
+            Mode::NearestEven => round_loop::<NE>(p, s, d, i, nt),
+            Mode::NearestAway => round_loop::<NA>(p, s, d, i, nt),
+            Mode::TowardZero => round_loop::<RZ>(p, s, d, i, nt),
+            Mode::Up => round_loop::<UP>(p, s, d, i, nt),
+            Mode::Down => round_loop::<DN>(p, s, d, i, nt),
+            Mode::Odd => round_loop::<ODD>(p, s, d, i, nt),
+            Mode::Stochastic => round_loop::<SR>(p, s, d, i, nt),
+        }
+    });
 }
 
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn round_loop<const MODE: u8>(p: &Params, src: &[f32], dst: &mut [f32], i0: u64) {
+fn round_loop<const MODE: u8>(p: &Params, src: &[f32], dst: &mut [f32], i0: u64, nt: bool) {
     let k = consts(p);
     let hi_s = p.rng.hi_word(i0);
     let hi = _mm256_set1_epi32(hi_s as i32);
@@ -446,8 +501,8 @@ fn round_loop<const MODE: u8>(p: &Params, src: &[f32], dst: &mut [f32], i0: u64)
             k.zero
         };
         let v = dec8(&k, enc8::<MODE>(&k, load8(&src[j..]), rand));
-        // SAFETY: j + 8 <= n = dst.len().
-        unsafe { _mm256_storeu_si256(dst.as_mut_ptr().add(j) as *mut __m256i, v) };
+        // SAFETY: j + 8 <= n = dst.len(); aligned when nt (see `streamed`).
+        unsafe { put(dst.as_mut_ptr().add(j) as *mut __m256i, v, nt) };
         j += 8;
     }
     for (jj, (x, y)) in src[j..].iter().zip(dst[j..].iter_mut()).enumerate() {
@@ -458,7 +513,14 @@ fn round_loop<const MODE: u8>(p: &Params, src: &[f32], dst: &mut [f32], i0: u64)
 
 /// Decode codes of a format whose values all are f32 values, arithmetically.
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) fn decode<C: Code>(p: &Params, src: &[C], dst: &mut [f32]) {
+pub(super) fn decode<C: Code>(p: &Params, src: &[C], dst: &mut [f32], nt: bool) {
+    let ptr = dst.as_ptr();
+    streamed(ptr, src.len(), nt, |a, b, nt| decode_part(p, &src[a..b], &mut dst[a..b], nt));
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn decode_part<C: Code>(p: &Params, src: &[C], dst: &mut [f32], nt: bool) {
     let k = consts(p);
     let n = src.len();
     let mut j = 0;
@@ -467,7 +529,7 @@ pub(super) fn decode<C: Code>(p: &Params, src: &[C], dst: &mut [f32]) {
         1 => {
             let s = src.as_ptr() as *const u8;
             while j + 32 <= n {
-                // SAFETY: j + 32 <= n = src.len() = dst.len().
+                // SAFETY: j + 32 <= n = src.len() = dst.len(); aligned when nt (see `streamed`).
                 unsafe {
                     let b = _mm256_loadu_si256(s.add(j) as *const __m256i);
                     let lo = _mm256_castsi256_si128(b);
@@ -475,7 +537,7 @@ pub(super) fn decode<C: Code>(p: &Params, src: &[C], dst: &mut [f32]) {
                     let q = [lo, _mm_srli_si128::<8>(lo), hi, _mm_srli_si128::<8>(hi)];
                     for (t, &h) in q.iter().enumerate() {
                         let v = dec8(&k, _mm256_and_si256(_mm256_cvtepu8_epi32(h), k.code_mask));
-                        _mm256_storeu_si256(out.add(j / 8 + t), v);
+                        put(out.add(j / 8 + t), v, nt);
                     }
                 }
                 j += 32;
@@ -484,11 +546,11 @@ pub(super) fn decode<C: Code>(p: &Params, src: &[C], dst: &mut [f32]) {
         2 => {
             let s = src.as_ptr() as *const u16;
             while j + 8 <= n {
-                // SAFETY: j + 8 <= n = src.len() = dst.len().
+                // SAFETY: j + 8 <= n = src.len() = dst.len(); aligned when nt (see `streamed`).
                 unsafe {
                     let h = _mm_loadu_si128(s.add(j) as *const __m128i);
                     let c = _mm256_and_si256(_mm256_cvtepu16_epi32(h), k.code_mask);
-                    _mm256_storeu_si256(out.add(j / 8), dec8(&k, c));
+                    put(out.add(j / 8), dec8(&k, c), nt);
                 }
                 j += 8;
             }
@@ -503,19 +565,26 @@ pub(super) fn decode<C: Code>(p: &Params, src: &[C], dst: &mut [f32]) {
 /// float16 to f32 through F16C (exact); NaN becomes the quiet NaN of its sign
 /// without payload, as the reference decodes it.
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) fn decode_f16<C: Code>(src: &[C], dst: &mut [f32]) {
+pub(super) fn decode_f16<C: Code>(src: &[C], dst: &mut [f32], nt: bool) {
+    let ptr = dst.as_ptr();
+    streamed(ptr, src.len(), nt, |a, b, nt| decode_f16_part(&src[a..b], &mut dst[a..b], nt));
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn decode_f16_part<C: Code>(src: &[C], dst: &mut [f32], nt: bool) {
     assert_eq!(C::BYTES, 2);
     let s = src.as_ptr() as *const u16;
     let payload = _mm256_set1_epi32(0x003f_ffff);
     let n = src.len();
     let mut j = 0;
     while j + 8 <= n {
-        // SAFETY: j + 8 <= n = src.len() = dst.len().
+        // SAFETY: j + 8 <= n = src.len() = dst.len(); aligned when nt (see `streamed`).
         unsafe {
             let v = _mm256_cvtph_ps(_mm_loadu_si128(s.add(j) as *const __m128i));
             let nan = _mm256_castps_si256(_mm256_cmp_ps::<_CMP_UNORD_Q>(v, v));
             let v = _mm256_andnot_si256(_mm256_and_si256(nan, payload), _mm256_castps_si256(v));
-            _mm256_storeu_si256(dst.as_mut_ptr().add(j) as *mut __m256i, v);
+            put(dst.as_mut_ptr().add(j) as *mut __m256i, v, nt);
         }
         j += 8;
     }
@@ -525,8 +594,33 @@ pub(super) fn decode_f16<C: Code>(src: &[C], dst: &mut [f32]) {
     }
 }
 
-/// bfloat16 to f32: the code is the f32's top half.
+/// bfloat16 to f32: the code is the f32's top half; NaN becomes the quiet NaN
+/// of its sign without payload, as the reference decodes it.
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) fn decode_bf16<C: Code>(src: &[C], dst: &mut [f32]) {
-    super::fast::decode_bf16(src, dst)
+pub(super) fn decode_bf16<C: Code>(src: &[C], dst: &mut [f32], nt: bool) {
+    if C::BYTES != 2 {
+        return super::fast::decode_bf16(src, dst);
+    }
+    let ptr = dst.as_ptr();
+    streamed(ptr, src.len(), nt, |a, b, nt| {
+        let (src, dst) = (&src[a..b], &mut dst[a..b]);
+        let s = src.as_ptr() as *const u16;
+        let abs = _mm256_set1_epi32(0x7fff_ffff);
+        let inf = _mm256_set1_epi32(0x7f80_0000);
+        let payload = _mm256_set1_epi32(0x003f_ffff);
+        let n = src.len();
+        let mut j = 0;
+        while j + 8 <= n {
+            // SAFETY: j + 8 <= n = src.len() = dst.len(); aligned when nt (see `streamed`).
+            unsafe {
+                let v = _mm256_slli_epi32::<16>(_mm256_cvtepu16_epi32(_mm_loadu_si128(s.add(j) as *const __m128i)));
+                // NaN (magnitude above inf's): set the quiet bit, clear the payload below it.
+                let nan = _mm256_cmpgt_epi32(_mm256_and_si256(v, abs), inf);
+                let q = _mm256_or_si256(_mm256_andnot_si256(payload, v), _mm256_set1_epi32(0x0040_0000));
+                put(dst.as_mut_ptr().add(j) as *mut __m256i, _mm256_blendv_epi8(v, q, nan), nt);
+            }
+            j += 8;
+        }
+        super::fast::decode_bf16(&src[j..], &mut dst[j..]);
+    });
 }

@@ -65,6 +65,8 @@ pub(super) struct EncodePlan {
     mode: Mode,
     path: Isa,
     kind: Kind,
+    /// Streaming (non-temporal) stores on the AVX2 path.
+    pub(super) nt: bool,
 }
 
 pub(super) const NE: u8 = 0;
@@ -168,7 +170,7 @@ impl EncodePlan {
         } else {
             Kind::Generic
         };
-        Some(EncodePlan { p, mode: opts.mode, path, kind })
+        Some(EncodePlan { p, mode: opts.mode, path, kind, nt: false })
     }
 
     pub(super) fn run<C: Code>(&self, src: &[f32], dst: &mut [C], i0: u64) {
@@ -177,7 +179,7 @@ impl EncodePlan {
             match self.path {
                 // SAFETY: Avx2 is only chosen when the CPU has AVX2, FMA and F16C.
                 #[cfg(target_arch = "x86_64")]
-                Isa::Avx2 => unsafe { super::avx2::encode(&self.p, self.mode, self.kind, s, d, i) },
+                Isa::Avx2 => unsafe { super::avx2::encode(&self.p, self.mode, self.kind, s, d, i, self.nt) },
                 _ => encode_dispatch(&self.p, self.mode, s, d, i),
             }
         });
@@ -189,7 +191,7 @@ impl EncodePlan {
             match self.path {
                 // SAFETY: Avx2 is only chosen when the CPU has AVX2, FMA and F16C.
                 #[cfg(target_arch = "x86_64")]
-                Isa::Avx2 => unsafe { super::avx2::round(&self.p, self.mode, s, d, i) },
+                Isa::Avx2 => unsafe { super::avx2::round(&self.p, self.mode, s, d, i, self.nt) },
                 _ => round_dispatch(&self.p, self.mode, s, d, i),
             }
         });

@@ -48,11 +48,26 @@ fn paths() -> Vec<Isa> {
     [Isa::Sse2, Isa::Avx2].into_iter().filter(|&i| i <= detected_isa()).collect()
 }
 
-/// Run a plan into codes of type C and widen them.
-fn run_plan<C: Code>(plan: &fast::EncodePlan, xs: &[f32], i0: u64) -> Vec<u32> {
+/// Run a plan into codes of type C and widen them; with streaming stores,
+/// into a destination starting at every offset within 32 bytes.
+fn run_plan<C: Code>(plan: &mut fast::EncodePlan, xs: &[f32], i0: u64) -> Vec<u32> {
     let mut got = vec![C::default(); xs.len()];
+    plan.nt = false;
     plan.run(xs, &mut got, i0);
-    got.iter().map(|c| c.to_u64() as u32).collect()
+    let got: Vec<u32> = got.iter().map(|c| c.to_u64() as u32).collect();
+    if cfg!(target_arch = "x86_64") {
+        plan.nt = true;
+        // Aligned, and the heads of every length class (1, some, all but one element short of 32 bytes).
+        for off in [0, 1, 3, 32 / C::BYTES - 1] {
+            let mut buf = vec![C::default(); xs.len() + off];
+            plan.run(xs, &mut buf[off..], i0);
+            for (i, c) in buf[off..].iter().enumerate() {
+                assert_eq!(c.to_u64() as u32, got[i], "streaming stores at offset {off}, element {i}");
+            }
+        }
+        plan.nt = false;
+    }
+    got
 }
 
 #[test]
@@ -76,13 +91,13 @@ fn fast_paths_match_reference() {
                         .map(|(i, &x)| reference_encode_one(&fmt, x, &opts, &rng, 1000 + i as u64) as u32)
                         .collect();
                     for &path in &paths() {
-                        let plan = fast::EncodePlan::new::<f32>(&fmt, &opts, path).expect("fast path applies");
-                        let mut outs = vec![("u32", run_plan::<u32>(&plan, &xs, 1000))];
+                        let mut plan = fast::EncodePlan::new::<f32>(&fmt, &opts, path).expect("fast path applies");
+                        let mut outs = vec![("u32", run_plan::<u32>(&mut plan, &xs, 1000))];
                         if fmt.bits() <= 16 {
-                            outs.push(("u16", run_plan::<u16>(&plan, &xs, 1000)));
+                            outs.push(("u16", run_plan::<u16>(&mut plan, &xs, 1000)));
                         }
                         if fmt.bits() <= 8 {
-                            outs.push(("u8", run_plan::<u8>(&plan, &xs, 1000)));
+                            outs.push(("u8", run_plan::<u8>(&mut plan, &xs, 1000)));
                         }
                         for (ty, got) in outs {
                             for i in 0..xs.len() {
@@ -94,11 +109,15 @@ fn fast_paths_match_reference() {
                                 );
                             }
                         }
-                        let mut vals = vec![0f32; xs.len()];
-                        plan.run_round(&xs, &mut vals, 1000);
-                        for i in 0..xs.len() {
-                            let w = fmt.decode(want[i] as u64) as f32;
-                            assert_eq!(vals[i].to_bits(), w.to_bits(), "round {fmt:?} {mode:?} sat={saturate} {path:?} x={:e}", xs[i]);
+                        for (nt, off) in [(false, 0), (true, 0), (true, 3)] {
+                            plan.nt = nt;
+                            let mut buf = vec![0f32; xs.len() + off];
+                            plan.run_round(&xs, &mut buf[off..], 1000);
+                            let vals = &buf[off..];
+                            for i in 0..xs.len() {
+                                let w = fmt.decode(want[i] as u64) as f32;
+                                assert_eq!(vals[i].to_bits(), w.to_bits(), "round {fmt:?} {mode:?} sat={saturate} {path:?} nt={nt} x={:e}", xs[i]);
+                            }
                         }
                     }
                 }
@@ -134,6 +153,25 @@ fn check_decode<C: Code>(fmt: &Format, codes: &[C]) {
         decode(fmt, codes, &mut got).unwrap();
         let mut got64 = vec![0f64; codes.len()];
         decode(fmt, codes, &mut got64).unwrap();
+        #[cfg(target_arch = "x86_64")]
+        if path == Isa::Avx2 {
+            // Streaming stores, destination at every offset within 32 bytes.
+            if let Some(plan) = fast::DecodePlan::new(fmt) {
+                for off in 0..9 {
+                    let mut buf = vec![0f32; codes.len() + off];
+                    let d = &mut buf[off..];
+                    // SAFETY: this CPU has AVX2, FMA and F16C (path <= detected_isa()).
+                    match &plan {
+                        fast::DecodePlan::Bf16 => unsafe { avx2::decode_bf16(codes, d, true) },
+                        fast::DecodePlan::F16 => unsafe { avx2::decode_f16(codes, d, true) },
+                        fast::DecodePlan::Lanes(p) => unsafe { avx2::decode(p, codes, d, true) },
+                    }
+                    for i in 0..codes.len() {
+                        assert_eq!(d[i].to_bits(), want[i].to_bits(), "streaming {fmt:?} offset {off} code {:#x}", codes[i].to_u64());
+                    }
+                }
+            }
+        }
         for i in 0..codes.len() {
             let c = codes[i].to_u64();
             assert_eq!(got[i].to_bits(), want[i].to_bits(), "{fmt:?} {path:?} code {c:#x}");
