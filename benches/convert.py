@@ -34,13 +34,17 @@ except ImportError:  # pragma: no cover - the bench needs it for its baselines
     raise SystemExit("benches/convert.py needs ml_dtypes for its baselines (pip install ml_dtypes)")
 
 
-def best_time(f, repeats: int) -> float:
-    f()  # warm up (page cache, thread pool, lookup tables)
-    best = float("inf")
+def best_times(fs, repeats: int) -> list:
+    """Best time of each function, calling them in turn (so a shared, noisy
+    machine disturbs every contender alike)."""
+    for f in fs:
+        f()  # warm up (page cache, thread pool, lookup tables)
+    best = [float("inf")] * len(fs)
     for _ in range(repeats):
-        t0 = time.perf_counter()
-        f()
-        best = min(best, time.perf_counter() - t0)
+        for i, f in enumerate(fs):
+            t0 = time.perf_counter()
+            f()
+            best[i] = min(best[i], time.perf_counter() - t0)
     return best
 
 
@@ -74,8 +78,8 @@ def main() -> None:
     pre = {np.uint8: np.empty(n, np.uint8), np.uint16: np.empty(n, np.uint16), np.float32: np.empty(n, np.float32)}
     copy_dst = np.empty_like(x)
 
-    def gbs(f) -> float:
-        return nbytes / best_time(f, repeats) / 1e9
+    def gbs(*fs) -> list:
+        return [nbytes / t / 1e9 for t in best_times(fs, repeats)]
 
     print(f"lowp {lowp.__version__}, ml_dtypes {ml_dtypes.__version__}, numpy {np.__version__}; "
           f"isa {lowp._lowp.get_isa()}; {args.mb} MB float32 input, best of {repeats}")
@@ -84,22 +88,20 @@ def main() -> None:
     results = []  # (threads, name, ratio, target)
     for th in [int(t) for t in args.threads.split(",")]:
         lowp.set_num_threads(th)
-        copy_pre = gbs(lambda: np.copyto(copy_dst, x))
-        copy_new = gbs(lambda: np.copy(x))
+        copy_pre, copy_new = gbs(lambda: np.copyto(copy_dst, x), lambda: np.copy(x))
         print(f"threads={th}    np.copyto (preallocated) {copy_pre:6.2f} GB/s    np.copy (fresh) {copy_new:6.2f} GB/s")
         hdr = f"{'operation':34} {'lowp':>7} {'out=':>7} {'base':>7}  {'ratio':>7}  {'target':>7}  {'vs copy':>7}  baseline"
         print(hdr)
         print("-" * len(hdr))
 
-        rne = {"np.copy": copy_new}
+        rne_f = {"np.copy": lambda: np.copy(x)}  # baselines that are lowp's own calls
 
-        def row(name, f_lowp, f_base, base_name, target=None, out=None, key=None):
-            lo = gbs(f_lowp)
-            lo_out = gbs(out) if out is not None else None
-            base = gbs(f_base) if f_base is not None else rne[base_name]
+        def row(name, f_lowp, f_base, base_name, target=None, out=None):
+            fs = [f_lowp, f_base if f_base is not None else rne_f[base_name]] + ([out] if out is not None else [])
+            r = gbs(*fs)
+            lo, base = r[0], r[1]
+            lo_out = r[2] if out is not None else None
             ratio = lo / base
-            if key is not None:
-                rne[key] = lo
             mark = ""
             if target is not None:
                 mark = "PASS" if ratio >= target else "FAIL"
@@ -112,15 +114,15 @@ def main() -> None:
             return (lambda: lowp.encode(x, fmt, **kw)), (lambda: lowp.encode(x, fmt, out=pre[dt], **kw))
 
         f, o = enc("bf16", np.uint16)
-        row("encode f32->bf16 nearest_even", f, lambda: x.astype(ml_dtypes.bfloat16), "ml_dtypes astype", 2.4, o, "bf16")
+        row("encode f32->bf16 nearest_even", f, lambda: x.astype(ml_dtypes.bfloat16), "ml_dtypes astype", 2.4, o)
         f, o = enc("e4m3fn", np.uint8)
-        row("encode f32->e4m3fn nearest_even", f, lambda: x.astype(ml_dtypes.float8_e4m3fn), "ml_dtypes astype", 20, o, "e4m3fn")
+        row("encode f32->e4m3fn nearest_even", f, lambda: x.astype(ml_dtypes.float8_e4m3fn), "ml_dtypes astype", 20, o)
         f, o = enc("e5m2", np.uint8)
-        row("encode f32->e5m2 nearest_even", f, lambda: x.astype(ml_dtypes.float8_e5m2), "ml_dtypes astype", 20, o, "e5m2")
+        row("encode f32->e5m2 nearest_even", f, lambda: x.astype(ml_dtypes.float8_e5m2), "ml_dtypes astype", 20, o)
         f, o = enc("float16", np.uint16)
-        row("encode f32->fp16 nearest_even", f, lambda: x.astype(np.float16), "numpy astype", 12, o, "fp16")
+        row("encode f32->fp16 nearest_even", f, lambda: x.astype(np.float16), "numpy astype", 12, o)
         for fmt, dt in (("bf16", np.uint16), ("e4m3fn", np.uint8), ("e5m2", np.uint8)):
-            rne[f"{fmt} rne"] = rne[fmt]
+            rne_f[f"{fmt} rne"] = enc(fmt, dt)[0]
             f, o = enc(fmt, dt, rounding="stochastic", seed=1)
             row(f"encode f32->{fmt} stochastic", f, None, f"{fmt} rne", 0.5, o)
         row("decode e4m3fn->f32", lambda: lowp.decode(e4_bits, "e4m3fn"), lambda: e4.astype(np.float32),

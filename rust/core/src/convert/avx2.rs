@@ -52,6 +52,11 @@ struct K {
     fnuz_nan: __m256i,
     base_sh_x: __m128i,
     code_mask: __m256i,
+    // Nearest-even with float subnormals.
+    near_half: __m256i,
+    near_rebias: __m256i,
+    sub_lim: __m256i,
+    sub_up: __m256,
 }
 
 #[inline]
@@ -96,6 +101,11 @@ fn consts(p: &Params) -> K {
         fnuz_nan: s(if p.fnuz { p.sign_bit } else { u32::MAX }),
         base_sh_x: _mm_cvtsi32_si128(p.base_sh),
         code_mask: s(p.mag_mask | p.sign_bit),
+        near_half: s((1u32 << (p.base_sh - 1)) - 1),
+        near_rebias: s(((p.tmin_ef - 1) as u32) << p.m),
+        sub_lim: s((p.tmin_ef as u32) << 23),
+        // 2^(m - emin) (the plan checks it is a normal f32).
+        sub_up: _mm256_set1_ps(f32::from_bits(((p.m as i32 + 254 - p.tmin_ef).clamp(1, 254) as u32) << 23)),
     }
 }
 
@@ -182,6 +192,44 @@ fn enc8<const MODE: u8>(k: &K, x: __m256i, rand: __m256i) -> __m256i {
     _mm256_blendv_epi8(r, pick(neg, k.nan_p, k.nan_x), _mm256_cmpgt_epi32(a, k.exp_inf))
 }
 
+/// Pseudo-mode of [`encode_loop`]: nearest-even through [`near8`].
+pub(super) const NEF: u8 = 7;
+
+/// Nearest-even, for plans of kind [`Kind::Near`]: 8 f32 (as bits) to 8 codes,
+/// the same codes as `enc8::<NE>` with fewer operations. Normal results round
+/// in the integer domain (add half a unit less one plus the kept lowest bit,
+/// shift, rebias); subnormal results scale exactly by 2^(m - emin) and round
+/// to an integer with an explicit nearest-even rounding (whatever MXCSR says).
+/// Infinite inputs land above max_code and take the overflow value, which
+/// the plan checks equals the infinity value.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn near8(k: &K, x: __m256i) -> __m256i {
+    let neg = _mm256_srai_epi32::<31>(x);
+    let a = _mm256_and_si256(x, k.abs);
+    let lsb = _mm256_and_si256(_mm256_srl_epi32(a, k.base_sh_x), k.one);
+    let normal = _mm256_srl_epi32(_mm256_add_epi32(_mm256_add_epi32(a, k.near_half), lsb), k.base_sh_x);
+    let normal = _mm256_sub_epi32(normal, k.near_rebias);
+    let scaled = _mm256_mul_ps(_mm256_castsi256_ps(a), k.sub_up);
+    let sub = _mm256_cvttps_epi32(_mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(scaled));
+    let code = _mm256_blendv_epi8(normal, sub, _mm256_cmpgt_epi32(k.sub_lim, a));
+    let keep_sign = _mm256_and_si256(neg, _mm256_cmpgt_epi32(code, k.sign_floor));
+    let signed = _mm256_or_si256(code, _mm256_and_si256(keep_sign, k.sign_bit));
+    let r = _mm256_blendv_epi8(signed, pick(neg, k.ovf_p, k.ovf_x), _mm256_cmpgt_epi32(code, k.max_code));
+    _mm256_blendv_epi8(r, pick(neg, k.nan_p, k.nan_x), _mm256_cmpgt_epi32(a, k.exp_inf))
+}
+
+/// The vector lane of a (pseudo-)mode.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn lane8<const MODE: u8>(k: &K, x: __m256i, rand: __m256i) -> __m256i {
+    if MODE == NEF {
+        near8(k, x)
+    } else {
+        enc8::<MODE>(k, x, rand)
+    }
+}
+
 /// 8 codes (32-bit lanes) to f32 bits; [`decode_lane`] on each lane.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -261,6 +309,7 @@ fn encode_part<C: Code>(p: &Params, mode: Mode, kind: Kind, src: &[f32], dst: &m
     match (kind, C::BYTES) {
         (Kind::Bf16Ne, 2) => return bf16_ne(p, src, as_u16(dst), nt),
         (Kind::Bf16Sr, 2) => return bf16_sr(p, src, as_u16(dst), i0, nt),
+        (Kind::Near, _) => return encode_loop::<C, NEF>(p, src, dst, i0, nt),
         (Kind::F16c, 2) => {
             return match mode {
                 Mode::TowardZero => f16c::<{ _MM_FROUND_TO_ZERO }>(p, src, as_u16(dst), nt),
@@ -313,10 +362,10 @@ fn encode_loop<C: Code, const MODE: u8>(p: &Params, src: &[f32], dst: &mut [C], 
             let order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
             while j + 32 <= n {
                 let s = &src[j..j + 32];
-                let c0 = enc8::<MODE>(&k, load8(&s[0..]), rand_at(j));
-                let c1 = enc8::<MODE>(&k, load8(&s[8..]), rand_at(j + 8));
-                let c2 = enc8::<MODE>(&k, load8(&s[16..]), rand_at(j + 16));
-                let c3 = enc8::<MODE>(&k, load8(&s[24..]), rand_at(j + 24));
+                let c0 = lane8::<MODE>(&k, load8(&s[0..]), rand_at(j));
+                let c1 = lane8::<MODE>(&k, load8(&s[8..]), rand_at(j + 8));
+                let c2 = lane8::<MODE>(&k, load8(&s[16..]), rand_at(j + 16));
+                let c3 = lane8::<MODE>(&k, load8(&s[24..]), rand_at(j + 24));
                 // Codes are < 256: the saturating packs are plain narrowing; they
                 // interleave 128-bit halves, which the permute puts back in order.
                 let w = _mm256_packus_epi16(_mm256_packus_epi32(c0, c1), _mm256_packus_epi32(c2, c3));
@@ -330,8 +379,8 @@ fn encode_loop<C: Code, const MODE: u8>(p: &Params, src: &[f32], dst: &mut [C], 
             let d = dst.as_mut_ptr() as *mut u16;
             while j + 16 <= n {
                 let s = &src[j..j + 16];
-                let c0 = enc8::<MODE>(&k, load8(&s[0..]), rand_at(j));
-                let c1 = enc8::<MODE>(&k, load8(&s[8..]), rand_at(j + 8));
+                let c0 = lane8::<MODE>(&k, load8(&s[0..]), rand_at(j));
+                let c1 = lane8::<MODE>(&k, load8(&s[8..]), rand_at(j + 8));
                 // Codes are < 2^16: narrowing pack, then restore the order of the 64-bit quarters.
                 let w = _mm256_permute4x64_epi64::<0b11_01_10_00>(_mm256_packus_epi32(c0, c1));
                 // SAFETY: j + 16 <= n = dst.len(); aligned when nt (see `streamed`).
@@ -342,7 +391,7 @@ fn encode_loop<C: Code, const MODE: u8>(p: &Params, src: &[f32], dst: &mut [C], 
         4 => {
             let d = dst.as_mut_ptr() as *mut u32;
             while j + 8 <= n {
-                let c = enc8::<MODE>(&k, load8(&src[j..]), rand_at(j));
+                let c = lane8::<MODE>(&k, load8(&src[j..]), rand_at(j));
                 // SAFETY: j + 8 <= n = dst.len(); aligned when nt (see `streamed`).
                 unsafe { put(d.add(j) as *mut __m256i, c, nt) };
                 j += 8;
@@ -353,7 +402,8 @@ fn encode_loop<C: Code, const MODE: u8>(p: &Params, src: &[f32], dst: &mut [C], 
     for (jj, (x, y)) in src[j..].iter().zip(dst[j..].iter_mut()).enumerate() {
         let idx = lo0.wrapping_add((j + jj) as u32);
         let rand = if MODE == SR { p.rng.word0(idx, hi_s) } else { 0 };
-        *y = C::from_u32(encode_lane::<MODE>(p, x.to_bits(), rand));
+        let c = if MODE == NEF { encode_lane::<NE>(p, x.to_bits(), 0) } else { encode_lane::<MODE>(p, x.to_bits(), rand) };
+        *y = C::from_u32(c);
     }
 }
 
@@ -500,7 +550,7 @@ fn round_loop<const MODE: u8>(p: &Params, src: &[f32], dst: &mut [f32], i0: u64,
         } else {
             k.zero
         };
-        let v = dec8(&k, enc8::<MODE>(&k, load8(&src[j..]), rand));
+        let v = dec8(&k, lane8::<MODE>(&k, load8(&src[j..]), rand));
         // SAFETY: j + 8 <= n = dst.len(); aligned when nt (see `streamed`).
         unsafe { put(dst.as_mut_ptr().add(j) as *mut __m256i, v, nt) };
         j += 8;

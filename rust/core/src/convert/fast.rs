@@ -55,6 +55,9 @@ pub(super) enum Kind {
     Bf16Ne,
     /// bfloat16, stochastic, no saturation: add the complemented random bits, shift.
     Bf16Sr,
+    /// Nearest-even into a format whose subnormals lie in f32's normal range
+    /// and whose overflow value is also its infinity value (the fp8 family).
+    Near,
     /// float16 without saturation in a mode the F16C instruction has
     /// (nearest-even, toward zero, up, down).
     F16c,
@@ -167,10 +170,18 @@ impl EncodePlan {
             && matches!(opts.mode, Mode::NearestEven | Mode::TowardZero | Mode::Up | Mode::Down)
         {
             Kind::F16c
+        } else if opts.mode == Mode::NearestEven && near_applies(f, &p) {
+            Kind::Near
         } else {
             Kind::Generic
         };
         Some(EncodePlan { p, mode: opts.mode, path, kind, nt: false })
+    }
+
+    /// The loop this plan runs on the AVX2 path.
+    #[cfg(test)]
+    pub(super) fn kind(&self) -> Kind {
+        self.kind
     }
 
     pub(super) fn run<C: Code>(&self, src: &[f32], dst: &mut [C], i0: u64) {
@@ -196,6 +207,16 @@ impl EncodePlan {
             }
         });
     }
+}
+
+/// Can [`Kind::Near`] encode into `f` (nearest-even)? Its subnormal scale
+/// 2^(m - emin) must be a normal f32, its subnormal range inside f32's normal
+/// range, and an infinite input, which it treats as an overflow, must encode
+/// as overflows do.
+fn near_applies(f: &FloatFormat, p: &Params) -> bool {
+    let scale_exp = p.m as i32 + 127 - p.tmin_ef;
+    let inf_code = ((256 - p.tmin_ef) as u64) << p.m;
+    p.tmin_ef >= 2 && (-126..=127).contains(&scale_exp) && inf_code > f.max_code() && p.inf_p == p.ovf_p && p.inf_n == p.ovf_n
 }
 
 /// Split `[i0, i0 + len)` where the upper 32 bits of the index change, so

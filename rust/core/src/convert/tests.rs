@@ -278,3 +278,22 @@ fn f64_rounds_once() {
     encode(&Format::Float(named::BFLOAT16), &x, &mut c, &RoundOpts::new(Mode::NearestEven), 0).unwrap();
     assert_eq!(Format::Float(named::BFLOAT16).decode(c[0] as u64), 1.0078125);
 }
+
+#[test]
+fn special_kernels_are_chosen() {
+    use fast::Kind;
+    let kind = |f: FloatFormat, mode: Mode, saturate: bool| {
+        let opts = RoundOpts { mode, saturate, rbits: 32, key: SeedKey::from_seed(1) };
+        fast::EncodePlan::new::<f32>(&Format::Float(f), &opts, Isa::Avx2).unwrap().kind()
+    };
+    assert_eq!(kind(named::BFLOAT16, Mode::NearestEven, false), Kind::Bf16Ne);
+    assert_eq!(kind(named::BFLOAT16, Mode::Stochastic, false), Kind::Bf16Sr);
+    assert_eq!(kind(named::FLOAT16, Mode::NearestEven, false), Kind::F16c);
+    assert_eq!(kind(named::FLOAT16, Mode::Down, false), Kind::F16c);
+    for f in [named::FLOAT8_E4M3FN, named::FLOAT8_E5M2, named::FLOAT8_E4M3, named::FLOAT8_E4M3FNUZ, named::FLOAT8_E5M2FNUZ] {
+        assert_eq!(kind(f, Mode::NearestEven, false), Kind::Near, "{f:?}");
+        assert_eq!(kind(f, Mode::NearestEven, true), Kind::Near, "{f:?}");
+        assert_eq!(kind(f, Mode::Stochastic, false), Kind::Generic, "{f:?}");
+    }
+    assert_eq!(kind(named::BFLOAT16, Mode::NearestEven, true), Kind::Generic);
+}
