@@ -177,6 +177,11 @@ def cast(x: Any, dtype: Any, rounding: str = "nearest_even", *, saturate: bool =
     ``dtype`` may be a lowp or ml_dtypes dtype (the result is an array of it), numpy's
     float16/float32/float64 or int8, or a Format with a registered dtype.
     """
+    if isinstance(dtype, str):
+        try:
+            dtype = _format(dtype)  # a format name ("bf16", "e4m3fn", ...)
+        except ValueError as e:
+            raise ValueError(f"dtype: {e}".replace("dtype: fmt: ", "dtype: ")) from None
     if isinstance(dtype, Format):
         f = dtype
         dt = f.dtype
@@ -184,10 +189,15 @@ def cast(x: Any, dtype: Any, rounding: str = "nearest_even", *, saturate: bool =
             raise TypeError(f"dtype: {f!r} has no numpy dtype; use lowp.encode for its bits or lowp.round for values")
     else:
         try:
-            dt = np.dtype(dtype)
+            dt = np.dtype(dtype) if dtype is not None else None
         except TypeError:
-            raise TypeError(f"dtype: expected a numpy dtype or a Format, got {dtype!r}") from None
-        f = _format(dt)
+            dt = None
+        if dt is None:
+            raise TypeError(f"dtype: expected a numpy dtype or a Format, got {dtype!r}")
+        try:
+            f = _format(dt)
+        except TypeError as e:
+            raise TypeError(f"dtype: {e}".replace("dtype: fmt: ", "dtype: ")) from None
     f = _canonical(f)
     codes = encode(x, f, rounding, saturate=saturate, seed=seed, rbits=rbits)
     if dt in (np.float32, np.float64):

@@ -381,6 +381,8 @@ def format(x: Any) -> Format:  # noqa: A001 - the public name of the API
             dt = None
         if dt is not None and dt.name in _NAMED:
             return _NAMED[dt.name]
+        if dt is not None:  # a numpy dtype's name, but not a format: an unsupported dtype
+            raise TypeError(f"fmt: dtype {dt} has no lowp format; accepted dtypes: {', '.join(sorted(_NAMED))}")
         raise ValueError(f"fmt: unknown format name {x!r}; accepted: {', '.join(sorted(_NAMED) + sorted(_ALIASES))}")
     try:
         dt = np.dtype(x)
