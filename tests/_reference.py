@@ -106,7 +106,8 @@ def _overflow_to_inf(mode: str, negative: bool) -> bool:
 def neighbours(x: float, s: FloatSpec):
     """(lo, hi) magnitudes of the grid points around |x| (finite, nonzero), and k's parity."""
     a = Fraction(abs(x))
-    e = math.frexp(abs(x))[1] - 1  # floor(log2 |x|), exact for a float
+    # floor(log2 |x|), exactly (x a float, or an int of any size)
+    e = abs(x).bit_length() - 1 if isinstance(x, int) else math.frexp(abs(x))[1] - 1
     if e >= s.emin:
         q = e - s.m
     elif s.subnormals:

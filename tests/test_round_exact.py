@@ -349,3 +349,54 @@ def test_reference_self_check():
     assert round_float(-0.25 * 2.0**-6, FloatSpec(4, 3, subnormals=False), "nearest_even") == 0.0
     assert math.copysign(1, round_float(-1e-30, FloatSpec(4, 3), "nearest_even")) == -1
     assert math.copysign(1, round_float(-1e-30, FloatSpec(4, 3, nan="fnuz"), "nearest_even")) == 1
+
+
+@pytest.mark.parametrize("fmt", ["bf16", "e4m3fn", "e5m2", lowp.FloatFormat(6, 9), lowp.FloatFormat(8, 40)], ids=repr)
+@pytest.mark.parametrize("dtype", [np.int64, np.uint64])
+def test_64bit_integers_round_once(fmt, dtype):
+    """int64/uint64 beyond 2^53 are rounded once, from the exact integer (not via float64)."""
+    f = lowp.format(fmt)
+    rng = np.random.default_rng(64)
+    info = np.iinfo(dtype)
+    shifts = rng.integers(0, 63, 3000).astype(np.uint64)
+    raw = rng.integers(0, 2**63, 3000, dtype=np.uint64) >> shifts
+    x = raw.astype(dtype)
+    if dtype == np.int64:
+        x = np.where(rng.random(x.size) < 0.5, -x, x)
+    # ties and near-ties of the format with low bits that float64 cannot hold
+    k = np.arange(54, 63, dtype=np.uint64)
+    tie = (np.uint64(1) << k) + (np.uint64(1) << (k - np.uint64(f.man_bits + 1)))
+    top = np.array([info.max, info.max - 1], np.uint64)
+    edge = np.concatenate([tie, tie + np.uint64(1), tie - np.uint64(1), top]).astype(dtype)
+    parts = [x, edge]
+    if dtype == np.int64:
+        parts += [-edge[:-2], np.array([info.min], np.int64)]
+    x = np.concatenate(parts).astype(dtype)
+    s = FloatSpec.of(f)
+    for mode in MODES:
+        got = lowp.round(x, f, mode)
+        want = np.array([round_float(int(v), s, mode) for v in x])
+        assert_same_values(got, want, x.astype(np.float64), f"{dtype.__name__} -> {f!r} {mode}")
+        np.testing.assert_array_equal(lowp.decode(lowp.encode(x, f, mode), f, np.float64), want)
+
+
+def test_posit_from_int64_round_once():
+    from _reference import posit_round
+
+    x = np.array([2**62 + 2**34 + 1, 2**40 + 2**12 + 1, -(2**60 + 2**32 + 7), 2**63 - 1], np.int64)
+    for n in (16, 32):
+        got = lowp.encode(x, lowp.PositFormat(n, 2)).astype(np.int64)
+        want = [posit_round(int(v), n, 2) for v in x]
+        np.testing.assert_array_equal(got, want)
+
+
+def test_shapes_preserved():
+    for x in (np.float64(1.3), np.array(1.3), np.array(1.3, np.float32), np.zeros((0, 3)), np.ones((2, 0, 3)),
+              np.ones((3, 4), order="F"), np.ones((4, 6))[::2, ::3]):
+        r = lowp.round(x, "bf16")
+        assert r.shape == np.shape(x) and r.dtype == x.dtype
+        assert lowp.encode(x, "bf16").shape == np.shape(x)
+        assert lowp.decode(lowp.encode(x, "bf16"), "bf16").shape == np.shape(x)
+    assert lowp.decode(np.uint16(0x3F80), "bf16").shape == ()
+    big = np.array(1.3, ">f8")  # byte-swapped input
+    assert lowp.round(big, "bf16") == lowp.round(np.array(1.3), "bf16")
