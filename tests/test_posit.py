@@ -239,3 +239,21 @@ def test_directed_modes_pick_a_neighbour(n, es):
     ne, na = r["nearest_even"][inside], r["nearest_away"][inside]
     d = ne != na
     assert np.all(np.abs(na[d]) >= np.abs(ne[d]))
+
+
+def test_decode_paths_agree():
+    """Table decoding (long arrays), per-element decoding (short ones), float32 output
+    (posit32 values rounded to nearest even from their exact float64 values)."""
+    f16 = lowp.format("posit16")
+    codes = codes_of(16)
+    long = lowp.decode(codes, f16, np.float64)
+    short = np.concatenate([lowp.decode(c, f16, np.float64) for c in np.array_split(codes, 9000)])
+    np.testing.assert_array_equal(long, short)
+    rng = np.random.default_rng(5)
+    c32 = rng.integers(0, 1 << 32, 100_000, dtype=np.uint64).astype(np.uint32)
+    d64 = lowp.decode(c32, "posit32", np.float64)
+    d32 = lowp.decode(c32, "posit32", np.float32)
+    nar = np.isnan(d64)
+    assert np.array_equal(nar, np.isnan(d32))
+    np.testing.assert_array_equal(d32[~nar], d64[~nar].astype(np.float32))
+    np.testing.assert_array_equal(d64[:5000], sp_decode(32, 2, c32[:5000]))
