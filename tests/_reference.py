@@ -47,7 +47,8 @@ class FloatSpec:
         else:  # fnuz, None: every magnitude code is finite
             be, bm = top_exp, full_man
         self.max = self._value(be, bm)
-        self.has_nan = nan is not None
+        # ieee with inf and no mantissa bits: the top binade's only code is inf, no NaN
+        self.has_nan = nan is not None and not (nan == "ieee" and self.inf and man_bits == 0)
         self.has_neg_zero = nan != "fnuz"
 
     def _value(self, be, bm):

@@ -136,6 +136,12 @@ def test_nan_into_format_without_nan():
             lowp.encode(x, f)
     with pytest.raises(ValueError, match="^x.*NaN"):
         lowp.encode(np.array([np.nan]), "int8")
+    # ieee policy without mantissa bits: the top binade is only inf, there is no NaN code
+    e3m0 = lowp.FloatFormat(3, 0)
+    for x in (np.array([np.nan]), np.array([np.nan], np.float32)):
+        with pytest.raises(ValueError, match="^x.*NaN"):
+            lowp.round(x, e3m0)
+    assert lowp.round(np.array([np.inf, 100.0]), e3m0).tolist() == [np.inf, np.inf]
     # formats with NaN accept it
     assert np.isnan(lowp.round(np.array([np.nan]), "e4m3fn")[0])
     assert lowp.encode(np.array([np.nan]), "posit8")[0] == 0x80

@@ -38,6 +38,8 @@ CUSTOM = [
     lowp.FloatFormat(4, 3, nan="fnuz", subnormals=False),
     lowp.FloatFormat(2, 1),
     lowp.FloatFormat(4, 0, nan="fn"),
+    lowp.FloatFormat(3, 0),
+    lowp.FloatFormat(5, 0, inf=False),
     lowp.FloatFormat(11, 20),
     lowp.FloatFormat(10, 40, bias=600),
 ]
@@ -80,7 +82,7 @@ def adversarial_inputs(fmt, rng):
     x = np.concatenate(xs)
     x = x[np.isfinite(x)]
     x = np.concatenate([x, -x, [0.0, -0.0, np.inf, -np.inf]])
-    if fmt.nan is not None:
+    if FloatSpec.of(fmt).has_nan:
         x = np.append(x, [np.nan, -np.nan])
     return x
 
@@ -245,7 +247,7 @@ def gfloat_info(fmt):
                              is_twos_complement=False)
 
 
-GF_FORMATS = [f for f in FORMATS if f.subnormals and f.nan is not None]
+GF_FORMATS = [f for f in FORMATS if f.subnormals and FloatSpec.of(f).has_nan]
 
 
 def test_gfloat_named_infos_agree():

@@ -211,6 +211,17 @@ mod tests {
     }
 
     #[test]
+    fn ieee_without_mantissa_has_no_nan() {
+        let f = FloatFormat::new(3, 0, None, true, NanPolicy::Ieee, true).unwrap();
+        assert!(!f.has_nan());
+        assert!(!Format::Float(f).has_nan());
+        assert_eq!(f.decode(f.encode(f64::INFINITY, &rne(), 0)), f64::INFINITY);
+        assert!(!(0..16).any(|c| f.decode(c).is_nan()));
+        let g = FloatFormat::new(3, 0, None, false, NanPolicy::Ieee, true).unwrap();
+        assert!(g.has_nan() && g.decode(g.encode(f64::NAN, &rne(), 0)).is_nan());
+    }
+
+    #[test]
     fn int_rounding() {
         let i = INT8;
         assert_eq!(i.round_int(2.5, &rne(), 0), 2);
