@@ -199,3 +199,29 @@ def test_finfo_arguments():
         lowp.finfo("int8")
     with pytest.raises(ValueError, match="fmt"):
         lowp.finfo("nope")
+
+
+def test_out_may_alias_the_input():
+    for dt in (np.float32, np.float64):
+        x = np.linspace(-3, 3, 1001).astype(dt)
+        want = lowp.round(x, "e4m3fn")
+        assert lowp.round(x, "e4m3fn", out=x) is x
+        np.testing.assert_array_equal(x, want)
+    # an out that is a view of the input's memory (codes written over the floats)
+    x = np.linspace(-3, 3, 100).astype(np.float32)
+    want = lowp.encode(x, "posit32")
+    np.testing.assert_array_equal(lowp.encode(x, "posit32", out=x.view(np.uint32)), want)
+    codes = lowp.encode(np.linspace(-3, 3, 64), "e5m2")
+    want = lowp.decode(codes, "e5m2")
+    c16 = codes.astype(np.uint16)
+    np.testing.assert_array_equal(lowp.decode(c16.view(np.uint16), "e5m2"), want)
+
+
+def test_byte_swapped_inputs():
+    x = np.linspace(-3, 3, 50)
+    np.testing.assert_array_equal(lowp.round(x.astype(">f8"), "bf16"), lowp.round(x, "bf16"))
+    r = lowp.round(x.astype(">f4"), "bf16")
+    assert r.dtype == np.float32
+    np.testing.assert_array_equal(r, lowp.round(x.astype(np.float32), "bf16"))
+    c = lowp.encode(x, "bf16")
+    np.testing.assert_array_equal(lowp.decode(c.astype(">u2"), "bf16"), lowp.decode(c, "bf16"))

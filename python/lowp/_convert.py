@@ -88,6 +88,9 @@ def _as_float_array(x: Any, arg: str = "x", fmt: Optional[Format] = None) -> np.
         except Exception as e:  # e.g. ragged nested sequences
             raise TypeError(f"{arg}: cannot be read as a numeric array: {e}") from None
     dt = a.dtype
+    if dt.kind == "f" and not dt.isnative:
+        a = a.astype(dt.newbyteorder("="))
+        dt = a.dtype
     if dt == np.float32 or dt == np.float64:
         return _contiguous(a)
     if dt.name in _LOWP_DTYPE_NAMES:
@@ -126,6 +129,17 @@ def _check_out(out: Any, shape: tuple, dtype: np.dtype) -> np.ndarray:
     return out
 
 
+def _into(res: np.ndarray, src: np.ndarray, call: Any) -> Any:
+    """``call(dst)`` writing into ``res``; through a temporary when ``res`` overlaps the
+    input (``out=x`` rounds in place; the kernels never see aliased buffers)."""
+    if np.may_share_memory(res, src):
+        tmp = np.empty(res.shape, res.dtype)
+        r = call(tmp)
+        res[...] = tmp
+        return r
+    return call(res)
+
+
 def _prepare(fmt: Any, rounding: Any, saturate: Any) -> tuple[Format, str, bool]:
     f = _format(fmt)
     r = _check_rounding(rounding)
@@ -158,7 +172,7 @@ def round(x: Any, fmt: Any, rounding: str = "nearest_even", *, saturate: bool = 
         res = np.empty(a.shape, a.dtype)
     else:
         res = _check_out(out, a.shape, a.dtype)
-    bad = _lowp.round_into(a.reshape(-1), f._spec, res.reshape(-1), r, sat, key, nb)
+    bad = _into(res, a, lambda d: _lowp.round_into(a.reshape(-1), f._spec, d.reshape(-1), r, sat, key, nb))
     if bad:
         _raise_nan(f)
     return res
@@ -173,7 +187,7 @@ def encode(x: Any, fmt: Any, rounding: str = "nearest_even", *, saturate: bool =
     nb = _rbits(rbits, a.dtype)
     sd = f.storage_dtype
     res = np.empty(a.shape, sd) if out is None else _check_out(out, a.shape, sd)
-    bad = _lowp.encode_into(a.reshape(-1), f._spec, res.reshape(-1), r, sat, key, nb)
+    bad = _into(res, a, lambda d: _lowp.encode_into(a.reshape(-1), f._spec, d.reshape(-1), r, sat, key, nb))
     if bad:
         _raise_nan(f)
     return res
@@ -197,9 +211,11 @@ def decode(bits: Any, fmt: Any, dtype: Any = np.float32, *, out: Optional[np.nda
         b = b.view(np.dtype(f"u{b.dtype.itemsize}"))
     if b.dtype.itemsize not in (1, 2, 4, 8):
         raise TypeError(f"bits: unsupported dtype {b.dtype}")
+    if not b.dtype.isnative:
+        b = b.astype(b.dtype.newbyteorder("="))
     b = _contiguous(b)
     res = np.empty(b.shape, dt) if out is None else _check_out(out, b.shape, dt)
-    _lowp.decode_into(b.reshape(-1), f._spec, res.reshape(-1))
+    _into(res, b, lambda d: _lowp.decode_into(b.reshape(-1), f._spec, d.reshape(-1)))
     return res
 
 
