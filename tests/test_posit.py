@@ -205,6 +205,9 @@ def test_posit_rules():
     np.testing.assert_array_equal(lowp.encode(big, f), [0x7FFF, 0x8001, 0x7FFF])  # never NaR
     np.testing.assert_array_equal(lowp.encode(np.array([np.nan, np.inf, -np.inf]), f), [0x8000] * 3)
     np.testing.assert_array_equal(lowp.encode(np.array([0.0, -0.0]), f), [0, 0])  # one zero
+    # saturate: infinities become +-maxpos like every out-of-range value; NaN stays NaR
+    np.testing.assert_array_equal(lowp.encode(np.array([np.inf, -np.inf, np.nan]), f, saturate=True),
+                                  [0x7FFF, 0x8001, 0x8000])
     for mode in lowp.ROUNDING_MODES:
         r = lowp.encode(np.array([1e-300, -1e-300, 1e300, -1e300]), f, mode, seed=1)
         np.testing.assert_array_equal(r, [1, 0xFFFF, 0x7FFF, 0x8001], err_msg=mode)

@@ -402,3 +402,12 @@ def test_shapes_preserved():
     assert lowp.decode(np.uint16(0x3F80), "bf16").shape == ()
     big = np.array(1.3, ">f8")  # byte-swapped input
     assert lowp.round(big, "bf16") == lowp.round(np.array(1.3), "bf16")
+
+
+def test_float64_format_is_identity():
+    rng = np.random.default_rng(64)
+    x = rng.integers(0, 2**64, 100_000, dtype=np.uint64).view(np.float64)
+    x = x[~np.isnan(x)]
+    for mode in MODES:
+        np.testing.assert_array_equal(lowp.round(x, "float64", mode), x)
+        np.testing.assert_array_equal(lowp.encode(x, "float64", mode), x.view(np.uint64))

@@ -201,3 +201,12 @@ def test_default_rbits_is_exact_for_input_resolution():
     # (and a frac of 0.5 is 0.5 on every path)
     r = lowp.round(np.full(n, 1 + 2.0**-8, np.float32), "bf16", "stochastic", seed=9)
     assert abs((r > 1).mean() - 0.5) <= 4 * np.sqrt(0.25 / n)
+
+
+@pytest.mark.parametrize("fmt", ["e4m3fn", "e5m2", "bf16", "posit8", lowp.FloatFormat(3, 2, nan=None)])
+def test_stochastic_saturate_stays_finite(fmt, isa):
+    f = lowp.format(fmt)
+    x = np.concatenate([np.linspace(-2 * f.max, 2 * f.max, 20001), [np.inf, -np.inf]])
+    r = lowp.round(x, f, "stochastic", saturate=True, seed=12)
+    assert np.all(np.isfinite(r)) and np.all(np.abs(r) <= f.max)
+    assert np.all(r[x >= f.max] == f.max) and np.all(r[x <= -f.max] == -f.max)
