@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import math
 import pickle
-from fractions import Fraction
 
 import ml_dtypes
 import numpy as np
