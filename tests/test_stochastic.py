@@ -214,3 +214,15 @@ def test_stochastic_saturate_stays_finite(fmt, isa):
     r = lowp.round(x, f, "stochastic", saturate=True, seed=12)
     assert np.all(np.isfinite(r)) and np.all(np.abs(r) <= f.max)
     assert np.all(r[x >= f.max] == f.max) and np.all(r[x <= -f.max] == -f.max)
+
+
+@pytest.mark.parametrize("fmt", ["bf16", "e4m3fn", "e5m2", "float16"])
+@pytest.mark.parametrize("rbits", [1, 8, 23, 32, 33, 64])
+def test_float32_and_float64_inputs_agree(fmt, rbits):
+    """The same values as float32 (SIMD path when rbits <= 32) and float64 (generic engine)
+    with the same seed and rbits give the same codes."""
+    rng = np.random.default_rng(rbits)
+    x = np.ldexp(rng.random(300_000) + 0.5, rng.integers(-30, 20, 300_000)).astype(np.float32)
+    a = lowp.encode(x, fmt, "stochastic", seed=21, rbits=rbits)
+    b = lowp.encode(x.astype(np.float64), fmt, "stochastic", seed=21, rbits=rbits)
+    assert np.array_equal(a, b)

@@ -117,9 +117,11 @@ class Format:
         lowp's own dtypes first; for a named format without one, ml_dtypes' dtype of
         the same name when ml_dtypes has been imported."""
         dt = _dtype_registry.get(self._spec)
-        if dt is None and self._name:
+        named = _BY_SPEC.get(self._spec)  # FloatFormat(8, 7) stores like lowp.format("bf16")
+        name = self._name or (named._name if named is not None else None)
+        if dt is None and name:
             ml = sys.modules.get("ml_dtypes")
-            t = getattr(ml, self._name, None) if ml is not None else None
+            t = getattr(ml, name, None) if ml is not None else None
             if t is not None:
                 dt = np.dtype(t)
         return dt
