@@ -411,3 +411,44 @@ def test_float64_format_is_identity():
     for mode in MODES:
         np.testing.assert_array_equal(lowp.round(x, "float64", mode), x)
         np.testing.assert_array_equal(lowp.encode(x, "float64", mode), x.view(np.uint64))
+
+
+@pytest.mark.parametrize("fmt", [lowp.FloatFormat(8, 7, bias=100), lowp.FloatFormat(8, 20, bias=120),
+                                 lowp.FloatFormat(7, 5, bias=20)], ids=repr)
+def test_f32_into_formats_wider_than_f32(fmt, isa):
+    """float32 input into formats whose range exceeds float32's (codes checked: their values
+    need not be float32 numbers)."""
+    rng = np.random.default_rng(fmt.bias)
+    n = 4000
+    e = rng.integers(-149, 128, n)
+    x = np.ldexp(rng.random(n) + 1, e - 1) * rng.choice([-1.0, 1.0], n)
+    with np.errstate(over="ignore"):
+        x32 = x.astype(np.float32)
+    x32 = np.concatenate([x32[np.isfinite(x32)], np.array([np.finfo(np.float32).max, np.finfo(np.float32).tiny,
+                                                           1e-45, np.inf, np.nan, 0.0, -0.0], np.float32)])
+    x64 = x32.astype(np.float64)
+    for (mode, sat), want in reference(fmt, x64).items():
+        got = lowp.decode(lowp.encode(x32, fmt, mode, saturate=sat), fmt, np.float64)
+        assert_same_values(got, want, x64, f"f32 {fmt!r} {mode} sat={sat}")
+
+
+@pytest.mark.parametrize("fmt", [f for f in FORMATS if f._fits_f32() and f.man_bits > 0], ids=repr)
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_hypothesis_f32_both_paths(fmt, data):
+    xs = data.draw(st.lists(st.floats(width=32, allow_nan=FloatSpec.of(fmt).has_nan), min_size=1, max_size=40))
+    x32 = np.array(xs, np.float32)
+    x64 = x32.astype(np.float64)
+    ref = reference(fmt, x64)
+    try:
+        for isa in ("scalar", None):
+            _lowp_set_isa(isa)
+            for (mode, sat), want in ref.items():
+                got = lowp.round(x32, fmt, mode, saturate=sat).astype(np.float64)
+                assert_same_values(got, want, x64, f"f32 {isa} {fmt!r} {mode} sat={sat}")
+    finally:
+        _lowp_set_isa(None)
+
+
+def _lowp_set_isa(name):
+    lowp._lowp.set_isa(name)
