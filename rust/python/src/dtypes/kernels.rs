@@ -137,13 +137,21 @@ fn two_prod(a: f64, b: f64) -> (f64, f64) {
     (p, e)
 }
 
+/// Finite test on the bits: float compares with NaN can raise the invalid flag
+/// once vectorized (signaling predicates), which numpy would report as a warning.
+#[inline(always)]
+fn finite(x: f64) -> bool {
+    x.to_bits() & 0x7FF0_0000_0000_0000 != 0x7FF0_0000_0000_0000
+}
+
 /// Round-to-odd correction: `s` is the nearest f64 to an exact value whose
 /// difference from `s` has the sign of `dir` (0: exact). An inexact even `s`
 /// moves one ulp toward the exact value, so the result is the exact value
 /// rounded to odd at 53 bits, which then rounds correctly to <= 51 bits.
+/// Only quiet compares and bit tests (see [`finite`]).
 #[inline(always)]
 fn odd(s: f64, dir: f64) -> f64 {
-    if dir == 0.0 || !s.is_finite() || s == 0.0 {
+    if dir == 0.0 || !finite(s) || !finite(dir) || s == 0.0 {
         return s;
     }
     let b = s.to_bits();
@@ -151,7 +159,7 @@ fn odd(s: f64, dir: f64) -> f64 {
         return s;
     }
     // Increasing the magnitude bits moves away from zero.
-    if (dir > 0.0) == (s > 0.0) {
+    if dir.is_sign_positive() == s.is_sign_positive() {
         f64::from_bits(b + 1)
     } else {
         f64::from_bits(b - 1)
@@ -175,19 +183,19 @@ fn mul_odd(a: f64, b: f64) -> f64 {
 #[inline(always)]
 fn div_odd(a: f64, b: f64) -> f64 {
     let q = a / b;
-    if !q.is_finite() || q == 0.0 {
+    if !finite(q) || q == 0.0 {
         return q;
     }
     let (p, e) = two_prod(q, b);
     let r = (a - p) - e; // a - q*b, exact
     // a/b - q = r/b: its sign is sign(r) * sign(b).
-    odd(q, if r == 0.0 { 0.0 } else if (r > 0.0) == (b > 0.0) { 1.0 } else { -1.0 })
+    odd(q, if r == 0.0 { 0.0 } else if r.is_sign_positive() == b.is_sign_positive() { 1.0 } else { -1.0 })
 }
 
 #[inline(always)]
 fn sqrt_odd(x: f64) -> f64 {
     let s = x.sqrt();
-    if !s.is_finite() || s == 0.0 {
+    if !finite(s) || s == 0.0 {
         return s;
     }
     let (p, e) = two_prod(s, s);
@@ -223,11 +231,14 @@ fn divmod(a: f64, b: f64) -> (f64, f64) {
     (fd, m)
 }
 
+/// numpy's sign: -1, 0 (unsigned) or 1; NaN stays NaN.
 fn sign(x: f64) -> f64 {
     if x > 0.0 {
         1.0
     } else if x < 0.0 {
         -1.0
+    } else if x == 0.0 {
+        0.0
     } else {
         x
     }
@@ -338,57 +349,29 @@ pub fn next_code(t: usize, c: u32, up: bool) -> u32 {
             // Away from zero is a larger magnitude code.
             let away = up != neg;
             let m = if away { mag + 1 } else { mag - 1 };
-            if m == 0 {
-                0
-            } else if neg {
-                sb | m
-            } else {
-                m
-            }
+            // Toward zero from -min_subnormal gives -0 (+0 where there is no -0).
+            f.apply_sign(m as u64, neg) as u32
         }
         Format::Int(_) => c,
     }
 }
 
+/// Selection ops return one of the inputs' codes (numpy's choice on ties: the second).
 #[inline]
 fn pick(ca: u32, cb: u32, a: f64, b: f64, op: Bin) -> u32 {
     match op {
-        Bin::Max => {
-            if a.is_nan() {
-                ca
-            } else if b.is_nan() {
-                cb
-            } else if a >= b {
-                ca
-            } else {
-                cb
-            }
-        }
-        Bin::Min => {
-            if a.is_nan() {
-                ca
-            } else if b.is_nan() {
-                cb
-            } else if a <= b {
-                ca
-            } else {
-                cb
-            }
-        }
-        Bin::FMax => {
-            if b.is_nan() || a >= b {
-                ca
-            } else {
-                cb
-            }
-        }
-        Bin::FMin => {
-            if b.is_nan() || a <= b {
-                ca
-            } else {
-                cb
-            }
-        }
+        Bin::Max if a.is_nan() => ca,
+        Bin::Max if b.is_nan() => cb,
+        Bin::Max => if a > b { ca } else { cb },
+        Bin::Min if a.is_nan() => ca,
+        Bin::Min if b.is_nan() => cb,
+        Bin::Min => if a < b { ca } else { cb },
+        Bin::FMax if b.is_nan() => ca,
+        Bin::FMax if a.is_nan() => cb,
+        Bin::FMax => if a > b { ca } else { cb },
+        Bin::FMin if b.is_nan() => ca,
+        Bin::FMin if a.is_nan() => cb,
+        Bin::FMin => if a < b { ca } else { cb },
         _ => unreachable!(),
     }
 }

@@ -117,6 +117,17 @@ unsafe extern "C" fn loop_bin(args: *mut *mut c_char, dims: *mut npy_intp, steps
         let n = *dims as usize;
         let (a, b, o) = (*args as *const u8, *args.add(1) as *const u8, *args.add(2) as *mut u8);
         let (sa, sb, so) = (*steps as isize, *steps.add(1) as isize, *steps.add(2) as isize);
+        if sa == 0 && so == 0 && a == o as *const u8 {
+            // A reduction (`np.add.reduce`): each result feeds the next step.
+            let mut acc = [load(a, size)];
+            let mut r = [0u32];
+            for i in 0..n as isize {
+                kernels::binary(d.t, d.op, &acc, &[load(b.offset(i * sb), size)], &mut r);
+                acc[0] = r[0];
+            }
+            store(o, size, acc[0]);
+            return;
+        }
         let (mut ca, mut cb, mut co) = ([0u32; BLOCK], [0u32; BLOCK], [0u32; BLOCK]);
         let mut i = 0;
         while i < n {
