@@ -459,3 +459,30 @@ def test_no_leaks():
     # 10^5 iterations, each creating ~10 arrays and scalars: a leak of even one
     # 16-byte object per iteration would add > 1.6 MB; allow 8 MB of allocator noise.
     assert after - before < 8 * 2**20, (before, after)
+
+
+# ------------------------------------------------------------------ finfo
+
+@pytest.mark.parametrize("name", ALL)
+def test_finfo(name):
+    t = getattr(lowp, name)
+    fi = lowp.finfo(t)
+    assert fi.dtype == dt(name) and fi.bits == 8 * dt(name).itemsize
+    v = values(name)
+    fin = v[np.isfinite(v)]
+    assert fi.max == fin.max() and fi.min == fin.min()
+    assert fi.smallest_subnormal == fin[fin > 0].min()
+    # eps: the gap above 1; epsneg: the gap below 1.
+    assert fi.eps == fin[fin > 1].min() - 1
+    assert fi.epsneg == 1 - fin[fin < 1].max()
+    assert lowp.finfo(lowp.format(name)).max == fi.max
+    if name in FLOATS:
+        m = ml_dtypes.finfo(getattr(ml_dtypes, name))
+        for attr in ("max", "min", "eps", "epsneg", "tiny", "smallest_normal", "smallest_subnormal", "bits", "nmant",
+                     "nexp", "maxexp", "minexp", "machep", "negep"):
+            assert float(getattr(fi, attr)) == float(getattr(m, attr)), attr
+        # precision/resolution (decimal digits) follow numpy's int(-log10(eps)); ml_dtypes rounds
+        # differently for fp8 (1 digit for eps 0.125), so they are not compared.
+    # numpy's own finfo only takes numpy's inexact types.
+    with pytest.raises(ValueError):
+        np.finfo(t)

@@ -202,7 +202,7 @@ def nextafter_scalar(x: float, toward: float, fmt: Format) -> float:
     mode = "up" if toward > x else "down"
     # The neighbour is the rounding (toward `toward`) of x nudged by a sliver.
     tiny = fmt.min_subnormal / 4
-    step = max(abs(x) * 2.0**-60, tiny)
+    step = max(abs(x) * 2.0**-52, tiny)  # 2^-60 of x vanishes in float64 (1 - 2^-60 == 1.0)
     y = x + step if toward > x else x - step
     return float(round(np.array([y]), fmt, mode, saturate=True)[0])
 
