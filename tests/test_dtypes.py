@@ -38,7 +38,8 @@ def all_codes(name):
     if name == "posit32":
         rng = np.random.default_rng(32)
         c = rng.integers(0, 2**32, 2**20, dtype=np.uint64).astype(np.uint32)
-        special = np.array([0, 1, 2, 0x7FFFFFFF, 0x7FFFFFFE, 0x80000000, 0x80000001, 0xFFFFFFFF, 0x40000000, 0xC0000000],
+        special = np.array([0, 1, 2, 0x7FFFFFFF, 0x7FFFFFFE, 0x80000000, 0x80000001, 0xFFFFFFFF, 0x40000000, 0xC0000000,
+                            0x40000001, 0x3FFFFFFF],
                            np.uint32)
         return np.concatenate([special, c])
     n = 8 * SIZE.get(name, 1)
