@@ -243,6 +243,13 @@ unsafe extern "C" fn cast_to<const T: usize, E: NpElem>(from: *mut c_void, to: *
     // SAFETY: numpy passes n contiguous aligned elements on each side.
     unsafe {
         if is::<E, f32>() {
+            if T == super::kernels::BF16 {
+                let (s, d) = (from as *const u32, to as *mut u16);
+                for i in 0..n {
+                    d.add(i).write(super::kernels::f32_to_bf16(s.add(i).read()));
+                }
+                return;
+            }
             return encode_into(T, std::slice::from_raw_parts(from as *const f32, n), to);
         }
         if is::<E, f64>() {

@@ -83,7 +83,7 @@ pub fn dec_block64(t: usize, c: &[u32], out: &mut [f64]) {
 
 /// Decode to f32 (only for types whose values are all f32s).
 pub fn dec_block32(t: usize, c: &[u32], out: &mut [f32]) {
-    if TYPES[t].name == "bfloat16" {
+    if t == BF16 {
         for (x, y) in c.iter().zip(out.iter_mut()) {
             // bf16 is the top half of an f32.
             *y = f32::from_bits(*x << 16);
@@ -103,7 +103,30 @@ pub fn enc_block64(t: usize, x: &[f64], out: &mut [u32]) {
 }
 
 pub fn enc_block32(t: usize, x: &[f32], out: &mut [u32]) {
+    if t == BF16 {
+        for (v, o) in x.iter().zip(out.iter_mut()) {
+            *o = f32_to_bf16(v.to_bits()) as u32;
+        }
+        return;
+    }
     let _ = convert::encode(&TYPES[t].fmt, x, out, &rne(), 0);
+}
+
+/// Index of bfloat16 in [`TYPES`].
+pub const BF16: usize = 0;
+
+/// f32 bits to bf16 bits, nearest even (the same results as the format engine,
+/// tested bit for bit): bf16 is the top half of an f32, so adding 0x7fff plus
+/// the kept half's lowest bit and truncating rounds to nearest, ties to even
+/// (a carry into the exponent is the correct next binade, or inf). NaN becomes
+/// the quiet NaN of its sign (as the format engine and ml_dtypes do).
+#[inline(always)]
+pub fn f32_to_bf16(x: u32) -> u16 {
+    if x & 0x7FFF_FFFF > 0x7F80_0000 {
+        ((x >> 16) & 0x8000 | 0x7FC0) as u16
+    } else {
+        ((x + 0x7FFF + ((x >> 16) & 1)) >> 16) as u16
+    }
 }
 
 /// Does `t` compute `+ - * /` in f32 (see the module docs)?
