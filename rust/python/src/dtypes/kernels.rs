@@ -98,8 +98,34 @@ pub fn dec_block32(t: usize, c: &[u32], out: &mut [f32]) {
 }
 
 pub fn enc_block64(t: usize, x: &[f64], out: &mut [u32]) {
+    if uses_f32(t) {
+        // Round to odd into f32 first (24 bits >= p + 2 for these formats), then
+        // to the format: the same result as one rounding from f64, on the fast f32 path.
+        let mut y = [0f32; BLOCK];
+        let n = x.len();
+        for (v, o) in x.iter().zip(y.iter_mut()) {
+            *o = f64_to_f32_odd(*v);
+        }
+        enc_block32(t, &y[..n], out);
+        return;
+    }
     // Cannot fail: nearest-even options are valid and u32 holds every code.
     let _ = convert::encode(&TYPES[t].fmt, x, out, &rne(), 0);
+}
+
+/// f64 to f32 rounded to odd: inexact results with an even last bit move one
+/// ulp toward `x` (so the sticky information survives a second rounding).
+#[inline(always)]
+fn f64_to_f32_odd(x: f64) -> f32 {
+    let y = x as f32;
+    let yb = y.to_bits();
+    // NaN and inf pass through; `!=` is a quiet compare.
+    if !finite(x) || y as f64 == x || yb & 1 == 1 || yb & 0x7F80_0000 == 0x7F80_0000 {
+        return y;
+    }
+    // Same sign: a larger magnitude code is farther from zero.
+    let away = (x.abs() > (y as f64).abs()) as u32;
+    f32::from_bits(if away == 1 { yb + 1 } else { yb - 1 } | (yb & 0x8000_0000))
 }
 
 pub fn enc_block32(t: usize, x: &[f32], out: &mut [u32]) {
@@ -559,4 +585,84 @@ pub fn rel(t: usize, op: Rel, a: &[u32], b: &[u32], out: &mut [bool]) {
             Rel::Xor => (*p != 0.0) != (*q != 0.0),
         };
     }
+}
+
+// ---------------------------------------------------------------- result tables
+
+/// Results of every input of a unary op on a type of at most 16 bits, or of
+/// every pair of a binary op on an 8-bit type: the op becomes one lookup per
+/// element. Tables are built on first use by the block kernels above (so
+/// they hold exactly what the computed path gives) and kept for the process.
+///
+/// Building evaluates the op on every encoding (logs of negatives, ...), so
+/// the floating-point status flags are restored afterwards: numpy would
+/// otherwise warn about values the caller never passed. Lookups raise no flags.
+const UN_OPS: usize = Un::Spacing as usize + 1;
+const BIN_OPS: usize = Bin::Hypot as usize + 1;
+
+static UN_TABLES: [[OnceLock<Box<[u16]>>; UN_OPS]; N] = [const { [const { OnceLock::new() }; UN_OPS] }; N];
+static BIN_TABLES: [[OnceLock<Box<[u16]>>; BIN_OPS]; N] = [const { [const { OnceLock::new() }; BIN_OPS] }; N];
+
+#[cfg(target_arch = "x86_64")]
+fn fp_status() -> u32 {
+    let mut c: u32 = 0;
+    // SAFETY: stmxcsr stores the SSE control/status register into `c`.
+    unsafe { std::arch::asm!("stmxcsr [{}]", in(reg) &mut c, options(nostack)) };
+    c
+}
+
+#[cfg(target_arch = "x86_64")]
+fn set_fp_status(c: u32) {
+    // SAFETY: ldmxcsr loads a value read by stmxcsr (same modes, old flags).
+    unsafe { std::arch::asm!("ldmxcsr [{}]", in(reg) &c, options(nostack, readonly)) };
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn fp_status() -> u32 {
+    0
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn set_fp_status(_c: u32) {}
+
+fn build(n: usize, f: impl Fn(&[u32], &mut [u32])) -> Box<[u16]> {
+    let saved = fp_status();
+    let mut out = vec![0u16; n];
+    let mut codes = [0u32; BLOCK];
+    let mut res = [0u32; BLOCK];
+    for start in (0..n).step_by(BLOCK) {
+        let m = BLOCK.min(n - start);
+        for (j, c) in codes[..m].iter_mut().enumerate() {
+            *c = (start + j) as u32;
+        }
+        f(&codes[..m], &mut res[..m]);
+        for j in 0..m {
+            out[start + j] = res[j] as u16;
+        }
+    }
+    set_fp_status(saved);
+    out.into_boxed_slice()
+}
+
+/// The unary table of (t, op), for types of at most 16 bits.
+pub fn un_table(t: usize, op: Un) -> Option<&'static [u16]> {
+    let bits = TYPES[t].fmt.bits();
+    if bits > 16 {
+        return None;
+    }
+    Some(UN_TABLES[t][op as usize].get_or_init(|| build(1 << bits, |c, r| unary(t, op, c, r))))
+}
+
+/// The binary table of (t, op) indexed by `a << 8 | b`, for 8-bit types.
+pub fn bin_table(t: usize, op: Bin) -> Option<&'static [u16]> {
+    if TYPES[t].fmt.bits() != 8 {
+        return None;
+    }
+    Some(BIN_TABLES[t][op as usize].get_or_init(|| {
+        build(1 << 16, |c, r| {
+            let a: Vec<u32> = c.iter().map(|x| x >> 8).collect();
+            let b: Vec<u32> = c.iter().map(|x| x & 0xFF).collect();
+            binary(t, op, &a, &b, r)
+        })
+    }))
 }
