@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from . import _lowp
 from ._convert import ROUNDING_MODES, cast, decode, encode, round
+from ._gemm import empty, matmul, padded_ld, qmatmul, sum
 from ._formats import FloatFormat, Format, IntFormat, PositFormat, finfo, format, named_formats
 from ._quant import QuantizedArray, quantize
 from ._ulp import nextafter, ulp
@@ -19,5 +20,6 @@ __all__ = [
     "round", "cast", "encode", "decode", "ROUNDING_MODES",
     "quantize", "QuantizedArray",
     "set_num_threads", "get_num_threads",
+    "matmul", "qmatmul", "sum", "padded_ld", "empty",
     "ulp", "nextafter",
 ]

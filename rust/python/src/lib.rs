@@ -7,10 +7,12 @@ use pyo3::prelude::*;
 
 mod convert;
 mod errors;
+mod gemm;
 mod spec;
 
 #[pymodule]
 fn _lowp(m: &Bound<'_, PyModule>) -> PyResult<()> {
     convert::register(m)?;
+    gemm::register(m)?;
     Ok(())
 }
