@@ -100,7 +100,7 @@ class LossScaler:
         self._growth_tracker += 1
         if self._growth_tracker == self.growth_interval:
             grown = self._scale * self.growth_factor
-            if math.isfinite(np.float32(grown)):
+            if grown <= float(np.finfo(np.float32).max):
                 self._scale = grown
             self._growth_tracker = 0
 
