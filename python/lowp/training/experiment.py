@@ -14,7 +14,7 @@ interrupted run keeps what it finished:
 - ``history.csv``: test accuracy, test loss and train loss per epoch;
 - ``curves.png``: test accuracy and test loss per epoch for every config.
 
-The default settings (SGD, momentum 0.9, lr 0.002, batch 32, 30 epochs) are chosen so
+The default settings (SGD, momentum 0.9, lr 0.002, batch 32, 60 epochs) are chosen so
 that weight updates are often smaller than half an ulp of bf16 weights: without
 float32 master weights, round-to-nearest loses them and training stalls, while
 stochastic rounding keeps their expected value.
@@ -116,10 +116,15 @@ class Result:
 
 
 def train_one(cfg: QuantConfig, data: Data, *, epochs: int, lr: float, momentum: float, batch_size: int, hidden: int,
-              seed: int, backend: str = "auto", on_epoch: Optional[Callable[[Result], None]] = None) -> Result:
-    """Train a fresh MLP under ``cfg``; metrics after every epoch."""
+              seed: int, backend: str = "auto", optimizer: str = "sgd",
+              on_epoch: Optional[Callable[[Result], None]] = None) -> Result:
+    """Train a fresh MLP under ``cfg``; metrics after every epoch. ``momentum`` is SGD's
+    momentum or Adam's first beta."""
     model = MLP([data.x_train.shape[1], hidden, data.n_classes], cfg, seed=seed, backend=backend)
-    opt = model.optimizer("sgd", lr, momentum=momentum, seed=seed + 1)
+    if optimizer == "adam":
+        opt = model.optimizer("adam", lr, betas=(momentum, 0.999), seed=seed + 1)
+    else:
+        opt = model.optimizer("sgd", lr, momentum=momentum, seed=seed + 1)
     scaler = model.loss_scaler()
     order = np.random.default_rng(seed + 2)
     res = Result(cfg.name, cfg.describe())
@@ -234,18 +239,20 @@ def plot(results: Sequence[Result], path: str, settings: dict[str, Any]) -> None
     ax2.grid(alpha=0.3)
     ax2.legend(fontsize=8, loc="upper right")
     fig.suptitle(f"MLP on {settings.get('data', '?')}: " + ", ".join(
-        f"{k} {v}" for k, v in settings.items() if k in ("epochs", "lr", "momentum", "batch", "hidden")), fontsize=10)
+        f"{k} {v}" for k, v in settings.items() if k in ("optimizer", "epochs", "lr", "momentum", "batch", "hidden")),
+        fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
 
 def run(configs: dict[str, QuantConfig], data: Data, outdir: str, *, epochs: int, lr: float, momentum: float,
-        batch_size: int, hidden: int, seed: int, backend: str = "auto", progress: bool = True) -> list[Result]:
+        batch_size: int, hidden: int, seed: int, backend: str = "auto", optimizer: str = "sgd",
+        progress: bool = True) -> list[Result]:
     """Train under every config in turn, writing the results after each one. On
     KeyboardInterrupt the finished configs stay written and the exception propagates."""
-    settings = dict(data=data.name, train=len(data.y_train), test=len(data.y_test), epochs=epochs, lr=lr,
-                    momentum=momentum, batch=batch_size, hidden=hidden, seed=seed)
+    settings = dict(data=data.name, train=len(data.y_train), test=len(data.y_test), optimizer=optimizer,
+                    epochs=epochs, lr=lr, momentum=momentum, batch=batch_size, hidden=hidden, seed=seed)
     results: list[Result] = []
     bar = None
     if progress:
@@ -263,7 +270,8 @@ def run(configs: dict[str, QuantConfig], data: Data, outdir: str, *, epochs: int
                     bar.set_postfix(acc=f"{100 * r.test_acc[-1]:.1f}%", loss=f"{r.test_loss[-1]:.3f}")
 
             results.append(train_one(cfg, data, epochs=epochs, lr=lr, momentum=momentum, batch_size=batch_size,
-                                     hidden=hidden, seed=seed, backend=backend, on_epoch=tick))
+                                     hidden=hidden, seed=seed, backend=backend, optimizer=optimizer,
+                                     on_epoch=tick))
             write_results(results, outdir, settings)
     finally:
         if bar is not None:
@@ -284,9 +292,10 @@ def add_subparser(sub: Any) -> argparse.ArgumentParser:
                    help=f"configs to run (default: all): {', '.join(names)}")
     p.add_argument("--data", metavar="FILE.npz", default=None,
                    help="read X_train, y_train, X_test, y_test from an .npz file instead of the digits set")
-    p.add_argument("--epochs", type=int, default=None, help="epochs per config (default 30, --quick 4)")
-    p.add_argument("--lr", type=float, default=0.002, help="SGD learning rate (default 0.002)")
-    p.add_argument("--momentum", type=float, default=0.9, help="SGD momentum (default 0.9)")
+    p.add_argument("--epochs", type=int, default=None, help="epochs per config (default 60, --quick 4)")
+    p.add_argument("--optimizer", choices=("sgd", "adam"), default="sgd", help="optimizer (default sgd)")
+    p.add_argument("--lr", type=float, default=0.002, help="learning rate (default 0.002)")
+    p.add_argument("--momentum", type=float, default=0.9, help="SGD momentum or Adam's beta1 (default 0.9)")
     p.add_argument("--batch-size", type=int, default=32, help="batch size (default 32)")
     p.add_argument("--hidden", type=int, default=128, help="hidden layer width (default 128)")
     p.add_argument("--seed", type=int, default=0, help="seed of weights, batches and stochastic rounding")
@@ -298,7 +307,7 @@ def add_subparser(sub: Any) -> argparse.ArgumentParser:
 
 
 def main(args: argparse.Namespace) -> int:
-    epochs = args.epochs if args.epochs is not None else (4 if args.quick else 30)
+    epochs = args.epochs if args.epochs is not None else (4 if args.quick else 60)
     for name, val, ok in (("--epochs", epochs, epochs >= 1), ("--batch-size", args.batch_size, args.batch_size >= 1),
                           ("--hidden", args.hidden, args.hidden >= 1), ("--lr", args.lr, args.lr > 0),
                           ("--momentum", args.momentum, 0 <= args.momentum < 1), ("--seed", args.seed, args.seed >= 0)):
@@ -315,12 +324,12 @@ def main(args: argparse.Namespace) -> int:
     try:
         results = run(configs, data, args.output, epochs=epochs, lr=args.lr, momentum=args.momentum,
                       batch_size=args.batch_size, hidden=args.hidden, seed=args.seed, backend=args.backend,
-                      progress=not args.no_progress)
+                      optimizer=args.optimizer, progress=not args.no_progress)
     except KeyboardInterrupt:
         print(f"\ninterrupted: results of the finished configs are in {args.output}", file=sys.stderr)
         return 130
-    settings = dict(data=data.name, epochs=epochs, lr=args.lr, momentum=args.momentum, batch=args.batch_size,
-                    hidden=args.hidden, seed=args.seed)
+    settings = dict(data=data.name, optimizer=args.optimizer, epochs=epochs, lr=args.lr, momentum=args.momentum,
+                    batch=args.batch_size, hidden=args.hidden, seed=args.seed)
     print(markdown_table(results, settings))
     print(f"written to {args.output}: results.md, results.csv, history.csv, curves.png")
     return 0
