@@ -200,10 +200,10 @@ def nextafter_scalar(x: float, toward: float, fmt: Format) -> float:
     if math.isnan(x) or math.isnan(toward) or x == toward:
         return x if not math.isnan(toward) else math.nan
     mode = "up" if toward > x else "down"
-    # The neighbour is the rounding (toward `toward`) of x nudged by a sliver.
-    tiny = fmt.min_subnormal / 4
-    step = max(abs(x) * 2.0**-60, tiny)
-    y = x + step if toward > x else x - step
+    # The neighbour is the directed rounding of the next float64 after x (every
+    # format is narrower than float64, so that float64 lies strictly before the
+    # format's neighbour, or is it).
+    y = math.nextafter(x, toward)
     return float(round(np.array([y]), fmt, mode, saturate=True)[0])
 
 

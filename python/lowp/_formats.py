@@ -368,6 +368,8 @@ def format(x: Any) -> Format:  # noqa: A001 - the public name of the API
     ``"int8"``...) or a dtype (lowp, ml_dtypes or numpy)."""
     if isinstance(x, Format):
         return x
+    if x is None:  # np.dtype(None) would silently mean float64
+        raise TypeError("fmt: expected a Format, a format name or a dtype, got None")
     if isinstance(x, str):
         key = x.strip().lower()
         key = _ALIASES.get(key, key)
@@ -426,8 +428,19 @@ class finfo:  # noqa: N801 - mirrors numpy.finfo
 
             self.epsneg = 1.0 - nextafter_scalar(1.0, -math.inf, f)
         self.negep = int(round(math.log2(self.epsneg)))
-        self.precision = int(-math.log10(self.eps))
-        self.resolution = 10.0 ** -self.precision
+        # Decimal digits as numpy computes them, but at least 1 as ml_dtypes reports
+        # for its 8-bit floats; the resolution is 10**-precision rounded into the format.
+        # (fewer when 10**-precision would round to 0 in a format of tiny range).
+        from ._convert import round as _round
+
+        def _resolution(p: int) -> float:
+            return float(_round(np.array([10.0**-p]), f, saturate=True)[0])
+
+        self.precision = max(int(-math.log10(self.eps)), 1)
+        self.resolution = _resolution(self.precision)
+        while self.resolution == 0 and self.precision > 0:
+            self.precision -= 1
+            self.resolution = _resolution(self.precision)
 
     def __repr__(self) -> str:
         return (f"lowp.finfo(resolution={self.resolution}, min={self.min:g}, max={self.max:g}, "

@@ -11,6 +11,8 @@
 //! The fast paths are tested bit-for-bit against the reference, and stochastic
 //! rounding draws its bits from `(seed, element index)` on every path.
 
+#[cfg(target_arch = "x86_64")]
+mod avx2;
 mod fast;
 
 use std::any::TypeId;
@@ -114,6 +116,8 @@ pub fn set_isa(i: Option<Isa>) -> Result<()> {
 pub trait Code: Copy + Send + Sync + Default + 'static {
     const BYTES: usize;
     fn from_u64(v: u64) -> Self;
+    /// Truncating conversion from a 32-bit code.
+    fn from_u32(v: u32) -> Self;
     fn to_u64(self) -> u64;
 }
 
@@ -123,6 +127,8 @@ macro_rules! impl_code {
             const BYTES: usize = std::mem::size_of::<$t>();
             #[inline(always)]
             fn from_u64(v: u64) -> Self { v as $t }
+            #[inline(always)]
+            fn from_u32(v: u32) -> Self { v as $t }
             #[inline(always)]
             fn to_u64(self) -> u64 { self as u64 }
         }
@@ -229,6 +235,20 @@ pub fn decode<C: Code, D: Real>(fmt: &Format, src: &[C], dst: &mut [D]) -> Resul
         return Err(Error::value(format!("out: length {} does not match bits' {}", dst.len(), src.len())));
     }
     let path = isa();
+    #[cfg(target_arch = "x86_64")]
+    if path == Isa::Avx2 && TypeId::of::<D>() == TypeId::of::<f32>() && C::BYTES <= 2 {
+        if let Some(plan) = fast::DecodePlan::new(fmt) {
+            // SAFETY: D is f32 (checked above).
+            let d32 = unsafe { std::slice::from_raw_parts_mut(dst.as_mut_ptr() as *mut f32, dst.len()) };
+            zip_chunks(src, d32, MIN_CHUNK, |_, s, d| match &plan {
+                // SAFETY (all three): the Avx2 path is only chosen when the CPU has AVX2, FMA and F16C.
+                fast::DecodePlan::Bf16 => unsafe { avx2::decode_bf16(s, d) },
+                fast::DecodePlan::F16 => unsafe { avx2::decode_f16(s, d) },
+                fast::DecodePlan::Lanes(p) => unsafe { avx2::decode(p, s, d) },
+            });
+            return Ok(());
+        }
+    }
     if path >= Isa::Sse2 && *fmt == Format::Float(crate::format::named::BFLOAT16) && TypeId::of::<D>() == TypeId::of::<f32>() {
         // SAFETY: D is f32 (checked above).
         let d32 = unsafe { std::slice::from_raw_parts_mut(dst.as_mut_ptr() as *mut f32, dst.len()) };

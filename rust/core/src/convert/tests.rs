@@ -44,10 +44,23 @@ fn formats() -> Vec<Format> {
     ]
 }
 
+fn paths() -> Vec<Isa> {
+    [Isa::Sse2, Isa::Avx2].into_iter().filter(|&i| i <= detected_isa()).collect()
+}
+
+/// Run a plan into codes of type C and widen them.
+fn run_plan<C: Code>(plan: &fast::EncodePlan, xs: &[f32], i0: u64) -> Vec<u32> {
+    let mut got = vec![C::default(); xs.len()];
+    plan.run(xs, &mut got, i0);
+    got.iter().map(|c| c.to_u64() as u32).collect()
+}
+
 #[test]
 fn fast_paths_match_reference() {
-    let xs = probe_inputs();
-    let paths: Vec<Isa> = [Isa::Sse2, Isa::Avx2].into_iter().filter(|&i| i <= detected_isa()).collect();
+    let mut xs = probe_inputs();
+    // A length that is no multiple of any vector width, so tails run too.
+    xs.extend([1.5f32, -2.75, 3.0e-5, -7.0e-9, 65519.0]);
+    assert!(xs.len() % 32 != 0);
     for fmt in formats() {
         for mode in Mode::ALL {
             for saturate in [false, true] {
@@ -62,18 +75,30 @@ fn fast_paths_match_reference() {
                         .enumerate()
                         .map(|(i, &x)| reference_encode_one(&fmt, x, &opts, &rng, 1000 + i as u64) as u32)
                         .collect();
-                    for &path in &paths {
+                    for &path in &paths() {
                         let plan = fast::EncodePlan::new::<f32>(&fmt, &opts, path).expect("fast path applies");
-                        let mut got = vec![0u32; xs.len()];
-                        plan.run(&xs, &mut got, 1000);
-                        for i in 0..xs.len() {
-                            assert_eq!(got[i], want[i], "{fmt:?} {mode:?} sat={saturate} {path:?} x={:e} ({:#x})", xs[i], xs[i].to_bits());
+                        let mut outs = vec![("u32", run_plan::<u32>(&plan, &xs, 1000))];
+                        if fmt.bits() <= 16 {
+                            outs.push(("u16", run_plan::<u16>(&plan, &xs, 1000)));
+                        }
+                        if fmt.bits() <= 8 {
+                            outs.push(("u8", run_plan::<u8>(&plan, &xs, 1000)));
+                        }
+                        for (ty, got) in outs {
+                            for i in 0..xs.len() {
+                                assert_eq!(
+                                    got[i], want[i],
+                                    "{fmt:?} {mode:?} sat={saturate} rbits={rbits} {path:?} {ty} x={:e} ({:#x})",
+                                    xs[i],
+                                    xs[i].to_bits()
+                                );
+                            }
                         }
                         let mut vals = vec![0f32; xs.len()];
                         plan.run_round(&xs, &mut vals, 1000);
                         for i in 0..xs.len() {
                             let w = fmt.decode(want[i] as u64) as f32;
-                            assert!(vals[i].to_bits() == w.to_bits() || (w.is_nan() && vals[i].is_nan()), "round {fmt:?} {mode:?} x={:e}", xs[i]);
+                            assert_eq!(vals[i].to_bits(), w.to_bits(), "round {fmt:?} {mode:?} sat={saturate} {path:?} x={:e}", xs[i]);
                         }
                     }
                 }
@@ -95,19 +120,43 @@ fn index_blocks_cross_2_pow_32() {
     assert_eq!(got, want);
 }
 
+/// Every code (with junk above the format's bits when the storage is wider),
+/// decoded on every path, equals the reference bit for bit (NaN included).
+fn check_decode<C: Code>(fmt: &Format, codes: &[C]) {
+    let mut want = vec![0f32; codes.len()];
+    let mut want64 = vec![0f64; codes.len()];
+    set_isa(Some(Isa::Scalar)).unwrap();
+    decode(fmt, codes, &mut want).unwrap();
+    decode(fmt, codes, &mut want64).unwrap();
+    for &path in &paths() {
+        set_isa(Some(path)).unwrap();
+        let mut got = vec![0f32; codes.len()];
+        decode(fmt, codes, &mut got).unwrap();
+        let mut got64 = vec![0f64; codes.len()];
+        decode(fmt, codes, &mut got64).unwrap();
+        for i in 0..codes.len() {
+            let c = codes[i].to_u64();
+            assert_eq!(got[i].to_bits(), want[i].to_bits(), "{fmt:?} {path:?} code {c:#x}");
+            assert_eq!(got64[i].to_bits(), want64[i].to_bits(), "f64 {fmt:?} {path:?} code {c:#x}");
+        }
+    }
+    set_isa(None).unwrap();
+}
+
 #[test]
 fn decode_paths_agree() {
     for fmt in formats().into_iter().chain([Format::Posit(named::POSIT8), Format::Posit(named::POSIT16)]) {
-        let n = 1usize << fmt.bits().min(16);
-        let codes: Vec<u16> = (0..n as u32).map(|c| c as u16).collect();
-        let mut a = vec![0f32; n];
-        let mut b = vec![0f32; n];
-        set_isa(Some(Isa::Scalar)).unwrap();
-        decode(&fmt, &codes, &mut a).unwrap();
-        set_isa(None).unwrap();
-        decode(&fmt, &codes, &mut b).unwrap();
-        for i in 0..n {
-            assert!(a[i].to_bits() == b[i].to_bits() || (a[i].is_nan() && b[i].is_nan()), "{fmt:?} {i:#x}");
+        if fmt.bits() > 16 {
+            continue;
+        }
+        let n = 1u32 << fmt.bits();
+        // Twice over with junk in the unused upper bits, plus an odd tail.
+        let reps = |w: u32| (0..2 * n + 13).map(move |i| (i % n) | if i >= n { (0xffff_u32 << fmt.bits()) & w } else { 0 });
+        let c16: Vec<u16> = reps(0xffff).map(|c| c as u16).collect();
+        check_decode(&fmt, &c16);
+        if fmt.bits() <= 8 {
+            let c8: Vec<u8> = reps(0xff).map(|c| c as u8).collect();
+            check_decode(&fmt, &c8);
         }
     }
 }

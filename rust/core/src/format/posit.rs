@@ -151,9 +151,12 @@ impl PositFormat {
         self.decode(1)
     }
 
-    /// Gap between 1 and the next posit.
+    /// Gap between 1 and the next posit (the gap below 1 when 1 is maxpos, as in <2, es>).
     pub fn eps(&self) -> f64 {
         let one = self.encode(1.0, &RoundOpts::new(crate::Mode::NearestEven), 0);
+        if one == self.max_code() {
+            return 1.0 - self.decode(one - 1);
+        }
         self.decode(one + 1) - 1.0
     }
 }
