@@ -105,7 +105,7 @@ def test_midpoints_are_ties(fmt):
 
 @pytest.mark.parametrize("fmt,dtype", [("bfloat16", ml_dtypes.bfloat16), ("float8_e4m3fn", ml_dtypes.float8_e4m3fn),
                                        ("float16", np.float16), ("posit16", np.float64), ("e5m2", np.float32),
-                                       ("int8", np.int8)])
+                                       ("int8", np.int8), ("posit16", lowp.posit16), ("float8_e5m2", lowp.float8_e5m2)])
 def test_arrays(fmt, dtype):
     f = lowp.format(fmt)
     arrays = collect(lst.arrays(f, (3, 4), dtype=dtype), 50)
