@@ -1,4 +1,4 @@
-"""Helpers for testing code that uses low-precision formats.
+"""Tools for testing code that uses low-precision formats.
 
 - :func:`assert_ulp_close`: compare arrays in units in the last place of a format.
 - :func:`encoding_class`: which kind of encoding a value of a format is (zero, subnormal, ...).
