@@ -47,7 +47,8 @@ class FloatSpec:
         else:  # fnuz, None: every magnitude code is finite
             be, bm = top_exp, full_man
         self.max = self._value(be, bm)
-        self.has_nan = nan is not None
+        # ieee with inf and no mantissa bits: the top binade's only code is inf, no NaN
+        self.has_nan = nan is not None and not (nan == "ieee" and self.inf and man_bits == 0)
         self.has_neg_zero = nan != "fnuz"
 
     def _value(self, be, bm):
@@ -106,7 +107,8 @@ def _overflow_to_inf(mode: str, negative: bool) -> bool:
 def neighbours(x: float, s: FloatSpec):
     """(lo, hi) magnitudes of the grid points around |x| (finite, nonzero), and k's parity."""
     a = Fraction(abs(x))
-    e = math.frexp(abs(x))[1] - 1  # floor(log2 |x|), exact for a float
+    # floor(log2 |x|), exactly (x a float, or an int of any size)
+    e = abs(x).bit_length() - 1 if isinstance(x, int) else math.frexp(abs(x))[1] - 1
     if e >= s.emin:
         q = e - s.m
     elif s.subnormals:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import math
 import pickle
-from fractions import Fraction
 
 import ml_dtypes
 import numpy as np
@@ -166,6 +165,14 @@ def test_hash_and_equality():
     assert lowp.format("int8") != 8 and lowp.format("bf16") != "bf16"
     d = {lowp.format("e4m3fn"): 1}
     assert d[lowp.FloatFormat(4, 3, nan="fn")] == 1
+
+
+def test_equal_formats_report_the_same_dtype():
+    for f, name in [(lowp.FloatFormat(8, 7), "bf16"), (lowp.FloatFormat(4, 3, nan="fn"), "e4m3fn"),
+                    (lowp.FloatFormat(5, 10), "float16"), (lowp.IntFormat(8), "int8"), (lowp.PositFormat(16), "posit16")]:
+        assert f == lowp.format(name) and f.dtype == lowp.format(name).dtype
+    assert lowp.FloatFormat(8, 7).dtype == np.dtype(ml_dtypes.bfloat16)
+    assert lowp.FloatFormat(4, 3, bias=11).dtype is None
 
 
 def test_replace():

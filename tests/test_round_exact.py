@@ -38,6 +38,8 @@ CUSTOM = [
     lowp.FloatFormat(4, 3, nan="fnuz", subnormals=False),
     lowp.FloatFormat(2, 1),
     lowp.FloatFormat(4, 0, nan="fn"),
+    lowp.FloatFormat(3, 0),
+    lowp.FloatFormat(5, 0, inf=False),
     lowp.FloatFormat(11, 20),
     lowp.FloatFormat(10, 40, bias=600),
 ]
@@ -80,7 +82,7 @@ def adversarial_inputs(fmt, rng):
     x = np.concatenate(xs)
     x = x[np.isfinite(x)]
     x = np.concatenate([x, -x, [0.0, -0.0, np.inf, -np.inf]])
-    if fmt.nan is not None:
+    if FloatSpec.of(fmt).has_nan:
         x = np.append(x, [np.nan, -np.nan])
     return x
 
@@ -245,7 +247,7 @@ def gfloat_info(fmt):
                              is_twos_complement=False)
 
 
-GF_FORMATS = [f for f in FORMATS if f.subnormals and f.nan is not None]
+GF_FORMATS = [f for f in FORMATS if f.subnormals and FloatSpec.of(f).has_nan]
 
 
 def test_gfloat_named_infos_agree():
@@ -349,3 +351,104 @@ def test_reference_self_check():
     assert round_float(-0.25 * 2.0**-6, FloatSpec(4, 3, subnormals=False), "nearest_even") == 0.0
     assert math.copysign(1, round_float(-1e-30, FloatSpec(4, 3), "nearest_even")) == -1
     assert math.copysign(1, round_float(-1e-30, FloatSpec(4, 3, nan="fnuz"), "nearest_even")) == 1
+
+
+@pytest.mark.parametrize("fmt", ["bf16", "e4m3fn", "e5m2", lowp.FloatFormat(6, 9), lowp.FloatFormat(8, 40)], ids=repr)
+@pytest.mark.parametrize("dtype", [np.int64, np.uint64])
+def test_64bit_integers_round_once(fmt, dtype):
+    """int64/uint64 beyond 2^53 are rounded once, from the exact integer (not via float64)."""
+    f = lowp.format(fmt)
+    rng = np.random.default_rng(64)
+    info = np.iinfo(dtype)
+    shifts = rng.integers(0, 63, 3000).astype(np.uint64)
+    raw = rng.integers(0, 2**63, 3000, dtype=np.uint64) >> shifts
+    x = raw.astype(dtype)
+    if dtype == np.int64:
+        x = np.where(rng.random(x.size) < 0.5, -x, x)
+    # ties and near-ties of the format with low bits that float64 cannot hold
+    k = np.arange(54, 63, dtype=np.uint64)
+    tie = (np.uint64(1) << k) + (np.uint64(1) << (k - np.uint64(f.man_bits + 1)))
+    top = np.array([info.max, info.max - 1], np.uint64)
+    edge = np.concatenate([tie, tie + np.uint64(1), tie - np.uint64(1), top]).astype(dtype)
+    parts = [x, edge]
+    if dtype == np.int64:
+        parts += [-edge[:-2], np.array([info.min], np.int64)]
+    x = np.concatenate(parts).astype(dtype)
+    s = FloatSpec.of(f)
+    for mode in MODES:
+        got = lowp.round(x, f, mode)
+        want = np.array([round_float(int(v), s, mode) for v in x])
+        assert_same_values(got, want, x.astype(np.float64), f"{dtype.__name__} -> {f!r} {mode}")
+        np.testing.assert_array_equal(lowp.decode(lowp.encode(x, f, mode), f, np.float64), want)
+
+
+def test_posit_from_int64_round_once():
+    from _reference import posit_round
+
+    x = np.array([2**62 + 2**34 + 1, 2**40 + 2**12 + 1, -(2**60 + 2**32 + 7), 2**63 - 1], np.int64)
+    for n in (16, 32):
+        got = lowp.encode(x, lowp.PositFormat(n, 2)).astype(np.int64)
+        want = [posit_round(int(v), n, 2) for v in x]
+        np.testing.assert_array_equal(got, want)
+
+
+def test_shapes_preserved():
+    for x in (np.float64(1.3), np.array(1.3), np.array(1.3, np.float32), np.zeros((0, 3)), np.ones((2, 0, 3)),
+              np.ones((3, 4), order="F"), np.ones((4, 6))[::2, ::3]):
+        r = lowp.round(x, "bf16")
+        assert r.shape == np.shape(x) and r.dtype == x.dtype
+        assert lowp.encode(x, "bf16").shape == np.shape(x)
+        assert lowp.decode(lowp.encode(x, "bf16"), "bf16").shape == np.shape(x)
+    assert lowp.decode(np.uint16(0x3F80), "bf16").shape == ()
+    big = np.array(1.3, ">f8")  # byte-swapped input
+    assert lowp.round(big, "bf16") == lowp.round(np.array(1.3), "bf16")
+
+
+def test_float64_format_is_identity():
+    rng = np.random.default_rng(64)
+    x = rng.integers(0, 2**64, 100_000, dtype=np.uint64).view(np.float64)
+    x = x[~np.isnan(x)]
+    for mode in MODES:
+        np.testing.assert_array_equal(lowp.round(x, "float64", mode), x)
+        np.testing.assert_array_equal(lowp.encode(x, "float64", mode), x.view(np.uint64))
+
+
+@pytest.mark.parametrize("fmt", [lowp.FloatFormat(8, 7, bias=100), lowp.FloatFormat(8, 20, bias=120),
+                                 lowp.FloatFormat(7, 5, bias=20)], ids=repr)
+def test_f32_into_formats_wider_than_f32(fmt, isa):
+    """float32 input into formats whose range exceeds float32's (codes checked: their values
+    need not be float32 numbers)."""
+    rng = np.random.default_rng(fmt.bias)
+    n = 4000
+    e = rng.integers(-149, 128, n)
+    x = np.ldexp(rng.random(n) + 1, e - 1) * rng.choice([-1.0, 1.0], n)
+    with np.errstate(over="ignore"):
+        x32 = x.astype(np.float32)
+    x32 = np.concatenate([x32[np.isfinite(x32)], np.array([np.finfo(np.float32).max, np.finfo(np.float32).tiny,
+                                                           1e-45, np.inf, np.nan, 0.0, -0.0], np.float32)])
+    x64 = x32.astype(np.float64)
+    for (mode, sat), want in reference(fmt, x64).items():
+        got = lowp.decode(lowp.encode(x32, fmt, mode, saturate=sat), fmt, np.float64)
+        assert_same_values(got, want, x64, f"f32 {fmt!r} {mode} sat={sat}")
+
+
+@pytest.mark.parametrize("fmt", [f for f in FORMATS if f._fits_f32() and f.man_bits > 0], ids=repr)
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_hypothesis_f32_both_paths(fmt, data):
+    xs = data.draw(st.lists(st.floats(width=32, allow_nan=FloatSpec.of(fmt).has_nan), min_size=1, max_size=40))
+    x32 = np.array(xs, np.float32)
+    x64 = x32.astype(np.float64)
+    ref = reference(fmt, x64)
+    try:
+        for isa in ("scalar", None):
+            _lowp_set_isa(isa)
+            for (mode, sat), want in ref.items():
+                got = lowp.round(x32, fmt, mode, saturate=sat).astype(np.float64)
+                assert_same_values(got, want, x64, f"f32 {isa} {fmt!r} {mode} sat={sat}")
+    finally:
+        _lowp_set_isa(None)
+
+
+def _lowp_set_isa(name):
+    lowp._lowp.set_isa(name)

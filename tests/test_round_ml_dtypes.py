@@ -186,3 +186,46 @@ def _free_inputs():
     yield
     for f in (midpoint_inputs, inputs, expected_codes):
         f.cache_clear()
+
+
+def test_float16_from_float64_matches_numpy(isa):
+    """numpy's float64 -> float16 rounds once (correctly): lowp must agree bit for bit,
+    including just above and below every float16 midpoint (where float32 would double-round)."""
+    mids = midpoint_inputs("float16").astype(np.float64)
+    mids = mids[np.isfinite(mids)]
+    x = np.concatenate([mids, mids * (1 + 2.0**-40), mids * (1 - 2.0**-40), np.nextafter(mids, np.inf),
+                        np.nextafter(mids, -np.inf)])
+    rng = np.random.default_rng(16)
+    x = np.concatenate([x, rng.standard_normal(200_000) * np.exp2(rng.integers(-30, 20, 200_000)),
+                        [np.nan, np.inf, -np.inf, 0.0, -0.0, 1e300, 5e-324]])
+    want = cast(x, np.float16).view(np.uint16)
+    assert_same_codes("float16", lowp.encode(x, "float16"), want, cast(x, np.float32))
+
+
+@pytest.mark.parametrize("name,x,exact", [
+    ("float8_e4m3fn", 1 + 2.0**-4 + 2.0**-40, 1.125),
+    ("float8_e5m2", 1 + 2.0**-3 + 2.0**-40, 1.25),
+    ("bfloat16", 1 + 2.0**-8 + 2.0**-30, 1.0078125),
+])
+def test_ml_dtypes_double_rounds_from_float64(name, x, exact):
+    """ml_dtypes converts float64 through float32 (two roundings) and gets these wrong;
+    lowp rounds once. The exact answers: the inputs lie above the midpoint."""
+    t = getattr(ml_dtypes, name)
+    assert float(np.array([x]).astype(t).astype(np.float64)[0]) != exact  # ml_dtypes: the tie, to even
+    assert lowp.round(np.array([x]), name)[0] == exact
+    assert lowp.cast(np.array([x]), t).astype(np.float64)[0] == exact
+
+
+@pytest.mark.parametrize("src", ML_NAMES)
+def test_ml_dtypes_arrays_as_input(src):
+    """Arrays of an ml_dtypes type are accepted and decoded exactly before rounding."""
+    t = oracle_type(src)
+    x = all_codes(src).view(t)
+    as32 = cast(x, np.float32)
+    for dst in ("float8_e4m3fn", "float8_e5m2", "bfloat16"):
+        got = lowp.encode(x, dst)
+        want = cast(as32, oracle_type(dst)).view(code_dtype(dst))
+        assert_same_codes(dst, got, want, as32)
+    r = lowp.round(x, "float8_e4m3")
+    assert r.dtype == np.float32
+    np.testing.assert_array_equal(r, lowp.round(as32, "float8_e4m3"))

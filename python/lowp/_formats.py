@@ -117,9 +117,11 @@ class Format:
         lowp's own dtypes first; for a named format without one, ml_dtypes' dtype of
         the same name when ml_dtypes has been imported."""
         dt = _dtype_registry.get(self._spec)
-        if dt is None and self._name:
+        named = _BY_SPEC.get(self._spec)  # FloatFormat(8, 7) stores like lowp.format("bf16")
+        name = self._name or (named._name if named is not None else None)
+        if dt is None and name:
             ml = sys.modules.get("ml_dtypes")
-            t = getattr(ml, self._name, None) if ml is not None else None
+            t = getattr(ml, name, None) if ml is not None else None
             if t is not None:
                 dt = np.dtype(t)
         return dt
@@ -381,6 +383,8 @@ def format(x: Any) -> Format:  # noqa: A001 - the public name of the API
             dt = None
         if dt is not None and dt.name in _NAMED:
             return _NAMED[dt.name]
+        if dt is not None:  # a numpy dtype's name, but not a format: an unsupported dtype
+            raise TypeError(f"fmt: dtype {dt} has no lowp format; accepted dtypes: {', '.join(sorted(_NAMED))}")
         raise ValueError(f"fmt: unknown format name {x!r}; accepted: {', '.join(sorted(_NAMED) + sorted(_ALIASES))}")
     try:
         dt = np.dtype(x)

@@ -155,6 +155,12 @@ def _index_pair(a: np.ndarray, b: np.ndarray, maxval: int) -> tuple[np.ndarray, 
     return np.ascontiguousarray(a, dtype=dt), np.ascontiguousarray(b, dtype=dt)
 
 
+def _compact_pair(a: np.ndarray, b: np.ndarray, maxval: int) -> tuple[np.ndarray, np.ndarray]:
+    """Computed (hence valid) indices as int32 when ``maxval`` fits, else int64."""
+    dt = np.int32 if maxval <= _I32_MAX else np.int64
+    return np.ascontiguousarray(a, dtype=dt), np.ascontiguousarray(b, dtype=dt)
+
+
 def _check_shape(shape: Any) -> tuple[int, int]:
     try:
         m, n = (operator_index(s) for s in shape)
@@ -385,7 +391,13 @@ class _Sparse:
         rounding with ``seed`` is reproducible). ``scale`` (int8): stored = round(value / scale)."""
         _check_rounding(rounding)
         fmt = _target_format(dtype)
-        vals = _decode_values(self._v, self._fmt) * self._scale
+        # Exact values, float32 when they fit (so stochastic rounding draws as lowp.cast does).
+        if self._fmt is None:
+            vals = self._v
+        else:
+            vals = decode(self._v, self._fmt, np.float32 if self._fmt._fits_f32() else np.float64)
+        if self._scale != 1.0:
+            vals = vals.astype(np.float64) * self._scale
         sc = 1.0
         if scale is not None:
             sc = float(scale)
@@ -594,7 +606,7 @@ class COO(_Sparse):
                 keep = _decode_values(v, fmt) != 0
                 row, col, v = row[keep], col[keep], v[keep]
         m, n = a.shape
-        row, col = _index_pair(row, col, max(m, n, row.size))
+        row, col = _compact_pair(row, col, max(m, n, row.size))
         return COO._make(np.ascontiguousarray(v), fmt, scale, row, col, (m, n), True)
 
     @classmethod
@@ -899,8 +911,9 @@ class BSR(_Sparse):
         v = self._v
         keep = _decode_values(v, self._fmt) != 0  # zeros inside blocks are padding
         m, n = self._shape
-        row, col = _index_pair(rr.reshape(-1)[keep], cc.reshape(-1)[keep], max(m, n, v.size))
-        return COO._make(v[keep], self._fmt, self._scale, row, col, self._shape, True if self._canonical else None)
+        row, col = _compact_pair(rr.reshape(-1)[keep], cc.reshape(-1)[keep], max(m, n, v.size))
+        # Block order is not (row, col) order: canonical form is recomputed when needed.
+        return COO._make(v[keep], self._fmt, self._scale, row, col, self._shape, None)
 
     @classmethod
     def _from_coo(cls, coo: COO, blocksize: Any = None, *a: Any, **kw: Any) -> "BSR":
@@ -1090,7 +1103,7 @@ class NM(_Sparse):
         keep = _decode_values(self._v, self._fmt) != 0  # unused slots hold zeros
         row, col, v = row[keep], col[keep], self._v[keep]
         order = np.lexsort((col, row))
-        r, c = _index_pair(row[order], col[order], max(rows, cols, v.size))
+        r, c = _compact_pair(row[order], col[order], max(rows, cols, v.size))
         return COO._make(np.ascontiguousarray(v[order]), self._fmt, self._scale, r, c, self._shape, True)
 
     @classmethod

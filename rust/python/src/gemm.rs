@@ -164,11 +164,40 @@ fn padded_ld(n: usize, itemsize: usize) -> PyResult<usize> {
     gemm::padded_ld(n, itemsize).py_err()
 }
 
+/// The unpacked reference kernel of the leading-dimension experiment (C-ordered
+/// rows with padding allowed: strides are taken from the arrays).
+#[pyfunction]
+fn matmul_unpacked_f32(py: Python<'_>, a: PyReadonlyArray2<'_, f32>, b: PyReadonlyArray2<'_, f32>, mut out: PyReadwriteArray2<'_, f32>) -> PyResult<()> {
+    let (av, bv) = (a.as_array(), b.as_array());
+    let mut cv = out.as_array_mut();
+    let (m, k) = av.dim();
+    let n = bv.dim().1;
+    if bv.dim().0 != k || cv.dim() != (m, n) {
+        return Err(PyValueError::new_err("b, out: shapes do not match"));
+    }
+    let ok = |s: &[isize]| s[1] == 1 && s[0] >= 0;
+    if !ok(av.strides()) || !ok(bv.strides()) || !ok(cv.strides()) {
+        return Err(PyValueError::new_err("a, b, out: rows must be contiguous"));
+    }
+    let (lda, ldb, ldc) = (av.strides()[0] as usize, bv.strides()[0] as usize, cv.strides()[0] as usize);
+    let span = |r: usize, c: usize, ld: usize| if r == 0 || c == 0 { 0 } else { (r - 1) * ld + c };
+    // SAFETY: the borrowed arrays cover these spans (rows contiguous, non-negative strides).
+    let (sa, sb, sc) = unsafe {
+        (
+            std::slice::from_raw_parts(av.as_ptr(), span(m, k, lda)),
+            std::slice::from_raw_parts(bv.as_ptr(), span(k, n, ldb)),
+            std::slice::from_raw_parts_mut(cv.as_mut_ptr(), span(m, n, ldc)),
+        )
+    };
+    py.detach(|| gemm::matmul_unpacked_f32(sa, lda, sb, ldb, sc, ldc, m, n, k)).py_err()
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(matmul_into, m)?)?;
     m.add_function(wrap_pyfunction!(matmul_emulated_into, m)?)?;
     m.add_function(wrap_pyfunction!(sum_into, m)?)?;
     m.add_function(wrap_pyfunction!(products_exact, m)?)?;
     m.add_function(wrap_pyfunction!(padded_ld, m)?)?;
+    m.add_function(wrap_pyfunction!(matmul_unpacked_f32, m)?)?;
     Ok(())
 }

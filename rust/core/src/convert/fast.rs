@@ -53,6 +53,11 @@ pub(super) enum Kind {
     Generic,
     /// bfloat16, nearest-even, no saturation: one add and a shift.
     Bf16Ne,
+    /// bfloat16, stochastic, no saturation: add the complemented random bits, shift.
+    Bf16Sr,
+    /// Nearest-even into a format whose subnormals lie in f32's normal range
+    /// and whose overflow value is also its infinity value (the fp8 family).
+    Near,
     /// float16 without saturation in a mode the F16C instruction has
     /// (nearest-even, toward zero, up, down).
     F16c,
@@ -63,6 +68,8 @@ pub(super) struct EncodePlan {
     mode: Mode,
     path: Isa,
     kind: Kind,
+    /// Streaming (non-temporal) stores on the AVX2 path.
+    pub(super) nt: bool,
 }
 
 pub(super) const NE: u8 = 0;
@@ -156,15 +163,25 @@ impl EncodePlan {
         let plain = !opts.saturate;
         let kind = if plain && opts.mode == Mode::NearestEven && *f == crate::format::named::BFLOAT16 {
             Kind::Bf16Ne
+        } else if plain && opts.mode == Mode::Stochastic && *f == crate::format::named::BFLOAT16 {
+            Kind::Bf16Sr
         } else if plain
             && *f == crate::format::named::FLOAT16
             && matches!(opts.mode, Mode::NearestEven | Mode::TowardZero | Mode::Up | Mode::Down)
         {
             Kind::F16c
+        } else if opts.mode == Mode::NearestEven && near_applies(f, &p) {
+            Kind::Near
         } else {
             Kind::Generic
         };
-        Some(EncodePlan { p, mode: opts.mode, path, kind })
+        Some(EncodePlan { p, mode: opts.mode, path, kind, nt: false })
+    }
+
+    /// The loop this plan runs on the AVX2 path.
+    #[cfg(test)]
+    pub(super) fn kind(&self) -> Kind {
+        self.kind
     }
 
     pub(super) fn run<C: Code>(&self, src: &[f32], dst: &mut [C], i0: u64) {
@@ -173,7 +190,7 @@ impl EncodePlan {
             match self.path {
                 // SAFETY: Avx2 is only chosen when the CPU has AVX2, FMA and F16C.
                 #[cfg(target_arch = "x86_64")]
-                Isa::Avx2 => unsafe { super::avx2::encode(&self.p, self.mode, self.kind, s, d, i) },
+                Isa::Avx2 => unsafe { super::avx2::encode(&self.p, self.mode, self.kind, s, d, i, self.nt) },
                 _ => encode_dispatch(&self.p, self.mode, s, d, i),
             }
         });
@@ -185,11 +202,21 @@ impl EncodePlan {
             match self.path {
                 // SAFETY: Avx2 is only chosen when the CPU has AVX2, FMA and F16C.
                 #[cfg(target_arch = "x86_64")]
-                Isa::Avx2 => unsafe { super::avx2::round(&self.p, self.mode, s, d, i) },
+                Isa::Avx2 => unsafe { super::avx2::round(&self.p, self.mode, s, d, i, self.nt) },
                 _ => round_dispatch(&self.p, self.mode, s, d, i),
             }
         });
     }
+}
+
+/// Can [`Kind::Near`] encode into `f` (nearest-even)? Its subnormal scale
+/// 2^(m - emin) must be a normal f32, its subnormal range inside f32's normal
+/// range, and an infinite input, which it treats as an overflow, must encode
+/// as overflows do.
+fn near_applies(f: &FloatFormat, p: &Params) -> bool {
+    let scale_exp = p.m as i32 + 127 - p.tmin_ef;
+    let inf_code = ((256 - p.tmin_ef) as u64) << p.m;
+    p.tmin_ef >= 2 && (-126..=127).contains(&scale_exp) && inf_code > f.max_code() && p.inf_p == p.ovf_p && p.inf_n == p.ovf_n
 }
 
 /// Split `[i0, i0 + len)` where the upper 32 bits of the index change, so
@@ -367,4 +394,232 @@ fn lut_body<C: Code, D: Real>(lut: &[D], mask: usize, src: &[C], dst: &mut [D]) 
     for (c, y) in src.iter().zip(dst.iter_mut()) {
         *y = lut[c.to_u64() as usize & mask];
     }
+}
+
+/// Constants of the f64-input lanes (one format, one set of options).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Params64 {
+    m: u32,
+    /// 52 - m: how far an f64 mantissa shifts to the target's unit (normal range).
+    base_sh: i64,
+    /// f64 biased exponent of the target's smallest normal (>= 1).
+    tmin_ef: i64,
+    /// tmin_ef + base_sh.
+    tmin_sh: i64,
+    max_code: u64,
+    sign_shift: u32,
+    sign_bit: u64,
+    mag_mask: u64,
+    fnuz: bool,
+    nan_p: u64,
+    nan_n: u64,
+    inf_p: u64,
+    inf_n: u64,
+    ovf_p: u64,
+    ovf_n: u64,
+    rbits: u32,
+    rng: Rng,
+    /// The generator's high word is its low word under the keys (a1, b1).
+    rng1: Rng,
+    rebias: u64,
+    sub_scale: f64,
+    inf_mag: u64,
+}
+
+/// The fast path for f64 input: every mode and rbits, formats of at most 32
+/// bits with subnormals. Correct rounding from f64 (never through f32).
+pub(super) struct EncodePlan64 {
+    p: Params64,
+    mode: Mode,
+    path: Isa,
+}
+
+impl EncodePlan64 {
+    pub(super) fn new<S: Real>(fmt: &Format, opts: &RoundOpts, path: Isa) -> Option<Self> {
+        if path == Isa::Scalar || TypeId::of::<S>() != TypeId::of::<f64>() {
+            return None;
+        }
+        let Format::Float(f) = fmt else { return None };
+        let tmin_ef = (f.emin() + 1023) as i64;
+        if !f.subnormals || f.man_bits > 51 || f.bits() > 32 || tmin_ef < 1 {
+            return None;
+        }
+        let ovf = |neg: bool| {
+            if opts.saturate || !opts.mode.overflows_to_inf(neg) {
+                f.apply_sign(f.max_code(), neg)
+            } else {
+                f.inf_code(neg)
+            }
+        };
+        let inf = |neg: bool| if opts.saturate { f.apply_sign(f.max_code(), neg) } else { f.inf_code(neg) };
+        let base_sh = 52 - f.man_bits as i64;
+        let p = Params64 {
+            m: f.man_bits,
+            base_sh,
+            tmin_ef,
+            tmin_sh: tmin_ef + base_sh,
+            max_code: f.max_code(),
+            sign_shift: f.exp_bits + f.man_bits,
+            sign_bit: f.sign_bit(),
+            mag_mask: f.mag_mask(),
+            fnuz: f.nan == NanPolicy::Fnuz,
+            nan_p: f.nan_code(false),
+            nan_n: f.nan_code(true),
+            inf_p: inf(false),
+            inf_n: inf(true),
+            ovf_p: ovf(false),
+            ovf_n: ovf(true),
+            rbits: opts.rbits,
+            rng: Rng::new(opts.key),
+            rng1: Rng::new(crate::round::SeedKey { a0: opts.key.a1, b0: opts.key.b1, ..opts.key }),
+            rebias: ((1023 - f.bias) as u64) << 52,
+            sub_scale: crate::format::ldexp(1.0, f.emin() - f.man_bits as i32),
+            inf_mag: if f.inf { f.inf_code(false) & f.mag_mask() } else { u64::MAX },
+        };
+        Some(EncodePlan64 { p, mode: opts.mode, path })
+    }
+
+    pub(super) fn run<C: Code>(&self, src: &[f64], dst: &mut [C], i0: u64) {
+        for_index_blocks(src.len(), i0, |a, b, i| {
+            let (s, d) = (&src[a..b], &mut dst[a..b]);
+            match self.path {
+                // SAFETY: Avx2 is only chosen when the CPU has AVX2, FMA and F16C.
+                #[cfg(target_arch = "x86_64")]
+                Isa::Avx2 => unsafe { encode64_avx2(&self.p, self.mode, s, d, i) },
+                _ => by_mode!(self.mode, encode64_loop::<C,>(&self.p, s, d, i)),
+            }
+        });
+    }
+
+    pub(super) fn run_round(&self, src: &[f64], dst: &mut [f64], i0: u64) {
+        for_index_blocks(src.len(), i0, |a, b, i| {
+            let (s, d) = (&src[a..b], &mut dst[a..b]);
+            match self.path {
+                // SAFETY: Avx2 is only chosen when the CPU has AVX2, FMA and F16C.
+                #[cfg(target_arch = "x86_64")]
+                Isa::Avx2 => unsafe { round64_avx2(&self.p, self.mode, s, d, i) },
+                _ => by_mode!(self.mode, round64_loop::<>(&self.p, s, d, i)),
+            }
+        });
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn encode64_avx2<C: Code>(p: &Params64, mode: Mode, src: &[f64], dst: &mut [C], i0: u64) {
+    by_mode!(mode, encode64_loop::<C,>(p, src, dst, i0))
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn round64_avx2(p: &Params64, mode: Mode, src: &[f64], dst: &mut [f64], i0: u64) {
+    by_mode!(mode, round64_loop::<>(p, src, dst, i0))
+}
+
+/// `rbits` random bits of element (lo, hi): the generator's words, as
+/// [`Rng::bits`] combines them.
+#[inline(always)]
+fn rand64(p: &Params64, lo: u32, hi: u32) -> u64 {
+    let w0 = p.rng.word0(lo, hi);
+    let w1 = p.rng1.word0(lo, hi);
+    if p.rbits <= 32 {
+        (w0 >> (32 - p.rbits)) as u64
+    } else {
+        (((w1 as u64) << 32) | w0 as u64) >> (64 - p.rbits)
+    }
+}
+
+#[inline(always)]
+fn encode64_loop<C: Code, const MODE: u8>(p: &Params64, src: &[f64], dst: &mut [C], i0: u64) {
+    let hi = p.rng.hi_word(i0);
+    let lo0 = i0 as u32;
+    for (j, (x, y)) in src.iter().zip(dst.iter_mut()).enumerate() {
+        let rand = if MODE == SR { rand64(p, lo0.wrapping_add(j as u32), hi) } else { 0 };
+        *y = C::from_u32(encode_lane64::<MODE>(p, x.to_bits(), rand) as u32);
+    }
+}
+
+#[inline(always)]
+fn round64_loop<const MODE: u8>(p: &Params64, src: &[f64], dst: &mut [f64], i0: u64) {
+    let hi = p.rng.hi_word(i0);
+    let lo0 = i0 as u32;
+    for (j, (x, y)) in src.iter().zip(dst.iter_mut()).enumerate() {
+        let rand = if MODE == SR { rand64(p, lo0.wrapping_add(j as u32), hi) } else { 0 };
+        *y = f64::from_bits(decode_lane64(p, encode_lane64::<MODE>(p, x.to_bits(), rand)));
+    }
+}
+
+const HALF64: u64 = 1 << 63;
+
+/// One f64 (as bits) to one code: [`encode_lane`] in 64-bit arithmetic.
+/// The remainder keeps 64 bits; lower bits only matter as a sticky bit,
+/// which no decision needs here (below 2^-64 of a unit the remainder is
+/// under one half, and stochastic rounding reads at most 64 bits).
+#[inline(always)]
+pub(super) fn encode_lane64<const MODE: u8>(p: &Params64, x: u64, rand: u64) -> u64 {
+    // All ones when the sign bit is set.
+    let neg_m = ((x as i64) >> 63) as u64;
+    let a = x & !HALF64;
+    let ef = (a >> 52) as i64;
+    // f64 subnormals scale like exponent field 1.
+    let ef1 = ef.max(1);
+    // Remove the exponent, keep the hidden bit (bit 52).
+    let mant = a - (((ef1 - 1) as u64) << 52);
+    // Bits of mant below the target's unit (>= 1).
+    let sh = (p.tmin_sh - ef1).max(p.base_sh) as u64;
+    let k = mant >> sh.min(63);
+    // The remainder as a 64-bit fraction of one unit (truncated beyond).
+    let frac = if sh <= 64 { mant << (64u64.wrapping_sub(sh) & 63) } else { mant >> (sh - 64).min(63) };
+    // mant < 2^53: for sh >= 54, k is 0 and so is k << 63.
+    let inexact = (k << sh.min(63)) != mant;
+    let k_odd = k & 1 == 1;
+    let neg = neg_m != 0;
+    let up = match MODE {
+        NE => frac > HALF64 || (frac == HALF64 && k_odd),
+        NA => frac >= HALF64,
+        RZ => false,
+        UP => inexact && !neg,
+        DN => inexact && neg,
+        ODD => inexact && !k_odd,
+        _ => rand < (frac >> (64 - p.rbits)),
+    };
+    let base = ((ef1 - p.tmin_ef).max(0) as u64) << p.m;
+    let code = base + k + up as u64;
+    // Sign-dependent constants: the negative one where neg_m is all ones.
+    let pick = |pos: u64, negv: u64| pos ^ (neg_m & (pos ^ negv));
+    let keep_sign = code != 0 || !p.fnuz;
+    let signed = code | (neg_m & p.sign_bit & if keep_sign { u64::MAX } else { 0 });
+    if a > 0x7ff0_0000_0000_0000 {
+        pick(p.nan_p, p.nan_n)
+    } else if a == 0x7ff0_0000_0000_0000 {
+        pick(p.inf_p, p.inf_n)
+    } else if code > p.max_code {
+        pick(p.ovf_p, p.ovf_n)
+    } else {
+        signed
+    }
+}
+
+/// A code back to f64 bits (exact: the format fits in f64).
+#[inline(always)]
+pub(super) fn decode_lane64(p: &Params64, code: u64) -> u64 {
+    let sign = (code >> p.sign_shift) & 1;
+    let mag = code & p.mag_mask;
+    let normal = (mag << (52 - p.m)).wrapping_add(p.rebias);
+    // mag < 2^m <= 2^51 as an f64, exactly: 2^52 + mag has mag as its mantissa.
+    let magf = f64::from_bits(0x4330_0000_0000_0000 | mag) - 4_503_599_627_370_496.0;
+    let sub = (magf * p.sub_scale).to_bits();
+    let fin = if mag >> p.m == 0 { sub } else { normal };
+    let bits = if p.fnuz && code == p.sign_bit {
+        0x7ff8_0000_0000_0000
+    } else if mag > p.max_code {
+        if mag == p.inf_mag {
+            0x7ff0_0000_0000_0000
+        } else {
+            0x7ff8_0000_0000_0000
+        }
+    } else {
+        fin
+    };
+    bits | (sign << 63)
 }

@@ -115,8 +115,14 @@ impl FloatFormat {
         }
     }
 
+    /// Does any encoding hold NaN? (Not with the ieee policy, inf and no mantissa
+    /// bits: the top binade's only code is inf.)
     pub fn has_nan(&self) -> bool {
-        self.nan != NanPolicy::None
+        match self.nan {
+            NanPolicy::None => false,
+            NanPolicy::Ieee => !(self.inf && self.man_bits == 0),
+            _ => true,
+        }
     }
 
     pub fn has_neg_zero(&self) -> bool {

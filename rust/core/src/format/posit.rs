@@ -87,8 +87,13 @@ impl PositFormat {
     /// Round `x` into the format (bit-string rounding of the standard for the
     /// nearest modes; the other modes pick between the same two neighbours).
     pub fn encode(&self, x: f64, opts: &RoundOpts, rand: u64) -> u64 {
-        if !x.is_finite() {
+        if x.is_nan() || (x.is_infinite() && !opts.saturate) {
             return self.nar();
+        }
+        if x.is_infinite() {
+            // saturate: infinities become +-maxpos like every out-of-range value
+            let m = self.max_code();
+            return if x < 0.0 { m.wrapping_neg() & self.mask() } else { m };
         }
         if x == 0.0 {
             return 0;

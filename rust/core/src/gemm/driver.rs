@@ -18,6 +18,32 @@ use super::kernels::Kernel;
 use super::{padded_ld, OutMat, Operand};
 use crate::parallel;
 
+/// Rows of B packed per band (even, so int8 depth pairs stay whole).
+const PB: usize = 16;
+
+thread_local! {
+    /// Per-thread A packing buffer, reused across tasks and calls.
+    static APACK: std::cell::RefCell<Vec<u64>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Run `f` on a 64-byte aligned scratch slice of `len` elements of `P` (contents unspecified).
+fn with_apack<P: Copy, R>(len: usize, f: impl FnOnce(&mut [P]) -> R) -> R {
+    APACK.with(|cell| {
+        let mut v = cell.borrow_mut();
+        let words = (len * std::mem::size_of::<P>()).div_ceil(8) + 8;
+        if v.len() < words {
+            v.resize(words, 0);
+        }
+        let addr = v.as_mut_ptr() as usize;
+        let off = (64 - addr % 64) % 64;
+        // SAFETY: the buffer holds len*size_of::<P>() bytes past the aligned start
+        // (8 spare words cover the alignment); P is a plain number type with
+        // alignment <= 8 for which any bit pattern is valid.
+        let s = unsafe { std::slice::from_raw_parts_mut((addr + off) as *mut P, len) };
+        f(s)
+    })
+}
+
 /// A buffer of `len` elements starting on a 64-byte boundary.
 struct Aligned<T> {
     buf: Vec<T>,
@@ -87,19 +113,32 @@ pub(crate) fn gemm<K: Kernel>(kern: &K, a: &Operand, b: &Operand, c: OutMat<K::C
             let parts = if mb >= threads { 1 } else { threads.div_ceil(mb).min(nstrips) };
             for pc in (0..k).step_by(K::KC) {
                 let kc = K::KC.min(k - pc);
-                // Pack B[pc..pc+kc, jc..jc+nc] into KC x NR strips.
-                let pack_b = |s: usize, dst: &mut [K::P]| {
-                    let j0 = jc + s * nr;
-                    let nv = nr.min(n - j0);
-                    let base = pc as isize * b.rs + j0 as isize * b.cs;
-                    // SAFETY: rows pc..pc+kc and columns j0..j0+nv are inside b.
-                    unsafe { K::pack(b, base, b.cs, b.rs, nv, nr, kc, dst) };
-                };
+                // Pack B[pc..pc+kc, jc..jc+nc] into KC x NR strips, a band of PB rows
+                // at a time across all strips of a thread's share, so that the rows of
+                // B are read as a few sequential streams.
                 let bs = &mut bpack.slice_mut()[..nstrips * sb];
-                if threads > 1 && nstrips > 1 {
-                    bs.par_chunks_mut(sb).enumerate().for_each(|(s, d)| pack_b(s, d));
+                let nparts_b = if threads > 1 && nstrips > 1 { threads.min(nstrips) } else { 1 };
+                let per = nstrips.div_ceil(nparts_b);
+                let pack_b = |part: usize, dst: &mut [K::P]| {
+                    let s0 = part * per;
+                    let ns = dst.len().div_ceil(sb);
+                    for p0 in (0..kc).step_by(PB) {
+                        let pk = PB.min(kc - p0);
+                        let off = K::strip_len(nr, p0);
+                        for s in 0..ns {
+                            let j0 = jc + (s0 + s) * nr;
+                            let nv = nr.min(n - j0);
+                            let base = (pc + p0) as isize * b.rs + j0 as isize * b.cs;
+                            let d = &mut dst[s * sb + off..s * sb + off + K::strip_len(nr, pk)];
+                            // SAFETY: rows pc+p0..pc+p0+pk and columns j0..j0+nv are inside b.
+                            unsafe { K::pack(b, base, b.cs, b.rs, nv, nr, pk, d) };
+                        }
+                    }
+                };
+                if nparts_b > 1 {
+                    bs.par_chunks_mut(per * sb).enumerate().for_each(|(t, d)| pack_b(t, d));
                 } else {
-                    bs.chunks_mut(sb).enumerate().for_each(|(s, d)| pack_b(s, d));
+                    pack_b(0, bs);
                 }
                 let bs: &[K::P] = &bpack.slice()[..nstrips * sb];
                 let task = |t: usize| {
@@ -111,29 +150,30 @@ pub(crate) fn gemm<K: Kernel>(kern: &K, a: &Operand, b: &Operand, c: OutMat<K::C
                         return;
                     }
                     let astrips = mcb.div_ceil(mr);
-                    let mut apack = Aligned::<K::P>::new(astrips * sa);
-                    for (s, d) in apack.slice_mut().chunks_mut(sa).enumerate() {
-                        let i0 = ic + s * mr;
-                        let nv = mr.min(m - i0);
-                        let base = i0 as isize * a.rs + pc as isize * a.cs;
-                        // SAFETY: rows i0..i0+nv and depth pc..pc+kc are inside a.
-                        unsafe { K::pack(a, base, a.rs, a.cs, nv, mr, kc, d) };
-                    }
-                    let ap = apack.slice().as_ptr();
-                    for js in s0..s1 {
-                        let j0 = jc + js * nr;
-                        let nrv = nr.min(n - j0);
-                        for is in 0..astrips {
-                            let i0 = ic + is * mr;
-                            let mrv = mr.min(m - i0);
-                            // SAFETY: packed strips hold kc steps; the tile (i0, j0) of
-                            // size mrv x nrv is inside C and only this task writes it.
-                            unsafe {
-                                let cp = c.at(i0, j0);
-                                kern.run(kc, ap.add(is * sa), bs.as_ptr().add(js * sb), cp, c.rs, c.cs, mrv, nrv, pc > 0);
+                    with_apack::<K::P, ()>(astrips * sa, |apack| {
+                        for (s, d) in apack.chunks_mut(sa).enumerate() {
+                            let i0 = ic + s * mr;
+                            let nv = mr.min(m - i0);
+                            let base = i0 as isize * a.rs + pc as isize * a.cs;
+                            // SAFETY: rows i0..i0+nv and depth pc..pc+kc are inside a.
+                            unsafe { K::pack(a, base, a.rs, a.cs, nv, mr, kc, d) };
+                        }
+                        let ap = apack.as_ptr();
+                        for js in s0..s1 {
+                            let j0 = jc + js * nr;
+                            let nrv = nr.min(n - j0);
+                            for is in 0..astrips {
+                                let i0 = ic + is * mr;
+                                let mrv = mr.min(m - i0);
+                                // SAFETY: packed strips hold kc steps; the tile (i0, j0) of
+                                // size mrv x nrv is inside C and only this task writes it.
+                                unsafe {
+                                    let cp = c.at(i0, j0);
+                                    kern.run(kc, ap.add(is * sa), bs.as_ptr().add(js * sb), cp, c.rs, c.cs, mrv, nrv, pc > 0);
+                                }
                             }
                         }
-                    }
+                    });
                 };
                 let ntasks = mb * parts;
                 if threads > 1 && ntasks > 1 {

@@ -103,8 +103,15 @@ unsafe fn pack_lines<T: Copy + Default>(get: impl Fn(isize) -> T, base: isize, s
             for p in 0..kc {
                 let row = base + p as isize * sk;
                 let dp = d.add(p * w);
-                for l in 0..nv {
-                    *dp.add(l) = get(row + l as isize * sl);
+                if sl == 1 {
+                    // Contiguous lines: a plain (vectorizable) decode-copy.
+                    for l in 0..nv {
+                        *dp.add(l) = get(row + l as isize);
+                    }
+                } else {
+                    for l in 0..nv {
+                        *dp.add(l) = get(row + l as isize * sl);
+                    }
                 }
             }
         }
@@ -133,6 +140,7 @@ unsafe fn pack_real<T: Real>(op: &Operand, base: isize, sl: isize, sk: isize, nv
             Dec::I8 => pack_lines(|o| T::from_f32(*(p as *const i8).offset(o) as f32), base, sl, sk, nv, w, kc, dst),
             // bf16 is the upper half of an f32.
             Dec::Bf16 => pack_lines(|o| T::from_f32(f32::from_bits((*(p as *const u16).offset(o) as u32) << 16)), base, sl, sk, nv, w, kc, dst),
+            Dec::F16 => pack_lines(|o| T::from_f32(super::f16_to_f32(*(p as *const u16).offset(o))), base, sl, sk, nv, w, kc, dst),
             Dec::Lut8(t) => {
                 let t = t.as_ptr();
                 pack_lines(|o| T::from_f32(*t.add(*p.offset(o) as usize)), base, sl, sk, nv, w, kc, dst)

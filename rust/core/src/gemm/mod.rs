@@ -56,6 +56,8 @@ pub(crate) enum Dec {
     I8,
     /// bfloat16 codes: the upper half of an f32.
     Bf16,
+    /// IEEE half codes, converted arithmetically (vectorizes; no 256 KiB table).
+    F16,
     /// 8- or 16-bit codes through a table of every code's f32 value.
     Lut8(Arc<Vec<f32>>),
     Lut16(Arc<Vec<f32>>),
@@ -129,6 +131,8 @@ impl Operand {
                 }
                 if f == Format::Float(named::BFLOAT16) {
                     Dec::Bf16
+                } else if f == Format::Float(named::FLOAT16) {
+                    Dec::F16
                 } else if f.fits_f32() && storage == Storage::U8 {
                     Dec::Lut8(table(&f))
                 } else if f.fits_f32() && storage == Storage::U16 {
@@ -195,6 +199,7 @@ pub(crate) unsafe fn dec_f64(d: &Dec, p: *const u8, off: isize) -> f64 {
             Dec::I8 => *(p as *const i8).offset(off) as f64,
             // bf16 is the upper half of an f32.
             Dec::Bf16 => f32::from_bits((*(p as *const u16).offset(off) as u32) << 16) as f64,
+            Dec::F16 => f16_to_f32(*(p as *const u16).offset(off)) as f64,
             Dec::Lut8(t) => *t.get_unchecked(*p.offset(off) as usize) as f64,
             Dec::Lut16(t) => *t.get_unchecked(*(p as *const u16).offset(off) as usize) as f64,
             Dec::Fmt(f, s) => f.decode(match s {
@@ -204,6 +209,20 @@ pub(crate) unsafe fn dec_f64(d: &Dec, p: *const u8, off: isize) -> f64 {
             }),
         }
     }
+}
+
+/// IEEE half to f32, exactly.
+#[inline(always)]
+pub(crate) fn f16_to_f32(h: u16) -> f32 {
+    let h = h as u32;
+    let sign = (h & 0x8000) << 16;
+    let em = h & 0x7fff;
+    // Exponent and mantissa moved to f32 position read as an f32 (a denormal for
+    // fp16 subnormals) times 2^112 (bits 0x7780_0000) rebias exactly.
+    let v = (f32::from_bits(em << 13) * f32::from_bits(0x7780_0000)).to_bits();
+    // inf / NaN: all-ones f32 exponent, mantissa (payload) kept.
+    let bits = if em >= 0x7c00 { (em << 13) | 0x7f80_0000 } else { v };
+    f32::from_bits(bits | sign)
 }
 
 /// A strided output matrix.
@@ -318,3 +337,31 @@ pub fn padded_ld(n: usize, itemsize: usize) -> Result<usize> {
 
 #[cfg(test)]
 mod tests;
+
+/// A plain unpacked f32 kernel for the leading-dimension experiment: each
+/// output row walks a block of 8 columns of B straight down (stride `ldb`), so
+/// its speed shows how rows of B map to L1 sets. Not used by `matmul`.
+#[allow(clippy::too_many_arguments)]
+pub fn matmul_unpacked_f32(a: &[f32], lda: usize, b: &[f32], ldb: usize, c: &mut [f32], ldc: usize, m: usize, n: usize, k: usize) -> Result<()> {
+    let need = |rows: usize, cols: usize, ld: usize| if rows == 0 || cols == 0 { 0 } else { (rows - 1) * ld + cols };
+    if a.len() < need(m, k, lda) || b.len() < need(k, n, ldb) || c.len() < need(m, n, ldc) || lda < k || ldb < n || ldc < n {
+        return Err(Error::value("a, b, out: buffers too small for the given shapes and leading dimensions"));
+    }
+    for i in 0..m {
+        let ar = &a[i * lda..i * lda + k];
+        let mut j = 0;
+        while j < n {
+            let w = 8.min(n - j);
+            let mut acc = [0f32; 8];
+            for (p, &av) in ar.iter().enumerate() {
+                let br = &b[p * ldb + j..p * ldb + j + w];
+                for (x, &bv) in acc.iter_mut().zip(br) {
+                    *x += av * bv;
+                }
+            }
+            c[i * ldc + j..i * ldc + j + w].copy_from_slice(&acc[..w]);
+            j += w;
+        }
+    }
+    Ok(())
+}

@@ -174,3 +174,77 @@ fn emulated_fp16_is_sequential_rounding() {
     matmul_emulated(&a, &b, unsafe { OutMat::from_raw(c.as_mut_ptr(), 1, 1, 1, 1) }, &spec).unwrap();
     assert_eq!(c[0], 3000.0);
 }
+
+#[test]
+#[ignore]
+fn time_emulated() {
+    let k = 4_000_000;
+    let xv: Vec<f32> = (0..k).map(|i| ((i * 7919) % 1000) as f32 / 1000.0 - 0.5).collect();
+    let x = op_f32(&xv, k, 1, 1, 1);
+    let mut c = [0f64; 1];
+    for fmt in [Format::Float(FLOAT16), Format::Float(FLOAT32), Format::Posit(POSIT16)] {
+        let spec = AccumSpec { fmt, chunk: None, opts: RoundOpts::new(Mode::NearestEven) };
+        let t = std::time::Instant::now();
+        // SAFETY: c holds 1 x 1.
+        sum_emulated(&x, unsafe { OutMat::from_raw(c.as_mut_ptr(), 1, 1, 1, 1) }, &spec).unwrap();
+        eprintln!("{fmt:?}: {:.2} ns/add", t.elapsed().as_nanos() as f64 / k as f64);
+    }
+}
+
+#[test]
+fn f16_conversion_every_code() {
+    for c in 0..=u16::MAX {
+        let want = FLOAT16.decode(c as u64);
+        let got = f16_to_f32(c) as f64;
+        assert!(got == want || (got.is_nan() && want.is_nan()), "{c:#x}");
+        if !want.is_nan() {
+            assert_eq!(got.is_sign_negative(), want.is_sign_negative());
+        }
+    }
+}
+
+#[test]
+fn posit_inputs_decode_while_packing() {
+    // posit16 codes (table path) and posit32 codes (f64 path).
+    let mut g = Lcg(5);
+    let (m, n, k) = (9, 20, 33);
+    let av: Vec<u16> = (0..m * k).map(|_| (g.next() & 0xffff) as u16).filter(|&c| c != 0x8000).chain(std::iter::repeat(0x4000)).take(m * k).collect();
+    let bv: Vec<u16> = (0..k * n).map(|_| (g.next() & 0x7fff) as u16).collect();
+    let f = Some(Format::Posit(POSIT16));
+    // SAFETY: views inside the vectors.
+    let a = unsafe { Operand::from_raw(av.as_ptr() as *const u8, Storage::U16, f, m, k, k as isize, 1, "a").unwrap() };
+    let b = unsafe { Operand::from_raw(bv.as_ptr() as *const u8, Storage::U16, f, k, n, n as isize, 1, "b").unwrap() };
+    let want = naive(&a, &b);
+    let mut c = vec![0f64; m * n];
+    // SAFETY: c holds m x n.
+    matmul_f64(&a, &b, unsafe { OutMat::from_raw(c.as_mut_ptr(), m, n, n as isize, 1) }).unwrap();
+    for (x, y) in c.iter().zip(&want) {
+        assert!((x - y).abs() <= 1e-12 * y.abs().max(1.0), "{x} vs {y}");
+    }
+    let mut c32 = vec![0f32; m * n];
+    // SAFETY: c32 holds m x n.
+    matmul_f32(&a, &b, unsafe { OutMat::from_raw(c32.as_mut_ptr(), m, n, n as isize, 1) }).unwrap();
+    let mut absab = vec![0f64; m * n];
+    for i in 0..m {
+        for j in 0..n {
+            for p in 0..k {
+                // SAFETY: in bounds.
+                absab[i * n + j] += unsafe { (a.get_f64(i, p) * b.get_f64(p, j)).abs() };
+            }
+        }
+    }
+    for ((x, y), s) in c32.iter().zip(&want).zip(&absab) {
+        assert!((*x as f64 - y).abs() <= (k as f64 + 2.0) * 2f64.powi(-24) * s, "{x} vs {y}");
+    }
+    let a32: Vec<u32> = (0..m * k).map(|_| (g.next() as u32) & 0x7fff_ffff).collect();
+    let f32p = Some(Format::Posit(POSIT32));
+    // SAFETY: views inside the vectors.
+    let a = unsafe { Operand::from_raw(a32.as_ptr() as *const u8, Storage::U32, f32p, m, k, k as isize, 1, "a").unwrap() };
+    assert!(!a.fits_f32());
+    let want = naive(&a, &b);
+    // SAFETY: c holds m x n.
+    matmul_f64(&a, &b, unsafe { OutMat::from_raw(c.as_mut_ptr(), m, n, n as isize, 1) }).unwrap();
+    for (x, y) in c.iter().zip(&want) {
+        assert!((x - y).abs() <= 1e-12 * y.abs().max(1e-300) + 1e-300, "{x} vs {y}");
+    }
+}

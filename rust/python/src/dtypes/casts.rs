@@ -77,9 +77,9 @@ impl NpElem for half::f16 {
     fn to_f64(self) -> f64 {
         self.to_f64()
     }
-    // half rounds f64 to nearest even directly (one rounding).
+    // One rounding from f64 by the format engine (half's f64 path rounds through f32).
     fn from_f64(v: f64) -> Self {
-        half::f16::from_f64(v)
+        half::f16::from_bits(named::FLOAT16.encode(v, &rne(), 0) as u16)
     }
 }
 
@@ -175,6 +175,19 @@ unsafe fn decode_from<D: convert::Real>(t: usize, src: *const c_void, dst: &mut 
     }
 }
 
+/// f32 -> f64 as the hardware does (NaN payload kept, quiet bit set), without
+/// raising the invalid flag on signaling NaNs (numpy would warn).
+#[inline(always)]
+fn widen(x: f32) -> f64 {
+    let b = x.to_bits() as u64;
+    // NaN test on the bits (a float compare would raise invalid on a signaling NaN).
+    if b & 0x7FFF_FFFF <= 0x7F80_0000 {
+        return x as f64;
+    }
+    // sign, all-ones exponent, quiet bit, then the 23-bit payload at the top of the 52-bit field.
+    f64::from_bits(((b & 0x8000_0000) << 32) | 0x7FF8_0000_0000_0000 | ((b & 0x7F_FFFF) << 29))
+}
+
 fn is<A: 'static, B: 'static>() -> bool {
     TypeId::of::<A>() == TypeId::of::<B>()
 }
@@ -188,6 +201,21 @@ unsafe extern "C" fn cast_from<const T: usize, E: NpElem>(from: *mut c_void, to:
             return decode_from(T, from, std::slice::from_raw_parts_mut(to as *mut f32, n));
         }
         if is::<E, f64>() {
+            if TYPES[T].name == "bfloat16" {
+                // Through f32 (exact), which keeps NaN payloads as f32 -> f64 does.
+                let d = to as *mut f64;
+                let mut buf = [0f32; BLOCK];
+                let mut i = 0;
+                while i < n {
+                    let m = BLOCK.min(n - i);
+                    decode_from(T, (from as *const u16).add(i) as *const c_void, &mut buf[..m]);
+                    for j in 0..m {
+                        d.add(i + j).write(widen(buf[j]));
+                    }
+                    i += m;
+                }
+                return;
+            }
             return decode_from(T, from, std::slice::from_raw_parts_mut(to as *mut f64, n));
         }
         let size = TYPES[T].size;
@@ -215,6 +243,13 @@ unsafe extern "C" fn cast_to<const T: usize, E: NpElem>(from: *mut c_void, to: *
     // SAFETY: numpy passes n contiguous aligned elements on each side.
     unsafe {
         if is::<E, f32>() {
+            if T == super::kernels::BF16 {
+                let (s, d) = (from as *const u32, to as *mut u16);
+                for i in 0..n {
+                    d.add(i).write(super::kernels::f32_to_bf16(s.add(i).read()));
+                }
+                return;
+            }
             return encode_into(T, std::slice::from_raw_parts(from as *const f32, n), to);
         }
         if is::<E, f64>() {
@@ -268,7 +303,8 @@ unsafe extern "C" fn cast_bits<const SIZE: usize>(from: *mut c_void, to: *mut c_
 
 /// Is every value of `src` (at most 16 bits) exactly a value of `dst`?
 fn all_exact(src: &Format, dst: &Format) -> bool {
-    if src == dst {
+    if src == dst || *dst == Format::Float(named::FLOAT64) {
+        // Every lowp format's values are f64 values (decoding is exact).
         return true;
     }
     if src.bits() > 16 {

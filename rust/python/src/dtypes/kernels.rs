@@ -83,7 +83,7 @@ pub fn dec_block64(t: usize, c: &[u32], out: &mut [f64]) {
 
 /// Decode to f32 (only for types whose values are all f32s).
 pub fn dec_block32(t: usize, c: &[u32], out: &mut [f32]) {
-    if TYPES[t].name == "bfloat16" {
+    if t == BF16 {
         for (x, y) in c.iter().zip(out.iter_mut()) {
             // bf16 is the top half of an f32.
             *y = f32::from_bits(*x << 16);
@@ -98,12 +98,61 @@ pub fn dec_block32(t: usize, c: &[u32], out: &mut [f32]) {
 }
 
 pub fn enc_block64(t: usize, x: &[f64], out: &mut [u32]) {
+    if uses_f32(t) {
+        // Round to odd into f32 first (24 bits >= p + 2 for these formats), then
+        // to the format: the same result as one rounding from f64, on the fast f32 path.
+        let mut y = [0f32; BLOCK];
+        let n = x.len();
+        for (v, o) in x.iter().zip(y.iter_mut()) {
+            *o = f64_to_f32_odd(*v);
+        }
+        enc_block32(t, &y[..n], out);
+        return;
+    }
     // Cannot fail: nearest-even options are valid and u32 holds every code.
     let _ = convert::encode(&TYPES[t].fmt, x, out, &rne(), 0);
 }
 
+/// f64 to f32 rounded to odd: inexact results with an even last bit move one
+/// ulp toward `x` (so the sticky information survives a second rounding).
+#[inline(always)]
+fn f64_to_f32_odd(x: f64) -> f32 {
+    let y = x as f32;
+    let yb = y.to_bits();
+    // NaN and inf pass through; `!=` is a quiet compare.
+    if !finite(x) || y as f64 == x || yb & 1 == 1 || yb & 0x7F80_0000 == 0x7F80_0000 {
+        return y;
+    }
+    // Same sign: a larger magnitude code is farther from zero.
+    let away = (x.abs() > (y as f64).abs()) as u32;
+    f32::from_bits(if away == 1 { yb + 1 } else { yb - 1 } | (yb & 0x8000_0000))
+}
+
 pub fn enc_block32(t: usize, x: &[f32], out: &mut [u32]) {
+    if t == BF16 {
+        for (v, o) in x.iter().zip(out.iter_mut()) {
+            *o = f32_to_bf16(v.to_bits()) as u32;
+        }
+        return;
+    }
     let _ = convert::encode(&TYPES[t].fmt, x, out, &rne(), 0);
+}
+
+/// Index of bfloat16 in [`TYPES`].
+pub const BF16: usize = 0;
+
+/// f32 bits to bf16 bits, nearest even (the same results as the format engine,
+/// tested bit for bit): bf16 is the top half of an f32, so adding 0x7fff plus
+/// the kept half's lowest bit and truncating rounds to nearest, ties to even
+/// (a carry into the exponent is the correct next binade, or inf). NaN becomes
+/// the quiet NaN of its sign (as the format engine and ml_dtypes do).
+#[inline(always)]
+pub fn f32_to_bf16(x: u32) -> u16 {
+    if x & 0x7FFF_FFFF > 0x7F80_0000 {
+        ((x >> 16) & 0x8000 | 0x7FC0) as u16
+    } else {
+        ((x + 0x7FFF + ((x >> 16) & 1)) >> 16) as u16
+    }
 }
 
 /// Does `t` compute `+ - * /` in f32 (see the module docs)?
@@ -137,13 +186,21 @@ fn two_prod(a: f64, b: f64) -> (f64, f64) {
     (p, e)
 }
 
+/// Finite test on the bits: float compares with NaN can raise the invalid flag
+/// once vectorized (signaling predicates), which numpy would report as a warning.
+#[inline(always)]
+fn finite(x: f64) -> bool {
+    x.to_bits() & 0x7FF0_0000_0000_0000 != 0x7FF0_0000_0000_0000
+}
+
 /// Round-to-odd correction: `s` is the nearest f64 to an exact value whose
 /// difference from `s` has the sign of `dir` (0: exact). An inexact even `s`
 /// moves one ulp toward the exact value, so the result is the exact value
 /// rounded to odd at 53 bits, which then rounds correctly to <= 51 bits.
+/// Only quiet compares and bit tests (see [`finite`]).
 #[inline(always)]
 fn odd(s: f64, dir: f64) -> f64 {
-    if dir == 0.0 || !s.is_finite() || s == 0.0 {
+    if dir == 0.0 || !finite(s) || !finite(dir) || s == 0.0 {
         return s;
     }
     let b = s.to_bits();
@@ -151,7 +208,7 @@ fn odd(s: f64, dir: f64) -> f64 {
         return s;
     }
     // Increasing the magnitude bits moves away from zero.
-    if (dir > 0.0) == (s > 0.0) {
+    if dir.is_sign_positive() == s.is_sign_positive() {
         f64::from_bits(b + 1)
     } else {
         f64::from_bits(b - 1)
@@ -175,19 +232,19 @@ fn mul_odd(a: f64, b: f64) -> f64 {
 #[inline(always)]
 fn div_odd(a: f64, b: f64) -> f64 {
     let q = a / b;
-    if !q.is_finite() || q == 0.0 {
+    if !finite(q) || q == 0.0 {
         return q;
     }
     let (p, e) = two_prod(q, b);
     let r = (a - p) - e; // a - q*b, exact
     // a/b - q = r/b: its sign is sign(r) * sign(b).
-    odd(q, if r == 0.0 { 0.0 } else if (r > 0.0) == (b > 0.0) { 1.0 } else { -1.0 })
+    odd(q, if r == 0.0 { 0.0 } else if r.is_sign_positive() == b.is_sign_positive() { 1.0 } else { -1.0 })
 }
 
 #[inline(always)]
 fn sqrt_odd(x: f64) -> f64 {
     let s = x.sqrt();
-    if !s.is_finite() || s == 0.0 {
+    if !finite(s) || s == 0.0 {
         return s;
     }
     let (p, e) = two_prod(s, s);
@@ -223,11 +280,14 @@ fn divmod(a: f64, b: f64) -> (f64, f64) {
     (fd, m)
 }
 
+/// numpy's sign: -1, 0 (unsigned) or 1; NaN stays NaN.
 fn sign(x: f64) -> f64 {
     if x > 0.0 {
         1.0
     } else if x < 0.0 {
         -1.0
+    } else if x == 0.0 {
+        0.0
     } else {
         x
     }
@@ -338,57 +398,29 @@ pub fn next_code(t: usize, c: u32, up: bool) -> u32 {
             // Away from zero is a larger magnitude code.
             let away = up != neg;
             let m = if away { mag + 1 } else { mag - 1 };
-            if m == 0 {
-                0
-            } else if neg {
-                sb | m
-            } else {
-                m
-            }
+            // Toward zero from -min_subnormal gives -0 (+0 where there is no -0).
+            f.apply_sign(m as u64, neg) as u32
         }
         Format::Int(_) => c,
     }
 }
 
+/// Selection ops return one of the inputs' codes (numpy's choice on ties: the second).
 #[inline]
 fn pick(ca: u32, cb: u32, a: f64, b: f64, op: Bin) -> u32 {
     match op {
-        Bin::Max => {
-            if a.is_nan() {
-                ca
-            } else if b.is_nan() {
-                cb
-            } else if a >= b {
-                ca
-            } else {
-                cb
-            }
-        }
-        Bin::Min => {
-            if a.is_nan() {
-                ca
-            } else if b.is_nan() {
-                cb
-            } else if a <= b {
-                ca
-            } else {
-                cb
-            }
-        }
-        Bin::FMax => {
-            if b.is_nan() || a >= b {
-                ca
-            } else {
-                cb
-            }
-        }
-        Bin::FMin => {
-            if b.is_nan() || a <= b {
-                ca
-            } else {
-                cb
-            }
-        }
+        Bin::Max if a.is_nan() => ca,
+        Bin::Max if b.is_nan() => cb,
+        Bin::Max => if a > b { ca } else { cb },
+        Bin::Min if a.is_nan() => ca,
+        Bin::Min if b.is_nan() => cb,
+        Bin::Min => if a < b { ca } else { cb },
+        Bin::FMax if b.is_nan() => ca,
+        Bin::FMax if a.is_nan() => cb,
+        Bin::FMax => if a > b { ca } else { cb },
+        Bin::FMin if b.is_nan() => ca,
+        Bin::FMin if a.is_nan() => cb,
+        Bin::FMin => if a < b { ca } else { cb },
         _ => unreachable!(),
     }
 }
@@ -553,4 +585,84 @@ pub fn rel(t: usize, op: Rel, a: &[u32], b: &[u32], out: &mut [bool]) {
             Rel::Xor => (*p != 0.0) != (*q != 0.0),
         };
     }
+}
+
+// ---------------------------------------------------------------- result tables
+
+/// Results of every input of a unary op on a type of at most 16 bits, or of
+/// every pair of a binary op on an 8-bit type: the op becomes one lookup per
+/// element. Tables are built on first use by the block kernels above (so
+/// they hold exactly what the computed path gives) and kept for the process.
+///
+/// Building evaluates the op on every encoding (logs of negatives, ...), so
+/// the floating-point status flags are restored afterwards: numpy would
+/// otherwise warn about values the caller never passed. Lookups raise no flags.
+const UN_OPS: usize = Un::Spacing as usize + 1;
+const BIN_OPS: usize = Bin::Hypot as usize + 1;
+
+static UN_TABLES: [[OnceLock<Box<[u16]>>; UN_OPS]; N] = [const { [const { OnceLock::new() }; UN_OPS] }; N];
+static BIN_TABLES: [[OnceLock<Box<[u16]>>; BIN_OPS]; N] = [const { [const { OnceLock::new() }; BIN_OPS] }; N];
+
+#[cfg(target_arch = "x86_64")]
+fn fp_status() -> u32 {
+    let mut c: u32 = 0;
+    // SAFETY: stmxcsr stores the SSE control/status register into `c`.
+    unsafe { std::arch::asm!("stmxcsr [{}]", in(reg) &mut c, options(nostack)) };
+    c
+}
+
+#[cfg(target_arch = "x86_64")]
+fn set_fp_status(c: u32) {
+    // SAFETY: ldmxcsr loads a value read by stmxcsr (same modes, old flags).
+    unsafe { std::arch::asm!("ldmxcsr [{}]", in(reg) &c, options(nostack, readonly)) };
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn fp_status() -> u32 {
+    0
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn set_fp_status(_c: u32) {}
+
+fn build(n: usize, f: impl Fn(&[u32], &mut [u32])) -> Box<[u16]> {
+    let saved = fp_status();
+    let mut out = vec![0u16; n];
+    let mut codes = [0u32; BLOCK];
+    let mut res = [0u32; BLOCK];
+    for start in (0..n).step_by(BLOCK) {
+        let m = BLOCK.min(n - start);
+        for (j, c) in codes[..m].iter_mut().enumerate() {
+            *c = (start + j) as u32;
+        }
+        f(&codes[..m], &mut res[..m]);
+        for j in 0..m {
+            out[start + j] = res[j] as u16;
+        }
+    }
+    set_fp_status(saved);
+    out.into_boxed_slice()
+}
+
+/// The unary table of (t, op), for types of at most 16 bits.
+pub fn un_table(t: usize, op: Un) -> Option<&'static [u16]> {
+    let bits = TYPES[t].fmt.bits();
+    if bits > 16 {
+        return None;
+    }
+    Some(UN_TABLES[t][op as usize].get_or_init(|| build(1 << bits, |c, r| unary(t, op, c, r))))
+}
+
+/// The binary table of (t, op) indexed by `a << 8 | b`, for 8-bit types.
+pub fn bin_table(t: usize, op: Bin) -> Option<&'static [u16]> {
+    if TYPES[t].fmt.bits() != 8 {
+        return None;
+    }
+    Some(BIN_TABLES[t][op as usize].get_or_init(|| {
+        build(1 << 16, |c, r| {
+            let a: Vec<u32> = c.iter().map(|x| x >> 8).collect();
+            let b: Vec<u32> = c.iter().map(|x| x & 0xFF).collect();
+            binary(t, op, &a, &b, r)
+        })
+    }))
 }

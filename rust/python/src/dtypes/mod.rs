@@ -47,6 +47,7 @@ pub struct TypeInfo {
 
 pub const N: usize = 9;
 
+/// The types; bfloat16 first (`kernels::BF16`).
 pub static TYPES: [TypeInfo; N] = [
     TypeInfo { name: "bfloat16", fmt: Format::Float(named::BFLOAT16), size: 2, tchar: b'E', doc: "bfloat16: 8 exponent bits, 7 mantissa bits, IEEE-style inf and NaN." },
     TypeInfo { name: "float8_e5m2", fmt: Format::Float(named::FLOAT8_E5M2), size: 1, tchar: b'5', doc: "float8_e5m2: 5 exponent bits, 2 mantissa bits, IEEE-style inf and NaN (OCP E5M2)." },

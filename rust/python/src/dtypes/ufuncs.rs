@@ -117,6 +117,27 @@ unsafe extern "C" fn loop_bin(args: *mut *mut c_char, dims: *mut npy_intp, steps
         let n = *dims as usize;
         let (a, b, o) = (*args as *const u8, *args.add(1) as *const u8, *args.add(2) as *mut u8);
         let (sa, sb, so) = (*steps as isize, *steps.add(1) as isize, *steps.add(2) as isize);
+        if let Some(tab) = kernels::bin_table(d.t, d.op) {
+            // 8-bit types: one lookup per pair (reductions included: each step reads the last result).
+            for i in 0..n as isize {
+                let x = *a.offset(i * sa) as usize;
+                let y = *b.offset(i * sb) as usize;
+                // Codes are bytes: x << 8 | y < 65536, the table's length.
+                *o.offset(i * so) = *tab.get_unchecked(x << 8 | y) as u8;
+            }
+            return;
+        }
+        if sa == 0 && so == 0 && a == o as *const u8 {
+            // A reduction (`np.add.reduce`): each result feeds the next step.
+            let mut acc = [load(a, size)];
+            let mut r = [0u32];
+            for i in 0..n as isize {
+                kernels::binary(d.t, d.op, &acc, &[load(b.offset(i * sb), size)], &mut r);
+                acc[0] = r[0];
+            }
+            store(o, size, acc[0]);
+            return;
+        }
         let (mut ca, mut cb, mut co) = ([0u32; BLOCK], [0u32; BLOCK], [0u32; BLOCK]);
         let mut i = 0;
         while i < n {
@@ -141,6 +162,15 @@ unsafe extern "C" fn loop_un(args: *mut *mut c_char, dims: *mut npy_intp, steps:
         let n = *dims as usize;
         let (a, o) = (*args as *const u8, *args.add(1) as *mut u8);
         let (sa, so) = (*steps as isize, *steps.add(1) as isize);
+        if let Some(tab) = kernels::un_table(d.t, d.op) {
+            // Types of at most 16 bits: one lookup per element.
+            let mask = tab.len() - 1;
+            for i in 0..n as isize {
+                let c = load(a.offset(i * sa), size) as usize & mask;
+                store(o.offset(i * so), size, tab[c] as u32);
+            }
+            return;
+        }
         let (mut ca, mut co) = ([0u32; BLOCK], [0u32; BLOCK]);
         let mut i = 0;
         while i < n {
