@@ -29,3 +29,4 @@ __all__ = [
 ]
 
 from . import sparse  # noqa: E402
+from . import testing, training  # noqa: E402

@@ -1,4 +1,4 @@
-"""Helpers for testing code that uses low-precision formats.
+"""Tools for testing code that uses low-precision formats.
 
 - :func:`assert_ulp_close`: compare arrays in units in the last place of a format.
 - :func:`encoding_class`: which kind of encoding a value of a format is (zero, subnormal, ...).
@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
@@ -23,7 +24,20 @@ ENCODING_CLASSES = ("zero", "negative_zero", "subnormal", "min_normal", "normal"
 
 def encoding_classes(fmt: Any) -> frozenset[str]:
     """The encoding classes that values of ``fmt`` fall into (see :func:`encoding_class`)."""
-    f = _format(fmt)
+    return _encoding_classes(_format(fmt))
+
+
+@functools.lru_cache(maxsize=None)
+def _encoding_classes(f: Format) -> frozenset[str]:
+    if f.bits <= 16:
+        # Small formats: classify every encoding (exact, and right for degenerate layouts).
+        codes = np.arange(1 << f.bits, dtype=np.uint64).astype(f.storage_dtype)
+        from .._convert import decode
+
+        vals = decode(codes, f, np.float64)
+        if isinstance(f, FloatFormat) and not f.subnormals:
+            vals = vals[~((vals != 0) & (np.abs(vals) < f.min_normal))]
+        return frozenset(encoding_class(float(v), f) for v in vals)
     if isinstance(f, IntFormat):
         return frozenset({"zero", "normal", "max", "min"} if f.signed else {"zero", "normal", "max"})
     if isinstance(f, PositFormat):

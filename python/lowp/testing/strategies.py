@@ -23,6 +23,7 @@ Values are Python floats (exact: every lowp format up to 64 bits embeds in float
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Optional, Sequence, Union
 
 import numpy as np
@@ -31,12 +32,24 @@ from hypothesis.extra import numpy as hnp
 
 from .._convert import cast, decode
 from .._formats import FloatFormat, Format, IntFormat, PositFormat, format as _format
-from .._ulp import _from_ordinals, _ordinal_limits, _ordinals, nextafter
+from . import encoding_classes
+from .._ulp import _from_ordinals, _ordinal_limits, _representable, nextafter
 
 __all__ = ["values", "arrays", "midpoints", "encodings"]
 
 
+@functools.lru_cache(maxsize=64)
+def _table(f: Format) -> Optional[np.ndarray]:
+    """Every value of a format of at most 16 bits, indexed by encoding (cached)."""
+    if f.bits > 16:
+        return None
+    return decode(np.arange(1 << f.bits, dtype=np.uint64).astype(f.storage_dtype), f, np.float64)
+
+
 def _decode1(code: int, f: Format) -> float:
+    t = _table(f)
+    if t is not None:
+        return float(t[code])
     return float(decode(np.array([code], dtype=np.uint64).astype(f.storage_dtype), f, np.float64)[0])
 
 
@@ -67,30 +80,19 @@ def _edges(f: Format) -> list[float]:
         if f.signed:
             vals.add(-1)
         return sorted(float(v) for v in vals if lo <= v <= hi)
-    out: list[float] = [0.0, -0.0, f.min_normal, f.max, 1.0]
-    out.append(float(nextafter(f.max, 0.0, f)))
-    out.append(float(nextafter(1.0, np.inf, f)))
-    out.append(float(nextafter(1.0, -np.inf, f)))
-    out.append(float(nextafter(f.min_normal, np.inf, f)))
-    if isinstance(f, FloatFormat):
-        if f.subnormals and f.man_bits > 0:
-            out.append(f.min_subnormal)
-            out.append(float(nextafter(f.min_normal, 0.0, f)))  # largest subnormal
-        if f.nan is not None:
-            out.append(float("nan"))
-        if f.inf:
-            out.append(float("inf"))
-    else:
-        out.append(float("nan"))  # NaR
-    signed = out + [-v for v in out]
-    res: list[float] = []
-    seen: set = set()
-    for v in signed:
-        key = (v, np.signbit(v)) if v == v else "nan"
-        if key not in seen and (v != v or abs(v) <= f.max or v in (np.inf, -np.inf)):
-            seen.add(key)
-            res.append(v)
-    return res
+    cand = [f.min_normal, f.max, 1.0, f.min_subnormal]
+    cand += [float(nextafter(f.max, 0.0, f)), float(nextafter(1.0, np.inf, f)), float(nextafter(1.0, -np.inf, f)),
+             float(nextafter(f.min_normal, np.inf, f)), float(nextafter(f.min_normal, 0.0, f))]  # last: largest subnormal
+    finite = np.array([v for v in cand if np.isfinite(v)] or [0.0])
+    finite = finite[_representable(finite, f)]
+    # Tiny formats can lack 1.0 or any subnormal: keep only values the format has.
+    out: list[float] = [0.0, -0.0] + sorted(set(float(v) for v in finite if v > 0))
+    out += [-v for v in out if v > 0]
+    if "nan" in encoding_classes(f):  # posits: NaR; an ieee format without mantissa bits has none
+        out.append(float("nan"))
+    if isinstance(f, FloatFormat) and f.inf:
+        out += [float("inf"), float("-inf")]
+    return out
 
 
 def _check_flags(**flags: Any) -> None:
@@ -201,7 +203,3 @@ def midpoints(fmt: Any, *, allow_overflow: bool = True) -> st.SearchStrategy[flo
 
     top = hi if allow_overflow and isinstance(f, FloatFormat) else hi - 1
     return st.integers(lo, top).map(mid)
-
-
-def _ordinal_of(v: float, f: Format) -> int:
-    return int(_ordinals(np.array([v]), f)[0])

@@ -1,4 +1,4 @@
-"""Training helpers: low-precision optimizers, loss scaling, fp8 scaling, configs, an MLP.
+"""Training tools: low-precision optimizers, loss scaling, fp8 scaling, configs, an MLP.
 
 - :class:`LossScaler`: dynamic loss scaling (PyTorch GradScaler defaults).
 - :class:`SGD`, :class:`Adam`: float32 master weights and low-precision working copies

@@ -1,4 +1,4 @@
-"""Argument checks shared by the training helpers (messages name the argument)."""
+"""Argument checks shared by the training tools (messages name the argument)."""
 
 from __future__ import annotations
 

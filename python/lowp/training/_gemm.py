@@ -1,8 +1,9 @@
 """The one GEMM every layer of :class:`lowp.training.MLP` runs through, forward and backward.
 
 It calls ``lowp.matmul`` with the config's accumulator, chunk size and rounding. When
-``lowp.matmul`` is not available (or ``backend="numpy"`` is asked for), a NumPy
-emulation of the same arithmetic is used instead:
+``lowp.matmul`` is not available or raises NotImplementedError for a combination of
+options (or ``backend="numpy"`` is asked for), a NumPy emulation of the same arithmetic
+is used instead:
 
 - ``accumulate="float32"``: NumPy's float32 matmul (BLAS, float32 accumulation, in
   BLAS's order of additions);
@@ -54,9 +55,14 @@ def gemm(a: np.ndarray, b: np.ndarray, *, accumulate: Union[str, Format] = "floa
     if use_lowp:
         import lowp
 
-        return np.asarray(lowp.matmul(a, b, accumulate=accumulate, chunk=chunk,  # type: ignore[attr-defined]
-                                      chunk_accumulate=chunk_accumulate, rounding=rounding, seed=seed,
-                                      out_dtype=np.float32), dtype=np.float32)
+        try:
+            return np.asarray(lowp.matmul(a, b, accumulate=accumulate, chunk=chunk,  # type: ignore[attr-defined]
+                                          chunk_accumulate=chunk_accumulate, rounding=rounding, seed=seed,
+                                          out_dtype=np.float32), dtype=np.float32)
+        except NotImplementedError:
+            if backend == "lowp":
+                raise
+            # A combination lowp.matmul does not offer: emulate it (see the module docs).
     return _gemm_numpy(a, b, accumulate, chunk, chunk_accumulate, rounding, seed)
 
 
