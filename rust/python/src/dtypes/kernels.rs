@@ -116,7 +116,7 @@ pub fn enc_block64(t: usize, x: &[f64], out: &mut [u32]) {
 /// f64 to f32 rounded to odd: inexact results with an even last bit move one
 /// ulp toward `x` (so the sticky information survives a second rounding).
 #[inline(always)]
-fn f64_to_f32_odd(x: f64) -> f32 {
+pub fn f64_to_f32_odd(x: f64) -> f32 {
     let y = x as f32;
     let yb = y.to_bits();
     // NaN and inf pass through; `!=` is a quiet compare.
