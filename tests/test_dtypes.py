@@ -489,3 +489,22 @@ def test_finfo(name):
     # numpy's own finfo only takes numpy's inexact types.
     with pytest.raises(ValueError):
         np.finfo(t)
+
+
+@pytest.mark.parametrize("name", POSITS)
+def test_posit_cast_midpoints(name):
+    """Every posit (a sample for posit32), the midpoints between neighbours (value and
+    encoding midpoints alike) and their float64 neighbours, against the format engine."""
+    c = np.sort(all_codes(name).astype(np.int64) ^ (1 << (8 * SIZE.get(name, 1) - 1)))  # by value order
+    c = (c ^ (1 << (8 * SIZE.get(name, 1) - 1))).astype(udt(name))
+    v = lowp.decode(c, lowp.format(name), np.float64)
+    v = np.unique(v[np.isfinite(v)])
+    mids = (v[:-1] + v[1:]) / 2
+    geo = np.sqrt(np.abs(v[:-1] * v[1:])) * np.sign(v[:-1] + v[1:])
+    x = np.concatenate([v, mids, np.nextafter(mids, np.inf), np.nextafter(mids, -np.inf), geo,
+                        np.nextafter(geo, np.inf), np.nextafter(geo, -np.inf), v * 4, v / 4])
+    for src in (x, x.astype(np.float32)):
+        with np.errstate(over="ignore"):
+            got = src.astype(dt(name))
+        want = lowp.encode(src.astype(np.float64), lowp.format(name))
+        assert same_bits(got, want)

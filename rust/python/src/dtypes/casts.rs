@@ -145,6 +145,16 @@ fn rne() -> RoundOpts {
 unsafe fn encode_into<S: convert::Real>(t: usize, src: &[S], dst: *mut c_void) {
     let f = &TYPES[t].fmt;
     let n = src.len();
+    if let Format::Posit(p) = f {
+        if p.es == 2 {
+            let size = TYPES[t].size;
+            for (i, v) in src.iter().enumerate() {
+                // SAFETY: the caller guarantees n elements of `size` bytes.
+                unsafe { store((dst as *mut u8).add(i * size), size, super::kernels::posit2_encode(p.nbits, v.to_f64())) };
+            }
+            return;
+        }
+    }
     // SAFETY: the caller guarantees n aligned elements of the type's width.
     unsafe {
         // Cannot fail: valid options and a storage width that fits the format.

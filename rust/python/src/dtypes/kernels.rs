@@ -61,7 +61,10 @@ pub fn dec(t: usize, c: u32) -> f64 {
 /// Round one f64 to nearest even into type `t`.
 #[inline]
 pub fn enc(t: usize, x: f64) -> u32 {
-    TYPES[t].fmt.encode(x, &rne(), 0) as u32
+    match TYPES[t].fmt {
+        Format::Posit(p) if p.es == 2 => posit2_encode(p.nbits, x),
+        f => f.encode(x, &rne(), 0) as u32,
+    }
 }
 
 pub fn dec_block64(t: usize, c: &[u32], out: &mut [f64]) {
@@ -108,6 +111,14 @@ pub fn enc_block64(t: usize, x: &[f64], out: &mut [u32]) {
         }
         enc_block32(t, &y[..n], out);
         return;
+    }
+    if let Format::Posit(p) = TYPES[t].fmt {
+        if p.es == 2 {
+            for (v, o) in x.iter().zip(out.iter_mut()) {
+                *o = posit2_encode(p.nbits, *v);
+            }
+            return;
+        }
     }
     // Cannot fail: nearest-even options are valid and u32 holds every code.
     let _ = convert::encode(&TYPES[t].fmt, x, out, &rne(), 0);
@@ -665,4 +676,60 @@ pub fn bin_table(t: usize, op: Bin) -> Option<&'static [u16]> {
             binary(t, op, &a, &b, r)
         })
     }))
+}
+
+// ---------------------------------------------------------------- posit<n,2> encoder
+
+/// Round an f64 to posit<n,2> (n <= 32), nearest even on the encoding as the
+/// 2022 Posit Standard rounds: no underflow to 0, no overflow past maxpos,
+/// NaN and infinities become NaR. The same results as the format engine
+/// (tested on every posit, every midpoint and random values), in a few
+/// integer steps instead of the general engine's.
+#[inline]
+pub fn posit2_encode(n: u32, x: f64) -> u32 {
+    let nar = 1u32 << (n - 1);
+    let mask = if n == 32 { u32::MAX } else { (1u32 << n) - 1 };
+    if x == 0.0 {
+        return 0;
+    }
+    if !finite(x) {
+        return nar;
+    }
+    let b = x.to_bits();
+    let neg = b >> 63 != 0;
+    let ef = ((b >> 52) & 0x7FF) as i32;
+    let max_scale = (n as i32 - 2) * 4;
+    let mag: u32 = if ef == 0 {
+        1 // f64 subnormals are far below minpos
+    } else {
+        let scale = ef - 1023;
+        let frac = b & ((1u64 << 52) - 1);
+        if scale >= max_scale {
+            nar - 1 // maxpos (or beyond it: saturate)
+        } else if scale < -max_scale {
+            1 // below minpos: minpos
+        } else {
+            let k = scale >> 2; // regime value: floor(scale / 4)
+            let e = (scale & 3) as u128; // exponent bits
+            // Regime: k+1 ones then a zero (k >= 0), or -k zeros then a one.
+            let (r, rlen) = if k >= 0 { (((1u128 << (k + 1)) - 1) << 1, k + 2) } else { (1u128, 1 - k) };
+            let body = (r << 54) | (e << 52) | frac as u128; // rlen + 54 bits
+            let len = rlen as u32 + 54;
+            let keep = n - 1;
+            let shift = len - keep; // len > 54 > keep: always positive
+            let mut m = (body >> shift) as u64;
+            let rem = body & ((1u128 << shift) - 1);
+            let half = 1u128 << (shift - 1);
+            if rem > half || (rem == half && m & 1 == 1) {
+                m += 1;
+            }
+            // Rounding never reaches NaR nor 0 (maxpos and minpos bound it).
+            m.clamp(1, (nar - 1) as u64) as u32
+        }
+    };
+    if neg {
+        mag.wrapping_neg() & mask
+    } else {
+        mag
+    }
 }
