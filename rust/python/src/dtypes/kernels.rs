@@ -13,6 +13,19 @@
 //!   rounding that to a posit (at most 28 significant bits) is correct.
 //! - everything else: computed in f64 from the exact decoded inputs and
 //!   rounded once into the type.
+//!
+//! Speed without changing any result:
+//! - unary ops on types of at most 16 bits, and binary ops on 8-bit types,
+//!   are tables of every result, built once by the code above (see
+//!   [`un_table`], [`bin_table`]);
+//! - bf16 rounds from f32 by a bit trick ([`f32_to_bf16`]); f64 results of
+//!   the float formats go through f32 rounded to odd ([`f64_to_f32_odd`]);
+//! - posit<n,2> results use a direct encoder ([`posit2_encode`]).
+//! Each of these is tested bit for bit against the format engine.
+//!
+//! Floating-point warnings: computed paths raise the flags their f32/f64
+//! operations raise (numpy reports them as for its own floats); table
+//! lookups raise none.
 
 use std::sync::OnceLock;
 
@@ -323,6 +336,9 @@ pub enum Bin {
     CopySign,
     NextAfter,
     Arctan2,
+    Heaviside,
+    LogAddExp,
+    LogAddExp2,
     Hypot,
 }
 
@@ -347,6 +363,16 @@ pub enum Un {
     Tan,
     Tanh,
     Arctan,
+    Sinh,
+    Cosh,
+    Arcsin,
+    Arccos,
+    Arcsinh,
+    Arccosh,
+    Arctanh,
+    Cbrt,
+    Deg2Rad,
+    Rad2Deg,
     Floor,
     Ceil,
     Rint,
@@ -500,6 +526,14 @@ pub fn binary(t: usize, op: Bin, a: &[u32], b: &[u32], out: &mut [u32]) {
         Bin::Pow => map!(f64::powf),
         Bin::CopySign => map!(f64::copysign),
         Bin::Arctan2 => map!(f64::atan2),
+        Bin::Heaviside => map!(|p: f64, q: f64| if p.is_nan() { p } else if p < 0.0 { 0.0 } else if p > 0.0 { 1.0 } else { q }),
+        Bin::LogAddExp => map!(|p: f64, q: f64| {
+            // As numpy: the larger plus log1p(exp(-|difference|)), exact for equal inputs.
+            if p == q { p + std::f64::consts::LN_2 } else { let m = p.max(q); m + (-(p - q).abs()).exp().ln_1p() }
+        }),
+        Bin::LogAddExp2 => map!(|p: f64, q: f64| {
+            if p == q { p + 1.0 } else { let m = p.max(q); m + (-(p - q).abs()).exp2().ln_1p() / std::f64::consts::LN_2 }
+        }),
         Bin::Hypot => map!(f64::hypot),
     }
     enc_block64(t, x, out);
@@ -554,6 +588,16 @@ pub fn unary(t: usize, op: Un, a: &[u32], out: &mut [u32]) {
         Un::Tan => map!(f64::tan),
         Un::Tanh => map!(f64::tanh),
         Un::Arctan => map!(f64::atan),
+        Un::Sinh => map!(f64::sinh),
+        Un::Cosh => map!(f64::cosh),
+        Un::Arcsin => map!(f64::asin),
+        Un::Arccos => map!(f64::acos),
+        Un::Arcsinh => map!(f64::asinh),
+        Un::Arccosh => map!(f64::acosh),
+        Un::Arctanh => map!(f64::atanh),
+        Un::Cbrt => map!(f64::cbrt),
+        Un::Deg2Rad => map!(f64::to_radians),
+        Un::Rad2Deg => map!(f64::to_degrees),
         Un::Floor => map!(f64::floor),
         Un::Ceil => map!(f64::ceil),
         Un::Rint => map!(f64::round_ties_even),
