@@ -106,6 +106,7 @@ def test_scalar(name):
     assert x - t(0.5) == 1 and x / t(2) == 0.75 and -x == -1.5 and abs(-x) == 1.5
     assert hash(x) == hash(1.5) and hash(t(0.1)) == hash(float(t(0.1)))
     assert {t(2): "a"}[2.0] == "a"
+    assert format(t(1.5), ".3f") == "1.500" and format(t(0.25), "") == "0.25" and f"{t(2):>5}" == "  2.0"
     y = pickle.loads(pickle.dumps(t(0.1)))
     assert type(y) is t and float(y) == float(t(0.1))
     # Rounded once from float64 (nearest even), as the format engine does.

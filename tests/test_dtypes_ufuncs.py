@@ -227,6 +227,18 @@ def test_strided_and_broadcast(name):
         v = float(lowp.decode(ref_round([v + e], name), acc, np.float64)[0])
     assert float(s) == v or (np.isnan(float(s)) and np.isnan(v))
     assert float(np.max(x)) == x.astype(np.float64).max()
+    # Accumulations feed each result into the next step.
+    c = np.cumsum(x[1])
+    v = 0.0
+    want = []
+    for e in x[1].astype(np.float64):
+        v = float(lowp.decode(ref_round([v + e], name), acc, np.float64)[0])
+        want.append(v)
+    assert np.array_equal(c.astype(np.float64), want, equal_nan=True)
+    m = np.multiply.accumulate(x[2][:10])
+    assert np.array_equal(m[1:].astype(np.float64),
+                          lowp.decode(ref_round(m[:-1].astype(np.float64) * x[2][1:10].astype(np.float64), name),
+                                      acc, np.float64), equal_nan=True)
 
 
 @pytest.mark.parametrize("name", ALL)

@@ -121,6 +121,23 @@ unsafe fn scatter(p: *mut u8, s: isize, size: usize, src: &[u32]) {
     }
 }
 
+/// Does the input range `p` (stride `sp`) share memory with the output range
+/// `o` (stride `so`) other than element for element (in place is fine)?
+fn overlaps(p: *const u8, sp: isize, o: *mut u8, so: isize, n: usize, size: usize) -> bool {
+    // In place element for element is fine; a zero stride in place (a reduction) is not.
+    if n <= 1 || (p == o as *const u8 && sp == so && sp != 0) {
+        return false;
+    }
+    let span = |start: *const u8, s: isize| {
+        let first = start as isize;
+        let last = first + s * (n as isize - 1);
+        (first.min(last), first.max(last) + size as isize)
+    };
+    let (a0, a1) = span(p, sp);
+    let (b0, b1) = span(o as *const u8, so);
+    a0 < b1 && b0 < a1
+}
+
 /// # Safety
 /// numpy's loop contract: `args`, `dims`, `steps` describe `dims[0]` elements;
 /// `data` is a leaked `LoopData` made by `register_all`.
@@ -142,7 +159,8 @@ unsafe extern "C" fn loop_bin(args: *mut *mut c_char, dims: *mut npy_intp, steps
             }
             return;
         }
-        if d.t == kernels::BF16 && matches!(d.op, Bin::Add | Bin::Sub | Bin::Mul | Bin::Div) && !(sa == 0 && so == 0 && a == o as *const u8) {
+        if d.t == kernels::BF16 && matches!(d.op, Bin::Add | Bin::Sub | Bin::Mul | Bin::Div) {
+            // (Element by element in order, so reductions and accumulations are right too.)
             // bf16 arithmetic in one pass: widen (a shift), compute in f32, round (kernels::f32_to_bf16).
             macro_rules! go {
                 ($f:expr) => {{
@@ -162,15 +180,16 @@ unsafe extern "C" fn loop_bin(args: *mut *mut c_char, dims: *mut npy_intp, steps
             }
             return;
         }
-        if sa == 0 && so == 0 && a == o as *const u8 {
-            // A reduction (`np.add.reduce`): each result feeds the next step.
-            let mut acc = [load(a, size)];
+        if overlaps(a, sa, o, so, n, size) || overlaps(b, sb, o, so, n, size) {
+            // Reductions and accumulations (`np.add.reduce`, `np.cumsum`) pass the output
+            // as an input shifted by one step: each result feeds the next, so go one by one.
             let mut r = [0u32];
             for i in 0..n as isize {
-                kernels::binary(d.t, d.op, &acc, &[load(b.offset(i * sb), size)], &mut r);
-                acc[0] = r[0];
+                let x = [load(a.offset(i * sa), size)];
+                let y = [load(b.offset(i * sb), size)];
+                kernels::binary(d.t, d.op, &x, &y, &mut r);
+                store(o.offset(i * so), size, r[0]);
             }
-            store(o, size, acc[0]);
             return;
         }
         let (mut ca, mut cb, mut co) = ([0u32; BLOCK], [0u32; BLOCK], [0u32; BLOCK]);
