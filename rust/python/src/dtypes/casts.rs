@@ -1,3 +1,4 @@
+#![allow(clippy::needless_range_loop)] // index loops over parallel buffers read clearer here
 //! Casts between the lowp dtypes and every numpy bool/int/uint/float/complex
 //! dtype, and among the lowp dtypes.
 //!

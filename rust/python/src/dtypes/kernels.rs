@@ -21,6 +21,7 @@
 //! - bf16 rounds from f32 by a bit trick ([`f32_to_bf16`]); f64 results of
 //!   the float formats go through f32 rounded to odd ([`f64_to_f32_odd`]);
 //! - posit<n,2> results use a direct encoder ([`posit2_encode`]).
+//!
 //! Each of these is tested bit for bit against the format engine.
 //!
 //! Floating-point warnings: computed paths raise the flags their f32/f64

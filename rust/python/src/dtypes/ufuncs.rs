@@ -125,7 +125,7 @@ unsafe fn scatter(p: *mut u8, s: isize, size: usize, src: &[u32]) {
 /// `o` (stride `so`) other than element for element (in place is fine)?
 fn overlaps(p: *const u8, sp: isize, o: *mut u8, so: isize, n: usize, size: usize) -> bool {
     // In place element for element is fine; a zero stride in place (a reduction) is not.
-    if n <= 1 || (p == o as *const u8 && sp == so && sp != 0) {
+    if n <= 1 || (std::ptr::eq(p, o) && sp == so && sp != 0) {
         return false;
     }
     let span = |start: *const u8, s: isize| {
@@ -148,7 +148,7 @@ unsafe extern "C" fn loop_bin(args: *mut *mut c_char, dims: *mut npy_intp, steps
         let size = TYPES[d.t].size;
         let n = *dims as usize;
         let (a, b, o) = (*args as *const u8, *args.add(1) as *const u8, *args.add(2) as *mut u8);
-        let (sa, sb, so) = (*steps as isize, *steps.add(1) as isize, *steps.add(2) as isize);
+        let (sa, sb, so) = (*steps, *steps.add(1), *steps.add(2));
         if let Some(tab) = kernels::bin_table(d.t, d.op) {
             // 8-bit types: one lookup per pair (reductions included: each step reads the last result).
             for i in 0..n as isize {
@@ -215,7 +215,7 @@ unsafe extern "C" fn loop_un(args: *mut *mut c_char, dims: *mut npy_intp, steps:
         let size = TYPES[d.t].size;
         let n = *dims as usize;
         let (a, o) = (*args as *const u8, *args.add(1) as *mut u8);
-        let (sa, so) = (*steps as isize, *steps.add(1) as isize);
+        let (sa, so) = (*steps, *steps.add(1));
         if let Some(tab) = kernels::un_table(d.t, d.op) {
             // Types of at most 16 bits: one lookup per element.
             let mask = tab.len() - 1;
@@ -247,7 +247,7 @@ unsafe extern "C" fn loop_pred(args: *mut *mut c_char, dims: *mut npy_intp, step
         let size = TYPES[d.t].size;
         let n = *dims as usize;
         let (a, o) = (*args as *const u8, *args.add(1) as *mut u8);
-        let (sa, so) = (*steps as isize, *steps.add(1) as isize);
+        let (sa, so) = (*steps, *steps.add(1));
         let mut ca = [0u32; BLOCK];
         let mut r = [false; BLOCK];
         let mut i = 0;
@@ -273,7 +273,7 @@ unsafe extern "C" fn loop_rel(args: *mut *mut c_char, dims: *mut npy_intp, steps
         let size = TYPES[d.t].size;
         let n = *dims as usize;
         let (a, b, o) = (*args as *const u8, *args.add(1) as *const u8, *args.add(2) as *mut u8);
-        let (sa, sb, so) = (*steps as isize, *steps.add(1) as isize, *steps.add(2) as isize);
+        let (sa, sb, so) = (*steps, *steps.add(1), *steps.add(2));
         let (mut ca, mut cb) = ([0u32; BLOCK], [0u32; BLOCK]);
         let mut r = [false; BLOCK];
         let mut i = 0;
