@@ -230,25 +230,27 @@ unsafe extern "C" fn cast_from<const T: usize, E: NpElem>(from: *mut c_void, to:
     let n = n.max(0) as usize;
     // SAFETY: numpy passes n contiguous aligned elements on each side.
     unsafe {
+        if T == super::kernels::BF16 && (is::<E, f32>() || is::<E, f64>()) {
+            // bf16 is the top half of an f32: a shift, which keeps NaN payloads
+            // (as ml_dtypes does) on every instruction-set path.
+            let s = from as *const u16;
+            if is::<E, f32>() {
+                let d = to as *mut u32;
+                for i in 0..n {
+                    d.add(i).write((s.add(i).read() as u32) << 16);
+                }
+            } else {
+                let d = to as *mut f64;
+                for i in 0..n {
+                    d.add(i).write(widen(f32::from_bits((s.add(i).read() as u32) << 16)));
+                }
+            }
+            return;
+        }
         if is::<E, f32>() {
             return decode_from(T, from, std::slice::from_raw_parts_mut(to as *mut f32, n));
         }
         if is::<E, f64>() {
-            if TYPES[T].name == "bfloat16" {
-                // Through f32 (exact), which keeps NaN payloads as f32 -> f64 does.
-                let d = to as *mut f64;
-                let mut buf = [0f32; BLOCK];
-                let mut i = 0;
-                while i < n {
-                    let m = BLOCK.min(n - i);
-                    decode_from(T, (from as *const u16).add(i) as *const c_void, &mut buf[..m]);
-                    for j in 0..m {
-                        d.add(i + j).write(widen(buf[j]));
-                    }
-                    i += m;
-                }
-                return;
-            }
             return decode_from(T, from, std::slice::from_raw_parts_mut(to as *mut f64, n));
         }
         let size = TYPES[T].size;
