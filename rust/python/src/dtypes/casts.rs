@@ -16,7 +16,6 @@
 
 use std::any::TypeId;
 use std::ffi::{c_int, c_void};
-use std::sync::OnceLock;
 
 use lowp_core::convert::{self, Code};
 use lowp_core::format::{named, Format, IntFormat};
@@ -200,27 +199,6 @@ fn widen(x: f32) -> f64 {
     f64::from_bits(((b & 0x8000_0000) << 32) | 0x7FF8_0000_0000_0000 | ((b & 0x7F_FFFF) << 29))
 }
 
-/// 8-bit types from f32/f64: round to odd at bf16's precision (8 bits >= p + 2
-/// for every 8-bit type, and every rounding boundary of theirs is a bf16
-/// value), then one lookup in a table of all 65536 bf16 patterns encoded by
-/// the format engine. Equal to rounding once from the input, tested bit for bit.
-static ODD_TABLES: [OnceLock<Box<[u8]>>; N] = [const { OnceLock::new() }; N];
-
-fn odd_table(t: usize) -> &'static [u8] {
-    ODD_TABLES[t].get_or_init(|| {
-        let f = TYPES[t].fmt;
-        let bf = Format::Float(named::BFLOAT16);
-        (0..1u64 << 16).map(|h| f.encode(bf.decode(h), &rne(), 0) as u8).collect()
-    })
-}
-
-/// f32 bits rounded to odd at bf16 precision: keep the top half, and set its
-/// last bit when anything below was nonzero (NaN stays NaN, inf stays inf).
-#[inline(always)]
-fn bf16_odd(x: u32) -> usize {
-    ((x >> 16) | ((x & 0xFFFF) != 0) as u32) as usize
-}
-
 fn is<A: 'static, B: 'static>() -> bool {
     TypeId::of::<A>() == TypeId::of::<B>()
 }
@@ -286,10 +264,10 @@ unsafe extern "C" fn cast_to<const T: usize, E: NpElem>(from: *mut c_void, to: *
                 return;
             }
             if TYPES[T].size == 1 {
-                let tab = odd_table(T);
+                let tab = super::kernels::odd_table(T);
                 let (s, d) = (from as *const u32, to as *mut u8);
                 for i in 0..n {
-                    d.add(i).write(tab[bf16_odd(s.add(i).read())]);
+                    d.add(i).write(tab[super::kernels::bf16_odd(s.add(i).read())]);
                 }
                 return;
             }
@@ -297,7 +275,7 @@ unsafe extern "C" fn cast_to<const T: usize, E: NpElem>(from: *mut c_void, to: *
         }
         if is::<E, f64>() {
             if TYPES[T].size == 1 {
-                let tab = odd_table(T);
+                let tab = super::kernels::odd_table(T);
                 let (s, d) = (from as *const f64, to as *mut u8);
                 for i in 0..n {
                     let v = s.add(i).read();
@@ -308,7 +286,7 @@ unsafe extern "C" fn cast_to<const T: usize, E: NpElem>(from: *mut c_void, to: *
                     } else {
                         super::kernels::f64_to_f32_odd(v)
                     };
-                    d.add(i).write(tab[bf16_odd(y.to_bits())]);
+                    d.add(i).write(tab[super::kernels::bf16_odd(y.to_bits())]);
                 }
                 return;
             }

@@ -160,7 +160,35 @@ pub fn enc_block32(t: usize, x: &[f32], out: &mut [u32]) {
         }
         return;
     }
+    if TYPES[t].size == 1 {
+        let tab = odd_table(t);
+        for (v, o) in x.iter().zip(out.iter_mut()) {
+            *o = tab[bf16_odd(v.to_bits())] as u32;
+        }
+        return;
+    }
     let _ = convert::encode(&TYPES[t].fmt, x, out, &rne(), 0);
+}
+
+/// 8-bit types from f32/f64: round to odd at bf16's precision (8 bits >= p + 2
+/// for every 8-bit type, and every rounding boundary of theirs is a bf16
+/// value), then one lookup in a table of all 65536 bf16 patterns encoded by
+/// the format engine. Equal to rounding once from the input, tested bit for bit.
+static ODD_TABLES: [OnceLock<Box<[u8]>>; N] = [const { OnceLock::new() }; N];
+
+pub fn odd_table(t: usize) -> &'static [u8] {
+    ODD_TABLES[t].get_or_init(|| {
+        let f = TYPES[t].fmt;
+        let bf = Format::Float(lowp_core::format::named::BFLOAT16);
+        (0..1u64 << 16).map(|h| f.encode(bf.decode(h), &rne(), 0) as u8).collect()
+    })
+}
+
+/// f32 bits rounded to odd at bf16 precision: keep the top half, and set its
+/// last bit when anything below was nonzero (NaN stays NaN, inf stays inf).
+#[inline(always)]
+pub fn bf16_odd(x: u32) -> usize {
+    ((x >> 16) | ((x & 0xFFFF) != 0) as u32) as usize
 }
 
 /// Index of bfloat16 in [`TYPES`].
