@@ -106,6 +106,7 @@ def test_scalar(name):
     assert x - t(0.5) == 1 and x / t(2) == 0.75 and -x == -1.5 and abs(-x) == 1.5
     assert hash(x) == hash(1.5) and hash(t(0.1)) == hash(float(t(0.1)))
     assert {t(2): "a"}[2.0] == "a"
+    assert format(t(1.5), ".3f") == "1.500" and format(t(0.25), "") == "0.25" and f"{t(2):>5}" == "  2.0"
     y = pickle.loads(pickle.dumps(t(0.1)))
     assert type(y) is t and float(y) == float(t(0.1))
     # Rounded once from float64 (nearest even), as the format engine does.
@@ -489,3 +490,22 @@ def test_finfo(name):
     # numpy's own finfo only takes numpy's inexact types.
     with pytest.raises(ValueError):
         np.finfo(t)
+
+
+@pytest.mark.parametrize("name", POSITS)
+def test_posit_cast_midpoints(name):
+    """Every posit (a sample for posit32), the midpoints between neighbours (value and
+    encoding midpoints alike) and their float64 neighbours, against the format engine."""
+    c = np.sort(all_codes(name).astype(np.int64) ^ (1 << (8 * SIZE.get(name, 1) - 1)))  # by value order
+    c = (c ^ (1 << (8 * SIZE.get(name, 1) - 1))).astype(udt(name))
+    v = lowp.decode(c, lowp.format(name), np.float64)
+    v = np.unique(v[np.isfinite(v)])
+    mids = (v[:-1] + v[1:]) / 2
+    geo = np.sqrt(np.abs(v[:-1] * v[1:])) * np.sign(v[:-1] + v[1:])
+    x = np.concatenate([v, mids, np.nextafter(mids, np.inf), np.nextafter(mids, -np.inf), geo,
+                        np.nextafter(geo, np.inf), np.nextafter(geo, -np.inf), v * 4, v / 4])
+    for src in (x, x.astype(np.float32)):
+        with np.errstate(over="ignore"):
+            got = src.astype(dt(name))
+        want = lowp.encode(src.astype(np.float64), lowp.format(name))
+        assert same_bits(got, want)

@@ -87,7 +87,7 @@ def test_binary_matches_ml_dtypes(name, op):
 
 
 BINARY_VS_F64 = ["add", "subtract", "multiply", "divide", "floor_divide", "remainder", "fmod", "power", "copysign",
-                 "arctan2", "hypot", "maximum", "minimum", "fmax", "fmin"]
+                 "arctan2", "hypot", "maximum", "minimum", "fmax", "fmin", "heaviside", "logaddexp", "logaddexp2"]
 
 
 @pytest.mark.parametrize("name", ALL)
@@ -107,7 +107,7 @@ def test_binary_correctly_rounded(name, op):
         assert np.array_equal(gv, r, equal_nan=True)
         return
     ok = equal_codes(got, want, gv, lowp.decode(want, name, np.float64))
-    if op == "power" or op == "arctan2" or op == "hypot":
+    if op in ("power", "arctan2", "hypot", "logaddexp", "logaddexp2"):
         # float64 libm results are within an ulp of float64: a rounding into the format can differ only
         # when the exact result is within 2^-52 relative of a midpoint; allow a vanishing fraction.
         assert (~ok).mean() < 1e-4
@@ -116,7 +116,8 @@ def test_binary_correctly_rounded(name, op):
 
 
 UNARY = ["negative", "positive", "absolute", "sign", "sqrt", "square", "reciprocal", "exp", "exp2", "expm1", "log",
-         "log2", "log10", "log1p", "sin", "cos", "tan", "tanh", "arctan", "floor", "ceil", "rint", "trunc"]
+         "log2", "log10", "log1p", "sin", "cos", "tan", "tanh", "arctan", "floor", "ceil", "rint", "trunc",
+         "sinh", "cosh", "arcsin", "arccos", "arcsinh", "arccosh", "arctanh", "cbrt", "deg2rad", "rad2deg"]
 
 
 def all_or_sample(name):
@@ -226,6 +227,18 @@ def test_strided_and_broadcast(name):
         v = float(lowp.decode(ref_round([v + e], name), acc, np.float64)[0])
     assert float(s) == v or (np.isnan(float(s)) and np.isnan(v))
     assert float(np.max(x)) == x.astype(np.float64).max()
+    # Accumulations feed each result into the next step.
+    c = np.cumsum(x[1])
+    v = 0.0
+    want = []
+    for e in x[1].astype(np.float64):
+        v = float(lowp.decode(ref_round([v + e], name), acc, np.float64)[0])
+        want.append(v)
+    assert np.array_equal(c.astype(np.float64), want, equal_nan=True)
+    m = np.multiply.accumulate(x[2][:10])
+    assert np.array_equal(m[1:].astype(np.float64),
+                          lowp.decode(ref_round(m[:-1].astype(np.float64) * x[2][1:10].astype(np.float64), name),
+                                      acc, np.float64), equal_nan=True)
 
 
 @pytest.mark.parametrize("name", ALL)

@@ -7,6 +7,13 @@ Living beside ml_dtypes: lowp never writes into ``numpy.sctypeDict``, so
 ml_dtypes' names stay its own. When ml_dtypes is imported (before or after
 lowp), casts between each ml_dtypes dtype and the lowp dtype of the same name
 are registered as bit copies, so ``astype`` between them is exact both ways.
+
+What numpy does not allow for user dtypes (as for ml_dtypes' too):
+
+- ``np.save`` writes legacy user dtypes as raw bytes (``|V1``, ``|V2``, ``|V4``);
+  ``np.load(f).view(lowp.bfloat16)`` restores the array bit for bit.
+- ``np.finfo`` only takes numpy's own inexact types; ``lowp.finfo`` covers these.
+- Posit NaR reads as NaN (``float``, comparisons, ``isnan``), so ``NaR == NaR`` is False.
 """
 
 from __future__ import annotations

@@ -1,3 +1,4 @@
+#![allow(clippy::needless_range_loop)] // index loops over parallel buffers read clearer here
 //! Casts between the lowp dtypes and every numpy bool/int/uint/float/complex
 //! dtype, and among the lowp dtypes.
 //!
@@ -144,6 +145,16 @@ fn rne() -> RoundOpts {
 unsafe fn encode_into<S: convert::Real>(t: usize, src: &[S], dst: *mut c_void) {
     let f = &TYPES[t].fmt;
     let n = src.len();
+    if let Format::Posit(p) = f {
+        if p.es == 2 {
+            let size = TYPES[t].size;
+            for (i, v) in src.iter().enumerate() {
+                // SAFETY: the caller guarantees n elements of `size` bytes.
+                unsafe { store((dst as *mut u8).add(i * size), size, super::kernels::posit2_encode(p.nbits, v.to_f64())) };
+            }
+            return;
+        }
+    }
     // SAFETY: the caller guarantees n aligned elements of the type's width.
     unsafe {
         // Cannot fail: valid options and a storage width that fits the format.
@@ -197,25 +208,27 @@ unsafe extern "C" fn cast_from<const T: usize, E: NpElem>(from: *mut c_void, to:
     let n = n.max(0) as usize;
     // SAFETY: numpy passes n contiguous aligned elements on each side.
     unsafe {
+        if T == super::kernels::BF16 && (is::<E, f32>() || is::<E, f64>()) {
+            // bf16 is the top half of an f32: a shift, which keeps NaN payloads
+            // (as ml_dtypes does) on every instruction-set path.
+            let s = from as *const u16;
+            if is::<E, f32>() {
+                let d = to as *mut u32;
+                for i in 0..n {
+                    d.add(i).write((s.add(i).read() as u32) << 16);
+                }
+            } else {
+                let d = to as *mut f64;
+                for i in 0..n {
+                    d.add(i).write(widen(f32::from_bits((s.add(i).read() as u32) << 16)));
+                }
+            }
+            return;
+        }
         if is::<E, f32>() {
             return decode_from(T, from, std::slice::from_raw_parts_mut(to as *mut f32, n));
         }
         if is::<E, f64>() {
-            if TYPES[T].name == "bfloat16" {
-                // Through f32 (exact), which keeps NaN payloads as f32 -> f64 does.
-                let d = to as *mut f64;
-                let mut buf = [0f32; BLOCK];
-                let mut i = 0;
-                while i < n {
-                    let m = BLOCK.min(n - i);
-                    decode_from(T, (from as *const u16).add(i) as *const c_void, &mut buf[..m]);
-                    for j in 0..m {
-                        d.add(i + j).write(widen(buf[j]));
-                    }
-                    i += m;
-                }
-                return;
-            }
             return decode_from(T, from, std::slice::from_raw_parts_mut(to as *mut f64, n));
         }
         let size = TYPES[T].size;
@@ -250,9 +263,33 @@ unsafe extern "C" fn cast_to<const T: usize, E: NpElem>(from: *mut c_void, to: *
                 }
                 return;
             }
+            if TYPES[T].size == 1 {
+                let tab = super::kernels::odd_table(T);
+                let (s, d) = (from as *const u32, to as *mut u8);
+                for i in 0..n {
+                    d.add(i).write(tab[super::kernels::bf16_odd(s.add(i).read())]);
+                }
+                return;
+            }
             return encode_into(T, std::slice::from_raw_parts(from as *const f32, n), to);
         }
         if is::<E, f64>() {
+            if TYPES[T].size == 1 {
+                let tab = super::kernels::odd_table(T);
+                let (s, d) = (from as *const f64, to as *mut u8);
+                for i in 0..n {
+                    let v = s.add(i).read();
+                    // Finite values beyond f32 stay finite (f32::MAX is odd and overflows every 8-bit type).
+                    let y = if v.abs() > f32::MAX as f64 && v.abs() != f64::INFINITY {
+                        // (no `v as f32` here: it would raise the overflow flag numpy reports)
+                        if v.is_sign_negative() { -f32::MAX } else { f32::MAX }
+                    } else {
+                        super::kernels::f64_to_f32_odd(v)
+                    };
+                    d.add(i).write(tab[super::kernels::bf16_odd(y.to_bits())]);
+                }
+                return;
+            }
             return encode_into(T, std::slice::from_raw_parts(from as *const f64, n), to);
         }
         let size = TYPES[T].size;

@@ -13,6 +13,20 @@
 //!   rounding that to a posit (at most 28 significant bits) is correct.
 //! - everything else: computed in f64 from the exact decoded inputs and
 //!   rounded once into the type.
+//!
+//! Speed without changing any result:
+//! - unary ops on types of at most 16 bits, and binary ops on 8-bit types,
+//!   are tables of every result, built once by the code above (see
+//!   [`un_table`], [`bin_table`]);
+//! - bf16 rounds from f32 by a bit trick ([`f32_to_bf16`]); f64 results of
+//!   the float formats go through f32 rounded to odd ([`f64_to_f32_odd`]);
+//! - posit<n,2> results use a direct encoder ([`posit2_encode`]).
+//!
+//! Each of these is tested bit for bit against the format engine.
+//!
+//! Floating-point warnings: computed paths raise the flags their f32/f64
+//! operations raise (numpy reports them as for its own floats); table
+//! lookups raise none.
 
 use std::sync::OnceLock;
 
@@ -61,7 +75,10 @@ pub fn dec(t: usize, c: u32) -> f64 {
 /// Round one f64 to nearest even into type `t`.
 #[inline]
 pub fn enc(t: usize, x: f64) -> u32 {
-    TYPES[t].fmt.encode(x, &rne(), 0) as u32
+    match TYPES[t].fmt {
+        Format::Posit(p) if p.es == 2 => posit2_encode(p.nbits, x),
+        f => f.encode(x, &rne(), 0) as u32,
+    }
 }
 
 pub fn dec_block64(t: usize, c: &[u32], out: &mut [f64]) {
@@ -109,6 +126,14 @@ pub fn enc_block64(t: usize, x: &[f64], out: &mut [u32]) {
         enc_block32(t, &y[..n], out);
         return;
     }
+    if let Format::Posit(p) = TYPES[t].fmt {
+        if p.es == 2 {
+            for (v, o) in x.iter().zip(out.iter_mut()) {
+                *o = posit2_encode(p.nbits, *v);
+            }
+            return;
+        }
+    }
     // Cannot fail: nearest-even options are valid and u32 holds every code.
     let _ = convert::encode(&TYPES[t].fmt, x, out, &rne(), 0);
 }
@@ -116,7 +141,7 @@ pub fn enc_block64(t: usize, x: &[f64], out: &mut [u32]) {
 /// f64 to f32 rounded to odd: inexact results with an even last bit move one
 /// ulp toward `x` (so the sticky information survives a second rounding).
 #[inline(always)]
-fn f64_to_f32_odd(x: f64) -> f32 {
+pub fn f64_to_f32_odd(x: f64) -> f32 {
     let y = x as f32;
     let yb = y.to_bits();
     // NaN and inf pass through; `!=` is a quiet compare.
@@ -135,7 +160,35 @@ pub fn enc_block32(t: usize, x: &[f32], out: &mut [u32]) {
         }
         return;
     }
+    if TYPES[t].size == 1 {
+        let tab = odd_table(t);
+        for (v, o) in x.iter().zip(out.iter_mut()) {
+            *o = tab[bf16_odd(v.to_bits())] as u32;
+        }
+        return;
+    }
     let _ = convert::encode(&TYPES[t].fmt, x, out, &rne(), 0);
+}
+
+/// 8-bit types from f32/f64: round to odd at bf16's precision (8 bits >= p + 2
+/// for every 8-bit type, and every rounding boundary of theirs is a bf16
+/// value), then one lookup in a table of all 65536 bf16 patterns encoded by
+/// the format engine. Equal to rounding once from the input, tested bit for bit.
+static ODD_TABLES: [OnceLock<Box<[u8]>>; N] = [const { OnceLock::new() }; N];
+
+pub fn odd_table(t: usize) -> &'static [u8] {
+    ODD_TABLES[t].get_or_init(|| {
+        let f = TYPES[t].fmt;
+        let bf = Format::Float(lowp_core::format::named::BFLOAT16);
+        (0..1u64 << 16).map(|h| f.encode(bf.decode(h), &rne(), 0) as u8).collect()
+    })
+}
+
+/// f32 bits rounded to odd at bf16 precision: keep the top half, and set its
+/// last bit when anything below was nonzero (NaN stays NaN, inf stays inf).
+#[inline(always)]
+pub fn bf16_odd(x: u32) -> usize {
+    ((x >> 16) | ((x & 0xFFFF) != 0) as u32) as usize
 }
 
 /// Index of bfloat16 in [`TYPES`].
@@ -312,6 +365,9 @@ pub enum Bin {
     CopySign,
     NextAfter,
     Arctan2,
+    Heaviside,
+    LogAddExp,
+    LogAddExp2,
     Hypot,
 }
 
@@ -336,6 +392,16 @@ pub enum Un {
     Tan,
     Tanh,
     Arctan,
+    Sinh,
+    Cosh,
+    Arcsin,
+    Arccos,
+    Arcsinh,
+    Arccosh,
+    Arctanh,
+    Cbrt,
+    Deg2Rad,
+    Rad2Deg,
     Floor,
     Ceil,
     Rint,
@@ -489,6 +555,14 @@ pub fn binary(t: usize, op: Bin, a: &[u32], b: &[u32], out: &mut [u32]) {
         Bin::Pow => map!(f64::powf),
         Bin::CopySign => map!(f64::copysign),
         Bin::Arctan2 => map!(f64::atan2),
+        Bin::Heaviside => map!(|p: f64, q: f64| if p.is_nan() { p } else if p < 0.0 { 0.0 } else if p > 0.0 { 1.0 } else { q }),
+        Bin::LogAddExp => map!(|p: f64, q: f64| {
+            // As numpy: the larger plus log1p(exp(-|difference|)), exact for equal inputs.
+            if p == q { p + std::f64::consts::LN_2 } else { let m = p.max(q); m + (-(p - q).abs()).exp().ln_1p() }
+        }),
+        Bin::LogAddExp2 => map!(|p: f64, q: f64| {
+            if p == q { p + 1.0 } else { let m = p.max(q); m + (-(p - q).abs()).exp2().ln_1p() / std::f64::consts::LN_2 }
+        }),
         Bin::Hypot => map!(f64::hypot),
     }
     enc_block64(t, x, out);
@@ -543,6 +617,16 @@ pub fn unary(t: usize, op: Un, a: &[u32], out: &mut [u32]) {
         Un::Tan => map!(f64::tan),
         Un::Tanh => map!(f64::tanh),
         Un::Arctan => map!(f64::atan),
+        Un::Sinh => map!(f64::sinh),
+        Un::Cosh => map!(f64::cosh),
+        Un::Arcsin => map!(f64::asin),
+        Un::Arccos => map!(f64::acos),
+        Un::Arcsinh => map!(f64::asinh),
+        Un::Arccosh => map!(f64::acosh),
+        Un::Arctanh => map!(f64::atanh),
+        Un::Cbrt => map!(f64::cbrt),
+        Un::Deg2Rad => map!(f64::to_radians),
+        Un::Rad2Deg => map!(f64::to_degrees),
         Un::Floor => map!(f64::floor),
         Un::Ceil => map!(f64::ceil),
         Un::Rint => map!(f64::round_ties_even),
@@ -665,4 +749,60 @@ pub fn bin_table(t: usize, op: Bin) -> Option<&'static [u16]> {
             binary(t, op, &a, &b, r)
         })
     }))
+}
+
+// ---------------------------------------------------------------- posit<n,2> encoder
+
+/// Round an f64 to posit<n,2> (n <= 32), nearest even on the encoding as the
+/// 2022 Posit Standard rounds: no underflow to 0, no overflow past maxpos,
+/// NaN and infinities become NaR. The same results as the format engine
+/// (tested on every posit, every midpoint and random values), in a few
+/// integer steps instead of the general engine's.
+#[inline]
+pub fn posit2_encode(n: u32, x: f64) -> u32 {
+    let nar = 1u32 << (n - 1);
+    let mask = if n == 32 { u32::MAX } else { (1u32 << n) - 1 };
+    if x == 0.0 {
+        return 0;
+    }
+    if !finite(x) {
+        return nar;
+    }
+    let b = x.to_bits();
+    let neg = b >> 63 != 0;
+    let ef = ((b >> 52) & 0x7FF) as i32;
+    let max_scale = (n as i32 - 2) * 4;
+    let mag: u32 = if ef == 0 {
+        1 // f64 subnormals are far below minpos
+    } else {
+        let scale = ef - 1023;
+        let frac = b & ((1u64 << 52) - 1);
+        if scale >= max_scale {
+            nar - 1 // maxpos (or beyond it: saturate)
+        } else if scale < -max_scale {
+            1 // below minpos: minpos
+        } else {
+            let k = scale >> 2; // regime value: floor(scale / 4)
+            let e = (scale & 3) as u128; // exponent bits
+            // Regime: k+1 ones then a zero (k >= 0), or -k zeros then a one.
+            let (r, rlen) = if k >= 0 { (((1u128 << (k + 1)) - 1) << 1, k + 2) } else { (1u128, 1 - k) };
+            let body = (r << 54) | (e << 52) | frac as u128; // rlen + 54 bits
+            let len = rlen as u32 + 54;
+            let keep = n - 1;
+            let shift = len - keep; // len > 54 > keep: always positive
+            let mut m = (body >> shift) as u64;
+            let rem = body & ((1u128 << shift) - 1);
+            let half = 1u128 << (shift - 1);
+            if rem > half || (rem == half && m & 1 == 1) {
+                m += 1;
+            }
+            // Rounding never reaches NaR nor 0 (maxpos and minpos bound it).
+            m.clamp(1, (nar - 1) as u64) as u32
+        }
+    };
+    if neg {
+        mag.wrapping_neg() & mask
+    } else {
+        mag
+    }
 }

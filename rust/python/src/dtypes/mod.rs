@@ -143,11 +143,11 @@ unsafe extern "C" fn copyswapn<const T: usize>(
         return;
     }
     let (d, s) = (dst as *mut u8, src as *const u8);
-    for i in 0..n as isize {
+    for i in 0..n {
         // SAFETY: numpy passes n elements at the given strides.
         unsafe {
-            let dp = d.offset(i * dstride as isize);
-            std::ptr::copy(s.offset(i * sstride as isize), dp, size);
+            let dp = d.offset(i * dstride);
+            std::ptr::copy(s.offset(i * sstride), dp, size);
             if swap != 0 {
                 swap_bytes(dp, size);
             }
@@ -198,7 +198,7 @@ unsafe fn arg_best<const T: usize>(data: *mut c_void, n: npy_intp, out: *mut npy
     let p = data as *const u8;
     let mut best = 0isize;
     let mut bv = f64::NAN;
-    for i in 0..n as isize {
+    for i in 0..n {
         // SAFETY: numpy passes n contiguous elements.
         let v = dec(T, unsafe { load(p.offset(i * size as isize), size) });
         if v.is_nan() {
@@ -263,10 +263,10 @@ unsafe extern "C" fn dotfunc<const T: usize>(
     let size = TYPES[T].size;
     let (a, b) = (ip1 as *const u8, ip2 as *const u8);
     let mut acc = 0f64;
-    for i in 0..n as isize {
+    for i in 0..n {
         // SAFETY: numpy passes n elements at the given strides.
         unsafe {
-            acc += dec(T, load(a.offset(i * is1 as isize), size)) * dec(T, load(b.offset(i * is2 as isize), size));
+            acc += dec(T, load(a.offset(i * is1), size)) * dec(T, load(b.offset(i * is2), size));
         }
     }
     // SAFETY: numpy passes one writable output element.

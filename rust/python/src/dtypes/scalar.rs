@@ -258,6 +258,21 @@ unsafe extern "C" fn nb_bool(ob: *mut ffi::PyObject) -> c_int {
     (dec(t, c) != 0.0) as c_int
 }
 
+/// `format(x, spec)`: as the float of the same value (numpy.generic would
+/// format the repr string and reject float specs such as ".3f").
+unsafe extern "C" fn format_method(ob: *mut ffi::PyObject, spec: *mut ffi::PyObject) -> *mut ffi::PyObject {
+    guard(|py| {
+        // SAFETY: ob is a lowp scalar; spec is a borrowed argument.
+        let (t, c) = unsafe { self_value(ob) };
+        let spec = unsafe { Bound::from_borrowed_ptr(py, spec) };
+        let spec: String = spec.extract()?;
+        if spec.is_empty() {
+            return Ok(PyFloat::new(py, shortest(t, c)).repr()?.into_ptr());
+        }
+        Ok(PyFloat::new(py, dec(t, c)).call_method1("__format__", (spec,))?.into_ptr())
+    })
+}
+
 unsafe extern "C" fn tp_new(sub: *mut ffi::PyTypeObject, args: *mut ffi::PyObject, kwds: *mut ffi::PyObject) -> *mut ffi::PyObject {
     guard(|py| {
         // SAFETY: sub is the type being instantiated, a lowp scalar type or subclass.
@@ -308,6 +323,18 @@ pub fn make_type(py: Python<'_>, t: usize, base: &Bound<'_, PyAny>) -> PyResult<
     let name: &'static CString = Box::leak(Box::new(CString::new(format!("lowp.{}", ti.name)).unwrap()));
     let doc: &'static CString = Box::leak(Box::new(CString::new(ti.doc).unwrap()));
     let slot = |slot: c_int, pfunc: *mut c_void| ffi::PyType_Slot { slot, pfunc };
+    let methods: &'static mut [ffi::PyMethodDef] = Box::leak(
+        vec![
+            ffi::PyMethodDef {
+                ml_name: c"__format__".as_ptr(),
+                ml_meth: ffi::PyMethodDefPointer { PyCFunction: format_method },
+                ml_flags: ffi::METH_O,
+                ml_doc: c"Format as the float of the same value.".as_ptr(),
+            },
+            ffi::PyMethodDef::zeroed(),
+        ]
+        .into_boxed_slice(),
+    );
     let slots: &'static mut [ffi::PyType_Slot] = Box::leak(
         vec![
             slot(ffi::Py_tp_new, tp_new as *mut c_void),
@@ -322,6 +349,7 @@ pub fn make_type(py: Python<'_>, t: usize, base: &Bound<'_, PyAny>) -> PyResult<
             slot(ffi::Py_nb_int, nb_int as *mut c_void),
             slot(ffi::Py_nb_bool, nb_bool as *mut c_void),
             slot(ffi::Py_tp_doc, doc.as_ptr() as *mut c_void),
+            slot(ffi::Py_tp_methods, methods.as_mut_ptr() as *mut c_void),
             slot(0, std::ptr::null_mut()),
         ]
         .into_boxed_slice(),

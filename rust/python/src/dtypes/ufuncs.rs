@@ -39,6 +39,9 @@ const TABLE: &[(&str, Op)] = &[
     ("nextafter", Op::Bin(Bin::NextAfter)),
     ("arctan2", Op::Bin(Bin::Arctan2)),
     ("hypot", Op::Bin(Bin::Hypot)),
+    ("heaviside", Op::Bin(Bin::Heaviside)),
+    ("logaddexp", Op::Bin(Bin::LogAddExp)),
+    ("logaddexp2", Op::Bin(Bin::LogAddExp2)),
     ("negative", Op::Un(Un::Neg)),
     ("positive", Op::Un(Un::Pos)),
     ("absolute", Op::Un(Un::Abs)),
@@ -58,6 +61,18 @@ const TABLE: &[(&str, Op)] = &[
     ("tan", Op::Un(Un::Tan)),
     ("tanh", Op::Un(Un::Tanh)),
     ("arctan", Op::Un(Un::Arctan)),
+    ("sinh", Op::Un(Un::Sinh)),
+    ("cosh", Op::Un(Un::Cosh)),
+    ("arcsin", Op::Un(Un::Arcsin)),
+    ("arccos", Op::Un(Un::Arccos)),
+    ("arcsinh", Op::Un(Un::Arcsinh)),
+    ("arccosh", Op::Un(Un::Arccosh)),
+    ("arctanh", Op::Un(Un::Arctanh)),
+    ("cbrt", Op::Un(Un::Cbrt)),
+    ("deg2rad", Op::Un(Un::Deg2Rad)),
+    ("rad2deg", Op::Un(Un::Rad2Deg)),
+    ("radians", Op::Un(Un::Deg2Rad)),
+    ("degrees", Op::Un(Un::Rad2Deg)),
     ("floor", Op::Un(Un::Floor)),
     ("ceil", Op::Un(Un::Ceil)),
     ("rint", Op::Un(Un::Rint)),
@@ -106,6 +121,23 @@ unsafe fn scatter(p: *mut u8, s: isize, size: usize, src: &[u32]) {
     }
 }
 
+/// Does the input range `p` (stride `sp`) share memory with the output range
+/// `o` (stride `so`) other than element for element (in place is fine)?
+fn overlaps(p: *const u8, sp: isize, o: *mut u8, so: isize, n: usize, size: usize) -> bool {
+    // In place element for element is fine; a zero stride in place (a reduction) is not.
+    if n <= 1 || (std::ptr::eq(p, o) && sp == so && sp != 0) {
+        return false;
+    }
+    let span = |start: *const u8, s: isize| {
+        let first = start as isize;
+        let last = first + s * (n as isize - 1);
+        (first.min(last), first.max(last) + size as isize)
+    };
+    let (a0, a1) = span(p, sp);
+    let (b0, b1) = span(o as *const u8, so);
+    a0 < b1 && b0 < a1
+}
+
 /// # Safety
 /// numpy's loop contract: `args`, `dims`, `steps` describe `dims[0]` elements;
 /// `data` is a leaked `LoopData` made by `register_all`.
@@ -116,7 +148,7 @@ unsafe extern "C" fn loop_bin(args: *mut *mut c_char, dims: *mut npy_intp, steps
         let size = TYPES[d.t].size;
         let n = *dims as usize;
         let (a, b, o) = (*args as *const u8, *args.add(1) as *const u8, *args.add(2) as *mut u8);
-        let (sa, sb, so) = (*steps as isize, *steps.add(1) as isize, *steps.add(2) as isize);
+        let (sa, sb, so) = (*steps, *steps.add(1), *steps.add(2));
         if let Some(tab) = kernels::bin_table(d.t, d.op) {
             // 8-bit types: one lookup per pair (reductions included: each step reads the last result).
             for i in 0..n as isize {
@@ -127,15 +159,37 @@ unsafe extern "C" fn loop_bin(args: *mut *mut c_char, dims: *mut npy_intp, steps
             }
             return;
         }
-        if sa == 0 && so == 0 && a == o as *const u8 {
-            // A reduction (`np.add.reduce`): each result feeds the next step.
-            let mut acc = [load(a, size)];
+        if d.t == kernels::BF16 && matches!(d.op, Bin::Add | Bin::Sub | Bin::Mul | Bin::Div) {
+            // (Element by element in order, so reductions and accumulations are right too.)
+            // bf16 arithmetic in one pass: widen (a shift), compute in f32, round (kernels::f32_to_bf16).
+            macro_rules! go {
+                ($f:expr) => {{
+                    let f = $f;
+                    for i in 0..n as isize {
+                        let x = f32::from_bits(((a.offset(i * sa) as *const u16).read_unaligned() as u32) << 16);
+                        let y = f32::from_bits(((b.offset(i * sb) as *const u16).read_unaligned() as u32) << 16);
+                        (o.offset(i * so) as *mut u16).write_unaligned(kernels::f32_to_bf16(f(x, y).to_bits()));
+                    }
+                }};
+            }
+            match d.op {
+                Bin::Add => go!(|x: f32, y: f32| x + y),
+                Bin::Sub => go!(|x: f32, y: f32| x - y),
+                Bin::Mul => go!(|x: f32, y: f32| x * y),
+                _ => go!(|x: f32, y: f32| x / y),
+            }
+            return;
+        }
+        if overlaps(a, sa, o, so, n, size) || overlaps(b, sb, o, so, n, size) {
+            // Reductions and accumulations (`np.add.reduce`, `np.cumsum`) pass the output
+            // as an input shifted by one step: each result feeds the next, so go one by one.
             let mut r = [0u32];
             for i in 0..n as isize {
-                kernels::binary(d.t, d.op, &acc, &[load(b.offset(i * sb), size)], &mut r);
-                acc[0] = r[0];
+                let x = [load(a.offset(i * sa), size)];
+                let y = [load(b.offset(i * sb), size)];
+                kernels::binary(d.t, d.op, &x, &y, &mut r);
+                store(o.offset(i * so), size, r[0]);
             }
-            store(o, size, acc[0]);
             return;
         }
         let (mut ca, mut cb, mut co) = ([0u32; BLOCK], [0u32; BLOCK], [0u32; BLOCK]);
@@ -161,7 +215,7 @@ unsafe extern "C" fn loop_un(args: *mut *mut c_char, dims: *mut npy_intp, steps:
         let size = TYPES[d.t].size;
         let n = *dims as usize;
         let (a, o) = (*args as *const u8, *args.add(1) as *mut u8);
-        let (sa, so) = (*steps as isize, *steps.add(1) as isize);
+        let (sa, so) = (*steps, *steps.add(1));
         if let Some(tab) = kernels::un_table(d.t, d.op) {
             // Types of at most 16 bits: one lookup per element.
             let mask = tab.len() - 1;
@@ -193,7 +247,7 @@ unsafe extern "C" fn loop_pred(args: *mut *mut c_char, dims: *mut npy_intp, step
         let size = TYPES[d.t].size;
         let n = *dims as usize;
         let (a, o) = (*args as *const u8, *args.add(1) as *mut u8);
-        let (sa, so) = (*steps as isize, *steps.add(1) as isize);
+        let (sa, so) = (*steps, *steps.add(1));
         let mut ca = [0u32; BLOCK];
         let mut r = [false; BLOCK];
         let mut i = 0;
@@ -219,7 +273,7 @@ unsafe extern "C" fn loop_rel(args: *mut *mut c_char, dims: *mut npy_intp, steps
         let size = TYPES[d.t].size;
         let n = *dims as usize;
         let (a, b, o) = (*args as *const u8, *args.add(1) as *const u8, *args.add(2) as *mut u8);
-        let (sa, sb, so) = (*steps as isize, *steps.add(1) as isize, *steps.add(2) as isize);
+        let (sa, sb, so) = (*steps, *steps.add(1), *steps.add(2));
         let (mut ca, mut cb) = ([0u32; BLOCK], [0u32; BLOCK]);
         let mut r = [false; BLOCK];
         let mut i = 0;
