@@ -132,9 +132,9 @@ def test_adversarial_f64(fmt):
 
 
 @pytest.mark.parametrize("fmt", [f for f in FORMATS if f._fits_f32()], ids=repr)
-def test_adversarial_f32_every_path(fmt, isa, request):
+def test_adversarial_f32_every_path(fmt, any_isa, request):
     """The float32 entry (the SIMD path for small formats) in every mode against the reference."""
-    if isa != "scalar" and fmt.man_bits == 0:
+    if any_isa != "scalar" and fmt.man_bits == 0:
         request.applymarker(pytest.mark.xfail(strict=True, reason=(
             "BUG in rust/core/src/convert/fast.rs (encode_lane): ties to even / to odd use the parity of "
             "k = mant >> sh, which is always 1 for a format without mantissa bits; the code's parity is the "
@@ -415,7 +415,7 @@ def test_float64_format_is_identity():
 
 @pytest.mark.parametrize("fmt", [lowp.FloatFormat(8, 7, bias=100), lowp.FloatFormat(8, 20, bias=120),
                                  lowp.FloatFormat(7, 5, bias=20)], ids=repr)
-def test_f32_into_formats_wider_than_f32(fmt, isa):
+def test_f32_into_formats_wider_than_f32(fmt, any_isa):
     """float32 input into formats whose range exceeds float32's (codes checked: their values
     need not be float32 numbers)."""
     rng = np.random.default_rng(fmt.bias)
