@@ -226,3 +226,28 @@ def test_float32_and_float64_inputs_agree(fmt, rbits):
     a = lowp.encode(x, fmt, "stochastic", seed=21, rbits=rbits)
     b = lowp.encode(x.astype(np.float64), fmt, "stochastic", seed=21, rbits=rbits)
     assert np.array_equal(a, b)
+
+
+@pytest.mark.parametrize("index0", [0, 2**32 - 37, 2**33 + 5, 2**63])
+def test_element_index_keys_across_high_words(index0):
+    """The stream is a function of (seed, element index) also where the index's upper
+    32 bits change inside a call: every path, and element by element, agree."""
+    from lowp import _lowp
+
+    spec = lowp.format("bf16")._spec
+    x = np.full(200, 1 + 2.0**-9, np.float32)
+    outs = []
+    try:
+        for isa in (None, "sse2", "scalar"):
+            _lowp.set_isa(isa)
+            d = np.empty(200, np.uint16)
+            _lowp.encode_into(x, spec, d, "stochastic", False, 77, 32, index0)
+            outs.append(d)
+    finally:
+        _lowp.set_isa(None)
+    assert all(np.array_equal(o, outs[0]) for o in outs)
+    one = np.empty(1, np.uint16)
+    for i in range(0, 200, 7):
+        _lowp.encode_into(x[i:i + 1], spec, one, "stochastic", False, 77, 32, index0 + i)
+        assert one[0] == outs[0][i]
+    assert len(set(outs[0].tolist())) == 2  # both neighbours occur
