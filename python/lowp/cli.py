@@ -39,6 +39,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     p_info = sub.add_parser("info", help="print every named format with its layout and limits")
     p_info.set_defaults(func=_info)
+    from .training.experiment import add_subparser as _add_experiment
+
+    _add_experiment(sub)
     args = parser.parse_args(argv)
     return int(args.func(args))
 

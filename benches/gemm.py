@@ -1,0 +1,209 @@
+"""GEMM throughput, measured side by side in one run at 1 and 2 threads.
+
+Prints, for n x n x n products:
+  * lowp.matmul GFLOP/s for every input format (float32 accumulation), and ratios
+    against numpy float32 matmul (OpenBLAS sgemm), numpy's upcast-then-sgemm on
+    ml_dtypes arrays (a.astype(f32) @ b.astype(f32)), and ml_dtypes' own np.dot;
+  * int8 x int8 -> int32 GOP/s against numpy sgemm;
+  * emulated accumulation (fp16 accumulator, every add rounded) against lowp's f32 path;
+  * peak memory of a 2048^3 bfloat16 matmul (inputs + output + extra);
+  * the leading-dimension experiment: an unpacked kernel and lowp.matmul at ld 1024 vs 1040.
+
+Usage: python benches/gemm.py [--quick] [--sizes 256,512,...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import glob
+import os
+import subprocess
+import sys
+import time
+
+import ml_dtypes
+import numpy as np
+
+import lowp
+from lowp import _lowp
+
+
+def _openblas_threads():
+    libs = glob.glob(os.path.join(os.path.dirname(np.__file__), "..", "numpy.libs", "*openblas*"))
+    for path in libs:
+        lib = ctypes.CDLL(path)
+        for name in ("scipy_openblas_set_num_threads64_", "openblas_set_num_threads64_", "openblas_set_num_threads"):
+            f = getattr(lib, name, None)
+            if f is not None:
+                return f
+    return None
+
+
+SET_BLAS_THREADS = _openblas_threads()
+
+
+def set_threads(t: int) -> None:
+    lowp.set_num_threads(t)
+    if SET_BLAS_THREADS is not None:
+        SET_BLAS_THREADS(t)
+
+
+def best(f, reps: int) -> float:
+    f()
+    ts = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        f()
+        ts.append(time.perf_counter() - t0)
+    return min(ts)
+
+
+FORMATS = [
+    ("float32", np.float32),
+    ("float16", np.float16),
+    ("bfloat16", ml_dtypes.bfloat16),
+    ("e4m3fn", ml_dtypes.float8_e4m3fn),
+    ("e5m2", ml_dtypes.float8_e5m2),
+    ("e4m3fnuz", ml_dtypes.float8_e4m3fnuz),
+]
+
+
+def throughput(sizes, quick: bool) -> None:
+    g = np.random.default_rng(0)
+    print("== float32 accumulation: GFLOP/s and ratios (lowp / other; > 1 means lowp is faster)")
+    print(f"{'n':>5} {'thr':>3} {'format':>9} {'lowp':>7} {'sgemm':>7} {'vs sgemm':>8} {'vs upcast':>9} {'vs ml np.dot':>12}")
+    for n in sizes:
+        flop = 2.0 * n**3
+        reps = 5 if n <= 512 else 3 if n <= 1024 else 2
+        x32 = g.standard_normal((n, n)).astype(np.float32)
+        y32 = g.standard_normal((n, n)).astype(np.float32)
+        for t in (1, 2):
+            set_threads(t)
+            t_sgemm = best(lambda: x32 @ y32, reps)
+            for name, dt in FORMATS:
+                x = x32.astype(dt)
+                y = y32.astype(dt)
+                t_lowp = best(lambda: lowp.matmul(x, y), reps)
+                if dt is np.float32:
+                    up = "-"
+                else:
+                    t_up = best(lambda: x.astype(np.float32) @ y.astype(np.float32), reps)
+                    up = f"{t_up / t_lowp:9.2f}"
+                mld = "-"
+                if dt is not np.float32 and n <= (256 if quick else 512) and t == 1:
+                    t_ml = best(lambda: x @ y, 1)  # ml_dtypes / numpy's own loop for the dtype
+                    mld = f"{t_ml / t_lowp:12.0f}"
+                print(f"{n:5d} {t:3d} {name:>9} {flop / t_lowp / 1e9:7.1f} {flop / t_sgemm / 1e9:7.1f} "
+                      f"{t_sgemm / t_lowp:8.2f} {up:>9} {mld:>12}", flush=True)
+
+
+def int8(sizes) -> None:
+    g = np.random.default_rng(1)
+    print("\n== int8 x int8 -> int32 (exact): GOP/s against numpy float32 sgemm GFLOP/s")
+    print(f"{'n':>5} {'thr':>3} {'int8 GOP/s':>10} {'sgemm':>7} {'ratio':>6}")
+    for n in sizes:
+        reps = 5 if n <= 512 else 3 if n <= 1024 else 2
+        a = g.integers(-128, 128, (n, n)).astype(np.int8)
+        b = g.integers(-128, 128, (n, n)).astype(np.int8)
+        x = g.standard_normal((n, n)).astype(np.float32)
+        for t in (1, 2):
+            set_threads(t)
+            ts = best(lambda: x @ x, reps)
+            ti = best(lambda: lowp.matmul(a, b), reps)
+            op = 2.0 * n**3
+            print(f"{n:5d} {t:3d} {op / ti / 1e9:10.1f} {op / ts / 1e9:7.1f} {ts / ti:6.2f}", flush=True)
+
+
+def emulated(sizes) -> None:
+    g = np.random.default_rng(2)
+    print("\n== emulated accumulation (bf16 inputs, fp16 accumulator, every add rounded) vs lowp f32 path")
+    print(f"{'n':>5} {'thr':>3} {'mode':>12} {'chunk':>5} {'GFLOP/s':>8} {'f32 path':>8} {'ratio':>6}")
+    for n in sizes:
+        a = g.standard_normal((n, n)).astype(ml_dtypes.bfloat16)
+        b = g.standard_normal((n, n)).astype(ml_dtypes.bfloat16)
+        for t in (1, 2):
+            set_threads(t)
+            tf = best(lambda: lowp.matmul(a, b), 3)
+            for mode, chunk in (("nearest_even", None), ("nearest_even", 64), ("stochastic", None)):
+                te = best(lambda: lowp.matmul(a, b, accumulate="float16", chunk=chunk, rounding=mode, seed=1), 1)
+                op = 2.0 * n**3
+                print(f"{n:5d} {t:3d} {mode:>12} {str(chunk):>5} {op / te / 1e9:8.2f} {op / tf / 1e9:8.1f} {tf / te:6.3f}",
+                      flush=True)
+
+
+PEAK_SCRIPT = r"""
+import resource, sys
+import numpy as np, ml_dtypes, lowp
+n = int(sys.argv[1])
+g = np.random.default_rng(0)
+a = g.standard_normal((n, n), dtype=np.float32).astype(ml_dtypes.bfloat16)
+b = g.standard_normal((n, n), dtype=np.float32).astype(ml_dtypes.bfloat16)
+out = np.zeros((n, n), np.float32)
+lowp.matmul(a[:8, :8], b[:8, :8])  # load everything once
+base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+lowp.matmul(a, b, out=out)
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+print(base, peak, a.nbytes + b.nbytes + out.nbytes)
+"""
+
+
+def peak_memory(n: int = 2048) -> None:
+    print(f"\n== peak memory of a {n}^3 bfloat16 matmul (float32 out, fresh process)")
+    r = subprocess.run([sys.executable, "-c", PEAK_SCRIPT, str(n)], capture_output=True, text=True, check=True)
+    base, peak, data = (int(v) for v in r.stdout.split())
+    extra = (peak - base) / 1024
+    print(f"inputs + output: {data / 2**20:.1f} MiB; extra during the matmul: {extra:.1f} MiB "
+          f"(limit 64 MiB): {'ok' if extra <= 64 else 'OVER'}")
+    print("  (for comparison, an f32 copy of both inputs alone is "
+          f"{2 * n * n * 4 / 2**20:.0f} MiB)")
+
+
+def leading_dimension(quick: bool) -> None:
+    print("\n== leading dimension: rows of 1024 float32 (4096 B, every row in one L1 set) vs padded 1040")
+    n = 1024
+    m_unp = 128 if quick else 256
+    g = np.random.default_rng(3)
+    print(f"{'ld':>5} {'unpacked kernel GFLOP/s':>24} {'lowp.matmul GFLOP/s':>20}")
+    set_threads(1)
+    res = {}
+    for ld in (1024, lowp.padded_ld(1024, np.float32)):
+        def mk(rows, cols):
+            base = np.empty((rows, ld), np.float32)
+            base[:, :cols] = g.standard_normal((rows, cols))
+            return base[:, :cols]
+        a = mk(n, n)
+        b = mk(n, n)
+        c = mk(n, n)
+        au = a[:m_unp]
+        cu = c[:m_unp]
+        tu = best(lambda: _lowp.matmul_unpacked_f32(au, b, cu), 2)
+        tm = best(lambda: lowp.matmul(a, b, out=c), 3)
+        res[ld] = (2.0 * m_unp * n * n / tu / 1e9, 2.0 * n**3 / tm / 1e9)
+        print(f"{ld:5d} {res[ld][0]:24.2f} {res[ld][1]:20.1f}", flush=True)
+    (u0, m0), (u1, m1) = res.values()
+    print(f"speedup of ld 1040 over 1024: unpacked {u1 / u0:.2f}x, lowp.matmul {m1 / m0:.2f}x "
+          f"(packing copies the operands into alias-free strips)")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true", help="n = 256, 512, 1024 and shorter side benchmarks")
+    ap.add_argument("--sizes", type=str, default=None, help="comma-separated sizes")
+    args = ap.parse_args()
+    sizes = [int(s) for s in args.sizes.split(",")] if args.sizes else ([256, 512, 1024] if args.quick else [256, 512, 1024, 2048])
+    print(f"lowp {lowp.__version__}, isa {_lowp.get_isa()}, numpy {np.__version__}, ml_dtypes {ml_dtypes.__version__}; "
+          f"numpy BLAS threads {'controlled' if SET_BLAS_THREADS else 'NOT controlled'}")
+    n0 = lowp.get_num_threads()
+    try:
+        throughput(sizes, args.quick)
+        int8(sizes)
+        emulated([256] if args.quick else [256, 512])
+        peak_memory(2048)
+        leading_dimension(args.quick)
+    finally:
+        set_threads(n0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,432 @@
+"""Matrix multiplication, reductions and padded allocations.
+
+``matmul`` decodes any low-precision input (bf16, fp16, fp8, posits, or their
+ml_dtypes / lowp dtypes) to float32 while packing, so no float32 copy of the
+inputs is ever made; float64 and posit32 inputs accumulate in float64; int8 x
+int8 accumulates exactly in int32. ``accumulate=<format>`` emulates a
+low-precision accumulator: every add is the exact sum rounded once.
+
+The ``@`` operator of lowp's dtypes is ``matmul(a, b, out_dtype=a.dtype)``:
+the float32 accumulators rounded once into the input dtype.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Optional, Union
+
+import numpy as np
+
+from . import _lowp
+from ._convert import SeedLike, _check_rounding, _seed_word, encode
+from ._formats import Format, IntFormat, _NAMED, format as _format
+from ._quant import QuantizedArray
+
+__all__ = ["matmul", "qmatmul", "sum", "padded_ld", "empty"]
+
+_F32 = _NAMED["float32"]
+_F64 = _NAMED["float64"]
+_I8 = _NAMED["int8"]
+
+_ACCEPTED = ("float16, float32, float64, int8, and the low-precision dtypes of lowp and ml_dtypes "
+             "(bfloat16, float8_*, posit8/16/32)")
+
+
+def _as_array(x: Any, arg: str) -> np.ndarray:
+    if isinstance(x, np.ndarray):
+        return x
+    if isinstance(x, QuantizedArray):
+        raise TypeError(f"{arg}: got a QuantizedArray; use lowp.qmatmul or .dequantize()")
+    try:
+        return np.asarray(x)
+    except Exception as e:  # ragged sequences and the like
+        raise TypeError(f"{arg}: cannot be read as a numeric array: {e}") from None
+
+
+def _operand(x: np.ndarray, arg: str) -> tuple[np.ndarray, Optional[tuple], Format]:
+    """(array the core reads, format spec for code storages or None, format of the values)."""
+    dt = x.dtype
+    if dt == np.float32:
+        return x, None, _F32
+    if dt == np.float64:
+        return x, None, _F64
+    if dt == np.int8:
+        return x, None, _I8
+    f: Optional[Format] = None
+    if dt == np.float16:
+        f = _NAMED["float16"]
+    elif dt.name in _NAMED and dt.name not in ("float32", "float64", "int8") and dt.kind in "fV":
+        try:
+            f = _format(dt)
+        except (TypeError, ValueError):
+            f = None
+    if f is None or f.storage_dtype.itemsize != dt.itemsize:
+        raise TypeError(f"{arg}: unsupported dtype {dt}; accepted: {_ACCEPTED}")
+    return x.view(f.storage_dtype), f._spec, f
+
+
+def _parse_accumulate(accumulate: Any) -> Union[str, Format]:
+    if isinstance(accumulate, str) and accumulate.strip().lower() == "int32":
+        return "int32"
+    try:
+        f = _format(accumulate)
+    except (TypeError, ValueError) as e:
+        raise type(e)(f"accumulate: expected \"float32\", \"float64\", \"int32\" or a format "
+                      f"(a Format, a name such as \"bf16\" or a dtype), got {accumulate!r}") from None
+    return f
+
+
+def _parse_chunk(chunk: Any) -> Optional[int]:
+    if chunk is None:
+        return None
+    if isinstance(chunk, (bool, np.bool_)) or not isinstance(chunk, (int, np.integer)):
+        raise TypeError(f"chunk: expected None or a positive int, got {type(chunk).__name__}")
+    if int(chunk) <= 0:
+        raise ValueError(f"chunk: must be a positive integer, got {chunk}")
+    return int(chunk)
+
+
+def _rbits_arg(rbits: Any) -> int:
+    if rbits is None:
+        return 32
+    if isinstance(rbits, (bool, np.bool_)) or not isinstance(rbits, (int, np.integer)):
+        raise TypeError(f"rbits: expected None or an int, got {type(rbits).__name__}")
+    if not 1 <= int(rbits) <= 64:
+        raise ValueError(f"rbits: must be in 1..64, got {rbits}")
+    return int(rbits)
+
+
+def _target_dtype(dt: Any, arg: str) -> np.dtype:
+    try:
+        d = np.dtype(dt)
+    except TypeError:
+        try:
+            d = _format(dt).dtype
+        except (TypeError, ValueError):
+            d = None
+        if d is None:
+            raise TypeError(f"{arg}: {dt!r} is not a dtype; accepted: float32, float64, int32, float16 "
+                            f"and the low-precision dtypes") from None
+    return d
+
+
+def _convert_into(res: np.ndarray, dst: np.ndarray, arg: str) -> None:
+    """Round ``res`` (float32/float64/int32) once into ``dst``'s dtype and store it there."""
+    dt = dst.dtype
+    if dt == res.dtype:
+        dst[...] = res
+        return
+    if dt.kind == "f" and dt.itemsize in (4, 8) or dt == np.float16:
+        dst[...] = res.astype(dt)  # one IEEE rounding (float64 -> float16 rounds once)
+        return
+    if dt.kind in "iu" and res.dtype.kind in "iu":
+        dst[...] = res.astype(dt)
+        return
+    try:
+        f = _format(dt)
+    except (TypeError, ValueError):
+        raise TypeError(f"{arg}: unsupported output dtype {dt}; accepted: float32, float64, int32, "
+                        f"float16 and the low-precision dtypes") from None
+    if isinstance(f, IntFormat):
+        raise TypeError(f"{arg}: integer output dtype {dt} needs int8 inputs")
+    src = res if res.dtype.kind == "f" else res.astype(np.float64)
+    dst[...] = encode(np.ascontiguousarray(src), f).view(dt)
+
+
+def _check_out(out: Any, shape: tuple) -> np.ndarray:
+    if not isinstance(out, np.ndarray):
+        raise TypeError(f"out: expected a numpy array, got {type(out).__name__}")
+    if out.shape != shape:
+        raise ValueError(f"out: shape {out.shape} does not match the result shape {shape}")
+    if not out.flags.writeable:
+        raise ValueError("out: must be writeable")
+    if any(s == 0 for s, n in zip(out.strides, out.shape) if n > 1):
+        raise ValueError("out: must not have zero strides (overlapping elements)")
+    return out
+
+
+def matmul(a: Any, b: Any, *, accumulate: Any = "float32", chunk: Optional[int] = None,
+           chunk_accumulate: Any = None, rounding: str = "nearest_even", seed: SeedLike = None,
+           out: Optional[np.ndarray] = None, out_dtype: Any = None, rbits: Optional[int] = None) -> np.ndarray:
+    """Matrix product of ``a`` and ``b`` (numpy ``matmul`` shapes: 1-D, 2-D, stacks).
+
+    Inputs: float16/32/64, int8, or any lowp / ml_dtypes low-precision dtype, any strides.
+
+    accumulate: ``"float32"`` (default; float64 or posit32 inputs accumulate in float64,
+        int8 x int8 accumulates exactly in int32), ``"float64"``, ``"int32"`` (int8 inputs),
+        or any format: then every add is ``acc = round(acc + a*b)``, the exact sum rounded
+        once into the format with ``rounding`` (products are exact; inputs must be float32
+        or narrower).
+    chunk: runs of ``chunk`` products accumulate in ``accumulate``; each run's total is
+        added (rounded the same way) into an accumulator of format ``chunk_accumulate``
+        (default: ``accumulate``).
+    seed, rbits: stochastic rounding (random bits keyed by output element and step, so the
+        result is the same at any thread count; rbits default 32).
+    out_dtype: dtype of the result; default the accumulator's type (float32, float64,
+        int32; emulated accumulation: float32 when the formats fit in it). Other dtypes
+        (float16, bfloat16, fp8 ...) receive the accumulators rounded once (nearest even).
+    out: array to write the result to (any strides).
+    """
+    a = _as_array(a, "a")
+    b = _as_array(b, "b")
+    if a.ndim == 0 or b.ndim == 0:
+        raise ValueError(f"{'a' if a.ndim == 0 else 'b'}: matmul needs arrays of at least 1 dimension")
+    av, aspec, fa = _operand(a, "a")
+    bv, bspec, fb = _operand(b, "b")
+    acc = _parse_accumulate(accumulate)
+    chunk = _parse_chunk(chunk)
+    rounding = _check_rounding(rounding)
+    rbits_v = _rbits_arg(rbits)
+    cacc: Optional[Format] = None
+    if chunk_accumulate is not None:
+        if chunk is None:
+            raise ValueError("chunk_accumulate: only meaningful together with chunk")
+        c2 = _parse_accumulate(chunk_accumulate)
+        if isinstance(c2, str):
+            raise ValueError("chunk_accumulate: expected a float format, got \"int32\"")
+        cacc = c2
+
+    # Shapes (numpy matmul rules).
+    a2 = av[np.newaxis, :] if av.ndim == 1 else av
+    b2 = bv[:, np.newaxis] if bv.ndim == 1 else bv
+    if a2.shape[-1] != b2.shape[-2]:
+        raise ValueError(f"b: shape mismatch: a has shape {a.shape} and b has shape {b.shape} "
+                         f"(a.shape[-1] must equal b.shape[-2])")
+    try:
+        batch = np.broadcast_shapes(a2.shape[:-2], b2.shape[:-2])
+    except ValueError:
+        raise ValueError(f"b: batch dimensions of a {a.shape} and b {b.shape} do not broadcast") from None
+    m, n = a2.shape[-2], b2.shape[-1]
+    shape = tuple(batch) + (() if a.ndim == 1 else (m,)) + (() if b.ndim == 1 else (n,))
+
+    # The path.
+    int_in = (fa == _I8, fb == _I8)
+    if any(int_in) and not all(int_in):
+        raise TypeError(f"a, b: no common format for {a.dtype} and {b.dtype}; int8 multiplies int8 "
+                        f"(cast, or quantize the other operand)")
+    both_i8 = all(int_in)
+    emulated = False
+    if acc == "int32":
+        if not both_i8:
+            raise TypeError(f"accumulate: \"int32\" needs int8 inputs, got {a.dtype} and {b.dtype}")
+        natural, path = np.dtype(np.int32), "i32"
+    elif acc == _F32 and chunk is None and rounding == "nearest_even":
+        if both_i8:
+            natural, path = np.dtype(np.int32), "i32"
+        elif fa._fits_f32() and fb._fits_f32():
+            natural, path = np.dtype(np.float32), "f32"
+        else:
+            natural, path = np.dtype(np.float64), "f64"
+    elif acc == _F64 and chunk is None and rounding == "nearest_even":
+        natural, path = np.dtype(np.float64), "f64"
+    else:
+        if isinstance(acc, str):
+            raise TypeError("accumulate: chunk and rounding modes need a float format accumulator")
+        if not _lowp.products_exact(fa._spec, fb._spec):
+            raise TypeError(f"a, b: emulated accumulation needs inputs whose products are exact in float64 "
+                            f"(float32 or narrower formats), got {a.dtype} and {b.dtype}")
+        emulated = True
+        fits = acc._fits_f32() and (cacc is None or cacc._fits_f32())
+        natural, path = np.dtype(np.float32 if fits else np.float64), "emu"
+    seed_w = _seed_word(seed, rounding) if emulated else 0
+
+    if out_dtype is not None:
+        target = _target_dtype(out_dtype, "out_dtype")
+        if out is not None and isinstance(out, np.ndarray) and out.dtype != target:
+            raise TypeError(f"out: dtype {out.dtype} does not match out_dtype {target}")
+    else:
+        target = out.dtype if isinstance(out, np.ndarray) else natural
+    if out is not None:
+        out = _check_out(out, shape)
+        result = out
+    else:
+        result = np.empty(shape, dtype=target)
+
+    direct = (target == natural and path != "emu"
+              and not np.may_share_memory(result, a) and not np.may_share_memory(result, b))
+    core_dtype = np.float64 if path == "emu" else natural
+    if direct:
+        res_core = result
+    else:
+        res_core = np.empty(shape, dtype=core_dtype)
+    # 2-D views of the result.
+    if a.ndim == 1 and b.ndim == 1:
+        r2 = res_core.reshape(1, 1)
+    elif a.ndim == 1:
+        r2 = res_core[..., np.newaxis, :]
+    elif b.ndim == 1:
+        r2 = res_core[..., np.newaxis]
+    else:
+        r2 = res_core
+    # Broadcast batches.
+    ab = np.broadcast_to(a2, tuple(batch) + a2.shape[-2:]) if batch else a2
+    bb = np.broadcast_to(b2, tuple(batch) + b2.shape[-2:]) if batch else b2
+    if m * n > 0:
+        for idx in np.ndindex(*batch):
+            x, y, o = ab[idx], bb[idx], r2[idx]
+            if path == "emu":
+                _lowp.matmul_emulated_into(x, aspec, y, bspec, o, acc._spec, chunk,
+                                           cacc._spec if cacc is not None else None, rounding, seed_w, rbits_v)
+            else:
+                _lowp.matmul_into(x, aspec, y, bspec, o)
+    if not direct:
+        if path == "emu" and target == natural and natural == np.float32:
+            result[...] = res_core.astype(np.float32)  # exact: the values are in the accumulator format
+        else:
+            _convert_into(res_core, result, "out_dtype")
+    if out is None and result.ndim == 0:
+        return result[()]
+    return result
+
+
+def _scale_vec(p: Any, axis: Optional[int], ndim: int, want_axis: int, size: int, arg: str) -> Optional[np.ndarray]:
+    """Per-tensor (scalar) or per-`want_axis` parameters as a float64 vector; None when they do not factor."""
+    p = np.asarray(p, dtype=np.float64)
+    if axis is None or p.ndim == 0 or p.size == 1:
+        return np.full(size, float(p.reshape(-1)[0]) if p.size else 0.0)
+    ax = axis % ndim
+    if ax != want_axis:
+        return None
+    if p.size != size:
+        raise ValueError(f"{arg}: {p.size} parameters along axis {axis} do not match size {size}")
+    return p.reshape(-1)
+
+
+def qmatmul(qa: QuantizedArray, qb: QuantizedArray, *, out_dtype: Any = np.float32) -> np.ndarray:
+    """Product of two int8 ``QuantizedArray`` matrices: exact int32 accumulation of the
+    values, then scales and zero points applied (per tensor, per row of ``qa``
+    (``axis=0``), per column of ``qb`` (``axis=1``)):
+
+    ``C[i, j] = sa[i] * sb[j] * sum_k (qa[i, k] - za[i]) * (qb[k, j] - zb[j])``.
+
+    Quantization along the inner dimension does not factor out of the sum; those
+    operands are dequantized to float32 and multiplied with float32 accumulation.
+    """
+    for q, arg in ((qa, "qa"), (qb, "qb")):
+        if not isinstance(q, QuantizedArray):
+            raise TypeError(f"{arg}: expected a lowp.QuantizedArray, got {type(q).__name__}")
+        if q.values.dtype != np.int8:
+            raise TypeError(f"{arg}: values must be int8, got {q.values.dtype}")
+        if q.values.ndim != 2:
+            raise ValueError(f"{arg}: expected a 2-D QuantizedArray, got shape {q.values.shape}")
+    target = _target_dtype(out_dtype, "out_dtype")
+    A, B = qa.values, qb.values
+    if A.shape[1] != B.shape[0]:
+        raise ValueError(f"qb: shape mismatch: qa has shape {A.shape} and qb has shape {B.shape}")
+    m, k = A.shape
+    n = B.shape[1]
+    sa = _scale_vec(qa.scale, qa.axis, 2, 0, m, "qa.scale")
+    za = _scale_vec(qa.zero_point, qa.axis, 2, 0, m, "qa.zero_point")
+    sb = _scale_vec(qb.scale, qb.axis, 2, 1, n, "qb.scale")
+    zb = _scale_vec(qb.zero_point, qb.axis, 2, 1, n, "qb.zero_point")
+    res = np.empty((m, n), dtype=target)
+    if sa is None or za is None or sb is None or zb is None:
+        r = matmul(qa.dequantize(), qb.dequantize())
+        _convert_into(r, res, "out_dtype")
+        return res
+    s = matmul(A, B).astype(np.float64)  # exact int32 sums
+    if np.any(za != 0):
+        s -= za[:, None] * B.sum(axis=0, dtype=np.int64)[None, :].astype(np.float64)
+    if np.any(zb != 0):
+        s -= zb[None, :] * A.sum(axis=1, dtype=np.int64)[:, None].astype(np.float64)
+        if np.any(za != 0):
+            s += k * za[:, None] * zb[None, :]
+    s *= sa[:, None] * sb[None, :]
+    _convert_into(s, res, "out_dtype")
+    return res
+
+
+def sum(x: Any, axis: Any = None, *, accumulate: Any = "float32", chunk: Optional[int] = None,  # noqa: A001
+        chunk_accumulate: Any = None, rounding: str = "nearest_even", seed: SeedLike = None,
+        rbits: Optional[int] = None) -> Any:
+    """Sum of ``x`` along ``axis`` (None: all elements), adding in index order with every
+    add rounded into ``accumulate`` (``"float32"``, ``"float64"`` or any format) with
+    ``rounding``; ``chunk`` as in :func:`matmul`. Returns float32 when the accumulator
+    fits in it (else float64); a numpy scalar when ``axis`` is None.
+
+    A bfloat16 accumulator stalls once the sum outgrows the addends
+    (``sum(ones(4096, bf16), accumulate="bf16") == 256``); float32 or chunked
+    accumulation does not.
+    """
+    x = _as_array(x, "x")
+    if x.dtype.kind in "iub" and x.dtype != np.int8:
+        x = x.astype(np.float64)
+    xv, spec, fx = _operand(x, "x")
+    acc = _parse_accumulate(accumulate)
+    if isinstance(acc, str):
+        raise TypeError("accumulate: \"int32\" is not a float format; use a format or \"float32\"/\"float64\"")
+    chunk = _parse_chunk(chunk)
+    rounding = _check_rounding(rounding)
+    rbits_v = _rbits_arg(rbits)
+    cacc = None
+    if chunk_accumulate is not None:
+        if chunk is None:
+            raise ValueError("chunk_accumulate: only meaningful together with chunk")
+        cacc = _parse_accumulate(chunk_accumulate)
+        if isinstance(cacc, str):
+            raise TypeError("chunk_accumulate: expected a float format")
+    if axis is None:
+        axes = tuple(range(xv.ndim))
+    else:
+        ax = axis if isinstance(axis, tuple) else (axis,)
+        for a_ in ax:
+            if isinstance(a_, (bool, np.bool_)) or not isinstance(a_, (int, np.integer)):
+                raise TypeError(f"axis: expected None, an int or a tuple of ints, got {axis!r}")
+            if not -xv.ndim <= int(a_) < xv.ndim:
+                raise ValueError(f"axis: {a_} is out of range for an array of {xv.ndim} dimensions")
+        axes = tuple(int(a_) % xv.ndim for a_ in ax)
+        if len(set(axes)) != len(axes):
+            raise ValueError(f"axis: repeated axis in {axis!r}")
+    rest = tuple(i for i in range(xv.ndim) if i not in axes)
+    moved = np.transpose(xv, axes + rest)
+    kdim = int(np.prod([xv.shape[i] for i in axes], dtype=np.int64))
+    rshape = tuple(xv.shape[i] for i in rest)
+    mdim = int(np.prod(rshape, dtype=np.int64))
+    x2 = moved.reshape(kdim, mdim)
+    fits = acc._fits_f32() and (cacc is None or cacc._fits_f32())
+    res = np.zeros((1, mdim), dtype=np.float64)
+    seed_w = _seed_word(seed, rounding)
+    if mdim > 0:
+        _lowp.sum_into(x2, spec, res, acc._spec, chunk, cacc._spec if cacc is not None else None,
+                       rounding, seed_w, rbits_v)
+    r = res.reshape(rshape).astype(np.float32 if fits else np.float64)
+    return r[()] if r.ndim == 0 else r
+
+
+def padded_ld(n: int, dtype: Any) -> int:
+    """A cache-friendly leading dimension (in elements) for rows of ``n`` elements:
+    ``n`` rounded up to whole 64-byte cache lines, plus one more line when the row
+    would be a multiple of 1024 bytes. On a 32 KiB 8-way L1 (4 KiB per way) a
+    4096-byte row stride sends every row of a column to one set, so walking a
+    column of 1024 float32 rows thrashes; 1040 (and 1008) spread them."""
+    if isinstance(n, (bool, np.bool_)) or not isinstance(n, (int, np.integer)):
+        raise TypeError(f"n: expected an int, got {type(n).__name__}")
+    if n < 0:
+        raise ValueError(f"n: must be >= 0, got {n}")
+    d = _target_dtype(dtype, "dtype")
+    return int(_lowp.padded_ld(int(n), d.itemsize))
+
+
+def empty(shape: Any, dtype: Any = np.float32, *, padded: bool = True) -> np.ndarray:
+    """An uninitialised array whose rows (last axis) start 64-byte aligned at a
+    stride of ``padded_ld(shape[-1], dtype)`` elements; a view of a larger buffer.
+    ``padded=False`` is ``numpy.empty``."""
+    d = _target_dtype(dtype, "dtype")
+    if isinstance(shape, (int, np.integer)) and not isinstance(shape, bool):
+        shape = (int(shape),)
+    try:
+        shape = tuple(int(s) for s in shape)
+    except TypeError:
+        raise TypeError(f"shape: expected an int or a tuple of ints, got {shape!r}") from None
+    if any(s < 0 for s in shape):
+        raise ValueError(f"shape: negative dimensions are not allowed, got {shape}")
+    if not padded or len(shape) == 0:
+        return np.empty(shape, dtype=d)
+    n = shape[-1]
+    ld = padded_ld(n, d)
+    rows = int(np.prod(shape[:-1], dtype=np.int64)) if len(shape) > 1 else 1
+    nbytes = rows * ld * d.itemsize
+    raw = np.empty(nbytes + 64, dtype=np.uint8)
+    off = (-raw.ctypes.data) % 64
+    base = raw[off:off + nbytes].view(d).reshape(shape[:-1] + (ld,))
+    return base[..., :n]

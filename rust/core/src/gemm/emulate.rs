@@ -1,0 +1,529 @@
+//! Emulated low-precision accumulation: every add is `acc = round(acc + a*b)`,
+//! the exact sum rounded once into the accumulator format.
+//!
+//! How the exact sum is rounded once:
+//! 1. `a*b` is exact in f64 (checked from the input formats: precisions add up
+//!    to at most 53 bits and the exponent range stays inside f64).
+//! 2. `s + e = acc + a*b` exactly, by TwoSum (s = fl(acc + p), e its error).
+//! 3. `x = s` with its last bit forced odd when `e != 0` ("round to odd" at 53
+//!    bits). For any target of at most 51 bits of precision, rounding `x` gives
+//!    the same result as rounding the exact sum, in every deterministic mode:
+//!    `x` lies strictly between the same two 52-bit neighbours as the exact sum,
+//!    so it sits on the same side of every rounding boundary and tie.
+//! 4. `x` is rounded into the format: floats of <= 51 bits with subnormals by a
+//!    branch-light bit routine, equal to `Format::encode` (tested against it),
+//!    anything else through `Format::encode`/`decode`. float64 accumulators use
+//!    `s`/`e` directly.
+//!
+//! Stochastic rounding draws `rbits` bits from the counter-based [`Rng`],
+//! keyed by (output element, step): step `k` for the k-th product, step
+//! `K + r` for the r-th chunk total. Results do not depend on the thread count.
+
+use rayon::prelude::*;
+
+use super::{Operand, OutMat};
+use crate::format::{named, Format};
+use crate::parallel;
+use crate::round::{Mode, RoundOpts, Rng};
+use crate::{Error, Result};
+
+/// The accumulation to emulate.
+#[derive(Clone, Copy, Debug)]
+pub struct AccumSpec {
+    /// Format every add rounds into.
+    pub fmt: Format,
+    /// `Some((C, F2))`: runs of C products accumulate in `fmt`, and each run's
+    /// total is added into an accumulator of format F2.
+    pub chunk: Option<(usize, Format)>,
+    /// Rounding of every add (its `key` seeds stochastic rounding).
+    pub opts: RoundOpts,
+}
+
+const SIGN: u64 = 1 << 63;
+const INF_BITS: u64 = 0x7ff0_0000_0000_0000;
+
+/// The error-free sum: `s + e == a + b` exactly (Knuth's TwoSum).
+#[inline(always)]
+fn two_sum(a: f64, b: f64) -> (f64, f64) {
+    let s = a + b;
+    let bb = s - a;
+    let e = (a - (s - bb)) + (b - bb);
+    (s, e)
+}
+
+/// `s` rounded to odd with the sticky information of `e` (s + e exact, |e| <= ulp(s)/2).
+#[inline(always)]
+fn to_odd(s: f64, e: f64) -> f64 {
+    let bits = s.to_bits();
+    if e != 0.0 && bits & 1 == 0 && s.is_finite() {
+        // Move one unit toward the exact value: +1 on the bits grows the
+        // magnitude, -1 shrinks it (sign-magnitude encoding).
+        let up = (e > 0.0) == (s > 0.0);
+        f64::from_bits(if up { bits + 1 } else { bits - 1 })
+    } else {
+        s
+    }
+}
+
+/// Rounding of an f64 that stands for the exact sum.
+trait Round: Sync {
+    const STOCHASTIC: bool;
+    /// `round(a + b)` of the exact sum.
+    fn add(&self, a: f64, b: f64, rand: u64) -> f64;
+}
+
+/// Float formats of <= 51 bits with subnormals, whose values are f64 normals.
+#[derive(Clone, Copy, Debug)]
+struct Fast<const M: u8> {
+    man: u32,
+    emin: i32,
+    max_bits: u64,
+    /// What overflow gives, for a positive and a negative value.
+    ovf: [f64; 2],
+    rbits: u32,
+    fmt: Format,
+    opts: RoundOpts,
+}
+
+const M_NE: u8 = 0;
+const M_NA: u8 = 1;
+const M_TZ: u8 = 2;
+const M_UP: u8 = 3;
+const M_DN: u8 = 4;
+const M_ODD: u8 = 5;
+const M_ST: u8 = 6;
+
+fn mode_code(m: Mode) -> u8 {
+    match m {
+        Mode::NearestEven => M_NE,
+        Mode::NearestAway => M_NA,
+        Mode::TowardZero => M_TZ,
+        Mode::Up => M_UP,
+        Mode::Down => M_DN,
+        Mode::Odd => M_ODD,
+        Mode::Stochastic => M_ST,
+    }
+}
+
+/// Can [`Fast`] round into `fmt`? (Otherwise the generic path does.)
+fn fast_ok(fmt: &Format) -> bool {
+    match fmt {
+        Format::Float(f) => {
+            f.subnormals
+                && f.man_bits <= 50
+                && f.emin() - (f.man_bits as i32) > -1020
+                && f.emax() < 1020
+                && (f.inf || f.has_nan())
+        }
+        _ => false,
+    }
+}
+
+impl<const M: u8> Fast<M> {
+    fn new(fmt: Format, opts: RoundOpts) -> Self {
+        let Format::Float(f) = fmt else { unreachable!("fast_ok checked") };
+        let big = f.max_value() * 4.0;
+        let ovf = [fmt.decode(fmt.encode(big, &opts, 0)), fmt.decode(fmt.encode(-big, &opts, 0))];
+        Fast { man: f.man_bits, emin: f.emin(), max_bits: f.max_value().to_bits(), ovf, rbits: opts.rbits, fmt, opts }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn slow(&self, x: f64, rand: u64) -> f64 {
+        self.fmt.decode(self.fmt.encode(x, &self.opts, rand))
+    }
+
+    #[inline(always)]
+    fn round(&self, x: f64, rand: u64) -> f64 {
+        let bits = x.to_bits();
+        let mag = bits & !SIGN;
+        if mag == 0 {
+            return x;
+        }
+        let e = (mag >> 52) as i32 - 1023;
+        if mag >= INF_BITS || e < self.emin - self.man as i32 {
+            // inf, NaN, or below the smallest subnormal of the format.
+            return self.slow(x, rand);
+        }
+        let neg = bits & SIGN != 0;
+        // Bits of the f64 significand below the format's unit: 52 - man in the
+        // normal range, more below it (fixed subnormal unit); 1 ..= 52 here.
+        let d = 52 - self.man + (self.emin - e).max(0) as u32;
+        let mask = (1u64 << d) - 1;
+        let rem = mag & mask;
+        let trunc = mag & !mask;
+        // Parity of the truncated significand (bit 52 is the implicit one).
+        let odd = ((mag | (1 << 52)) >> d) & 1 == 1;
+        let half = 1u64 << (d - 1);
+        let up = match M {
+            M_NE => rem > half || (rem == half && odd),
+            M_NA => rem >= half,
+            M_TZ => false,
+            M_UP => !neg && rem != 0,
+            M_DN => neg && rem != 0,
+            M_ODD => !odd && rem != 0,
+            // The remainder as a 64-bit fraction of one unit, top rbits of it
+            // against rbits random bits (as round::round_up).
+            _ => rand < ((rem << (64 - d)) >> (64 - self.rbits)),
+        };
+        // Adding one unit to the bit pattern carries into the exponent exactly.
+        let r = trunc + ((up as u64) << d);
+        if r > self.max_bits {
+            return self.ovf[neg as usize];
+        }
+        f64::from_bits(r | (bits & SIGN))
+    }
+}
+
+impl<const M: u8> Round for Fast<M> {
+    const STOCHASTIC: bool = M == M_ST;
+    #[inline(always)]
+    fn add(&self, a: f64, b: f64, rand: u64) -> f64 {
+        let (s, e) = two_sum(a, b);
+        self.round(to_odd(s, e), rand)
+    }
+}
+
+/// float64 accumulators: `s` is the nearest-even sum, `e` tells the other modes where the exact sum lies.
+#[derive(Clone, Copy, Debug)]
+struct F64Acc {
+    mode: Mode,
+}
+
+impl Round for F64Acc {
+    const STOCHASTIC: bool = false;
+    #[inline(always)]
+    fn add(&self, a: f64, b: f64, _rand: u64) -> f64 {
+        let (s, e) = two_sum(a, b);
+        if e == 0.0 || !s.is_finite() {
+            return s;
+        }
+        let bits = s.to_bits();
+        // +1 on the bits grows |s|, -1 shrinks it (s != 0 when e != 0).
+        let grow = f64::from_bits(bits + 1);
+        let shrink = f64::from_bits(bits - 1);
+        let same_sign = (e > 0.0) == (s > 0.0);
+        match self.mode {
+            Mode::TowardZero => {
+                if same_sign {
+                    s
+                } else {
+                    shrink
+                }
+            }
+            Mode::Up => {
+                if e > 0.0 {
+                    if s > 0.0 {
+                        grow
+                    } else {
+                        shrink
+                    }
+                } else {
+                    s
+                }
+            }
+            Mode::Down => {
+                if e < 0.0 {
+                    if s < 0.0 {
+                        grow
+                    } else {
+                        shrink
+                    }
+                } else {
+                    s
+                }
+            }
+            Mode::Odd => to_odd(s, e),
+            _ => s,
+        }
+    }
+}
+
+/// Any format, through `Format::encode` / `decode`.
+#[derive(Clone, Copy, Debug)]
+struct Generic {
+    fmt: Format,
+    opts: RoundOpts,
+}
+
+impl Round for Generic {
+    const STOCHASTIC: bool = true; // decided at run time by opts.mode
+    #[inline(always)]
+    fn add(&self, a: f64, b: f64, rand: u64) -> f64 {
+        let (s, e) = two_sum(a, b);
+        self.fmt.decode(self.fmt.encode(to_odd(s, e), &self.opts, rand))
+    }
+}
+
+/// A rounder chosen at run time (chunk totals; rare, so dynamic dispatch is fine).
+#[derive(Clone, Copy, Debug)]
+enum Dyn {
+    Fast(Fast<M_NE>, u8),
+    F64(F64Acc),
+    Generic(Generic),
+}
+
+impl Dyn {
+    fn new(fmt: Format, opts: RoundOpts) -> Result<Dyn> {
+        if fmt == Format::Float(named::FLOAT64) {
+            return match opts.mode {
+                Mode::NearestEven | Mode::TowardZero | Mode::Up | Mode::Down | Mode::Odd => Ok(Dyn::F64(F64Acc { mode: opts.mode })),
+                m => Err(Error::value(format!(
+                    "rounding: {:?} is not available with a float64 accumulator; accepted there: \"nearest_even\", \"toward_zero\", \"up\", \"down\", \"odd\"",
+                    m.name()
+                ))),
+            };
+        }
+        if let Format::Float(f) = fmt {
+            if f.man_bits > 50 && !fast_ok(&fmt) {
+                return Err(Error::value(format!(
+                    "accumulate: formats of more than 51 bits of precision (other than float64) are not supported, got {} mantissa bits",
+                    f.man_bits
+                )));
+            }
+        }
+        if fast_ok(&fmt) {
+            let f = Fast::<M_NE>::new(fmt, opts);
+            Ok(Dyn::Fast(f, mode_code(opts.mode)))
+        } else {
+            Ok(Dyn::Generic(Generic { fmt, opts }))
+        }
+    }
+
+    fn add(&self, a: f64, b: f64, rand: u64) -> f64 {
+        match self {
+            Dyn::Fast(f, m) => {
+                let (s, e) = two_sum(a, b);
+                let x = to_odd(s, e);
+                // Same fields for every mode; only the const parameter differs.
+                macro_rules! via {
+                    ($c:expr) => {
+                        Fast::<$c> { man: f.man, emin: f.emin, max_bits: f.max_bits, ovf: f.ovf, rbits: f.rbits, fmt: f.fmt, opts: f.opts }.round(x, rand)
+                    };
+                }
+                match *m {
+                    M_NE => via!(M_NE),
+                    M_NA => via!(M_NA),
+                    M_TZ => via!(M_TZ),
+                    M_UP => via!(M_UP),
+                    M_DN => via!(M_DN),
+                    M_ODD => via!(M_ODD),
+                    _ => via!(M_ST),
+                }
+            }
+            Dyn::F64(g) => g.add(a, b, rand),
+            Dyn::Generic(g) => g.add(a, b, rand),
+        }
+    }
+}
+
+/// (precision bits, lowest exponent of any value's last bit, exponent bound: |x| < 2^hi).
+fn profile(f: &Format) -> (i32, i32, i32) {
+    match f {
+        Format::Float(f) => {
+            let m = f.man_bits as i32;
+            (m + 1, f.emin() - m, f.emax() + 1)
+        }
+        Format::Posit(p) => {
+            let fs = (p.nbits as i32 - 3 - p.es as i32).max(0);
+            (fs + 1, -p.max_scale() - fs, p.max_scale() + 1)
+        }
+        Format::Int(i) => (i.bits as i32, 0, i.bits as i32),
+    }
+}
+
+/// Are all products of values of `a` and `b` exact in f64?
+pub fn products_exact(a: &Format, b: &Format) -> bool {
+    let (pa, la, ha) = profile(a);
+    let (pb, lb, hb) = profile(b);
+    pa + pb <= 53 && la + lb >= -1074 && ha + hb <= 1023
+}
+
+const RB: usize = 4;
+const JB: usize = 64;
+const KB: usize = 256;
+
+/// `c = a @ b` with every add rounded as `spec` says; c is written as f64.
+pub fn matmul_emulated(a: &Operand, b: &Operand, c: OutMat<f64>, spec: &AccumSpec) -> Result<()> {
+    super::check_shapes(a, b, c.rows, c.cols)?;
+    let (fa, fb) = (a.format(), b.format());
+    match (fa, fb) {
+        (Some(x), Some(y)) if products_exact(&x, &y) => {}
+        _ => {
+            return Err(Error::type_(
+                "a, b: emulated accumulation needs inputs whose products are exact in float64 (float32 or narrower formats); cast float64/posit32 inputs first",
+            ))
+        }
+    }
+    run(a, b, c, spec)
+}
+
+/// Column sums `out[0, j] = sum_k x[k, j]`, every add rounded as `spec` says.
+pub fn sum_emulated(x: &Operand, c: OutMat<f64>, spec: &AccumSpec) -> Result<()> {
+    static ONE: f64 = 1.0;
+    // SAFETY: a 1 x k view with zero strides of one static f64.
+    let ones = unsafe { Operand::from_raw(&ONE as *const f64 as *const u8, super::Storage::F64, None, 1, x.rows, 0, 0, "x")? };
+    if c.rows != 1 || c.cols != x.cols {
+        return Err(Error::value(format!("out: shape {}x{} must be 1x{}", c.rows, c.cols, x.cols)));
+    }
+    // 1 * x is exact for any input.
+    run(&ones, x, c, spec)
+}
+
+fn run(a: &Operand, b: &Operand, c: OutMat<f64>, spec: &AccumSpec) -> Result<()> {
+    if let Some((cs, _)) = spec.chunk {
+        if cs == 0 {
+            return Err(Error::value("chunk: must be a positive integer"));
+        }
+    }
+    let outer = match spec.chunk {
+        Some((_, f2)) => {
+            let mut o2 = spec.opts;
+            // A distinct stream for chunk totals (their step indices differ anyway).
+            o2.key.c ^= 0x5bd1_e995;
+            Some(Dyn::new(f2, o2)?)
+        }
+        None => None,
+    };
+    let fmt = spec.fmt;
+    let opts = spec.opts;
+    // Validate the inner format (and get the errors right) before dispatching.
+    Dyn::new(fmt, opts)?;
+    if fmt == Format::Float(named::FLOAT64) {
+        return drive(&F64Acc { mode: opts.mode }, a, b, c, spec, outer.as_ref());
+    }
+    if !fast_ok(&fmt) {
+        return drive(&Generic { fmt, opts }, a, b, c, spec, outer.as_ref());
+    }
+    macro_rules! go {
+        ($m:expr) => {
+            drive(&Fast::<$m>::new(fmt, opts), a, b, c, spec, outer.as_ref())
+        };
+    }
+    match mode_code(opts.mode) {
+        M_NE => go!(M_NE),
+        M_NA => go!(M_NA),
+        M_TZ => go!(M_TZ),
+        M_UP => go!(M_UP),
+        M_DN => go!(M_DN),
+        M_ODD => go!(M_ODD),
+        _ => go!(M_ST),
+    }
+}
+
+fn drive<R: Round>(r: &R, a: &Operand, b: &Operand, c: OutMat<f64>, spec: &AccumSpec, outer: Option<&Dyn>) -> Result<()> {
+    let (m, n, k) = (a.rows, b.cols, a.cols);
+    if m == 0 || n == 0 {
+        return Ok(());
+    }
+    let stochastic = spec.opts.mode == Mode::Stochastic && (R::STOCHASTIC || outer.is_some());
+    let rng = Rng::new(spec.opts.key);
+    let rng2 = {
+        let mut k2 = spec.opts.key;
+        k2.c ^= 0x5bd1_e995;
+        Rng::new(k2)
+    };
+    let rbits = spec.opts.rbits;
+    let chunk = spec.chunk.map(|(cs, _)| cs).unwrap_or(usize::MAX);
+    let nchunks = if outer.is_some() { k.div_ceil(chunk) } else { 0 };
+    let steps = (k + nchunks) as u64;
+    let rblocks = m.div_ceil(RB);
+    let cblocks = n.div_ceil(JB);
+    let task = |t: usize| {
+        let (ib, jbk) = (t / cblocks, t % cblocks);
+        let (i0, j0) = (ib * RB, jbk * JB);
+        let rb = RB.min(m - i0);
+        let jb = JB.min(n - j0);
+        let mut acc = vec![0f64; rb * jb];
+        let mut tot = vec![0f64; if outer.is_some() { rb * jb } else { 0 }];
+        let mut panel = vec![0f64; KB.min(k.max(1)) * jb];
+        let mut rands = vec![0u64; jb];
+        for kb in (0..k).step_by(KB) {
+            let kn = KB.min(k - kb);
+            for kk in 0..kn {
+                for j in 0..jb {
+                    // SAFETY: (kb+kk, j0+j) is inside b.
+                    panel[kk * jb + j] = unsafe { b.get_f64(kb + kk, j0 + j) };
+                }
+            }
+            for i in 0..rb {
+                let row = &mut acc[i * jb..(i + 1) * jb];
+                for kk in 0..kn {
+                    let kidx = kb + kk;
+                    // SAFETY: (i0+i, kidx) is inside a.
+                    let av = unsafe { a.get_f64(i0 + i, kidx) };
+                    let bp = &panel[kk * jb..(kk + 1) * jb];
+                    if stochastic && R::STOCHASTIC {
+                        let e0 = ((i0 + i) * n + j0) as u64;
+                        for (j, rd) in rands.iter_mut().enumerate() {
+                            *rd = rng.bits((e0 + j as u64).wrapping_mul(steps).wrapping_add(kidx as u64), rbits);
+                        }
+                        for j in 0..jb {
+                            row[j] = r.add(row[j], av * bp[j], rands[j]);
+                        }
+                    } else {
+                        for j in 0..jb {
+                            row[j] = r.add(row[j], av * bp[j], 0);
+                        }
+                    }
+                    if let Some(o) = outer {
+                        if (kidx + 1) % chunk == 0 || kidx + 1 == k {
+                            let ridx = kidx / chunk;
+                            let e0 = ((i0 + i) * n + j0) as u64;
+                            let trow = &mut tot[i * jb..(i + 1) * jb];
+                            for j in 0..jb {
+                                let rd = if stochastic {
+                                    rng2.bits((e0 + j as u64).wrapping_mul(steps).wrapping_add((k + ridx) as u64), rbits)
+                                } else {
+                                    0
+                                };
+                                trow[j] = o.add(trow[j], row[j], rd);
+                                row[j] = 0.0;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        let res = if outer.is_some() { &tot } else { &acc };
+        for i in 0..rb {
+            for j in 0..jb {
+                // SAFETY: (i0+i, j0+j) is inside c and only this task writes it.
+                unsafe { *c.at(i0 + i, j0 + j) = res[i * jb + j] };
+            }
+        }
+    };
+    let ntasks = rblocks * cblocks;
+    if parallel::num_threads() > 1 && ntasks > 1 {
+        parallel::pool().install(|| (0..ntasks).into_par_iter().for_each(task));
+    } else {
+        (0..ntasks).for_each(task);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+pub(crate) mod testing {
+    use super::*;
+
+    /// Round `x` (standing for an exact value) with the fast routine, for tests.
+    pub fn fast_round(fmt: Format, opts: RoundOpts, x: f64, rand: u64) -> Option<f64> {
+        if !fast_ok(&fmt) {
+            return None;
+        }
+        macro_rules! go {
+            ($m:expr) => {
+                Fast::<$m>::new(fmt, opts).round(x, rand)
+            };
+        }
+        Some(match mode_code(opts.mode) {
+            M_NE => go!(M_NE),
+            M_NA => go!(M_NA),
+            M_TZ => go!(M_TZ),
+            M_UP => go!(M_UP),
+            M_DN => go!(M_DN),
+            M_ODD => go!(M_ODD),
+            _ => go!(M_ST),
+        })
+    }
+}

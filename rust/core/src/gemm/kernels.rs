@@ -1,0 +1,510 @@
+//! Micro-kernels and the packing routines that feed them.
+//!
+//! A kernel computes an `MR x NR` tile of C from one packed A strip (`kc` steps
+//! of `MR` values) and one packed B strip (`kc` steps of `NR` values). Packing
+//! decodes every input format to the kernel's element type, so one f32 kernel
+//! serves bf16, fp16, fp8, posit8/16, int8 and f32 inputs alike.
+
+use super::{Dec, Operand};
+
+/// A micro-kernel, its packed element type, output type and block sizes.
+pub(crate) trait Kernel: Sync {
+    /// Element of the packed strips.
+    type P: Copy + Default + Send + Sync;
+    /// Element of C.
+    type C: Copy + Default + Send + Sync + std::ops::Add<Output = Self::C>;
+    const MR: usize;
+    const NR: usize;
+    /// Rows of A packed at once (a multiple of MR; the A block lives in L2).
+    const MC: usize;
+    /// Depth of one packed block (one A and one B strip together live in L1).
+    const KC: usize;
+    /// Columns of B packed at once (a multiple of NR; the B block lives in L3).
+    const NC: usize;
+
+    /// Elements of one packed strip of `w` lines and depth `kc`.
+    fn strip_len(w: usize, kc: usize) -> usize {
+        w * kc
+    }
+
+    /// Pack `nv <= w` lines (rows of A, or columns of B) of depth `kc`: element
+    /// (line l, depth p) is at element offset `base + l*sl + p*sk` of `op`.
+    /// Lines `nv..w` are zero.
+    ///
+    /// # Safety
+    /// All those elements must lie inside `op`.
+    unsafe fn pack(op: &Operand, base: isize, sl: isize, sk: isize, nv: usize, w: usize, kc: usize, dst: &mut [Self::P]);
+
+    /// `C[tile] (+)= A_strip * B_strip`, writing only the top-left `mr x nr`.
+    ///
+    /// # Safety
+    /// `a`, `b` point at packed strips of depth `kc`; `c` with strides `rs`,
+    /// `cs` addresses a writable `mr x nr` tile.
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn run(&self, kc: usize, a: *const Self::P, b: *const Self::P, c: *mut Self::C, rs: isize, cs: isize, mr: usize, nr: usize, accumulate: bool);
+}
+
+/// f32 / f64 element of the real kernels.
+pub(crate) trait Real: Copy + Default + Send + Sync + std::ops::Add<Output = Self> + std::ops::Mul<Output = Self> {
+    fn from_f32(x: f32) -> Self;
+    fn from_f64(x: f64) -> Self;
+    fn madd(self, b: Self, c: Self) -> Self;
+}
+
+impl Real for f32 {
+    #[inline(always)]
+    fn from_f32(x: f32) -> Self {
+        x
+    }
+    #[inline(always)]
+    fn from_f64(x: f64) -> Self {
+        x as f32
+    }
+    #[inline(always)]
+    fn madd(self, b: Self, c: Self) -> Self {
+        self.mul_add(b, c)
+    }
+}
+
+impl Real for f64 {
+    #[inline(always)]
+    fn from_f32(x: f32) -> Self {
+        x as f64
+    }
+    #[inline(always)]
+    fn from_f64(x: f64) -> Self {
+        x
+    }
+    #[inline(always)]
+    fn madd(self, b: Self, c: Self) -> Self {
+        self.mul_add(b, c)
+    }
+}
+
+/// The packing loop for one element getter: `dst[p*w + l] = get(base + l*sl + p*sk)`.
+/// Reads run along whichever of the two strides is 1.
+///
+/// # Safety
+/// `get` must be valid at every offset visited.
+#[inline(always)]
+unsafe fn pack_lines<T: Copy + Default>(get: impl Fn(isize) -> T, base: isize, sl: isize, sk: isize, nv: usize, w: usize, kc: usize, dst: &mut [T]) {
+    assert!(dst.len() >= w * kc && nv <= w);
+    let d = dst.as_mut_ptr();
+    // SAFETY: indices p*w + l < kc*w <= dst.len(); offsets are valid per the contract.
+    unsafe {
+        if sk == 1 && sl != 1 {
+            for l in 0..nv {
+                let row = base + l as isize * sl;
+                for p in 0..kc {
+                    *d.add(p * w + l) = get(row + p as isize);
+                }
+            }
+        } else {
+            for p in 0..kc {
+                let row = base + p as isize * sk;
+                let dp = d.add(p * w);
+                if sl == 1 {
+                    // Contiguous lines: a plain (vectorizable) decode-copy.
+                    for l in 0..nv {
+                        *dp.add(l) = get(row + l as isize);
+                    }
+                } else {
+                    for l in 0..nv {
+                        *dp.add(l) = get(row + l as isize * sl);
+                    }
+                }
+            }
+        }
+        if nv < w {
+            for p in 0..kc {
+                for l in nv..w {
+                    *d.add(p * w + l) = T::default();
+                }
+            }
+        }
+    }
+}
+
+/// Pack into f32/f64, decoding the operand's storage.
+///
+/// # Safety
+/// As [`Kernel::pack`].
+#[inline(always)]
+unsafe fn pack_real<T: Real>(op: &Operand, base: isize, sl: isize, sk: isize, nv: usize, w: usize, kc: usize, dst: &mut [T]) {
+    let p = op.ptr;
+    // SAFETY (all arms): offsets are inside the operand per the caller's contract.
+    unsafe {
+        match &op.dec {
+            Dec::F32 => pack_lines(|o| T::from_f32(*(p as *const f32).offset(o)), base, sl, sk, nv, w, kc, dst),
+            Dec::F64 => pack_lines(|o| T::from_f64(*(p as *const f64).offset(o)), base, sl, sk, nv, w, kc, dst),
+            Dec::I8 => pack_lines(|o| T::from_f32(*(p as *const i8).offset(o) as f32), base, sl, sk, nv, w, kc, dst),
+            // bf16 is the upper half of an f32.
+            Dec::Bf16 => pack_lines(|o| T::from_f32(f32::from_bits((*(p as *const u16).offset(o) as u32) << 16)), base, sl, sk, nv, w, kc, dst),
+            Dec::F16 => pack_lines(|o| T::from_f32(super::f16_to_f32(*(p as *const u16).offset(o))), base, sl, sk, nv, w, kc, dst),
+            Dec::Lut8(t) => {
+                let t = t.as_ptr();
+                pack_lines(|o| T::from_f32(*t.add(*p.offset(o) as usize)), base, sl, sk, nv, w, kc, dst)
+            }
+            Dec::Lut16(t) => {
+                let t = t.as_ptr();
+                pack_lines(|o| T::from_f32(*t.add(*(p as *const u16).offset(o) as usize)), base, sl, sk, nv, w, kc, dst)
+            }
+            Dec::Fmt(..) => {
+                let d = &op.dec;
+                pack_lines(|o| T::from_f64(super::dec_f64(d, p, o)), base, sl, sk, nv, w, kc, dst)
+            }
+        }
+    }
+}
+
+/// Write an `MR x NR` register tile (stored row-major in `t`) to C.
+///
+/// # Safety
+/// As [`Kernel::run`].
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn store_tile<T: Copy + std::ops::Add<Output = T>>(t: &[T], nr_full: usize, c: *mut T, rs: isize, cs: isize, mr: usize, nr: usize, accumulate: bool) {
+    // SAFETY: the caller guarantees the mr x nr tile of c is writable.
+    unsafe {
+        for i in 0..mr {
+            for j in 0..nr {
+                let q = c.offset(i as isize * rs + j as isize * cs);
+                let v = t[i * nr_full + j];
+                *q = if accumulate { *q + v } else { v };
+            }
+        }
+    }
+}
+
+/// Portable kernel body; `FMA` selects fused multiply-adds (only worth it
+/// where the wrapper enables the `fma` feature).
+///
+/// # Safety
+/// As [`Kernel::run`].
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn real_body<T: Real, const MR: usize, const NR: usize, const FMA: bool>(
+    kc: usize,
+    a: *const T,
+    b: *const T,
+    c: *mut T,
+    rs: isize,
+    cs: isize,
+    mr: usize,
+    nr: usize,
+    accumulate: bool,
+) {
+    let mut r = [[T::default(); NR]; MR];
+    // SAFETY: a and b hold kc*MR and kc*NR packed values.
+    unsafe {
+        for p in 0..kc {
+            let ap = a.add(p * MR);
+            let bp = b.add(p * NR);
+            for (i, ri) in r.iter_mut().enumerate() {
+                let ai = *ap.add(i);
+                for (j, rij) in ri.iter_mut().enumerate() {
+                    *rij = if FMA { ai.madd(*bp.add(j), *rij) } else { *rij + ai * *bp.add(j) };
+                }
+            }
+        }
+        let flat: &[T] = std::slice::from_raw_parts(r.as_ptr() as *const T, MR * NR);
+        store_tile(flat, NR, c, rs, cs, mr, nr, accumulate);
+    }
+}
+
+macro_rules! real_kernel {
+    ($name:ident, $t:ty, $mr:expr, $nr:expr, $mc:expr, $kc:expr, $nc:expr, $run:item) => {
+        pub(crate) struct $name;
+        impl Kernel for $name {
+            type P = $t;
+            type C = $t;
+            const MR: usize = $mr;
+            const NR: usize = $nr;
+            const MC: usize = $mc;
+            const KC: usize = $kc;
+            const NC: usize = $nc;
+            unsafe fn pack(op: &Operand, base: isize, sl: isize, sk: isize, nv: usize, w: usize, kc: usize, dst: &mut [$t]) {
+                // SAFETY: forwarded contract.
+                unsafe { pack_real(op, base, sl, sk, nv, w, kc, dst) }
+            }
+            $run
+        }
+    };
+}
+
+// Zen 3 blocking (BLIS): f32 MC/KC/NC = 144/256/4080 with a 6x16 tile.
+real_kernel!(F32Avx2, f32, 6, 16, 144, 256, 4080,
+    unsafe fn run(&self, kc: usize, a: *const f32, b: *const f32, c: *mut f32, rs: isize, cs: isize, mr: usize, nr: usize, accumulate: bool) {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: this kernel is only selected when avx2 and fma were detected.
+        unsafe { f32_6x16_avx2(kc, a, b, c, rs, cs, mr, nr, accumulate) }
+        #[cfg(not(target_arch = "x86_64"))]
+        // SAFETY: forwarded contract.
+        unsafe { real_body::<f32, 6, 16, false>(kc, a, b, c, rs, cs, mr, nr, accumulate) }
+    }
+);
+
+real_kernel!(F32Portable, f32, 6, 16, 144, 256, 4080,
+    unsafe fn run(&self, kc: usize, a: *const f32, b: *const f32, c: *mut f32, rs: isize, cs: isize, mr: usize, nr: usize, accumulate: bool) {
+        // SAFETY: forwarded contract.
+        unsafe { real_body::<f32, 6, 16, false>(kc, a, b, c, rs, cs, mr, nr, accumulate) }
+    }
+);
+
+// f64: a 6x8 tile is again 12 ymm accumulators; half the columns per byte of L1.
+real_kernel!(F64Avx2, f64, 6, 8, 72, 256, 4080,
+    unsafe fn run(&self, kc: usize, a: *const f64, b: *const f64, c: *mut f64, rs: isize, cs: isize, mr: usize, nr: usize, accumulate: bool) {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: this kernel is only selected when avx2 and fma were detected.
+        unsafe { f64_6x8_avx2(kc, a, b, c, rs, cs, mr, nr, accumulate) }
+        #[cfg(not(target_arch = "x86_64"))]
+        // SAFETY: forwarded contract.
+        unsafe { real_body::<f64, 6, 8, false>(kc, a, b, c, rs, cs, mr, nr, accumulate) }
+    }
+);
+
+real_kernel!(F64Portable, f64, 6, 8, 72, 256, 4080,
+    unsafe fn run(&self, kc: usize, a: *const f64, b: *const f64, c: *mut f64, rs: isize, cs: isize, mr: usize, nr: usize, accumulate: bool) {
+        // SAFETY: forwarded contract.
+        unsafe { real_body::<f64, 6, 8, false>(kc, a, b, c, rs, cs, mr, nr, accumulate) }
+    }
+);
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn f64_6x8_avx2(kc: usize, a: *const f64, b: *const f64, c: *mut f64, rs: isize, cs: isize, mr: usize, nr: usize, accumulate: bool) {
+    // SAFETY: forwarded contract; the body is compiled with avx2+fma enabled.
+    unsafe { real_body::<f64, 6, 8, true>(kc, a, b, c, rs, cs, mr, nr, accumulate) }
+}
+
+/// The 6x16 f32 tile: 12 ymm accumulators, two B loads and six broadcasts per
+/// step (enough independent FMAs to cover their latency on two FMA pipes).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn f32_6x16_avx2(kc: usize, a: *const f32, b: *const f32, c: *mut f32, rs: isize, cs: isize, mr: usize, nr: usize, accumulate: bool) {
+    use std::arch::x86_64::*;
+    // SAFETY: a holds kc*6 and b kc*16 packed values; the tile of c is writable.
+    unsafe {
+        let mut r0 = [_mm256_setzero_ps(); 6];
+        let mut r1 = [_mm256_setzero_ps(); 6];
+        let mut ap = a;
+        let mut bp = b;
+        let mut p = 0;
+        macro_rules! step {
+            ($off:expr) => {{
+                let b0 = _mm256_loadu_ps(bp.add(16 * $off));
+                let b1 = _mm256_loadu_ps(bp.add(16 * $off + 8));
+                for i in 0..6 {
+                    let ai = _mm256_broadcast_ss(&*ap.add(6 * $off + i));
+                    r0[i] = _mm256_fmadd_ps(ai, b0, r0[i]);
+                    r1[i] = _mm256_fmadd_ps(ai, b1, r1[i]);
+                }
+            }};
+        }
+        while p + 4 <= kc {
+            _mm_prefetch::<_MM_HINT_T0>(bp.add(16 * 8) as *const i8);
+            step!(0);
+            step!(1);
+            step!(2);
+            step!(3);
+            ap = ap.add(24);
+            bp = bp.add(64);
+            p += 4;
+        }
+        while p < kc {
+            step!(0);
+            ap = ap.add(6);
+            bp = bp.add(16);
+            p += 1;
+        }
+        if mr == 6 && nr == 16 && cs == 1 {
+            for i in 0..6 {
+                let q = c.offset(i as isize * rs);
+                let (mut v0, mut v1) = (r0[i], r1[i]);
+                if accumulate {
+                    v0 = _mm256_add_ps(v0, _mm256_loadu_ps(q));
+                    v1 = _mm256_add_ps(v1, _mm256_loadu_ps(q.add(8)));
+                }
+                _mm256_storeu_ps(q, v0);
+                _mm256_storeu_ps(q.add(8), v1);
+            }
+        } else {
+            let mut t = [0f32; 96];
+            for i in 0..6 {
+                _mm256_storeu_ps(t.as_mut_ptr().add(16 * i), r0[i]);
+                _mm256_storeu_ps(t.as_mut_ptr().add(16 * i + 8), r1[i]);
+            }
+            store_tile(&t, 16, c, rs, cs, mr, nr, accumulate);
+        }
+    }
+}
+
+// ---------------------------------------------------------------- int8 ----
+
+/// int8 packing: values widened to i16 and interleaved in pairs of depth,
+/// `dst[(p/2)*2w + 2l + p%2]`, so that one 32-bit lane holds (x[p], x[p+1])
+/// of one line, as `vpmaddwd` wants. An odd depth is padded with a zero.
+///
+/// # Safety
+/// As [`Kernel::pack`].
+unsafe fn pack_i8(op: &Operand, base: isize, sl: isize, sk: isize, nv: usize, w: usize, kc: usize, dst: &mut [i16]) {
+    let kp = kc.div_ceil(2);
+    assert!(dst.len() >= 2 * w * kp && nv <= w);
+    let src = op.ptr as *const i8;
+    let d = dst.as_mut_ptr();
+    // SAFETY: offsets are inside the operand (caller) and indices < 2*w*kp.
+    unsafe {
+        for q in 0..kp {
+            let dq = d.add(q * 2 * w);
+            for h in 0..2 {
+                let p = 2 * q + h;
+                if p < kc {
+                    let row = base + p as isize * sk;
+                    for l in 0..nv {
+                        *dq.add(2 * l + h) = *src.offset(row + l as isize * sl) as i16;
+                    }
+                    for l in nv..w {
+                        *dq.add(2 * l + h) = 0;
+                    }
+                } else {
+                    for l in 0..w {
+                        *dq.add(2 * l + h) = 0;
+                    }
+                }
+            }
+        }
+    }
+}
+
+macro_rules! i8_kernel {
+    ($name:ident, $run:item) => {
+        pub(crate) struct $name;
+        impl Kernel for $name {
+            type P = i16;
+            type C = i32;
+            const MR: usize = 6;
+            const NR: usize = 16;
+            const MC: usize = 144;
+            const KC: usize = 512;
+            const NC: usize = 4080;
+            fn strip_len(w: usize, kc: usize) -> usize {
+                w * 2 * kc.div_ceil(2)
+            }
+            unsafe fn pack(op: &Operand, base: isize, sl: isize, sk: isize, nv: usize, w: usize, kc: usize, dst: &mut [i16]) {
+                // SAFETY: forwarded contract.
+                unsafe { pack_i8(op, base, sl, sk, nv, w, kc, dst) }
+            }
+            $run
+        }
+    };
+}
+
+i8_kernel!(I8Avx2,
+    unsafe fn run(&self, kc: usize, a: *const i16, b: *const i16, c: *mut i32, rs: isize, cs: isize, mr: usize, nr: usize, accumulate: bool) {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: only selected when avx2 was detected.
+        unsafe { i8_6x16_avx2(kc, a, b, c, rs, cs, mr, nr, accumulate) }
+        #[cfg(not(target_arch = "x86_64"))]
+        // SAFETY: forwarded contract.
+        unsafe { i8_body(kc, a, b, c, rs, cs, mr, nr, accumulate) }
+    }
+);
+
+i8_kernel!(I8Portable,
+    unsafe fn run(&self, kc: usize, a: *const i16, b: *const i16, c: *mut i32, rs: isize, cs: isize, mr: usize, nr: usize, accumulate: bool) {
+        // SAFETY: forwarded contract.
+        unsafe { i8_body(kc, a, b, c, rs, cs, mr, nr, accumulate) }
+    }
+);
+
+/// Portable int8 tile: exact i32 sums of i16 products (wrapping like numpy).
+///
+/// # Safety
+/// As [`Kernel::run`].
+#[allow(clippy::too_many_arguments)]
+unsafe fn i8_body(kc: usize, a: *const i16, b: *const i16, c: *mut i32, rs: isize, cs: isize, mr: usize, nr: usize, accumulate: bool) {
+    let mut r = [[0i32; 16]; 6];
+    // SAFETY: packed strips of depth kc (pairs), tile writable.
+    unsafe {
+        for q in 0..kc.div_ceil(2) {
+            let ap = a.add(q * 12);
+            let bp = b.add(q * 32);
+            for (i, ri) in r.iter_mut().enumerate() {
+                let (a0, a1) = (*ap.add(2 * i) as i32, *ap.add(2 * i + 1) as i32);
+                for (j, rij) in ri.iter_mut().enumerate() {
+                    let s = a0 * *bp.add(2 * j) as i32 + a1 * *bp.add(2 * j + 1) as i32;
+                    *rij = rij.wrapping_add(s);
+                }
+            }
+        }
+        let flat: &[i32] = std::slice::from_raw_parts(r.as_ptr() as *const i32, 96);
+        store_tile_wrapping(flat, c, rs, cs, mr, nr, accumulate);
+    }
+}
+
+/// # Safety
+/// The `mr x nr` tile of c is writable.
+#[inline(always)]
+unsafe fn store_tile_wrapping(t: &[i32], c: *mut i32, rs: isize, cs: isize, mr: usize, nr: usize, accumulate: bool) {
+    // SAFETY: the caller's contract.
+    unsafe {
+        for i in 0..mr {
+            for j in 0..nr {
+                let q = c.offset(i as isize * rs + j as isize * cs);
+                let v = t[i * 16 + j];
+                *q = if accumulate { (*q).wrapping_add(v) } else { v };
+            }
+        }
+    }
+}
+
+/// The 6x16 int8 tile, exact over the full range: values are widened to i16
+/// when packing and `vpmaddwd` sums pairs of i16 products into i32 lanes
+/// (|x*y| <= 2^14, so a pair never overflows; `vpmaddubsw` would saturate).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn i8_6x16_avx2(kc: usize, a: *const i16, b: *const i16, c: *mut i32, rs: isize, cs: isize, mr: usize, nr: usize, accumulate: bool) {
+    use std::arch::x86_64::*;
+    // SAFETY: packed strips of depth kc (pairs): a holds 12 and b 32 i16 per pair.
+    unsafe {
+        let mut r0 = [_mm256_setzero_si256(); 6];
+        let mut r1 = [_mm256_setzero_si256(); 6];
+        let kp = kc.div_ceil(2);
+        let mut ap = a as *const i32;
+        let mut bp = b as *const __m256i;
+        for _ in 0..kp {
+            let b0 = _mm256_loadu_si256(bp);
+            let b1 = _mm256_loadu_si256(bp.add(1));
+            for i in 0..6 {
+                // Both i16 of row i's depth pair, in every 32-bit lane.
+                let ai = _mm256_set1_epi32(std::ptr::read_unaligned(ap.add(i)));
+                r0[i] = _mm256_add_epi32(r0[i], _mm256_madd_epi16(ai, b0));
+                r1[i] = _mm256_add_epi32(r1[i], _mm256_madd_epi16(ai, b1));
+            }
+            ap = ap.add(6);
+            bp = bp.add(2);
+        }
+        if mr == 6 && nr == 16 && cs == 1 {
+            for i in 0..6 {
+                let q = c.offset(i as isize * rs) as *mut __m256i;
+                let (mut v0, mut v1) = (r0[i], r1[i]);
+                if accumulate {
+                    v0 = _mm256_add_epi32(v0, _mm256_loadu_si256(q));
+                    v1 = _mm256_add_epi32(v1, _mm256_loadu_si256(q.add(1)));
+                }
+                _mm256_storeu_si256(q, v0);
+                _mm256_storeu_si256(q.add(1), v1);
+            }
+        } else {
+            let mut t = [0i32; 96];
+            for i in 0..6 {
+                _mm256_storeu_si256(t.as_mut_ptr().add(16 * i) as *mut __m256i, r0[i]);
+                _mm256_storeu_si256(t.as_mut_ptr().add(16 * i + 8) as *mut __m256i, r1[i]);
+            }
+            store_tile_wrapping(&t, c, rs, cs, mr, nr, accumulate);
+        }
+    }
+}

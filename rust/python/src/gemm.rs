@@ -1,0 +1,203 @@
+//! matmul (f32 / f64 / int8 paths), emulated accumulation, sums, padded_ld.
+//!
+//! Arrays arrive 2-D with any strides (negative and zero too); low-precision
+//! inputs arrive as views of their codes (uint8/16/32) plus the format spec.
+//! The Python package decides the path, allocates `out` and checks overlaps.
+
+use lowp_core::gemm::{self, AccumSpec, Operand, OutMat, Storage};
+use lowp_core::round::{Mode, RoundOpts, SeedKey};
+use numpy::{PyReadonlyArray2, PyReadwriteArray2};
+use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::prelude::*;
+
+use crate::errors::IntoPy;
+use crate::spec::Spec;
+
+#[derive(FromPyObject)]
+pub enum InMat<'py> {
+    F32(PyReadonlyArray2<'py, f32>),
+    F64(PyReadonlyArray2<'py, f64>),
+    I8(PyReadonlyArray2<'py, i8>),
+    U8(PyReadonlyArray2<'py, u8>),
+    U16(PyReadonlyArray2<'py, u16>),
+    U32(PyReadonlyArray2<'py, u32>),
+}
+
+#[derive(FromPyObject)]
+pub enum OutArr<'py> {
+    F32(PyReadwriteArray2<'py, f32>),
+    F64(PyReadwriteArray2<'py, f64>),
+    I32(PyReadwriteArray2<'py, i32>),
+}
+
+/// A view of a borrowed input array.
+fn operand(x: &InMat<'_>, fmt: Option<&Spec>, arg: &str) -> PyResult<Operand> {
+    let f = fmt.map(|s| s.0);
+    macro_rules! view {
+        ($a:expr, $st:expr) => {{
+            let v = $a.as_array();
+            let (r, c) = v.dim();
+            let s = v.strides();
+            // SAFETY: the view covers exactly the elements of the borrowed array,
+            // which stays borrowed (and so alive and unmodified) for this call.
+            unsafe { Operand::from_raw(v.as_ptr() as *const u8, $st, f, r, c, s[0], s[1], arg) }.py_err()
+        }};
+    }
+    match x {
+        InMat::F32(a) => view!(a, Storage::F32),
+        InMat::F64(a) => view!(a, Storage::F64),
+        InMat::I8(a) => view!(a, Storage::I8),
+        InMat::U8(a) => view!(a, Storage::U8),
+        InMat::U16(a) => view!(a, Storage::U16),
+        InMat::U32(a) => view!(a, Storage::U32),
+    }
+}
+
+fn out_mat<T: numpy::Element>(o: &mut PyReadwriteArray2<'_, T>) -> OutMat<T> {
+    let mut v = o.as_array_mut();
+    let (r, c) = v.dim();
+    let (rs, cs) = (v.strides()[0], v.strides()[1]);
+    // SAFETY: the array is mutably borrowed for this call; the Python layer
+    // passes arrays whose elements do not overlap (no zero strides).
+    unsafe { OutMat::from_raw(v.as_mut_ptr(), r, c, rs, cs) }
+}
+
+/// `out = a @ b`: float32 out -> f32 accumulation, float64 -> f64, int32 -> exact int8.
+#[pyfunction]
+#[pyo3(signature = (a, a_fmt, b, b_fmt, out))]
+fn matmul_into(py: Python<'_>, a: InMat<'_>, a_fmt: Option<Spec>, b: InMat<'_>, b_fmt: Option<Spec>, mut out: OutArr<'_>) -> PyResult<()> {
+    let oa = operand(&a, a_fmt.as_ref(), "a")?;
+    let ob = operand(&b, b_fmt.as_ref(), "b")?;
+    match &mut out {
+        OutArr::F32(o) => {
+            let c = out_mat(o);
+            py.detach(|| gemm::matmul_f32(&oa, &ob, c)).py_err()
+        }
+        OutArr::F64(o) => {
+            let c = out_mat(o);
+            py.detach(|| gemm::matmul_f64(&oa, &ob, c)).py_err()
+        }
+        OutArr::I32(o) => {
+            let c = out_mat(o);
+            py.detach(|| gemm::matmul_i8(&oa, &ob, c)).py_err()
+        }
+    }
+}
+
+fn accum_spec(acc: Spec, chunk: Option<usize>, chunk_acc: Option<Spec>, rounding: &str, seed: u64, rbits: u32) -> PyResult<AccumSpec> {
+    let mode: Mode = rounding.parse().py_err()?;
+    if !(1..=64).contains(&rbits) {
+        return Err(PyValueError::new_err(format!("rbits: must be in 1..64, got {rbits}")));
+    }
+    let opts = RoundOpts { mode, saturate: false, rbits, key: SeedKey::from_seed(seed) };
+    let chunk = match chunk {
+        Some(0) => return Err(PyValueError::new_err("chunk: must be a positive integer, got 0")),
+        Some(c) => Some((c, chunk_acc.map(|s| s.0).unwrap_or(acc.0))),
+        None => None,
+    };
+    Ok(AccumSpec { fmt: acc.0, chunk, opts })
+}
+
+fn f64_out<'a, 'py>(out: &'a mut OutArr<'py>) -> PyResult<&'a mut PyReadwriteArray2<'py, f64>> {
+    match out {
+        OutArr::F64(o) => Ok(o),
+        _ => Err(PyTypeError::new_err("out: emulated accumulation writes float64")),
+    }
+}
+
+/// `out = a @ b` (float64 out) with every add rounded into `acc`.
+#[pyfunction]
+#[pyo3(signature = (a, a_fmt, b, b_fmt, out, acc, chunk, chunk_acc, rounding, seed, rbits))]
+#[allow(clippy::too_many_arguments)]
+fn matmul_emulated_into(
+    py: Python<'_>,
+    a: InMat<'_>,
+    a_fmt: Option<Spec>,
+    b: InMat<'_>,
+    b_fmt: Option<Spec>,
+    mut out: OutArr<'_>,
+    acc: Spec,
+    chunk: Option<usize>,
+    chunk_acc: Option<Spec>,
+    rounding: &str,
+    seed: u64,
+    rbits: u32,
+) -> PyResult<()> {
+    let spec = accum_spec(acc, chunk, chunk_acc, rounding, seed, rbits)?;
+    let oa = operand(&a, a_fmt.as_ref(), "a")?;
+    let ob = operand(&b, b_fmt.as_ref(), "b")?;
+    let c = out_mat(f64_out(&mut out)?);
+    py.detach(|| gemm::matmul_emulated(&oa, &ob, c, &spec)).py_err()
+}
+
+/// Column sums of `x` (k x m) into `out` (1 x m, float64), every add rounded into `acc`.
+#[pyfunction]
+#[pyo3(signature = (x, x_fmt, out, acc, chunk, chunk_acc, rounding, seed, rbits))]
+#[allow(clippy::too_many_arguments)]
+fn sum_into(
+    py: Python<'_>,
+    x: InMat<'_>,
+    x_fmt: Option<Spec>,
+    mut out: OutArr<'_>,
+    acc: Spec,
+    chunk: Option<usize>,
+    chunk_acc: Option<Spec>,
+    rounding: &str,
+    seed: u64,
+    rbits: u32,
+) -> PyResult<()> {
+    let spec = accum_spec(acc, chunk, chunk_acc, rounding, seed, rbits)?;
+    let ox = operand(&x, x_fmt.as_ref(), "x")?;
+    let c = out_mat(f64_out(&mut out)?);
+    py.detach(|| gemm::sum_emulated(&ox, c, &spec)).py_err()
+}
+
+/// Are products of values of the two formats exact in float64?
+#[pyfunction]
+fn products_exact(a: Spec, b: Spec) -> bool {
+    gemm::products_exact(&a.0, &b.0)
+}
+
+/// Cache-friendly leading dimension (elements) for rows of `n` elements.
+#[pyfunction]
+fn padded_ld(n: usize, itemsize: usize) -> PyResult<usize> {
+    gemm::padded_ld(n, itemsize).py_err()
+}
+
+/// The unpacked reference kernel of the leading-dimension experiment (C-ordered
+/// rows with padding allowed: strides are taken from the arrays).
+#[pyfunction]
+fn matmul_unpacked_f32(py: Python<'_>, a: PyReadonlyArray2<'_, f32>, b: PyReadonlyArray2<'_, f32>, mut out: PyReadwriteArray2<'_, f32>) -> PyResult<()> {
+    let (av, bv) = (a.as_array(), b.as_array());
+    let mut cv = out.as_array_mut();
+    let (m, k) = av.dim();
+    let n = bv.dim().1;
+    if bv.dim().0 != k || cv.dim() != (m, n) {
+        return Err(PyValueError::new_err("b, out: shapes do not match"));
+    }
+    let ok = |s: &[isize]| s[1] == 1 && s[0] >= 0;
+    if !ok(av.strides()) || !ok(bv.strides()) || !ok(cv.strides()) {
+        return Err(PyValueError::new_err("a, b, out: rows must be contiguous"));
+    }
+    let (lda, ldb, ldc) = (av.strides()[0] as usize, bv.strides()[0] as usize, cv.strides()[0] as usize);
+    let span = |r: usize, c: usize, ld: usize| if r == 0 || c == 0 { 0 } else { (r - 1) * ld + c };
+    // SAFETY: the borrowed arrays cover these spans (rows contiguous, non-negative strides).
+    let (sa, sb, sc) = unsafe {
+        (
+            std::slice::from_raw_parts(av.as_ptr(), span(m, k, lda)),
+            std::slice::from_raw_parts(bv.as_ptr(), span(k, n, ldb)),
+            std::slice::from_raw_parts_mut(cv.as_mut_ptr(), span(m, n, ldc)),
+        )
+    };
+    py.detach(|| gemm::matmul_unpacked_f32(sa, lda, sb, ldb, sc, ldc, m, n, k)).py_err()
+}
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(matmul_into, m)?)?;
+    m.add_function(wrap_pyfunction!(matmul_emulated_into, m)?)?;
+    m.add_function(wrap_pyfunction!(sum_into, m)?)?;
+    m.add_function(wrap_pyfunction!(products_exact, m)?)?;
+    m.add_function(wrap_pyfunction!(padded_ld, m)?)?;
+    m.add_function(wrap_pyfunction!(matmul_unpacked_f32, m)?)?;
+    Ok(())
+}

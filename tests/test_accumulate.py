@@ -1,0 +1,233 @@
+"""Emulated low-precision accumulation (matmul accumulate=/chunk=, lowp.sum) against
+an exact-rational reference: every add is the exact sum rounded once."""
+
+import math
+import zlib
+from fractions import Fraction
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import lowp
+
+DETERMINISTIC = ["nearest_even", "nearest_away", "toward_zero", "up", "down", "odd"]
+ACC_FORMATS = {
+    "fp16": lowp.format("float16"),
+    "bf16": lowp.format("bfloat16"),
+    "e5m2": lowp.format("float8_e5m2"),
+    "f6m9": lowp.FloatFormat(6, 9),
+}
+
+
+def round_exact(x: Fraction, f, mode: str) -> float:
+    """The exact rational ``x`` rounded once into float format ``f`` (as a Python float)."""
+    if x == 0:
+        return 0.0
+    neg = x < 0
+    ax = -x if neg else x
+    e = ax.numerator.bit_length() - ax.denominator.bit_length()
+    if ax < Fraction(2) ** e:
+        e -= 1
+    q = max(e, f.emin) - f.man_bits  # unit of the result
+    scaled = ax / Fraction(2) ** q
+    k = math.floor(scaled)
+    rem = scaled - k
+    half = Fraction(1, 2)
+    if mode == "nearest_even":
+        up = rem > half or (rem == half and k % 2 == 1)
+    elif mode == "nearest_away":
+        up = rem >= half
+    elif mode == "toward_zero":
+        up = False
+    elif mode == "up":
+        up = not neg and rem != 0
+    elif mode == "down":
+        up = neg and rem != 0
+    elif mode == "odd":
+        up = k % 2 == 0 and rem != 0
+    else:
+        raise AssertionError(mode)
+    mag = Fraction(k + up) * Fraction(2) ** q
+    if mag > Fraction(f.max):
+        to_inf = {"nearest_even": True, "nearest_away": True, "toward_zero": False, "odd": False,
+                  "up": not neg, "down": neg}[mode]
+        if to_inf:
+            v = math.inf if f.inf else math.nan
+        else:
+            v = f.max
+    else:
+        v = float(mag)
+    return -v if neg else v
+
+
+def ref_matmul(a, b, fmt, mode, chunk=None, chunk_fmt=None):
+    """Sequential accumulation in k order with every add rounded once (Fraction arithmetic)."""
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    m, k = a64.shape
+    n = b64.shape[1]
+    out = np.zeros((m, n))
+    cf = chunk_fmt if chunk_fmt is not None else fmt
+    for i in range(m):
+        for j in range(n):
+            acc = Fraction(0)
+            tot = Fraction(0)
+            nan = False
+            for p in range(k):
+                prod = Fraction(a64[i, p]) * Fraction(b64[p, j])
+                r = round_exact(acc + prod, fmt, mode)
+                if not math.isfinite(r):
+                    nan = True
+                    out[i, j] = r
+                    break
+                acc = Fraction(r)
+                if chunk is not None and ((p + 1) % chunk == 0 or p + 1 == k):
+                    r = round_exact(tot + acc, cf, mode)
+                    if not math.isfinite(r):
+                        nan = True
+                        out[i, j] = r
+                        break
+                    tot, acc = Fraction(r), Fraction(0)
+            if not nan:
+                out[i, j] = float(tot if chunk is not None else acc)
+    return out
+
+
+def same(x, y):
+    x = np.asarray(x, np.float64)
+    y = np.asarray(y, np.float64)
+    return np.array_equal(x, y, equal_nan=True)
+
+
+def data(m, k, n, dtype, seed, scale=1.0):
+    g = np.random.default_rng(seed)
+    a = (g.standard_normal((m, k)) * scale).astype(np.float32).astype(dtype)
+    b = (g.standard_normal((k, n)) * scale).astype(np.float32).astype(dtype)
+    return a, b
+
+
+@pytest.mark.parametrize("mode", DETERMINISTIC)
+@pytest.mark.parametrize("acc", list(ACC_FORMATS), ids=str)
+@pytest.mark.parametrize("chunk", [None, 1, 5, 16])
+def test_bit_exact_vs_fractions(acc, mode, chunk):
+    f = ACC_FORMATS[acc]
+    a, b = data(3, 37, 5, ml_dtypes.bfloat16, zlib.crc32(f"{acc}{mode}{chunk}".encode()) % 1000)
+    got = lowp.matmul(a, b, accumulate=f, chunk=chunk, rounding=mode)
+    assert got.dtype == np.float32
+    assert same(got, ref_matmul(a, b, f, mode, chunk))
+
+
+@pytest.mark.parametrize("mode", DETERMINISTIC)
+def test_fp8_inputs_and_mixed_chunk_format(mode):
+    a, b = data(4, 50, 3, ml_dtypes.float8_e4m3fn, 7)
+    f1, f2 = ACC_FORMATS["e5m2"], ACC_FORMATS["fp16"]
+    got = lowp.matmul(a, b, accumulate=f1, chunk=8, chunk_accumulate=f2, rounding=mode)
+    assert same(got, ref_matmul(a, b, f1, mode, 8, f2))
+    # fp16 inputs, f32 chunk totals.
+    a, b = data(2, 40, 3, np.float16, 8)
+    got = lowp.matmul(a, b, accumulate="fp16", chunk=4, chunk_accumulate="float32", rounding=mode)
+    assert same(got, ref_matmul(a, b, ACC_FORMATS["fp16"], mode, 4, lowp.format("float32")))
+
+
+@pytest.mark.parametrize("mode", DETERMINISTIC)
+def test_overflow_and_subnormals(mode):
+    # Large values overflow an e5m2 accumulator; tiny ones land in fp16 subnormals.
+    a, b = data(2, 20, 3, ml_dtypes.bfloat16, 9, scale=200.0)
+    f = ACC_FORMATS["e5m2"]
+    assert same(lowp.matmul(a, b, accumulate=f, rounding=mode), ref_matmul(a, b, f, mode))
+    a, b = data(2, 20, 3, ml_dtypes.bfloat16, 10, scale=2.0**-7)
+    f = ACC_FORMATS["fp16"]
+    assert same(lowp.matmul(a, b, accumulate=f, rounding=mode), ref_matmul(a, b, f, mode))
+
+
+def test_generic_formats():
+    # Accumulators outside the fast routine (posits, no subnormals) go through Format.encode.
+    a, b = data(2, 30, 3, ml_dtypes.float8_e4m3fn, 11)
+    nosub = lowp.FloatFormat(5, 4, subnormals=False)
+    got = lowp.matmul(a, b, accumulate=nosub)
+    # Reference: same as round_exact except values below min normal round to 0 / min normal.
+    assert got.shape == (2, 3) and np.all(np.isfinite(got))
+    p16 = lowp.format("posit16")
+    got = lowp.matmul(a, b, accumulate=p16)
+    ref = np.zeros((2, 3))
+    for i in range(2):
+        for j in range(3):
+            acc = 0.0
+            for p in range(30):
+                exact = Fraction(acc) + Fraction(float(a[i, p])) * Fraction(float(b[p, j]))
+                # Exact in float64 here (few bits), so lowp.round of it rounds the exact sum once.
+                assert Fraction(float(exact)) == exact
+                acc = float(lowp.round(np.array([float(exact)]), p16)[0])
+            ref[i, j] = acc
+    assert same(got, ref)
+
+
+def test_float32_accumulate_matches_sequential():
+    a, b = data(3, 200, 4, np.float32, 12)
+    got = lowp.matmul(a, b, accumulate="float32", chunk=10)
+    assert same(got, ref_matmul(a, b, lowp.format("float32"), "nearest_even", 10))
+    got = lowp.matmul(a, b, accumulate="float32", rounding="toward_zero")
+    assert same(got, ref_matmul(a, b, lowp.format("float32"), "toward_zero"))
+
+
+def test_stochastic_reproducible_and_unbiased():
+    # 1000 rows of the same dot product: each output element draws its own bits.
+    k, m = 1024, 1000
+    b = np.full((k, 1), 0.01, dtype=ml_dtypes.bfloat16)
+    a = np.ones((m, k), dtype=ml_dtypes.bfloat16)
+    exact = k * float(b[0, 0])
+    rne = lowp.matmul(a[:1], b, accumulate="bf16")
+    assert float(rne[0, 0]) == 4.0  # nearest-even stalls where ulp/2 exceeds the addend
+    n0 = lowp.get_num_threads()
+    try:
+        lowp.set_num_threads(1)
+        s1 = lowp.matmul(a, b, accumulate="bf16", rounding="stochastic", seed=123)
+        lowp.set_num_threads(2)
+        s2 = lowp.matmul(a, b, accumulate="bf16", rounding="stochastic", seed=123)
+    finally:
+        lowp.set_num_threads(n0)
+    assert np.array_equal(s1, s2)
+    s3 = lowp.matmul(a, b, accumulate="bf16", rounding="stochastic", seed=124)
+    assert not np.array_equal(s1, s3)
+    assert len(np.unique(s1)) > 5
+    # Each step's error is zero-mean with |err| <= ulp(16) = 1/16: std of the mean of
+    # m sums <= sqrt(k) / 16 / sqrt(m) ~ 0.063 / ... ; 0.25 is > 10 sigma.
+    assert abs(float(np.mean(s1.astype(np.float64))) - exact) < 0.25
+    # Chunked stochastic is reproducible too.
+    c1 = lowp.matmul(a[:50], b, accumulate="bf16", chunk=32, rounding="stochastic", seed=5)
+    c2 = lowp.matmul(a[:50], b, accumulate="bf16", chunk=32, rounding="stochastic", seed=5)
+    assert np.array_equal(c1, c2)
+
+
+@pytest.mark.parametrize("mode", DETERMINISTIC)
+@pytest.mark.parametrize("acc", ["fp16", "bf16"])
+def test_sum_vs_fractions(acc, mode):
+    f = ACC_FORMATS[acc]
+    g = np.random.default_rng(13)
+    x = g.standard_normal((40, 3)).astype(ml_dtypes.bfloat16)
+    got = lowp.sum(x, axis=0, accumulate=f, rounding=mode)
+    ones = np.ones((1, 40), ml_dtypes.bfloat16)
+    assert same(got, ref_matmul(ones, x, f, mode)[0])
+    got = lowp.sum(x, axis=1, accumulate=f, rounding=mode, chunk=2)
+    assert same(got, ref_matmul(ones[:, :3], x.T, f, mode, 2)[0])
+    got = lowp.sum(x, accumulate=f, rounding=mode)
+    assert np.ndim(got) == 0
+    assert same(got, ref_matmul(np.ones((1, 120), ml_dtypes.bfloat16), x.reshape(120, 1), f, mode)[0, 0])
+
+
+def test_sum_stalls_and_chunking():
+    x = np.ones(4096, ml_dtypes.bfloat16)
+    assert float(lowp.sum(x, accumulate="bf16")) == 256.0
+    assert float(lowp.sum(x, accumulate="bf16", chunk=64)) == 4096.0
+    assert float(lowp.sum(x)) == 4096.0
+    assert lowp.sum(x).dtype == np.float32
+    assert lowp.sum(x, accumulate="float64").dtype == np.float64
+    y = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    assert np.array_equal(lowp.sum(y, axis=(0, 2)), y.sum(axis=(0, 2)))
+    assert np.array_equal(lowp.sum(y, axis=-1), y.sum(axis=-1))
+    with pytest.raises(ValueError, match="axis"):
+        lowp.sum(y, axis=3)
+    with pytest.raises(ValueError, match="chunk"):
+        lowp.sum(y, chunk=0)
+    with pytest.raises(TypeError, match="x"):
+        lowp.sum(np.ones(3, np.complex64))

@@ -1,0 +1,238 @@
+"""lowp.matmul (float32 / float64 / int8 paths), qmatmul, padded_ld, empty."""
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import lowp
+from lowp import _lowp
+
+FLOAT_DTYPES = [
+    np.float32, np.float16, ml_dtypes.bfloat16, ml_dtypes.float8_e5m2, ml_dtypes.float8_e4m3fn,
+    ml_dtypes.float8_e4m3, ml_dtypes.float8_e4m3fnuz, ml_dtypes.float8_e5m2fnuz,
+]
+MR, NR = 6, 16
+SHAPES = [(0, 5, 3), (5, 0, 3), (4, 3, 0), (1, 1, 1), (MR - 1, NR - 1, 7), (MR + 1, NR + 1, 5), (MR, NR, 1),
+          (63, 65, 257), (65, 63, 63), (257, 17, 33)]
+
+
+@pytest.fixture(params=["simd", "scalar"])
+def isa(request):
+    if request.param == "scalar":
+        _lowp.set_isa("scalar")
+    yield request.param
+    _lowp.set_isa(None)
+
+
+def rand(shape, dtype, seed=0, scale=1.0):
+    g = np.random.default_rng(seed)
+    x = (g.standard_normal(shape) * scale).astype(np.float32)
+    if np.dtype(dtype).name.startswith("float8"):
+        x = np.clip(x, -200, 200)
+    return x.astype(dtype)
+
+
+def check_f32(c, a, b):
+    """c equals the float64 product within float32 accumulation error: k*u*(|a| @ |b|)."""
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    ref = a64 @ b64
+    k = a.shape[-1]
+    bound = (k + 2) * 2.0**-24 * (np.abs(a64) @ np.abs(b64)) + 1e-30
+    assert c.shape == ref.shape
+    assert np.all(np.abs(c.astype(np.float64) - ref) <= bound), np.max(np.abs(c - ref) - bound)
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+def test_shapes_and_dtypes(isa, dtype, shape):
+    m, n, k = shape
+    a = rand((m, k), dtype, 1)
+    b = rand((k, n), dtype, 2)
+    c = lowp.matmul(a, b)
+    assert c.dtype == np.float32
+    check_f32(c, a, b)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, ml_dtypes.bfloat16, ml_dtypes.float8_e4m3fn, np.float16],
+                         ids=lambda d: np.dtype(d).name)
+def test_strides_and_views(isa, dtype):
+    big_a = rand((70, 90), dtype, 3)
+    big_b = rand((90, 80), dtype, 4)
+    cases = [
+        (big_a[::2, ::3], big_b[:30, ::2]),          # non-contiguous
+        (big_a[:40, :50].T, big_b[:40, :33]),       # transposed a
+        (big_a[:33, :40], big_b[:50, :40].T),       # transposed b
+        (big_a[::-1, :20], big_b[:20, ::-1]),       # negative strides
+        (big_a[:20, ::-2], big_b[::-2, :19]),       # negative inner strides
+        (np.asfortranarray(big_a[:17, :29]), np.asfortranarray(big_b[:29, :23])),
+    ]
+    for a, b in cases:
+        check_f32(lowp.matmul(a, b), a, b)
+
+
+def test_mixed_formats_and_f64(isa):
+    a = rand((20, 30), ml_dtypes.bfloat16, 5)
+    b = rand((30, 10), ml_dtypes.float8_e5m2, 6)
+    check_f32(lowp.matmul(a, b), a, b)
+    a64 = rand((20, 30), np.float64, 7)
+    c = lowp.matmul(a64, b)
+    assert c.dtype == np.float64
+    ref = a64 @ b.astype(np.float64)
+    assert np.allclose(c, ref, rtol=1e-13, atol=1e-13)
+    c = lowp.matmul(a, b, accumulate="float64")
+    assert c.dtype == np.float64
+    assert np.allclose(c, a.astype(np.float64) @ b.astype(np.float64), rtol=1e-14, atol=1e-14)
+
+
+def test_numpy_matmul_shapes():
+    a = rand((3, 4, 5), np.float32, 8)
+    b = rand((5, 6), np.float32, 9)
+    v = rand((5,), np.float32, 10)
+    check_f32(lowp.matmul(a, b), a, b)
+    assert lowp.matmul(a, v).shape == (3, 4)
+    assert np.allclose(lowp.matmul(a, v), a @ v, rtol=1e-5, atol=1e-5)
+    assert lowp.matmul(v, b).shape == (6,)
+    assert np.allclose(lowp.matmul(v, b), v @ b, rtol=1e-5, atol=1e-5)
+    assert np.allclose(lowp.matmul(v, v), v @ v, rtol=1e-5)
+    bb = rand((2, 1, 5, 3), np.float32, 11)
+    assert lowp.matmul(a, bb).shape == (2, 3, 4, 3)
+    assert np.allclose(lowp.matmul(a, bb), a @ bb, rtol=1e-5, atol=1e-5)
+
+
+def test_threads_do_not_change_results():
+    a = rand((130, 300), ml_dtypes.bfloat16, 12)
+    b = rand((300, 170), ml_dtypes.bfloat16, 13)
+    n0 = lowp.get_num_threads()
+    try:
+        lowp.set_num_threads(1)
+        c1 = lowp.matmul(a, b)
+        lowp.set_num_threads(2)
+        c2 = lowp.matmul(a, b)
+    finally:
+        lowp.set_num_threads(n0)
+    assert np.array_equal(c1, c2)
+
+
+def test_out_and_out_dtype():
+    a = rand((20, 30), ml_dtypes.bfloat16, 14)
+    b = rand((30, 25), ml_dtypes.bfloat16, 15)
+    ref = lowp.matmul(a, b)
+    out = np.full((25, 40), np.nan, dtype=np.float32).T[:20, :25]  # strided out
+    r = lowp.matmul(a, b, out=out)
+    assert r is out and np.array_equal(out, ref)
+    r = lowp.matmul(a, b, out_dtype=ml_dtypes.bfloat16)
+    assert r.dtype == ml_dtypes.bfloat16
+    assert np.array_equal(r.view(np.uint16), ref.astype(ml_dtypes.bfloat16).view(np.uint16))
+    o16 = np.empty((20, 25), ml_dtypes.bfloat16)
+    lowp.matmul(a, b, out=o16)
+    assert np.array_equal(o16.view(np.uint16), r.view(np.uint16))
+    r = lowp.matmul(a, b, out_dtype=np.float64)
+    assert r.dtype == np.float64 and np.array_equal(r, ref.astype(np.float64))
+    # out overlapping an input.
+    x = rand((16, 16), np.float32, 16)
+    want = lowp.matmul(x, x)
+    lowp.matmul(x, x, out=x)
+    assert np.array_equal(x, want)
+
+
+@pytest.mark.parametrize("shape", [(7, 17, 513), (1, 1, 1), (6, 16, 2), (33, 65, 1031), (0, 3, 4), (3, 3, 0)], ids=str)
+def test_int8_exact(isa, shape):
+    m, n, k = shape
+    g = np.random.default_rng(17)
+    cases = [
+        (g.integers(-128, 128, (m, k)), g.integers(-128, 128, (k, n))),
+        (np.full((m, k), -128), np.full((k, n), -128)),
+        (np.full((m, k), 127), np.full((k, n), 127)),
+        (np.full((m, k), -128), np.full((k, n), 127)),
+    ]
+    for a, b in cases:
+        a8, b8 = a.astype(np.int8), b.astype(np.int8)
+        c = lowp.matmul(a8, b8)
+        assert c.dtype == np.int32
+        assert np.array_equal(c.astype(np.int64), a.astype(np.int64) @ b.astype(np.int64))
+
+
+def test_int8_strided(isa):
+    g = np.random.default_rng(18)
+    a = g.integers(-128, 128, (50, 80)).astype(np.int8)
+    b = g.integers(-128, 128, (80, 60)).astype(np.int8)
+    for x, y in [(a[::2, ::-1], b[::-1, ::3]), (a[:, :40].T.copy().T, b[:40].T.T), (a.T[:30, :40], b[:40, :50])]:
+        assert np.array_equal(lowp.matmul(x, y).astype(np.int64), x.astype(np.int64) @ y.astype(np.int64))
+
+
+def test_qmatmul():
+    g = np.random.default_rng(19)
+    x = g.standard_normal((33, 70)).astype(np.float32)
+    w = g.standard_normal((70, 21)).astype(np.float32)
+    for sym in (True, False):
+        for ax_a, ax_b in [(None, None), (0, 1), (0, None), (None, 1), (1, 0)]:
+            qa = lowp.quantize(x, "int8", axis=ax_a, symmetric=sym)
+            qb = lowp.quantize(w, "int8", axis=ax_b, symmetric=sym)
+            c = lowp.qmatmul(qa, qb)
+            assert c.dtype == np.float32
+            ref = qa.dequantize().astype(np.float64) @ qb.dequantize().astype(np.float64)
+            assert np.allclose(c, ref, rtol=1e-4, atol=1e-4 * np.abs(ref).max()), (sym, ax_a, ax_b)
+    with pytest.raises(TypeError, match="qa"):
+        lowp.qmatmul(x, qb)
+
+
+def test_errors():
+    a = np.ones((3, 4), np.float32)
+    with pytest.raises(ValueError, match="b: shape mismatch"):
+        lowp.matmul(a, np.ones((5, 2), np.float32))
+    with pytest.raises(TypeError, match="a: unsupported dtype"):
+        lowp.matmul(a.astype(np.complex64), np.ones((4, 2), np.float32))
+    with pytest.raises(TypeError, match="b: unsupported dtype"):
+        lowp.matmul(a, np.ones((4, 2), np.int64))
+    with pytest.raises(TypeError, match="b: unsupported dtype"):
+        lowp.matmul(a, np.ones((4, 2), bool))
+    with pytest.raises(TypeError, match="no common format"):
+        lowp.matmul(a, np.ones((4, 2), np.int8))
+    for bad in (0, -3):
+        with pytest.raises(ValueError, match="chunk"):
+            lowp.matmul(a, np.ones((4, 2), np.float32), accumulate="fp16", chunk=bad)
+    with pytest.raises(TypeError, match="chunk"):
+        lowp.matmul(a, np.ones((4, 2), np.float32), accumulate="fp16", chunk=2.5)
+    with pytest.raises(ValueError, match="out: shape"):
+        lowp.matmul(a, np.ones((4, 2), np.float32), out=np.empty((3, 3), np.float32))
+    with pytest.raises(TypeError, match="out"):
+        lowp.matmul(a, np.ones((4, 2), np.float32), out=[1, 2])
+    with pytest.raises(TypeError, match="out"):
+        lowp.matmul(a, np.ones((4, 2), np.float32), out=np.empty((3, 2), np.complex64))
+    with pytest.raises(TypeError, match="out: dtype"):
+        lowp.matmul(a, np.ones((4, 2), np.float32), out=np.empty((3, 2), np.float64), out_dtype=np.float32)
+    with pytest.raises(ValueError, match="rounding"):
+        lowp.matmul(a, np.ones((4, 2), np.float32), accumulate="bf16", rounding="nearest")
+    with pytest.raises(ValueError, match="accumulate"):
+        lowp.matmul(a, np.ones((4, 2), np.float32), accumulate="bogus")
+    with pytest.raises(TypeError, match="exact"):
+        lowp.matmul(a.astype(np.float64), np.ones((4, 2)), accumulate="bf16")
+    with pytest.raises(ValueError, match="a:"):
+        lowp.matmul(np.float32(1), a)
+
+
+def test_padded_ld_and_empty():
+    assert lowp.padded_ld(1024, np.float32) == 1040
+    assert lowp.padded_ld(1008, np.float32) == 1008
+    assert lowp.padded_ld(1000, np.float32) == 1008
+    assert lowp.padded_ld(2048, ml_dtypes.bfloat16) == 2080
+    assert lowp.padded_ld(256, np.float64) == 264
+    for n in range(1, 3000, 7):
+        for dt in (np.float32, np.float16, np.float64, np.int8):
+            ld = lowp.padded_ld(n, dt)
+            isz = np.dtype(dt).itemsize
+            assert ld >= n and (ld * isz) % 64 == 0 and (ld * isz) % 1024 != 0
+    x = lowp.empty((5, 1024), np.float32)
+    assert x.shape == (5, 1024) and x.strides == (4160, 4) and x.ctypes.data % 64 == 0
+    y = lowp.empty((2, 3, 100), ml_dtypes.bfloat16)
+    assert y.shape == (2, 3, 100) and y.dtype == ml_dtypes.bfloat16 and y.strides[-2] == 128 * 2
+    assert lowp.empty((4, 1024), np.float32, padded=False).strides == (4096, 4)
+    with pytest.raises(ValueError, match="n"):
+        lowp.padded_ld(-1, np.float32)
+    with pytest.raises(TypeError, match="n"):
+        lowp.padded_ld(1.5, np.float32)
+    # A padded array is a normal matmul operand.
+    a = lowp.empty((64, 1024), np.float32)
+    a[...] = rand((64, 1024), np.float32, 20)
+    b = rand((1024, 32), np.float32, 21)
+    check_f32(lowp.matmul(a, b), a, b)
