@@ -171,7 +171,7 @@ def test_equal_formats_report_the_same_dtype():
     for f, name in [(lowp.FloatFormat(8, 7), "bf16"), (lowp.FloatFormat(4, 3, nan="fn"), "e4m3fn"),
                     (lowp.FloatFormat(5, 10), "float16"), (lowp.IntFormat(8), "int8"), (lowp.PositFormat(16), "posit16")]:
         assert f == lowp.format(name) and f.dtype == lowp.format(name).dtype
-    assert lowp.FloatFormat(8, 7).dtype.name == "bfloat16"
+    assert lowp.FloatFormat(8, 7).dtype == np.dtype(lowp.bfloat16)
     assert lowp.FloatFormat(4, 3, bias=11).dtype is None
 
 
