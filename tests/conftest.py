@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import warnings
 import sys
 
 import numpy as np
@@ -59,13 +58,3 @@ def any_isa(request):
     finally:
         _lowp.set_isa(None)
 
-
-# Hypothesis imports libcst lazily to suggest a patch when a test fails; on this stack that
-# import warns (DeprecationWarning from mypy_extensions), which `filterwarnings = error`
-# would turn into an internal error hiding the real failure. Import it once, quietly.
-with warnings.catch_warnings():
-    warnings.simplefilter("ignore")
-    try:
-        import hypothesis.extra._patching  # noqa: F401
-    except Exception:  # pragma: no cover - optional dependency missing
-        pass
