@@ -41,3 +41,20 @@ def threads(request):
 @pytest.fixture
 def rng():
     return np.random.default_rng(20261122)
+
+
+@pytest.fixture(params=["default", "sse2", "scalar"])
+def any_isa(request):
+    """Every instruction-set path: the best the CPU has, the baseline SIMD build, scalar."""
+    if request.param == "default":
+        _lowp.set_isa(None)
+    else:
+        try:
+            _lowp.set_isa(request.param)
+        except ValueError:
+            pytest.skip(f"this CPU has no {request.param} path")
+    try:
+        yield _lowp.get_isa()
+    finally:
+        _lowp.set_isa(None)
+

@@ -187,6 +187,15 @@ def test_cast_arguments():
 def test_threads_and_isa_arguments():
     with pytest.raises(ValueError, match="^n"):
         lowp.set_num_threads(0)
+    with pytest.raises(ValueError, match="^n"):
+        lowp.set_num_threads(-3)
+    with pytest.raises(ValueError, match="^n"):
+        lowp.set_num_threads(10**9)
+    with pytest.raises((TypeError, OverflowError)):
+        lowp.set_num_threads(2**70)
+    with pytest.raises(TypeError):
+        lowp.set_num_threads(2.0)
+    assert lowp.get_num_threads() >= 1
     with pytest.raises(ValueError, match="^isa"):
         _lowp.set_isa("avx512")
     with pytest.raises(ValueError, match="^isa"):

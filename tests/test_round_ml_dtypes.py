@@ -113,7 +113,7 @@ def assert_same_codes(name, got, want, x):
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_decode_every_encoding(name, isa):
+def test_decode_every_encoding(name, any_isa):
     codes = all_codes(name)
     t = oracle_type(name)
     for dt in (np.float32, np.float64):
@@ -132,7 +132,7 @@ def test_decode_every_encoding(name, isa):
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_midpoints_small(name, isa):
+def test_midpoints_small(name, any_isa):
     """The midpoints alone, in a call small enough to stay on one thread."""
     x = midpoint_inputs(name)
     want = cast(x, oracle_type(name)).view(code_dtype(name))
@@ -148,7 +148,7 @@ def test_encode_rne_f32_matches(name, isa, threads):
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_round_and_cast_f32_match(name, isa):
+def test_round_and_cast_f32_match(name, any_isa):
     x = inputs(name)[: 1 << 21]
     want = cast(cast(x, oracle_type(name)), np.float32)
     got = lowp.round(x, name)

@@ -175,8 +175,10 @@ fn format_info<'py>(py: Python<'py>, fmt: Spec) -> PyResult<Bound<'py, PyDict>> 
 
 #[pyfunction]
 fn set_num_threads(n: i64) -> PyResult<()> {
-    if n < 1 {
-        return Err(PyValueError::new_err(format!("n: the number of threads must be >= 1, got {n}")));
+    // Every pool thread is started at once: a typo such as 10**9 must not try to start them all.
+    const MAX_THREADS: i64 = 1024;
+    if !(1..=MAX_THREADS).contains(&n) {
+        return Err(PyValueError::new_err(format!("n: the number of threads must be in 1..={MAX_THREADS}, got {n}")));
     }
     lowp_core::parallel::set_num_threads(n as usize).py_err()
 }
