@@ -1,9 +1,17 @@
-//! Fast paths: f32 into small IEEE-like formats, branch-free, one body
-//! compiled twice (baseline and AVX2+FMA+F16C; the AVX2 build vectorizes to
-//! 8 lanes with variable shifts), and table-driven decoding.
+//! Fast paths for small IEEE-like float formats, and their plans.
+//!
+//! - f32 input: [`encode_lane`] / [`decode_lane`] are branch-free, select-only
+//!   32-bit lanes. The baseline (SSE2) build autovectorizes them; on AVX2 the
+//!   kernels of `avx2.rs` compute the same lanes with intrinsics (8 at a time),
+//!   with cheaper special kernels where a plan allows ([`Kind`]).
+//! - f64 input: [`encode_lane64`] / [`decode_lane64`], the same lanes in 64-bit
+//!   arithmetic (correct rounding from f64, every mode and `rbits`), one body
+//!   compiled for the baseline and for AVX2 (4 lanes, variable 64-bit shifts).
+//! - Decoding of formats up to 16 bits: a cached table, or arithmetic.
 //!
 //! Each lane computes exactly what the reference engine computes; the
-//! random bits come from the same counter-based generator.
+//! random bits come from the same counter-based generator, keyed by the
+//! element index.
 
 use std::any::{Any, TypeId};
 use std::collections::HashMap;

@@ -4,12 +4,19 @@
 //! Paths, chosen once per call by [`isa`]:
 //! - `Scalar`: the reference. Every element goes through the generic engine
 //!   ([`Format::encode`] on f64), which is correct for every format and mode.
-//! - `Sse2` / `Avx2`: for f32 input into small IEEE-like formats, one
-//!   branch-free body ([`fast`]) compiled for the baseline and for AVX2+FMA+F16C;
-//!   decoding of 8- and 16-bit formats through a lookup table.
+//! - `Sse2` / `Avx2`: for f32 and f64 input into IEEE-like formats of up to
+//!   32 bits with subnormals, branch-free lanes (`fast`); on AVX2, intrinsics
+//!   kernels for f32 (`avx2`: every mode, plus bf16 nearest-even and stochastic
+//!   by an add-and-shift, float16 through F16C, and a cheaper nearest-even for
+//!   the fp8 family), and decoding of bf16 (shift), float16 (F16C) and small
+//!   formats (arithmetic); otherwise decoding of 8- and 16-bit formats through
+//!   a lookup table. Outputs of [`STREAM_MIN_BYTES`] or more are written with
+//!   streaming stores on AVX2.
 //!
-//! The fast paths are tested bit-for-bit against the reference, and stochastic
-//! rounding draws its bits from `(seed, element index)` on every path.
+//! The fast paths are tested bit-for-bit against the reference (NaN included:
+//! decoding yields the quiet NaN of the code's sign, without payload), and
+//! stochastic rounding draws its bits from `(seed, element index)` on every
+//! path, so results never depend on the path or the thread count.
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
