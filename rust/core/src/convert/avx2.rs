@@ -57,6 +57,10 @@ struct K {
     near_rebias: __m256i,
     sub_lim: __m256i,
     sub_up: __m256,
+    // Stochastic by add-and-shift.
+    sr_low: __m256i,
+    sr_keep: __m256i,
+    sr_rsh: __m128i,
 }
 
 #[inline]
@@ -105,6 +109,15 @@ fn consts(p: &Params) -> K {
         near_rebias: s(((p.tmin_ef - 1) as u32) << p.m),
         sub_lim: s((p.tmin_ef as u32) << 23),
         // 2^(m - emin) (the plan checks it is a normal f32).
+        sr_low: s({
+            let low = (1u32 << p.base_sh) - 1;
+            low & !(low >> p.rbits.min(31))
+        }),
+        sr_keep: s({
+            let low = (1u32 << p.base_sh) - 1;
+            !low | (low & !(low >> p.rbits.min(31)))
+        }),
+        sr_rsh: _mm_cvtsi32_si128(32 - p.base_sh),
         sub_up: _mm256_set1_ps(f32::from_bits(((p.m as i32 + 254 - p.tmin_ef).clamp(1, 254) as u32) << 23)),
     }
 }
@@ -219,12 +232,41 @@ fn near8(k: &K, x: __m256i) -> __m256i {
     _mm256_blendv_epi8(r, pick(neg, k.nan_p, k.nan_x), _mm256_cmpgt_epi32(a, k.exp_inf))
 }
 
+/// Pseudo-mode of [`encode_loop`]: stochastic through [`sr8`].
+pub(super) const SRF: u8 = 8;
+
+/// Stochastic rounding for plans of kind [`Kind::StochShift`]: the codes of
+/// `enc8::<SR>`. When no lane is subnormal in the target, the remainder is
+/// the low base_sh bits L of x; with R the top bits of the random word, both
+/// cut to the compared bits, the reference rounds up when R < L, and adding
+/// the complement of R to x carries into the kept bits exactly then.
+/// Vectors with a subnormal lane take the generic lane.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn sr8(k: &K, x: __m256i, rand: __m256i) -> __m256i {
+    let a = _mm256_and_si256(x, k.abs);
+    if _mm256_movemask_epi8(_mm256_cmpgt_epi32(k.sub_lim, a)) != 0 {
+        return enc8::<SR>(k, x, rand);
+    }
+    let neg = _mm256_srai_epi32::<31>(x);
+    // (max - R) on the compared bits: the complement of R's top base_sh bits, masked.
+    let add = _mm256_andnot_si256(_mm256_srl_epi32(rand, k.sr_rsh), k.sr_low);
+    let code = _mm256_srl_epi32(_mm256_add_epi32(_mm256_and_si256(a, k.sr_keep), add), k.base_sh_x);
+    let code = _mm256_sub_epi32(code, k.near_rebias);
+    let keep_sign = _mm256_and_si256(neg, _mm256_cmpgt_epi32(code, k.sign_floor));
+    let signed = _mm256_or_si256(code, _mm256_and_si256(keep_sign, k.sign_bit));
+    let r = _mm256_blendv_epi8(signed, pick(neg, k.ovf_p, k.ovf_x), _mm256_cmpgt_epi32(code, k.max_code));
+    _mm256_blendv_epi8(r, pick(neg, k.nan_p, k.nan_x), _mm256_cmpgt_epi32(a, k.exp_inf))
+}
+
 /// The vector lane of a (pseudo-)mode.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 fn lane8<const MODE: u8>(k: &K, x: __m256i, rand: __m256i) -> __m256i {
     if MODE == NEF {
         near8(k, x)
+    } else if MODE == SRF {
+        sr8(k, x, rand)
     } else {
         enc8::<MODE>(k, x, rand)
     }
@@ -310,6 +352,7 @@ fn encode_part<C: Code>(p: &Params, mode: Mode, kind: Kind, src: &[f32], dst: &m
         (Kind::Bf16Ne, 2) => return bf16_ne(p, src, as_u16(dst), nt),
         (Kind::Bf16Sr, 2) => return bf16_sr(p, src, as_u16(dst), i0, nt),
         (Kind::Near, _) => return encode_loop::<C, NEF>(p, src, dst, i0, nt),
+        (Kind::StochShift, _) => return encode_loop::<C, SRF>(p, src, dst, i0, nt),
         (Kind::F16c, 2) => {
             return match mode {
                 Mode::TowardZero => f16c::<{ _MM_FROUND_TO_ZERO }>(p, src, as_u16(dst), nt),
@@ -347,7 +390,7 @@ fn encode_loop<C: Code, const MODE: u8>(p: &Params, src: &[f32], dst: &mut [C], 
     let n = src.len();
     // Random words for the 8 lanes starting at element j.
     let rand_at = |j: usize| {
-        if MODE == SR {
+        if MODE == SR || MODE == SRF {
             let lo = _mm256_add_epi32(_mm256_set1_epi32(lo0.wrapping_add(j as u32) as i32), k.step);
             rand8(&k, lo, hi)
         } else {
@@ -401,8 +444,12 @@ fn encode_loop<C: Code, const MODE: u8>(p: &Params, src: &[f32], dst: &mut [C], 
     }
     for (jj, (x, y)) in src[j..].iter().zip(dst[j..].iter_mut()).enumerate() {
         let idx = lo0.wrapping_add((j + jj) as u32);
-        let rand = if MODE == SR { p.rng.word0(idx, hi_s) } else { 0 };
-        let c = if MODE == NEF { encode_lane::<NE>(p, x.to_bits(), 0) } else { encode_lane::<MODE>(p, x.to_bits(), rand) };
+        let rand = if MODE == SR || MODE == SRF { p.rng.word0(idx, hi_s) } else { 0 };
+        let c = match MODE {
+            NEF => encode_lane::<NE>(p, x.to_bits(), 0),
+            SRF => encode_lane::<SR>(p, x.to_bits(), rand),
+            _ => encode_lane::<MODE>(p, x.to_bits(), rand),
+        };
         *y = C::from_u32(c);
     }
 }

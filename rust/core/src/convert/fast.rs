@@ -66,6 +66,9 @@ pub(super) enum Kind {
     /// Nearest-even into a format whose subnormals lie in f32's normal range
     /// and whose overflow value is also its infinity value (the fp8 family).
     Near,
+    /// Stochastic into the same formats as `Near`: add-and-shift outside the
+    /// subnormal range.
+    StochShift,
     /// float16 without saturation in a mode the F16C instruction has
     /// (nearest-even, toward zero, up, down).
     F16c,
@@ -180,6 +183,8 @@ impl EncodePlan {
             Kind::F16c
         } else if opts.mode == Mode::NearestEven && near_applies(f, &p) {
             Kind::Near
+        } else if opts.mode == Mode::Stochastic && near_applies(f, &p) {
+            Kind::StochShift
         } else {
             Kind::Generic
         };

@@ -293,7 +293,8 @@ fn special_kernels_are_chosen() {
     for f in [named::FLOAT8_E4M3FN, named::FLOAT8_E5M2, named::FLOAT8_E4M3, named::FLOAT8_E4M3FNUZ, named::FLOAT8_E5M2FNUZ] {
         assert_eq!(kind(f, Mode::NearestEven, false), Kind::Near, "{f:?}");
         assert_eq!(kind(f, Mode::NearestEven, true), Kind::Near, "{f:?}");
-        assert_eq!(kind(f, Mode::Stochastic, false), Kind::Generic, "{f:?}");
+        assert_eq!(kind(f, Mode::Stochastic, false), Kind::StochShift, "{f:?}");
+        assert_eq!(kind(f, Mode::TowardZero, false), Kind::Generic, "{f:?}");
     }
     assert_eq!(kind(named::BFLOAT16, Mode::NearestEven, true), Kind::Generic);
 }
