@@ -95,7 +95,7 @@ fn consts(p: &Params) -> K {
         c2: s(0x846c_a68b),
         step: _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
         mag_mask: s(p.mag_mask),
-        m_unit: s(1 << p.m),
+        m_unit: s(p.sub_below),
         rebias: s(p.rebias),
         sub_scale: _mm256_set1_ps(p.sub_scale),
         sign_to_31: _mm_cvtsi32_si128(31 - p.sign_shift as i32),
@@ -281,8 +281,9 @@ fn dec8(k: &K, code: __m256i) -> __m256i {
     // Normal: the code's exponent and mantissa, shifted into place and rebiased.
     let normal = _mm256_add_epi32(_mm256_sll_epi32(mag, k.base_sh_x), k.rebias);
     // Subnormal: the integer times the unit (exact).
-    let sub = _mm256_castps_si256(_mm256_mul_ps(_mm256_cvtepi32_ps(mag), k.sub_scale));
+    // Only subnormal lanes multiply a nonzero integer (no needless f32 subnormals).
     let is_sub = _mm256_cmpgt_epi32(k.m_unit, mag);
+    let sub = _mm256_castps_si256(_mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_and_si256(mag, is_sub)), k.sub_scale));
     let fin = _mm256_blendv_epi8(normal, sub, is_sub);
     // Above max_code: inf at inf_mag, NaN elsewhere (mag < 2^31: signed compares).
     let special = _mm256_blendv_epi8(k.qnan, k.inf_f32, _mm256_cmpeq_epi32(mag, k.inf_mag));

@@ -50,6 +50,10 @@ pub(super) struct Params {
     // Decoding back to f32 (round path).
     pub(super) rebias: u32,
     pub(super) sub_scale: f32,
+    /// Magnitude codes below this decode as subnormals by a multiply: 2^m,
+    /// or 0 when the target's subnormals are f32's (bias 127), whose bits the
+    /// normal formula already gives.
+    pub(super) sub_below: u32,
     /// Magnitude code of inf (u32::MAX if none).
     pub(super) inf_mag: u32,
 }
@@ -128,6 +132,7 @@ impl Params {
             rng: Rng::new(opts.key),
             rebias: ((127 - f.bias) as u32) << 23,
             sub_scale: crate::format::ldexp(1.0, f.emin() - f.man_bits as i32) as f32,
+            sub_below: if tmin_ef == 1 { 0 } else { 1 << f.man_bits },
             inf_mag,
         })
     }
@@ -343,8 +348,11 @@ pub(super) fn decode_lane(p: &Params, code: u32) -> u32 {
     let sign = (code >> p.sign_shift) & 1;
     let mag = code & p.mag_mask;
     let normal = (mag << (23 - p.m)).wrapping_add(p.rebias);
-    let sub = ((mag as f32) * p.sub_scale).to_bits();
-    let fin = if mag >> p.m == 0 { sub } else { normal };
+    // Subnormal codes: the integer times the unit (exact). Other lanes multiply
+    // 0, so no lane makes an f32 subnormal it does not need (those are slow).
+    let is_sub = mag < p.sub_below;
+    let sub = (((if is_sub { mag } else { 0 }) as f32) * p.sub_scale).to_bits();
+    let fin = if is_sub { sub } else { normal };
     let bits = if p.fnuz && code == 1 << p.sign_shift {
         0x7fc0_0000
     } else if mag > p.max_code {
