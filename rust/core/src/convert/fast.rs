@@ -220,7 +220,7 @@ impl EncodePlan {
             match self.path {
                 // SAFETY: Avx2 is only chosen when the CPU has AVX2, FMA and F16C.
                 #[cfg(target_arch = "x86_64")]
-                Isa::Avx2 => unsafe { super::avx2::round(&self.p, self.mode, s, d, i, self.nt) },
+                Isa::Avx2 => unsafe { super::avx2::round(&self.p, self.mode, self.kind, s, d, i, self.nt) },
                 _ => round_dispatch(&self.p, self.mode, s, d, i),
             }
         });
