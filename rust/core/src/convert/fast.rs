@@ -644,3 +644,144 @@ pub(super) fn decode_lane64(p: &Params64, code: u64) -> u64 {
     };
     bits | (sign << 63)
 }
+
+/// Constants of the posit lanes (f32 input).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct PositParams {
+    n: u32,
+    es: u32,
+    maxscale: i32,
+    max_code: u64,
+    mask: u64,
+    nar: u64,
+    rbits: u32,
+    rng: Rng,
+    /// The generator's high word is its low word under the keys (a1, b1).
+    rng1: Rng,
+}
+
+/// The fast path for f32 input into posits whose range lies inside f32's
+/// normal range (max scale below 126: every f32 subnormal rounds to minpos,
+/// so no lane needs normalizing). Every mode and rbits.
+pub(super) struct PositPlan {
+    p: PositParams,
+    mode: Mode,
+    path: Isa,
+}
+
+impl PositPlan {
+    pub(super) fn new<S: Real>(fmt: &Format, opts: &RoundOpts, path: Isa) -> Option<Self> {
+        if path == Isa::Scalar || TypeId::of::<S>() != TypeId::of::<f32>() {
+            return None;
+        }
+        let Format::Posit(f) = fmt else { return None };
+        if f.max_scale() >= 126 {
+            return None;
+        }
+        let p = PositParams {
+            n: f.nbits,
+            es: f.es,
+            maxscale: f.max_scale(),
+            max_code: f.max_code(),
+            mask: (1u64 << f.nbits) - 1,
+            nar: f.nar(),
+            rbits: opts.rbits,
+            rng: Rng::new(opts.key),
+            rng1: Rng::new(crate::round::SeedKey { a0: opts.key.a1, b0: opts.key.b1, ..opts.key }),
+        };
+        Some(PositPlan { p, mode: opts.mode, path })
+    }
+
+    pub(super) fn run<C: Code>(&self, src: &[f32], dst: &mut [C], i0: u64) {
+        for_index_blocks(src.len(), i0, |a, b, i| {
+            let (s, d) = (&src[a..b], &mut dst[a..b]);
+            match self.path {
+                // SAFETY: Avx2 is only chosen when the CPU has AVX2, FMA and F16C.
+                #[cfg(target_arch = "x86_64")]
+                Isa::Avx2 => unsafe { posit_avx2(&self.p, self.mode, s, d, i) },
+                _ => by_mode!(self.mode, posit_loop::<C,>(&self.p, s, d, i)),
+            }
+        });
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn posit_avx2<C: Code>(p: &PositParams, mode: Mode, src: &[f32], dst: &mut [C], i0: u64) {
+    by_mode!(mode, posit_loop::<C,>(p, src, dst, i0))
+}
+
+#[inline(always)]
+fn posit_loop<C: Code, const MODE: u8>(p: &PositParams, src: &[f32], dst: &mut [C], i0: u64) {
+    let hi = p.rng.hi_word(i0);
+    let lo0 = i0 as u32;
+    for (j, (x, y)) in src.iter().zip(dst.iter_mut()).enumerate() {
+        let rand = if MODE == SR {
+            let lo = lo0.wrapping_add(j as u32);
+            let w0 = p.rng.word0(lo, hi);
+            let w1 = p.rng1.word0(lo, hi);
+            // The generator's bits: the top of word0, or word1:word0 beyond 32 bits.
+            if p.rbits <= 32 {
+                (w0 >> (32 - p.rbits)) as u64
+            } else {
+                (((w1 as u64) << 32) | w0 as u64) >> (64 - p.rbits)
+            }
+        } else {
+            0
+        };
+        *y = C::from_u32(posit_lane::<MODE>(p, x.to_bits(), rand) as u32);
+    }
+}
+
+/// One f32 (as bits) to one posit code, as the reference engine rounds it:
+/// build regime | exponent | fraction as one bit string, cut it to n - 1
+/// bits, decide on the cut bits. Shift counts are masked so that lanes out
+/// of range compute garbage that the final selects discard.
+#[inline(always)]
+pub(super) fn posit_lane<const MODE: u8>(p: &PositParams, x: u32, rand: u64) -> u64 {
+    let neg = x >> 31 != 0;
+    let a = x & 0x7fff_ffff;
+    let e_a = (a >> 23) as i32 - 127;
+    let frac = (a & 0x7f_ffff) as u64;
+    // Regime k (floor division by 2^es) and the exponent bits below it.
+    let k = e_a >> p.es;
+    let e = (e_a - (k << p.es)) as u64;
+    // k >= 0: k + 1 ones then a zero; k < 0: -k zeros then a one.
+    let reg = if k >= 0 { ((1u64 << ((k + 1) & 63) as u32) - 1) << 1 } else { 1 };
+    let reglen = if k >= 0 { k + 2 } else { 1 - k } as u32;
+    let s = (((reg << p.es) | e) << 23) | frac;
+    let len = reglen + p.es + 23;
+    let keep = p.n - 1;
+    let cut = len.wrapping_sub(keep);
+    // The kept bits, and the cut bits as a 64-bit fraction (cut < 64 in range).
+    let (kc, fr) = if len <= keep { (s << ((keep - len) & 63), 0) } else { (s >> (cut & 63), s << (64u32.wrapping_sub(cut) & 63)) };
+    let inexact = fr != 0;
+    let k_odd = kc & 1 == 1;
+    let up = match MODE {
+        NE => fr > HALF64 || (fr == HALF64 && k_odd),
+        NA => fr >= HALF64,
+        RZ => false,
+        UP => inexact && !neg,
+        DN => inexact && neg,
+        ODD => inexact && !k_odd,
+        _ => rand < (fr >> (64 - p.rbits)),
+    };
+    let mag = (kc + up as u64).clamp(1, p.max_code);
+    // Beyond maxpos: maxpos; below minpos (f32 subnormals included): minpos.
+    let mag = if e_a >= p.maxscale {
+        p.max_code
+    } else if e_a < -p.maxscale {
+        1
+    } else {
+        mag
+    };
+    // Negative: two's complement of the magnitude.
+    let code = if neg { mag.wrapping_neg() & p.mask } else { mag };
+    if a >= 0x7f80_0000 {
+        p.nar
+    } else if a == 0 {
+        0
+    } else {
+        code
+    }
+}

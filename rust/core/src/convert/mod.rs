@@ -226,10 +226,15 @@ pub fn encode<S: Real, C: Code>(fmt: &Format, src: &[S], dst: &mut [C], opts: &R
         plan.nt = dst.len() * C::BYTES >= STREAM_MIN_BYTES;
     }
     let fast64 = fast::EncodePlan64::new::<S>(fmt, opts, path);
+    let posit = fast::PositPlan::new::<S>(fmt, opts, path);
     zip_chunks(src, dst, MIN_CHUNK, |start, s, d| {
         let i0 = index0 + start as u64;
         if let Some(plan) = &fast {
             // SAFETY: S is f32 whenever a plan exists (EncodePlan::new checks).
+            let s32 = unsafe { std::slice::from_raw_parts(s.as_ptr() as *const f32, s.len()) };
+            plan.run(s32, d, i0);
+        } else if let Some(plan) = &posit {
+            // SAFETY: S is f32 whenever a plan exists (PositPlan::new checks).
             let s32 = unsafe { std::slice::from_raw_parts(s.as_ptr() as *const f32, s.len()) };
             plan.run(s32, d, i0);
         } else if let Some(plan) = &fast64 {
@@ -301,9 +306,23 @@ pub fn round<S: Real>(fmt: &Format, src: &[S], dst: &mut [S], opts: &RoundOpts, 
         plan.nt = std::mem::size_of_val(dst) >= STREAM_MIN_BYTES;
     }
     let fast64 = fast::EncodePlan64::new::<S>(fmt, opts, path);
+    // Posits of up to 16 bits: the fast encoder, then a decoding table.
+    let posit = if fmt.bits() <= 16 { fast::PositPlan::new::<S>(fmt, opts, path) } else { None };
+    let lut = posit.as_ref().map(|_| fast::decode_table::<S>(fmt));
     zip_chunks(src, dst, MIN_CHUNK, |start, s, d| {
         let i0 = index0 + start as u64;
-        if let Some(plan) = &fast {
+        if let (Some(plan), Some(lut)) = (&posit, &lut) {
+            // SAFETY: S is f32 whenever a plan exists (PositPlan::new checks).
+            let s32 = unsafe { std::slice::from_raw_parts(s.as_ptr() as *const f32, s.len()) };
+            let mut codes = [0u16; 1024];
+            for (b, (sb, db)) in s32.chunks(1024).zip(d.chunks_mut(1024)).enumerate() {
+                let c = &mut codes[..sb.len()];
+                plan.run(sb, c, i0 + (b * 1024) as u64);
+                for (y, &k) in db.iter_mut().zip(c.iter()) {
+                    *y = lut[k as usize];
+                }
+            }
+        } else if let Some(plan) = &fast {
             // SAFETY: S is f32 whenever a plan exists (EncodePlan::new checks).
             let s32 = unsafe { std::slice::from_raw_parts(s.as_ptr() as *const f32, s.len()) };
             let d32 = unsafe { std::slice::from_raw_parts_mut(d.as_mut_ptr() as *mut f32, d.len()) };
