@@ -519,28 +519,21 @@ fn encode_loop<C: Code, const MODE: u8>(p: &Params, src: &[f32], dst: &mut [C], 
 /// reference does.
 #[target_feature(enable = "avx2,fma,f16c")]
 fn f16c<const R: i32>(p: &Params, src: &[f32], dst: &mut [u16], nt: bool) {
-    let abs16 = _mm_set1_epi16(0x7fff);
-    let inf16 = _mm_set1_epi16(0x7c00);
-    let payload = _mm_set1_epi16(0x01ff);
+    let abs16 = _mm256_set1_epi16(0x7fff);
+    let inf16 = _mm256_set1_epi16(0x7c00);
+    let payload = _mm256_set1_epi16(0x01ff);
     let n = src.len();
     let mut j = 0;
-    while j + 8 <= n {
-        // SAFETY: j + 8 <= n = src.len().
-        let v = unsafe { _mm256_loadu_ps(src.as_ptr().add(j)) };
-        let h = _mm256_cvtps_ph::<R>(v);
+    while j + 16 <= n {
+        // SAFETY: j + 16 <= n = src.len().
+        let (v0, v1) = unsafe { (_mm256_loadu_ps(src.as_ptr().add(j)), _mm256_loadu_ps(src.as_ptr().add(j + 8))) };
+        let h = _mm256_set_m128i(_mm256_cvtps_ph::<R>(v1), _mm256_cvtps_ph::<R>(v0));
         // NaN results (magnitude above inf's) drop the payload below the quiet bit.
-        let nan = _mm_cmpgt_epi16(_mm_and_si128(h, abs16), inf16);
-        let h = _mm_andnot_si128(_mm_and_si128(nan, payload), h);
-        // SAFETY: j + 8 <= n = dst.len(); 16-byte aligned when nt (see `streamed`).
-        unsafe {
-            let q = dst.as_mut_ptr().add(j) as *mut __m128i;
-            if nt {
-                _mm_stream_si128(q, h)
-            } else {
-                _mm_storeu_si128(q, h)
-            }
-        }
-        j += 8;
+        let nan = _mm256_cmpgt_epi16(_mm256_and_si256(h, abs16), inf16);
+        let h = _mm256_andnot_si256(_mm256_and_si256(nan, payload), h);
+        // SAFETY: j + 16 <= n = dst.len(); aligned when nt (see `streamed`).
+        unsafe { put(dst.as_mut_ptr().add(j) as *mut __m256i, h, nt) };
+        j += 16;
     }
     let tail = |x: u32| match R {
         _MM_FROUND_TO_ZERO => encode_lane::<RZ>(p, x, 0),
