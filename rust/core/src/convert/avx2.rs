@@ -57,6 +57,15 @@ struct K {
     near_rebias: __m256i,
     sub_lim: __m256i,
     sub_up: __m256,
+    // Stochastic by add-and-shift.
+    sr_low: __m256i,
+    sr_keep: __m256i,
+    sr_rsh: __m128i,
+    // bfloat16.
+    bf_half: __m256i,
+    bf_low16: __m256i,
+    bf_m16: __m256i,
+    bf_keep: __m256i,
 }
 
 #[inline]
@@ -91,7 +100,7 @@ fn consts(p: &Params) -> K {
         c2: s(0x846c_a68b),
         step: _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
         mag_mask: s(p.mag_mask),
-        m_unit: s(1 << p.m),
+        m_unit: s(p.sub_below),
         rebias: s(p.rebias),
         sub_scale: _mm256_set1_ps(p.sub_scale),
         sign_to_31: _mm_cvtsi32_si128(31 - p.sign_shift as i32),
@@ -105,6 +114,21 @@ fn consts(p: &Params) -> K {
         near_rebias: s(((p.tmin_ef - 1) as u32) << p.m),
         sub_lim: s((p.tmin_ef as u32) << 23),
         // 2^(m - emin) (the plan checks it is a normal f32).
+        sr_low: s({
+            let low = (1u32 << p.base_sh) - 1;
+            low & !(low >> p.rbits.min(31))
+        }),
+        sr_keep: s({
+            let low = (1u32 << p.base_sh) - 1;
+            !low | (low & !(low >> p.rbits.min(31)))
+        }),
+        sr_rsh: _mm_cvtsi32_si128(32 - p.base_sh),
+        bf_half: s(0x7fff),
+        bf_low16: s(0xffff),
+        // The random bits compared, within the low 16 bits: the top min(rbits, 16) of them.
+        bf_m16: s(0xffff_u32 & !(0xffff_u32 >> p.rbits.min(16))),
+        // x without the low bits that are not compared.
+        bf_keep: s(!0xffff_u32 | (0xffff_u32 & !(0xffff_u32 >> p.rbits.min(16)))),
         sub_up: _mm256_set1_ps(f32::from_bits(((p.m as i32 + 254 - p.tmin_ef).clamp(1, 254) as u32) << 23)),
     }
 }
@@ -219,12 +243,92 @@ fn near8(k: &K, x: __m256i) -> __m256i {
     _mm256_blendv_epi8(r, pick(neg, k.nan_p, k.nan_x), _mm256_cmpgt_epi32(a, k.exp_inf))
 }
 
+/// Pseudo-mode of [`encode_loop`]: stochastic through [`sr8`].
+pub(super) const SRF: u8 = 8;
+
+/// Stochastic rounding for plans of kind [`Kind::StochShift`]: the codes of
+/// `enc8::<SR>`. When no lane is subnormal in the target, the remainder is
+/// the low base_sh bits L of x; with R the top bits of the random word, both
+/// cut to the compared bits, the reference rounds up when R < L, and adding
+/// the complement of R to x carries into the kept bits exactly then.
+/// Vectors with a subnormal lane take the generic lane.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn sr8(k: &K, x: __m256i, rand: __m256i) -> __m256i {
+    let a = _mm256_and_si256(x, k.abs);
+    if _mm256_movemask_epi8(_mm256_cmpgt_epi32(k.sub_lim, a)) != 0 {
+        return enc8::<SR>(k, x, rand);
+    }
+    let neg = _mm256_srai_epi32::<31>(x);
+    // (max - R) on the compared bits: the complement of R's top base_sh bits, masked.
+    let add = _mm256_andnot_si256(_mm256_srl_epi32(rand, k.sr_rsh), k.sr_low);
+    let code = _mm256_srl_epi32(_mm256_add_epi32(_mm256_and_si256(a, k.sr_keep), add), k.base_sh_x);
+    let code = _mm256_sub_epi32(code, k.near_rebias);
+    let keep_sign = _mm256_and_si256(neg, _mm256_cmpgt_epi32(code, k.sign_floor));
+    let signed = _mm256_or_si256(code, _mm256_and_si256(keep_sign, k.sign_bit));
+    let r = _mm256_blendv_epi8(signed, pick(neg, k.ovf_p, k.ovf_x), _mm256_cmpgt_epi32(code, k.max_code));
+    _mm256_blendv_epi8(r, pick(neg, k.nan_p, k.nan_x), _mm256_cmpgt_epi32(a, k.exp_inf))
+}
+
+/// Does the (pseudo-)mode draw random bits?
+const fn is_sr(mode: u8) -> bool {
+    mode == SR || mode == SRF || mode == BSR
+}
+
+/// The scalar lane computing what the vector lane of a (pseudo-)mode computes.
+#[inline(always)]
+fn scalar_lane<const MODE: u8>(p: &Params, x: u32, rand: u32) -> u32 {
+    match MODE {
+        NEF | BNE => encode_lane::<NE>(p, x, 0),
+        SRF | BSR => encode_lane::<SR>(p, x, rand),
+        _ => encode_lane::<MODE>(p, x, rand),
+    }
+}
+
+/// Pseudo-modes of [`encode_loop`]: bfloat16 nearest-even and stochastic.
+pub(super) const BNE: u8 = 9;
+pub(super) const BSR: u8 = 10;
+
+/// bfloat16, nearest-even: add 0x7fff plus the kept part's lowest bit, keep
+/// the top 16 bits (overflow carries into the exponent and gives inf). NaN
+/// lanes take the format's NaN.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn bf16ne8(k: &K, x: __m256i) -> __m256i {
+    let neg = _mm256_srai_epi32::<31>(x);
+    let lsb = _mm256_and_si256(_mm256_srli_epi32::<16>(x), k.one);
+    let r = _mm256_srli_epi32::<16>(_mm256_add_epi32(_mm256_add_epi32(x, k.bf_half), lsb));
+    let nan = _mm256_cmpgt_epi32(_mm256_and_si256(x, k.abs), k.exp_inf);
+    _mm256_and_si256(_mm256_blendv_epi8(r, pick(neg, k.nan_p, k.nan_x), nan), k.bf_low16)
+}
+
+/// bfloat16, stochastic. With L the low 16 bits of x and R the element's
+/// random bits, both cut to their top `rbits` bits (of 16), the reference
+/// rounds up when R < L; adding the complement (max - R) to x carries into
+/// bit 16 exactly then. Overflow carries into inf as the mode requires.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn bf16sr8(k: &K, x: __m256i, rand: __m256i) -> __m256i {
+    let neg = _mm256_srai_epi32::<31>(x);
+    // (max - R) on the compared bits: the complement of R's top 16 bits, masked.
+    let add = _mm256_andnot_si256(_mm256_srli_epi32::<16>(rand), k.bf_m16);
+    let c = _mm256_srli_epi32::<16>(_mm256_add_epi32(_mm256_and_si256(x, k.bf_keep), add));
+    let nan = _mm256_cmpgt_epi32(_mm256_and_si256(x, k.abs), k.exp_inf);
+    _mm256_and_si256(_mm256_blendv_epi8(c, pick(neg, k.nan_p, k.nan_x), nan), k.bf_low16)
+}
+
 /// The vector lane of a (pseudo-)mode.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 fn lane8<const MODE: u8>(k: &K, x: __m256i, rand: __m256i) -> __m256i {
     if MODE == NEF {
         near8(k, x)
+    } else if MODE == SRF {
+        sr8(k, x, rand)
+    } else if MODE == BNE {
+        bf16ne8(k, x)
+    } else if MODE == BSR {
+        bf16sr8(k, x, rand)
     } else {
         enc8::<MODE>(k, x, rand)
     }
@@ -239,8 +343,9 @@ fn dec8(k: &K, code: __m256i) -> __m256i {
     // Normal: the code's exponent and mantissa, shifted into place and rebiased.
     let normal = _mm256_add_epi32(_mm256_sll_epi32(mag, k.base_sh_x), k.rebias);
     // Subnormal: the integer times the unit (exact).
-    let sub = _mm256_castps_si256(_mm256_mul_ps(_mm256_cvtepi32_ps(mag), k.sub_scale));
+    // Only subnormal lanes multiply a nonzero integer (no needless f32 subnormals).
     let is_sub = _mm256_cmpgt_epi32(k.m_unit, mag);
+    let sub = _mm256_castps_si256(_mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_and_si256(mag, is_sub)), k.sub_scale));
     let fin = _mm256_blendv_epi8(normal, sub, is_sub);
     // Above max_code: inf at inf_mag, NaN elsewhere (mag < 2^31: signed compares).
     let special = _mm256_blendv_epi8(k.qnan, k.inf_f32, _mm256_cmpeq_epi32(mag, k.inf_mag));
@@ -307,9 +412,10 @@ pub(super) fn encode<C: Code>(p: &Params, mode: Mode, kind: Kind, src: &[f32], d
 #[target_feature(enable = "avx2,fma,f16c")]
 fn encode_part<C: Code>(p: &Params, mode: Mode, kind: Kind, src: &[f32], dst: &mut [C], i0: u64, nt: bool) {
     match (kind, C::BYTES) {
-        (Kind::Bf16Ne, 2) => return bf16_ne(p, src, as_u16(dst), nt),
-        (Kind::Bf16Sr, 2) => return bf16_sr(p, src, as_u16(dst), i0, nt),
+        (Kind::Bf16Ne, _) => return encode_loop::<C, BNE>(p, src, dst, i0, nt),
+        (Kind::Bf16Sr, _) => return encode_loop::<C, BSR>(p, src, dst, i0, nt),
         (Kind::Near, _) => return encode_loop::<C, NEF>(p, src, dst, i0, nt),
+        (Kind::StochShift, _) => return encode_loop::<C, SRF>(p, src, dst, i0, nt),
         (Kind::F16c, 2) => {
             return match mode {
                 Mode::TowardZero => f16c::<{ _MM_FROUND_TO_ZERO }>(p, src, as_u16(dst), nt),
@@ -347,7 +453,7 @@ fn encode_loop<C: Code, const MODE: u8>(p: &Params, src: &[f32], dst: &mut [C], 
     let n = src.len();
     // Random words for the 8 lanes starting at element j.
     let rand_at = |j: usize| {
-        if MODE == SR {
+        if is_sr(MODE) {
             let lo = _mm256_add_epi32(_mm256_set1_epi32(lo0.wrapping_add(j as u32) as i32), k.step);
             rand8(&k, lo, hi)
         } else {
@@ -401,79 +507,9 @@ fn encode_loop<C: Code, const MODE: u8>(p: &Params, src: &[f32], dst: &mut [C], 
     }
     for (jj, (x, y)) in src[j..].iter().zip(dst[j..].iter_mut()).enumerate() {
         let idx = lo0.wrapping_add((j + jj) as u32);
-        let rand = if MODE == SR { p.rng.word0(idx, hi_s) } else { 0 };
-        let c = if MODE == NEF { encode_lane::<NE>(p, x.to_bits(), 0) } else { encode_lane::<MODE>(p, x.to_bits(), rand) };
+        let rand = if is_sr(MODE) { p.rng.word0(idx, hi_s) } else { 0 };
+        let c = scalar_lane::<MODE>(p, x.to_bits(), rand);
         *y = C::from_u32(c);
-    }
-}
-
-/// bfloat16, nearest-even: add 0x7fff plus the kept part's lowest bit, keep
-/// the top 16 bits (overflow carries into the exponent and gives inf). NaN
-/// lanes take the format's NaN.
-#[target_feature(enable = "avx2,fma,f16c")]
-fn bf16_ne(p: &Params, src: &[f32], dst: &mut [u16], nt: bool) {
-    let k = consts(p);
-    let bias = _mm256_set1_epi32(0x7fff);
-    let low16 = _mm256_set1_epi32(0xffff);
-    let one8 = |x: __m256i| {
-        let neg = _mm256_srai_epi32::<31>(x);
-        let lsb = _mm256_and_si256(_mm256_srli_epi32::<16>(x), k.one);
-        let r = _mm256_srli_epi32::<16>(_mm256_add_epi32(_mm256_add_epi32(x, bias), lsb));
-        let nan = _mm256_cmpgt_epi32(_mm256_and_si256(x, k.abs), k.exp_inf);
-        _mm256_and_si256(_mm256_blendv_epi8(r, pick(neg, k.nan_p, k.nan_x), nan), low16)
-    };
-    let n = src.len();
-    let mut j = 0;
-    while j + 16 <= n {
-        let s = &src[j..j + 16];
-        let w = _mm256_packus_epi32(one8(load8(&s[0..])), one8(load8(&s[8..])));
-        let w = _mm256_permute4x64_epi64::<0b11_01_10_00>(w);
-        // SAFETY: j + 16 <= n = dst.len(); aligned when nt (see `streamed`).
-        unsafe { put(dst.as_mut_ptr().add(j) as *mut __m256i, w, nt) };
-        j += 16;
-    }
-    for (x, y) in src[j..].iter().zip(dst[j..].iter_mut()) {
-        *y = encode_lane::<NE>(p, x.to_bits(), 0) as u16;
-    }
-}
-
-/// bfloat16, stochastic. With L the low 16 bits of x and R the element's
-/// random bits, both cut to their top `rbits` bits (of 16), the reference
-/// rounds up when R < L; adding the complement (max - R) to x carries into
-/// bit 16 exactly then. Overflow carries into inf as the mode requires.
-#[target_feature(enable = "avx2,fma,f16c")]
-fn bf16_sr(p: &Params, src: &[f32], dst: &mut [u16], i0: u64, nt: bool) {
-    let k = consts(p);
-    let hi_s = p.rng.hi_word(i0);
-    let hi = _mm256_set1_epi32(hi_s as i32);
-    let lo0 = i0 as u32;
-    // The random bits compared, within the low 16 bits: the top min(rbits, 16) of them.
-    let m16 = _mm256_set1_epi32((0xffff_u32 & !(0xffff_u32 >> p.rbits.min(16))) as i32);
-    // x without the low bits that are not compared.
-    let keep = _mm256_or_si256(m16, _mm256_set1_epi32(!0xffff));
-    let low16 = _mm256_set1_epi32(0xffff);
-    let one8 = |x: __m256i, j: usize| {
-        let r = rand8(&k, _mm256_add_epi32(_mm256_set1_epi32(lo0.wrapping_add(j as u32) as i32), k.step), hi);
-        let neg = _mm256_srai_epi32::<31>(x);
-        // (max - R) on the compared bits: the complement of R's top 16 bits, masked.
-        let add = _mm256_andnot_si256(_mm256_srli_epi32::<16>(r), m16);
-        let c = _mm256_srli_epi32::<16>(_mm256_add_epi32(_mm256_and_si256(x, keep), add));
-        let nan = _mm256_cmpgt_epi32(_mm256_and_si256(x, k.abs), k.exp_inf);
-        _mm256_and_si256(_mm256_blendv_epi8(c, pick(neg, k.nan_p, k.nan_x), nan), low16)
-    };
-    let n = src.len();
-    let mut j = 0;
-    while j + 16 <= n {
-        let s = &src[j..j + 16];
-        let w = _mm256_packus_epi32(one8(load8(&s[0..]), j), one8(load8(&s[8..]), j + 8));
-        let w = _mm256_permute4x64_epi64::<0b11_01_10_00>(w);
-        // SAFETY: j + 16 <= n = dst.len(); aligned when nt (see `streamed`).
-        unsafe { put(dst.as_mut_ptr().add(j) as *mut __m256i, w, nt) };
-        j += 16;
-    }
-    for (jj, (x, y)) in src[j..].iter().zip(dst[j..].iter_mut()).enumerate() {
-        let rand = p.rng.word0(lo0.wrapping_add((j + jj) as u32), hi_s);
-        *y = encode_lane::<SR>(p, x.to_bits(), rand) as u16;
     }
 }
 
@@ -483,28 +519,21 @@ fn bf16_sr(p: &Params, src: &[f32], dst: &mut [u16], i0: u64, nt: bool) {
 /// reference does.
 #[target_feature(enable = "avx2,fma,f16c")]
 fn f16c<const R: i32>(p: &Params, src: &[f32], dst: &mut [u16], nt: bool) {
-    let abs16 = _mm_set1_epi16(0x7fff);
-    let inf16 = _mm_set1_epi16(0x7c00);
-    let payload = _mm_set1_epi16(0x01ff);
+    let abs16 = _mm256_set1_epi16(0x7fff);
+    let inf16 = _mm256_set1_epi16(0x7c00);
+    let payload = _mm256_set1_epi16(0x01ff);
     let n = src.len();
     let mut j = 0;
-    while j + 8 <= n {
-        // SAFETY: j + 8 <= n = src.len().
-        let v = unsafe { _mm256_loadu_ps(src.as_ptr().add(j)) };
-        let h = _mm256_cvtps_ph::<R>(v);
+    while j + 16 <= n {
+        // SAFETY: j + 16 <= n = src.len().
+        let (v0, v1) = unsafe { (_mm256_loadu_ps(src.as_ptr().add(j)), _mm256_loadu_ps(src.as_ptr().add(j + 8))) };
+        let h = _mm256_set_m128i(_mm256_cvtps_ph::<R>(v1), _mm256_cvtps_ph::<R>(v0));
         // NaN results (magnitude above inf's) drop the payload below the quiet bit.
-        let nan = _mm_cmpgt_epi16(_mm_and_si128(h, abs16), inf16);
-        let h = _mm_andnot_si128(_mm_and_si128(nan, payload), h);
-        // SAFETY: j + 8 <= n = dst.len(); 16-byte aligned when nt (see `streamed`).
-        unsafe {
-            let q = dst.as_mut_ptr().add(j) as *mut __m128i;
-            if nt {
-                _mm_stream_si128(q, h)
-            } else {
-                _mm_storeu_si128(q, h)
-            }
-        }
-        j += 8;
+        let nan = _mm256_cmpgt_epi16(_mm256_and_si256(h, abs16), inf16);
+        let h = _mm256_andnot_si256(_mm256_and_si256(nan, payload), h);
+        // SAFETY: j + 16 <= n = dst.len(); aligned when nt (see `streamed`).
+        unsafe { put(dst.as_mut_ptr().add(j) as *mut __m256i, h, nt) };
+        j += 16;
     }
     let tail = |x: u32| match R {
         _MM_FROUND_TO_ZERO => encode_lane::<RZ>(p, x, 0),
@@ -519,18 +548,22 @@ fn f16c<const R: i32>(p: &Params, src: &[f32], dst: &mut [u16], nt: bool) {
 
 /// Round f32 values to values of the format (encode, then decode).
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) fn round(p: &Params, mode: Mode, src: &[f32], dst: &mut [f32], i0: u64, nt: bool) {
+pub(super) fn round(p: &Params, mode: Mode, kind: Kind, src: &[f32], dst: &mut [f32], i0: u64, nt: bool) {
     let ptr = dst.as_ptr();
     streamed(ptr, src.len(), nt, |a, b, nt| {
         let (s, d, i) = (&src[a..b], &mut dst[a..b], i0 + a as u64);
-        match mode {
-            Mode::NearestEven => round_loop::<NE>(p, s, d, i, nt),
-            Mode::NearestAway => round_loop::<NA>(p, s, d, i, nt),
-            Mode::TowardZero => round_loop::<RZ>(p, s, d, i, nt),
-            Mode::Up => round_loop::<UP>(p, s, d, i, nt),
-            Mode::Down => round_loop::<DN>(p, s, d, i, nt),
-            Mode::Odd => round_loop::<ODD>(p, s, d, i, nt),
-            Mode::Stochastic => round_loop::<SR>(p, s, d, i, nt),
+        match (kind, mode) {
+            (Kind::Bf16Ne, _) => round_loop::<BNE>(p, s, d, i, nt),
+            (Kind::Bf16Sr, _) => round_loop::<BSR>(p, s, d, i, nt),
+            (Kind::Near, _) => round_loop::<NEF>(p, s, d, i, nt),
+            (Kind::StochShift, _) => round_loop::<SRF>(p, s, d, i, nt),
+            (_, Mode::NearestEven) => round_loop::<NE>(p, s, d, i, nt),
+            (_, Mode::NearestAway) => round_loop::<NA>(p, s, d, i, nt),
+            (_, Mode::TowardZero) => round_loop::<RZ>(p, s, d, i, nt),
+            (_, Mode::Up) => round_loop::<UP>(p, s, d, i, nt),
+            (_, Mode::Down) => round_loop::<DN>(p, s, d, i, nt),
+            (_, Mode::Odd) => round_loop::<ODD>(p, s, d, i, nt),
+            (_, Mode::Stochastic) => round_loop::<SR>(p, s, d, i, nt),
         }
     });
 }
@@ -545,7 +578,7 @@ fn round_loop<const MODE: u8>(p: &Params, src: &[f32], dst: &mut [f32], i0: u64,
     let n = src.len();
     let mut j = 0;
     while j + 8 <= n {
-        let rand = if MODE == SR {
+        let rand = if is_sr(MODE) {
             rand8(&k, _mm256_add_epi32(_mm256_set1_epi32(lo0.wrapping_add(j as u32) as i32), k.step), hi)
         } else {
             k.zero
@@ -556,8 +589,8 @@ fn round_loop<const MODE: u8>(p: &Params, src: &[f32], dst: &mut [f32], i0: u64,
         j += 8;
     }
     for (jj, (x, y)) in src[j..].iter().zip(dst[j..].iter_mut()).enumerate() {
-        let rand = if MODE == SR { p.rng.word0(lo0.wrapping_add((j + jj) as u32), hi_s) } else { 0 };
-        *y = f32::from_bits(decode_lane(p, encode_lane::<MODE>(p, x.to_bits(), rand)));
+        let rand = if is_sr(MODE) { p.rng.word0(lo0.wrapping_add((j + jj) as u32), hi_s) } else { 0 };
+        *y = f32::from_bits(decode_lane(p, scalar_lane::<MODE>(p, x.to_bits(), rand)));
     }
 }
 

@@ -1,9 +1,17 @@
-//! Fast paths: f32 into small IEEE-like formats, branch-free, one body
-//! compiled twice (baseline and AVX2+FMA+F16C; the AVX2 build vectorizes to
-//! 8 lanes with variable shifts), and table-driven decoding.
+//! Fast paths for small IEEE-like float formats, and their plans.
+//!
+//! - f32 input: [`encode_lane`] / [`decode_lane`] are branch-free, select-only
+//!   32-bit lanes. The baseline (SSE2) build autovectorizes them; on AVX2 the
+//!   kernels of `avx2.rs` compute the same lanes with intrinsics (8 at a time),
+//!   with cheaper special kernels where a plan allows ([`Kind`]).
+//! - f64 input: [`encode_lane64`] / [`decode_lane64`], the same lanes in 64-bit
+//!   arithmetic (correct rounding from f64, every mode and `rbits`), one body
+//!   compiled for the baseline and for AVX2 (4 lanes, variable 64-bit shifts).
+//! - Decoding of formats up to 16 bits: a cached table, or arithmetic.
 //!
 //! Each lane computes exactly what the reference engine computes; the
-//! random bits come from the same counter-based generator.
+//! random bits come from the same counter-based generator, keyed by the
+//! element index.
 
 use std::any::{Any, TypeId};
 use std::collections::HashMap;
@@ -42,6 +50,10 @@ pub(super) struct Params {
     // Decoding back to f32 (round path).
     pub(super) rebias: u32,
     pub(super) sub_scale: f32,
+    /// Magnitude codes below this decode as subnormals by a multiply: 2^m,
+    /// or 0 when the target's subnormals are f32's (bias 127), whose bits the
+    /// normal formula already gives.
+    pub(super) sub_below: u32,
     /// Magnitude code of inf (u32::MAX if none).
     pub(super) inf_mag: u32,
 }
@@ -58,6 +70,9 @@ pub(super) enum Kind {
     /// Nearest-even into a format whose subnormals lie in f32's normal range
     /// and whose overflow value is also its infinity value (the fp8 family).
     Near,
+    /// Stochastic into the same formats as `Near`: add-and-shift outside the
+    /// subnormal range.
+    StochShift,
     /// float16 without saturation in a mode the F16C instruction has
     /// (nearest-even, toward zero, up, down).
     F16c,
@@ -117,6 +132,7 @@ impl Params {
             rng: Rng::new(opts.key),
             rebias: ((127 - f.bias) as u32) << 23,
             sub_scale: crate::format::ldexp(1.0, f.emin() - f.man_bits as i32) as f32,
+            sub_below: if tmin_ef == 1 { 0 } else { 1 << f.man_bits },
             inf_mag,
         })
     }
@@ -172,6 +188,8 @@ impl EncodePlan {
             Kind::F16c
         } else if opts.mode == Mode::NearestEven && near_applies(f, &p) {
             Kind::Near
+        } else if opts.mode == Mode::Stochastic && near_applies(f, &p) {
+            Kind::StochShift
         } else {
             Kind::Generic
         };
@@ -202,7 +220,7 @@ impl EncodePlan {
             match self.path {
                 // SAFETY: Avx2 is only chosen when the CPU has AVX2, FMA and F16C.
                 #[cfg(target_arch = "x86_64")]
-                Isa::Avx2 => unsafe { super::avx2::round(&self.p, self.mode, s, d, i, self.nt) },
+                Isa::Avx2 => unsafe { super::avx2::round(&self.p, self.mode, self.kind, s, d, i, self.nt) },
                 _ => round_dispatch(&self.p, self.mode, s, d, i),
             }
         });
@@ -330,8 +348,11 @@ pub(super) fn decode_lane(p: &Params, code: u32) -> u32 {
     let sign = (code >> p.sign_shift) & 1;
     let mag = code & p.mag_mask;
     let normal = (mag << (23 - p.m)).wrapping_add(p.rebias);
-    let sub = ((mag as f32) * p.sub_scale).to_bits();
-    let fin = if mag >> p.m == 0 { sub } else { normal };
+    // Subnormal codes: the integer times the unit (exact). Other lanes multiply
+    // 0, so no lane makes an f32 subnormal it does not need (those are slow).
+    let is_sub = mag < p.sub_below;
+    let sub = (((if is_sub { mag } else { 0 }) as f32) * p.sub_scale).to_bits();
+    let fin = if is_sub { sub } else { normal };
     let bits = if p.fnuz && code == 1 << p.sign_shift {
         0x7fc0_0000
     } else if mag > p.max_code {
@@ -622,4 +643,145 @@ pub(super) fn decode_lane64(p: &Params64, code: u64) -> u64 {
         fin
     };
     bits | (sign << 63)
+}
+
+/// Constants of the posit lanes (f32 input).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct PositParams {
+    n: u32,
+    es: u32,
+    maxscale: i32,
+    max_code: u64,
+    mask: u64,
+    nar: u64,
+    rbits: u32,
+    rng: Rng,
+    /// The generator's high word is its low word under the keys (a1, b1).
+    rng1: Rng,
+}
+
+/// The fast path for f32 input into posits whose range lies inside f32's
+/// normal range (max scale below 126: every f32 subnormal rounds to minpos,
+/// so no lane needs normalizing). Every mode and rbits.
+pub(super) struct PositPlan {
+    p: PositParams,
+    mode: Mode,
+    path: Isa,
+}
+
+impl PositPlan {
+    pub(super) fn new<S: Real>(fmt: &Format, opts: &RoundOpts, path: Isa) -> Option<Self> {
+        if path == Isa::Scalar || TypeId::of::<S>() != TypeId::of::<f32>() {
+            return None;
+        }
+        let Format::Posit(f) = fmt else { return None };
+        if f.max_scale() >= 126 {
+            return None;
+        }
+        let p = PositParams {
+            n: f.nbits,
+            es: f.es,
+            maxscale: f.max_scale(),
+            max_code: f.max_code(),
+            mask: (1u64 << f.nbits) - 1,
+            nar: f.nar(),
+            rbits: opts.rbits,
+            rng: Rng::new(opts.key),
+            rng1: Rng::new(crate::round::SeedKey { a0: opts.key.a1, b0: opts.key.b1, ..opts.key }),
+        };
+        Some(PositPlan { p, mode: opts.mode, path })
+    }
+
+    pub(super) fn run<C: Code>(&self, src: &[f32], dst: &mut [C], i0: u64) {
+        for_index_blocks(src.len(), i0, |a, b, i| {
+            let (s, d) = (&src[a..b], &mut dst[a..b]);
+            match self.path {
+                // SAFETY: Avx2 is only chosen when the CPU has AVX2, FMA and F16C.
+                #[cfg(target_arch = "x86_64")]
+                Isa::Avx2 => unsafe { posit_avx2(&self.p, self.mode, s, d, i) },
+                _ => by_mode!(self.mode, posit_loop::<C,>(&self.p, s, d, i)),
+            }
+        });
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn posit_avx2<C: Code>(p: &PositParams, mode: Mode, src: &[f32], dst: &mut [C], i0: u64) {
+    by_mode!(mode, posit_loop::<C,>(p, src, dst, i0))
+}
+
+#[inline(always)]
+fn posit_loop<C: Code, const MODE: u8>(p: &PositParams, src: &[f32], dst: &mut [C], i0: u64) {
+    let hi = p.rng.hi_word(i0);
+    let lo0 = i0 as u32;
+    for (j, (x, y)) in src.iter().zip(dst.iter_mut()).enumerate() {
+        let rand = if MODE == SR {
+            let lo = lo0.wrapping_add(j as u32);
+            let w0 = p.rng.word0(lo, hi);
+            let w1 = p.rng1.word0(lo, hi);
+            // The generator's bits: the top of word0, or word1:word0 beyond 32 bits.
+            if p.rbits <= 32 {
+                (w0 >> (32 - p.rbits)) as u64
+            } else {
+                (((w1 as u64) << 32) | w0 as u64) >> (64 - p.rbits)
+            }
+        } else {
+            0
+        };
+        *y = C::from_u32(posit_lane::<MODE>(p, x.to_bits(), rand) as u32);
+    }
+}
+
+/// One f32 (as bits) to one posit code, as the reference engine rounds it:
+/// build regime | exponent | fraction as one bit string, cut it to n - 1
+/// bits, decide on the cut bits. Shift counts are masked so that lanes out
+/// of range compute garbage that the final selects discard.
+#[inline(always)]
+pub(super) fn posit_lane<const MODE: u8>(p: &PositParams, x: u32, rand: u64) -> u64 {
+    let neg = x >> 31 != 0;
+    let a = x & 0x7fff_ffff;
+    let e_a = (a >> 23) as i32 - 127;
+    let frac = (a & 0x7f_ffff) as u64;
+    // Regime k (floor division by 2^es) and the exponent bits below it.
+    let k = e_a >> p.es;
+    let e = (e_a - (k << p.es)) as u64;
+    // k >= 0: k + 1 ones then a zero; k < 0: -k zeros then a one.
+    let reg = if k >= 0 { ((1u64 << ((k + 1) & 63) as u32) - 1) << 1 } else { 1 };
+    let reglen = if k >= 0 { k + 2 } else { 1 - k } as u32;
+    let s = (((reg << p.es) | e) << 23) | frac;
+    let len = reglen + p.es + 23;
+    let keep = p.n - 1;
+    let cut = len.wrapping_sub(keep);
+    // The kept bits, and the cut bits as a 64-bit fraction (cut < 64 in range).
+    let (kc, fr) = if len <= keep { (s << ((keep - len) & 63), 0) } else { (s >> (cut & 63), s << (64u32.wrapping_sub(cut) & 63)) };
+    let inexact = fr != 0;
+    let k_odd = kc & 1 == 1;
+    let up = match MODE {
+        NE => fr > HALF64 || (fr == HALF64 && k_odd),
+        NA => fr >= HALF64,
+        RZ => false,
+        UP => inexact && !neg,
+        DN => inexact && neg,
+        ODD => inexact && !k_odd,
+        _ => rand < (fr >> (64 - p.rbits)),
+    };
+    let mag = (kc + up as u64).clamp(1, p.max_code);
+    // Beyond maxpos: maxpos; below minpos (f32 subnormals included): minpos.
+    let mag = if e_a >= p.maxscale {
+        p.max_code
+    } else if e_a < -p.maxscale {
+        1
+    } else {
+        mag
+    };
+    // Negative: two's complement of the magnitude.
+    let code = if neg { mag.wrapping_neg() & p.mask } else { mag };
+    if a >= 0x7f80_0000 {
+        p.nar
+    } else if a == 0 {
+        0
+    } else {
+        code
+    }
 }

@@ -4,12 +4,19 @@
 //! Paths, chosen once per call by [`isa`]:
 //! - `Scalar`: the reference. Every element goes through the generic engine
 //!   ([`Format::encode`] on f64), which is correct for every format and mode.
-//! - `Sse2` / `Avx2`: for f32 input into small IEEE-like formats, one
-//!   branch-free body ([`fast`]) compiled for the baseline and for AVX2+FMA+F16C;
-//!   decoding of 8- and 16-bit formats through a lookup table.
+//! - `Sse2` / `Avx2`: for f32 and f64 input into IEEE-like formats of up to
+//!   32 bits with subnormals, branch-free lanes (`fast`); on AVX2, intrinsics
+//!   kernels for f32 (`avx2`: every mode, plus bf16 nearest-even and stochastic
+//!   by an add-and-shift, float16 through F16C, and a cheaper nearest-even for
+//!   the fp8 family), and decoding of bf16 (shift), float16 (F16C) and small
+//!   formats (arithmetic); otherwise decoding of 8- and 16-bit formats through
+//!   a lookup table. Outputs of [`STREAM_MIN_BYTES`] or more are written with
+//!   streaming stores on AVX2.
 //!
-//! The fast paths are tested bit-for-bit against the reference, and stochastic
-//! rounding draws its bits from `(seed, element index)` on every path.
+//! The fast paths are tested bit-for-bit against the reference (NaN included:
+//! decoding yields the quiet NaN of the code's sign, without payload), and
+//! stochastic rounding draws its bits from `(seed, element index)` on every
+//! path, so results never depend on the path or the thread count.
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
@@ -219,10 +226,15 @@ pub fn encode<S: Real, C: Code>(fmt: &Format, src: &[S], dst: &mut [C], opts: &R
         plan.nt = dst.len() * C::BYTES >= STREAM_MIN_BYTES;
     }
     let fast64 = fast::EncodePlan64::new::<S>(fmt, opts, path);
+    let posit = fast::PositPlan::new::<S>(fmt, opts, path);
     zip_chunks(src, dst, MIN_CHUNK, |start, s, d| {
         let i0 = index0 + start as u64;
         if let Some(plan) = &fast {
             // SAFETY: S is f32 whenever a plan exists (EncodePlan::new checks).
+            let s32 = unsafe { std::slice::from_raw_parts(s.as_ptr() as *const f32, s.len()) };
+            plan.run(s32, d, i0);
+        } else if let Some(plan) = &posit {
+            // SAFETY: S is f32 whenever a plan exists (PositPlan::new checks).
             let s32 = unsafe { std::slice::from_raw_parts(s.as_ptr() as *const f32, s.len()) };
             plan.run(s32, d, i0);
         } else if let Some(plan) = &fast64 {
@@ -294,9 +306,23 @@ pub fn round<S: Real>(fmt: &Format, src: &[S], dst: &mut [S], opts: &RoundOpts, 
         plan.nt = std::mem::size_of_val(dst) >= STREAM_MIN_BYTES;
     }
     let fast64 = fast::EncodePlan64::new::<S>(fmt, opts, path);
+    // Posits of up to 16 bits: the fast encoder, then a decoding table.
+    let posit = if fmt.bits() <= 16 { fast::PositPlan::new::<S>(fmt, opts, path) } else { None };
+    let lut = posit.as_ref().map(|_| fast::decode_table::<S>(fmt));
     zip_chunks(src, dst, MIN_CHUNK, |start, s, d| {
         let i0 = index0 + start as u64;
-        if let Some(plan) = &fast {
+        if let (Some(plan), Some(lut)) = (&posit, &lut) {
+            // SAFETY: S is f32 whenever a plan exists (PositPlan::new checks).
+            let s32 = unsafe { std::slice::from_raw_parts(s.as_ptr() as *const f32, s.len()) };
+            let mut codes = [0u16; 1024];
+            for (b, (sb, db)) in s32.chunks(1024).zip(d.chunks_mut(1024)).enumerate() {
+                let c = &mut codes[..sb.len()];
+                plan.run(sb, c, i0 + (b * 1024) as u64);
+                for (y, &k) in db.iter_mut().zip(c.iter()) {
+                    *y = lut[k as usize];
+                }
+            }
+        } else if let Some(plan) = &fast {
             // SAFETY: S is f32 whenever a plan exists (EncodePlan::new checks).
             let s32 = unsafe { std::slice::from_raw_parts(s.as_ptr() as *const f32, s.len()) };
             let d32 = unsafe { std::slice::from_raw_parts_mut(d.as_mut_ptr() as *mut f32, d.len()) };
