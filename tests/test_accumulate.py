@@ -111,10 +111,24 @@ def data(m, k, n, dtype, seed, scale=1.0):
 @pytest.mark.parametrize("chunk", [None, 1, 5, 16])
 def test_bit_exact_vs_fractions(acc, mode, chunk):
     f = ACC_FORMATS[acc]
-    a, b = data(3, 37, 5, ml_dtypes.bfloat16, zlib.crc32(f"{acc}{mode}{chunk}".encode()) % 1000)
+    a, b = data(3, 37, 11, ml_dtypes.bfloat16, zlib.crc32(f"{acc}{mode}{chunk}".encode()) % 1000)
     got = lowp.matmul(a, b, accumulate=f, chunk=chunk, rounding=mode)
     assert got.dtype == np.float32
     assert same(got, ref_matmul(a, b, f, mode, chunk))
+
+
+@pytest.mark.parametrize("mode", DETERMINISTIC + ["stochastic"])
+@pytest.mark.parametrize("acc", ["fp16", "e5m2", "float32"])
+def test_simd_and_scalar_paths_agree(acc, mode):
+    a, b = data(9, 300, 37, ml_dtypes.bfloat16, 21, scale=30.0)
+    kw = dict(accumulate=acc, rounding=mode, seed=77)
+    simd = lowp.matmul(a, b, **kw)
+    lowp._lowp.set_isa("scalar")
+    try:
+        scalar = lowp.matmul(a, b, **kw)
+    finally:
+        lowp._lowp.set_isa(None)
+    assert same(simd, scalar)
 
 
 @pytest.mark.parametrize("mode", DETERMINISTIC)
