@@ -45,6 +45,8 @@ def _as_array(x: Any, arg: str) -> np.ndarray:
 
 def _operand(x: np.ndarray, arg: str) -> tuple[np.ndarray, Optional[tuple], Format]:
     """(array the core reads, format spec for code storages or None, format of the values)."""
+    if not x.dtype.isnative:
+        x = x.astype(x.dtype.newbyteorder("="))
     dt = x.dtype
     if dt == np.float32:
         return x, None, _F32
