@@ -286,6 +286,72 @@ impl<const M: u8> Fast<M> {
                 let diff = _mm256_cmpgt_epi64(zero, _mm256_xor_si256(sb, eb)); // signs differ
                 let delta = _mm256_or_si256(diff, one); // -1 or +1
                 let x = _mm256_add_epi64(sb, _mm256_and_si256(delta, fix));
+                if M == M_TZ || M == M_UP || M == M_DN {
+                    // Directed modes in hardware: scale x so the format's unit is 1
+                    // (exact, a power of two), round to an integer, scale back.
+                    let mag = _mm256_andnot_si256(sign, x);
+                    let ex = _mm256_sub_epi64(_mm256_srli_epi64::<52>(mag), c1023);
+                    let ee = _mm256_blendv_epi8(ex, emin, _mm256_cmpgt_epi64(emin, ex)); // max(ex, emin)
+                    let qe = _mm256_sub_epi64(ee, _mm256_set1_epi64x(self.man as i64)); // log2 of the unit
+                    let down = _mm256_castsi256_pd(_mm256_slli_epi64::<52>(_mm256_sub_epi64(c1023, qe)));
+                    let upsc = _mm256_castsi256_pd(_mm256_slli_epi64::<52>(_mm256_add_epi64(c1023, qe)));
+                    let y = _mm256_mul_pd(_mm256_castsi256_pd(x), down);
+                    let y = match M {
+                        M_TZ => _mm256_round_pd::<{ _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC }>(y),
+                        M_UP => _mm256_round_pd::<{ _MM_FROUND_TO_POS_INF | _MM_FROUND_NO_EXC }>(y),
+                        _ => _mm256_round_pd::<{ _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC }>(y),
+                    };
+                    let r = _mm256_castpd_si256(_mm256_mul_pd(y, upsc));
+                    let ovf = _mm256_cmpgt_epi64(_mm256_andnot_si256(sign, r), maxb);
+                    let neg = _mm256_cmpgt_epi64(zero, x);
+                    let v = _mm256_blendv_epi8(r, _mm256_blendv_epi8(ovp, ovn, neg), ovf);
+                    _mm256_storeu_pd(row.as_mut_ptr().add(j), _mm256_castsi256_pd(v));
+                    let notfin = _mm256_cmpeq_epi64(_mm256_and_si256(sb, inf), inf);
+                    let bm = _mm256_movemask_pd(_mm256_castsi256_pd(notfin));
+                    if bm != 0 {
+                        let mut olds = [0f64; 4];
+                        _mm256_storeu_pd(olds.as_mut_ptr(), a);
+                        for (l, &o) in olds.iter().enumerate() {
+                            if bm & (1 << l) != 0 {
+                                row[j + l] = self.add(o, av * bp[j + l], rands[j + l]);
+                            }
+                        }
+                    }
+                    j += 4;
+                    continue;
+                }
+                if M == M_NE {
+                    // Nearest-even in hardware: adding and subtracting C = 1.5 * 2^52 * q,
+                    // q the format's unit at x's binade (clamped at the subnormal unit),
+                    // rounds x to a multiple of q with ties to even (C/q is even).
+                    let mag = _mm256_andnot_si256(sign, x);
+                    let ex = _mm256_sub_epi64(_mm256_srli_epi64::<52>(mag), c1023);
+                    let ee = _mm256_blendv_epi8(ex, emin, _mm256_cmpgt_epi64(emin, ex)); // max(ex, emin)
+                    let cb = _mm256_or_si256(
+                        _mm256_slli_epi64::<52>(_mm256_add_epi64(ee, _mm256_set1_epi64x(52 + 1023 - self.man as i64))),
+                        _mm256_set1_epi64x(1 << 51),
+                    );
+                    let cc = _mm256_castsi256_pd(cb);
+                    let xd = _mm256_castsi256_pd(x);
+                    let r = _mm256_castpd_si256(_mm256_sub_pd(_mm256_add_pd(xd, cc), cc));
+                    let ovf = _mm256_cmpgt_epi64(_mm256_andnot_si256(sign, r), maxb);
+                    let neg = _mm256_cmpgt_epi64(zero, x);
+                    let v = _mm256_blendv_epi8(r, _mm256_blendv_epi8(ovp, ovn, neg), ovf);
+                    _mm256_storeu_pd(row.as_mut_ptr().add(j), _mm256_castsi256_pd(v));
+                    let notfin = _mm256_cmpeq_epi64(_mm256_and_si256(sb, inf), inf);
+                    let bm = _mm256_movemask_pd(_mm256_castsi256_pd(notfin));
+                    if bm != 0 {
+                        let mut olds = [0f64; 4];
+                        _mm256_storeu_pd(olds.as_mut_ptr(), a);
+                        for (l, &o) in olds.iter().enumerate() {
+                            if bm & (1 << l) != 0 {
+                                row[j + l] = self.add(o, av * bp[j + l], rands[j + l]);
+                            }
+                        }
+                    }
+                    j += 4;
+                    continue;
+                }
                 // Round x into the format.
                 let mag = _mm256_andnot_si256(sign, x);
                 let neg = _mm256_cmpgt_epi64(zero, x);
