@@ -666,7 +666,7 @@ fn fill_rands(simd: bool, rng: &Rng, base: u64, stride: u64, rbits: u32, out: &m
     fill_rands_body(rng, base, stride, rbits, out)
 }
 
-const RB: usize = 4;
+const RB: usize = 16;
 const JB: usize = 64;
 const KB: usize = 256;
 
@@ -770,12 +770,10 @@ fn drive<R: Round>(r: &R, a: &Operand, b: &Operand, c: OutMat<f64>, spec: &Accum
         let mut bad = vec![0u8; jb];
         for kb in (0..k).step_by(KB) {
             let kn = KB.min(k - kb);
-            for kk in 0..kn {
-                for j in 0..jb {
-                    // SAFETY: (kb+kk, j0+j) is inside b.
-                    panel[kk * jb + j] = unsafe { b.get_f64(kb + kk, j0 + j) };
-                }
-            }
+            let base = kb as isize * b.rs + j0 as isize * b.cs;
+            // SAFETY: rows kb..kb+kn and columns j0..j0+jb are inside b; the panel
+            // holds kn rows of jb values, panel[kk*jb + j] = b[kb+kk, j0+j].
+            unsafe { super::kernels::pack_real::<f64>(b, base, b.cs, b.rs, jb, jb, kn, &mut panel) };
             for i in 0..rb {
                 let row = &mut acc[i * jb..(i + 1) * jb];
                 for kk in 0..kn {

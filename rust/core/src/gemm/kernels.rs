@@ -155,7 +155,7 @@ unsafe fn pack_lines<T: Copy + Default>(get: impl Fn(isize) -> T, base: isize, s
 /// # Safety
 /// As [`Kernel::pack`].
 #[inline(always)]
-unsafe fn pack_real<T: Real>(op: &Operand, base: isize, sl: isize, sk: isize, nv: usize, w: usize, kc: usize, dst: &mut [T]) {
+pub(super) unsafe fn pack_real<T: Real>(op: &Operand, base: isize, sl: isize, sk: isize, nv: usize, w: usize, kc: usize, dst: &mut [T]) {
     let p = op.ptr;
     // SAFETY (all arms): offsets are inside the operand per the caller's contract.
     unsafe {
