@@ -137,9 +137,15 @@ import resource, sys
 import numpy as np, ml_dtypes, lowp
 n = int(sys.argv[1])
 g = np.random.default_rng(0)
-# bf16 codes of values in [1, 2) and their negatives, drawn directly (no f32 temporaries).
-a = (g.integers(0x3f80, 0x4000, (n, n), dtype=np.uint16) | (g.integers(0, 2, (n, n), dtype=np.uint16) << 15)).view(ml_dtypes.bfloat16)
-b = (g.integers(0x3f80, 0x4000, (n, n), dtype=np.uint16) | (g.integers(0, 2, (n, n), dtype=np.uint16) << 15)).view(ml_dtypes.bfloat16)
+# bf16 codes of values in +-[1, 2), drawn in small row blocks (no large temporaries).
+def codes():
+    x = np.empty((n, n), np.uint16)
+    for i in range(0, n, 64):
+        blk = g.integers(0x3f80, 0x4000, (min(64, n - i), n), dtype=np.uint16)
+        x[i:i + 64] = blk | (g.integers(0, 2, blk.shape, dtype=np.uint16) << 15)
+    return x.view(ml_dtypes.bfloat16)
+a = codes()
+b = codes()
 out = np.ones((n, n), np.float32)  # touched, so its pages count in the baseline
 lowp.matmul(a[:8, :8], b[:8, :8])  # load everything once
 base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
