@@ -345,6 +345,14 @@ unsafe fn f32_6x16_avx2(kc: usize, a: *const f32, b: *const f32, c: *mut f32, rs
     use std::arch::x86_64::*;
     // SAFETY: a holds kc*6 and b kc*16 packed values; the tile of c is writable.
     unsafe {
+        // Fetch the C tile early (its rows may share L1 sets at power-of-two strides).
+        if accumulate && cs == 1 {
+            for i in 0..mr {
+                let q = c.offset(i as isize * rs) as *const i8;
+                _mm_prefetch::<_MM_HINT_T0>(q);
+                _mm_prefetch::<_MM_HINT_T0>(q.wrapping_add(60));
+            }
+        }
         let mut r0 = [_mm256_setzero_ps(); 6];
         let mut r1 = [_mm256_setzero_ps(); 6];
         let mut ap = a;
