@@ -131,6 +131,27 @@ def test_simd_and_scalar_paths_agree(acc, mode):
     assert same(simd, scalar)
 
 
+@pytest.mark.parametrize("acc", ["fp16", "e5m2", "f6m9", "bf16"])
+@pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e5m2], ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("chunk", [None, 8])
+def test_narrow_inputs_many_columns(acc, dtype, chunk):
+    # fp16 / fp8 inputs have products exact in float32: nearest-even may run on f32 lanes.
+    f = ACC_FORMATS[acc]
+    a, b = data(3, 45, 21, dtype, zlib.crc32(f"{acc}{np.dtype(dtype).name}".encode()) % 1000, scale=4.0)
+    for mode in ("nearest_even", "up"):
+        got = lowp.matmul(a, b, accumulate=f, chunk=chunk, rounding=mode)
+        assert same(got, ref_matmul(a, b, f, mode, chunk)), mode
+        lowp._lowp.set_isa("scalar")
+        try:
+            assert same(lowp.matmul(a, b, accumulate=f, chunk=chunk, rounding=mode), got)
+        finally:
+            lowp._lowp.set_isa(None)
+    # Overflow into inf on the fast lanes (e5m2 inputs, large products).
+    big = (np.full((2, 30), 240.0, np.float32)).astype(dtype)
+    bigb = np.full((30, 9), 200.0, np.float32).astype(dtype)
+    assert same(lowp.matmul(big, bigb, accumulate=f), ref_matmul(big, bigb, f, "nearest_even"))
+
+
 @pytest.mark.parametrize("mode", DETERMINISTIC)
 def test_fp8_inputs_and_mixed_chunk_format(mode):
     a, b = data(4, 50, 3, ml_dtypes.float8_e4m3fn, 7)

@@ -133,6 +133,12 @@ fn fast_ok(fmt: &Format) -> bool {
 }
 
 impl<const M: u8> Fast<M> {
+    /// The largest finite value's f32 bits (formats that fit in f32).
+    #[cfg(target_arch = "x86_64")]
+    fn max_bits_f32(&self) -> u32 {
+        (f64::from_bits(self.max_bits) as f32).to_bits()
+    }
+
     fn new(fmt: Format, opts: RoundOpts) -> Self {
         let Format::Float(f) = fmt else { unreachable!("fast_ok checked") };
         let big = f.max_value() * 4.0;
@@ -727,6 +733,10 @@ fn run(a: &Operand, b: &Operand, c: OutMat<f64>, spec: &AccumSpec) -> Result<()>
             drive(&Fast::<$m>::new(fmt, opts), a, b, c, spec, outer.as_ref())
         };
     }
+    #[cfg(target_arch = "x86_64")]
+    if opts.mode == Mode::NearestEven && super::simd() && lanes32_ok(&fmt, a, b) {
+        return drive32(&Fast::<M_NE>::new(fmt, opts), a, b, c, spec, outer.as_ref());
+    }
     match mode_code(opts.mode) {
         M_NE => go!(M_NE),
         M_NA => go!(M_NA),
@@ -736,6 +746,160 @@ fn run(a: &Operand, b: &Operand, c: OutMat<f64>, spec: &AccumSpec) -> Result<()>
         M_ODD => go!(M_ODD),
         _ => go!(M_ST),
     }
+}
+
+/// Can nearest-even accumulation into `fmt` run on 8 f32 lanes? Every product
+/// must be exact in f32, the format must have at most 22 bits of precision (so
+/// round-to-odd at 24 bits is innocuous) and an exponent range such that the
+/// rounding constant 1.5 * 2^23 * unit is a normal f32.
+#[cfg(target_arch = "x86_64")]
+fn lanes32_ok(fmt: &Format, a: &Operand, b: &Operand) -> bool {
+    let (Some(fa), Some(fb)) = (a.format(), b.format()) else { return false };
+    let (pa, la, ha) = profile(&fa);
+    let (pb, lb, hb) = profile(&fb);
+    let products = pa + pb <= 24 && la + lb >= -149 && ha + hb <= 127;
+    match fmt {
+        Format::Float(f) => {
+            let m = f.man_bits as i32;
+            // Largest binade a sum can reach (overflowed sums included): below 2^top.
+            let top = (ha + hb).max(f.emax() + 1) + 1;
+            products && fast_ok(fmt) && m <= 21 && top - m + 23 <= 126 && f.emin() - m + 23 >= -125 && f.emin() > -126
+        }
+        _ => false,
+    }
+}
+
+/// Nearest-even depth step on 8 f32 lanes (TwoSum, round to odd at 24 bits,
+/// then the add-and-subtract rounding constant), lanes that meet inf/NaN are
+/// redone exactly in f64.
+///
+/// # Safety
+/// The CPU must support avx2; `lanes32_ok` must hold for the format and inputs.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn step32_ne_avx2(f: &Fast<M_NE>, row: &mut [f32], bp: &[f32], av: f32) {
+    use std::arch::x86_64::*;
+    let n = row.len();
+    let bp = &bp[..n];
+    let sign = _mm256_set1_epi32(i32::MIN);
+    let one = _mm256_set1_epi32(1);
+    let zero = _mm256_setzero_si256();
+    let inf = _mm256_set1_epi32(0x7f80_0000);
+    let emin = _mm256_set1_epi32(f.emin);
+    let cexp = _mm256_set1_epi32(23 + 127 - f.man as i32);
+    let c127 = _mm256_set1_epi32(127);
+    let half_bit = _mm256_set1_epi32(1 << 22);
+    let maxb = _mm256_set1_epi32((f.max_bits_f32()) as i32);
+    let ovp = _mm256_castps_si256(_mm256_set1_ps(f.ovf[0] as f32));
+    let ovn = _mm256_castps_si256(_mm256_set1_ps(f.ovf[1] as f32));
+    let avv = _mm256_set1_ps(av);
+    let mut j = 0;
+    // SAFETY: j + 8 <= n for every vector access.
+    unsafe {
+        while j + 8 <= n {
+            let a = _mm256_loadu_ps(row.as_ptr().add(j));
+            let p = _mm256_mul_ps(avv, _mm256_loadu_ps(bp.as_ptr().add(j))); // exact (lanes32_ok)
+            let s = _mm256_add_ps(a, p);
+            let bb = _mm256_sub_ps(s, a);
+            let e = _mm256_add_ps(_mm256_sub_ps(a, _mm256_sub_ps(s, bb)), _mm256_sub_ps(p, bb));
+            let sb = _mm256_castps_si256(s);
+            let eb = _mm256_castps_si256(e);
+            // Round to odd at 24 bits: +-1 on the bits toward s + e where e != 0 and s is even.
+            let enz = _mm256_castps_si256(_mm256_cmp_ps::<_CMP_NEQ_UQ>(e, _mm256_setzero_ps()));
+            let even = _mm256_cmpeq_epi32(_mm256_and_si256(sb, one), zero);
+            let fix = _mm256_and_si256(enz, even);
+            let diff = _mm256_cmpgt_epi32(zero, _mm256_xor_si256(sb, eb));
+            let x = _mm256_add_epi32(sb, _mm256_and_si256(_mm256_or_si256(diff, one), fix));
+            // C = 1.5 * 2^23 * q, q the unit at max(exponent of x, emin): C/q is even,
+            // so (x + C) - C is x rounded to a multiple of q, ties to even.
+            let mag = _mm256_andnot_si256(sign, x);
+            let ex = _mm256_sub_epi32(_mm256_srli_epi32::<23>(mag), c127);
+            let ee = _mm256_max_epi32(ex, emin);
+            let cc = _mm256_castsi256_ps(_mm256_or_si256(_mm256_slli_epi32::<23>(_mm256_add_epi32(ee, cexp)), half_bit));
+            let r = _mm256_castps_si256(_mm256_sub_ps(_mm256_add_ps(_mm256_castsi256_ps(x), cc), cc));
+            let ovf = _mm256_cmpgt_epi32(_mm256_andnot_si256(sign, r), maxb);
+            let neg = _mm256_cmpgt_epi32(zero, x);
+            let v = _mm256_blendv_epi8(r, _mm256_blendv_epi8(ovp, ovn, neg), ovf);
+            _mm256_storeu_ps(row.as_mut_ptr().add(j), _mm256_castsi256_ps(v));
+            let notfin = _mm256_cmpeq_epi32(_mm256_and_si256(sb, inf), inf);
+            let bm = _mm256_movemask_ps(_mm256_castsi256_ps(notfin));
+            if bm != 0 {
+                let mut olds = [0f32; 8];
+                _mm256_storeu_ps(olds.as_mut_ptr(), a);
+                for (l, &o) in olds.iter().enumerate() {
+                    if bm & (1 << l) != 0 {
+                        row[j + l] = f.add(o as f64, av as f64 * bp[j + l] as f64, 0) as f32;
+                    }
+                }
+            }
+            j += 8;
+        }
+    }
+    while j < n {
+        row[j] = f.add(row[j] as f64, av as f64 * bp[j] as f64, 0) as f32;
+        j += 1;
+    }
+}
+
+/// [`drive`] on f32 accumulators for nearest-even (see [`lanes32_ok`]); the
+/// values, and so the results, are exactly those of the f64 path.
+#[cfg(target_arch = "x86_64")]
+fn drive32(r: &Fast<M_NE>, a: &Operand, b: &Operand, c: OutMat<f64>, spec: &AccumSpec, outer: Option<&Dyn>) -> Result<()> {
+    let (m, n, k) = (a.rows, b.cols, a.cols);
+    if m == 0 || n == 0 {
+        return Ok(());
+    }
+    let chunk = spec.chunk.map(|(cs, _)| cs).unwrap_or(usize::MAX);
+    let rblocks = m.div_ceil(RB);
+    let cblocks = n.div_ceil(JB);
+    let task = |t: usize| {
+        let (ib, jbk) = (t / cblocks, t % cblocks);
+        let (i0, j0) = (ib * RB, jbk * JB);
+        let rb = RB.min(m - i0);
+        let jb = JB.min(n - j0);
+        let mut acc = vec![0f32; rb * jb];
+        let mut tot = vec![0f64; if outer.is_some() { rb * jb } else { 0 }];
+        let mut panel = vec![0f32; KB.min(k.max(1)) * jb];
+        for kb in (0..k).step_by(KB) {
+            let kn = KB.min(k - kb);
+            let base = kb as isize * b.rs + j0 as isize * b.cs;
+            // SAFETY: rows kb..kb+kn and columns j0..j0+jb are inside b.
+            unsafe { super::kernels::pack_real::<f32>(b, base, b.cs, b.rs, jb, jb, kn, &mut panel) };
+            for i in 0..rb {
+                let row = &mut acc[i * jb..(i + 1) * jb];
+                for kk in 0..kn {
+                    let kidx = kb + kk;
+                    // SAFETY: (i0+i, kidx) is inside a; the value is exactly an f32.
+                    let av = unsafe { a.get_f64(i0 + i, kidx) } as f32;
+                    // SAFETY: only called when avx2 was detected and lanes32_ok holds.
+                    unsafe { step32_ne_avx2(r, row, &panel[kk * jb..(kk + 1) * jb], av) };
+                    if let Some(o) = outer {
+                        if (kidx + 1) % chunk == 0 || kidx + 1 == k {
+                            let trow = &mut tot[i * jb..(i + 1) * jb];
+                            for j in 0..jb {
+                                trow[j] = o.add(trow[j], row[j] as f64, 0);
+                                row[j] = 0.0;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        for i in 0..rb {
+            for j in 0..jb {
+                let v = if outer.is_some() { tot[i * jb + j] } else { acc[i * jb + j] as f64 };
+                // SAFETY: (i0+i, j0+j) is inside c and only this task writes it.
+                unsafe { *c.at(i0 + i, j0 + j) = v };
+            }
+        }
+    };
+    let ntasks = rblocks * cblocks;
+    if parallel::num_threads() > 1 && ntasks > 1 {
+        parallel::pool().install(|| (0..ntasks).into_par_iter().for_each(task));
+    } else {
+        (0..ntasks).for_each(task);
+    }
+    Ok(())
 }
 
 fn drive<R: Round>(r: &R, a: &Operand, b: &Operand, c: OutMat<f64>, spec: &AccumSpec, outer: Option<&Dyn>) -> Result<()> {
