@@ -5,8 +5,11 @@ from __future__ import annotations
 from . import _lowp
 from ._convert import ROUNDING_MODES, cast, decode, encode, round
 from ._gemm import empty, matmul, padded_ld, qmatmul, sum
+from ._dtypes import (bfloat16, float8_e4m3, float8_e4m3fn, float8_e4m3fnuz, float8_e5m2, float8_e5m2fnuz, posit8,
+                      posit16, posit32)
 from ._formats import FloatFormat, Format, IntFormat, PositFormat, finfo, format, named_formats
 from ._quant import QuantizedArray, quantize
+from ._ulp import nextafter, ulp
 
 __version__ = "0.1.0"
 
@@ -20,4 +23,10 @@ __all__ = [
     "quantize", "QuantizedArray",
     "set_num_threads", "get_num_threads",
     "matmul", "qmatmul", "sum", "padded_ld", "empty",
+    "ulp", "nextafter",
+    "bfloat16", "float8_e5m2", "float8_e4m3fn", "float8_e4m3", "float8_e4m3fnuz", "float8_e5m2fnuz",
+    "posit8", "posit16", "posit32",
 ]
+
+from . import sparse  # noqa: E402
+from . import testing, training  # noqa: E402

@@ -8,7 +8,7 @@ from typing import Any, Optional, Union
 import numpy as np
 
 from . import _lowp
-from ._formats import Format, FloatFormat, _canonical, _dtype_registry, format as _format
+from ._formats import Format, FloatFormat, PositFormat, _canonical, _dtype_registry, format as _format
 
 __all__ = ["round", "cast", "encode", "decode", "ROUNDING_MODES", "nextafter_scalar"]
 
@@ -55,8 +55,31 @@ _LOWP_DTYPE_NAMES = {
 }
 
 
-def _as_float_array(x: Any, arg: str = "x") -> np.ndarray:
-    """``x`` as a C-contiguous float32 or float64 array (low-precision dtypes are decoded exactly)."""
+def _contiguous(a: np.ndarray) -> np.ndarray:
+    """C-contiguous, keeping 0-d arrays 0-d (np.ascontiguousarray makes them 1-d)."""
+    return a if a.flags.c_contiguous else np.array(a, order="C")
+
+
+def _int_to_f64(a: np.ndarray) -> np.ndarray:
+    """Integers to float64 rounded to odd (truncate, then set the last kept bit when
+    anything was cut). A later rounding to a format of at most 50 significant bits is
+    then correctly rounded in every mode, as if from the exact integer (no double rounding)."""
+    if a.dtype.itemsize < 8:
+        return a.astype(np.float64)  # exact
+    u = a.view(np.uint64)
+    neg = a < 0 if a.dtype.kind == "i" else np.zeros(a.shape, bool)
+    mag = np.where(neg, ~u + np.uint64(1), u)  # |a| in uint64 (2^63 for the most negative int64)
+    e = np.frexp(mag.astype(np.float64))[1]  # bit length of |a| (one more if it rounded up)
+    shift = np.maximum(e - 53, 0).astype(np.uint64)
+    kept = (mag >> shift) << shift  # truncated to at most 53 significant bits
+    jam = (kept != mag).astype(np.uint64) << shift  # sticky: force the last kept bit to 1
+    v = (kept | jam).astype(np.float64)  # exact
+    return np.where(neg, -v, v)
+
+
+def _as_float_array(x: Any, arg: str = "x", fmt: Optional[Format] = None) -> np.ndarray:
+    """``x`` as a C-contiguous float32 or float64 array (low-precision dtypes are decoded exactly;
+    64-bit integers beyond 2**53 are rounded to odd when ``fmt`` is narrow enough for that to be exact)."""
     if isinstance(x, np.ndarray):
         a = x
     else:
@@ -65,20 +88,33 @@ def _as_float_array(x: Any, arg: str = "x") -> np.ndarray:
         except Exception as e:  # e.g. ragged nested sequences
             raise TypeError(f"{arg}: cannot be read as a numeric array: {e}") from None
     dt = a.dtype
+    if dt.kind == "f" and not dt.isnative:
+        a = a.astype(dt.newbyteorder("="))
+        dt = a.dtype
     if dt == np.float32 or dt == np.float64:
-        return np.ascontiguousarray(a)
+        return _contiguous(a)
     if dt.name in _LOWP_DTYPE_NAMES:
         f = _format(dt)
-        bits = np.ascontiguousarray(a).view(f.storage_dtype)
+        bits = _contiguous(a).view(f.storage_dtype)
         return decode(bits, f, dtype=np.float64 if not f._fits_f32() else np.float32)
     if dt == np.float16:
         return a.astype(np.float32)
+    if dt.kind in "iu" and fmt is not None and _significand_bits(fmt) <= 50:
+        return _int_to_f64(a)
     if dt.kind in "iub":
         return a.astype(np.float64)
     if dt.kind == "f":  # longdouble
         return a.astype(np.float64)
     raise TypeError(f"{arg}: unsupported dtype {dt}; accepted: float16/32/64, integers, bool, "
                     f"and the low-precision dtypes of lowp and ml_dtypes")
+
+
+def _significand_bits(f: Format) -> int:
+    if isinstance(f, FloatFormat):
+        return f.man_bits + 1
+    if isinstance(f, PositFormat):
+        return max(f.nbits - 3 - f.es, 1) + 1
+    return f.bits  # integers
 
 
 def _check_out(out: Any, shape: tuple, dtype: np.dtype) -> np.ndarray:
@@ -91,6 +127,17 @@ def _check_out(out: Any, shape: tuple, dtype: np.dtype) -> np.ndarray:
     if not out.flags.c_contiguous or not out.flags.writeable:
         raise ValueError("out: must be C-contiguous and writeable")
     return out
+
+
+def _into(res: np.ndarray, src: np.ndarray, call: Any) -> Any:
+    """``call(dst)`` writing into ``res``; through a temporary when ``res`` overlaps the
+    input (``out=x`` rounds in place; the kernels never see aliased buffers)."""
+    if np.may_share_memory(res, src):
+        tmp = np.empty(res.shape, res.dtype)
+        r = call(tmp)
+        res[...] = tmp
+        return r
+    return call(res)
 
 
 def _prepare(fmt: Any, rounding: Any, saturate: Any) -> tuple[Format, str, bool]:
@@ -118,14 +165,14 @@ def round(x: Any, fmt: Any, rounding: str = "nearest_even", *, saturate: bool = 
         raise TypeError(f"subnormals: expected a bool, got {type(subnormals).__name__}")
     if not subnormals and isinstance(f, FloatFormat) and f.subnormals:
         f = f.replace(subnormals=False)
-    a = _as_float_array(x)
+    a = _as_float_array(x, fmt=f)
     key = _seed_word(seed, r)
     nb = _rbits(rbits, a.dtype)
     if out is None:
         res = np.empty(a.shape, a.dtype)
     else:
         res = _check_out(out, a.shape, a.dtype)
-    bad = _lowp.round_into(a.reshape(-1), f._spec, res.reshape(-1), r, sat, key, nb)
+    bad = _into(res, a, lambda d: _lowp.round_into(a.reshape(-1), f._spec, d.reshape(-1), r, sat, key, nb))
     if bad:
         _raise_nan(f)
     return res
@@ -135,12 +182,12 @@ def encode(x: Any, fmt: Any, rounding: str = "nearest_even", *, saturate: bool =
            rbits: Optional[int] = None, out: Optional[np.ndarray] = None) -> np.ndarray:
     """Round ``x`` into ``fmt`` and return the encodings as uint8/16/32/64 (by ``fmt.bits``)."""
     f, r, sat = _prepare(fmt, rounding, saturate)
-    a = _as_float_array(x)
+    a = _as_float_array(x, fmt=f)
     key = _seed_word(seed, r)
     nb = _rbits(rbits, a.dtype)
     sd = f.storage_dtype
     res = np.empty(a.shape, sd) if out is None else _check_out(out, a.shape, sd)
-    bad = _lowp.encode_into(a.reshape(-1), f._spec, res.reshape(-1), r, sat, key, nb)
+    bad = _into(res, a, lambda d: _lowp.encode_into(a.reshape(-1), f._spec, d.reshape(-1), r, sat, key, nb))
     if bad:
         _raise_nan(f)
     return res
@@ -164,9 +211,11 @@ def decode(bits: Any, fmt: Any, dtype: Any = np.float32, *, out: Optional[np.nda
         b = b.view(np.dtype(f"u{b.dtype.itemsize}"))
     if b.dtype.itemsize not in (1, 2, 4, 8):
         raise TypeError(f"bits: unsupported dtype {b.dtype}")
-    b = np.ascontiguousarray(b)
+    if not b.dtype.isnative:
+        b = b.astype(b.dtype.newbyteorder("="))
+    b = _contiguous(b)
     res = np.empty(b.shape, dt) if out is None else _check_out(out, b.shape, dt)
-    _lowp.decode_into(b.reshape(-1), f._spec, res.reshape(-1))
+    _into(res, b, lambda d: _lowp.decode_into(b.reshape(-1), f._spec, d.reshape(-1)))
     return res
 
 
@@ -177,6 +226,11 @@ def cast(x: Any, dtype: Any, rounding: str = "nearest_even", *, saturate: bool =
     ``dtype`` may be a lowp or ml_dtypes dtype (the result is an array of it), numpy's
     float16/float32/float64 or int8, or a Format with a registered dtype.
     """
+    if isinstance(dtype, str):
+        try:
+            dtype = _format(dtype)  # a format name ("bf16", "e4m3fn", ...)
+        except ValueError as e:
+            raise ValueError(f"dtype: {e}".replace("dtype: fmt: ", "dtype: ")) from None
     if isinstance(dtype, Format):
         f = dtype
         dt = f.dtype
@@ -184,10 +238,15 @@ def cast(x: Any, dtype: Any, rounding: str = "nearest_even", *, saturate: bool =
             raise TypeError(f"dtype: {f!r} has no numpy dtype; use lowp.encode for its bits or lowp.round for values")
     else:
         try:
-            dt = np.dtype(dtype)
+            dt = np.dtype(dtype) if dtype is not None else None
         except TypeError:
-            raise TypeError(f"dtype: expected a numpy dtype or a Format, got {dtype!r}") from None
-        f = _format(dt)
+            dt = None
+        if dt is None:
+            raise TypeError(f"dtype: expected a numpy dtype or a Format, got {dtype!r}")
+        try:
+            f = _format(dt)
+        except TypeError as e:
+            raise TypeError(f"dtype: {e}".replace("dtype: fmt: ", "dtype: ")) from None
     f = _canonical(f)
     codes = encode(x, f, rounding, saturate=saturate, seed=seed, rbits=rbits)
     if dt in (np.float32, np.float64):
@@ -200,10 +259,10 @@ def nextafter_scalar(x: float, toward: float, fmt: Format) -> float:
     if math.isnan(x) or math.isnan(toward) or x == toward:
         return x if not math.isnan(toward) else math.nan
     mode = "up" if toward > x else "down"
-    # The neighbour is the rounding (toward `toward`) of x nudged by a sliver.
-    tiny = fmt.min_subnormal / 4
-    step = max(abs(x) * 2.0**-60, tiny)
-    y = x + step if toward > x else x - step
+    # The neighbour is the directed rounding of the next float64 after x (every
+    # format is narrower than float64, so that float64 lies strictly before the
+    # format's neighbour, or is it).
+    y = math.nextafter(x, toward)
     return float(round(np.array([y]), fmt, mode, saturate=True)[0])
 
 

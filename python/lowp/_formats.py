@@ -117,9 +117,11 @@ class Format:
         lowp's own dtypes first; for a named format without one, ml_dtypes' dtype of
         the same name when ml_dtypes has been imported."""
         dt = _dtype_registry.get(self._spec)
-        if dt is None and self._name:
+        named = _BY_SPEC.get(self._spec)  # FloatFormat(8, 7) stores like lowp.format("bf16")
+        name = self._name or (named._name if named is not None else None)
+        if dt is None and name:
             ml = sys.modules.get("ml_dtypes")
-            t = getattr(ml, self._name, None) if ml is not None else None
+            t = getattr(ml, name, None) if ml is not None else None
             if t is not None:
                 dt = np.dtype(t)
         return dt
@@ -368,6 +370,8 @@ def format(x: Any) -> Format:  # noqa: A001 - the public name of the API
     ``"int8"``...) or a dtype (lowp, ml_dtypes or numpy)."""
     if isinstance(x, Format):
         return x
+    if x is None:  # np.dtype(None) would silently mean float64
+        raise TypeError("fmt: expected a Format, a format name or a dtype, got None")
     if isinstance(x, str):
         key = x.strip().lower()
         key = _ALIASES.get(key, key)
@@ -379,6 +383,8 @@ def format(x: Any) -> Format:  # noqa: A001 - the public name of the API
             dt = None
         if dt is not None and dt.name in _NAMED:
             return _NAMED[dt.name]
+        if dt is not None:  # a numpy dtype's name, but not a format: an unsupported dtype
+            raise TypeError(f"fmt: dtype {dt} has no lowp format; accepted dtypes: {', '.join(sorted(_NAMED))}")
         raise ValueError(f"fmt: unknown format name {x!r}; accepted: {', '.join(sorted(_NAMED) + sorted(_ALIASES))}")
     try:
         dt = np.dtype(x)
@@ -426,8 +432,19 @@ class finfo:  # noqa: N801 - mirrors numpy.finfo
 
             self.epsneg = 1.0 - nextafter_scalar(1.0, -math.inf, f)
         self.negep = int(round(math.log2(self.epsneg)))
-        self.precision = int(-math.log10(self.eps))
-        self.resolution = 10.0 ** -self.precision
+        # Decimal digits as numpy computes them, but at least 1 as ml_dtypes reports
+        # for its 8-bit floats; the resolution is 10**-precision rounded into the format.
+        # (fewer when 10**-precision would round to 0 in a format of tiny range).
+        from ._convert import round as _round
+
+        def _resolution(p: int) -> float:
+            return float(_round(np.array([10.0**-p]), f, saturate=True)[0])
+
+        self.precision = max(int(-math.log10(self.eps)), 1)
+        self.resolution = _resolution(self.precision)
+        while self.resolution == 0 and self.precision > 0:
+            self.precision -= 1
+            self.resolution = _resolution(self.precision)
 
     def __repr__(self) -> str:
         return (f"lowp.finfo(resolution={self.resolution}, min={self.min:g}, max={self.max:g}, "

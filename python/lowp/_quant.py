@@ -114,6 +114,10 @@ def quantize(x: Any, fmt: Union[str, IntFormat] = "int8", *, axis: Optional[int]
     else:
         scale = (hi - lo) / (qmax - qmin)
     scale = np.where(scale > 0, scale, 1.0)
+    # Quantize with the float32 scale that is stored, so values and scale agree exactly
+    # (values * scale with the stored scale is what the integers were rounded from).
+    scale = np.asarray(scale, np.float32).astype(np.float64)
+    scale = np.where(np.isfinite(scale) & (scale > 0), scale, 1.0)
     if not symmetric:
         zp = np.clip(np.rint(qmin - lo / scale), qmin, qmax)
     shape = [1] * a.ndim

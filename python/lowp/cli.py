@@ -24,11 +24,11 @@ def _info(args: argparse.Namespace) -> int:
                      f"{f.eps:.6g}"))
     head = ("format", "bits", "layout", "max", "min normal", "min subnormal", "eps")
     widths = [max(len(r[i]) for r in rows + [head]) for i in range(len(head))]
-    line = "  ".join(h.ljust(w) for h, w in zip(head, widths))
+    line = "  ".join(h.ljust(w) for h, w in zip(head, widths)).rstrip()
     print(line)
     print("  ".join("-" * w for w in widths))
     for r in rows:
-        print("  ".join(c.ljust(w) for c, w in zip(r, widths)))
+        print("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
     print()
     print(f"threads: {_lowp.get_num_threads()}   path: {_lowp.get_isa()} (cpu best: {_lowp.detected_isa()})")
     return 0
@@ -39,6 +39,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     p_info = sub.add_parser("info", help="print every named format with its layout and limits")
     p_info.set_defaults(func=_info)
+    from .training.experiment import add_subparser as _add_experiment
+
+    _add_experiment(sub)
     args = parser.parse_args(argv)
     return int(args.func(args))
 

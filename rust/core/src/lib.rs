@@ -6,6 +6,7 @@ pub mod format;
 pub mod gemm;
 pub mod parallel;
 pub mod round;
+pub mod sparse;
 
 pub use format::{FloatFormat, Format, IntFormat, NanPolicy, PositFormat};
 pub use round::{Mode, RoundOpts, SeedKey};

@@ -6,13 +6,17 @@
 use pyo3::prelude::*;
 
 mod convert;
+mod dtypes;
 mod errors;
 mod gemm;
 mod spec;
+mod sparse;
 
 #[pymodule]
 fn _lowp(m: &Bound<'_, PyModule>) -> PyResult<()> {
     convert::register(m)?;
     gemm::register(m)?;
+    sparse::register(m)?;
+    dtypes::register(m)?;
     Ok(())
 }

@@ -11,6 +11,8 @@
 //! The fast paths are tested bit-for-bit against the reference, and stochastic
 //! rounding draws its bits from `(seed, element index)` on every path.
 
+#[cfg(target_arch = "x86_64")]
+mod avx2;
 mod fast;
 
 use std::any::TypeId;
@@ -114,6 +116,8 @@ pub fn set_isa(i: Option<Isa>) -> Result<()> {
 pub trait Code: Copy + Send + Sync + Default + 'static {
     const BYTES: usize;
     fn from_u64(v: u64) -> Self;
+    /// Truncating conversion from a 32-bit code.
+    fn from_u32(v: u32) -> Self;
     fn to_u64(self) -> u64;
 }
 
@@ -123,6 +127,8 @@ macro_rules! impl_code {
             const BYTES: usize = std::mem::size_of::<$t>();
             #[inline(always)]
             fn from_u64(v: u64) -> Self { v as $t }
+            #[inline(always)]
+            fn from_u32(v: u32) -> Self { v as $t }
             #[inline(always)]
             fn to_u64(self) -> u64 { self as u64 }
         }
@@ -166,6 +172,11 @@ impl Real for f64 {
 /// Below this many elements a call stays on the calling thread.
 pub const MIN_CHUNK: usize = 1 << 16;
 
+/// Outputs of at least this many bytes are written with streaming stores on
+/// the AVX2 path: they would not stay in cache anyway, and streaming saves
+/// reading the (often freshly mapped) destination before writing it.
+pub const STREAM_MIN_BYTES: usize = 8 << 20;
+
 /// Validate options against a format and the storage width.
 pub fn check(fmt: &Format, opts: &RoundOpts, code_bytes: usize) -> Result<()> {
     if !(1..=64).contains(&opts.rbits) {
@@ -203,13 +214,21 @@ pub fn encode<S: Real, C: Code>(fmt: &Format, src: &[S], dst: &mut [C], opts: &R
     }
     let rng = Rng::new(opts.key);
     let path = isa();
-    let fast = fast::EncodePlan::new::<S>(fmt, opts, path);
+    let mut fast = fast::EncodePlan::new::<S>(fmt, opts, path);
+    if let Some(plan) = &mut fast {
+        plan.nt = dst.len() * C::BYTES >= STREAM_MIN_BYTES;
+    }
+    let fast64 = fast::EncodePlan64::new::<S>(fmt, opts, path);
     zip_chunks(src, dst, MIN_CHUNK, |start, s, d| {
         let i0 = index0 + start as u64;
         if let Some(plan) = &fast {
             // SAFETY: S is f32 whenever a plan exists (EncodePlan::new checks).
             let s32 = unsafe { std::slice::from_raw_parts(s.as_ptr() as *const f32, s.len()) };
             plan.run(s32, d, i0);
+        } else if let Some(plan) = &fast64 {
+            // SAFETY: S is f64 whenever a plan exists (EncodePlan64::new checks).
+            let s64 = unsafe { std::slice::from_raw_parts(s.as_ptr() as *const f64, s.len()) };
+            plan.run(s64, d, i0);
         } else {
             for (j, (x, y)) in s.iter().zip(d.iter_mut()).enumerate() {
                 *y = C::from_u64(reference_encode_one(fmt, *x, opts, &rng, i0 + j as u64));
@@ -229,6 +248,21 @@ pub fn decode<C: Code, D: Real>(fmt: &Format, src: &[C], dst: &mut [D]) -> Resul
         return Err(Error::value(format!("out: length {} does not match bits' {}", dst.len(), src.len())));
     }
     let path = isa();
+    #[cfg(target_arch = "x86_64")]
+    if path == Isa::Avx2 && TypeId::of::<D>() == TypeId::of::<f32>() && C::BYTES <= 2 {
+        if let Some(plan) = fast::DecodePlan::new(fmt) {
+            // SAFETY: D is f32 (checked above).
+            let d32 = unsafe { std::slice::from_raw_parts_mut(dst.as_mut_ptr() as *mut f32, dst.len()) };
+            let nt = std::mem::size_of_val(d32) >= STREAM_MIN_BYTES;
+            zip_chunks(src, d32, MIN_CHUNK, |_, s, d| match &plan {
+                // SAFETY (all three): the Avx2 path is only chosen when the CPU has AVX2, FMA and F16C.
+                fast::DecodePlan::Bf16 => unsafe { avx2::decode_bf16(s, d, nt) },
+                fast::DecodePlan::F16 => unsafe { avx2::decode_f16(s, d, nt) },
+                fast::DecodePlan::Lanes(p) => unsafe { avx2::decode(p, s, d, nt) },
+            });
+            return Ok(());
+        }
+    }
     if path >= Isa::Sse2 && *fmt == Format::Float(crate::format::named::BFLOAT16) && TypeId::of::<D>() == TypeId::of::<f32>() {
         // SAFETY: D is f32 (checked above).
         let d32 = unsafe { std::slice::from_raw_parts_mut(dst.as_mut_ptr() as *mut f32, dst.len()) };
@@ -255,7 +289,11 @@ pub fn round<S: Real>(fmt: &Format, src: &[S], dst: &mut [S], opts: &RoundOpts, 
     }
     let rng = Rng::new(opts.key);
     let path = isa();
-    let fast = fast::EncodePlan::new::<S>(fmt, opts, path);
+    let mut fast = fast::EncodePlan::new::<S>(fmt, opts, path);
+    if let Some(plan) = &mut fast {
+        plan.nt = std::mem::size_of_val(dst) >= STREAM_MIN_BYTES;
+    }
+    let fast64 = fast::EncodePlan64::new::<S>(fmt, opts, path);
     zip_chunks(src, dst, MIN_CHUNK, |start, s, d| {
         let i0 = index0 + start as u64;
         if let Some(plan) = &fast {
@@ -263,6 +301,11 @@ pub fn round<S: Real>(fmt: &Format, src: &[S], dst: &mut [S], opts: &RoundOpts, 
             let s32 = unsafe { std::slice::from_raw_parts(s.as_ptr() as *const f32, s.len()) };
             let d32 = unsafe { std::slice::from_raw_parts_mut(d.as_mut_ptr() as *mut f32, d.len()) };
             plan.run_round(s32, d32, i0);
+        } else if let Some(plan) = &fast64 {
+            // SAFETY: S is f64 whenever a plan exists (EncodePlan64::new checks).
+            let s64 = unsafe { std::slice::from_raw_parts(s.as_ptr() as *const f64, s.len()) };
+            let d64 = unsafe { std::slice::from_raw_parts_mut(d.as_mut_ptr() as *mut f64, d.len()) };
+            plan.run_round(s64, d64, i0);
         } else {
             for (j, (x, y)) in s.iter().zip(d.iter_mut()).enumerate() {
                 let c = reference_encode_one(fmt, *x, opts, &rng, i0 + j as u64);

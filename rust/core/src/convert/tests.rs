@@ -44,14 +44,42 @@ fn formats() -> Vec<Format> {
     ]
 }
 
+fn paths() -> Vec<Isa> {
+    [Isa::Sse2, Isa::Avx2].into_iter().filter(|&i| i <= detected_isa()).collect()
+}
+
+/// Run a plan into codes of type C and widen them; with streaming stores,
+/// into a destination starting at every offset within 32 bytes.
+fn run_plan<C: Code>(plan: &mut fast::EncodePlan, xs: &[f32], i0: u64) -> Vec<u32> {
+    let mut got = vec![C::default(); xs.len()];
+    plan.nt = false;
+    plan.run(xs, &mut got, i0);
+    let got: Vec<u32> = got.iter().map(|c| c.to_u64() as u32).collect();
+    if cfg!(target_arch = "x86_64") {
+        plan.nt = true;
+        // Aligned, and the heads of every length class (1, some, all but one element short of 32 bytes).
+        for off in [0, 1, 3, 32 / C::BYTES - 1] {
+            let mut buf = vec![C::default(); xs.len() + off];
+            plan.run(xs, &mut buf[off..], i0);
+            for (i, c) in buf[off..].iter().enumerate() {
+                assert_eq!(c.to_u64() as u32, got[i], "streaming stores at offset {off}, element {i}");
+            }
+        }
+        plan.nt = false;
+    }
+    got
+}
+
 #[test]
 fn fast_paths_match_reference() {
-    let xs = probe_inputs();
-    let paths: Vec<Isa> = [Isa::Sse2, Isa::Avx2].into_iter().filter(|&i| i <= detected_isa()).collect();
+    let mut xs = probe_inputs();
+    // A length that is no multiple of any vector width, so tails run too.
+    xs.extend([1.5f32, -2.75, 3.0e-5, -7.0e-9, 65519.0]);
+    assert!(xs.len() % 32 != 0);
     for fmt in formats() {
         for mode in Mode::ALL {
             for saturate in [false, true] {
-                for rbits in [32u32, 7] {
+                for rbits in [32u32, 20, 7] {
                     if mode != Mode::Stochastic && rbits != 32 {
                         continue;
                     }
@@ -62,18 +90,34 @@ fn fast_paths_match_reference() {
                         .enumerate()
                         .map(|(i, &x)| reference_encode_one(&fmt, x, &opts, &rng, 1000 + i as u64) as u32)
                         .collect();
-                    for &path in &paths {
-                        let plan = fast::EncodePlan::new::<f32>(&fmt, &opts, path).expect("fast path applies");
-                        let mut got = vec![0u32; xs.len()];
-                        plan.run(&xs, &mut got, 1000);
-                        for i in 0..xs.len() {
-                            assert_eq!(got[i], want[i], "{fmt:?} {mode:?} sat={saturate} {path:?} x={:e} ({:#x})", xs[i], xs[i].to_bits());
+                    for &path in &paths() {
+                        let mut plan = fast::EncodePlan::new::<f32>(&fmt, &opts, path).expect("fast path applies");
+                        let mut outs = vec![("u32", run_plan::<u32>(&mut plan, &xs, 1000))];
+                        if fmt.bits() <= 16 {
+                            outs.push(("u16", run_plan::<u16>(&mut plan, &xs, 1000)));
                         }
-                        let mut vals = vec![0f32; xs.len()];
-                        plan.run_round(&xs, &mut vals, 1000);
-                        for i in 0..xs.len() {
-                            let w = fmt.decode(want[i] as u64) as f32;
-                            assert!(vals[i].to_bits() == w.to_bits() || (w.is_nan() && vals[i].is_nan()), "round {fmt:?} {mode:?} x={:e}", xs[i]);
+                        if fmt.bits() <= 8 {
+                            outs.push(("u8", run_plan::<u8>(&mut plan, &xs, 1000)));
+                        }
+                        for (ty, got) in outs {
+                            for i in 0..xs.len() {
+                                assert_eq!(
+                                    got[i], want[i],
+                                    "{fmt:?} {mode:?} sat={saturate} rbits={rbits} {path:?} {ty} x={:e} ({:#x})",
+                                    xs[i],
+                                    xs[i].to_bits()
+                                );
+                            }
+                        }
+                        for (nt, off) in [(false, 0), (true, 0), (true, 3)] {
+                            plan.nt = nt;
+                            let mut buf = vec![0f32; xs.len() + off];
+                            plan.run_round(&xs, &mut buf[off..], 1000);
+                            let vals = &buf[off..];
+                            for i in 0..xs.len() {
+                                let w = fmt.decode(want[i] as u64) as f32;
+                                assert_eq!(vals[i].to_bits(), w.to_bits(), "round {fmt:?} {mode:?} sat={saturate} {path:?} nt={nt} x={:e}", xs[i]);
+                            }
                         }
                     }
                 }
@@ -95,19 +139,161 @@ fn index_blocks_cross_2_pow_32() {
     assert_eq!(got, want);
 }
 
+/// Every code (with junk above the format's bits when the storage is wider),
+/// decoded on every path, equals the reference bit for bit (NaN included).
+fn check_decode<C: Code>(fmt: &Format, codes: &[C]) {
+    let mut want = vec![0f32; codes.len()];
+    let mut want64 = vec![0f64; codes.len()];
+    set_isa(Some(Isa::Scalar)).unwrap();
+    decode(fmt, codes, &mut want).unwrap();
+    decode(fmt, codes, &mut want64).unwrap();
+    for &path in &paths() {
+        set_isa(Some(path)).unwrap();
+        let mut got = vec![0f32; codes.len()];
+        decode(fmt, codes, &mut got).unwrap();
+        let mut got64 = vec![0f64; codes.len()];
+        decode(fmt, codes, &mut got64).unwrap();
+        #[cfg(target_arch = "x86_64")]
+        if path == Isa::Avx2 {
+            // Streaming stores, destination at every offset within 32 bytes.
+            if let Some(plan) = fast::DecodePlan::new(fmt) {
+                for off in 0..9 {
+                    let mut buf = vec![0f32; codes.len() + off];
+                    let d = &mut buf[off..];
+                    // SAFETY: this CPU has AVX2, FMA and F16C (path <= detected_isa()).
+                    match &plan {
+                        fast::DecodePlan::Bf16 => unsafe { avx2::decode_bf16(codes, d, true) },
+                        fast::DecodePlan::F16 => unsafe { avx2::decode_f16(codes, d, true) },
+                        fast::DecodePlan::Lanes(p) => unsafe { avx2::decode(p, codes, d, true) },
+                    }
+                    for i in 0..codes.len() {
+                        assert_eq!(d[i].to_bits(), want[i].to_bits(), "streaming {fmt:?} offset {off} code {:#x}", codes[i].to_u64());
+                    }
+                }
+            }
+        }
+        for i in 0..codes.len() {
+            let c = codes[i].to_u64();
+            assert_eq!(got[i].to_bits(), want[i].to_bits(), "{fmt:?} {path:?} code {c:#x}");
+            assert_eq!(got64[i].to_bits(), want64[i].to_bits(), "f64 {fmt:?} {path:?} code {c:#x}");
+        }
+    }
+    set_isa(None).unwrap();
+}
+
 #[test]
 fn decode_paths_agree() {
     for fmt in formats().into_iter().chain([Format::Posit(named::POSIT8), Format::Posit(named::POSIT16)]) {
-        let n = 1usize << fmt.bits().min(16);
-        let codes: Vec<u16> = (0..n as u32).map(|c| c as u16).collect();
-        let mut a = vec![0f32; n];
-        let mut b = vec![0f32; n];
-        set_isa(Some(Isa::Scalar)).unwrap();
-        decode(&fmt, &codes, &mut a).unwrap();
-        set_isa(None).unwrap();
-        decode(&fmt, &codes, &mut b).unwrap();
-        for i in 0..n {
-            assert!(a[i].to_bits() == b[i].to_bits() || (a[i].is_nan() && b[i].is_nan()), "{fmt:?} {i:#x}");
+        if fmt.bits() > 16 {
+            continue;
+        }
+        let n = 1u32 << fmt.bits();
+        // Twice over with junk in the unused upper bits, plus an odd tail.
+        let reps = |w: u32| (0..2 * n + 13).map(move |i| (i % n) | if i >= n { (0xffff_u32 << fmt.bits()) & w } else { 0 });
+        let c16: Vec<u16> = reps(0xffff).map(|c| c as u16).collect();
+        check_decode(&fmt, &c16);
+        if fmt.bits() <= 8 {
+            let c8: Vec<u8> = reps(0xff).map(|c| c as u8).collect();
+            check_decode(&fmt, &c8);
         }
     }
+}
+
+/// f64 inputs: every exponent near the range of any format of at most 32 bits
+/// (and a sample beyond), mantissas at and next to the tie of every shift,
+/// random mantissas, specials.
+fn probe_inputs64() -> Vec<f64> {
+    let mut v = vec![0.0f64, -0.0, f64::INFINITY, f64::NEG_INFINITY, f64::NAN, -f64::NAN, f64::MAX, f64::MIN_POSITIVE, 5e-324];
+    v.push(1.0 + 2f64.powi(-8) + 2f64.powi(-30));
+    v.push(f64::from_bits(0x7ff0_0000_0000_0001));
+    let mut s = 0x0123_4567_89ab_cdefu64;
+    let exps: Vec<u64> = (0..2048u64).filter(|&e| (1023 - 330..=1023 + 330).contains(&e) || e % 37 == 0 || e < 3 || e > 2044).collect();
+    for e in exps {
+        for sh in 0..53u32 {
+            for d in [-1i64, 0, 1] {
+                let m = ((1u64 << sh) as i64 + d) as u64 & ((1 << 52) - 1);
+                v.push(f64::from_bits((e << 52) | m));
+                v.push(f64::from_bits((1 << 63) | (e << 52) | (m ^ (0x5_5555_5555_5555 & ((1 << sh) - 1)))));
+            }
+        }
+        for _ in 0..24 {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            v.push(f64::from_bits((e << 52) | (s & 0x800f_ffff_ffff_ffff)));
+        }
+    }
+    v.push(3.0);
+    v
+}
+
+#[test]
+fn fast64_paths_match_reference() {
+    let xs = probe_inputs64();
+    for fmt in formats() {
+        for mode in Mode::ALL {
+            for saturate in [false, true] {
+                for rbits in [64u32, 40, 32, 7] {
+                    if mode != Mode::Stochastic && rbits != 64 {
+                        continue;
+                    }
+                    let opts = RoundOpts { mode, saturate, rbits, key: SeedKey::from_seed(11) };
+                    let rng = Rng::new(opts.key);
+                    let i0 = (1u64 << 32) - 7000;
+                    let want: Vec<u32> = xs
+                        .iter()
+                        .enumerate()
+                        .map(|(i, &x)| reference_encode_one(&fmt, x, &opts, &rng, i0 + i as u64) as u32)
+                        .collect();
+                    for &path in &paths() {
+                        let plan = fast::EncodePlan64::new::<f64>(&fmt, &opts, path).expect("fast path applies");
+                        let mut got = vec![0u32; xs.len()];
+                        plan.run(&xs, &mut got, i0);
+                        let mut got8 = vec![0u8; xs.len()];
+                        if fmt.bits() <= 8 {
+                            plan.run(&xs, &mut got8, i0);
+                        }
+                        let mut vals = vec![0f64; xs.len()];
+                        plan.run_round(&xs, &mut vals, i0);
+                        for i in 0..xs.len() {
+                            let ctx = || format!("{fmt:?} {mode:?} sat={saturate} rbits={rbits} {path:?} x={:e} ({:#x})", xs[i], xs[i].to_bits());
+                            assert_eq!(got[i], want[i], "{}", ctx());
+                            if fmt.bits() <= 8 {
+                                assert_eq!(got8[i] as u32, want[i], "u8 {}", ctx());
+                            }
+                            assert_eq!(vals[i].to_bits(), fmt.decode(want[i] as u64).to_bits(), "round {}", ctx());
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn f64_rounds_once() {
+    // 1 + 2^-8 + 2^-30 is above the midpoint 1 + 2^-8 of bf16's neighbours 1 and 1 + 2^-7.
+    let x = [1.0 + 2f64.powi(-8) + 2f64.powi(-30)];
+    let mut c = [0u16];
+    encode(&Format::Float(named::BFLOAT16), &x, &mut c, &RoundOpts::new(Mode::NearestEven), 0).unwrap();
+    assert_eq!(Format::Float(named::BFLOAT16).decode(c[0] as u64), 1.0078125);
+}
+
+#[test]
+fn special_kernels_are_chosen() {
+    use fast::Kind;
+    let kind = |f: FloatFormat, mode: Mode, saturate: bool| {
+        let opts = RoundOpts { mode, saturate, rbits: 32, key: SeedKey::from_seed(1) };
+        fast::EncodePlan::new::<f32>(&Format::Float(f), &opts, Isa::Avx2).unwrap().kind()
+    };
+    assert_eq!(kind(named::BFLOAT16, Mode::NearestEven, false), Kind::Bf16Ne);
+    assert_eq!(kind(named::BFLOAT16, Mode::Stochastic, false), Kind::Bf16Sr);
+    assert_eq!(kind(named::FLOAT16, Mode::NearestEven, false), Kind::F16c);
+    assert_eq!(kind(named::FLOAT16, Mode::Down, false), Kind::F16c);
+    for f in [named::FLOAT8_E4M3FN, named::FLOAT8_E5M2, named::FLOAT8_E4M3, named::FLOAT8_E4M3FNUZ, named::FLOAT8_E5M2FNUZ] {
+        assert_eq!(kind(f, Mode::NearestEven, false), Kind::Near, "{f:?}");
+        assert_eq!(kind(f, Mode::NearestEven, true), Kind::Near, "{f:?}");
+        assert_eq!(kind(f, Mode::Stochastic, false), Kind::Generic, "{f:?}");
+    }
+    assert_eq!(kind(named::BFLOAT16, Mode::NearestEven, true), Kind::Generic);
 }

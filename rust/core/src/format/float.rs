@@ -115,8 +115,14 @@ impl FloatFormat {
         }
     }
 
+    /// Does any encoding hold NaN? (Not with the ieee policy, inf and no mantissa
+    /// bits: the top binade's only code is inf.)
     pub fn has_nan(&self) -> bool {
-        self.nan != NanPolicy::None
+        match self.nan {
+            NanPolicy::None => false,
+            NanPolicy::Ieee => !(self.inf && self.man_bits == 0),
+            _ => true,
+        }
     }
 
     pub fn has_neg_zero(&self) -> bool {
@@ -253,7 +259,11 @@ impl FloatFormat {
             (k, Rem::low_bits(mant as u128, s))
         };
         let k = k as u64;
-        let up = round_up(opts.mode, negative, k & 1 == 1, rem, rand, opts.rbits);
+        // Ties to even / to odd look at the truncated code's last bit: that is k's
+        // parity when man_bits > 0 (base is a multiple of 2^m), the exponent's when
+        // man_bits == 0 (k is then always 1 in the normal range).
+        let code_odd = (base + k) & 1 == 1;
+        let up = round_up(opts.mode, negative, code_odd, rem, rand, opts.rbits);
         let kk = k + up as u64;
         let mag = if e_a < emin && !self.subnormals {
             // 0 or min normal.

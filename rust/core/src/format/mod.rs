@@ -194,6 +194,37 @@ mod tests {
         assert_eq!(POSIT8.encode(1e30, &rne(), 0), 0x7f);
         assert_eq!(POSIT8.encode(f64::NAN, &rne(), 0), 0x80);
         assert!(POSIT8.decode(0x80).is_nan());
+        let mut sat = rne();
+        sat.saturate = true;
+        assert_eq!(POSIT8.encode(f64::INFINITY, &sat, 0), 0x7f);
+        assert_eq!(POSIT8.encode(f64::NEG_INFINITY, &sat, 0), 0x81);
+        assert_eq!(POSIT8.encode(f64::NAN, &sat, 0), 0x80);
+        assert_eq!(POSIT8.encode(f64::INFINITY, &rne(), 0), 0x80);
+        // <2, es> is {0, 1, NaR, -1}: 1 is maxpos, eps is the gap below it.
+        assert_eq!(PositFormat::new(2, 0).unwrap().eps(), 1.0);
+        assert_eq!(PositFormat::new(3, 0).unwrap().eps(), 1.0);
+        assert_eq!(POSIT16.eps(), 2f64.powi(-11));
+    }
+
+    #[test]
+    fn ties_to_even_code_without_mantissa() {
+        // E4M0 (fn): 12 is the tie between 8 (code 0x0a) and 16 (code 0x0b): even code -> 8.
+        let f = FloatFormat::new(4, 0, None, true, NanPolicy::Fn, true).unwrap();
+        assert_eq!(f.decode(f.encode(12.0, &rne(), 0)), 8.0);
+        assert_eq!(f.decode(f.encode(24.0, &rne(), 0)), 32.0);
+        assert_eq!(f.decode(f.encode(12.0, &RoundOpts::new(Mode::Odd), 0)), 16.0);
+        assert_eq!(f.decode(f.encode(-12.0, &RoundOpts::new(Mode::NearestAway), 0)), -16.0);
+    }
+
+    #[test]
+    fn ieee_without_mantissa_has_no_nan() {
+        let f = FloatFormat::new(3, 0, None, true, NanPolicy::Ieee, true).unwrap();
+        assert!(!f.has_nan());
+        assert!(!Format::Float(f).has_nan());
+        assert_eq!(f.decode(f.encode(f64::INFINITY, &rne(), 0)), f64::INFINITY);
+        assert!(!(0..16).any(|c| f.decode(c).is_nan()));
+        let g = FloatFormat::new(3, 0, None, false, NanPolicy::Ieee, true).unwrap();
+        assert!(g.has_nan() && g.decode(g.encode(f64::NAN, &rne(), 0)).is_nan());
     }
 
     #[test]

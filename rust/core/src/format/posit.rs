@@ -87,8 +87,13 @@ impl PositFormat {
     /// Round `x` into the format (bit-string rounding of the standard for the
     /// nearest modes; the other modes pick between the same two neighbours).
     pub fn encode(&self, x: f64, opts: &RoundOpts, rand: u64) -> u64 {
-        if !x.is_finite() {
+        if x.is_nan() || (x.is_infinite() && !opts.saturate) {
             return self.nar();
+        }
+        if x.is_infinite() {
+            // saturate: infinities become +-maxpos like every out-of-range value
+            let m = self.max_code();
+            return if x < 0.0 { m.wrapping_neg() & self.mask() } else { m };
         }
         if x == 0.0 {
             return 0;
@@ -151,9 +156,12 @@ impl PositFormat {
         self.decode(1)
     }
 
-    /// Gap between 1 and the next posit.
+    /// Gap between 1 and the next posit (the gap below 1 when 1 is maxpos, as in <2, es>).
     pub fn eps(&self) -> f64 {
         let one = self.encode(1.0, &RoundOpts::new(crate::Mode::NearestEven), 0);
+        if one == self.max_code() {
+            return 1.0 - self.decode(one - 1);
+        }
         self.decode(one + 1) - 1.0
     }
 }

@@ -1,0 +1,162 @@
+"""Conversion throughput of lowp against ml_dtypes, numpy and a plain copy.
+
+Run: python benches/convert.py [--quick] [--threads 1,2] [--mb 64]
+
+Every figure comes from the same run: 64 MB of float32 input (16 Mi elements,
+standard normal), at 1 and then 2 threads (lowp.set_num_threads; ml_dtypes and
+numpy are single-threaded whatever the setting). Each rate is the best of
+several repeats, in GB/s of float32 data: input bytes / time for encoding and
+rounding, output bytes / time for decoding (the same 16 Mi float32 either way,
+so rows compare directly). Every call allocates its result, as ``astype`` does;
+the "out=" column is lowp writing into a preallocated array, and the copy rows
+show ``np.copyto`` into a preallocated array and ``np.copy`` into a fresh one.
+
+Targets (ratios measured side by side in this run):
+  f32->bf16 nearest-even       >= 2.4x ml_dtypes astype
+  f32->fp8 (e4m3fn, e5m2)      >= 20x  ml_dtypes astype
+  f32->fp16                    >= 12x  numpy astype(float16)
+  stochastic to bf16 and fp8   >= 0.5x lowp's own nearest-even rate
+  decode fp8->f32              >= 15x  ml_dtypes astype(float32)
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+
+import lowp
+
+try:
+    import ml_dtypes
+except ImportError:  # pragma: no cover - the bench needs it for its baselines
+    raise SystemExit("benches/convert.py needs ml_dtypes for its baselines (pip install ml_dtypes)")
+
+
+def best_times(fs, repeats: int) -> list:
+    """Best time of each function, calling them in turn (so a shared, noisy
+    machine disturbs every contender alike)."""
+    for f in fs:
+        f()  # warm up (page cache, thread pool, lookup tables)
+    best = [float("inf")] * len(fs)
+    for _ in range(repeats):
+        for i, f in enumerate(fs):
+            t0 = time.perf_counter()
+            f()
+            best[i] = min(best[i], time.perf_counter() - t0)
+    return best
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="fewer repeats and rows")
+    ap.add_argument("--threads", default="1,2", help="comma-separated thread counts (default 1,2)")
+    ap.add_argument("--mb", type=int, default=64, help="MB of float32 input (default 64)")
+    args = ap.parse_args()
+    repeats = 3 if args.quick else 7
+    n = args.mb * (1 << 20) // 4
+    nbytes = n * 4
+
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal(n, dtype=np.float32)
+    x64 = x.astype(np.float64) + rng.standard_normal(n) * 2.0**-30
+    e4 = x.astype(ml_dtypes.float8_e4m3fn)
+    e5 = x.astype(ml_dtypes.float8_e5m2)
+    b16 = x.astype(ml_dtypes.bfloat16)
+    f16 = x.astype(np.float16)
+    e4_bits, e5_bits, b16_bits, f16_bits = e4.view(np.uint8), e5.view(np.uint8), b16.view(np.uint16), f16.view(np.uint16)
+
+    # Bit-exactness of what is timed (a fast wrong kernel is no result).
+    assert np.array_equal(lowp.encode(x, "bf16"), b16_bits)
+    assert np.array_equal(lowp.encode(x, "e4m3fn"), e4_bits)
+    assert np.array_equal(lowp.encode(x, "e5m2"), e5_bits)
+    assert np.array_equal(lowp.encode(x, "float16"), f16_bits)
+    assert np.array_equal(lowp.decode(e4_bits, "e4m3fn"), e4.astype(np.float32))
+    assert np.array_equal(lowp.decode(e5_bits, "e5m2"), e5.astype(np.float32))
+
+    pre = {np.uint8: np.empty(n, np.uint8), np.uint16: np.empty(n, np.uint16), np.float32: np.empty(n, np.float32)}
+    copy_dst = np.empty_like(x)
+
+    def gbs(*fs) -> list:
+        return [nbytes / t / 1e9 for t in best_times(fs, repeats)]
+
+    print(f"lowp {lowp.__version__}, ml_dtypes {ml_dtypes.__version__}, numpy {np.__version__}; "
+          f"isa {lowp._lowp.get_isa()}; {args.mb} MB float32 input, best of {repeats}")
+    print("GB/s = float32 bytes (input for encode/round, output for decode) / time; the machine may be shared and noisy\n")
+
+    results = []  # (threads, name, ratio, target)
+    for th in [int(t) for t in args.threads.split(",")]:
+        lowp.set_num_threads(th)
+        copy_pre, copy_new = gbs(lambda: np.copyto(copy_dst, x), lambda: np.copy(x))
+        print(f"threads={th}    np.copyto (preallocated) {copy_pre:6.2f} GB/s    np.copy (fresh) {copy_new:6.2f} GB/s")
+        hdr = f"{'operation':34} {'lowp':>7} {'out=':>7} {'base':>7}  {'ratio':>7}  {'target':>7}  {'vs copy':>7}  baseline"
+        print(hdr)
+        print("-" * len(hdr))
+
+        rne_f = {"np.copy": lambda: np.copy(x)}  # baselines that are lowp's own calls
+
+        def row(name, f_lowp, f_base, base_name, target=None, out=None):
+            fs = [f_lowp, f_base if f_base is not None else rne_f[base_name]] + ([out] if out is not None else [])
+            r = gbs(*fs)
+            lo, base = r[0], r[1]
+            lo_out = r[2] if out is not None else None
+            ratio = lo / base
+            mark = ""
+            if target is not None:
+                mark = "PASS" if ratio >= target else "FAIL"
+                results.append((th, name, ratio, target))
+            tgt = f">={target:g}x" if target is not None else ""
+            o = f"{lo_out:7.2f}" if lo_out is not None else f"{'':7}"
+            print(f"{name:34} {lo:7.2f} {o} {base:7.2f}  {ratio:6.2f}x  {tgt:>7}  {lo / copy_new:6.2f}x  {base_name} {mark}")
+
+        def enc(fmt, dt, **kw):
+            return (lambda: lowp.encode(x, fmt, **kw)), (lambda: lowp.encode(x, fmt, out=pre[dt], **kw))
+
+        f, o = enc("bf16", np.uint16)
+        row("encode f32->bf16 nearest_even", f, lambda: x.astype(ml_dtypes.bfloat16), "ml_dtypes astype", 2.4, o)
+        f, o = enc("e4m3fn", np.uint8)
+        row("encode f32->e4m3fn nearest_even", f, lambda: x.astype(ml_dtypes.float8_e4m3fn), "ml_dtypes astype", 20, o)
+        f, o = enc("e5m2", np.uint8)
+        row("encode f32->e5m2 nearest_even", f, lambda: x.astype(ml_dtypes.float8_e5m2), "ml_dtypes astype", 20, o)
+        f, o = enc("float16", np.uint16)
+        row("encode f32->fp16 nearest_even", f, lambda: x.astype(np.float16), "numpy astype", 12, o)
+        for fmt, dt in (("bf16", np.uint16), ("e4m3fn", np.uint8), ("e5m2", np.uint8)):
+            rne_f[f"{fmt} rne"] = enc(fmt, dt)[0]
+            f, o = enc(fmt, dt, rounding="stochastic", seed=1)
+            row(f"encode f32->{fmt} stochastic", f, None, f"{fmt} rne", 0.5, o)
+        row("decode e4m3fn->f32", lambda: lowp.decode(e4_bits, "e4m3fn"), lambda: e4.astype(np.float32),
+            "ml_dtypes astype", 15, lambda: lowp.decode(e4_bits, "e4m3fn", out=pre[np.float32]))
+        row("decode e5m2->f32", lambda: lowp.decode(e5_bits, "e5m2"), lambda: e5.astype(np.float32),
+            "ml_dtypes astype", 15, lambda: lowp.decode(e5_bits, "e5m2", out=pre[np.float32]))
+        row("decode bf16->f32", lambda: lowp.decode(b16_bits, "bf16"), lambda: b16.astype(np.float32),
+            "ml_dtypes astype", None, lambda: lowp.decode(b16_bits, "bf16", out=pre[np.float32]))
+        row("decode fp16->f32", lambda: lowp.decode(f16_bits, "float16"), lambda: f16.astype(np.float32),
+            "numpy astype", None, lambda: lowp.decode(f16_bits, "float16", out=pre[np.float32]))
+        if not args.quick:
+            row("round f32 e4m3fn (value->value)", lambda: lowp.round(x, "e4m3fn"),
+                lambda: x.astype(ml_dtypes.float8_e4m3fn).astype(np.float32), "ml_dtypes astype x2", None,
+                lambda: lowp.round(x, "e4m3fn", out=pre[np.float32]))
+            row("round f32 bf16 (value->value)", lambda: lowp.round(x, "bf16"),
+                lambda: x.astype(ml_dtypes.bfloat16).astype(np.float32), "ml_dtypes astype x2", None,
+                lambda: lowp.round(x, "bf16", out=pre[np.float32]))
+            for fmt, dt, mdt in (("bf16", np.uint16, ml_dtypes.bfloat16), ("e4m3fn", np.uint8, ml_dtypes.float8_e4m3fn)):
+                # Half the elements, the same 64 MB of input.
+                h = x64[: n // 2]
+                row(f"encode f64->{fmt} nearest_even", lambda: lowp.encode(h, fmt), lambda: h.astype(mdt),
+                    "ml_dtypes astype", None)
+            for fmt in ("posit8", "posit16"):
+                row(f"encode f32->{fmt} nearest_even", lambda: lowp.encode(x, fmt), None, "np.copy", None)
+        print()
+
+    print("targets:")
+    ok = 0
+    for th, name, ratio, target in results:
+        passed = ratio >= target
+        ok += passed
+        print(f"  {'PASS' if passed else 'FAIL'}  threads={th}  {name:34} {ratio:6.2f}x (target >= {target:g}x)")
+    print(f"{ok}/{len(results)} targets met")
+
+
+if __name__ == "__main__":
+    main()

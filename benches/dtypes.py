@@ -1,0 +1,78 @@
+"""lowp dtypes against ml_dtypes, measured side by side in one run.
+
+Prints, for each dtype, at 1 and 2 threads: astype float32 -> dtype, dtype ->
+float32, and elementwise add / multiply / exp, as time(ml_dtypes) / time(lowp)
+(above 1: lowp is faster). Posits have no ml_dtypes counterpart: they are
+compared with the ml_dtypes type of the same width (posit8: float8_e4m3fn,
+posit16: bfloat16) and posit32 with numpy's float32 (marked "vs").
+
+Usage: python benches/dtypes.py [--n 4194304] [--reps 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import ml_dtypes
+import numpy as np
+
+import lowp
+
+NAMES = ["bfloat16", "float8_e5m2", "float8_e4m3fn", "float8_e4m3", "float8_e4m3fnuz", "float8_e5m2fnuz",
+         "posit8", "posit16", "posit32"]
+STAND_IN = {"posit8": ("float8_e4m3fn", ml_dtypes.float8_e4m3fn), "posit16": ("bfloat16", ml_dtypes.bfloat16),
+            "posit32": ("numpy float32", np.float32)}
+
+
+def best(f, reps):
+    f()
+    t = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        f()
+        t.append(time.perf_counter() - t0)
+    return min(t)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--n", type=int, default=1 << 22)
+    ap.add_argument("--reps", type=int, default=5)
+    args = ap.parse_args()
+    n, reps = args.n, args.reps
+    rng = np.random.default_rng(0)
+    x = (rng.standard_normal(n) * 4).astype(np.float32)
+    ops = ["f32->dtype", "dtype->f32", "add", "multiply", "exp"]
+    print(f"n = {n}; ratio = time(ml_dtypes) / time(lowp); lowp time in ns/element")
+    for threads in (1, 2):
+        lowp.set_num_threads(threads)
+        print(f"\nthreads = {threads}")
+        print(f"{'dtype':18s}" + "".join(f"{o:>22s}" for o in ops))
+        for name in NAMES:
+            lt = getattr(lowp, name)
+            label, mt = STAND_IN.get(name, (None, getattr(ml_dtypes, name, None)))
+            la = x.astype(lt)
+            ma = x.astype(mt)
+            cells = []
+            for op in ops:
+                if op == "f32->dtype":
+                    fl, fm = (lambda: x.astype(lt)), (lambda: x.astype(mt))
+                elif op == "dtype->f32":
+                    fl, fm = (lambda: la.astype(np.float32)), (lambda: ma.astype(np.float32))
+                else:
+                    u = getattr(np, op)
+                    if op == "exp":
+                        fl, fm = (lambda u=u: u(la)), (lambda u=u: u(ma))
+                    else:
+                        fl, fm = (lambda u=u: u(la, la)), (lambda u=u: u(ma, ma))
+                with np.errstate(all="ignore"):
+                    tl = best(fl, reps)
+                    tm = best(fm, reps)
+                cells.append(f"{tm / tl:8.2f}x ({tl / n * 1e9:5.2f} ns)")
+            vs = f"  (vs {label})" if label else ""
+            print(f"{name:18s}" + "".join(f"{c:>22s}" for c in cells) + vs)
+
+
+if __name__ == "__main__":
+    main()

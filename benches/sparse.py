@@ -1,0 +1,155 @@
+"""lowp.sparse against scipy.sparse and numpy sgemm, measured side by side in one run.
+
+    python benches/sparse.py [--quick]
+
+Prints GFLOP/s (2 * nonzeros * columns / time, or 2 * m * n * columns for dense)
+and ratios at 1 and 2 threads (scipy and numpy's runs are the same at both:
+scipy.sparse is single-threaded; numpy's BLAS uses its own threads).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import ml_dtypes
+import numpy as np
+import scipy.sparse as sp
+
+import lowp
+from lowp import sparse
+
+QUICK = "--quick" in sys.argv
+BUDGET = 0.15 if QUICK else 0.4  # seconds per measurement
+
+
+def best(fn, budget=BUDGET):
+    """Best time of repeated calls within about ``budget`` seconds (at least 3 calls)."""
+    fn()
+    ts = []
+    t_end = time.perf_counter() + budget
+    while len(ts) < 3 or time.perf_counter() < t_end:
+        t0 = time.perf_counter()
+        fn()
+        ts.append(time.perf_counter() - t0)
+        if len(ts) >= 50:
+            break
+    return min(ts)
+
+
+def gflops(flops, t):
+    return flops / t / 1e9
+
+
+def verdict(r, target):
+    return "ok" if r >= target else "below target"
+
+
+def random_csr(m, n, density, seed):
+    return sp.random_array((m, n), density=density, format="csr", dtype=np.float32, rng=seed)
+
+
+def bench_csr(name, s):
+    m, n = s.shape
+    rng = np.random.default_rng(1)
+    f32 = sparse.CSR.from_scipy(s)
+    b16 = sparse.CSR.from_scipy(s, dtype=ml_dtypes.bfloat16)
+    print(f"\n== {name}: {m}x{n}, nnz={s.nnz} ==")
+    print(f"{'op':10s} {'thr':>3s} {'scipy':>9s} {'lowp f32':>9s} {'lowp bf16':>9s}   ratio f32  ratio bf16  bf16/f32")
+    for k in (None, 64):
+        x = rng.standard_normal(n if k is None else (n, k)).astype(np.float32)
+        flops = 2 * s.nnz * (1 if k is None else k)
+        t_sc = best(lambda: s @ x)
+        for th in (1, 2):
+            lowp.set_num_threads(th)
+            t32 = best(lambda: f32 @ x)
+            t16 = best(lambda: b16 @ x)
+            op = "SpMV" if k is None else f"SpMM {k}"
+            tgt = 1.3 if k is None else (1.5 if th == 1 else 2.7)
+            print(f"{op:10s} {th:3d} {gflops(flops, t_sc):9.2f} {gflops(flops, t32):9.2f} {gflops(flops, t16):9.2f}"
+                  f"   {t_sc / t32:8.2f}x  {t_sc / t16:8.2f}x  {t32 / t16:7.2f}x"
+                  f"   (target {tgt}x: {verdict(t_sc / t32, tgt)}; bf16 >= f32: {verdict(t32 / t16, 1.0)})")
+
+
+def bench_bsr():
+    nb = 256  # 2048 x 2048 in 8x8 blocks
+    rng = np.random.default_rng(2)
+    mask = rng.random((nb, nb)) < 0.10
+    dense = np.zeros((nb * 8, nb * 8), np.float32)
+    blocks = rng.standard_normal((int(mask.sum()), 8, 8)).astype(np.float32)
+    bi, bj = np.nonzero(mask)
+    d4 = dense.reshape(nb, 8, nb, 8)
+    d4[bi, :, bj, :] = blocks
+    s = sp.csr_array(dense)
+    A = sparse.BSR.from_dense(dense, blocksize=(8, 8))
+    A4 = sparse.BSR.from_dense(dense, blocksize=(4, 4))
+    print(f"\n== BSR 8x8, 10% block density: 2048x2048, nnz={s.nnz} (vs scipy CSR of the same matrix) ==")
+    for k in (None, 64):
+        x = rng.standard_normal(2048 if k is None else (2048, k)).astype(np.float32)
+        flops = 2 * s.nnz * (1 if k is None else k)
+        t_sc = best(lambda: s @ x)
+        for th in (1, 2):
+            lowp.set_num_threads(th)
+            t8 = best(lambda: A @ x)
+            t4 = best(lambda: A4 @ x)
+            op = "SpMV" if k is None else f"SpMM {k}"
+            print(f"{op:10s} thr={th}  scipy CSR {gflops(flops, t_sc):7.2f}  BSR8 {gflops(flops, t8):7.2f} "
+                  f"({t_sc / t8:5.2f}x, target 3x: {verdict(t_sc / t8, 3.0)})  "
+                  f"BSR4 {gflops(flops, t4):7.2f} ({t_sc / t4:5.2f}x)")
+
+
+def bench_nm():
+    m = n = 2048
+    rng = np.random.default_rng(3)
+    dense = sparse.prune_nm(rng.standard_normal((m, n)).astype(np.float32), 2, 4)
+    A = sparse.NM.from_dense(dense)
+    A16 = sparse.NM.from_dense(dense, dtype=ml_dtypes.bfloat16)
+    print(f"\n== 2:4 structured {m}x{n} vs dense numpy sgemm of the same matrix (time ratio) ==")
+    for k in (64, 512):
+        x = rng.standard_normal((n, k)).astype(np.float32)
+        t_d = best(lambda: dense @ x)
+        for th in (1, 2):
+            lowp.set_num_threads(th)
+            t = best(lambda: A @ x)
+            t16 = best(lambda: A16 @ x)
+            print(f"k={k:4d} thr={th}  sgemm {gflops(2 * m * n * k, t_d):7.1f} GFLOP/s {t_d * 1e3:7.2f} ms   "
+                  f"2:4 f32 {t * 1e3:7.2f} ms ({t_d / t:5.2f}x, target 1x: {verdict(t_d / t, 1.0)})   "
+                  f"2:4 bf16 {t16 * 1e3:7.2f} ms ({t_d / t16:5.2f}x)")
+
+
+def memory():
+    s = random_csr(2048, 2048, 0.10, 4)
+    x = s.toarray()
+    nm = sparse.prune_nm(x, 2, 4)
+    print("\n== memory, 2048x2048 at 10% (N:M: the same matrix pruned 2:4 first, 50% dense) ==")
+    print(f"{'format':10s} {'dtype':10s} {'bytes':>12s} {'bytes/nnz':>10s}")
+    print(f"{'scipy csr':10s} {'float32':10s} {s.data.nbytes + s.indices.nbytes + s.indptr.nbytes:12d} "
+          f"{(s.data.nbytes + s.indices.nbytes + s.indptr.nbytes) / s.nnz:10.2f}")
+    for dt in (np.float32, ml_dtypes.bfloat16, ml_dtypes.float8_e4m3fn):
+        for cls in (sparse.CSR, sparse.CSC, sparse.COO, sparse.BSR):
+            M = cls.from_dense(x, dtype=dt) if cls is not sparse.BSR else cls.from_dense(x, dtype=dt, blocksize=(4, 4))
+            label = cls.__name__ + (" 4x4" if cls is sparse.BSR else "")
+            print(f"{label:10s} {np.dtype(dt).name:10s} {M.nbytes:12d} {M.nbytes / s.nnz:10.2f}")
+        M = sparse.NM.from_dense(nm, dtype=dt)
+        nnz = np.count_nonzero(nm)
+        print(f"{'NM 2:4':10s} {np.dtype(dt).name:10s} {M.nbytes:12d} {M.nbytes / nnz:10.2f}   "
+              f"(CSR of it: {sparse.CSR.from_dense(nm, dtype=dt).nbytes})")
+
+
+def main():
+    old = lowp.get_num_threads()
+    print(f"lowp sparse benchmark; isa={lowp._lowp.get_isa()}, threads available={old}")
+    try:
+        t0 = time.perf_counter()
+        bench_csr("random 1%", random_csr(20000, 20000, 0.01, 0))
+        bench_csr("random 10%", random_csr(2048, 2048, 0.10, 1))
+        bench_bsr()
+        bench_nm()
+        memory()
+        print(f"\n(total {time.perf_counter() - t0:.0f} s)")
+    finally:
+        lowp.set_num_threads(old)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,82 @@
+"""The numpy dtypes of lowp: scalar types registered by the native module.
+
+``bfloat16``, the five fp8 types and ``posit8/16/32`` are numpy scalar types
+(subclasses of ``numpy.generic``) with registered dtypes, casts and ufunc loops.
+
+Living beside ml_dtypes: lowp never writes into ``numpy.sctypeDict``, so
+ml_dtypes' names stay its own. When ml_dtypes is imported (before or after
+lowp), casts between each ml_dtypes dtype and the lowp dtype of the same name
+are registered as bit copies, so ``astype`` between them is exact both ways.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import numpy as np
+
+from . import _lowp
+from ._convert import _register_dtype
+from ._formats import _NAMED
+
+__all__ = [
+    "bfloat16", "float8_e5m2", "float8_e4m3fn", "float8_e4m3", "float8_e4m3fnuz", "float8_e5m2fnuz",
+    "posit8", "posit16", "posit32", "DTYPE_NAMES",
+]
+
+DTYPE_NAMES = ("bfloat16", "float8_e5m2", "float8_e4m3fn", "float8_e4m3", "float8_e4m3fnuz", "float8_e5m2fnuz",
+               "posit8", "posit16", "posit32")
+
+bfloat16 = _lowp.bfloat16
+float8_e5m2 = _lowp.float8_e5m2
+float8_e4m3fn = _lowp.float8_e4m3fn
+float8_e4m3 = _lowp.float8_e4m3
+float8_e4m3fnuz = _lowp.float8_e4m3fnuz
+float8_e5m2fnuz = _lowp.float8_e5m2fnuz
+posit8 = _lowp.posit8
+posit16 = _lowp.posit16
+posit32 = _lowp.posit32
+
+for _name in DTYPE_NAMES:
+    _register_dtype(_NAMED[_name]._spec, np.dtype(getattr(_lowp, _name)))
+
+
+def _link_ml_dtypes(ml: Any) -> None:
+    """Register bit-copy casts between ml_dtypes' dtypes and lowp's of the same name."""
+    for name in DTYPE_NAMES:
+        t = getattr(ml, name, None)
+        if t is not None:
+            _lowp._register_equivalent(name, np.dtype(t))
+
+
+class _MlDtypesHook:
+    """Import hook: links ml_dtypes' dtypes once ml_dtypes finishes importing."""
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
+        if fullname != "ml_dtypes":
+            return None
+        import importlib.machinery
+
+        sys.meta_path.remove(self)
+        try:
+            spec = importlib.machinery.PathFinder.find_spec(fullname, path)
+        finally:
+            pass
+        if spec is None or spec.loader is None:
+            return spec
+        loader = spec.loader
+        exec_module = loader.exec_module
+
+        def exec_and_link(module: Any) -> None:
+            exec_module(module)
+            _link_ml_dtypes(module)
+
+        loader.exec_module = exec_and_link  # type: ignore[method-assign]
+        return spec
+
+
+if "ml_dtypes" in sys.modules:
+    _link_ml_dtypes(sys.modules["ml_dtypes"])
+else:
+    sys.meta_path.insert(0, _MlDtypesHook())

@@ -1,0 +1,189 @@
+"""Units in the last place and neighbours of values in any format: ``lowp.ulp``, ``lowp.nextafter``.
+
+Both work on *ordinals*: an integer per representable value such that consecutive
+representable values have consecutive ordinals (+0 and -0 share ordinal 0). For binary
+floats the ordinal is the sign-magnitude code read as a signed magnitude (minus the
+unused subnormal codes when the format flushes subnormals); for posits it is the code
+read as a two's complement integer (posit codes are ordered that way); for integers it
+is the value itself.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ._convert import _as_float_array, decode, encode, round as _round
+from ._formats import FloatFormat, Format, IntFormat, PositFormat, format as _format
+
+__all__ = ["ulp", "nextafter"]
+
+
+def _as_f64(x: Any, arg: str) -> np.ndarray:
+    # Low-precision dtypes are decoded exactly; float16/32 and integers widen exactly.
+    a = _as_float_array(x, arg)
+    return a.astype(np.float64).reshape(np.shape(x))
+
+
+def _subnormal_gap(f: FloatFormat) -> int:
+    """Number of subnormal codes a format without subnormals leaves unused."""
+    return 0 if f.subnormals else (1 << f.man_bits) - 1
+
+
+def _ordinal_limits(f: Format) -> tuple[int, int]:
+    """(lowest, highest) ordinal of a finite value of ``f``."""
+    if isinstance(f, IntFormat):
+        return int(f.min), int(f.max)
+    hi = int(_ordinals(np.array([f.max]), f)[0])
+    return -hi, hi
+
+
+def _ordinals(v: np.ndarray, f: Format) -> np.ndarray:
+    """Ordinals (int64) of values ``v`` (float64) that are finite and representable in ``f``."""
+    if isinstance(f, IntFormat):
+        return v.astype(np.int64)
+    codes = encode(v, f).astype(np.uint64)
+    n = f.bits
+    if isinstance(f, PositFormat):
+        # Two's complement: codes >= 2**(n-1) are negative.
+        c = codes.astype(np.int64)
+        return np.where(c >= (1 << (n - 1)), c - (1 << n), c)
+    assert isinstance(f, FloatFormat)
+    sign_bit = np.uint64(1) << np.uint64(n - 1)
+    mag = (codes & (sign_bit - np.uint64(1))).astype(np.int64)
+    gap = _subnormal_gap(f)
+    if gap:
+        mag = np.where(mag > 0, mag - gap, 0)
+    return np.where((codes & sign_bit) != 0, -mag, mag)
+
+
+def _from_ordinals(o: np.ndarray, f: Format) -> np.ndarray:
+    """Values (float64) of ordinals ``o``; beyond the finite range: +-inf if ``f`` has
+    infinities, else NaN."""
+    lo, hi = _ordinal_limits(f)
+    over = o > hi
+    under = o < lo
+    oc = np.clip(o, lo, hi)
+    if isinstance(f, IntFormat):
+        out = oc.astype(np.float64)
+    elif isinstance(f, PositFormat):
+        n = f.bits
+        codes = np.where(oc < 0, oc + (1 << n), oc).astype(np.uint64)
+        out = decode(codes.astype(f.storage_dtype), f, np.float64)
+    else:
+        assert isinstance(f, FloatFormat)
+        mag = np.abs(oc)
+        gap = _subnormal_gap(f)
+        if gap:
+            mag = np.where(mag > 0, mag + gap, 0)
+        codes = mag.astype(np.uint64) | np.where(oc < 0, np.uint64(1) << np.uint64(f.bits - 1), np.uint64(0))
+        out = decode(codes.astype(f.storage_dtype), f, np.float64)
+        # No negative zero in formats that lack one (fnuz): canonical +0.
+        out = np.where(oc == 0, 0.0, out)
+    has_inf = isinstance(f, FloatFormat) and f.inf
+    if over.any() or under.any():
+        out = np.where(over, np.inf if has_inf else np.nan, out)
+        out = np.where(under, -np.inf if has_inf else np.nan, out)
+    return out
+
+
+def _representable(v: np.ndarray, f: Format) -> np.ndarray:
+    """Which finite entries of ``v`` are exactly representable in ``f``."""
+    fin = np.isfinite(v)
+    r = np.zeros(v.shape, bool)
+    if fin.any():
+        vf = v[fin]
+        r[fin] = _round(vf, f, "nearest_even", saturate=True) == vf
+    return r
+
+
+def _next_up(x: np.ndarray, f: Format) -> np.ndarray:
+    """The smallest value of ``f`` strictly greater than ``x`` (finite float64 ``x``)."""
+    lo, hi = _ordinal_limits(f)
+    fmax = float(_from_ordinals(np.array([hi]), f)[0])
+    fmin = float(_from_ordinals(np.array([lo]), f)[0])
+    out = np.empty_like(x)
+    big = x >= fmax
+    small = x < fmin
+    mid = ~big & ~small
+    has_inf = isinstance(f, FloatFormat) and f.inf
+    out[big] = np.inf if has_inf else np.nan
+    out[small] = fmin
+    if mid.any():
+        xm = x[mid]
+        r = _round(xm, f, "up", saturate=True)
+        o = _ordinals(r, f)
+        o = np.where(r > xm, o, o + 1)
+        out[mid] = _from_ordinals(o, f)
+    return out
+
+
+def nextafter(x: Any, y: Any, fmt: Any) -> np.ndarray:
+    """The next value of ``fmt`` after ``x`` in the direction of ``y`` (elementwise, float64).
+
+    As ``numpy.nextafter`` but in any lowp format: for a representable ``x`` its
+    neighbour toward ``y``; for any other ``x`` the nearest value of ``fmt`` strictly
+    beyond ``x`` toward ``y``. ``x == y`` gives ``y``; NaN in either gives NaN. Stepping
+    past the largest finite value gives inf when ``fmt`` has infinities and NaN
+    otherwise (posits, fn/fnuz floats, integers). Infinite ``x`` steps to the largest
+    finite value toward ``y``. Returns a float64 array (a scalar for scalar inputs).
+    """
+    f = _format(fmt)
+    xa = _as_f64(x, "x")
+    ya = _as_f64(y, "y")
+    xa, ya = np.broadcast_arrays(xa, ya)
+    out = np.full(xa.shape, np.nan)
+    eq = xa == ya
+    out[eq] = ya[eq]
+    up = (ya > xa) & ~np.isnan(xa)
+    down = (ya < xa) & ~np.isnan(xa)
+    if isinstance(f, PositFormat):
+        # Posits have no infinities: inf is not a posit and has no neighbours.
+        up &= np.isfinite(xa)
+        down &= np.isfinite(xa)
+    if up.any():
+        out[up] = _next_up(np.maximum(xa[up], -np.finfo(np.float64).max), f)
+    if down.any():
+        if isinstance(f, IntFormat):
+            xd = xa[down]
+            lo, hi = _ordinal_limits(f)
+            c = np.ceil(np.minimum(xd, np.float64(hi) + 1)) - 1
+            out[down] = np.where(c < lo, np.nan, c)
+        else:
+            # Floats and posits are symmetric about zero.
+            out[down] = -_next_up(np.maximum(-xa[down], -np.finfo(np.float64).max), f)
+    return out[()] if out.ndim == 0 else out
+
+
+def ulp(x: Any, fmt: Any) -> np.ndarray:
+    """The unit in the last place of ``x`` in ``fmt`` (elementwise, float64).
+
+    The gap between the two consecutive values of ``fmt`` that bracket ``|x|``, the
+    upper one strictly above ``|x|``: for a representable ``x`` that is the distance from
+    ``|x|`` to the next larger magnitude (``numpy.spacing``), so ``ulp(1, fmt) == fmt.eps``
+    and ``ulp(0, fmt)`` is the smallest positive value. At and beyond the largest finite
+    value it is the gap just below it. Integers: 1. NaN and infinities give NaN.
+    """
+    f = _format(fmt)
+    xa = np.abs(_as_f64(x, "x"))
+    out = np.full(xa.shape, np.nan)
+    fin = np.isfinite(xa)
+    if fin.any():
+        a = xa[fin]
+        if isinstance(f, IntFormat):
+            res = np.ones_like(a)
+        else:
+            lo_v = _round(a, f, "down", saturate=True)
+            o = _ordinals(lo_v, f)
+            # Posits never round a nonzero value to 0: below minpos "down" gives minpos.
+            above = lo_v > a
+            if above.any():
+                o = np.where(above, o - 1, o)
+                lo_v = np.where(above, _from_ordinals(o, f), lo_v)
+            _, hi = _ordinal_limits(f)
+            top = o >= hi
+            nxt = _from_ordinals(np.where(top, o - 1, o + 1), f)
+            res = np.where(top, lo_v - nxt, nxt - lo_v)
+        out[fin] = res
+    return out[()] if out.ndim == 0 else out

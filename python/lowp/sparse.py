@@ -1,0 +1,1207 @@
+"""Sparse matrices with low-precision values: CSR, CSC, COO, BSR and N:M structured.
+
+Values are float32, float16, int8 (with a per-matrix ``scale``) or any low-precision
+format (bf16, fp8, posits; ml_dtypes/lowp dtypes or a :class:`lowp.Format`). Low-precision
+values are stored as their encodings and decoded on the fly inside the Rust kernels, so
+``A @ x`` reads 1 or 2 bytes per value. Products accumulate in float32 and return float32.
+
+Index arrays are int32 (int64 when a count exceeds 2**31 - 1, or when given so).
+``M.nbytes`` counts values, indices and pointers. ``x @ M`` and ``M.T @ x`` run the
+transposed product directly, without building the transpose.
+
+Conversions keep the values' encodings, so dense -> sparse -> dense, scipy -> lowp ->
+scipy and conversions between formats are exact. scipy has no float16 or low-precision
+dtypes: ``to_scipy`` gives float32 values for those (exactly the same numbers).
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from typing import Any, Optional
+
+import numpy as np
+
+from . import _lowp
+from ._convert import _as_float_array, _check_rounding, decode, encode
+from ._convert import round as _round
+from ._formats import Format, format as _format
+
+try:  # ml_dtypes provides the numpy dtypes of bf16/fp8 until lowp registers its own.
+    import ml_dtypes  # noqa: F401
+except ImportError:  # pragma: no cover
+    pass
+
+__all__ = ["CSR", "CSC", "COO", "BSR", "NM", "prune", "prune_nm", "issparse"]
+
+_F32 = np.dtype(np.float32)
+_FMT_F32 = _format("float32")
+_FMT_BF16 = _format("bfloat16")
+_I32_MAX = np.iinfo(np.int32).max
+
+
+# ---------------------------------------------------------------- values
+
+def _target_format(dtype: Any) -> Optional[Format]:
+    """The stored format for a requested ``dtype`` (None: float32)."""
+    if isinstance(dtype, Format):
+        f = dtype
+    else:
+        try:
+            dt = np.dtype(dtype) if not isinstance(dtype, str) else None
+        except TypeError:
+            raise TypeError(f"dtype: expected a numpy dtype, a format name or a Format, got {dtype!r}") from None
+        if dt is not None and dt == np.float64:
+            raise TypeError("dtype: float64 values are not stored; accepted: float32, float16, int8, "
+                            "and low-precision dtypes or formats (bf16, fp8, posits)")
+        try:
+            f = _format(dtype)
+        except (TypeError, ValueError) as e:
+            raise TypeError(f"dtype: {e}") from None
+    if f._spec == _FMT_F32._spec:
+        return None
+    if f.bits > 32 or (f.bits > 16 and f.storage_dtype.itemsize > 4):
+        raise TypeError(f"dtype: {f!r} is wider than 32 bits; accepted formats have at most 32")
+    return f
+
+
+def _source_format(dt: np.dtype) -> Optional[Format]:
+    """The format already held by an array of dtype ``dt`` (None: store as float32)."""
+    if dt == np.float32 or dt == np.float64 or dt.kind in "bu" or (dt.kind == "i" and dt != np.int8):
+        return None
+    if dt == np.float16 or dt == np.int8:
+        return _format(dt)
+    try:
+        return _format(dt)
+    except (TypeError, ValueError):
+        raise TypeError(f"data: unsupported dtype {dt}; accepted: float32/64, float16, int8, integers, "
+                        "and the low-precision dtypes of lowp and ml_dtypes") from None
+
+
+def _encode_values(x: np.ndarray, fmt: Optional[Format], rounding: str = "nearest_even", saturate: bool = False,
+                   seed: Any = None) -> np.ndarray:
+    """Values ``x`` (any supported dtype) stored in ``fmt``: float32 values or codes."""
+    src = _source_format(x.dtype)
+    if src is not None and fmt is not None and src._spec == fmt._spec:
+        return np.ascontiguousarray(x).view(fmt.storage_dtype)
+    if fmt is None:
+        if x.dtype == np.float32:
+            return np.ascontiguousarray(x)
+        xf = _as_float_array(x, "data")
+        if rounding == "nearest_even":
+            return xf.astype(np.float32)
+        return _round(xf.astype(np.float64), _FMT_F32, rounding, saturate=saturate, seed=seed).astype(np.float32)
+    xf = _as_float_array(x, "data")
+    return encode(xf, fmt, rounding, saturate=saturate, seed=seed)
+
+
+_TABLES: dict = {}
+
+
+def _table(fmt: Format, scale: float) -> np.ndarray:
+    """f32 values of every code of an 8/16-bit format, times ``scale`` (cached)."""
+    key = (fmt._spec, scale)
+    t = _TABLES.get(key)
+    if t is None:
+        size = 256 if fmt.storage_dtype.itemsize == 1 else 65536
+        t = np.full(size, np.nan, np.float32)
+        codes = np.arange(2 ** fmt.bits, dtype=np.uint64).astype(fmt.storage_dtype)
+        vals = decode(codes, fmt, np.float64) * scale
+        t[: codes.size] = vals.astype(np.float32)
+        if len(_TABLES) > 64:
+            _TABLES.clear()
+        _TABLES[key] = t
+    return t
+
+
+def _decode_values(v: np.ndarray, fmt: Optional[Format], dtype: Any = np.float64) -> np.ndarray:
+    if fmt is None:
+        return v.astype(dtype)
+    return decode(v, fmt, dtype)
+
+
+def _as_dense_f32(x: Any, arg: str = "x") -> np.ndarray:
+    if isinstance(x, np.ndarray) and x.dtype == np.float32:
+        return np.ascontiguousarray(x)
+    if issparse(x) or _is_scipy_sparse(x):
+        raise TypeError(f"{arg}: sparse @ sparse is not supported; convert one operand with .to_dense()")
+    a = _as_float_array(x, arg)
+    return np.ascontiguousarray(a, dtype=np.float32)
+
+
+# ---------------------------------------------------------------- indices
+
+def _as_index(a: Any, name: str) -> np.ndarray:
+    arr = np.asarray(a)
+    if arr.ndim != 1:
+        raise ValueError(f"{name}: must be 1-D, got shape {arr.shape}")
+    if arr.size and arr.dtype.kind not in "iu":
+        raise ValueError(f"{name}: must hold integers, got dtype {arr.dtype}")
+    return arr
+
+
+def _index_pair(a: np.ndarray, b: np.ndarray, maxval: int) -> tuple[np.ndarray, np.ndarray]:
+    """Both arrays as one index dtype: kept when already int32/int64 and equal, else the
+    smallest of int32/int64 holding ``maxval``; values out of range fail validation later."""
+    if a.dtype == b.dtype and a.dtype in (np.int32, np.int64) and (a.dtype == np.int64 or maxval <= _I32_MAX):
+        return np.ascontiguousarray(a), np.ascontiguousarray(b)
+    big = maxval > _I32_MAX
+    for arr in (a, b):
+        if arr.size and arr.dtype.kind == "u" and arr.max() > np.iinfo(np.int64).max:
+            big = True
+        if arr.size and arr.dtype.kind in "iu" and (int(arr.max()) > _I32_MAX or int(arr.min()) < -_I32_MAX - 1):
+            big = True
+    dt = np.int64 if big else np.int32
+    return np.ascontiguousarray(a, dtype=dt), np.ascontiguousarray(b, dtype=dt)
+
+
+def _compact_pair(a: np.ndarray, b: np.ndarray, maxval: int) -> tuple[np.ndarray, np.ndarray]:
+    """Computed (hence valid) indices as int32 when ``maxval`` fits, else int64."""
+    dt = np.int32 if maxval <= _I32_MAX else np.int64
+    return np.ascontiguousarray(a, dtype=dt), np.ascontiguousarray(b, dtype=dt)
+
+
+def _check_shape(shape: Any) -> tuple[int, int]:
+    try:
+        m, n = (operator_index(s) for s in shape)
+    except Exception:
+        raise ValueError(f"shape: expected two non-negative ints, got {shape!r}") from None
+    if m < 0 or n < 0:
+        raise ValueError(f"shape: expected two non-negative ints, got {shape!r}")
+    return m, n
+
+
+def operator_index(s: Any) -> int:
+    if isinstance(s, (bool, np.bool_)):
+        raise TypeError
+    import operator
+    return operator.index(s)
+
+
+def _is_scipy_sparse(x: Any) -> bool:
+    try:
+        import scipy.sparse as sp
+    except ImportError:  # pragma: no cover
+        return False
+    return sp.issparse(x)
+
+
+def issparse(x: Any) -> bool:
+    """Whether ``x`` is a lowp sparse matrix."""
+    return isinstance(x, _Sparse)
+
+
+# ---------------------------------------------------------------- base class
+
+class _Sparse:
+    """Shared behaviour: values, dtype, products, conversions."""
+
+    __array_ufunc__ = None  # numpy defers `ndarray @ M` to M.__rmatmul__
+    format: str = ""
+
+    _v: np.ndarray
+    _fmt: Optional[Format]
+    _scale: float
+    _shape: tuple[int, int]
+
+    def _set_values(self, v: np.ndarray, fmt: Optional[Format], scale: float) -> None:
+        self._v = v
+        self._fmt = fmt
+        self._scale = float(scale)
+        self._kv: Optional[tuple] = None
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return self._shape
+
+    @property
+    def ndim(self) -> int:
+        return 2
+
+    @property
+    def dtype(self) -> Any:
+        """The values' numpy dtype (float32, float16, int8, bf16, fp8, posit...). A format
+        without a registered dtype gives its :class:`lowp.Format`."""
+        if self._fmt is None:
+            return _F32
+        dt = self._fmt.dtype
+        return dt if dt is not None else self._fmt
+
+    @property
+    def format_of_values(self) -> Optional[Format]:
+        """The lowp Format of the values (None for float32)."""
+        return self._fmt
+
+    @property
+    def scale(self) -> float:
+        """Multiplier of the stored values (int8 quantized matrices); 1.0 otherwise."""
+        return self._scale
+
+    @property
+    def data(self) -> np.ndarray:
+        """The stored values as an array of :attr:`dtype` (codes viewed as the dtype)."""
+        return self._values_as_dtype(self._v)
+
+    def _values_as_dtype(self, v: np.ndarray) -> np.ndarray:
+        if self._fmt is None:
+            return v
+        dt = self._fmt.dtype
+        if dt is None:
+            return decode(v, self._fmt, np.float32)
+        return v.view(dt)
+
+    @property
+    def nnz(self) -> int:
+        """Stored values (explicit zeros included)."""
+        return int(self._v.size)
+
+    def _index_nbytes(self) -> int:
+        raise NotImplementedError
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of values + indices + pointers."""
+        return int(self._v.nbytes) + self._index_nbytes()
+
+    def __repr__(self) -> str:
+        return (f"<lowp.sparse.{type(self).__name__} {self._shape[0]}x{self._shape[1]}, dtype={self.dtype}, "
+                f"nnz={self.nnz}, nbytes={self.nbytes}>")
+
+    # -- values for the kernels
+    def _kernel_values(self) -> tuple:
+        if self._kv is None:
+            f, v = self._fmt, self._v
+            if f is None:
+                self._kv = (v if self._scale == 1.0 else (v * np.float32(self._scale)), None, False)
+            elif f._spec == _FMT_BF16._spec and self._scale == 1.0:
+                self._kv = (v, None, True)
+            elif f.storage_dtype.itemsize <= 2:
+                self._kv = (v, _table(f, self._scale), False)
+            else:
+                self._kv = ((decode(v, f, np.float64) * self._scale).astype(np.float32), None, False)
+        return self._kv
+
+    # -- products
+    def _product(self, x2: np.ndarray, transpose: bool) -> np.ndarray:
+        raise NotImplementedError
+
+    def matmul(self, x: Any, *, transpose: bool = False) -> np.ndarray:
+        """``self @ x`` (or ``self.T @ x``) for a dense vector or matrix ``x``; float32 result."""
+        return self._matmul(x, bool(transpose))
+
+    def __matmul__(self, x: Any) -> Any:
+        if isinstance(x, _Sparse):
+            return NotImplemented
+        return self._matmul(x, False)
+
+    def __rmatmul__(self, x: Any) -> Any:
+        if isinstance(x, _Sparse):
+            return NotImplemented
+        a = _as_dense_f32(x)
+        if a.ndim == 1:
+            return self._matmul(a, True)
+        if a.ndim != 2:
+            raise ValueError(f"x: must be 1-D or 2-D, got shape {a.shape}")
+        return np.ascontiguousarray(self._matmul(np.ascontiguousarray(a.T), True).T)
+
+    def rmatmul(self, x: Any) -> np.ndarray:
+        """``x @ self`` without building the transpose."""
+        return self.__rmatmul__(x)
+
+    def dot(self, x: Any) -> np.ndarray:
+        return self.__matmul__(x)
+
+    def _matmul(self, x: Any, transpose: bool) -> np.ndarray:
+        a = _as_dense_f32(x)
+        m, n = self._shape
+        rows_in, rows_out = (m, n) if transpose else (n, m)
+        if a.ndim not in (1, 2):
+            raise ValueError(f"x: must be 1-D or 2-D, got shape {a.shape}")
+        if a.shape[0] != rows_in:
+            what = "transposed matrix" if transpose else "matrix"
+            raise ValueError(f"x: has {a.shape[0]} rows but the {what} has {rows_in} columns")
+        k = 1 if a.ndim == 1 else a.shape[1]
+        x2 = a.reshape(rows_in, k)
+        out = np.empty((rows_out, k), np.float32)
+        if out.size:
+            self._product(x2, transpose, out)
+        return out.reshape(rows_out) if a.ndim == 1 else out
+
+    # -- conversions
+    def _to_coo(self) -> "COO":
+        raise NotImplementedError
+
+    def tocoo(self) -> "COO":
+        return self._to_coo()
+
+    def tocsr(self) -> "CSR":
+        return CSR._from_coo(self._to_coo())
+
+    def tocsc(self) -> "CSC":
+        return CSC._from_coo(self._to_coo())
+
+    def tobsr(self, blocksize: Any = None) -> "BSR":
+        return BSR._from_coo(self._to_coo(), blocksize)
+
+    def tonm(self, n: int = 2, m: int = 4) -> "NM":
+        return NM._from_coo(self._to_coo(), n, m)
+
+    def asformat(self, format: str, **kw: Any) -> "_Sparse":  # noqa: A002 - scipy's name
+        conv = {"csr": self.tocsr, "csc": self.tocsc, "coo": self.tocoo, "bsr": self.tobsr, "nm": self.tonm}
+        if format not in conv:
+            raise ValueError(f"format: unknown {format!r}; accepted: {', '.join(conv)}")
+        return conv[format](**kw)
+
+    def to_dense(self) -> np.ndarray:
+        """The dense matrix, with :attr:`dtype` (a format without a dtype gives float32)."""
+        coo = self._to_coo().sum_duplicates()
+        m, n = self._shape
+        if self._fmt is None:
+            d = np.zeros((m, n), np.float32)
+        else:
+            d = np.zeros((m, n), self._fmt.storage_dtype)  # code 0 is +0 in every format
+        d[coo._row, coo._col] = coo._v
+        return self._values_as_dtype(d.reshape(-1)).reshape(m, n)
+
+    toarray = to_dense
+
+    def to_scipy(self) -> Any:
+        """The scipy.sparse array of the same format (csr/csc/coo/bsr; N:M gives csr).
+        Values scipy cannot hold (float16, bf16, fp8, posits) become float32."""
+        import scipy.sparse as sp
+        v = self._scipy_values(self._v)
+        return self._to_scipy(sp, v)
+
+    def _scipy_values(self, v: np.ndarray) -> np.ndarray:
+        if self._fmt is None:
+            return v
+        if self._fmt.dtype == np.int8:
+            return v.view(np.int8)
+        return decode(v, self._fmt, np.float32 if self._fmt._fits_f32() else np.float64)
+
+    def _to_scipy(self, sp: Any, v: np.ndarray) -> Any:
+        raise NotImplementedError
+
+    def _with_values(self, v: np.ndarray, fmt: Optional[Format], scale: float) -> "_Sparse":
+        raise NotImplementedError
+
+    def astype(self, dtype: Any, rounding: str = "nearest_even", *, saturate: bool = False, seed: Any = None,
+               scale: Optional[float] = None) -> "_Sparse":
+        """The same structure with values rounded into ``dtype`` (any rounding mode; stochastic
+        rounding with ``seed`` is reproducible). ``scale`` (int8): stored = round(value / scale)."""
+        _check_rounding(rounding)
+        fmt = _target_format(dtype)
+        # Exact values, float32 when they fit (so stochastic rounding draws as lowp.cast does).
+        if self._fmt is None:
+            vals = self._v
+        else:
+            vals = decode(self._v, self._fmt, np.float32 if self._fmt._fits_f32() else np.float64)
+        if self._scale != 1.0:
+            vals = vals.astype(np.float64) * self._scale
+        sc = 1.0
+        if scale is not None:
+            sc = float(scale)
+            if not (math.isfinite(sc) and sc > 0):
+                raise ValueError(f"scale: must be a positive finite number, got {scale!r}")
+            vals = vals / sc
+        if fmt is not None and fmt._spec == (self._fmt._spec if self._fmt is not None else None) and sc == self._scale \
+                and rounding == "nearest_even":
+            return self._with_values(self._v.copy(), fmt, sc)
+        return self._with_values(_encode_values(vals, fmt, rounding, saturate, seed), fmt, sc)
+
+    def copy(self) -> "_Sparse":
+        return self._with_values(self._v.copy(), self._fmt, self._scale)
+
+    @classmethod
+    def from_dense(cls, x: Any, dtype: Any = None, **kw: Any) -> "_Sparse":
+        """Compress the nonzeros of the 2-D ``x``; ``dtype`` (None: keep x's low-precision dtype,
+        float32 otherwise) rounds the values to nearest even."""
+        coo = COO._from_dense(x, dtype)
+        return cls._from_coo(coo, **kw) if cls is not COO else coo
+
+    @classmethod
+    def from_scipy(cls, m: Any, dtype: Any = None, **kw: Any) -> "_Sparse":
+        """From a scipy.sparse matrix or array. float32 (or int8/low-precision ``dtype`` equal to
+        the data's) arrays of the same format are shared, not copied."""
+        if not _is_scipy_sparse(m):
+            raise TypeError(f"m: expected a scipy.sparse matrix or array, got {type(m).__name__}")
+        return cls._from_scipy(m, dtype, **kw)
+
+    @classmethod
+    def _from_coo(cls, coo: "COO", *a: Any, **kw: Any) -> Any:
+        raise NotImplementedError
+
+    @classmethod
+    def _from_scipy(cls, m: Any, dtype: Any, **kw: Any) -> Any:
+        return cls._from_coo(COO._from_scipy(m.tocoo(), dtype), **kw)
+
+    def _store(self, data: Any, dtype: Any) -> tuple[np.ndarray, Optional[Format], float]:
+        """Values for a constructor: (stored array, format, scale)."""
+        if isinstance(data, np.ndarray) or not hasattr(data, "dequantize"):
+            arr = np.asarray(data)
+            fmt = _source_format(arr.dtype) if dtype is None else _target_format(dtype)
+            return _encode_values(arr.reshape(-1), fmt), fmt, 1.0
+        raise TypeError("data: expected an array of values")
+
+
+def _quant_input(x: Any) -> Optional[tuple[np.ndarray, float]]:
+    """(int8 values, scale) from a per-tensor symmetric QuantizedArray, else None."""
+    from ._quant import QuantizedArray
+    if not isinstance(x, QuantizedArray):
+        return None
+    if x.axis is not None or np.any(np.asarray(x.zero_point) != 0) or x.values.dtype != np.int8:
+        raise ValueError("x: only per-tensor symmetric int8 QuantizedArrays can be stored sparse")
+    return x.values, float(np.asarray(x.scale))
+
+
+# ---------------------------------------------------------------- COO
+
+class COO(_Sparse):
+    """Coordinate format: ``COO((data, (row, col)), shape)``. Duplicates add up in
+    products and in :meth:`to_dense`; :meth:`sum_duplicates` gives canonical form
+    (sorted by row then column, no duplicates)."""
+
+    format = "coo"
+
+    def __init__(self, arg: Any, shape: Any = None, dtype: Any = None) -> None:
+        if isinstance(arg, _Sparse):
+            c = arg.tocoo() if dtype is None else arg.astype(dtype).tocoo()
+            self._init(c._v, c._fmt, c._scale, c._row, c._col, c._shape, c._canonical)
+            return
+        if _is_scipy_sparse(arg):
+            c = COO.from_scipy(arg, dtype)
+            self._init(c._v, c._fmt, c._scale, c._row, c._col, c._shape, c._canonical)
+            return
+        if not (isinstance(arg, tuple) and len(arg) == 2 and isinstance(arg[1], tuple) and len(arg[1]) == 2):
+            c = COO._from_dense(arg, dtype)
+            self._init(c._v, c._fmt, c._scale, c._row, c._col, c._shape, c._canonical)
+            return
+        data, (row, col) = arg
+        data = np.asarray(data)
+        if data.ndim != 1:
+            raise ValueError(f"data: must be 1-D, got shape {data.shape}")
+        row, col = _as_index(row, "row"), _as_index(col, "col")
+        if not (row.size == col.size == data.size):
+            raise ValueError(f"data, row, col: lengths differ ({data.size}, {row.size}, {col.size})")
+        if shape is None:
+            shape = (int(row.max()) + 1 if row.size else 0, int(col.max()) + 1 if col.size else 0)
+        m, n = _check_shape(shape)
+        row, col = _index_pair(row, col, max(m, n, data.size))
+        _lowp.check_range(row, m, "row")
+        _lowp.check_range(col, n, "col")
+        v, fmt, sc = self._store(data, dtype)
+        self._init(v, fmt, sc, row, col, (m, n), None)
+
+    def _init(self, v: np.ndarray, fmt: Optional[Format], scale: float, row: np.ndarray, col: np.ndarray,
+              shape: tuple[int, int], canonical: Optional[bool]) -> None:
+        self._set_values(v, fmt, scale)
+        self._row, self._col, self._shape = row, col, shape
+        self._canonical = canonical
+
+    @classmethod
+    def _make(cls, v: np.ndarray, fmt: Optional[Format], scale: float, row: np.ndarray, col: np.ndarray,
+              shape: tuple[int, int], canonical: Optional[bool] = None) -> "COO":
+        c = cls.__new__(cls)
+        c._init(v, fmt, scale, row, col, shape, canonical)
+        return c
+
+    @property
+    def row(self) -> np.ndarray:
+        return self._row
+
+    @property
+    def col(self) -> np.ndarray:
+        return self._col
+
+    @property
+    def coords(self) -> tuple[np.ndarray, np.ndarray]:
+        return self._row, self._col
+
+    def _index_nbytes(self) -> int:
+        return int(self._row.nbytes + self._col.nbytes)
+
+    def _with_values(self, v: np.ndarray, fmt: Optional[Format], scale: float) -> "COO":
+        return COO._make(v, fmt, scale, self._row, self._col, self._shape, self._canonical)
+
+    def _to_coo(self) -> "COO":
+        return self
+
+    @classmethod
+    def _from_coo(cls, coo: "COO", *a: Any, **kw: Any) -> "COO":
+        return coo
+
+    @property
+    def has_canonical_format(self) -> bool:
+        if self._canonical is None:
+            n = self._shape[1]
+            key = self._row.astype(np.int64) * max(n, 1) + self._col
+            self._canonical = bool(np.all(key[1:] > key[:-1]))
+        return self._canonical
+
+    def sum_duplicates(self) -> "COO":
+        """Canonical form: sorted by (row, col), duplicates added (in float64, rounded once
+        into the value format)."""
+        if self.has_canonical_format:
+            return self
+        n = self._shape[1]
+        key = self._row.astype(np.int64) * max(n, 1) + self._col
+        order = np.argsort(key, kind="stable")
+        ks = key[order]
+        first = np.ones(ks.size, bool)
+        first[1:] = ks[1:] != ks[:-1]
+        starts = np.flatnonzero(first)
+        v = self._v[order]
+        if starts.size != ks.size:
+            vals = _decode_values(v, self._fmt)
+            sums = np.add.reduceat(vals, starts) if starts.size else vals[:0]
+            if self._fmt is None:
+                v = sums.astype(np.float32)
+            else:
+                v = encode(sums, self._fmt, saturate=self._fmt.dtype == np.int8)
+        row, col = self._row[order][starts], self._col[order][starts]
+        return COO._make(v, self._fmt, self._scale, row, col, self._shape, True)
+
+    def eliminate_zeros(self) -> "COO":
+        keep = _decode_values(self._v, self._fmt) != 0
+        return COO._make(self._v[keep], self._fmt, self._scale, self._row[keep], self._col[keep], self._shape,
+                         self._canonical)
+
+    @property
+    def T(self) -> "COO":
+        return COO._make(self._v, self._fmt, self._scale, self._col, self._row, self._shape[::-1], None)
+
+    def transpose(self) -> "COO":
+        return self.T
+
+    def _product(self, x2: np.ndarray, transpose: bool, out: np.ndarray) -> None:
+        d, t, bf = self._kernel_values()
+        _lowp.coo_matmul(d, t, bf, self._row, self._col, self._shape, x2, out, transpose)
+
+    def _to_scipy(self, sp: Any, v: np.ndarray) -> Any:
+        return sp.coo_array((v, (self._row, self._col)), shape=self._shape)
+
+    @classmethod
+    def _from_dense(cls, x: Any, dtype: Any) -> "COO":
+        q = _quant_input(x)
+        scale = 1.0
+        if q is not None:
+            x, scale = q
+        a = x if isinstance(x, np.ndarray) else np.asarray(x)
+        if a.ndim != 2:
+            raise ValueError(f"x: must be 2-D, got shape {a.shape}")
+        src = _source_format(a.dtype)
+        fmt = src if dtype is None else _target_format(dtype)
+        if src is not None and fmt is not None and src._spec == fmt._spec:
+            codes = np.ascontiguousarray(a).view(fmt.storage_dtype)
+            nz = _decode_values(codes, fmt) != 0
+            row, col = np.nonzero(nz)
+            v = codes[row, col]
+        else:
+            af = _as_float_array(a, "x")
+            if fmt is None:
+                af = af.astype(np.float32) if af.dtype != np.float32 else af
+            row, col = np.nonzero(af)
+            v = _encode_values(af[row, col], fmt)
+            if fmt is not None:  # values that round to zero are not stored
+                keep = _decode_values(v, fmt) != 0
+                row, col, v = row[keep], col[keep], v[keep]
+        m, n = a.shape
+        row, col = _compact_pair(row, col, max(m, n, row.size))
+        return COO._make(np.ascontiguousarray(v), fmt, scale, row, col, (m, n), True)
+
+    @classmethod
+    def _from_scipy(cls, m: Any, dtype: Any, **kw: Any) -> "COO":
+        c = m.tocoo()
+        data = np.asarray(c.data)
+        fmt = _source_format(data.dtype) if dtype is None else _target_format(dtype)
+        v = _encode_values(data, fmt)
+        r, cc = np.asarray(c.coords[0]), np.asarray(c.coords[1])
+        r, cc = _index_pair(r, cc, max(*c.shape, data.size))
+        canonical = bool(getattr(c, "has_canonical_format", False)) or None
+        return COO._make(v, fmt, 1.0, r, cc, tuple(int(s) for s in c.shape), canonical)
+
+
+# ---------------------------------------------------------------- CSR / CSC
+
+class _Compressed(_Sparse):
+    _major_axis = 0  # CSR: rows; CSC: columns
+
+    def __init__(self, arg: Any, shape: Any = None, dtype: Any = None) -> None:
+        if isinstance(arg, _Sparse):
+            c = type(self)._from_coo(arg.tocoo() if dtype is None else arg.astype(dtype).tocoo())
+            self._copy_from(c)
+            return
+        if _is_scipy_sparse(arg):
+            self._copy_from(type(self).from_scipy(arg, dtype))
+            return
+        if not (isinstance(arg, tuple) and len(arg) == 3):
+            if isinstance(arg, tuple) and len(arg) == 2:
+                self._copy_from(type(self)._from_coo(COO(arg, shape=shape, dtype=dtype)))
+                return
+            self._copy_from(type(self).from_dense(arg, dtype))
+            return
+        data, indices, indptr = arg
+        data = np.asarray(data)
+        if data.ndim != 1:
+            raise ValueError(f"data: must be 1-D, got shape {data.shape}")
+        indices, indptr = _as_index(indices, "indices"), _as_index(indptr, "indptr")
+        if indices.size != data.size:
+            raise ValueError(f"data, indices: lengths differ ({data.size} and {indices.size})")
+        if indptr.size == 0:
+            raise ValueError("indptr: must have at least one entry")
+        if shape is None:
+            nmin = int(indices.max()) + 1 if indices.size else 0
+            shape = (indptr.size - 1, nmin) if self._major_axis == 0 else (nmin, indptr.size - 1)
+        m, n = _check_shape(shape)
+        nmaj, nmin = (m, n) if self._major_axis == 0 else (n, m)
+        indptr, indices = _index_pair(indptr, indices, max(m, n, data.size))
+        canonical = _lowp.check_compressed(indptr, indices, nmaj, nmin)
+        v, fmt, sc = self._store(data, dtype)
+        self._init(v, fmt, sc, indices, indptr, (m, n), canonical)
+
+    def _init(self, v: np.ndarray, fmt: Optional[Format], scale: float, indices: np.ndarray, indptr: np.ndarray,
+              shape: tuple[int, int], canonical: bool) -> None:
+        self._set_values(v, fmt, scale)
+        self._indices, self._indptr, self._shape = indices, indptr, shape
+        self._canonical = canonical
+
+    def _copy_from(self, o: "_Compressed") -> None:
+        self._init(o._v, o._fmt, o._scale, o._indices, o._indptr, o._shape, o._canonical)
+
+    @classmethod
+    def _make(cls, v: np.ndarray, fmt: Optional[Format], scale: float, indices: np.ndarray, indptr: np.ndarray,
+              shape: tuple[int, int], canonical: bool) -> Any:
+        c = cls.__new__(cls)
+        c._init(v, fmt, scale, indices, indptr, shape, canonical)
+        return c
+
+    @property
+    def indices(self) -> np.ndarray:
+        return self._indices
+
+    @property
+    def indptr(self) -> np.ndarray:
+        return self._indptr
+
+    @property
+    def has_canonical_format(self) -> bool:
+        return bool(self._canonical)
+
+    def _index_nbytes(self) -> int:
+        return int(self._indices.nbytes + self._indptr.nbytes)
+
+    def _with_values(self, v: np.ndarray, fmt: Optional[Format], scale: float) -> Any:
+        return type(self)._make(v, fmt, scale, self._indices, self._indptr, self._shape, self._canonical)
+
+    def _to_coo(self) -> COO:
+        nmaj = self._indptr.size - 1
+        major = np.repeat(np.arange(nmaj, dtype=self._indices.dtype), np.diff(self._indptr))
+        if self._major_axis == 0:
+            return COO._make(self._v, self._fmt, self._scale, major, self._indices, self._shape,
+                             True if self._canonical else None)
+        return COO._make(self._v, self._fmt, self._scale, self._indices, major, self._shape, None)
+
+    @classmethod
+    def _from_coo(cls, coo: COO, *a: Any, **kw: Any) -> Any:
+        c = coo.sum_duplicates()
+        m, n = c._shape
+        if cls._major_axis == 0:
+            major, minor, nmaj, v = c._row, c._col, m, c._v
+        else:
+            order = np.lexsort((c._row, c._col))
+            major, minor, nmaj, v = c._col[order], c._row[order], n, c._v[order]
+        counts = np.bincount(major, minlength=nmaj) if major.size else np.zeros(nmaj, np.int64)
+        indptr = np.zeros(nmaj + 1, np.int64)
+        np.cumsum(counts, out=indptr[1:])
+        dt = minor.dtype if major.size else np.int32
+        if indptr[-1] > _I32_MAX:
+            dt = np.int64
+        return cls._make(np.ascontiguousarray(v), c._fmt, c._scale, np.ascontiguousarray(minor, dtype=dt),
+                         indptr.astype(dt), (m, n), True)
+
+    def sum_duplicates(self) -> Any:
+        return self if self._canonical else type(self)._from_coo(self._to_coo())
+
+    def sorted_indices(self) -> Any:
+        return self.sum_duplicates()
+
+
+class CSR(_Compressed):
+    """Compressed sparse rows: ``CSR((data, indices, indptr), shape)`` as in scipy."""
+
+    format = "csr"
+    _major_axis = 0
+
+    @property
+    def T(self) -> "CSC":
+        return CSC._make(self._v, self._fmt, self._scale, self._indices, self._indptr, self._shape[::-1],
+                         self._canonical)
+
+    def transpose(self) -> "CSC":
+        return self.T
+
+    def _product(self, x2: np.ndarray, transpose: bool, out: np.ndarray) -> None:
+        d, t, bf = self._kernel_values()
+        _lowp.csr_matmul(d, t, bf, self._indptr, self._indices, self._shape, x2, out, transpose)
+
+    def _to_scipy(self, sp: Any, v: np.ndarray) -> Any:
+        return sp.csr_array((v, self._indices, self._indptr), shape=self._shape)
+
+    def tocsr(self) -> "CSR":
+        return self
+
+    @classmethod
+    def _from_scipy(cls, m: Any, dtype: Any, **kw: Any) -> Any:
+        if m.format != "csr":
+            m = m.tocsr()
+        return _compressed_from_scipy(cls, m, dtype)
+
+
+class CSC(_Compressed):
+    """Compressed sparse columns: ``CSC((data, indices, indptr), shape)`` as in scipy."""
+
+    format = "csc"
+    _major_axis = 1
+
+    @property
+    def T(self) -> CSR:
+        return CSR._make(self._v, self._fmt, self._scale, self._indices, self._indptr, self._shape[::-1],
+                         self._canonical)
+
+    def transpose(self) -> CSR:
+        return self.T
+
+    def _product(self, x2: np.ndarray, transpose: bool, out: np.ndarray) -> None:
+        # A CSC matrix is the CSR structure of its transpose.
+        d, t, bf = self._kernel_values()
+        _lowp.csr_matmul(d, t, bf, self._indptr, self._indices, self._shape[::-1], x2, out, not transpose)
+
+    def _to_scipy(self, sp: Any, v: np.ndarray) -> Any:
+        return sp.csc_array((v, self._indices, self._indptr), shape=self._shape)
+
+    def tocsc(self) -> "CSC":
+        return self
+
+    @classmethod
+    def _from_scipy(cls, m: Any, dtype: Any, **kw: Any) -> Any:
+        if m.format != "csc":
+            m = m.tocsc()
+        return _compressed_from_scipy(cls, m, dtype)
+
+
+def _compressed_from_scipy(cls: Any, m: Any, dtype: Any) -> Any:
+    data = np.asarray(m.data)
+    fmt = _source_format(data.dtype) if dtype is None else _target_format(dtype)
+    v = _encode_values(data, fmt)
+    mm, nn = (int(s) for s in m.shape)
+    indptr, indices = _index_pair(np.asarray(m.indptr), np.asarray(m.indices), max(mm, nn, data.size))
+    nmaj, nmin = (mm, nn) if cls._major_axis == 0 else (nn, mm)
+    canonical = _lowp.check_compressed(indptr, indices, nmaj, nmin)
+    return cls._make(v, fmt, 1.0, indices, indptr, (mm, nn), canonical)
+
+
+# ---------------------------------------------------------------- BSR
+
+def _default_blocksize(shape: tuple[int, int]) -> tuple[int, int]:
+    for b in (8, 4, 2):
+        if shape[0] % b == 0 and shape[1] % b == 0:
+            return (b, b)
+    return (1, 1)
+
+
+def _check_blocksize(blocksize: Any, shape: tuple[int, int]) -> tuple[int, int]:
+    try:
+        br, bc = (operator_index(b) for b in blocksize)
+    except Exception:
+        raise ValueError(f"blocksize: expected two positive ints, got {blocksize!r}") from None
+    if br < 1 or bc < 1 or shape[0] % br or shape[1] % bc:
+        raise ValueError(f"blocksize: {(br, bc)} must be positive and divide the shape {shape}")
+    return br, bc
+
+
+class BSR(_Sparse):
+    """Block sparse rows: ``BSR((data, indices, indptr), shape)`` with ``data`` of shape
+    ``(nblocks, br, bc)``; any block shape (4x4 and 8x8 have unrolled kernels)."""
+
+    format = "bsr"
+
+    def __init__(self, arg: Any, shape: Any = None, dtype: Any = None, blocksize: Any = None) -> None:
+        if isinstance(arg, _Sparse) or _is_scipy_sparse(arg) or not (isinstance(arg, tuple) and len(arg) == 3):
+            if isinstance(arg, _Sparse):
+                src = arg if dtype is None else arg.astype(dtype)
+                b = BSR._from_coo(src.tocoo(), blocksize)
+            elif _is_scipy_sparse(arg):
+                b = BSR.from_scipy(arg, dtype, blocksize=blocksize)
+            else:
+                b = BSR.from_dense(arg, dtype, blocksize=blocksize)
+            self._copy_from(b)
+            return
+        data, indices, indptr = arg
+        data = np.asarray(data)
+        if data.ndim != 3:
+            raise ValueError(f"data: must have shape (nblocks, br, bc), got {data.shape}")
+        br, bc = data.shape[1], data.shape[2]
+        if blocksize is not None and tuple(blocksize) != (br, bc):
+            raise ValueError(f"blocksize: {tuple(blocksize)} differs from the blocks of data {(br, bc)}")
+        indices, indptr = _as_index(indices, "indices"), _as_index(indptr, "indptr")
+        if indices.size != data.shape[0]:
+            raise ValueError(f"data, indices: {data.shape[0]} blocks but {indices.size} block indices")
+        if indptr.size == 0:
+            raise ValueError("indptr: must have at least one entry")
+        if shape is None:
+            shape = ((indptr.size - 1) * br, (int(indices.max()) + 1 if indices.size else 0) * bc)
+        m, n = _check_shape(shape)
+        br, bc = _check_blocksize((br, bc), (m, n))
+        indptr, indices = _index_pair(indptr, indices, max(m, n, data.size))
+        canonical = _lowp.check_compressed(indptr, indices, m // br, n // bc)
+        v, fmt, sc = self._store(data, dtype)
+        self._init(v, fmt, sc, indices, indptr, (m, n), (br, bc), canonical)
+
+    def _init(self, v: np.ndarray, fmt: Optional[Format], scale: float, indices: np.ndarray, indptr: np.ndarray,
+              shape: tuple[int, int], blocksize: tuple[int, int], canonical: bool) -> None:
+        self._set_values(v, fmt, scale)
+        self._indices, self._indptr, self._shape, self._bs = indices, indptr, shape, blocksize
+        self._canonical = canonical
+
+    def _copy_from(self, o: "BSR") -> None:
+        self._init(o._v, o._fmt, o._scale, o._indices, o._indptr, o._shape, o._bs, o._canonical)
+
+    @classmethod
+    def _make(cls, *a: Any) -> "BSR":
+        b = cls.__new__(cls)
+        b._init(*a)
+        return b
+
+    @property
+    def blocksize(self) -> tuple[int, int]:
+        return self._bs
+
+    @property
+    def indices(self) -> np.ndarray:
+        return self._indices
+
+    @property
+    def indptr(self) -> np.ndarray:
+        return self._indptr
+
+    @property
+    def data(self) -> np.ndarray:
+        return self._values_as_dtype(self._v).reshape(-1, *self._bs)
+
+    def _index_nbytes(self) -> int:
+        return int(self._indices.nbytes + self._indptr.nbytes)
+
+    def _with_values(self, v: np.ndarray, fmt: Optional[Format], scale: float) -> "BSR":
+        return BSR._make(v, fmt, scale, self._indices, self._indptr, self._shape, self._bs, self._canonical)
+
+    def _product(self, x2: np.ndarray, transpose: bool, out: np.ndarray) -> None:
+        d, t, bf = self._kernel_values()
+        _lowp.bsr_matmul(d, t, bf, self._indptr, self._indices, self._shape, self._bs, x2, out, transpose)
+
+    def _blocks_coo(self) -> tuple[np.ndarray, np.ndarray]:
+        nbr = self._indptr.size - 1
+        brow = np.repeat(np.arange(nbr, dtype=np.int64), np.diff(self._indptr))
+        return brow, self._indices.astype(np.int64)
+
+    def _to_coo(self) -> COO:
+        br, bc = self._bs
+        brow, bcol = self._blocks_coo()
+        rr = (brow[:, None, None] * br + np.arange(br)[None, :, None]) + np.zeros((1, 1, bc), np.int64)
+        cc = (bcol[:, None, None] * bc + np.arange(bc)[None, None, :]) + np.zeros((1, br, 1), np.int64)
+        v = self._v
+        keep = _decode_values(v, self._fmt) != 0  # zeros inside blocks are padding
+        m, n = self._shape
+        row, col = _compact_pair(rr.reshape(-1)[keep], cc.reshape(-1)[keep], max(m, n, v.size))
+        # Block order is not (row, col) order: canonical form is recomputed when needed.
+        return COO._make(v[keep], self._fmt, self._scale, row, col, self._shape, None)
+
+    @classmethod
+    def _from_coo(cls, coo: COO, blocksize: Any = None, *a: Any, **kw: Any) -> "BSR":
+        c = coo.sum_duplicates()
+        m, n = c._shape
+        br, bc = _check_blocksize(_default_blocksize((m, n)) if blocksize is None else blocksize, (m, n))
+        nbr, nbc = m // br, n // bc
+        r, cl = c._row.astype(np.int64), c._col.astype(np.int64)
+        bkey = (r // br) * max(nbc, 1) + cl // bc
+        ukeys, inv = np.unique(bkey, return_inverse=True)
+        nb = ukeys.size
+        vals = np.zeros((nb, br, bc), c._v.dtype)  # code 0 is zero in every format
+        vals[inv, r % br, cl % bc] = c._v
+        brow = ukeys // max(nbc, 1)
+        bcol = ukeys % max(nbc, 1)
+        indptr = np.zeros(nbr + 1, np.int64)
+        if nb:
+            np.cumsum(np.bincount(brow, minlength=nbr), out=indptr[1:])
+        dt = np.int32 if max(nb, nbr, nbc) <= _I32_MAX else np.int64
+        return BSR._make(vals.reshape(-1), c._fmt, c._scale, bcol.astype(dt), indptr.astype(dt), (m, n), (br, bc),
+                         True)
+
+    @property
+    def T(self) -> "BSR":
+        br, bc = self._bs
+        brow, bcol = self._blocks_coo()
+        order = np.lexsort((brow, bcol))
+        blocks = self._v.reshape(-1, br, bc)[order].transpose(0, 2, 1)
+        nbc = self._shape[1] // bc
+        indptr = np.zeros(nbc + 1, np.int64)
+        if order.size:
+            np.cumsum(np.bincount(bcol, minlength=nbc), out=indptr[1:])
+        dt = self._indices.dtype
+        return BSR._make(np.ascontiguousarray(blocks).reshape(-1), self._fmt, self._scale,
+                         brow[order].astype(dt), indptr.astype(dt), self._shape[::-1], (bc, br), True)
+
+    def transpose(self) -> "BSR":
+        return self.T
+
+    def _to_scipy(self, sp: Any, v: np.ndarray) -> Any:
+        return sp.bsr_array((v.reshape(-1, *self._bs), self._indices, self._indptr), shape=self._shape,
+                            blocksize=self._bs)
+
+    @classmethod
+    def _from_scipy(cls, m: Any, dtype: Any, blocksize: Any = None, **kw: Any) -> "BSR":
+        if m.format == "bsr" and (blocksize is None or tuple(blocksize) == tuple(m.blocksize)):
+            data = np.asarray(m.data)
+            fmt = _source_format(data.dtype) if dtype is None else _target_format(dtype)
+            v = _encode_values(data.reshape(-1), fmt)
+            mm, nn = (int(s) for s in m.shape)
+            br, bc = m.blocksize
+            indptr, indices = _index_pair(np.asarray(m.indptr), np.asarray(m.indices), max(mm, nn, data.size))
+            canonical = _lowp.check_compressed(indptr, indices, mm // br, nn // bc)
+            return BSR._make(v, fmt, 1.0, indices, indptr, (mm, nn), (br, bc), canonical)
+        return BSR._from_coo(COO._from_scipy(m, dtype), blocksize)
+
+
+# ---------------------------------------------------------------- N:M
+
+def _check_nm(n: Any, m: Any) -> tuple[int, int]:
+    for name, v in (("n", n), ("m", m)):
+        if isinstance(v, (bool, np.bool_)) or not isinstance(v, (numbers.Integral, np.integer)):
+            raise TypeError(f"{name}: expected an int, got {type(v).__name__}")
+    n, m = int(n), int(m)
+    if not 1 <= m <= 256:
+        raise ValueError(f"m: must be in 1..256, got {m}")
+    if not 1 <= n <= m:
+        raise ValueError(f"n: must be in 1..m (m={m}), got {n}")
+    return n, m
+
+
+def _nm_bits(m: int) -> int:
+    return 1 if m <= 2 else 2 if m <= 4 else 4 if m <= 16 else 8
+
+
+def _pack(pos: np.ndarray, bits: int) -> np.ndarray:
+    """Pack small ints (< 2**bits, bits dividing 8) least significant first."""
+    per = 8 // bits
+    p = np.zeros(-(-pos.size // per) * per, np.uint8)
+    p[: pos.size] = pos
+    p = p.reshape(-1, per).astype(np.uint16)
+    shifts = (np.arange(per, dtype=np.uint16) * bits)
+    return (p << shifts).sum(axis=1).astype(np.uint8)
+
+
+def _unpack(b: np.ndarray, bits: int, count: int) -> np.ndarray:
+    per = 8 // bits
+    shifts = (np.arange(per, dtype=np.uint8) * bits)
+    return ((b[:, None] >> shifts) & ((1 << bits) - 1)).reshape(-1)[:count].astype(np.int64)
+
+
+class NM(_Sparse):
+    """N:M structured sparsity along rows: in every group of ``m`` consecutive columns at most
+    ``n`` values are nonzero. Stores the ``n`` values of each group and their positions in
+    ``ceil(log2 m)``-bit fields (2 bits for 2:4). ``NM((data, positions), shape, n=2, m=4)``
+    with data and positions of shape ``(rows, groups * n)``. ``M.T`` is a CSC matrix."""
+
+    format = "nm"
+
+    def __init__(self, arg: Any, shape: Any = None, dtype: Any = None, n: int = 2, m: int = 4) -> None:
+        n, m = _check_nm(n, m)
+        if isinstance(arg, _Sparse) or _is_scipy_sparse(arg) or not (isinstance(arg, tuple) and len(arg) == 2):
+            if isinstance(arg, _Sparse):
+                src = arg if dtype is None else arg.astype(dtype)
+                o = NM._from_coo(src.tocoo(), n, m)
+            elif _is_scipy_sparse(arg):
+                o = NM.from_scipy(arg, dtype, n=n, m=m)
+            else:
+                o = NM.from_dense(arg, dtype, n=n, m=m)
+            self._copy_from(o)
+            return
+        data, pos = np.asarray(arg[0]), np.asarray(arg[1])
+        if shape is None:
+            raise ValueError("shape: required for NM((data, positions), shape)")
+        rows, cols = _check_shape(shape)
+        g = -(-cols // m)
+        want = (rows, g * n)
+        if data.shape != want:
+            raise ValueError(f"data: must have shape {want} for shape {(rows, cols)} and {n}:{m}, got {data.shape}")
+        if pos.shape != want:
+            raise ValueError(f"positions: must have shape {want}, got {pos.shape}")
+        if pos.size and pos.dtype.kind not in "iu":
+            raise ValueError(f"positions: must hold integers, got dtype {pos.dtype}")
+        p64 = pos.astype(np.int64).reshape(rows, g, n)
+        width = np.minimum(m, cols - np.arange(g) * m)[None, :, None]
+        if p64.size and (np.any(p64 < 0) or np.any(p64 >= width)):
+            raise ValueError(f"positions: must lie in [0, m) within each group (and inside the last, partial group)")
+        if n > 1 and p64.size:
+            # Distinct positions among the nonzero values of a group (zeros may sit anywhere).
+            nz = (_as_float_array(data, "data") != 0).reshape(p64.shape)
+            s = np.sort(np.where(nz, p64, -1 - np.arange(n)[None, None, :]), axis=2)
+            if np.any(s[:, :, 1:] == s[:, :, :-1]):
+                raise ValueError("positions: must be distinct within each group")
+        v, fmt, sc = self._store(data, dtype)
+        self._init(v, fmt, sc, _pack(p64.reshape(-1), _nm_bits(m)), (rows, cols), n, m)
+
+    def _init(self, v: np.ndarray, fmt: Optional[Format], scale: float, idx: np.ndarray, shape: tuple[int, int],
+              n: int, m: int) -> None:
+        self._set_values(v, fmt, scale)
+        self._idx, self._shape, self._n, self._m = idx, shape, n, m
+
+    def _copy_from(self, o: "NM") -> None:
+        self._init(o._v, o._fmt, o._scale, o._idx, o._shape, o._n, o._m)
+
+    @classmethod
+    def _make(cls, *a: Any) -> "NM":
+        o = cls.__new__(cls)
+        o._init(*a)
+        return o
+
+    @property
+    def n(self) -> int:
+        return self._n
+
+    @property
+    def m(self) -> int:
+        return self._m
+
+    @property
+    def positions(self) -> np.ndarray:
+        """Position of each stored value inside its group, shape ``(rows, groups * n)``."""
+        rows, cols = self._shape
+        return _unpack(self._idx, _nm_bits(self._m), self._v.size).reshape(rows, -1)
+
+    @property
+    def data(self) -> np.ndarray:
+        return self._values_as_dtype(self._v).reshape(self._shape[0], -1)
+
+    def _index_nbytes(self) -> int:
+        return int(self._idx.nbytes)
+
+    def _with_values(self, v: np.ndarray, fmt: Optional[Format], scale: float) -> "NM":
+        return NM._make(v, fmt, scale, self._idx, self._shape, self._n, self._m)
+
+    def _product(self, x2: np.ndarray, transpose: bool, out: np.ndarray) -> None:
+        d, t, bf = self._kernel_values()
+        _lowp.nm_matmul(d, t, bf, self._idx, self._n, self._m, self._shape, x2, out, transpose)
+
+    def _to_coo(self) -> COO:
+        rows, cols = self._shape
+        n, m = self._n, self._m
+        g = -(-cols // m)
+        pos = _unpack(self._idx, _nm_bits(m), self._v.size)
+        slot = np.arange(self._v.size, dtype=np.int64)
+        row = slot // max(g * n, 1)
+        col = (slot % max(g * n, 1)) // n * m + pos
+        keep = _decode_values(self._v, self._fmt) != 0  # unused slots hold zeros
+        row, col, v = row[keep], col[keep], self._v[keep]
+        order = np.lexsort((col, row))
+        r, c = _compact_pair(row[order], col[order], max(rows, cols, v.size))
+        return COO._make(np.ascontiguousarray(v[order]), self._fmt, self._scale, r, c, self._shape, True)
+
+    @classmethod
+    def _from_coo(cls, coo: COO, n: int = 2, m: int = 4, *a: Any, **kw: Any) -> "NM":
+        n, m = _check_nm(n, m)
+        c = coo.sum_duplicates()
+        keep = _decode_values(c._v, c._fmt) != 0
+        row, col, v = c._row[keep].astype(np.int64), c._col[keep].astype(np.int64), c._v[keep]
+        rows, cols = c._shape
+        g = -(-cols // m)
+        gkey = row * max(g, 1) + col // m
+        # Entries are sorted by (row, col), hence by group: rank within the group.
+        first = np.ones(gkey.size, bool)
+        first[1:] = gkey[1:] != gkey[:-1]
+        start = np.maximum.accumulate(np.where(first, np.arange(gkey.size), 0)) if gkey.size else gkey
+        rank = np.arange(gkey.size) - start
+        if rank.size and rank.max() >= n:
+            bad = int(np.argmax(rank >= n))
+            raise ValueError(f"x: row {int(row[bad])}, columns {int(col[bad] // m * m)}..{int(col[bad] // m * m + m - 1)} "
+                             f"hold more than n={n} nonzeros of every m={m}; use sparse.prune_nm first")
+        slot = gkey * n + rank
+        vals = np.zeros(rows * g * n, v.dtype if v.size else c._v.dtype)
+        pos = np.zeros(rows * g * n, np.int64)
+        vals[slot] = v
+        pos[slot] = col % m
+        # Unused slots hold zero at position 0 (their position never matters).
+        return NM._make(vals, c._fmt, c._scale, _pack(pos, _nm_bits(m)), (rows, cols), n, m)
+
+    @classmethod
+    def _from_scipy(cls, mat: Any, dtype: Any, n: int = 2, m: int = 4, **kw: Any) -> "NM":
+        return NM._from_coo(COO._from_scipy(mat, dtype), n, m)
+
+    @property
+    def T(self) -> CSC:
+        return self.tocsr().T
+
+    def transpose(self) -> CSC:
+        return self.T
+
+    def tonm(self, n: Optional[int] = None, m: Optional[int] = None) -> "NM":
+        if (n is None or n == self._n) and (m is None or m == self._m):
+            return self
+        return NM._from_coo(self._to_coo(), self._n if n is None else n, self._m if m is None else m)
+
+    def _to_scipy(self, sp: Any, v: np.ndarray) -> Any:
+        c = self.tocsr()
+        return sp.csr_array((c._scipy_values(c._v), c._indices, c._indptr), shape=self._shape)
+
+
+# ---------------------------------------------------------------- pruning
+
+def _magnitude(x: np.ndarray) -> np.ndarray:
+    a = np.abs(_as_float_array(x, "x")).astype(np.float64)
+    a[np.isnan(a)] = np.inf  # NaN counts as largest: never pruned before finite values
+    return a
+
+
+def prune(x: Any, sparsity: Any) -> np.ndarray:
+    """Zero the ``round(sparsity * x.size)`` entries of smallest magnitude (exactly that many;
+    among equal magnitudes the lower flat index goes first). Returns a new array of x's dtype."""
+    if isinstance(sparsity, (bool, np.bool_)) or not isinstance(sparsity, (numbers.Real, np.floating, np.integer)):
+        raise TypeError(f"sparsity: expected a number in [0, 1], got {type(sparsity).__name__}")
+    s = float(sparsity)
+    if math.isnan(s) or not 0.0 <= s <= 1.0:
+        raise ValueError(f"sparsity: must be in [0, 1], got {sparsity!r}")
+    a = x if isinstance(x, np.ndarray) else np.asarray(x)
+    out = np.array(a, copy=True)
+    k = int(math.floor(s * a.size + 0.5))
+    if k == 0:
+        return out
+    order = np.argsort(_magnitude(a).reshape(-1), kind="stable")
+    flat = out.reshape(-1)
+    flat[order[:k]] = 0
+    return out
+
+
+def prune_nm(x: Any, n: int = 2, m: int = 4, axis: int = -1) -> np.ndarray:
+    """Keep the ``n`` largest-magnitude entries of every ``m`` consecutive ones along ``axis``
+    (ties: the lower index is kept); a last partial group keeps at most ``n``."""
+    n, m = _check_nm(n, m)
+    a = x if isinstance(x, np.ndarray) else np.asarray(x)
+    if a.ndim == 0:
+        raise ValueError("x: must have at least one dimension")
+    if isinstance(axis, (bool, np.bool_)) or not isinstance(axis, (numbers.Integral, np.integer)):
+        raise TypeError(f"axis: expected an int, got {type(axis).__name__}")
+    if not -a.ndim <= axis < a.ndim:
+        raise ValueError(f"axis: {axis} is out of range for {a.ndim} dimensions")
+    out = np.array(a, copy=True)
+    mv = np.moveaxis(out, axis, -1)
+    mag = np.moveaxis(_magnitude(a), axis, -1)
+    length = mag.shape[-1]
+    g = -(-length // m)
+    pad = g * m - length
+    magp = np.concatenate([mag, np.full(mag.shape[:-1] + (pad,), -1.0)], axis=-1) if pad else mag
+    magp = magp.reshape(mag.shape[:-1] + (g, m))
+    order = np.argsort(-magp, axis=-1, kind="stable")
+    drop = np.zeros(magp.shape, bool)
+    np.put_along_axis(drop, order[..., n:], True, axis=-1)
+    drop = drop.reshape(mag.shape[:-1] + (g * m,))[..., :length]
+    mv[drop] = 0
+    return out

@@ -1,0 +1,162 @@
+"""Tools for testing code that uses low-precision formats.
+
+- :func:`assert_ulp_close`: compare arrays in units in the last place of a format.
+- :func:`encoding_class`: which kind of encoding a value of a format is (zero, subnormal, ...).
+- :mod:`lowp.testing.strategies` (needs ``hypothesis``): strategies drawing exactly
+  representable values of any format, biased to the edges of the format.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import numpy as np
+
+from .._formats import FloatFormat, Format, IntFormat, PositFormat, format as _format
+from .._ulp import _as_f64, _ordinals, _representable, ulp
+
+__all__ = ["assert_ulp_close", "ulp_distance", "encoding_class", "ENCODING_CLASSES", "encoding_classes", "strategies"]
+
+#: Every class :func:`encoding_class` can return.
+ENCODING_CLASSES = ("zero", "negative_zero", "subnormal", "min_normal", "normal", "max", "nan", "inf", "min")
+
+
+def encoding_classes(fmt: Any) -> frozenset[str]:
+    """The encoding classes that values of ``fmt`` fall into (see :func:`encoding_class`)."""
+    return _encoding_classes(_format(fmt))
+
+
+@functools.lru_cache(maxsize=None)
+def _encoding_classes(f: Format) -> frozenset[str]:
+    if f.bits <= 16:
+        # Small formats: classify every encoding (exact, and right for degenerate layouts).
+        codes = np.arange(1 << f.bits, dtype=np.uint64).astype(f.storage_dtype)
+        from .._convert import decode
+
+        vals = decode(codes, f, np.float64)
+        if isinstance(f, FloatFormat) and not f.subnormals:
+            vals = vals[~((vals != 0) & (np.abs(vals) < f.min_normal))]
+        return frozenset(encoding_class(float(v), f) for v in vals)
+    if isinstance(f, IntFormat):
+        return frozenset({"zero", "normal", "max", "min"} if f.signed else {"zero", "normal", "max"})
+    if isinstance(f, PositFormat):
+        return frozenset({"zero", "min_normal", "normal", "max", "nan"})
+    assert isinstance(f, FloatFormat)
+    c = {"zero", "min_normal", "normal", "max"}
+    if f.nan != "fnuz":
+        c.add("negative_zero")
+    if f.subnormals and f.man_bits > 0:
+        c.add("subnormal")
+    if f.nan is not None:
+        c.add("nan")
+    if f.inf:
+        c.add("inf")
+    return frozenset(c)
+
+
+def encoding_class(value: float, fmt: Any) -> str:
+    """The kind of encoding the representable ``value`` has in ``fmt``.
+
+    One of ``"zero"``, ``"negative_zero"``, ``"subnormal"``, ``"min_normal"`` (the
+    smallest normal magnitude; posits: minpos), ``"normal"``, ``"max"`` (the largest
+    finite magnitude), ``"nan"`` (posits: NaR), ``"inf"``, and for signed integers
+    ``"min"`` (the most negative value, which has no positive counterpart). The sign is
+    ignored except for zero.
+    """
+    f = _format(fmt)
+    v = float(value)
+    if np.isnan(v):
+        return "nan"
+    if np.isinf(v):
+        return "inf"
+    if v == 0:
+        return "negative_zero" if np.signbit(v) and isinstance(f, FloatFormat) and f.nan != "fnuz" else "zero"
+    if isinstance(f, IntFormat):
+        if v == f.max:
+            return "max"
+        if v == f.min:  # type: ignore[attr-defined]
+            return "min"
+        return "normal"
+    a = abs(v)
+    if a == f.max:
+        return "max"
+    if a == f.min_normal:
+        return "min_normal"
+    if a < f.min_normal:
+        return "subnormal"
+    return "normal"
+
+
+def ulp_distance(actual: Any, desired: Any, fmt: Any) -> np.ndarray:
+    """Elementwise distance between ``actual`` and ``desired`` in ulps of ``fmt`` (float64).
+
+    When both values are finite and representable in ``fmt`` it is the number of steps
+    between them (how many times ``nextafter`` goes from one to the other; +0 and -0 are
+    0 apart); otherwise ``|actual - desired| / ulp(desired, fmt)``. NaN against NaN and
+    equal infinities are 0 apart; NaN against a number, or an infinity against anything
+    else, is infinitely far.
+    """
+    f = _format(fmt)
+    a = _as_f64(actual, "actual")
+    d = _as_f64(desired, "desired")
+    try:
+        a, d = np.broadcast_arrays(a, d)
+    except ValueError:
+        raise ValueError(f"actual: shape {a.shape} does not match desired's shape {d.shape}") from None
+    dist = np.full(a.shape, np.inf)
+    both_nan = np.isnan(a) & np.isnan(d)
+    same_inf = np.isinf(a) & (a == d)
+    dist[both_nan | same_inf] = 0.0
+    fin = np.isfinite(a) & np.isfinite(d)
+    if fin.any():
+        af, df = a[fin], d[fin]
+        rep = _representable(af, f) & _representable(df, f)
+        out = np.empty(af.shape)
+        if rep.any():
+            out[rep] = np.abs(_ordinals(af[rep], f) - _ordinals(df[rep], f)).astype(np.float64)
+        nr = ~rep
+        if nr.any():
+            out[nr] = np.abs(af[nr] - df[nr]) / ulp(df[nr], f)
+        dist[fin] = out
+    return dist
+
+
+def assert_ulp_close(actual: Any, desired: Any, fmt: Any, ulps: float = 0, *, err_msg: str = "") -> None:
+    """Raise AssertionError unless ``actual`` and ``desired`` are within ``ulps`` units in
+    the last place of ``fmt`` everywhere (see :func:`ulp_distance`).
+
+    ``ulps=0`` asks for equal values (NaN where the other has NaN, the same infinities;
+    +0 equals -0). Shapes must broadcast. The message lists the worst elements.
+    """
+    if isinstance(ulps, (bool, np.bool_)) or not isinstance(ulps, (int, float, np.integer, np.floating)):
+        raise TypeError(f"ulps: expected a number, got {type(ulps).__name__}")
+    if not ulps >= 0:
+        raise ValueError(f"ulps: must be >= 0, got {ulps}")
+    f: Format = _format(fmt)
+    a = _as_f64(actual, "actual")
+    d = _as_f64(desired, "desired")
+    dist = ulp_distance(a, d, f)
+    bad = dist > ulps
+    if not bad.any():
+        return
+    a, d = np.broadcast_arrays(a, d)
+    idx = np.argwhere(bad) if dist.ndim else np.zeros((1, 0), int)
+    order = np.argsort(-dist[bad], kind="stable")[:5]
+    lines = [f"Arrays are not within {ulps} ulp of {f!r}: {int(bad.sum())} of {dist.size} elements differ"]
+    if err_msg:
+        lines.append(err_msg)
+    lines.append(f"max distance: {float(dist[bad].max())} ulp")
+    for k in order:
+        i = tuple(int(j) for j in idx[k])
+        lines.append(f"  at {i}: actual {float(a[i])!r}, desired {float(d[i])!r}, {float(dist[i])} ulp")
+    raise AssertionError("\n".join(lines))
+
+
+def __getattr__(name: str) -> Any:
+    # The strategies need hypothesis; import them only when asked for.
+    if name == "strategies":
+        import importlib
+
+        return importlib.import_module(".strategies", __name__)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

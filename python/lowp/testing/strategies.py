@@ -1,0 +1,205 @@
+"""Hypothesis strategies for values of any lowp format.
+
+Every value drawn is exactly representable in the format: the strategies draw
+*encodings* and decode them (exact), so they work the same for binary floats of any
+layout, posits and integers. Draws are biased to where numerics break:
+
+- edges: +-0, the smallest and largest subnormal, the smallest normal (posits: minpos),
+  the largest finite value and its neighbour, 1 and its neighbours, NaN and +-inf where
+  the format has them;
+- subnormal encodings (floats with subnormals);
+- ties: values that lie exactly halfway between two consecutive values of a format
+  ``k`` bits narrower (the encodings ending in ``10...0``), which is where
+  round-to-nearest must break ties; for a float these are midpoints of the same format
+  with ``k`` fewer mantissa bits, for a posit the tie points of posit<n-k, es>;
+- uniformly drawn encodings.
+
+:func:`midpoints` draws the other kind of tie: the points halfway between two
+consecutive values of ``fmt`` itself, which are not in ``fmt`` but are exact in a wider
+format (float64 here), for testing rounding *into* ``fmt``.
+
+Values are Python floats (exact: every lowp format up to 64 bits embeds in float64).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Optional, Sequence, Union
+
+import numpy as np
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+from .._convert import cast, decode
+from .._formats import FloatFormat, Format, IntFormat, PositFormat, format as _format
+from . import encoding_classes
+from .._ulp import _from_ordinals, _ordinal_limits, _representable, nextafter
+
+__all__ = ["values", "arrays", "midpoints", "encodings"]
+
+
+@functools.lru_cache(maxsize=64)
+def _table(f: Format) -> Optional[np.ndarray]:
+    """Every value of a format of at most 16 bits, indexed by encoding (cached)."""
+    if f.bits > 16:
+        return None
+    return decode(np.arange(1 << f.bits, dtype=np.uint64).astype(f.storage_dtype), f, np.float64)
+
+
+def _decode1(code: int, f: Format) -> float:
+    t = _table(f)
+    if t is not None:
+        return float(t[code])
+    return float(decode(np.array([code], dtype=np.uint64).astype(f.storage_dtype), f, np.float64)[0])
+
+
+def _accept(f: Format, allow_nan: bool, allow_infinity: bool, allow_subnormal: bool):
+    """A predicate on decoded values: representable in ``f`` and allowed by the flags."""
+    min_normal = f.min_normal
+    flushes = isinstance(f, FloatFormat) and not f.subnormals
+
+    def ok(v: float) -> bool:
+        if v != v:
+            return allow_nan
+        if v in (np.inf, -np.inf):
+            return allow_infinity
+        if isinstance(f, FloatFormat) and v != 0 and abs(v) < min_normal:
+            # Codes of "subnormals" in a format that flushes them decode to values the
+            # format does not have.
+            return allow_subnormal and not flushes
+        return True
+
+    return ok
+
+
+def _edges(f: Format) -> list[float]:
+    """The edge values of ``f`` (every encoding class it has), both signs."""
+    if isinstance(f, IntFormat):
+        lo, hi = int(f.min), int(f.max)  # type: ignore[attr-defined]
+        vals = {0, 1, lo, hi, lo + 1, hi - 1}
+        if f.signed:
+            vals.add(-1)
+        return sorted(float(v) for v in vals if lo <= v <= hi)
+    cand = [f.min_normal, f.max, 1.0, f.min_subnormal]
+    cand += [float(nextafter(f.max, 0.0, f)), float(nextafter(1.0, np.inf, f)), float(nextafter(1.0, -np.inf, f)),
+             float(nextafter(f.min_normal, np.inf, f)), float(nextafter(f.min_normal, 0.0, f))]  # last: largest subnormal
+    finite = np.array([v for v in cand if np.isfinite(v)] or [0.0])
+    finite = finite[_representable(finite, f)]
+    # Tiny formats can lack 1.0 or any subnormal: keep only values the format has.
+    out: list[float] = [0.0, -0.0] + sorted(set(float(v) for v in finite if v > 0))
+    out += [-v for v in out if v > 0]
+    if "nan" in encoding_classes(f):  # posits: NaR; an ieee format without mantissa bits has none
+        out.append(float("nan"))
+    if isinstance(f, FloatFormat) and f.inf:
+        out += [float("inf"), float("-inf")]
+    return out
+
+
+def _check_flags(**flags: Any) -> None:
+    for k, v in flags.items():
+        if not isinstance(v, (bool, np.bool_)):
+            raise TypeError(f"{k}: expected a bool, got {type(v).__name__}")
+
+
+def encodings(fmt: Any) -> st.SearchStrategy[int]:
+    """Uniformly drawn encodings (unsigned integers of ``fmt.bits`` bits), invalid ones included."""
+    f = _format(fmt)
+    return st.integers(0, (1 << f.bits) - 1)
+
+
+def values(fmt: Any, *, allow_nan: bool = True, allow_infinity: bool = True, allow_subnormal: bool = True,
+           allow_negative_zero: bool = True) -> st.SearchStrategy[float]:
+    """Values (Python floats) exactly representable in ``fmt``, biased to the edges.
+
+    ``fmt`` is any lowp format, format name or dtype. ``allow_nan``/``allow_infinity``
+    only matter for formats that have NaN (posits: NaR) or infinities;
+    ``allow_subnormal=False`` leaves out nonzero values below the smallest normal.
+    See the module docs for what the draws are biased to.
+    """
+    f = _format(fmt)
+    _check_flags(allow_nan=allow_nan, allow_infinity=allow_infinity, allow_subnormal=allow_subnormal,
+                 allow_negative_zero=allow_negative_zero)
+    ok = _accept(f, allow_nan, allow_infinity, allow_subnormal)
+    if not allow_negative_zero or (isinstance(f, FloatFormat) and f.nan == "fnuz") or not isinstance(f, FloatFormat):
+        ok0 = ok
+
+        def ok(v: float, _ok=ok0) -> bool:  # type: ignore[misc]
+            return _ok(v) and not (v == 0 and np.signbit(v))
+
+    n = f.bits
+    edge_vals = [v for v in _edges(f) if ok(v)]
+    branches: list[st.SearchStrategy[float]] = []
+    if edge_vals:
+        branches.append(st.sampled_from(edge_vals))
+    branches.append(st.integers(0, (1 << n) - 1).map(lambda c: _decode1(c, f)).filter(ok))
+    if isinstance(f, FloatFormat) and f.subnormals and f.man_bits > 0 and allow_subnormal:
+        m = f.man_bits
+        sub = st.tuples(st.booleans(), st.integers(1, (1 << m) - 1)).map(
+            lambda t: _decode1((int(t[0]) << (n - 1)) | t[1], f))
+        branches.append(sub)
+    # Ties of narrower formats: encodings ending in a one followed by k-1 zeros.
+    kmax = f.man_bits if isinstance(f, FloatFormat) else (n - 2 if isinstance(f, PositFormat) else 0)
+    kmax = min(kmax, 12)
+    if kmax >= 1:
+        ties = st.integers(1, kmax).flatmap(
+            lambda k: st.integers(0, (1 << (n - k)) - 1).map(lambda hi, k=k: (hi << k) | (1 << (k - 1))))
+        branches.append(ties.map(lambda c: _decode1(c, f)).filter(ok))
+    return st.one_of(branches)
+
+
+def arrays(fmt: Any, shape: Union[int, Sequence[int], st.SearchStrategy], *, dtype: Any = np.float64,
+           allow_nan: bool = True, allow_infinity: bool = True, allow_subnormal: bool = True,
+           allow_negative_zero: bool = True, elements: Optional[st.SearchStrategy] = None,
+           unique: bool = False) -> st.SearchStrategy[np.ndarray]:
+    """Arrays of ``shape`` (an int, a tuple or a strategy for one, as
+    ``hypothesis.extra.numpy.arrays``) whose elements are drawn by :func:`values`.
+
+    ``dtype`` is float64 (default), float32 (only for formats whose values all fit
+    float32 exactly), or the numpy dtype of ``fmt`` itself (a lowp or ml_dtypes dtype,
+    float16, int8): the values are then stored in that dtype (exactly).
+    """
+    f = _format(fmt)
+    try:
+        dt = np.dtype(dtype)
+    except TypeError:
+        raise TypeError(f"dtype: expected a numpy dtype, got {dtype!r}") from None
+    if elements is None:
+        elements = values(f, allow_nan=allow_nan, allow_infinity=allow_infinity, allow_subnormal=allow_subnormal,
+                          allow_negative_zero=allow_negative_zero)
+    if dt == np.float64:
+        return hnp.arrays(np.float64, shape, elements=elements, unique=unique)
+    if dt == np.float32:
+        if not f._fits_f32():
+            raise TypeError(f"dtype: float32 cannot hold every value of {f!r} exactly; use float64")
+        return hnp.arrays(np.float64, shape, elements=elements, unique=unique).map(lambda a: a.astype(np.float32))
+    try:
+        same = _format(dt) == f
+    except (TypeError, ValueError):
+        same = False
+    if not same:
+        raise TypeError(f"dtype: {dt} does not store {f!r}; accepted: float64, float32 or the format's own dtype")
+    return hnp.arrays(np.float64, shape, elements=elements, unique=unique).map(lambda a: cast(a, dt))
+
+
+def midpoints(fmt: Any, *, allow_overflow: bool = True) -> st.SearchStrategy[float]:
+    """Points exactly halfway between two consecutive finite values of ``fmt`` (float64).
+
+    These are not values of ``fmt``; rounding them to nearest exercises the tie rule.
+    With ``allow_overflow`` the draws include the point half an ulp above the largest
+    finite value (a float's overflow threshold). Needs a format with at least two
+    fewer significand bits than float64 (every lowp format but float64 itself).
+    """
+    f = _format(fmt)
+    if isinstance(f, FloatFormat) and f.precision > 52:
+        raise ValueError(f"fmt: midpoints of {f!r} are not exact in float64")
+    lo, hi = _ordinal_limits(f)
+
+    def mid(o: int) -> float:
+        a, b = _from_ordinals(np.array([o, o + 1], dtype=np.int64), f)
+        if not np.isfinite(b):
+            # Past the top: the overflow threshold max + ulp/2 (as if the exponent went on).
+            b = a + (a - float(_from_ordinals(np.array([o - 1]), f)[0]))
+        return float(a + (b - a) / 2)
+
+    top = hi if allow_overflow and isinstance(f, FloatFormat) else hi - 1
+    return st.integers(lo, top).map(mid)

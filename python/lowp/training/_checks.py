@@ -1,0 +1,112 @@
+"""Argument checks shared by the training tools (messages name the argument)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Optional, Sequence
+
+import numpy as np
+
+from .._convert import ROUNDING_MODES
+from .._formats import Format, format as _format
+
+
+def number(value: Any, name: str, *, gt: Optional[float] = None, ge: Optional[float] = None,
+           lt: Optional[float] = None, le: Optional[float] = None) -> float:
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise TypeError(f"{name}: expected a real number, got {type(value).__name__}")
+    v = float(value)
+    if math.isnan(v):
+        raise ValueError(f"{name}: must be a number, got nan")
+    if gt is not None and not v > gt:
+        raise ValueError(f"{name}: must be > {gt}, got {v}")
+    if ge is not None and not v >= ge:
+        raise ValueError(f"{name}: must be >= {ge}, got {v}")
+    if lt is not None and not v < lt:
+        raise ValueError(f"{name}: must be < {lt}, got {v}")
+    if le is not None and not v <= le:
+        raise ValueError(f"{name}: must be <= {le}, got {v}")
+    return v
+
+
+def integer(value: Any, name: str, *, ge: Optional[int] = None) -> int:
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name}: expected an int, got {type(value).__name__}")
+    v = int(value)
+    if ge is not None and v < ge:
+        raise ValueError(f"{name}: must be >= {ge}, got {v}")
+    return v
+
+
+def rounding(value: Any, name: str = "rounding") -> str:
+    if not isinstance(value, str) or value not in ROUNDING_MODES:
+        raise ValueError(f"{name}: unknown rounding mode {value!r}; accepted: {', '.join(map(repr, ROUNDING_MODES))}")
+    return value
+
+
+def fmt_or_none(value: Any, name: str) -> Optional[Format]:
+    """A Format, or None for plain float32."""
+    if value is None:
+        return None
+    try:
+        f = _format(value)
+    except (TypeError, ValueError) as e:
+        msg = str(e).split(": ", 1)[-1]
+        raise type(e)(f"{name}: {msg}") from None
+    if f.name == "float32":
+        return None
+    return f
+
+
+def params_list(params: Any, name: str = "params") -> list[np.ndarray]:
+    if isinstance(params, np.ndarray):
+        params = [params]
+    try:
+        ps = list(params)
+    except TypeError:
+        raise TypeError(f"{name}: expected a sequence of numpy arrays, got {type(params).__name__}") from None
+    if not ps:
+        raise ValueError(f"{name}: is empty")
+    for i, p in enumerate(ps):
+        if not isinstance(p, np.ndarray):
+            raise TypeError(f"{name}[{i}]: expected a numpy array, got {type(p).__name__}")
+        if p.dtype != np.float32:
+            raise TypeError(f"{name}[{i}]: expected dtype float32 (the working copy), got {p.dtype}")
+        if not p.flags.writeable:
+            raise ValueError(f"{name}[{i}]: must be writeable (it is updated in place)")
+    return ps
+
+
+def grads_list(grads: Any, params: Sequence[np.ndarray], name: str = "grads") -> list[np.ndarray]:
+    if isinstance(grads, np.ndarray):
+        grads = [grads]
+    try:
+        gs = list(grads)
+    except TypeError:
+        raise TypeError(f"{name}: expected a sequence of numpy arrays, got {type(grads).__name__}") from None
+    if len(gs) != len(params):
+        raise ValueError(f"{name}: got {len(gs)} arrays for {len(params)} parameters")
+    out = []
+    for i, (g, p) in enumerate(zip(gs, params)):
+        g = np.asarray(g)
+        if g.shape != p.shape:
+            raise ValueError(f"{name}[{i}]: shape {g.shape} does not match the parameter's shape {p.shape}")
+        if g.dtype.kind != "f":
+            raise TypeError(f"{name}[{i}]: expected a float array, got dtype {g.dtype}")
+        out.append(g)
+    return out
+
+
+class SeedStream:
+    """Reproducible per-call seeds for stochastic rounding from one user seed."""
+
+    def __init__(self, seed: Any, name: str = "seed") -> None:
+        if seed is not None and not isinstance(seed, np.random.Generator):
+            if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)):
+                raise TypeError(f"{name}: expected None, an int or a numpy.random.Generator, got {type(seed).__name__}")
+            if int(seed) < 0:
+                raise ValueError(f"{name}: must be >= 0, got {seed}")
+        self._rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
+
+    def next(self) -> int:
+        return int(self._rng.integers(0, 2**63, dtype=np.int64))

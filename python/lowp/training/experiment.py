@@ -1,0 +1,335 @@
+"""``lowp experiment``: train the MLP under several QuantConfigs and compare them.
+
+By default the data is scikit-learn's bundled digits set (1797 8x8 images, read
+offline) with a fixed stratified 80/20 train/test split; ``--data FILE.npz`` reads
+``X_train, y_train, X_test, y_test`` instead. Every config starts from the same
+initial weights and sees the same batches; stochastic rounding is seeded, so a run is
+reproducible (apart from the times).
+
+Written to ``--output`` (default ``./lowp-results``), after every config so an
+interrupted run keeps what it finished:
+
+- ``results.md`` and ``results.csv``: final test accuracy, test loss, train loss,
+  skipped steps and time per config;
+- ``history.csv``: test accuracy, test loss and train loss per epoch;
+- ``curves.png``: test accuracy and test loss per epoch for every config.
+
+The default settings (SGD, momentum 0.9, lr 0.002, batch 32, 60 epochs) are chosen so
+that weight updates are often smaller than half an ulp of bf16 weights: without
+float32 master weights, round-to-nearest loses them and training stalls, while
+stochastic rounding keeps their expected value.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import dataclasses
+import os
+import sys
+import time
+from typing import Any, Callable, Optional, Sequence
+
+import numpy as np
+
+from .config import PRESETS, QuantConfig, preset
+from .mlp import MLP
+
+__all__ = ["default_configs", "load_digits_split", "load_npz", "run", "Result", "add_subparser", "main"]
+
+
+def default_configs() -> dict[str, QuantConfig]:
+    """The configs ``lowp experiment`` runs by default: every preset, bf16 weights
+    without float32 masters updated with round-to-nearest vs stochastic rounding, and
+    fp16 accumulation without and with chunks of 64."""
+    cfgs = {name: preset(name) for name in PRESETS}
+    cfgs["bf16_nomaster_rne"] = preset("bf16", master_weights=False, weight_rounding="nearest_even",
+                                       name="bf16_nomaster_rne")
+    cfgs["bf16_nomaster_sr"] = preset("bf16", master_weights=False, weight_rounding="stochastic",
+                                      name="bf16_nomaster_sr")
+    cfgs["fp16_acc"] = preset("fp16_mixed", accumulate="float16", name="fp16_acc")
+    cfgs["fp16_acc_chunk64"] = preset("fp16_mixed", accumulate="float16", chunk=64, name="fp16_acc_chunk64")
+    return cfgs
+
+
+@dataclasses.dataclass
+class Data:
+    x_train: np.ndarray
+    y_train: np.ndarray
+    x_test: np.ndarray
+    y_test: np.ndarray
+    name: str
+
+    @property
+    def n_classes(self) -> int:
+        return int(max(self.y_train.max(), self.y_test.max())) + 1
+
+
+def load_digits_split(test_fraction: float = 0.2, seed: int = 0) -> Data:
+    """scikit-learn's digits, pixels scaled to [0, 1], split per class with a fixed seed."""
+    from sklearn.datasets import load_digits
+
+    d = load_digits()
+    x = (d.data / 16.0).astype(np.float32)
+    y = d.target.astype(np.int64)
+    rng = np.random.default_rng(seed)
+    test = np.zeros(len(y), bool)
+    for c in np.unique(y):
+        idx = np.flatnonzero(y == c)
+        rng.shuffle(idx)
+        test[idx[: int(round(test_fraction * len(idx)))]] = True
+    return Data(x[~test], y[~test], x[test], y[test], "digits")
+
+
+def load_npz(path: str) -> Data:
+    """``X_train, y_train, X_test, y_test`` from an .npz file (X: 2-D, y: integer labels)."""
+    try:
+        z = np.load(path, allow_pickle=False)
+    except (OSError, ValueError) as e:
+        raise ValueError(f"data: cannot read {path!r}: {e}") from None
+    with z:
+        missing = [k for k in ("X_train", "y_train", "X_test", "y_test") if k not in z.files]
+        if missing:
+            raise ValueError(f"data: {path!r} lacks {', '.join(missing)} (has {', '.join(z.files) or 'nothing'})")
+        xtr, ytr, xte, yte = (np.asarray(z[k]) for k in ("X_train", "y_train", "X_test", "y_test"))
+    for name, xx, yy in (("train", xtr, ytr), ("test", xte, yte)):
+        if xx.ndim != 2 or yy.ndim != 1 or len(xx) != len(yy) or len(xx) == 0:
+            raise ValueError(f"data: X_{name} must be 2-D and y_{name} 1-D of the same nonzero length, got shapes "
+                             f"{xx.shape} and {yy.shape}")
+        if yy.dtype.kind not in "iu" or yy.min() < 0:
+            raise ValueError(f"data: y_{name} must hold non-negative integer labels, got dtype {yy.dtype}")
+    if xtr.shape[1] != xte.shape[1]:
+        raise ValueError(f"data: X_train has {xtr.shape[1]} features but X_test has {xte.shape[1]}")
+    return Data(xtr.astype(np.float32), ytr.astype(np.int64), xte.astype(np.float32), yte.astype(np.int64),
+                os.path.basename(path))
+
+
+@dataclasses.dataclass
+class Result:
+    name: str
+    description: str
+    test_acc: list[float] = dataclasses.field(default_factory=list)
+    test_loss: list[float] = dataclasses.field(default_factory=list)
+    train_loss: list[float] = dataclasses.field(default_factory=list)
+    skipped_steps: int = 0
+    seconds: float = 0.0
+
+
+def train_one(cfg: QuantConfig, data: Data, *, epochs: int, lr: float, momentum: float, batch_size: int, hidden: int,
+              seed: int, backend: str = "auto", optimizer: str = "sgd",
+              on_epoch: Optional[Callable[[Result], None]] = None) -> Result:
+    """Train a fresh MLP under ``cfg``; metrics after every epoch. ``momentum`` is SGD's
+    momentum or Adam's first beta."""
+    model = MLP([data.x_train.shape[1], hidden, data.n_classes], cfg, seed=seed, backend=backend)
+    if optimizer == "adam":
+        opt = model.optimizer("adam", lr, betas=(momentum, 0.999), seed=seed + 1)
+    else:
+        opt = model.optimizer("sgd", lr, momentum=momentum, seed=seed + 1)
+    scaler = model.loss_scaler()
+    order = np.random.default_rng(seed + 2)
+    res = Result(cfg.name, cfg.describe())
+    t0 = time.perf_counter()
+    n = len(data.y_train)
+    for _ in range(epochs):
+        perm = order.permutation(n)
+        losses = []
+        for i in range(0, n, batch_size):
+            idx = perm[i:i + batch_size]
+            loss, taken = model.train_step(data.x_train[idx], data.y_train[idx], opt, scaler)
+            losses.append(loss)
+            res.skipped_steps += not taken
+        acc, tl = model.evaluate(data.x_test, data.y_test)
+        res.test_acc.append(acc)
+        res.test_loss.append(tl)
+        res.train_loss.append(float(np.mean(losses)))
+        res.seconds = time.perf_counter() - t0
+        if on_epoch is not None:
+            on_epoch(res)
+    return res
+
+
+def _fmt_row(r: Result) -> list[str]:
+    return [r.name, f"{100 * r.test_acc[-1]:.2f}", f"{r.test_loss[-1]:.4f}", f"{r.train_loss[-1]:.4f}",
+            str(r.skipped_steps), f"{r.seconds:.1f}", r.description]
+
+
+HEADER = ["config", "test accuracy (%)", "test loss", "train loss", "skipped steps", "time (s)", "formats"]
+
+
+def findings(results: Sequence[Result]) -> list[str]:
+    """Comparisons the experiment is about, computed from the results that exist."""
+    by = {r.name: 100 * r.test_acc[-1] for r in results if r.test_acc}
+    out = []
+    trio = [k for k in ("fp32", "bf16", "fp16_mixed") if k in by]
+    if len(trio) > 1:
+        spread = max(by[k] for k in trio) - min(by[k] for k in trio)
+        out.append(f"{', '.join(trio)}: test accuracy spread {spread:.2f} points")
+    if "bf16_nomaster_rne" in by and "bf16_nomaster_sr" in by:
+        out.append(f"bf16 weights without fp32 master: round-to-nearest {by['bf16_nomaster_rne']:.2f}% vs "
+                   f"stochastic rounding {by['bf16_nomaster_sr']:.2f}% "
+                   f"({by['bf16_nomaster_sr'] - by['bf16_nomaster_rne']:+.2f} points for SR)")
+    if "hfp8" in by and "fp32" in by:
+        out.append(f"hfp8 vs fp32: {by['hfp8'] - by['fp32']:+.2f} points")
+    if "fp16_acc" in by and "fp16_acc_chunk64" in by:
+        out.append(f"fp16 accumulation: unchunked {by['fp16_acc']:.2f}% vs chunks of 64 {by['fp16_acc_chunk64']:.2f}%")
+    return out
+
+
+def write_results(results: Sequence[Result], outdir: str, settings: dict[str, Any]) -> list[str]:
+    """Write results.md, results.csv, history.csv and curves.png; returns the paths."""
+    os.makedirs(outdir, exist_ok=True)
+    done = [r for r in results if r.test_acc]
+    paths = []
+    p = os.path.join(outdir, "results.csv")
+    with open(p, "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(HEADER)
+        for r in done:
+            w.writerow(_fmt_row(r))
+    paths.append(p)
+    p = os.path.join(outdir, "history.csv")
+    with open(p, "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["config", "epoch", "test accuracy", "test loss", "train loss"])
+        for r in done:
+            for e, (a, tl, trl) in enumerate(zip(r.test_acc, r.test_loss, r.train_loss), 1):
+                w.writerow([r.name, e, f"{a:.6f}", f"{tl:.6f}", f"{trl:.6f}"])
+    paths.append(p)
+    p = os.path.join(outdir, "results.md")
+    with open(p, "w") as fh:
+        fh.write(markdown_table(done, settings))
+    paths.append(p)
+    p = os.path.join(outdir, "curves.png")
+    plot(done, p, settings)
+    paths.append(p)
+    return paths
+
+
+def markdown_table(results: Sequence[Result], settings: dict[str, Any]) -> str:
+    lines = ["# lowp experiment", "",
+             ", ".join(f"{k} {v}" for k, v in settings.items()), "",
+             "| " + " | ".join(HEADER) + " |",
+             "|" + "|".join("---:" if i and i < len(HEADER) - 1 else "---" for i in range(len(HEADER))) + "|"]
+    for r in results:
+        lines.append("| " + " | ".join(_fmt_row(r)) + " |")
+    f = findings(results)
+    if f:
+        lines += ["", *[f"- {x}" for x in f]]
+    return "\n".join(lines) + "\n"
+
+
+def plot(results: Sequence[Result], path: str, settings: dict[str, Any]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.8))
+    for r in results:
+        ep = np.arange(1, len(r.test_acc) + 1)
+        style = "--" if "nomaster" in r.name or "acc" in r.name else "-"
+        ax1.plot(ep, 100 * np.asarray(r.test_acc), style, label=r.name)
+        ax2.plot(ep, r.test_loss, style, label=r.name)
+    ax1.set_xlabel("epoch")
+    ax1.set_ylabel("test accuracy (%)")
+    ax1.grid(alpha=0.3)
+    ax2.set_xlabel("epoch")
+    ax2.set_ylabel("test loss")
+    ax2.set_yscale("log")
+    ax2.grid(alpha=0.3)
+    ax2.legend(fontsize=8, loc="upper right")
+    fig.suptitle(f"MLP on {settings.get('data', '?')}: " + ", ".join(
+        f"{k} {v}" for k, v in settings.items() if k in ("optimizer", "epochs", "lr", "momentum", "batch", "hidden")),
+        fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def run(configs: dict[str, QuantConfig], data: Data, outdir: str, *, epochs: int, lr: float, momentum: float,
+        batch_size: int, hidden: int, seed: int, backend: str = "auto", optimizer: str = "sgd",
+        progress: bool = True) -> list[Result]:
+    """Train under every config in turn, writing the results after each one. On
+    KeyboardInterrupt the finished configs stay written and the exception propagates."""
+    settings = dict(data=data.name, train=len(data.y_train), test=len(data.y_test), optimizer=optimizer,
+                    epochs=epochs, lr=lr, momentum=momentum, batch=batch_size, hidden=hidden, seed=seed)
+    results: list[Result] = []
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=len(configs) * epochs, unit="epoch", file=sys.stderr, dynamic_ncols=True)
+    try:
+        for name, cfg in configs.items():
+            if bar is not None:
+                bar.set_description(name)
+
+            def tick(r: Result) -> None:
+                if bar is not None:
+                    bar.update(1)
+                    bar.set_postfix(acc=f"{100 * r.test_acc[-1]:.1f}%", loss=f"{r.test_loss[-1]:.3f}")
+
+            results.append(train_one(cfg, data, epochs=epochs, lr=lr, momentum=momentum, batch_size=batch_size,
+                                     hidden=hidden, seed=seed, backend=backend, optimizer=optimizer,
+                                     on_epoch=tick))
+            write_results(results, outdir, settings)
+    finally:
+        if bar is not None:
+            bar.close()
+    return results
+
+
+# -- command line -------------------------------------------------------------------------
+
+def add_subparser(sub: Any) -> argparse.ArgumentParser:
+    """Register ``experiment`` on the ``lowp`` command's subparsers."""
+    p = sub.add_parser("experiment", help="train a small MLP under several low-precision configs and compare",
+                       description=__doc__.split("\n\n")[0] if __doc__ else None)
+    names = list(default_configs())
+    p.add_argument("--output", default="lowp-results", metavar="DIR", help="output folder (default: ./lowp-results)")
+    p.add_argument("--quick", action="store_true", help="a short run (fewer epochs), under a minute")
+    p.add_argument("--configs", nargs="+", metavar="NAME", choices=names, default=None,
+                   help=f"configs to run (default: all): {', '.join(names)}")
+    p.add_argument("--data", metavar="FILE.npz", default=None,
+                   help="read X_train, y_train, X_test, y_test from an .npz file instead of the digits set")
+    p.add_argument("--epochs", type=int, default=None, help="epochs per config (default 60, --quick 4)")
+    p.add_argument("--optimizer", choices=("sgd", "adam"), default="sgd", help="optimizer (default sgd)")
+    p.add_argument("--lr", type=float, default=0.002, help="learning rate (default 0.002)")
+    p.add_argument("--momentum", type=float, default=0.9, help="SGD momentum or Adam's beta1 (default 0.9)")
+    p.add_argument("--batch-size", type=int, default=32, help="batch size (default 32)")
+    p.add_argument("--hidden", type=int, default=128, help="hidden layer width (default 128)")
+    p.add_argument("--seed", type=int, default=0, help="seed of weights, batches and stochastic rounding")
+    p.add_argument("--backend", choices=("auto", "lowp", "numpy"), default="auto",
+                   help="GEMM backend: lowp.matmul when available (auto), or the NumPy emulation")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=main)
+    return p
+
+
+def main(args: argparse.Namespace) -> int:
+    epochs = args.epochs if args.epochs is not None else (4 if args.quick else 60)
+    for name, val, ok in (("--epochs", epochs, epochs >= 1), ("--batch-size", args.batch_size, args.batch_size >= 1),
+                          ("--hidden", args.hidden, args.hidden >= 1), ("--lr", args.lr, args.lr > 0),
+                          ("--momentum", args.momentum, 0 <= args.momentum < 1), ("--seed", args.seed, args.seed >= 0)):
+        if not ok:
+            print(f"lowp experiment: error: {name}: invalid value {val}", file=sys.stderr)
+            return 2
+    try:
+        data = load_npz(args.data) if args.data else load_digits_split()
+    except ValueError as e:
+        print(f"lowp experiment: error: {e}", file=sys.stderr)
+        return 2
+    allc = default_configs()
+    configs = {k: allc[k] for k in (args.configs or allc)}
+    try:
+        results = run(configs, data, args.output, epochs=epochs, lr=args.lr, momentum=args.momentum,
+                      batch_size=args.batch_size, hidden=args.hidden, seed=args.seed, backend=args.backend,
+                      optimizer=args.optimizer, progress=not args.no_progress)
+    except KeyboardInterrupt:
+        print(f"\ninterrupted: results of the finished configs are in {args.output}", file=sys.stderr)
+        return 130
+    settings = dict(data=data.name, optimizer=args.optimizer, epochs=epochs, lr=args.lr, momentum=args.momentum,
+                    batch=args.batch_size, hidden=args.hidden, seed=args.seed)
+    print(markdown_table(results, settings))
+    print(f"written to {args.output}: results.md, results.csv, history.csv, curves.png")
+    return 0

@@ -1,0 +1,104 @@
+"""Per-tensor delayed scaling for fp8 casts."""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from typing import Any, Optional
+
+import numpy as np
+
+from .._convert import _as_float_array, round as _round
+from .._formats import FloatFormat, Format, format as _format
+from . import _checks
+
+__all__ = ["Fp8Scaling"]
+
+AMAX_COMPUTE = ("max", "most_recent")
+
+
+class Fp8Scaling:
+    """Delayed per-tensor scaling, as used for fp8 training (Transformer Engine's recipe).
+
+    A tensor ``x`` is cast as ``q = round(x * scale, format, saturate=True)``: values past
+    the format's largest finite value clip to it. The scale used for a cast comes from
+    earlier casts only: ``scale = format.max / (amax * 2**margin)`` where ``amax`` is the
+    largest ``|x|`` recorded over the last ``amax_history_len`` casts (``"max"``) or at the
+    last one (``"most_recent"``). Before any amax is recorded the scale is 1; a history
+    of zeros keeps the previous scale; non-finite amaxes are not recorded.
+    ``power_of_two=True`` rounds the scale down to a power of two, so ``q / scale`` is
+    exact: the scale is then a per-tensor exponent bias.
+
+    ``q / scale`` approximates ``x``; :meth:`quantize` returns both.
+    """
+
+    def __init__(self, format: Any = "e4m3fn", margin: int = 0, amax_history_len: int = 16,
+                 amax_compute: str = "max", *, power_of_two: bool = False) -> None:
+        try:
+            f = _format(format)
+        except (TypeError, ValueError) as e:
+            raise type(e)(f"format: {str(e).split(': ', 1)[-1]}") from None
+        if not isinstance(f, FloatFormat):
+            raise ValueError(f"format: expected a float format (e.g. 'e4m3fn', 'e5m2'), got {f!r}")
+        self.format: Format = f
+        self.margin = _checks.integer(margin, "margin", ge=0)
+        self.amax_history_len = _checks.integer(amax_history_len, "amax_history_len", ge=1)
+        if amax_compute not in AMAX_COMPUTE:
+            raise ValueError(f"amax_compute: expected one of {', '.join(map(repr, AMAX_COMPUTE))}, got {amax_compute!r}")
+        self.amax_compute = amax_compute
+        if not isinstance(power_of_two, (bool, np.bool_)):
+            raise TypeError(f"power_of_two: expected a bool, got {type(power_of_two).__name__}")
+        self.power_of_two = bool(power_of_two)
+        self._history: deque[float] = deque(maxlen=self.amax_history_len)
+        self._scale = 1.0
+
+    @property
+    def scale(self) -> float:
+        """The scale the next cast uses."""
+        return self._scale
+
+    @property
+    def scale_inv(self) -> float:
+        return 1.0 / self._scale
+
+    @property
+    def amax_history(self) -> np.ndarray:
+        """Recorded amaxes, oldest first (at most ``amax_history_len``)."""
+        return np.array(self._history, dtype=np.float64)
+
+    def record(self, amax: float) -> None:
+        """Record the amax of a cast and recompute the scale for the next one."""
+        a = float(amax)
+        if not math.isfinite(a) or a < 0:
+            return
+        self._history.append(a)
+        ref = max(self._history) if self.amax_compute == "max" else self._history[-1]
+        if ref > 0:
+            scale = self.format.max / (ref * 2.0**self.margin)
+            if self.power_of_two:
+                scale = 2.0 ** math.floor(math.log2(scale))
+            if math.isfinite(scale) and scale > 0:
+                self._scale = scale
+
+    def quantize(self, x: Any, rounding: str = "nearest_even", *, seed: Any = None,
+                 update: bool = True) -> tuple[np.ndarray, float]:
+        """Cast ``x`` with the current scale: ``(q, scale)`` with ``q`` (float32, values of
+        the format) ``= round(x * scale, saturate=True)``. With ``update`` the amax of ``x``
+        is recorded afterwards (delayed scaling)."""
+        a = _as_float_array(x)
+        a32 = a.astype(np.float32, copy=False)
+        scale = self._scale
+        q = _round((a32.astype(np.float64) * scale), self.format, rounding, saturate=True, seed=seed).astype(np.float32)
+        if update:
+            self.record(float(np.max(np.abs(a32))) if a32.size else 0.0)
+        return q, scale
+
+    def fake_quantize(self, x: Any, rounding: str = "nearest_even", *, seed: Any = None,
+                      update: bool = True) -> np.ndarray:
+        """``q / scale`` from :meth:`quantize`, as float32."""
+        q, s = self.quantize(x, rounding, seed=seed, update=update)
+        return (q.astype(np.float64) / s).astype(np.float32)
+
+    def __repr__(self) -> str:
+        return (f"Fp8Scaling(format={self.format!r}, margin={self.margin}, amax_history_len={self.amax_history_len}, "
+                f"amax_compute={self.amax_compute!r}, power_of_two={self.power_of_two}, scale={self._scale:g})")

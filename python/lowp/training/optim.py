@@ -1,0 +1,176 @@
+"""SGD and Adam with float32 master weights and low-precision working copies.
+
+The model computes with the *working copies*: the float32 arrays passed as ``params``,
+which the optimizer keeps holding values of ``weight_format``. Two ways to update them:
+
+- ``master_weights=True`` (default): the optimizer keeps a float32 master copy of every
+  parameter, applies each update to it, and then rounds the master into the working
+  copy with ``rounding`` (stochastic by default, reproducible with ``seed``). Small
+  updates accumulate in the master, so nothing is lost.
+- ``master_weights=False``: no master; each update is applied to the low-precision
+  weights directly, ``w <- round(w - lr * update, weight_format, rounding)``, computed
+  exactly (float64) and rounded once. With round-to-nearest an update smaller than half
+  an ulp of ``w`` is lost every time (training stalls); stochastic rounding moves ``w``
+  by an ulp with probability ``|update| / ulp``, so the expected step is the update.
+
+Optimizer state (momentum, Adam moments) is float32.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional, Sequence
+
+import numpy as np
+
+from .._convert import round as _round
+from .._formats import Format
+from . import _checks
+
+__all__ = ["SGD", "Adam", "Optimizer"]
+
+
+class Optimizer:
+    """Base of :class:`SGD` and :class:`Adam`: parameters, master copies and rounding."""
+
+    def __init__(self, params: Any, lr: float, *, weight_format: Any = None, rounding: str = "stochastic",
+                 seed: Any = None, master_weights: bool = True) -> None:
+        self.params = _checks.params_list(params)
+        self.lr = lr
+        self.weight_format: Optional[Format] = _checks.fmt_or_none(weight_format, "weight_format")
+        self.rounding = _checks.rounding(rounding)
+        if not isinstance(master_weights, (bool, np.bool_)):
+            raise TypeError(f"master_weights: expected a bool, got {type(master_weights).__name__}")
+        self.master_weights = bool(master_weights)
+        self._seeds = _checks.SeedStream(seed)
+        self.steps = 0
+        if self.master_weights:
+            self.master: Optional[list[np.ndarray]] = [p.astype(np.float32, copy=True) for p in self.params]
+            self._write_working_copies()
+        else:
+            self.master = None
+            # The working copies must hold values of the format to begin with.
+            if self.weight_format is not None:
+                for p in self.params:
+                    p[...] = _round(p, self.weight_format, "nearest_even", saturate=True)
+
+    @property
+    def lr(self) -> float:
+        return self._lr
+
+    @lr.setter
+    def lr(self, value: float) -> None:
+        self._lr = _checks.number(value, "lr", gt=0.0)
+
+    def _seed(self) -> Optional[int]:
+        return self._seeds.next() if self.rounding == "stochastic" else None
+
+    def _write_working_copies(self) -> None:
+        assert self.master is not None
+        for p, m in zip(self.params, self.master):
+            if self.weight_format is None:
+                p[...] = m
+            else:
+                p[...] = _round(m, self.weight_format, self.rounding, saturate=True, seed=self._seed())
+
+    def _apply(self, i: int, update: np.ndarray) -> None:
+        """``param_i -= update`` (update already includes the learning rate)."""
+        if self.master is not None:
+            self.master[i] -= update
+            return
+        p = self.params[i]
+        if self.weight_format is None:
+            p -= update
+            return
+        # Exact in float64 (both terms are float32), then rounded once into the format.
+        new = p.astype(np.float64) - update.astype(np.float64)
+        p[...] = _round(new, self.weight_format, self.rounding, saturate=True, seed=self._seed())
+
+    def step(self, grads: Sequence[np.ndarray]) -> None:
+        """Apply one update from ``grads`` (one float array per parameter, same shapes)."""
+        gs = _checks.grads_list(grads, self.params)
+        self.steps += 1
+        for i, g in enumerate(gs):
+            self._apply(i, self._update(i, g.astype(np.float32, copy=False)))
+        if self.master is not None:
+            self._write_working_copies()
+
+    def _update(self, i: int, g: np.ndarray) -> np.ndarray:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+
+class SGD(Optimizer):
+    """Stochastic gradient descent with momentum and L2 weight decay (PyTorch's form:
+    ``b <- momentum*b + (g + weight_decay*w)``, ``w <- w - lr*b``).
+
+    ``weight_format``: the format of the working copies (None: float32); ``rounding``:
+    how they are rounded (stochastic by default); ``seed``: makes stochastic rounding
+    reproducible; ``master_weights``: keep float32 masters (see the module docs).
+    """
+
+    def __init__(self, params: Any, lr: float, momentum: float = 0.0, weight_decay: float = 0.0, *,
+                 weight_format: Any = None, rounding: str = "stochastic", seed: Any = None,
+                 master_weights: bool = True) -> None:
+        self.momentum = _checks.number(momentum, "momentum", ge=0.0, lt=1.0)
+        self.weight_decay = _checks.number(weight_decay, "weight_decay", ge=0.0)
+        super().__init__(params, lr, weight_format=weight_format, rounding=rounding, seed=seed,
+                         master_weights=master_weights)
+        self._buf: list[Optional[np.ndarray]] = [None] * len(self.params)
+
+    def _update(self, i: int, g: np.ndarray) -> np.ndarray:
+        w = self.master[i] if self.master is not None else self.params[i]
+        if self.weight_decay:
+            g = g + np.float32(self.weight_decay) * w
+        if self.momentum:
+            b = self._buf[i]
+            if b is None:
+                b = self._buf[i] = g.astype(np.float32, copy=True)
+            else:
+                b *= np.float32(self.momentum)
+                b += g
+            g = b
+        return np.float32(self.lr) * g
+
+    def __repr__(self) -> str:
+        return (f"SGD(lr={self.lr:g}, momentum={self.momentum:g}, weight_decay={self.weight_decay:g}, "
+                f"weight_format={self.weight_format!r}, rounding={self.rounding!r}, master_weights={self.master_weights})")
+
+
+class Adam(Optimizer):
+    """Adam (Kingma & Ba) with bias correction and L2 weight decay added to the gradient.
+
+    Keyword arguments after ``*`` as for :class:`SGD`.
+    """
+
+    def __init__(self, params: Any, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
+                 weight_decay: float = 0.0, *, weight_format: Any = None, rounding: str = "stochastic",
+                 seed: Any = None, master_weights: bool = True) -> None:
+        try:
+            b1, b2 = betas
+        except (TypeError, ValueError):
+            raise ValueError(f"betas: expected a pair of numbers, got {betas!r}") from None
+        self.betas = (_checks.number(b1, "betas[0]", ge=0.0, lt=1.0), _checks.number(b2, "betas[1]", ge=0.0, lt=1.0))
+        self.eps = _checks.number(eps, "eps", gt=0.0)
+        self.weight_decay = _checks.number(weight_decay, "weight_decay", ge=0.0)
+        super().__init__(params, lr, weight_format=weight_format, rounding=rounding, seed=seed,
+                         master_weights=master_weights)
+        self._m = [np.zeros_like(p) for p in self.params]
+        self._v = [np.zeros_like(p) for p in self.params]
+
+    def _update(self, i: int, g: np.ndarray) -> np.ndarray:
+        w = self.master[i] if self.master is not None else self.params[i]
+        if self.weight_decay:
+            g = g + np.float32(self.weight_decay) * w
+        b1, b2 = self.betas
+        m, v = self._m[i], self._v[i]
+        m *= np.float32(b1)
+        m += np.float32(1 - b1) * g
+        v *= np.float32(b2)
+        v += np.float32(1 - b2) * (g * g)
+        t = self.steps
+        mhat = m / np.float32(1 - b1**t)
+        vhat = v / np.float32(1 - b2**t)
+        return (np.float32(self.lr) * mhat / (np.sqrt(vhat) + np.float32(self.eps))).astype(np.float32)
+
+    def __repr__(self) -> str:
+        return (f"Adam(lr={self.lr:g}, betas={self.betas}, eps={self.eps:g}, weight_decay={self.weight_decay:g}, "
+                f"weight_format={self.weight_format!r}, rounding={self.rounding!r}, master_weights={self.master_weights})")

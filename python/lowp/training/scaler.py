@@ -1,0 +1,127 @@
+"""Dynamic loss scaling."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Optional, Sequence
+
+import numpy as np
+
+from . import _checks
+
+__all__ = ["LossScaler"]
+
+
+class LossScaler:
+    """Dynamic loss scaling for training with narrow-range gradients (fp16, fp8).
+
+    Multiply the loss (or its gradient) by :attr:`scale` before the backward pass; then
+    :meth:`unscale` divides the gradients in place and reports whether all are finite.
+    :meth:`update` adjusts the scale: on inf/NaN the step is skipped and the scale is
+    multiplied by ``backoff_factor`` (never below ``min_scale``); after
+    ``growth_interval`` consecutive clean steps it is multiplied by ``growth_factor``
+    (unless that would overflow float32). The defaults are PyTorch AMP's GradScaler:
+    start at 2**16, halve on overflow, double after 2000 clean steps.
+
+    Typical step::
+
+        grads = model.grads(x, y, loss_scale=scaler.scale)
+        if scaler.unscale(grads):
+            optimizer.step(grads)
+        scaler.update()            # uses what unscale found
+
+    or simply ``scaler.step(optimizer, grads)``.
+    """
+
+    def __init__(self, init_scale: float = 2.0**16, growth_factor: float = 2.0, backoff_factor: float = 0.5,
+                 growth_interval: int = 2000, min_scale: float = 1.0) -> None:
+        self._scale = _checks.number(init_scale, "init_scale", gt=0.0)
+        if math.isinf(self._scale):
+            raise ValueError("init_scale: must be finite, got inf")
+        self.growth_factor = _checks.number(growth_factor, "growth_factor", gt=1.0)
+        self.backoff_factor = _checks.number(backoff_factor, "backoff_factor", gt=0.0, lt=1.0)
+        self.growth_interval = _checks.integer(growth_interval, "growth_interval", ge=1)
+        self.min_scale = _checks.number(min_scale, "min_scale", gt=0.0, le=self._scale)
+        self._growth_tracker = 0
+        self._found_inf: Optional[bool] = None
+        self.skipped_steps = 0
+
+    @property
+    def scale(self) -> float:
+        """The current loss scale."""
+        return self._scale
+
+    @property
+    def growth_tracker(self) -> int:
+        """Consecutive clean steps since the last change of scale."""
+        return self._growth_tracker
+
+    def scale_loss(self, loss: Any) -> Any:
+        """``loss * scale``."""
+        return loss * self._scale
+
+    def unscale(self, grads: Sequence[np.ndarray]) -> bool:
+        """Divide the float ``grads`` in place by the scale; True when every value is finite.
+
+        The division is a multiplication by ``1/scale`` in the gradients' own dtype, exact
+        while the scale is a power of two (as with the default factors).
+        """
+        if isinstance(grads, np.ndarray):
+            grads = [grads]
+        gs = list(grads)
+        finite = True
+        for i, g in enumerate(gs):
+            if not isinstance(g, np.ndarray) or g.dtype.kind != "f":
+                raise TypeError(f"grads[{i}]: expected a float numpy array, got "
+                                f"{getattr(g, 'dtype', type(g).__name__)}")
+            if not g.flags.writeable:
+                raise ValueError(f"grads[{i}]: must be writeable (unscaled in place)")
+            if finite and not np.isfinite(g).all():
+                finite = False
+            g *= g.dtype.type(1.0 / self._scale)
+        self._found_inf = not finite
+        return finite
+
+    def update(self, found_inf: Optional[bool] = None) -> None:
+        """Adjust the scale after a step. ``found_inf`` defaults to what the last
+        :meth:`unscale` found."""
+        if found_inf is None:
+            if self._found_inf is None:
+                raise ValueError("found_inf: not given and unscale() has not been called since the last update")
+            found_inf = self._found_inf
+        elif not isinstance(found_inf, (bool, np.bool_)):
+            raise TypeError(f"found_inf: expected a bool or None, got {type(found_inf).__name__}")
+        self._found_inf = None
+        if found_inf:
+            self._scale = max(self._scale * self.backoff_factor, self.min_scale)
+            self._growth_tracker = 0
+            self.skipped_steps += 1
+            return
+        self._growth_tracker += 1
+        if self._growth_tracker == self.growth_interval:
+            grown = self._scale * self.growth_factor
+            if grown <= float(np.finfo(np.float32).max):
+                self._scale = grown
+            self._growth_tracker = 0
+
+    def step(self, optimizer: Any, grads: Sequence[np.ndarray]) -> bool:
+        """Unscale ``grads``, let ``optimizer`` step when they are finite, update the
+        scale. Returns whether the step was taken."""
+        ok = self.unscale(grads)
+        if ok:
+            optimizer.step(grads)
+        self.update(not ok)
+        return ok
+
+    def state_dict(self) -> dict:
+        return {"scale": self._scale, "growth_tracker": self._growth_tracker, "skipped_steps": self.skipped_steps}
+
+    def load_state_dict(self, state: dict) -> None:
+        self._scale = _checks.number(state["scale"], "state['scale']", gt=0.0)
+        self._growth_tracker = _checks.integer(state["growth_tracker"], "state['growth_tracker']", ge=0)
+        self.skipped_steps = int(state.get("skipped_steps", 0))
+
+    def __repr__(self) -> str:
+        return (f"LossScaler(scale={self._scale:g}, growth_factor={self.growth_factor:g}, "
+                f"backoff_factor={self.backoff_factor:g}, growth_interval={self.growth_interval}, "
+                f"min_scale={self.min_scale:g})")

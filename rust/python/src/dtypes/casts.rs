@@ -1,0 +1,427 @@
+//! Casts between the lowp dtypes and every numpy bool/int/uint/float/complex
+//! dtype, and among the lowp dtypes.
+//!
+//! Every cast rounds once, to nearest even: values go through their exact
+//! f64 (or f32) value into the conversion kernels of `lowp_core::convert`
+//! (f32 and f64 sources use them directly, so `astype` runs at kernel speed).
+//! Overflow follows the target: inf where it has one, else NaN (fn, fnuz),
+//! and posits saturate at maxpos as the posit standard says.
+//!
+//! numpy calls legacy cast functions on contiguous, aligned buffers; they
+//! need no Python, so numpy may release the GIL around them.
+//!
+//! Safe casts (for promotion) are registered where every value converts
+//! exactly, which is checked on every encoding of the narrower types.
+
+use std::any::TypeId;
+use std::ffi::{c_int, c_void};
+
+use lowp_core::convert::{self, Code};
+use lowp_core::format::{named, Format, IntFormat};
+use lowp_core::round::{Mode, RoundOpts};
+use numpy::npyffi::{npy_intp, PyArray_Descr, NPY_SCALARKIND, NPY_TYPES, PY_ARRAY_API};
+use pyo3::prelude::*;
+
+use super::kernels::{dec_block64, enc_block64, BLOCK};
+use super::{check, descr, load, store, type_num, N, TYPES};
+
+/// A numpy element type.
+pub trait NpElem: Copy + 'static {
+    const NUMS: &'static [NPY_TYPES];
+    /// Its values as a format, when every one of them is a value of it (for safe-cast checks).
+    const FMT: Option<Format>;
+    fn to_f64(self) -> f64;
+    fn from_f64(v: f64) -> Self;
+}
+
+macro_rules! int_elem {
+    ($t:ty, $bits:expr, $signed:expr, $($num:ident),+) => {
+        impl NpElem for $t {
+            const NUMS: &'static [NPY_TYPES] = &[$(NPY_TYPES::$num),+];
+            const FMT: Option<Format> = if $bits <= 16 { Some(Format::Int(IntFormat { bits: $bits, signed: $signed })) } else { None };
+            #[inline(always)]
+            fn to_f64(self) -> f64 { self as f64 }
+            // Out-of-range values saturate, NaN gives 0 (numpy leaves these undefined).
+            #[inline(always)]
+            fn from_f64(v: f64) -> Self { v as $t }
+        }
+    };
+}
+int_elem!(i8, 8, true, NPY_BYTE);
+int_elem!(u8, 8, false, NPY_UBYTE);
+int_elem!(i16, 16, true, NPY_SHORT);
+int_elem!(u16, 16, false, NPY_USHORT);
+int_elem!(i32, 32, true, NPY_INT);
+int_elem!(u32, 32, false, NPY_UINT);
+int_elem!(i64, 64, true, NPY_LONG, NPY_LONGLONG);
+int_elem!(u64, 64, false, NPY_ULONG, NPY_ULONGLONG);
+
+/// numpy's bool (one byte, 0 or 1).
+#[derive(Clone, Copy)]
+#[repr(transparent)]
+pub struct NpBool(u8);
+impl NpElem for NpBool {
+    const NUMS: &'static [NPY_TYPES] = &[NPY_TYPES::NPY_BOOL];
+    const FMT: Option<Format> = Some(Format::Int(IntFormat { bits: 2, signed: false }));
+    fn to_f64(self) -> f64 {
+        (self.0 != 0) as u8 as f64
+    }
+    fn from_f64(v: f64) -> Self {
+        NpBool((v != 0.0) as u8)
+    }
+}
+
+impl NpElem for half::f16 {
+    const NUMS: &'static [NPY_TYPES] = &[NPY_TYPES::NPY_HALF];
+    const FMT: Option<Format> = Some(Format::Float(named::FLOAT16));
+    fn to_f64(self) -> f64 {
+        self.to_f64()
+    }
+    // One rounding from f64 by the format engine (half's f64 path rounds through f32).
+    fn from_f64(v: f64) -> Self {
+        half::f16::from_bits(named::FLOAT16.encode(v, &rne(), 0) as u16)
+    }
+}
+
+impl NpElem for f32 {
+    const NUMS: &'static [NPY_TYPES] = &[NPY_TYPES::NPY_FLOAT];
+    const FMT: Option<Format> = Some(Format::Float(named::FLOAT32));
+    fn to_f64(self) -> f64 {
+        self as f64
+    }
+    fn from_f64(v: f64) -> Self {
+        v as f32
+    }
+}
+
+impl NpElem for f64 {
+    const NUMS: &'static [NPY_TYPES] = &[NPY_TYPES::NPY_DOUBLE];
+    const FMT: Option<Format> = Some(Format::Float(named::FLOAT64));
+    fn to_f64(self) -> f64 {
+        self
+    }
+    fn from_f64(v: f64) -> Self {
+        v
+    }
+}
+
+/// numpy complex: the real part converts, the imaginary part is dropped on the way in.
+#[derive(Clone, Copy)]
+#[repr(C)]
+pub struct C64([f32; 2]);
+#[derive(Clone, Copy)]
+#[repr(C)]
+pub struct C128([f64; 2]);
+impl NpElem for C64 {
+    const NUMS: &'static [NPY_TYPES] = &[NPY_TYPES::NPY_CFLOAT];
+    const FMT: Option<Format> = Some(Format::Float(named::FLOAT32));
+    fn to_f64(self) -> f64 {
+        self.0[0] as f64
+    }
+    fn from_f64(v: f64) -> Self {
+        C64([v as f32, 0.0])
+    }
+}
+impl NpElem for C128 {
+    const NUMS: &'static [NPY_TYPES] = &[NPY_TYPES::NPY_CDOUBLE];
+    const FMT: Option<Format> = Some(Format::Float(named::FLOAT64));
+    fn to_f64(self) -> f64 {
+        self.0[0]
+    }
+    fn from_f64(v: f64) -> Self {
+        C128([v, 0.0])
+    }
+}
+
+fn rne() -> RoundOpts {
+    RoundOpts::new(Mode::NearestEven)
+}
+
+/// Encode `src` into `n` codes of type `t` at `dst`.
+///
+/// # Safety
+/// `dst` holds `src.len()` aligned elements of type `t`.
+unsafe fn encode_into<S: convert::Real>(t: usize, src: &[S], dst: *mut c_void) {
+    let f = &TYPES[t].fmt;
+    let n = src.len();
+    // SAFETY: the caller guarantees n aligned elements of the type's width.
+    unsafe {
+        // Cannot fail: valid options and a storage width that fits the format.
+        let _ = match TYPES[t].size {
+            1 => convert::encode(f, src, std::slice::from_raw_parts_mut(dst as *mut u8, n), &rne(), 0),
+            2 => convert::encode(f, src, std::slice::from_raw_parts_mut(dst as *mut u16, n), &rne(), 0),
+            _ => convert::encode(f, src, std::slice::from_raw_parts_mut(dst as *mut u32, n), &rne(), 0),
+        };
+    }
+}
+
+/// Decode `n` codes of type `t` at `src` into `dst` (f32 or f64).
+///
+/// # Safety
+/// `src` holds `dst.len()` aligned elements of type `t`.
+unsafe fn decode_from<D: convert::Real>(t: usize, src: *const c_void, dst: &mut [D]) {
+    let f = &TYPES[t].fmt;
+    let n = dst.len();
+    fn go<C: Code, D: convert::Real>(f: &Format, s: &[C], d: &mut [D]) {
+        let _ = convert::decode(f, s, d);
+    }
+    // SAFETY: the caller guarantees n aligned elements of the type's width.
+    unsafe {
+        match TYPES[t].size {
+            1 => go(f, std::slice::from_raw_parts(src as *const u8, n), dst),
+            2 => go(f, std::slice::from_raw_parts(src as *const u16, n), dst),
+            _ => go(f, std::slice::from_raw_parts(src as *const u32, n), dst),
+        }
+    }
+}
+
+/// f32 -> f64 as the hardware does (NaN payload kept, quiet bit set), without
+/// raising the invalid flag on signaling NaNs (numpy would warn).
+#[inline(always)]
+fn widen(x: f32) -> f64 {
+    let b = x.to_bits() as u64;
+    // NaN test on the bits (a float compare would raise invalid on a signaling NaN).
+    if b & 0x7FFF_FFFF <= 0x7F80_0000 {
+        return x as f64;
+    }
+    // sign, all-ones exponent, quiet bit, then the 23-bit payload at the top of the 52-bit field.
+    f64::from_bits(((b & 0x8000_0000) << 32) | 0x7FF8_0000_0000_0000 | ((b & 0x7F_FFFF) << 29))
+}
+
+fn is<A: 'static, B: 'static>() -> bool {
+    TypeId::of::<A>() == TypeId::of::<B>()
+}
+
+/// lowp type T -> numpy element E.
+unsafe extern "C" fn cast_from<const T: usize, E: NpElem>(from: *mut c_void, to: *mut c_void, n: npy_intp, _fa: *mut c_void, _ta: *mut c_void) {
+    let n = n.max(0) as usize;
+    // SAFETY: numpy passes n contiguous aligned elements on each side.
+    unsafe {
+        if is::<E, f32>() {
+            return decode_from(T, from, std::slice::from_raw_parts_mut(to as *mut f32, n));
+        }
+        if is::<E, f64>() {
+            if TYPES[T].name == "bfloat16" {
+                // Through f32 (exact), which keeps NaN payloads as f32 -> f64 does.
+                let d = to as *mut f64;
+                let mut buf = [0f32; BLOCK];
+                let mut i = 0;
+                while i < n {
+                    let m = BLOCK.min(n - i);
+                    decode_from(T, (from as *const u16).add(i) as *const c_void, &mut buf[..m]);
+                    for j in 0..m {
+                        d.add(i + j).write(widen(buf[j]));
+                    }
+                    i += m;
+                }
+                return;
+            }
+            return decode_from(T, from, std::slice::from_raw_parts_mut(to as *mut f64, n));
+        }
+        let size = TYPES[T].size;
+        let (s, d) = (from as *const u8, to as *mut E);
+        let mut codes = [0u32; BLOCK];
+        let mut vals = [0f64; BLOCK];
+        let mut i = 0;
+        while i < n {
+            let m = BLOCK.min(n - i);
+            for j in 0..m {
+                codes[j] = load(s.add((i + j) * size), size);
+            }
+            dec_block64(T, &codes[..m], &mut vals[..m]);
+            for j in 0..m {
+                d.add(i + j).write(E::from_f64(vals[j]));
+            }
+            i += m;
+        }
+    }
+}
+
+/// numpy element E -> lowp type T.
+unsafe extern "C" fn cast_to<const T: usize, E: NpElem>(from: *mut c_void, to: *mut c_void, n: npy_intp, _fa: *mut c_void, _ta: *mut c_void) {
+    let n = n.max(0) as usize;
+    // SAFETY: numpy passes n contiguous aligned elements on each side.
+    unsafe {
+        if is::<E, f32>() {
+            if T == super::kernels::BF16 {
+                let (s, d) = (from as *const u32, to as *mut u16);
+                for i in 0..n {
+                    d.add(i).write(super::kernels::f32_to_bf16(s.add(i).read()));
+                }
+                return;
+            }
+            return encode_into(T, std::slice::from_raw_parts(from as *const f32, n), to);
+        }
+        if is::<E, f64>() {
+            return encode_into(T, std::slice::from_raw_parts(from as *const f64, n), to);
+        }
+        let size = TYPES[T].size;
+        let s = from as *const E;
+        let mut vals = [0f64; BLOCK];
+        let mut i = 0;
+        while i < n {
+            let m = BLOCK.min(n - i);
+            for j in 0..m {
+                vals[j] = s.add(i + j).read().to_f64();
+            }
+            encode_into(T, &vals[..m], (to as *mut u8).add(i * size) as *mut c_void);
+            i += m;
+        }
+    }
+}
+
+/// lowp type T -> lowp type U, through the exact value.
+unsafe extern "C" fn cast_lowp<const T: usize, const U: usize>(from: *mut c_void, to: *mut c_void, n: npy_intp, _fa: *mut c_void, _ta: *mut c_void) {
+    let n = n.max(0) as usize;
+    let (ss, ds) = (TYPES[T].size, TYPES[U].size);
+    let (s, d) = (from as *const u8, to as *mut u8);
+    let mut codes = [0u32; BLOCK];
+    let mut vals = [0f64; BLOCK];
+    let mut i = 0;
+    while i < n {
+        let m = BLOCK.min(n - i);
+        // SAFETY: numpy passes n contiguous elements on each side.
+        unsafe {
+            for j in 0..m {
+                codes[j] = load(s.add((i + j) * ss), ss);
+            }
+            dec_block64(T, &codes[..m], &mut vals[..m]);
+            enc_block64(U, &vals[..m], &mut codes[..m]);
+            for j in 0..m {
+                store(d.add((i + j) * ds), ds, codes[j]);
+            }
+        }
+        i += m;
+    }
+}
+
+/// Same encodings on both sides: a copy.
+unsafe extern "C" fn cast_bits<const SIZE: usize>(from: *mut c_void, to: *mut c_void, n: npy_intp, _fa: *mut c_void, _ta: *mut c_void) {
+    // SAFETY: numpy passes n elements of SIZE bytes on each side.
+    unsafe { std::ptr::copy(from as *const u8, to as *mut u8, n.max(0) as usize * SIZE) }
+}
+
+/// Is every value of `src` (at most 16 bits) exactly a value of `dst`?
+fn all_exact(src: &Format, dst: &Format) -> bool {
+    if src == dst || *dst == Format::Float(named::FLOAT64) {
+        // Every lowp format's values are f64 values (decoding is exact).
+        return true;
+    }
+    if src.bits() > 16 {
+        return false;
+    }
+    let o = rne();
+    (0..1u64 << src.bits()).all(|c| {
+        let v = src.decode(c);
+        if v.is_nan() {
+            return dst.has_nan();
+        }
+        // Value equality (a -0 into a format without -0 counts as exact).
+        dst.decode(dst.encode(v, &o, 0)) == v
+    })
+}
+
+fn can_cast(py: Python<'_>, from: *mut PyArray_Descr, to: c_int) -> PyResult<()> {
+    // SAFETY: from is a live descriptor, to a registered type number.
+    let rc = unsafe { PY_ARRAY_API.PyArray_RegisterCanCast(py, from, to, NPY_SCALARKIND::NPY_NOSCALAR) };
+    check(py, rc, "PyArray_RegisterCanCast")
+}
+
+fn cast_func(py: Python<'_>, from: *mut PyArray_Descr, to: c_int, f: numpy::npyffi::PyArray_VectorUnaryFunc) -> PyResult<()> {
+    // SAFETY: from is a live descriptor, to a registered type number, f a cast function.
+    let rc = unsafe { PY_ARRAY_API.PyArray_RegisterCastFunc(py, from, to, f) };
+    check(py, rc, "PyArray_RegisterCastFunc")
+}
+
+fn builtin(py: Python<'_>, num: NPY_TYPES) -> *mut PyArray_Descr {
+    // SAFETY: num is a builtin type number.
+    unsafe { PY_ARRAY_API.PyArray_DescrFromType(py, num as c_int) }
+}
+
+fn with_numpy<const T: usize, E: NpElem>(py: Python<'_>) -> PyResult<()> {
+    let me = descr(py, T);
+    let tn = type_num(T);
+    let fmt = TYPES[T].fmt;
+    for &num in E::NUMS {
+        let other = builtin(py, num);
+        cast_func(py, me, num as c_int, Some(cast_from::<T, E>))?;
+        cast_func(py, other, tn, Some(cast_to::<T, E>))?;
+        if let Some(ef) = E::FMT {
+            if all_exact(&fmt, &ef) {
+                can_cast(py, me, num as c_int)?;
+            }
+            if all_exact(&ef, &fmt) {
+                can_cast(py, other, tn)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+fn with_lowp<const T: usize, const U: usize>(py: Python<'_>) -> PyResult<()> {
+    if T == U {
+        return Ok(());
+    }
+    let me = descr(py, T);
+    cast_func(py, me, type_num(U), Some(cast_lowp::<T, U>))?;
+    if all_exact(&TYPES[T].fmt, &TYPES[U].fmt) {
+        can_cast(py, me, type_num(U))?;
+    }
+    Ok(())
+}
+
+fn register_type<const T: usize>(py: Python<'_>) -> PyResult<()> {
+    with_numpy::<T, NpBool>(py)?;
+    with_numpy::<T, i8>(py)?;
+    with_numpy::<T, u8>(py)?;
+    with_numpy::<T, i16>(py)?;
+    with_numpy::<T, u16>(py)?;
+    with_numpy::<T, i32>(py)?;
+    with_numpy::<T, u32>(py)?;
+    with_numpy::<T, i64>(py)?;
+    with_numpy::<T, u64>(py)?;
+    with_numpy::<T, half::f16>(py)?;
+    with_numpy::<T, f32>(py)?;
+    with_numpy::<T, f64>(py)?;
+    with_numpy::<T, C64>(py)?;
+    with_numpy::<T, C128>(py)?;
+    with_lowp::<T, 0>(py)?;
+    with_lowp::<T, 1>(py)?;
+    with_lowp::<T, 2>(py)?;
+    with_lowp::<T, 3>(py)?;
+    with_lowp::<T, 4>(py)?;
+    with_lowp::<T, 5>(py)?;
+    with_lowp::<T, 6>(py)?;
+    with_lowp::<T, 7>(py)?;
+    with_lowp::<T, 8>(py)?;
+    Ok(())
+}
+
+pub fn register_all(py: Python<'_>) -> PyResult<()> {
+    const _: () = assert!(N == 9);
+    register_type::<0>(py)?;
+    register_type::<1>(py)?;
+    register_type::<2>(py)?;
+    register_type::<3>(py)?;
+    register_type::<4>(py)?;
+    register_type::<5>(py)?;
+    register_type::<6>(py)?;
+    register_type::<7>(py)?;
+    register_type::<8>(py)?;
+    Ok(())
+}
+
+/// Bit-copy casts both ways between lowp type `t` and a dtype with the same encodings.
+pub fn register_bitcopy(py: Python<'_>, t: usize, other: *mut PyArray_Descr, other_num: c_int) -> PyResult<()> {
+    let f: numpy::npyffi::PyArray_VectorUnaryFunc = match TYPES[t].size {
+        1 => Some(cast_bits::<1>),
+        2 => Some(cast_bits::<2>),
+        _ => Some(cast_bits::<4>),
+    };
+    let me = descr(py, t);
+    cast_func(py, me, other_num, f)?;
+    cast_func(py, other, type_num(t), f)?;
+    can_cast(py, me, other_num)?;
+    can_cast(py, other, type_num(t))?;
+    Ok(())
+}

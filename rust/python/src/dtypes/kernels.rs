@@ -1,0 +1,668 @@
+//! Element kernels of the dtypes: decoding and encoding blocks of codes, and
+//! the arithmetic of the ufunc loops. No Python here.
+//!
+//! Codes travel as `u32` whatever the storage width (1, 2 or 4 bytes).
+//!
+//! How results are rounded once into a type:
+//! - bf16 and fp8 `+ - * /`: computed in f32 and rounded into the type. f32
+//!   has at least 2p+2 bits for every such p (p <= 8), so the f32 rounding is
+//!   innocuous and the result is the correctly rounded one (and equals
+//!   ml_dtypes', which computes the same way).
+//! - posits `+ - * / sqrt`: computed in f64 with the exact error term
+//!   (TwoSum, Dekker's product, remainders) and rounded to odd at 53 bits;
+//!   rounding that to a posit (at most 28 significant bits) is correct.
+//! - everything else: computed in f64 from the exact decoded inputs and
+//!   rounded once into the type.
+
+use std::sync::OnceLock;
+
+use lowp_core::convert;
+use lowp_core::format::Format;
+use lowp_core::round::{Mode, RoundOpts};
+
+use super::{N, TYPES};
+
+/// Elements per block of a strided loop (stack buffers).
+pub const BLOCK: usize = 512;
+
+fn rne() -> RoundOpts {
+    RoundOpts::new(Mode::NearestEven)
+}
+
+static LUT64: [OnceLock<Vec<f64>>; N] = [const { OnceLock::new() }; N];
+static LUT32: [OnceLock<Vec<f32>>; N] = [const { OnceLock::new() }; N];
+
+fn lut64(t: usize) -> Option<&'static [f64]> {
+    let ti = &TYPES[t];
+    if ti.fmt.bits() > 16 {
+        return None;
+    }
+    Some(LUT64[t].get_or_init(|| (0..1u64 << ti.fmt.bits()).map(|c| ti.fmt.decode(c)).collect()))
+}
+
+/// f32 table for the float formats of at most 16 bits (their values are f32s).
+fn lut32(t: usize) -> Option<&'static [f32]> {
+    let ti = &TYPES[t];
+    if ti.fmt.bits() > 16 || !ti.fmt.fits_f32() {
+        return None;
+    }
+    Some(LUT32[t].get_or_init(|| (0..1u64 << ti.fmt.bits()).map(|c| ti.fmt.decode(c) as f32).collect()))
+}
+
+/// Exact value of one code.
+#[inline]
+pub fn dec(t: usize, c: u32) -> f64 {
+    match lut64(t) {
+        Some(l) => l[c as usize & (l.len() - 1)],
+        None => TYPES[t].fmt.decode(c as u64),
+    }
+}
+
+/// Round one f64 to nearest even into type `t`.
+#[inline]
+pub fn enc(t: usize, x: f64) -> u32 {
+    TYPES[t].fmt.encode(x, &rne(), 0) as u32
+}
+
+pub fn dec_block64(t: usize, c: &[u32], out: &mut [f64]) {
+    match lut64(t) {
+        Some(l) => {
+            let m = l.len() - 1;
+            for (x, y) in c.iter().zip(out.iter_mut()) {
+                *y = l[*x as usize & m];
+            }
+        }
+        None => {
+            let f = TYPES[t].fmt;
+            for (x, y) in c.iter().zip(out.iter_mut()) {
+                *y = f.decode(*x as u64);
+            }
+        }
+    }
+}
+
+/// Decode to f32 (only for types whose values are all f32s).
+pub fn dec_block32(t: usize, c: &[u32], out: &mut [f32]) {
+    if t == BF16 {
+        for (x, y) in c.iter().zip(out.iter_mut()) {
+            // bf16 is the top half of an f32.
+            *y = f32::from_bits(*x << 16);
+        }
+        return;
+    }
+    let l = lut32(t).expect("f32 decoding of a type that fits f32");
+    let m = l.len() - 1;
+    for (x, y) in c.iter().zip(out.iter_mut()) {
+        *y = l[*x as usize & m];
+    }
+}
+
+pub fn enc_block64(t: usize, x: &[f64], out: &mut [u32]) {
+    if uses_f32(t) {
+        // Round to odd into f32 first (24 bits >= p + 2 for these formats), then
+        // to the format: the same result as one rounding from f64, on the fast f32 path.
+        let mut y = [0f32; BLOCK];
+        let n = x.len();
+        for (v, o) in x.iter().zip(y.iter_mut()) {
+            *o = f64_to_f32_odd(*v);
+        }
+        enc_block32(t, &y[..n], out);
+        return;
+    }
+    // Cannot fail: nearest-even options are valid and u32 holds every code.
+    let _ = convert::encode(&TYPES[t].fmt, x, out, &rne(), 0);
+}
+
+/// f64 to f32 rounded to odd: inexact results with an even last bit move one
+/// ulp toward `x` (so the sticky information survives a second rounding).
+#[inline(always)]
+fn f64_to_f32_odd(x: f64) -> f32 {
+    let y = x as f32;
+    let yb = y.to_bits();
+    // NaN and inf pass through; `!=` is a quiet compare.
+    if !finite(x) || y as f64 == x || yb & 1 == 1 || yb & 0x7F80_0000 == 0x7F80_0000 {
+        return y;
+    }
+    // Same sign: a larger magnitude code is farther from zero.
+    let away = (x.abs() > (y as f64).abs()) as u32;
+    f32::from_bits(if away == 1 { yb + 1 } else { yb - 1 } | (yb & 0x8000_0000))
+}
+
+pub fn enc_block32(t: usize, x: &[f32], out: &mut [u32]) {
+    if t == BF16 {
+        for (v, o) in x.iter().zip(out.iter_mut()) {
+            *o = f32_to_bf16(v.to_bits()) as u32;
+        }
+        return;
+    }
+    let _ = convert::encode(&TYPES[t].fmt, x, out, &rne(), 0);
+}
+
+/// Index of bfloat16 in [`TYPES`].
+pub const BF16: usize = 0;
+
+/// f32 bits to bf16 bits, nearest even (the same results as the format engine,
+/// tested bit for bit): bf16 is the top half of an f32, so adding 0x7fff plus
+/// the kept half's lowest bit and truncating rounds to nearest, ties to even
+/// (a carry into the exponent is the correct next binade, or inf). NaN becomes
+/// the quiet NaN of its sign (as the format engine and ml_dtypes do).
+#[inline(always)]
+pub fn f32_to_bf16(x: u32) -> u16 {
+    if x & 0x7FFF_FFFF > 0x7F80_0000 {
+        ((x >> 16) & 0x8000 | 0x7FC0) as u16
+    } else {
+        ((x + 0x7FFF + ((x >> 16) & 1)) >> 16) as u16
+    }
+}
+
+/// Does `t` compute `+ - * /` in f32 (see the module docs)?
+#[inline]
+pub fn uses_f32(t: usize) -> bool {
+    matches!(TYPES[t].fmt, Format::Float(f) if f.man_bits <= 10) && TYPES[t].fmt.fits_f32()
+}
+
+#[inline]
+pub fn is_posit(t: usize) -> bool {
+    matches!(TYPES[t].fmt, Format::Posit(_))
+}
+
+// ---------------------------------------------------------------- exact f64 helpers
+
+/// Dekker's split: `a = hi + lo` with halves of 26 bits.
+#[inline(always)]
+fn split(a: f64) -> (f64, f64) {
+    let c = 134217729.0 * a; // 2^27 + 1
+    let hi = c - (c - a);
+    (hi, a - hi)
+}
+
+/// `a * b = p + e` exactly (no overflow/underflow in the posit range).
+#[inline(always)]
+fn two_prod(a: f64, b: f64) -> (f64, f64) {
+    let p = a * b;
+    let (ah, al) = split(a);
+    let (bh, bl) = split(b);
+    let e = ((ah * bh - p) + ah * bl + al * bh) + al * bl;
+    (p, e)
+}
+
+/// Finite test on the bits: float compares with NaN can raise the invalid flag
+/// once vectorized (signaling predicates), which numpy would report as a warning.
+#[inline(always)]
+fn finite(x: f64) -> bool {
+    x.to_bits() & 0x7FF0_0000_0000_0000 != 0x7FF0_0000_0000_0000
+}
+
+/// Round-to-odd correction: `s` is the nearest f64 to an exact value whose
+/// difference from `s` has the sign of `dir` (0: exact). An inexact even `s`
+/// moves one ulp toward the exact value, so the result is the exact value
+/// rounded to odd at 53 bits, which then rounds correctly to <= 51 bits.
+/// Only quiet compares and bit tests (see [`finite`]).
+#[inline(always)]
+fn odd(s: f64, dir: f64) -> f64 {
+    if dir == 0.0 || !finite(s) || !finite(dir) || s == 0.0 {
+        return s;
+    }
+    let b = s.to_bits();
+    if b & 1 == 1 {
+        return s;
+    }
+    // Increasing the magnitude bits moves away from zero.
+    if dir.is_sign_positive() == s.is_sign_positive() {
+        f64::from_bits(b + 1)
+    } else {
+        f64::from_bits(b - 1)
+    }
+}
+
+#[inline(always)]
+fn add_odd(a: f64, b: f64) -> f64 {
+    let s = a + b;
+    let bb = s - a;
+    let e = (a - (s - bb)) + (b - bb); // TwoSum: a + b = s + e exactly
+    odd(s, e)
+}
+
+#[inline(always)]
+fn mul_odd(a: f64, b: f64) -> f64 {
+    let (p, e) = two_prod(a, b);
+    odd(p, e)
+}
+
+#[inline(always)]
+fn div_odd(a: f64, b: f64) -> f64 {
+    let q = a / b;
+    if !finite(q) || q == 0.0 {
+        return q;
+    }
+    let (p, e) = two_prod(q, b);
+    let r = (a - p) - e; // a - q*b, exact
+    // a/b - q = r/b: its sign is sign(r) * sign(b).
+    odd(q, if r == 0.0 { 0.0 } else if r.is_sign_positive() == b.is_sign_positive() { 1.0 } else { -1.0 })
+}
+
+#[inline(always)]
+fn sqrt_odd(x: f64) -> f64 {
+    let s = x.sqrt();
+    if !finite(s) || s == 0.0 {
+        return s;
+    }
+    let (p, e) = two_prod(s, s);
+    odd(s, (x - p) - e)
+}
+
+// ---------------------------------------------------------------- numpy semantics in f64
+
+fn divmod(a: f64, b: f64) -> (f64, f64) {
+    // As numpy's npy_divmod on doubles.
+    if b == 0.0 {
+        return (a / b, a % b);
+    }
+    let mut m = a % b;
+    let mut div = (a - m) / b;
+    if m != 0.0 {
+        if (b < 0.0) != (m < 0.0) {
+            m += b;
+            div -= 1.0;
+        }
+    } else {
+        m = 0f64.copysign(b);
+    }
+    let fd = if div != 0.0 {
+        let mut f = div.floor();
+        if div - f > 0.5 {
+            f += 1.0;
+        }
+        f
+    } else {
+        0f64.copysign(a / b)
+    };
+    (fd, m)
+}
+
+/// numpy's sign: -1, 0 (unsigned) or 1; NaN stays NaN.
+fn sign(x: f64) -> f64 {
+    if x > 0.0 {
+        1.0
+    } else if x < 0.0 {
+        -1.0
+    } else if x == 0.0 {
+        0.0
+    } else {
+        x
+    }
+}
+
+// ---------------------------------------------------------------- operations
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Bin {
+    Add,
+    Sub,
+    Mul,
+    Div,
+    FloorDiv,
+    Rem,
+    Fmod,
+    Pow,
+    Max,
+    Min,
+    FMax,
+    FMin,
+    CopySign,
+    NextAfter,
+    Arctan2,
+    Hypot,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Un {
+    Neg,
+    Pos,
+    Abs,
+    Sign,
+    Sqrt,
+    Square,
+    Recip,
+    Exp,
+    Exp2,
+    Expm1,
+    Log,
+    Log2,
+    Log10,
+    Log1p,
+    Sin,
+    Cos,
+    Tan,
+    Tanh,
+    Arctan,
+    Floor,
+    Ceil,
+    Rint,
+    Trunc,
+    Spacing,
+}
+
+/// Predicates: one input, bool output.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Pred {
+    IsNan,
+    IsInf,
+    IsFinite,
+    SignBit,
+    LogicalNot,
+}
+
+/// Relations: two inputs, bool output.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Rel {
+    Eq,
+    Ne,
+    Lt,
+    Le,
+    Gt,
+    Ge,
+    And,
+    Or,
+    Xor,
+}
+
+/// The neighbour of a code toward +inf (`up`) or -inf, by the type's order.
+/// NaN stays NaN; a step past the largest finite value gives inf or NaN.
+pub fn next_code(t: usize, c: u32, up: bool) -> u32 {
+    match TYPES[t].fmt {
+        Format::Posit(p) => {
+            let nar = p.nar() as u32;
+            if c == nar {
+                return c;
+            }
+            let mask = ((1u64 << p.nbits) - 1) as u32;
+            // Posit codes are ordered as two's complement integers.
+            if up {
+                c.wrapping_add(1) & mask
+            } else {
+                c.wrapping_sub(1) & mask
+            }
+        }
+        Format::Float(f) => {
+            if f.is_nan_code(c as u64) {
+                return c;
+            }
+            let sb = f.sign_bit() as u32;
+            let mag = c & f.mag_mask() as u32;
+            let neg = c & sb != 0 && mag != 0;
+            if mag == 0 {
+                // From either zero to the smallest subnormal of the direction.
+                return if up { 1 } else { sb | 1 };
+            }
+            // Away from zero is a larger magnitude code.
+            let away = up != neg;
+            let m = if away { mag + 1 } else { mag - 1 };
+            // Toward zero from -min_subnormal gives -0 (+0 where there is no -0).
+            f.apply_sign(m as u64, neg) as u32
+        }
+        Format::Int(_) => c,
+    }
+}
+
+/// Selection ops return one of the inputs' codes (numpy's choice on ties: the second).
+#[inline]
+fn pick(ca: u32, cb: u32, a: f64, b: f64, op: Bin) -> u32 {
+    match op {
+        Bin::Max if a.is_nan() => ca,
+        Bin::Max if b.is_nan() => cb,
+        Bin::Max => if a > b { ca } else { cb },
+        Bin::Min if a.is_nan() => ca,
+        Bin::Min if b.is_nan() => cb,
+        Bin::Min => if a < b { ca } else { cb },
+        Bin::FMax if b.is_nan() => ca,
+        Bin::FMax if a.is_nan() => cb,
+        Bin::FMax => if a > b { ca } else { cb },
+        Bin::FMin if b.is_nan() => ca,
+        Bin::FMin if a.is_nan() => cb,
+        Bin::FMin => if a < b { ca } else { cb },
+        _ => unreachable!(),
+    }
+}
+
+/// `out = op(a, b)` on codes of type `t`.
+pub fn binary(t: usize, op: Bin, a: &[u32], b: &[u32], out: &mut [u32]) {
+    let n = a.len();
+    if uses_f32(t) && matches!(op, Bin::Add | Bin::Sub | Bin::Mul | Bin::Div) {
+        let mut x = [0f32; BLOCK];
+        let mut y = [0f32; BLOCK];
+        dec_block32(t, a, &mut x[..n]);
+        dec_block32(t, b, &mut y[..n]);
+        let (x, y) = (&mut x[..n], &y[..n]);
+        match op {
+            Bin::Add => x.iter_mut().zip(y).for_each(|(p, q)| *p += *q),
+            Bin::Sub => x.iter_mut().zip(y).for_each(|(p, q)| *p -= *q),
+            Bin::Mul => x.iter_mut().zip(y).for_each(|(p, q)| *p *= *q),
+            _ => x.iter_mut().zip(y).for_each(|(p, q)| *p /= *q),
+        }
+        enc_block32(t, x, out);
+        return;
+    }
+    let mut x = [0f64; BLOCK];
+    let mut y = [0f64; BLOCK];
+    dec_block64(t, a, &mut x[..n]);
+    dec_block64(t, b, &mut y[..n]);
+    let (x, y) = (&mut x[..n], &y[..n]);
+    let posit = is_posit(t);
+    macro_rules! map {
+        ($f:expr) => {{
+            let f = $f;
+            x.iter_mut().zip(y).for_each(|(p, q)| *p = f(*p, *q))
+        }};
+    }
+    match op {
+        Bin::Max | Bin::Min | Bin::FMax | Bin::FMin => {
+            for i in 0..n {
+                out[i] = pick(a[i], b[i], x[i], y[i], op);
+            }
+            return;
+        }
+        Bin::NextAfter => {
+            for i in 0..n {
+                let (p, q) = (x[i], y[i]);
+                out[i] = if p.is_nan() || q.is_nan() {
+                    enc(t, f64::NAN)
+                } else if p == q {
+                    b[i]
+                } else {
+                    next_code(t, a[i], q > p)
+                };
+            }
+            return;
+        }
+        Bin::Add if posit => map!(add_odd),
+        Bin::Sub if posit => map!(|p: f64, q: f64| add_odd(p, -q)),
+        Bin::Mul if posit => map!(mul_odd),
+        Bin::Div if posit => map!(div_odd),
+        Bin::Add => map!(|p: f64, q: f64| p + q),
+        Bin::Sub => map!(|p: f64, q: f64| p - q),
+        Bin::Mul => map!(|p: f64, q: f64| p * q),
+        Bin::Div => map!(|p: f64, q: f64| p / q),
+        Bin::FloorDiv => map!(|p: f64, q: f64| divmod(p, q).0),
+        Bin::Rem => map!(|p: f64, q: f64| divmod(p, q).1),
+        Bin::Fmod => map!(|p: f64, q: f64| p % q),
+        Bin::Pow => map!(f64::powf),
+        Bin::CopySign => map!(f64::copysign),
+        Bin::Arctan2 => map!(f64::atan2),
+        Bin::Hypot => map!(f64::hypot),
+    }
+    enc_block64(t, x, out);
+}
+
+pub fn unary(t: usize, op: Un, a: &[u32], out: &mut [u32]) {
+    let n = a.len();
+    let mut x = [0f64; BLOCK];
+    dec_block64(t, a, &mut x[..n]);
+    let x = &mut x[..n];
+    let posit = is_posit(t);
+    macro_rules! map {
+        ($f:expr) => {{
+            let f = $f;
+            x.iter_mut().for_each(|p| *p = f(*p))
+        }};
+    }
+    match op {
+        Un::Spacing => {
+            for i in 0..n {
+                let v = x[i];
+                out[i] = if v.is_nan() || v.is_infinite() {
+                    enc(t, f64::NAN)
+                } else {
+                    // Toward the sign's infinity (numpy's convention, +0 and -0 alike by sign bit).
+                    let up = !v.is_sign_negative();
+                    let nb = dec(t, next_code(t, a[i], up));
+                    enc(t, nb - v)
+                };
+            }
+            return;
+        }
+        Un::Neg => map!(|p: f64| -p),
+        Un::Pos => {}
+        Un::Abs => map!(f64::abs),
+        Un::Sign => map!(sign),
+        Un::Sqrt if posit => map!(sqrt_odd),
+        Un::Sqrt => map!(f64::sqrt),
+        Un::Square if posit => map!(|p: f64| mul_odd(p, p)),
+        Un::Square => map!(|p: f64| p * p),
+        Un::Recip if posit => map!(|p: f64| div_odd(1.0, p)),
+        Un::Recip => map!(|p: f64| 1.0 / p),
+        Un::Exp => map!(f64::exp),
+        Un::Exp2 => map!(f64::exp2),
+        Un::Expm1 => map!(f64::exp_m1),
+        Un::Log => map!(f64::ln),
+        Un::Log2 => map!(f64::log2),
+        Un::Log10 => map!(f64::log10),
+        Un::Log1p => map!(f64::ln_1p),
+        Un::Sin => map!(f64::sin),
+        Un::Cos => map!(f64::cos),
+        Un::Tan => map!(f64::tan),
+        Un::Tanh => map!(f64::tanh),
+        Un::Arctan => map!(f64::atan),
+        Un::Floor => map!(f64::floor),
+        Un::Ceil => map!(f64::ceil),
+        Un::Rint => map!(f64::round_ties_even),
+        Un::Trunc => map!(f64::trunc),
+    }
+    enc_block64(t, x, out);
+}
+
+pub fn pred(t: usize, op: Pred, a: &[u32], out: &mut [bool]) {
+    let n = a.len();
+    let mut x = [0f64; BLOCK];
+    dec_block64(t, a, &mut x[..n]);
+    for (p, o) in x[..n].iter().zip(out.iter_mut()) {
+        *o = match op {
+            Pred::IsNan => p.is_nan(),
+            Pred::IsInf => p.is_infinite(),
+            Pred::IsFinite => p.is_finite(),
+            Pred::SignBit => p.is_sign_negative(),
+            Pred::LogicalNot => *p == 0.0,
+        };
+    }
+}
+
+pub fn rel(t: usize, op: Rel, a: &[u32], b: &[u32], out: &mut [bool]) {
+    let n = a.len();
+    let mut x = [0f64; BLOCK];
+    let mut y = [0f64; BLOCK];
+    dec_block64(t, a, &mut x[..n]);
+    dec_block64(t, b, &mut y[..n]);
+    for ((p, q), o) in x[..n].iter().zip(&y[..n]).zip(out.iter_mut()) {
+        *o = match op {
+            Rel::Eq => p == q,
+            Rel::Ne => p != q,
+            Rel::Lt => p < q,
+            Rel::Le => p <= q,
+            Rel::Gt => p > q,
+            Rel::Ge => p >= q,
+            Rel::And => *p != 0.0 && *q != 0.0,
+            Rel::Or => *p != 0.0 || *q != 0.0,
+            Rel::Xor => (*p != 0.0) != (*q != 0.0),
+        };
+    }
+}
+
+// ---------------------------------------------------------------- result tables
+
+/// Results of every input of a unary op on a type of at most 16 bits, or of
+/// every pair of a binary op on an 8-bit type: the op becomes one lookup per
+/// element. Tables are built on first use by the block kernels above (so
+/// they hold exactly what the computed path gives) and kept for the process.
+///
+/// Building evaluates the op on every encoding (logs of negatives, ...), so
+/// the floating-point status flags are restored afterwards: numpy would
+/// otherwise warn about values the caller never passed. Lookups raise no flags.
+const UN_OPS: usize = Un::Spacing as usize + 1;
+const BIN_OPS: usize = Bin::Hypot as usize + 1;
+
+static UN_TABLES: [[OnceLock<Box<[u16]>>; UN_OPS]; N] = [const { [const { OnceLock::new() }; UN_OPS] }; N];
+static BIN_TABLES: [[OnceLock<Box<[u16]>>; BIN_OPS]; N] = [const { [const { OnceLock::new() }; BIN_OPS] }; N];
+
+#[cfg(target_arch = "x86_64")]
+fn fp_status() -> u32 {
+    let mut c: u32 = 0;
+    // SAFETY: stmxcsr stores the SSE control/status register into `c`.
+    unsafe { std::arch::asm!("stmxcsr [{}]", in(reg) &mut c, options(nostack)) };
+    c
+}
+
+#[cfg(target_arch = "x86_64")]
+fn set_fp_status(c: u32) {
+    // SAFETY: ldmxcsr loads a value read by stmxcsr (same modes, old flags).
+    unsafe { std::arch::asm!("ldmxcsr [{}]", in(reg) &c, options(nostack, readonly)) };
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn fp_status() -> u32 {
+    0
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn set_fp_status(_c: u32) {}
+
+fn build(n: usize, f: impl Fn(&[u32], &mut [u32])) -> Box<[u16]> {
+    let saved = fp_status();
+    let mut out = vec![0u16; n];
+    let mut codes = [0u32; BLOCK];
+    let mut res = [0u32; BLOCK];
+    for start in (0..n).step_by(BLOCK) {
+        let m = BLOCK.min(n - start);
+        for (j, c) in codes[..m].iter_mut().enumerate() {
+            *c = (start + j) as u32;
+        }
+        f(&codes[..m], &mut res[..m]);
+        for j in 0..m {
+            out[start + j] = res[j] as u16;
+        }
+    }
+    set_fp_status(saved);
+    out.into_boxed_slice()
+}
+
+/// The unary table of (t, op), for types of at most 16 bits.
+pub fn un_table(t: usize, op: Un) -> Option<&'static [u16]> {
+    let bits = TYPES[t].fmt.bits();
+    if bits > 16 {
+        return None;
+    }
+    Some(UN_TABLES[t][op as usize].get_or_init(|| build(1 << bits, |c, r| unary(t, op, c, r))))
+}
+
+/// The binary table of (t, op) indexed by `a << 8 | b`, for 8-bit types.
+pub fn bin_table(t: usize, op: Bin) -> Option<&'static [u16]> {
+    if TYPES[t].fmt.bits() != 8 {
+        return None;
+    }
+    Some(BIN_TABLES[t][op as usize].get_or_init(|| {
+        build(1 << 16, |c, r| {
+            let a: Vec<u32> = c.iter().map(|x| x >> 8).collect();
+            let b: Vec<u32> = c.iter().map(|x| x & 0xFF).collect();
+            binary(t, op, &a, &b, r)
+        })
+    }))
+}

@@ -1,0 +1,344 @@
+//! The scalar types: subclasses of `numpy.generic` holding one code.
+//!
+//! Layout: the object header, then the code in the type's storage width.
+//! numpy finds a legacy user scalar's value right after the header (rounded
+//! up to the dtype's alignment), which is where it is kept, so numpy's own
+//! scalar machinery (`__reduce__`, `PyArray_Scalar`, arithmetic through
+//! 0-d arrays) works on it. Arithmetic and comparisons are numpy.generic's
+//! (they run the ufunc loops of this module); conversions, repr, hash and
+//! construction are defined here.
+
+use std::ffi::{c_int, c_void, CString};
+
+use pyo3::exceptions::{PyOverflowError, PyTypeError};
+use pyo3::ffi;
+use pyo3::prelude::*;
+use pyo3::types::{PyFloat, PyString, PyTuple};
+
+use super::kernels::{dec, enc};
+use super::{load, store, type_obj, N, TYPES};
+
+/// Byte offset of the code in a scalar object.
+const VALUE_OFFSET: usize = std::mem::size_of::<ffi::PyObject>();
+
+/// Index of the lowp scalar type of `ob` (subclasses included), if any.
+///
+/// # Safety
+/// `ob` is a live object; GIL held.
+pub unsafe fn scalar_index(ob: *mut ffi::PyObject) -> Option<usize> {
+    // SAFETY: ob is live.
+    let tp = unsafe { ffi::Py_TYPE(ob) };
+    (0..N).find(|&t| tp == type_obj(t)).or_else(|| {
+        (0..N).find(|&t| {
+            let base = type_obj(t);
+            // SAFETY: both are live type objects.
+            !base.is_null() && unsafe { ffi::PyType_IsSubtype(tp, base) } != 0
+        })
+    })
+}
+
+unsafe fn type_index(tp: *mut ffi::PyTypeObject) -> Option<usize> {
+    (0..N).find(|&t| {
+        let base = type_obj(t);
+        // SAFETY: both are live type objects.
+        !base.is_null() && (tp == base || unsafe { ffi::PyType_IsSubtype(tp, base) } != 0)
+    })
+}
+
+/// The code held by a lowp scalar of type index `t`.
+///
+/// # Safety
+/// `ob` is a live scalar of type `t`.
+pub unsafe fn scalar_code(ob: *mut ffi::PyObject, t: usize) -> u32 {
+    // SAFETY: the scalar's storage follows its header.
+    unsafe { load((ob as *const u8).add(VALUE_OFFSET), TYPES[t].size) }
+}
+
+unsafe fn alloc(tp: *mut ffi::PyTypeObject, t: usize, c: u32) -> *mut ffi::PyObject {
+    // SAFETY: tp is a live lowp scalar type (or a subclass); GIL held.
+    unsafe {
+        let ob = ffi::PyType_GenericAlloc(tp, 0);
+        if !ob.is_null() {
+            store((ob as *mut u8).add(VALUE_OFFSET), TYPES[t].size, c);
+        }
+        ob
+    }
+}
+
+/// A new scalar of type `t` holding code `c` (new reference; NULL on error).
+///
+/// # Safety
+/// GIL held; the type is registered.
+pub unsafe fn new_scalar(t: usize, c: u32) -> *mut ffi::PyObject {
+    // SAFETY: forwarded.
+    unsafe { alloc(type_obj(t), t, c) }
+}
+
+fn type_name(ob: &Bound<'_, PyAny>) -> String {
+    ob.get_type().name().map(|n| n.to_string()).unwrap_or_else(|_| "?".into())
+}
+
+/// Convert a Python object into a code of type `t`, rounding to nearest even.
+/// On failure a Python error is set and None returned.
+///
+/// # Safety
+/// GIL held; `ob` live.
+pub unsafe fn object_to_code(t: usize, ob: *mut ffi::PyObject) -> Option<u32> {
+    // SAFETY: GIL held.
+    let py = unsafe { Python::assume_attached() };
+    // SAFETY: ob is a live borrowed reference.
+    let obj = unsafe { Bound::from_borrowed_ptr(py, ob) };
+    match convert(py, t, &obj) {
+        Ok(c) => Some(c),
+        Err(e) => {
+            e.restore(py);
+            None
+        }
+    }
+}
+
+fn convert(py: Python<'_>, t: usize, obj: &Bound<'_, PyAny>) -> PyResult<u32> {
+    // SAFETY: obj is live.
+    if let Some(s) = unsafe { scalar_index(obj.as_ptr()) } {
+        // SAFETY: obj is a scalar of type s.
+        let c = unsafe { scalar_code(obj.as_ptr(), s) };
+        return Ok(if s == t { c } else { enc(t, dec(s, c)) });
+    }
+    let name = TYPES[t].name;
+    if obj.is_instance_of::<pyo3::types::PyInt>() {
+        return match obj.extract::<f64>() {
+            Ok(v) => Ok(enc(t, v)),
+            Err(e) if e.is_instance_of::<PyOverflowError>(py) => {
+                let neg = obj.lt(0)?;
+                Ok(enc(t, if neg { f64::NEG_INFINITY } else { f64::INFINITY }))
+            }
+            Err(e) => Err(e),
+        };
+    }
+    if obj.is_instance_of::<PyFloat>() {
+        return Ok(enc(t, obj.extract::<f64>()?));
+    }
+    if obj.is_instance_of::<PyString>() {
+        let s: String = obj.extract()?;
+        return match py.get_type::<PyFloat>().call1((s.trim(),)) {
+            Ok(f) => Ok(enc(t, f.extract::<f64>()?)),
+            Err(_) => Err(pyo3::exceptions::PyValueError::new_err(format!(
+                "{name}: could not convert string {s:?} to a number"
+            ))),
+        };
+    }
+    if obj.is_instance_of::<pyo3::types::PyComplex>() {
+        return Err(PyTypeError::new_err(format!(
+            "{name}: cannot convert complex to {name}; take .real first (accepted: real numbers and numeric strings)"
+        )));
+    }
+    // SAFETY: obj is live; PyNumber_Float returns a new reference or NULL with an error set.
+    let f = unsafe { ffi::PyNumber_Float(obj.as_ptr()) };
+    if f.is_null() {
+        let e = PyErr::fetch(py);
+        if e.is_instance_of::<PyTypeError>(py) {
+            return Err(PyTypeError::new_err(format!(
+                "{name}: cannot convert {} to {name}; accepted: real numbers and numeric strings",
+                type_name(obj)
+            )));
+        }
+        return Err(e);
+    }
+    // SAFETY: f is a new reference to a float.
+    let f = unsafe { Bound::from_owned_ptr(py, f) };
+    Ok(enc(t, f.extract::<f64>()?))
+}
+
+/// The shortest decimal that rounds back to the same code, as an f64 whose
+/// Python repr prints exactly those digits.
+pub fn shortest(t: usize, c: u32) -> f64 {
+    let v = dec(t, c);
+    if !v.is_finite() || v == 0.0 {
+        return v;
+    }
+    for digits in 1..=17 {
+        let s = format!("{:.*e}", digits - 1, v);
+        if let Ok(p) = s.parse::<f64>() {
+            if enc(t, p) == c {
+                return p;
+            }
+        }
+    }
+    v
+}
+
+fn guard<F: FnOnce(Python<'_>) -> PyResult<*mut ffi::PyObject>>(f: F) -> *mut ffi::PyObject {
+    // SAFETY: numpy and CPython call slots with the GIL held.
+    let py = unsafe { Python::assume_attached() };
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(py))) {
+        Ok(Ok(p)) => p,
+        Ok(Err(e)) => {
+            e.restore(py);
+            std::ptr::null_mut()
+        }
+        Err(_) => {
+            pyo3::exceptions::PySystemError::new_err("lowp: internal error in a scalar slot").restore(py);
+            std::ptr::null_mut()
+        }
+    }
+}
+
+unsafe fn self_value(ob: *mut ffi::PyObject) -> (usize, u32) {
+    // SAFETY: slots of lowp scalar types only receive lowp scalars as self.
+    unsafe {
+        let t = scalar_index(ob).expect("a lowp scalar");
+        (t, scalar_code(ob, t))
+    }
+}
+
+unsafe extern "C" fn tp_repr(ob: *mut ffi::PyObject) -> *mut ffi::PyObject {
+    guard(|py| {
+        // SAFETY: ob is a lowp scalar.
+        let (t, c) = unsafe { self_value(ob) };
+        let v = shortest(t, c);
+        Ok(PyFloat::new(py, v).repr()?.into_ptr())
+    })
+}
+
+unsafe extern "C" fn tp_hash(ob: *mut ffi::PyObject) -> ffi::Py_hash_t {
+    // SAFETY: ob is a lowp scalar; GIL held.
+    let py = unsafe { Python::assume_attached() };
+    let (t, c) = unsafe { self_value(ob) };
+    match PyFloat::new(py, dec(t, c)).hash() {
+        Ok(h) => h as ffi::Py_hash_t,
+        Err(e) => {
+            e.restore(py);
+            -1
+        }
+    }
+}
+
+/// numpy.generic's rich comparison (through 0-d arrays and the ufunc loops).
+/// Defining `tp_hash` stops CPython inheriting it, so it is forwarded here.
+unsafe extern "C" fn tp_richcompare(a: *mut ffi::PyObject, b: *mut ffi::PyObject, op: c_int) -> *mut ffi::PyObject {
+    let base = GENERIC.load(std::sync::atomic::Ordering::Acquire);
+    // SAFETY: base is numpy.generic (a live static type) whose slot has this signature.
+    unsafe {
+        let f = ffi::PyType_GetSlot(base, ffi::Py_tp_richcompare);
+        if f.is_null() {
+            return ffi::Py_NewRef(ffi::Py_NotImplemented());
+        }
+        let f: ffi::richcmpfunc = std::mem::transmute(f);
+        f(a, b, op)
+    }
+}
+
+static GENERIC: std::sync::atomic::AtomicPtr<ffi::PyTypeObject> = std::sync::atomic::AtomicPtr::new(std::ptr::null_mut());
+
+unsafe extern "C" fn nb_float(ob: *mut ffi::PyObject) -> *mut ffi::PyObject {
+    guard(|py| {
+        // SAFETY: ob is a lowp scalar.
+        let (t, c) = unsafe { self_value(ob) };
+        Ok(PyFloat::new(py, dec(t, c)).into_ptr())
+    })
+}
+
+unsafe extern "C" fn nb_int(ob: *mut ffi::PyObject) -> *mut ffi::PyObject {
+    guard(|_py| {
+        // SAFETY: ob is a lowp scalar.
+        let (t, c) = unsafe { self_value(ob) };
+        // SAFETY: PyLong_FromDouble returns a new reference or NULL with an error set.
+        let r = unsafe { ffi::PyLong_FromDouble(dec(t, c)) };
+        if r.is_null() {
+            // SAFETY: GIL held.
+            return Err(PyErr::fetch(unsafe { Python::assume_attached() }));
+        }
+        Ok(r)
+    })
+}
+
+unsafe extern "C" fn nb_bool(ob: *mut ffi::PyObject) -> c_int {
+    // SAFETY: ob is a lowp scalar.
+    let (t, c) = unsafe { self_value(ob) };
+    (dec(t, c) != 0.0) as c_int
+}
+
+unsafe extern "C" fn tp_new(sub: *mut ffi::PyTypeObject, args: *mut ffi::PyObject, kwds: *mut ffi::PyObject) -> *mut ffi::PyObject {
+    guard(|py| {
+        // SAFETY: sub is the type being instantiated, a lowp scalar type or subclass.
+        let t = unsafe { type_index(sub) }.ok_or_else(|| PyTypeError::new_err("not a lowp scalar type"))?;
+        let name = TYPES[t].name;
+        // SAFETY: kwds is NULL or a dict.
+        if !kwds.is_null() && unsafe { ffi::PyDict_Size(kwds) } != 0 {
+            return Err(PyTypeError::new_err(format!("{name}() takes no keyword arguments")));
+        }
+        // SAFETY: args is a tuple.
+        let args = unsafe { Bound::from_borrowed_ptr(py, args) }.cast_into::<PyTuple>()?;
+        let c = match args.len() {
+            0 => 0,
+            1 => {
+                let x = args.get_item(0)?;
+                if x.is_instance(&py.import("numpy")?.getattr("ndarray")?)? {
+                    // As numpy's own scalar types: an array argument converts the array.
+                    let dt = py.import("numpy")?.getattr("dtype")?.call1((unsafe { Bound::from_borrowed_ptr(py, sub as *mut ffi::PyObject) },))?;
+                    return Ok(x.call_method1("astype", (dt,))?.into_ptr());
+                }
+                convert(py, t, &x)?
+            }
+            n => return Err(PyTypeError::new_err(format!("{name}() takes at most 1 argument ({n} given)"))),
+        };
+        // SAFETY: sub is a lowp scalar type or a subclass.
+        let ob = unsafe { alloc(sub, t, c) };
+        if ob.is_null() {
+            return Err(PyErr::fetch(py));
+        }
+        Ok(ob)
+    })
+}
+
+unsafe extern "C" fn tp_dealloc(ob: *mut ffi::PyObject) {
+    // SAFETY: ob is a dying instance of a heap type allocated by PyType_GenericAlloc
+    // (non-GC, so PyObject_Free releases it); heap-type instances own a type reference.
+    unsafe {
+        let tp = ffi::Py_TYPE(ob);
+        ffi::PyObject_Free(ob as *mut c_void);
+        ffi::Py_DECREF(tp as *mut ffi::PyObject);
+    }
+}
+
+/// Create the scalar type of `t`, a subclass of `base` (numpy.generic).
+pub fn make_type(py: Python<'_>, t: usize, base: &Bound<'_, PyAny>) -> PyResult<*mut ffi::PyTypeObject> {
+    let ti = &TYPES[t];
+    GENERIC.store(base.as_ptr() as *mut ffi::PyTypeObject, std::sync::atomic::Ordering::Release);
+    let name: &'static CString = Box::leak(Box::new(CString::new(format!("lowp.{}", ti.name)).unwrap()));
+    let doc: &'static CString = Box::leak(Box::new(CString::new(ti.doc).unwrap()));
+    let slot = |slot: c_int, pfunc: *mut c_void| ffi::PyType_Slot { slot, pfunc };
+    let slots: &'static mut [ffi::PyType_Slot] = Box::leak(
+        vec![
+            slot(ffi::Py_tp_new, tp_new as *mut c_void),
+            slot(ffi::Py_tp_repr, tp_repr as *mut c_void),
+            slot(ffi::Py_tp_str, tp_repr as *mut c_void),
+            slot(ffi::Py_tp_hash, tp_hash as *mut c_void),
+            slot(ffi::Py_tp_richcompare, tp_richcompare as *mut c_void),
+            slot(ffi::Py_tp_dealloc, tp_dealloc as *mut c_void),
+            slot(ffi::Py_tp_alloc, ffi::PyType_GenericAlloc as *mut c_void),
+            slot(ffi::Py_tp_free, ffi::PyObject_Free as *mut c_void),
+            slot(ffi::Py_nb_float, nb_float as *mut c_void),
+            slot(ffi::Py_nb_int, nb_int as *mut c_void),
+            slot(ffi::Py_nb_bool, nb_bool as *mut c_void),
+            slot(ffi::Py_tp_doc, doc.as_ptr() as *mut c_void),
+            slot(0, std::ptr::null_mut()),
+        ]
+        .into_boxed_slice(),
+    );
+    let spec: &'static mut ffi::PyType_Spec = Box::leak(Box::new(ffi::PyType_Spec {
+        name: name.as_ptr(),
+        basicsize: (VALUE_OFFSET + 8) as c_int,
+        itemsize: 0,
+        flags: (ffi::Py_TPFLAGS_DEFAULT | ffi::Py_TPFLAGS_BASETYPE) as _,
+        slots: slots.as_mut_ptr(),
+    }));
+    let bases = PyTuple::new(py, [base])?;
+    // SAFETY: spec and its strings/slots are 'static; bases is a tuple of types.
+    let tp = unsafe { ffi::PyType_FromSpecWithBases(spec, bases.as_ptr()) };
+    if tp.is_null() {
+        return Err(PyErr::fetch(py));
+    }
+    // The type lives for the rest of the process (the module and numpy hold it).
+    Ok(tp as *mut ffi::PyTypeObject)
+}

@@ -1,0 +1,273 @@
+//! Ufunc loops: one flat table of (numpy ufunc name, operation), four strided
+//! loop helpers (binary, unary, predicate, relation) that gather a block of
+//! codes, run the block kernel of [`super::kernels`] and scatter the results.
+//! The loop's `data` pointer carries (type, operation), so every type shares
+//! the same four functions.
+
+use std::ffi::{c_char, c_int, c_void};
+
+use numpy::npyffi::{npy_intp, PyUFuncObject, NPY_TYPES, PY_UFUNC_API};
+use pyo3::prelude::*;
+
+use super::kernels::{self, Bin, Pred, Rel, Un, BLOCK};
+use super::{check, load, store, type_num, N, TYPES};
+
+#[derive(Clone, Copy)]
+enum Op {
+    Bin(Bin),
+    Un(Un),
+    Pred(Pred),
+    Rel(Rel),
+}
+
+/// Every ufunc with a loop for every lowp type.
+const TABLE: &[(&str, Op)] = &[
+    ("add", Op::Bin(Bin::Add)),
+    ("subtract", Op::Bin(Bin::Sub)),
+    ("multiply", Op::Bin(Bin::Mul)),
+    ("divide", Op::Bin(Bin::Div)),
+    ("true_divide", Op::Bin(Bin::Div)),
+    ("floor_divide", Op::Bin(Bin::FloorDiv)),
+    ("remainder", Op::Bin(Bin::Rem)),
+    ("fmod", Op::Bin(Bin::Fmod)),
+    ("power", Op::Bin(Bin::Pow)),
+    ("maximum", Op::Bin(Bin::Max)),
+    ("minimum", Op::Bin(Bin::Min)),
+    ("fmax", Op::Bin(Bin::FMax)),
+    ("fmin", Op::Bin(Bin::FMin)),
+    ("copysign", Op::Bin(Bin::CopySign)),
+    ("nextafter", Op::Bin(Bin::NextAfter)),
+    ("arctan2", Op::Bin(Bin::Arctan2)),
+    ("hypot", Op::Bin(Bin::Hypot)),
+    ("negative", Op::Un(Un::Neg)),
+    ("positive", Op::Un(Un::Pos)),
+    ("absolute", Op::Un(Un::Abs)),
+    ("sign", Op::Un(Un::Sign)),
+    ("sqrt", Op::Un(Un::Sqrt)),
+    ("square", Op::Un(Un::Square)),
+    ("reciprocal", Op::Un(Un::Recip)),
+    ("exp", Op::Un(Un::Exp)),
+    ("exp2", Op::Un(Un::Exp2)),
+    ("expm1", Op::Un(Un::Expm1)),
+    ("log", Op::Un(Un::Log)),
+    ("log2", Op::Un(Un::Log2)),
+    ("log10", Op::Un(Un::Log10)),
+    ("log1p", Op::Un(Un::Log1p)),
+    ("sin", Op::Un(Un::Sin)),
+    ("cos", Op::Un(Un::Cos)),
+    ("tan", Op::Un(Un::Tan)),
+    ("tanh", Op::Un(Un::Tanh)),
+    ("arctan", Op::Un(Un::Arctan)),
+    ("floor", Op::Un(Un::Floor)),
+    ("ceil", Op::Un(Un::Ceil)),
+    ("rint", Op::Un(Un::Rint)),
+    ("trunc", Op::Un(Un::Trunc)),
+    ("spacing", Op::Un(Un::Spacing)),
+    ("isnan", Op::Pred(Pred::IsNan)),
+    ("isinf", Op::Pred(Pred::IsInf)),
+    ("isfinite", Op::Pred(Pred::IsFinite)),
+    ("signbit", Op::Pred(Pred::SignBit)),
+    ("logical_not", Op::Pred(Pred::LogicalNot)),
+    ("equal", Op::Rel(Rel::Eq)),
+    ("not_equal", Op::Rel(Rel::Ne)),
+    ("less", Op::Rel(Rel::Lt)),
+    ("less_equal", Op::Rel(Rel::Le)),
+    ("greater", Op::Rel(Rel::Gt)),
+    ("greater_equal", Op::Rel(Rel::Ge)),
+    ("logical_and", Op::Rel(Rel::And)),
+    ("logical_or", Op::Rel(Rel::Or)),
+    ("logical_xor", Op::Rel(Rel::Xor)),
+];
+
+struct LoopData<O> {
+    t: usize,
+    op: O,
+}
+
+/// Gather `m` codes from a strided pointer.
+///
+/// # Safety
+/// `p` addresses `m` elements of `size` bytes at stride `s`.
+#[inline(always)]
+unsafe fn gather(p: *const u8, s: isize, size: usize, out: &mut [u32]) {
+    for (j, o) in out.iter_mut().enumerate() {
+        // SAFETY: see the function contract.
+        *o = unsafe { load(p.offset(j as isize * s), size) };
+    }
+}
+
+/// # Safety
+/// `p` addresses `m` writable elements of `size` bytes at stride `s`.
+#[inline(always)]
+unsafe fn scatter(p: *mut u8, s: isize, size: usize, src: &[u32]) {
+    for (j, c) in src.iter().enumerate() {
+        // SAFETY: see the function contract.
+        unsafe { store(p.offset(j as isize * s), size, *c) };
+    }
+}
+
+/// # Safety
+/// numpy's loop contract: `args`, `dims`, `steps` describe `dims[0]` elements;
+/// `data` is a leaked `LoopData` made by `register_all`.
+unsafe extern "C" fn loop_bin(args: *mut *mut c_char, dims: *mut npy_intp, steps: *mut npy_intp, data: *mut c_void) {
+    // SAFETY: see the function contract.
+    unsafe {
+        let d = &*(data as *const LoopData<Bin>);
+        let size = TYPES[d.t].size;
+        let n = *dims as usize;
+        let (a, b, o) = (*args as *const u8, *args.add(1) as *const u8, *args.add(2) as *mut u8);
+        let (sa, sb, so) = (*steps as isize, *steps.add(1) as isize, *steps.add(2) as isize);
+        if let Some(tab) = kernels::bin_table(d.t, d.op) {
+            // 8-bit types: one lookup per pair (reductions included: each step reads the last result).
+            for i in 0..n as isize {
+                let x = *a.offset(i * sa) as usize;
+                let y = *b.offset(i * sb) as usize;
+                // Codes are bytes: x << 8 | y < 65536, the table's length.
+                *o.offset(i * so) = *tab.get_unchecked(x << 8 | y) as u8;
+            }
+            return;
+        }
+        if sa == 0 && so == 0 && a == o as *const u8 {
+            // A reduction (`np.add.reduce`): each result feeds the next step.
+            let mut acc = [load(a, size)];
+            let mut r = [0u32];
+            for i in 0..n as isize {
+                kernels::binary(d.t, d.op, &acc, &[load(b.offset(i * sb), size)], &mut r);
+                acc[0] = r[0];
+            }
+            store(o, size, acc[0]);
+            return;
+        }
+        let (mut ca, mut cb, mut co) = ([0u32; BLOCK], [0u32; BLOCK], [0u32; BLOCK]);
+        let mut i = 0;
+        while i < n {
+            let m = BLOCK.min(n - i);
+            let k = i as isize;
+            gather(a.offset(k * sa), sa, size, &mut ca[..m]);
+            gather(b.offset(k * sb), sb, size, &mut cb[..m]);
+            kernels::binary(d.t, d.op, &ca[..m], &cb[..m], &mut co[..m]);
+            scatter(o.offset(k * so), so, size, &co[..m]);
+            i += m;
+        }
+    }
+}
+
+/// # Safety
+/// As [`loop_bin`].
+unsafe extern "C" fn loop_un(args: *mut *mut c_char, dims: *mut npy_intp, steps: *mut npy_intp, data: *mut c_void) {
+    // SAFETY: see the function contract.
+    unsafe {
+        let d = &*(data as *const LoopData<Un>);
+        let size = TYPES[d.t].size;
+        let n = *dims as usize;
+        let (a, o) = (*args as *const u8, *args.add(1) as *mut u8);
+        let (sa, so) = (*steps as isize, *steps.add(1) as isize);
+        if let Some(tab) = kernels::un_table(d.t, d.op) {
+            // Types of at most 16 bits: one lookup per element.
+            let mask = tab.len() - 1;
+            for i in 0..n as isize {
+                let c = load(a.offset(i * sa), size) as usize & mask;
+                store(o.offset(i * so), size, tab[c] as u32);
+            }
+            return;
+        }
+        let (mut ca, mut co) = ([0u32; BLOCK], [0u32; BLOCK]);
+        let mut i = 0;
+        while i < n {
+            let m = BLOCK.min(n - i);
+            let k = i as isize;
+            gather(a.offset(k * sa), sa, size, &mut ca[..m]);
+            kernels::unary(d.t, d.op, &ca[..m], &mut co[..m]);
+            scatter(o.offset(k * so), so, size, &co[..m]);
+            i += m;
+        }
+    }
+}
+
+/// # Safety
+/// As [`loop_bin`]; the output is numpy bool.
+unsafe extern "C" fn loop_pred(args: *mut *mut c_char, dims: *mut npy_intp, steps: *mut npy_intp, data: *mut c_void) {
+    // SAFETY: see the function contract.
+    unsafe {
+        let d = &*(data as *const LoopData<Pred>);
+        let size = TYPES[d.t].size;
+        let n = *dims as usize;
+        let (a, o) = (*args as *const u8, *args.add(1) as *mut u8);
+        let (sa, so) = (*steps as isize, *steps.add(1) as isize);
+        let mut ca = [0u32; BLOCK];
+        let mut r = [false; BLOCK];
+        let mut i = 0;
+        while i < n {
+            let m = BLOCK.min(n - i);
+            let k = i as isize;
+            gather(a.offset(k * sa), sa, size, &mut ca[..m]);
+            kernels::pred(d.t, d.op, &ca[..m], &mut r[..m]);
+            for (j, v) in r[..m].iter().enumerate() {
+                *o.offset((k + j as isize) * so) = *v as u8;
+            }
+            i += m;
+        }
+    }
+}
+
+/// # Safety
+/// As [`loop_bin`]; the output is numpy bool.
+unsafe extern "C" fn loop_rel(args: *mut *mut c_char, dims: *mut npy_intp, steps: *mut npy_intp, data: *mut c_void) {
+    // SAFETY: see the function contract.
+    unsafe {
+        let d = &*(data as *const LoopData<Rel>);
+        let size = TYPES[d.t].size;
+        let n = *dims as usize;
+        let (a, b, o) = (*args as *const u8, *args.add(1) as *const u8, *args.add(2) as *mut u8);
+        let (sa, sb, so) = (*steps as isize, *steps.add(1) as isize, *steps.add(2) as isize);
+        let (mut ca, mut cb) = ([0u32; BLOCK], [0u32; BLOCK]);
+        let mut r = [false; BLOCK];
+        let mut i = 0;
+        while i < n {
+            let m = BLOCK.min(n - i);
+            let k = i as isize;
+            gather(a.offset(k * sa), sa, size, &mut ca[..m]);
+            gather(b.offset(k * sb), sb, size, &mut cb[..m]);
+            kernels::rel(d.t, d.op, &ca[..m], &cb[..m], &mut r[..m]);
+            for (j, v) in r[..m].iter().enumerate() {
+                *o.offset((k + j as isize) * so) = *v as u8;
+            }
+            i += m;
+        }
+    }
+}
+
+fn leak<O>(t: usize, op: O) -> *mut c_void {
+    Box::into_raw(Box::new(LoopData { t, op })) as *mut c_void
+}
+
+pub fn register_all(py: Python<'_>) -> PyResult<()> {
+    let np = py.import("numpy")?;
+    let mut seen: Vec<usize> = Vec::new();
+    for &(name, op) in TABLE {
+        let uf = np.getattr(name)?;
+        let ptr = uf.as_ptr() as usize;
+        // `divide` and `true_divide` are one ufunc in numpy 2.
+        if seen.contains(&ptr) {
+            continue;
+        }
+        seen.push(ptr);
+        for t in 0..N {
+            let tn = type_num(t);
+            let b = NPY_TYPES::NPY_BOOL as c_int;
+            let (func, mut types, data): (unsafe extern "C" fn(_, _, _, _), Vec<c_int>, _) = match op {
+                Op::Bin(o) => (loop_bin, vec![tn, tn, tn], leak(t, o)),
+                Op::Un(o) => (loop_un, vec![tn, tn], leak(t, o)),
+                Op::Pred(o) => (loop_pred, vec![tn, b], leak(t, o)),
+                Op::Rel(o) => (loop_rel, vec![tn, tn, b], leak(t, o)),
+            };
+            // SAFETY: uf is a numpy ufunc; types has nin+nout entries (numpy copies it);
+            // data lives forever.
+            let rc = unsafe {
+                PY_UFUNC_API.PyUFunc_RegisterLoopForType(py, uf.as_ptr() as *mut PyUFuncObject, tn, Some(func), types.as_mut_ptr(), data)
+            };
+            check(py, rc, &format!("registering the {name} loop"))?;
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,491 @@
+"""NumPy dtypes: scalars, arrays, casts (bit-exact against ml_dtypes and lowp.encode), bad input, leaks."""
+
+from __future__ import annotations
+
+import io
+import math
+import pickle
+import struct
+import subprocess
+import sys
+import textwrap
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import lowp
+
+FLOATS = ["bfloat16", "float8_e5m2", "float8_e4m3fn", "float8_e4m3", "float8_e4m3fnuz", "float8_e5m2fnuz"]
+POSITS = ["posit8", "posit16", "posit32"]
+ALL = FLOATS + POSITS
+SIZE = {"bfloat16": 2, "posit16": 2, "posit32": 4}
+
+NUMPY_TYPES = [np.bool_, np.int8, np.uint8, np.int16, np.uint16, np.int32, np.uint32, np.int64, np.uint64,
+               np.longlong, np.ulonglong, np.float16, np.float32, np.float64, np.complex64, np.complex128]
+
+
+def dt(name):
+    return np.dtype(getattr(lowp, name))
+
+
+def udt(name):
+    return np.dtype(f"u{SIZE.get(name, 1)}")
+
+
+def all_codes(name):
+    """Every encoding (posit32: a spread sample of 2^20 codes plus the specials)."""
+    if name == "posit32":
+        rng = np.random.default_rng(32)
+        c = rng.integers(0, 2**32, 2**20, dtype=np.uint64).astype(np.uint32)
+        special = np.array([0, 1, 2, 0x7FFFFFFF, 0x7FFFFFFE, 0x80000000, 0x80000001, 0xFFFFFFFF, 0x40000000, 0xC0000000,
+                            0x40000001, 0x3FFFFFFF],
+                           np.uint32)
+        return np.concatenate([special, c])
+    n = 8 * SIZE.get(name, 1)
+    return np.arange(2**n, dtype=np.uint64).astype(udt(name))
+
+
+def values(name):
+    """Exact values of all_codes (float64) via the format engine."""
+    return lowp.decode(all_codes(name), lowp.format(name), np.float64)
+
+
+def same_bits(a, b):
+    a = np.asarray(a)
+    b = np.asarray(b)
+    assert a.dtype.itemsize == b.dtype.itemsize
+    u = np.dtype(f"u{a.dtype.itemsize}")
+    return np.array_equal(a.view(u), b.view(u))
+
+
+# ------------------------------------------------------------------ dtype basics
+
+@pytest.mark.parametrize("name", ALL)
+def test_dtype_basics(name):
+    t = getattr(lowp, name)
+    d = np.dtype(t)
+    assert d.itemsize == SIZE.get(name, 1)
+    assert d.name == name
+    assert d.type is t
+    assert issubclass(t, np.generic)
+    assert t.__module__ == "lowp"
+    assert lowp.format(d) == lowp.format(name)
+    assert lowp.format(name).dtype == d
+    assert np.zeros(3, t).dtype == d
+    assert np.all(np.zeros(3, t).astype(np.float64) == 0)
+    assert np.empty((2, 3), t).shape == (2, 3)
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_array_from_python(name):
+    t = getattr(lowp, name)
+    a = np.array([1.5, -2, 0.25, True], dtype=t)
+    assert a.dtype == np.dtype(t)
+    np.testing.assert_array_equal(a.astype(np.float64), [1.5, -2, 0.25, 1])
+    # Rounding matches the format engine, from float64, once.
+    x = np.random.default_rng(1).standard_normal(200) * 10
+    b = np.array(list(x), dtype=t)
+    assert same_bits(b, lowp.encode(x, lowp.format(name)))
+    c = np.array([str(v) for v in x[:20]], dtype=object).astype(t)
+    assert same_bits(c, lowp.encode(np.array([float(str(v)) for v in x[:20]]), lowp.format(name)))
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_scalar(name):
+    t = getattr(lowp, name)
+    f = lowp.format(name)
+    x = t(1.5)
+    assert isinstance(x, t) and isinstance(x, np.generic)
+    assert float(x) == 1.5 and int(t(-2.5)) == -2
+    assert t() == 0 and t("0.25") == 0.25 and t(t(3)) == 3
+    assert bool(t(0)) is False and bool(t(0.5)) is True
+    assert x == 1.5 and x < 2 and x > 1 and x != 1 and x <= 1.5 and x >= 1.5
+    assert x + x == 3 and type(x + x) is t
+    assert x * x == t(2.25) and type(x * x) is t
+    assert x - t(0.5) == 1 and x / t(2) == 0.75 and -x == -1.5 and abs(-x) == 1.5
+    assert hash(x) == hash(1.5) and hash(t(0.1)) == hash(float(t(0.1)))
+    assert {t(2): "a"}[2.0] == "a"
+    y = pickle.loads(pickle.dumps(t(0.1)))
+    assert type(y) is t and float(y) == float(t(0.1))
+    # Rounded once from float64 (nearest even), as the format engine does.
+    v = 1 / 3
+    assert float(t(v)) == float(lowp.decode(lowp.encode(np.array([v]), f), f, np.float64)[0])
+    # Other lowp scalars and ml_dtypes scalars convert by value.
+    assert t(lowp.float8_e4m3fn(2.5)) == 2.5
+    assert t(ml_dtypes.float8_e5m2(3)) == 3
+    # From an array: converts the array.
+    a = t(np.array([1.0, 2.0]))
+    assert a.dtype == np.dtype(t)
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_repr_shortest_roundtrip(name):
+    t = getattr(lowp, name)
+    codes = all_codes(name)
+    if codes.size > 70000:
+        codes = codes[:: codes.size // 20000]
+    arr = codes.view(t)
+    vals = lowp.decode(codes, lowp.format(name), np.float64)
+    for c, v, s in zip(codes[::7], vals[::7], arr[::7]):
+        r = repr(s)
+        assert str(s) == r
+        if math.isnan(v):
+            assert r == "nan"
+            continue
+        # Round-trips to the same encoding...
+        back = np.array([float(r)], dtype=t).view(udt(name))[0]
+        assert back == c or (v == 0 and float(r) == 0), (c, r)
+        # ...and no shorter decimal does.
+        digits = len(r.replace("-", "").split("e")[0].replace(".", "").lstrip("0").rstrip("0")) or 1
+        if digits > 1 and math.isfinite(v):
+            shorter = f"{v:.{digits - 2}e}"
+            assert np.array([float(shorter)], dtype=t).view(udt(name))[0] != c, (r, shorter)
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_printing(name):
+    t = getattr(lowp, name)
+    a = np.array([1.5, -0.25, 3], dtype=t)
+    s = repr(a)
+    # numpy quotes dtype names that np.dtype() would not parse back (all but those in sctypeDict).
+    assert s in (f"array([1.5, -0.25, 3.0], dtype={name})", f"array([1.5, -0.25, 3.0], dtype='{name}')")
+    assert str(a) == "[1.5 -0.25 3.0]"
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_bytes_save_load_pickle(name, tmp_path):
+    t = getattr(lowp, name)
+    codes = all_codes(name)[:5000]
+    a = codes.view(t)
+    b = np.frombuffer(a.tobytes(), dtype=t)
+    assert b.dtype == a.dtype and same_bits(a, b)
+    p = pickle.loads(pickle.dumps(a))
+    assert p.dtype == a.dtype and same_bits(a, p)
+    path = tmp_path / "x.npy"
+    np.save(path, a)
+    # numpy stores legacy user dtypes as raw void bytes ("|V1"); a view restores the type.
+    r = np.load(path)
+    assert r.dtype.itemsize == a.dtype.itemsize
+    assert same_bits(r.view(t), a)
+    buf = io.BytesIO()
+    np.savez(buf, a=a.reshape(2, -1))
+    buf.seek(0)
+    assert same_bits(np.load(buf)["a"].view(t).reshape(-1), a)
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_indexing_and_manipulation(name):
+    t = getattr(lowp, name)
+    x = np.array([3, -1, 2, 0.5, -4, 2], dtype=np.float64)
+    a = x.astype(t)
+    assert same_bits(a[[0, 2, 4]], x[[0, 2, 4]].astype(t))
+    assert same_bits(a[a > 0], x[x > 0].astype(t))
+    assert same_bits(np.concatenate([a, a[:2]]), np.concatenate([x, x[:2]]).astype(t))
+    assert same_bits(np.where(x > 0, a, np.zeros_like(a)), np.where(x > 0, x, 0).astype(t))
+    assert same_bits(np.stack([a, a]).T.copy()[:, 0], a)
+    b = a.copy()
+    b[1:3] = t(7)
+    assert float(b[1]) == 7 and float(b[2]) == 7
+    b[0] = 0.5
+    assert float(b[0]) == 0.5
+    assert a.reshape(2, 3)[1, 2] == 2
+    assert list(np.nonzero(np.array([0, 1, 0, 2], dtype=t))[0]) == [1, 3]
+    np.testing.assert_array_equal(np.arange(0, 5, dtype=t).astype(np.float64), np.arange(5.0))
+    assert float(np.dot(np.array([1, 2], dtype=t), np.array([3, 4], dtype=t))) == float(t(11))
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_sort_and_friends(name):
+    t = getattr(lowp, name)
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal(500) * 4
+    a = x.astype(t)
+    v = a.astype(np.float64)
+    assert np.array_equal(np.sort(a).astype(np.float64), np.sort(v))
+    i = np.argsort(a, kind="stable")
+    assert np.array_equal(v[i], np.sort(v))
+    assert v[np.argmax(a)] == v.max() and v[np.argmin(a)] == v.min()
+    u = np.unique(a)
+    assert np.array_equal(u.astype(np.float64), np.unique(v))
+    # NaN sorts last and argmax finds it first (numpy's conventions).
+    b = np.array([1, np.nan, 3, -2], dtype=np.float64).astype(t)
+    assert np.isnan(np.sort(b).astype(np.float64)[-1])
+    assert np.argmax(b) == 1 and np.argmin(b) == 1
+
+
+# ------------------------------------------------------------------ casts
+
+@pytest.mark.parametrize("name", FLOATS)
+@pytest.mark.parametrize("target", [np.float16, np.float32, np.float64])
+def test_cast_every_encoding_to_float_matches_ml_dtypes(name, target):
+    codes = all_codes(name)
+    with np.errstate(over="ignore"):
+        a = codes.view(dt(name)).astype(target)
+    with np.errstate(over="ignore", invalid="ignore"):  # ml_dtypes raises invalid on signaling NaNs
+        b = codes.view(getattr(ml_dtypes, name)).astype(target)
+    assert same_bits(a, b)
+
+
+@pytest.mark.parametrize("name", ALL)
+@pytest.mark.parametrize("target", NUMPY_TYPES)
+def test_cast_every_encoding_to_numpy(name, target):
+    v = values(name)
+    a = all_codes(name).view(dt(name))
+    with np.errstate(invalid="ignore", over="ignore"):
+        got = a.astype(target)
+        if np.dtype(target).kind in "iub":
+            fin = np.isfinite(v)
+            if np.dtype(target).kind != "b":
+                info = np.iinfo(target)
+                fin &= (v >= float(info.min)) & (v < 2.0 ** info.bits / (2 if info.min < 0 else 1))
+            want = v[fin].astype(target)
+            assert np.array_equal(got[fin], want)
+        else:
+            want = v.astype(target)  # one rounding from the exact value
+            assert np.array_equal(got, want, equal_nan=True)
+
+
+@pytest.mark.parametrize("name", ALL)
+@pytest.mark.parametrize("source", NUMPY_TYPES)
+def test_cast_from_numpy(name, source):
+    rng = np.random.default_rng(11)
+    sd = np.dtype(source)
+    if sd.kind == "b":
+        x = np.array([True, False, True])
+    elif sd.kind in "iu":
+        info = np.iinfo(sd)
+        x = np.concatenate([rng.integers(info.min, info.max, 5000, dtype=sd, endpoint=True),
+                            np.array([info.min, info.max, 0, 1], sd)])
+    elif sd.kind == "f":
+        with np.errstate(over="ignore"):
+            x = (rng.standard_normal(5000) * 2.0 ** rng.integers(-40, 40, 5000)).astype(sd)
+    else:
+        x = (rng.standard_normal(5000) + 1j * rng.standard_normal(5000)).astype(sd)
+    got = x.astype(dt(name))
+    ref = x.real.astype(np.float64) if sd.kind == "c" else x.astype(np.float64)
+    if sd.kind in "iu" and sd.itemsize == 8:
+        # int64 values beyond 2^53 would round twice through float64: compare exactly via Python ints.
+        exact = np.abs(x.astype(np.float64)) < 2.0**53
+        got, ref = got[exact], ref[exact]
+    assert same_bits(got, lowp.encode(ref, lowp.format(name)))
+
+
+@pytest.mark.parametrize("name", FLOATS)
+def test_cast_random_float32_matches_ml_dtypes(name):
+    rng = np.random.default_rng(3)
+    x = rng.integers(0, 2**32, 10**6, dtype=np.uint64).astype(np.uint32).view(np.float32)
+    y = (rng.standard_normal(10**6) * 2.0 ** rng.integers(-30, 30, 10**6)).astype(np.float32)
+    x = np.concatenate([x, y, np.array([np.inf, -np.inf, np.nan, 0, -0.0], np.float32)])
+    got = x.astype(dt(name))
+    assert same_bits(got, lowp.encode(x, lowp.format(name)))
+    with np.errstate(over="ignore", invalid="ignore"):
+        assert same_bits(got, x.astype(getattr(ml_dtypes, name)))
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_cast_random_float64_rounds_once(name):
+    rng = np.random.default_rng(4)
+    y = rng.standard_normal(10**6) * 2.0 ** rng.integers(-40, 40, 10**6)
+    # Values near float32 midpoints, where rounding through float32 first goes wrong.
+    z = (y.astype(np.float32).astype(np.float64)) * (1 + rng.choice([-1, 1], 10**6) * 2.0**-30)
+    x = np.concatenate([y, z, [np.inf, -np.inf, np.nan, 0.0, -0.0, 1e300, -1e-300]])
+    got = x.astype(dt(name))
+    assert same_bits(got, lowp.encode(x, lowp.format(name)))
+    if name in FLOATS:
+        with np.errstate(over="ignore"):
+            ref = x.astype(getattr(ml_dtypes, name))
+        differ = got.view(udt(name)) != ref.view(udt(name))
+        # ml_dtypes rounds some float64 values twice; wherever lowp differs it is the exact rounding.
+        assert differ.mean() < 1e-3
+
+
+@pytest.mark.parametrize("src", ALL)
+@pytest.mark.parametrize("dst", ALL)
+def test_cast_between_lowp(src, dst):
+    codes = all_codes(src)
+    v = values(src)
+    keep = ~np.isnan(v)
+    got = codes.view(dt(src)).astype(dt(dst))
+    assert got.dtype == dt(dst)
+    if src == dst:
+        assert same_bits(got, codes)
+    # Rounded once from the exact value; NaN stays NaN.
+    assert same_bits(got[keep], lowp.encode(v[keep], lowp.format(dst)))
+    assert np.all(np.isnan(got[~keep].astype(np.float64)))
+    if src in FLOATS and dst in FLOATS:
+        with np.errstate(over="ignore", invalid="ignore"):
+            ref = codes.view(getattr(ml_dtypes, src)).astype(getattr(ml_dtypes, dst))
+        assert same_bits(got[keep], ref[keep])
+
+
+@pytest.mark.parametrize("name", FLOATS)
+def test_ml_dtypes_bit_exact_both_ways(name):
+    codes = all_codes(name)
+    m = codes.view(getattr(ml_dtypes, name))
+    a = m.astype(dt(name))
+    assert a.dtype == dt(name) and same_bits(a, codes)
+    back = a.astype(getattr(ml_dtypes, name))
+    assert back.dtype == np.dtype(getattr(ml_dtypes, name)) and same_bits(back, codes)
+    assert np.can_cast(dt(name), np.dtype(getattr(ml_dtypes, name)))
+    # lowp functions accept ml_dtypes arrays (by value: NaN payloads become the format's NaN).
+    keep = ~np.isnan(values(name))
+    assert same_bits(lowp.cast(m, dt(name))[keep], codes[keep])
+    assert np.array_equal(lowp.decode(codes, name, np.float64)[keep], m[keep].astype(np.float64))
+
+
+@pytest.mark.parametrize("order", ["lowp_first", "ml_dtypes_first"])
+def test_import_order(order):
+    first, second = ("lowp", "ml_dtypes") if order == "lowp_first" else ("ml_dtypes", "lowp")
+    code = textwrap.dedent(f"""
+        import numpy as np
+        import {first}
+        import {second}
+        import lowp, ml_dtypes
+        assert np.dtype("bfloat16").type is ml_dtypes.bfloat16
+        for n in {FLOATS!r}:
+            c = np.arange(2 ** (8 * np.dtype(getattr(lowp, n)).itemsize), dtype=np.uint64).astype(
+                f"u{{np.dtype(getattr(lowp, n)).itemsize}}")
+            a = c.view(getattr(ml_dtypes, n)).astype(getattr(lowp, n))
+            assert a.dtype.type is getattr(lowp, n)
+            assert np.array_equal(a.view(c.dtype), c)
+            b = a.astype(getattr(ml_dtypes, n))
+            assert np.array_equal(b.view(c.dtype), c)
+        print("ok")
+    """)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "ok"
+
+
+def test_safe_casts_and_promotion():
+    bf = dt("bfloat16")
+    assert np.can_cast(bf, np.float32) and np.can_cast(bf, np.float64)
+    assert not np.can_cast(np.float32, bf)
+    assert np.can_cast(np.int8, bf) and np.can_cast(np.uint8, bf) and np.can_cast(np.bool_, bf)
+    assert np.can_cast(dt("float8_e4m3fn"), np.float16) and np.can_cast(dt("float8_e4m3fn"), bf)
+    assert not np.can_cast(bf, np.float16)
+    assert np.can_cast(dt("posit16"), np.float64) and not np.can_cast(dt("posit32"), np.float32)
+    assert np.result_type(bf, np.float32) == np.float32
+    assert (np.ones(2, bf) + np.ones(2, np.float32)).dtype == np.float32
+
+
+@pytest.mark.parametrize("name", ALL)
+@pytest.mark.parametrize("rounding", ["nearest_even", "toward_zero", "up", "down", "stochastic"])
+def test_lowp_cast_returns_dtype(name, rounding):
+    x = np.random.default_rng(5).standard_normal(1000)
+    r = lowp.cast(x, getattr(lowp, name), rounding, seed=1)
+    assert r.dtype == dt(name)
+    assert same_bits(r, lowp.encode(x, lowp.format(name), rounding, seed=1))
+    assert same_bits(lowp.cast(x, name if False else dt(name), rounding, seed=1), r)
+
+
+# ------------------------------------------------------------------ overflow policy
+
+@pytest.mark.parametrize("name", ALL)
+def test_overflow_policy(name):
+    f = lowp.format(name)
+    x = np.array([f.max * 4, -f.max * 4, np.inf, -np.inf, np.nan], np.float64)
+    got = x.astype(dt(name)).astype(np.float64)
+    if name in POSITS:
+        # Posit standard: saturate at maxpos; inf and NaN become NaR.
+        assert got[0] == f.max and got[1] == -f.max
+        assert np.all(np.isnan(got[2:]))
+    else:
+        with np.errstate(over="ignore", invalid="ignore"):
+            ref = x.astype(getattr(ml_dtypes, name)).astype(np.float64)
+        assert np.array_equal(got, ref, equal_nan=True)
+
+
+# ------------------------------------------------------------------ bad input
+
+@pytest.mark.parametrize("name", ALL)
+def test_bad_input_raises(name):
+    t = getattr(lowp, name)
+    with pytest.raises(TypeError, match=name):
+        np.array([object()], dtype=object).astype(t)
+    with pytest.raises(TypeError):
+        np.array([None, 1.0], dtype=t)
+    with pytest.raises(ValueError, match="could not convert"):
+        np.array(["1.5", "abc"], dtype=object).astype(t)
+    with pytest.raises(ValueError):
+        t("not a number")
+    with pytest.raises(TypeError):
+        t([1, 2, 3])
+    with pytest.raises(TypeError):
+        t({})
+    with pytest.raises(TypeError):
+        t(1, 2)
+    with pytest.raises(TypeError):
+        t(1 + 2j)
+    with pytest.raises((TypeError, np._core._exceptions._UFuncNoLoopError)):
+        np.add(np.ones(2, t), np.array(["a", "b"]))
+    with pytest.raises(TypeError):
+        np.ones(2, t) + "x"
+    with pytest.raises(TypeError):
+        np.bitwise_and(np.ones(2, t), np.ones(2, t))
+    with pytest.raises((ValueError, OverflowError)):
+        int(t(float("nan")) if name not in POSITS else np.array([np.nan]).astype(t)[0])
+    # Huge Python ints round like infinities instead of failing.
+    assert float(t(10**400)) == float(np.array([np.inf]).astype(t)[0]) or np.isnan(float(t(10**400)))
+
+
+# ------------------------------------------------------------------ leaks
+
+def test_no_leaks():
+    code = textwrap.dedent("""
+        import resource, numpy as np, lowp
+        def rss():
+            with open("/proc/self/statm") as f:
+                return int(f.read().split()[1]) * resource.getpagesize()
+        types = [getattr(lowp, n) for n in %r]
+        x = np.linspace(-3, 3, 16)
+        def work(n):
+            for i in range(n):
+                t = types[i %% len(types)]
+                a = x.astype(t)
+                b = (a + a) * a
+                c = np.sqrt(np.abs(b)).astype(np.float32)
+                s = t(i * 0.5)
+                r = repr(s) + str(float(s + s))
+                d = a[3:9].astype(types[(i + 1) %% len(types)])
+                e = a == a
+        work(20000)
+        before = rss()
+        work(150000)  # ~7 array/scalar operations each: > 10^6 operations
+        after = rss()
+        print(before, after)
+    """ % (ALL,))
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    before, after = map(int, r.stdout.split())
+    # 10^5 iterations, each creating ~10 arrays and scalars: a leak of even one
+    # 16-byte object per iteration would add > 1.6 MB; allow 8 MB of allocator noise.
+    assert after - before < 8 * 2**20, (before, after)
+
+
+# ------------------------------------------------------------------ finfo
+
+@pytest.mark.parametrize("name", ALL)
+def test_finfo(name):
+    t = getattr(lowp, name)
+    fi = lowp.finfo(t)
+    assert fi.dtype == dt(name) and fi.bits == 8 * dt(name).itemsize
+    v = values(name)
+    fin = v[np.isfinite(v)]
+    assert fi.max == fin.max() and fi.min == fin.min()
+    assert fi.smallest_subnormal == fin[fin > 0].min()
+    # eps: the gap above 1; epsneg: the gap below 1.
+    assert fi.eps == fin[fin > 1].min() - 1
+    assert fi.epsneg == 1 - fin[fin < 1].max()
+    assert lowp.finfo(lowp.format(name)).max == fi.max
+    if name in FLOATS:
+        m = ml_dtypes.finfo(getattr(ml_dtypes, name))
+        for attr in ("max", "min", "eps", "epsneg", "tiny", "smallest_normal", "smallest_subnormal", "bits", "nmant",
+                     "nexp", "maxexp", "minexp", "machep", "negep"):
+            assert float(getattr(fi, attr)) == float(getattr(m, attr)), attr
+        # precision/resolution (decimal digits) follow numpy's int(-log10(eps)); ml_dtypes rounds
+        # differently for fp8 (1 digit for eps 0.125), so they are not compared.
+    # numpy's own finfo only takes numpy's inexact types.
+    with pytest.raises(ValueError):
+        np.finfo(t)

@@ -1,0 +1,372 @@
+"""Ufuncs on the lowp dtypes: against ml_dtypes (bf16/fp8), softposit (posits) and float64 references."""
+
+from __future__ import annotations
+
+import ctypes
+import glob
+import os
+import shutil
+import subprocess
+import sysconfig
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import lowp
+
+FLOATS = ["bfloat16", "float8_e5m2", "float8_e4m3fn", "float8_e4m3", "float8_e4m3fnuz", "float8_e5m2fnuz"]
+FP8 = FLOATS[1:]
+POSITS = ["posit8", "posit16", "posit32"]
+ALL = FLOATS + POSITS
+BITS = {"bfloat16": 16, "posit16": 16, "posit32": 32}
+
+
+def bits(name):
+    return BITS.get(name, 8)
+
+
+def udt(name):
+    return np.dtype(f"u{bits(name) // 8}")
+
+
+def dt(name):
+    return np.dtype(getattr(lowp, name))
+
+
+def as_codes(a):
+    a = np.asarray(a)
+    return a.view(np.dtype(f"u{a.dtype.itemsize}"))
+
+
+def ref_round(x, name):
+    """float64 results rounded once into the format (the correctly rounded result
+    wherever the float64 function is itself within half an ulp of float64)."""
+    return lowp.encode(np.asarray(x, np.float64), lowp.format(name))
+
+
+def pairs(name, n=10**6, seed=0):
+    """Every pair for 8-bit formats; n random pairs (half of them close in magnitude) otherwise."""
+    if bits(name) == 8:
+        c = np.arange(256, dtype=np.uint8)
+        return np.repeat(c, 256), np.tile(c, 256)
+    rng = np.random.default_rng(seed)
+    u = udt(name)
+    top = 2 ** bits(name)
+    a = rng.integers(0, top, n, dtype=np.uint64)
+    b = rng.integers(0, top, n, dtype=np.uint64)
+    # Close pairs: cancellation and carries in + and -, near-ties in * and /.
+    near = a[: n // 2] + rng.integers(-(2 ** (bits(name) // 2)), 2 ** (bits(name) // 2), n // 2)
+    b[: n // 2] = near.astype(np.int64).astype(np.uint64) % top
+    return a.astype(u), b.astype(u)
+
+
+def equal_codes(got, want, vals_got, vals_want):
+    """Same encodings, where NaN only needs to be NaN on both sides."""
+    same = as_codes(got) == as_codes(want)
+    both_nan = np.isnan(vals_got) & np.isnan(vals_want)
+    return same | both_nan
+
+
+BINARY_VS_ML = ["add", "subtract", "multiply", "divide", "maximum", "minimum", "fmax", "fmin", "nextafter"]
+
+
+@pytest.mark.parametrize("name", FLOATS)
+@pytest.mark.parametrize("op", BINARY_VS_ML)
+def test_binary_matches_ml_dtypes(name, op):
+    a, b = pairs(name)
+    f = getattr(np, op)
+    with np.errstate(all="ignore"):
+        got = f(a.view(dt(name)), b.view(dt(name)))
+        want = f(a.view(getattr(ml_dtypes, name)), b.view(getattr(ml_dtypes, name)))
+        gv = got.astype(np.float64)
+        wv = lowp.decode(as_codes(want), name, np.float64)
+    assert got.dtype == dt(name)
+    ok = equal_codes(got, want, gv, wv)
+    assert ok.all(), (op, a[~ok][:5], b[~ok][:5], as_codes(got)[~ok][:5], as_codes(want)[~ok][:5])
+
+
+BINARY_VS_F64 = ["add", "subtract", "multiply", "divide", "floor_divide", "remainder", "fmod", "power", "copysign",
+                 "arctan2", "hypot", "maximum", "minimum", "fmax", "fmin"]
+
+
+@pytest.mark.parametrize("name", ALL)
+@pytest.mark.parametrize("op", BINARY_VS_F64)
+def test_binary_correctly_rounded(name, op):
+    a, b = pairs(name, n=2 * 10**5, seed=1)
+    f = getattr(np, op)
+    with np.errstate(all="ignore"):
+        got = f(a.view(dt(name)), b.view(dt(name)))
+        x = lowp.decode(a, name, np.float64)
+        y = lowp.decode(b, name, np.float64)
+        r = f(x, y)
+        want = ref_round(r, name)
+        gv = got.astype(np.float64)
+    if op in ("maximum", "minimum", "fmax", "fmin"):
+        # Selections return an input's code; compare values (signed zeros aside).
+        assert np.array_equal(gv, r, equal_nan=True)
+        return
+    ok = equal_codes(got, want, gv, lowp.decode(want, name, np.float64))
+    if op == "power" or op == "arctan2" or op == "hypot":
+        # float64 libm results are within an ulp of float64: a rounding into the format can differ only
+        # when the exact result is within 2^-52 relative of a midpoint; allow a vanishing fraction.
+        assert (~ok).mean() < 1e-4
+    else:
+        assert ok.all(), (op, x[~ok][:5], y[~ok][:5], gv[~ok][:5], r[~ok][:5])
+
+
+UNARY = ["negative", "positive", "absolute", "sign", "sqrt", "square", "reciprocal", "exp", "exp2", "expm1", "log",
+         "log2", "log10", "log1p", "sin", "cos", "tan", "tanh", "arctan", "floor", "ceil", "rint", "trunc"]
+
+
+def all_or_sample(name):
+    if bits(name) <= 16:
+        return np.arange(2 ** bits(name), dtype=np.uint64).astype(udt(name))
+    rng = np.random.default_rng(2)
+    return rng.integers(0, 2**32, 2 * 10**5, dtype=np.uint64).astype(np.uint32)
+
+
+@pytest.mark.parametrize("name", ALL)
+@pytest.mark.parametrize("op", UNARY)
+def test_unary_correctly_rounded(name, op):
+    c = all_or_sample(name)
+    f = getattr(np, op)
+    x = lowp.decode(c, name, np.float64)
+    with np.errstate(all="ignore"):
+        got = f(c.view(dt(name)))
+        r = f(x)
+        want = ref_round(r, name)
+    assert got.dtype == dt(name)
+    ok = (as_codes(got) == want) | (np.isnan(got.astype(np.float64)) & np.isnan(r))
+    if op in ("negative", "positive", "absolute", "sign", "sqrt", "square", "reciprocal", "floor", "ceil", "rint",
+              "trunc"):
+        assert ok.all(), (op, x[~ok][:5])
+    else:
+        assert (~ok).mean() < 1e-4, (op, x[~ok][:5])
+    if name in FLOATS and op in ("negative", "absolute", "sqrt", "floor", "ceil", "rint", "trunc", "square"):
+        with np.errstate(all="ignore"):
+            m = f(c.view(getattr(ml_dtypes, name)))
+            mv = lowp.decode(as_codes(m), name, np.float64)
+        okm = equal_codes(got, m, got.astype(np.float64), mv)
+        if name.endswith("fnuz") and op == "negative":
+            okm |= as_codes(m) == 0x80  # ml_dtypes flips the sign bit of 0 into fnuz's NaN
+        assert okm.all(), (op, x[~okm][:5])
+
+
+PREDICATES = ["isnan", "isinf", "isfinite", "signbit", "logical_not"]
+RELATIONS = ["equal", "not_equal", "less", "less_equal", "greater", "greater_equal", "logical_and", "logical_or",
+             "logical_xor"]
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_predicates_and_relations(name):
+    c = all_or_sample(name)
+    x = lowp.decode(c, name, np.float64)
+    for op in PREDICATES:
+        got = getattr(np, op)(c.view(dt(name)))
+        assert got.dtype == np.bool_
+        assert np.array_equal(got, getattr(np, op)(x)), op
+    a, b = pairs(name, n=2 * 10**5, seed=3)
+    x, y = lowp.decode(a, name, np.float64), lowp.decode(b, name, np.float64)
+    for op in RELATIONS:
+        got = getattr(np, op)(a.view(dt(name)), b.view(dt(name)))
+        assert got.dtype == np.bool_
+        assert np.array_equal(got, getattr(np, op)(x, y)), op
+    # Python operators go through the same loops.
+    A, B = a.view(dt(name)), b.view(dt(name))
+    assert np.array_equal(A < B, x < y) and np.array_equal(A == B, x == y)
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_nextafter_and_spacing(name):
+    c = all_or_sample(name)
+    x = lowp.decode(c, name, np.float64)
+    fin = np.isfinite(x)
+    t = dt(name)
+    up = np.nextafter(c.view(t), np.full(c.size, np.inf).astype(t) if name in ("bfloat16", "float8_e5m2", "float8_e4m3")
+                      else np.full(c.size, lowp.format(name).max).astype(t))
+    u = up.astype(np.float64)
+    # The next value up is the smallest value above x: rounding x + tiny upward.
+    sel = fin & (x < lowp.format(name).max)
+    if name in POSITS:
+        sel &= x != -lowp.format(name).min_subnormal  # posits never round a nonzero value to 0
+    nxt = lowp.decode(lowp.encode(x[sel] + np.maximum(np.abs(x[sel]) * 2.0**-40, 2.0**-200), name, "up"), name,
+                      np.float64)
+    assert np.array_equal(u[sel], nxt)
+    with np.errstate(all="ignore"):
+        sp = np.spacing(c.view(t)).astype(np.float64)
+    s2 = sel & ~np.signbit(x)
+    # The gap (exact in float64) rounded into the type (posit gaps are not always posits).
+    gap = (nxt - x[sel])[~np.signbit(x[sel])]
+    assert np.array_equal(sp[s2], lowp.decode(ref_round(gap, name), name, np.float64))
+    if name in FLOATS:
+        with np.errstate(all="ignore"):
+            m = np.spacing(c.view(getattr(ml_dtypes, name)))
+        mv = lowp.decode(as_codes(m), name, np.float64)
+        assert np.array_equal(sp[fin], mv[fin], equal_nan=True)
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_strided_and_broadcast(name):
+    rng = np.random.default_rng(4)
+    x = (rng.standard_normal((37, 41)) * 3).astype(dt(name))
+    y = (rng.standard_normal(41) * 3).astype(dt(name))
+    xs = x[::2, ::3]
+    got = np.add(xs, y[::3])
+    want = (xs.astype(np.float64) + y[::3].astype(np.float64))
+    assert np.array_equal(as_codes(got), ref_round(want, name))
+    out = np.empty((19, 14), dt(name))
+    np.multiply(xs, xs, out=out)
+    assert np.array_equal(as_codes(out), ref_round(xs.astype(np.float64) ** 2, name))
+    # Reductions use the same loops (each partial sum rounded into the dtype).
+    s = np.add.reduce(x[0])
+    acc = lowp.format(name)
+    v = 0.0
+    for e in x[0].astype(np.float64):
+        v = float(lowp.decode(ref_round([v + e], name), acc, np.float64)[0])
+    assert float(s) == v or (np.isnan(float(s)) and np.isnan(v))
+    assert float(np.max(x)) == x.astype(np.float64).max()
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_scalar_ops_use_loops(name):
+    t = getattr(lowp, name)
+    a, b = t(1.75), t(-0.375)
+    for op in (np.add, np.subtract, np.multiply, np.divide):
+        r = op(a, b)
+        assert type(r) is t
+        assert float(r) == float(ref_round([op(float(a), float(b))], name).view(dt(name))[0])
+    assert type(np.sqrt(a)) is t
+    with np.errstate(invalid="ignore"):
+        assert np.isnan(float(np.sqrt(b)))
+
+
+# ------------------------------------------------------------------ posits against softposit
+
+def _softposit():
+    so = glob.glob(os.path.join(sysconfig.get_paths()["purelib"], "_softposit*.so"))
+    import softposit  # noqa: F401  (the oracle must be installed)
+
+    so = so or glob.glob(os.path.join(os.path.dirname(softposit.__file__), "_softposit*.so"))
+    return ctypes.CDLL(so[0])
+
+
+_HARNESS = r"""
+#include <stdint.h>
+typedef uint32_t (*binx_t)(uint32_t, uint32_t, int);
+typedef uint32_t (*unx_t)(uint32_t, int);
+void run_bin(void *f, const uint32_t *a, const uint32_t *b, uint32_t *o, long n, int x) {
+    binx_t g = (binx_t)f;
+    for (long i = 0; i < n; i++) o[i] = g(a[i], b[i], x);
+}
+void run_un(void *f, const uint32_t *a, uint32_t *o, long n, int x) {
+    unx_t g = (unx_t)f;
+    for (long i = 0; i < n; i++) o[i] = g(a[i], x);
+}
+typedef uint32_t (*bin_t)(uint32_t, uint32_t);
+typedef uint32_t (*un_t)(uint32_t);
+void run_bin32(void *f, const uint32_t *a, const uint32_t *b, uint32_t *o, long n) {
+    bin_t g = (bin_t)f;
+    for (long i = 0; i < n; i++) o[i] = g(a[i], b[i]);
+}
+void run_un32(void *f, const uint32_t *a, uint32_t *o, long n) {
+    un_t g = (un_t)f;
+    for (long i = 0; i < n; i++) o[i] = g(a[i]);
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def softposit_ops(tmp_path_factory):
+    """softposit's <n,2> operations over whole arrays: a small C loop over the library's
+    functions (per-element Python calls would take minutes for 10^6 pairs). posit32 uses
+    softposit's native posit32 (<32,2>, p32_*): its generic pX2_* at x=32 misrounds some
+    products near minpos (e.g. 0xe4f1 * 0x126bb: exact 2^-112.11, pX2 gives 2^-114)."""
+    sp = _softposit()
+    cc = shutil.which("cc") or shutil.which("gcc")
+    d = tmp_path_factory.mktemp("softposit")
+    P = ctypes.POINTER(ctypes.c_uint32)
+    if cc is not None:
+        (d / "h.c").write_text(_HARNESS)
+        subprocess.run([cc, "-O2", "-shared", "-fPIC", "-o", str(d / "h.so"), str(d / "h.c")], check=True)
+        h = ctypes.CDLL(str(d / "h.so"))
+
+        def binop(op, a, b, nb):
+            a32 = a.astype(np.uint32) << np.uint32(32 - nb)
+            b32 = b.astype(np.uint32) << np.uint32(32 - nb)
+            o = np.empty_like(a32)
+            if nb == 32:
+                h.run_bin32(ctypes.cast(getattr(sp, "p32_" + op), ctypes.c_void_p), a32.ctypes.data_as(P),
+                            b32.ctypes.data_as(P), o.ctypes.data_as(P), ctypes.c_long(a.size))
+                return o
+            h.run_bin(ctypes.cast(getattr(sp, "pX2_" + op), ctypes.c_void_p), a32.ctypes.data_as(P),
+                      b32.ctypes.data_as(P), o.ctypes.data_as(P), ctypes.c_long(a.size), nb)
+            return o >> np.uint32(32 - nb)
+
+        def unop(op, a, nb):
+            a32 = a.astype(np.uint32) << np.uint32(32 - nb)
+            o = np.empty_like(a32)
+            if nb == 32:
+                h.run_un32(ctypes.cast(getattr(sp, "p32_" + op), ctypes.c_void_p), a32.ctypes.data_as(P),
+                           o.ctypes.data_as(P), ctypes.c_long(a.size))
+                return o
+            h.run_un(ctypes.cast(getattr(sp, "pX2_" + op), ctypes.c_void_p), a32.ctypes.data_as(P),
+                     o.ctypes.data_as(P), ctypes.c_long(a.size), nb)
+            return o >> np.uint32(32 - nb)
+    else:  # pragma: no cover - slow path without a C compiler
+        for n in ("add", "sub", "mul", "div"):
+            getattr(sp, "pX2_" + n).argtypes = [ctypes.c_uint32, ctypes.c_uint32, ctypes.c_int]
+            getattr(sp, "pX2_" + n).restype = ctypes.c_uint32
+        sp.pX2_sqrt.argtypes = [ctypes.c_uint32, ctypes.c_int]
+        sp.pX2_sqrt.restype = ctypes.c_uint32
+
+        def binop(op, a, b, nb):  # posit32 here would need p32_* (see above)
+            f = getattr(sp, "pX2_" + op)
+            s = 32 - nb
+            return np.array([f(int(x) << s, int(y) << s, nb) >> s for x, y in zip(a, b)], np.uint32)
+
+        def unop(op, a, nb):
+            s = 32 - nb
+            return np.array([sp.pX2_sqrt(int(x) << s, nb) >> s for x in a], np.uint32)
+    return binop, unop
+
+
+@pytest.mark.parametrize("name", POSITS)
+@pytest.mark.parametrize("op", ["add", "subtract", "multiply", "divide"])
+def test_posit_arithmetic_matches_softposit(name, op, softposit_ops):
+    binop, _ = softposit_ops
+    nb = bits(name)
+    a, b = pairs(name, n=10**6, seed=5)
+    spname = {"add": "add", "subtract": "sub", "multiply": "mul", "divide": "div"}[op]
+    want = binop(spname, a, b, nb)
+    with np.errstate(divide="ignore", invalid="ignore"):  # x/0 is NaR, with numpy's float warning
+        got = as_codes(getattr(np, op)(a.view(dt(name)), b.view(dt(name)))).astype(np.uint32)
+    bad = got != want
+    assert not bad.any(), (a[bad][:5], b[bad][:5], got[bad][:5], want[bad][:5])
+
+
+@pytest.mark.parametrize("name", POSITS)
+def test_posit_sqrt_matches_softposit(name, softposit_ops):
+    _, unop = softposit_ops
+    nb = bits(name)
+    if nb <= 16:
+        c = np.arange(2**nb, dtype=np.uint64).astype(udt(name))
+    else:
+        c = np.random.default_rng(6).integers(0, 2**32, 10**6, dtype=np.uint64).astype(np.uint32)
+    want = unop("sqrt", c, nb)
+    with np.errstate(invalid="ignore"):  # sqrt of a negative is NaR, with numpy's float warning
+        got = as_codes(np.sqrt(c.view(dt(name)))).astype(np.uint32)
+    bad = got != want
+    assert not bad.any(), (c[bad][:5], got[bad][:5], want[bad][:5])
+
+
+@pytest.mark.parametrize("name", POSITS)
+def test_posit_casts_match_softposit(name):
+    import softposit
+
+    nb = bits(name)
+    rng = np.random.default_rng(7)
+    x = np.concatenate([rng.standard_normal(3000) * 2.0 ** rng.integers(-60, 60, 3000), [0.0, 1e300, -1e-300]])
+    got = as_codes(x.astype(dt(name)))
+    want = np.array([int(softposit.posit_2(float(v), nb).v.v) >> (32 - nb) for v in x], np.uint64)
+    assert np.array_equal(got.astype(np.uint64), want)

@@ -1,0 +1,111 @@
+"""``lowp experiment``: writes its files, reads .npz data, survives interruption."""
+
+from __future__ import annotations
+
+import csv
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from lowp import cli
+from lowp.training import experiment
+
+
+def read_csv(path):
+    with open(path, newline="") as fh:
+        return list(csv.reader(fh))
+
+
+def test_quick_run_writes_its_files(tmp_path, capsys):
+    out = tmp_path / "res"
+    rc = cli.main(["experiment", "--quick", "--output", str(out), "--no-progress",
+                   "--configs", "fp32", "bf16_nomaster_rne", "bf16_nomaster_sr", "--epochs", "2"])
+    assert rc == 0
+    for f in ("results.md", "results.csv", "history.csv", "curves.png"):
+        assert (out / f).stat().st_size > 0
+    rows = read_csv(out / "results.csv")
+    assert rows[0] == experiment.HEADER
+    assert [r[0] for r in rows[1:]] == ["fp32", "bf16_nomaster_rne", "bf16_nomaster_sr"]
+    for r in rows[1:]:
+        assert 0 <= float(r[1]) <= 100 and float(r[2]) > 0
+    hist = read_csv(out / "history.csv")
+    assert len(hist) == 1 + 3 * 2
+    md = (out / "results.md").read_text()
+    assert "| fp32 |" in md and "round-to-nearest" in md
+    with open(out / "curves.png", "rb") as fh:
+        assert fh.read(8) == b"\x89PNG\r\n\x1a\n"
+    printed = capsys.readouterr().out
+    assert "| bf16_nomaster_sr |" in printed
+
+
+def test_runs_are_reproducible(tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    for d in (a, b):
+        assert cli.main(["experiment", "--output", str(d), "--no-progress", "--configs", "hfp8", "bf16_nomaster_sr",
+                         "--epochs", "1", "--hidden", "16"]) == 0
+    ha, hb = read_csv(a / "history.csv"), read_csv(b / "history.csv")
+    assert ha == hb
+
+
+def test_npz_data(tmp_path):
+    rng = np.random.default_rng(0)
+    x = rng.random((120, 6)).astype(np.float32)
+    y = (x[:, 0] > 0.5).astype(np.int64)
+    path = tmp_path / "d.npz"
+    np.savez(path, X_train=x[:100], y_train=y[:100], X_test=x[100:], y_test=y[100:])
+    out = tmp_path / "o"
+    assert cli.main(["experiment", "--data", str(path), "--output", str(out), "--no-progress",
+                     "--configs", "fp32", "--epochs", "2", "--lr", "0.1"]) == 0
+    assert read_csv(out / "results.csv")[1][0] == "fp32"
+    assert "d.npz" in (out / "results.md").read_text()
+
+
+def test_bad_npz_and_arguments(tmp_path, capsys):
+    path = tmp_path / "bad.npz"
+    np.savez(path, X_train=np.zeros((3, 2)))
+    assert cli.main(["experiment", "--data", str(path), "--output", str(tmp_path / "o")]) == 2
+    assert "y_train" in capsys.readouterr().err
+    assert cli.main(["experiment", "--data", str(tmp_path / "missing.npz"), "--output", str(tmp_path / "o")]) == 2
+    assert cli.main(["experiment", "--lr", "0", "--output", str(tmp_path / "o")]) == 2
+    assert "--lr" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        cli.main(["experiment", "--configs", "fp9"])
+
+
+def test_interrupt_keeps_finished_configs(tmp_path, monkeypatch, capsys):
+    real = experiment.train_one
+    calls = []
+
+    def flaky(cfg, data, **kw):
+        calls.append(cfg.name)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(cfg, data, **kw)
+
+    monkeypatch.setattr(experiment, "train_one", flaky)
+    out = tmp_path / "o"
+    rc = cli.main(["experiment", "--output", str(out), "--no-progress", "--configs", "fp32", "bf16", "posit16",
+                   "--epochs", "1", "--hidden", "8"])
+    assert rc == 130
+    assert [r[0] for r in read_csv(out / "results.csv")[1:]] == ["fp32"]
+    assert (out / "curves.png").exists()
+    assert "interrupted" in capsys.readouterr().err
+
+
+def test_python_dash_m_help():
+    r = subprocess.run([sys.executable, "-m", "lowp", "experiment", "--help"], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0 and "--quick" in r.stdout and "--output" in r.stdout
+
+
+def test_default_configs():
+    cfgs = experiment.default_configs()
+    assert {"fp32", "bf16", "fp16_mixed", "hfp8", "posit16"} <= set(cfgs)
+    rne, sr = cfgs["bf16_nomaster_rne"], cfgs["bf16_nomaster_sr"]
+    assert not rne.master_weights and rne.weight_rounding == "nearest_even"
+    assert not sr.master_weights and sr.weight_rounding == "stochastic"
+    assert cfgs["fp16_acc"].chunk is None and cfgs["fp16_acc_chunk64"].chunk == 64
+    assert cfgs["fp16_acc"].accumulate == cfgs["fp16_acc_chunk64"].accumulate

@@ -1,0 +1,173 @@
+"""int8 quantization: ranges, per-tensor and per-axis scales, calibration, every rounding
+mode against numpy's own integer rounding, dequantization error, exact zero."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import lowp
+
+
+def data(shape=(64, 48), seed=0):
+    rng = np.random.default_rng(seed)
+    return (rng.standard_normal(shape) * rng.uniform(0.1, 10, shape[-1])).astype(np.float32)
+
+
+def ref_round(y, mode):
+    """Integer rounding of float64 y by numpy (ties of nearest_away away from zero)."""
+    if mode == "nearest_even":
+        return np.rint(y)
+    if mode == "nearest_away":
+        fl = np.floor(y)
+        frac = y - fl  # exact for |y| < 2^52
+        return np.where(frac > 0.5, fl + 1, np.where(frac < 0.5, fl, np.where(y > 0, fl + 1, fl)))
+    if mode == "toward_zero":
+        return np.trunc(y)
+    if mode == "up":
+        return np.ceil(y)
+    if mode == "down":
+        return np.floor(y)
+    if mode == "odd":
+        fl = np.floor(y)
+        return np.where(fl == y, y, np.where(fl % 2 == 1, fl, fl + 1))
+    raise ValueError(mode)
+
+
+DET_MODES = ["nearest_even", "nearest_away", "toward_zero", "up", "down", "odd"]
+
+
+@pytest.mark.parametrize("mode", DET_MODES)
+@pytest.mark.parametrize("symmetric", [True, False])
+def test_per_tensor_every_mode(mode, symmetric):
+    x = data()
+    q = lowp.quantize(x, "int8", symmetric=symmetric, rounding=mode)
+    assert q.values.dtype == np.int8 and q.values.shape == x.shape and q.axis is None
+    scale = np.float64(q.scale)
+    zp = np.float64(q.zero_point)
+    lo, hi = (-127, 127) if symmetric else (-128, 127)
+    want = np.clip(ref_round(x.astype(np.float64) / scale + zp, mode), lo, hi)
+    np.testing.assert_array_equal(q.values.astype(np.float64), want)
+    assert q.values.min() >= lo and q.values.max() <= hi
+    if symmetric:
+        assert zp == 0
+        assert scale == np.float32(np.abs(x).max() / 127)
+    deq = q.dequantize()
+    assert deq.dtype == np.float32 and deq.shape == x.shape
+    err = np.abs(deq.astype(np.float64) - x)
+    bound = (0.5 if mode.startswith("nearest") else 1.0) * scale + np.abs(x) * 2.0**-22
+    assert np.all(err <= bound), err.max() / scale
+
+
+def test_ranges_are_reached():
+    x = np.linspace(-3, 5, 1001).astype(np.float32)
+    s = lowp.quantize(x, symmetric=True)
+    assert s.values.min() == -75 or s.values.min() >= -127  # -3/5 * 127
+    assert s.values.max() == 127 and s.values[np.argmax(np.abs(x))] == 127
+    a = lowp.quantize(x, symmetric=False)
+    assert a.values.min() == -128 and a.values.max() == 127
+    y = -x
+    s = lowp.quantize(y, symmetric=True)
+    assert s.values.min() == -127
+
+
+@pytest.mark.parametrize("shift", [0.0, 3.0, -7.5, 100.0])
+def test_asymmetric_zero_maps_exactly(shift):
+    x = (data((50, 20), seed=2) + shift).astype(np.float32)
+    x[3, 4] = 0.0
+    q = lowp.quantize(x, symmetric=False)
+    assert q.values[3, 4] == q.zero_point
+    assert q.dequantize()[3, 4] == 0.0
+    assert -128 <= int(q.zero_point) <= 127
+    z = lowp.quantize(np.zeros(5, np.float32), symmetric=False)
+    np.testing.assert_array_equal(z.dequantize(), 0)
+
+
+@pytest.mark.parametrize("axis", [0, 1, -1, -2])
+@pytest.mark.parametrize("symmetric", [True, False])
+def test_per_axis(axis, symmetric):
+    x = data((16, 24), seed=3)
+    q = lowp.quantize(x, axis=axis, symmetric=symmetric)
+    ax = axis % 2
+    assert q.scale.shape == (x.shape[ax],) and q.zero_point.shape == (x.shape[ax],)
+    for i in range(x.shape[ax]):
+        sl = np.take(x, i, axis=ax)
+        qi = lowp.quantize(sl, symmetric=symmetric)
+        np.testing.assert_array_equal(np.take(q.values, i, axis=ax), qi.values)
+        assert q.scale[i] == qi.scale and q.zero_point[i] == qi.zero_point
+    deq = q.dequantize()
+    sc = np.expand_dims(q.scale.astype(np.float64), 1 - ax)
+    assert np.all(np.abs(deq - x) <= sc / 2 + np.abs(x) * 2.0**-22)
+    if symmetric:
+        assert np.all(np.abs(q.values).max(axis=1 - ax) == 127)
+
+
+def test_per_axis_3d():
+    x = data((4, 5, 6), seed=4)
+    q = lowp.quantize(x, axis=1)
+    assert q.scale.shape == (5,)
+    np.testing.assert_array_equal(q.scale, np.abs(x).max(axis=(0, 2)) / np.float32(127))
+
+
+@pytest.mark.parametrize("p", [50, 90, 99.9, 100])
+def test_percentile_calibration(p):
+    x = data((200, 10), seed=5)
+    q = lowp.quantize(x, calibration=("percentile", p))
+    assert np.float32(q.scale) == np.float32(np.percentile(np.abs(x.astype(np.float64)), p) / 127)
+    clipped = np.abs(x) > np.percentile(np.abs(x), p) * (1 + 1e-6)
+    assert np.all(np.abs(q.values[clipped]) == 127)
+    qa = lowp.quantize(x, calibration=("percentile", p), symmetric=False)
+    assert qa.values.min() >= -128 and qa.values.max() <= 127
+    if p == 100:
+        m = lowp.quantize(x)
+        np.testing.assert_array_equal(q.values, m.values)
+
+
+def test_stochastic_quantize():
+    x = data((100, 100), seed=6)
+    a = lowp.quantize(x, rounding="stochastic", seed=3)
+    b = lowp.quantize(x, rounding="stochastic", seed=3)
+    c = lowp.quantize(x, rounding="stochastic", seed=4)
+    np.testing.assert_array_equal(a.values, b.values)
+    assert not np.array_equal(a.values, c.values)
+    y = x.astype(np.float64) / np.float64(a.scale)
+    v = a.values.astype(np.float64)
+    assert np.all((v == np.floor(y)) | (v == np.ceil(y)) | (np.abs(v) == 127))
+    # unbiased: the mean error over many elements is small
+    err = (a.dequantize() - x).astype(np.float64)
+    assert abs(err.mean()) < 4 * a.scale / np.sqrt(12 * x.size) * 2
+
+
+def test_quantize_inputs_and_repr():
+    q = lowp.quantize([0.5, -1.0, 0.25], "int8")
+    assert q.values.tolist() == [64, -127, 32]  # 63.5 ties to even
+    assert q.shape == (3,) and q.dtype == np.int8
+    assert "QuantizedArray" in repr(q) and "int8" in repr(q)
+    q64 = lowp.quantize(np.array([1.0, 2.0]), lowp.IntFormat(8))
+    assert q64.values.tolist() == [64, 127] or q64.values.tolist() == [63, 127]
+    e = lowp.quantize(np.zeros((0, 3), np.float32))
+    assert e.values.shape == (0, 3)
+
+
+@pytest.mark.parametrize("bad,exc,match", [
+    (dict(rounding="nearest"), ValueError, "rounding"),
+    (dict(calibration="minmax"), ValueError, "calibration"),
+    (dict(calibration=("percentile", 0)), ValueError, "calibration"),
+    (dict(calibration=("percentile", 101)), ValueError, "calibration"),
+    (dict(axis=2), ValueError, "axis"),
+    (dict(axis=1.5), TypeError, "axis"),
+])
+def test_quantize_bad_arguments(bad, exc, match):
+    with pytest.raises(exc, match=match):
+        lowp.quantize(data((4, 4)), **bad)
+
+
+def test_quantize_bad_values():
+    with pytest.raises(ValueError, match="x"):
+        lowp.quantize(np.array([1.0, np.nan]))
+    with pytest.raises(ValueError, match="x"):
+        lowp.quantize(np.array([1.0, np.inf]))
+    with pytest.raises(ValueError, match="fmt"):
+        lowp.quantize(np.ones(3), "bf16")
+    with pytest.raises(TypeError, match="x"):
+        lowp.quantize(np.array(["a", "b"]))

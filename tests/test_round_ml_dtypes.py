@@ -1,0 +1,231 @@
+"""Bit-exactness with ml_dtypes (and numpy's float16): every encoding decodes to the
+same value, and float32 -> format round-to-nearest-even gives the same bits on more
+than 10^7 inputs per format, on the SIMD and the scalar path, at 1 and 2 threads.
+
+The inputs contain every midpoint between neighbouring values of the format (the
+overflow midpoint above max included), the float32 values one and two steps either
+side of each, zeros, infinities, NaNs (with payloads), subnormals of both float32 and
+the format, and random bit patterns.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import lowp
+
+ML_NAMES = ["bfloat16", "float8_e5m2", "float8_e4m3fn", "float8_e4m3", "float8_e4m3fnuz", "float8_e5m2fnuz"]
+NAMES = ML_NAMES + ["float16"]
+N_INPUTS = 10_000_000
+
+
+def cast(x, t):
+    """The oracle's conversion (ml_dtypes / numpy warn on NaN and overflow; that is expected)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        return x.astype(t)
+
+
+def oracle_type(name):
+    return np.float16 if name == "float16" else getattr(ml_dtypes, name)
+
+
+def code_dtype(name):
+    return np.uint16 if name in ("bfloat16", "float16") else np.uint8
+
+
+def all_codes(name):
+    return np.arange(1 << (8 * np.dtype(code_dtype(name)).itemsize), dtype=code_dtype(name))
+
+
+@functools.lru_cache(maxsize=None)
+def midpoint_inputs(name):
+    """Every midpoint of neighbouring finite values, the overflow midpoint, and the
+    float32 values next to them, with both signs (float32)."""
+    t = oracle_type(name)
+    vals = cast(all_codes(name).view(t), np.float64)
+    pos = np.unique(vals[np.isfinite(vals) & (vals >= 0)])
+    mids = (pos[:-1] + pos[1:]) / 2
+    fmax = pos[-1]
+    ulp_max = fmax - pos[-2]
+    extra = np.array([fmax + ulp_max / 2, fmax + ulp_max, 2 * fmax, fmax * 1.5])
+    extra = extra[extra <= np.finfo(np.float32).max]
+    m64 = np.concatenate([mids, extra, pos])
+    m32 = m64.astype(np.float32)
+    assert np.array_equal(m32.astype(np.float64), m64), "midpoints must be exact in float32"
+    up1 = np.nextafter(m32, np.float32(np.inf))
+    dn1 = np.nextafter(m32, np.float32(0))
+    up2 = np.nextafter(up1, np.float32(np.inf))
+    dn2 = np.nextafter(dn1, np.float32(0))
+    x = np.concatenate([m32, up1, dn1, up2, dn2])
+    return np.concatenate([x, -x])
+
+
+@functools.lru_cache(maxsize=None)
+def inputs(name):
+    """At least N_INPUTS float32 values (see the module doc)."""
+    rng = np.random.default_rng(sum(map(ord, name)))
+    special = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, -np.nan, np.float32(1e-45), -np.float32(1e-45),
+                        np.finfo(np.float32).max, -np.finfo(np.float32).max, np.finfo(np.float32).tiny], np.float32)
+    # NaNs with payloads, quiet and signalling, both signs
+    payload = rng.integers(1, 1 << 23, 1000, dtype=np.uint32)
+    nans = (np.uint32(0x7F80_0000) | payload | (rng.integers(0, 2, 1000, dtype=np.uint32) << 31)).view(np.float32)
+    mids = midpoint_inputs(name)
+    # Random values in and around the format's range: random exponent, mantissa and sign.
+    fmt = lowp.format(name)
+    n_rest = N_INPUTS - mids.size - special.size - nans.size
+    n_range = n_rest * 3 // 4
+    e_lo = max(fmt.emin - fmt.man_bits - 3, -149)
+    e_hi = min(fmt.emax + 2, 127)
+    e = rng.integers(e_lo, e_hi + 1, n_range)
+    man = rng.integers(0, 1 << 23, n_range, dtype=np.uint32).astype(np.float64) / 2**23 + 1
+    ranged = (np.ldexp(man, e) * rng.choice([-1.0, 1.0], n_range)).astype(np.float32)
+    # Random bit patterns: every class of float32, subnormals and NaNs included.
+    raw = rng.integers(0, 1 << 32, n_rest - n_range, dtype=np.uint64).astype(np.uint32).view(np.float32)
+    x = np.concatenate([special, nans, mids, ranged, raw])
+    assert x.size >= N_INPUTS
+    return x
+
+
+@functools.lru_cache(maxsize=None)
+def expected_codes(name):
+    return cast(inputs(name), oracle_type(name)).view(code_dtype(name))
+
+
+def nan_codes(name, codes):
+    return np.isnan(cast(codes.view(oracle_type(name)), np.float32))
+
+
+def assert_same_codes(name, got, want, x):
+    assert got.dtype == want.dtype and got.shape == want.shape
+    sign = np.array(1 << (8 * want.itemsize - 1), want.dtype)
+    nan_w, nan_g = nan_codes(name, want), nan_codes(name, got)
+    # NaN results: NaN-ness and sign agree (payloads may differ); everything else bit for bit.
+    bad = (nan_w != nan_g) | (~nan_w & (got != want)) | (nan_w & ((got & sign) != (want & sign)))
+    if bad.any():
+        i = np.flatnonzero(bad)[:10]
+        detail = ", ".join(f"{x[j]!r} ({x[j:j + 1].view(np.uint32)[0]:#010x}): got {got[j]:#x} want {want[j]:#x}"
+                           for j in i)
+        pytest.fail(f"{name}: {bad.sum()} of {x.size} differ, e.g. {detail}")
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_decode_every_encoding(name, isa):
+    codes = all_codes(name)
+    t = oracle_type(name)
+    for dt in (np.float32, np.float64):
+        want = cast(codes.view(t), dt)
+        for got in (lowp.decode(codes, name, dt),  # table / shift path
+                    np.concatenate([lowp.decode(c, name, dt) for c in np.array_split(codes, len(codes) // 7)])):
+            nan = np.isnan(want)
+            assert np.array_equal(np.isnan(got), nan)
+            assert np.array_equal(got[~nan], want[~nan])
+            assert np.array_equal(np.signbit(got), np.signbit(want))  # -0 and NaN signs
+    # wider and signed integer containers give the same values
+    wide = lowp.decode(codes.astype(np.uint32), name, np.float64)
+    np.testing.assert_array_equal(wide, cast(codes.view(t), np.float64))
+    signed = lowp.decode(codes.view(np.int8 if codes.itemsize == 1 else np.int16), name, np.float64)
+    np.testing.assert_array_equal(signed, wide)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_midpoints_small(name, isa):
+    """The midpoints alone, in a call small enough to stay on one thread."""
+    x = midpoint_inputs(name)
+    want = cast(x, oracle_type(name)).view(code_dtype(name))
+    assert_same_codes(name, lowp.encode(x, name), want, x)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_encode_rne_f32_matches(name, isa, threads):
+    x = inputs(name)
+    want = expected_codes(name)
+    got = lowp.encode(x, name)
+    assert_same_codes(name, got, want, x)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_round_and_cast_f32_match(name, isa):
+    x = inputs(name)[: 1 << 21]
+    want = cast(cast(x, oracle_type(name)), np.float32)
+    got = lowp.round(x, name)
+    assert got.dtype == np.float32
+    nan = np.isnan(want)
+    assert np.array_equal(np.isnan(got), nan)
+    assert np.array_equal(got[~nan], want[~nan]) and np.array_equal(np.signbit(got[~nan]), np.signbit(want[~nan]))
+    c = lowp.cast(x, oracle_type(name))
+    assert c.dtype == np.dtype(oracle_type(name))
+    assert_same_codes(name, c.view(code_dtype(name)), cast(want, oracle_type(name)).view(code_dtype(name)), x)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_encode_from_f64_of_f32_values(name, isa):
+    """float64 input holding float32 values: same bits as from float32 (no double rounding issue)."""
+    x = inputs(name)[: 1 << 20]
+    got = lowp.encode(cast(x, np.float64), name)
+    assert_same_codes(name, got, expected_codes(name)[: 1 << 20], x)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_encode_strided_and_shaped(name):
+    x = inputs(name)[: 3 * 4 * 1000].reshape(3, 4, 1000)
+    want = expected_codes(name)[: x.size].reshape(x.shape)
+    assert_same_codes(name, lowp.encode(x, name).ravel(), want.ravel(), x.ravel())
+    xs = x[:, ::2, ::3]
+    assert_same_codes(name, lowp.encode(xs, name).ravel(), want[:, ::2, ::3].ravel(), xs.ravel())
+    xt = x.T
+    assert lowp.encode(xt, name).shape == xt.shape
+    assert_same_codes(name, lowp.encode(xt, name).ravel(), want.T.ravel(), xt.ravel())
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _free_inputs():
+    yield
+    for f in (midpoint_inputs, inputs, expected_codes):
+        f.cache_clear()
+
+
+def test_float16_from_float64_matches_numpy(isa):
+    """numpy's float64 -> float16 rounds once (correctly): lowp must agree bit for bit,
+    including just above and below every float16 midpoint (where float32 would double-round)."""
+    mids = midpoint_inputs("float16").astype(np.float64)
+    mids = mids[np.isfinite(mids)]
+    x = np.concatenate([mids, mids * (1 + 2.0**-40), mids * (1 - 2.0**-40), np.nextafter(mids, np.inf),
+                        np.nextafter(mids, -np.inf)])
+    rng = np.random.default_rng(16)
+    x = np.concatenate([x, rng.standard_normal(200_000) * np.exp2(rng.integers(-30, 20, 200_000)),
+                        [np.nan, np.inf, -np.inf, 0.0, -0.0, 1e300, 5e-324]])
+    want = cast(x, np.float16).view(np.uint16)
+    assert_same_codes("float16", lowp.encode(x, "float16"), want, cast(x, np.float32))
+
+
+@pytest.mark.parametrize("name,x,exact", [
+    ("float8_e4m3fn", 1 + 2.0**-4 + 2.0**-40, 1.125),
+    ("float8_e5m2", 1 + 2.0**-3 + 2.0**-40, 1.25),
+    ("bfloat16", 1 + 2.0**-8 + 2.0**-30, 1.0078125),
+])
+def test_ml_dtypes_double_rounds_from_float64(name, x, exact):
+    """ml_dtypes converts float64 through float32 (two roundings) and gets these wrong;
+    lowp rounds once. The exact answers: the inputs lie above the midpoint."""
+    t = getattr(ml_dtypes, name)
+    assert float(np.array([x]).astype(t).astype(np.float64)[0]) != exact  # ml_dtypes: the tie, to even
+    assert lowp.round(np.array([x]), name)[0] == exact
+    assert lowp.cast(np.array([x]), t).astype(np.float64)[0] == exact
+
+
+@pytest.mark.parametrize("src", ML_NAMES)
+def test_ml_dtypes_arrays_as_input(src):
+    """Arrays of an ml_dtypes type are accepted and decoded exactly before rounding."""
+    t = oracle_type(src)
+    x = all_codes(src).view(t)
+    as32 = cast(x, np.float32)
+    for dst in ("float8_e4m3fn", "float8_e5m2", "bfloat16"):
+        got = lowp.encode(x, dst)
+        want = cast(as32, oracle_type(dst)).view(code_dtype(dst))
+        assert_same_codes(dst, got, want, as32)
+    r = lowp.round(x, "float8_e4m3")
+    assert r.dtype == np.float32
+    np.testing.assert_array_equal(r, lowp.round(as32, "float8_e4m3"))

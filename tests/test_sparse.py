@@ -1,0 +1,487 @@
+"""lowp.sparse: round trips, conversions, products against scipy in float64, validation, pruning."""
+
+from __future__ import annotations
+
+import math
+
+import ml_dtypes
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import lowp
+from lowp import _lowp, sparse
+
+FORMATS = ["csr", "csc", "coo", "bsr", "nm"]
+# Value types: numpy/ml_dtypes dtypes and lowp Formats without a dtype yet (posits).
+VALUE_TYPES = [np.float32, np.float16, np.int8, ml_dtypes.bfloat16, ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e5m2,
+               lowp.format("posit8"), lowp.format("posit16"), lowp.format("posit32")]
+VT_IDS = ["f32", "f16", "i8", "bf16", "e4m3fn", "e5m2", "posit8", "posit16", "posit32"]
+
+
+def _decoded(M) -> np.ndarray:
+    """The matrix's values in float64 (scale applied)."""
+    d = M.to_dense()
+    return lowp._convert._as_float_array(d).astype(np.float64) * M.scale
+
+
+def _random(rng, shape, density, dtype=np.float32, ints=False):
+    m, n = shape
+    x = rng.integers(-8, 9, size=shape).astype(np.float64) if ints else rng.standard_normal(shape)
+    x[rng.random(shape) >= density] = 0
+    return x.astype(dtype)
+
+
+def _build(fmt, x, dtype=None, blocksize=None, n=2, m=4):
+    if fmt == "csr":
+        return sparse.CSR.from_dense(x, dtype)
+    if fmt == "csc":
+        return sparse.CSC.from_dense(x, dtype)
+    if fmt == "coo":
+        return sparse.COO.from_dense(x, dtype)
+    if fmt == "bsr":
+        return sparse.BSR.from_dense(x, dtype, blocksize=blocksize)
+    return sparse.NM.from_dense(sparse.prune_nm(x, n, m), dtype, n=n, m=m)
+
+
+@pytest.fixture(params=[1, 2], ids=["t1", "t2"])
+def threads(request):
+    old = lowp.get_num_threads()
+    lowp.set_num_threads(request.param)
+    yield request.param
+    lowp.set_num_threads(old)
+
+
+@pytest.fixture(params=["native", "scalar"])
+def isa(request):
+    if request.param == "scalar":
+        _lowp.set_isa("scalar")
+    yield request.param
+    _lowp.set_isa(None)
+
+
+# ---------------------------------------------------------------- round trips
+
+shapes = st.tuples(st.integers(0, 13), st.integers(0, 13))
+
+
+@settings(max_examples=60, deadline=None)
+@given(shape=shapes, density=st.floats(0, 1), seed=st.integers(0, 2**32 - 1), fmt=st.sampled_from(FORMATS))
+def test_dense_round_trip(shape, density, seed, fmt):
+    rng = np.random.default_rng(seed)
+    x = _random(rng, shape, density)
+    if fmt == "nm":
+        x = sparse.prune_nm(x, 2, 4)
+    M = _build(fmt, x, blocksize=None)
+    d = M.to_dense()
+    assert d.dtype == np.float32 and d.shape == x.shape
+    np.testing.assert_array_equal(d, x)
+    assert M.shape == x.shape
+    if fmt != "bsr" and fmt != "nm":
+        assert M.nnz == np.count_nonzero(x)
+
+
+@settings(max_examples=40, deadline=None)
+@given(bs=st.tuples(st.integers(1, 5), st.integers(1, 5)), nb=st.tuples(st.integers(0, 4), st.integers(0, 4)),
+       density=st.floats(0, 1), seed=st.integers(0, 2**32 - 1))
+def test_bsr_any_block_shape(bs, nb, density, seed):
+    rng = np.random.default_rng(seed)
+    shape = (bs[0] * nb[0], bs[1] * nb[1])
+    x = _random(rng, shape, density)
+    M = sparse.BSR.from_dense(x, blocksize=bs)
+    assert M.blocksize == bs
+    np.testing.assert_array_equal(M.to_dense(), x)
+    s = sp.bsr_array(x, blocksize=bs) if x.size else None
+    if s is not None:
+        np.testing.assert_array_equal(sparse.BSR.from_scipy(s).to_dense(), x)
+    b = rng.standard_normal((shape[1], 3)).astype(np.float32)
+    _check_product(M @ b, x.astype(np.float64) @ b, np.abs(x).astype(np.float64) @ np.abs(b), shape[1])
+
+
+@settings(max_examples=60, deadline=None)
+@given(shape=shapes, density=st.floats(0, 1), seed=st.integers(0, 2**32 - 1),
+       fmt=st.sampled_from(["csr", "csc", "coo", "bsr"]), dup=st.booleans())
+def test_scipy_round_trip(shape, density, seed, fmt, dup):
+    rng = np.random.default_rng(seed)
+    x = _random(rng, shape, density)
+    s = sp.coo_array(x)
+    if dup and s.nnz:  # duplicate entries summing exactly: halve and repeat
+        s = sp.coo_array((np.concatenate([s.data / 2, s.data / 2]).astype(np.float32),
+                          (np.concatenate([s.row, s.row]), np.concatenate([s.col, s.col]))), shape=shape)
+    s = s.asformat(fmt) if fmt != "bsr" else sp.bsr_array(x, blocksize=(1, 1)) if x.size else sp.bsr_array(x)
+    cls = {"csr": sparse.CSR, "csc": sparse.CSC, "coo": sparse.COO, "bsr": sparse.BSR}[fmt]
+    M = cls.from_scipy(s)
+    back = M.to_scipy()
+    assert back.format == fmt and back.shape == s.shape and back.dtype == np.float32
+    np.testing.assert_array_equal(back.toarray(), s.toarray())
+    np.testing.assert_array_equal(back.data, s.data)
+    if fmt in ("csr", "csc", "bsr"):
+        np.testing.assert_array_equal(back.indices, s.indices)
+        np.testing.assert_array_equal(back.indptr, s.indptr)
+    if fmt == "coo":
+        np.testing.assert_array_equal(back.row, s.row)
+        np.testing.assert_array_equal(back.col, s.col)
+    np.testing.assert_array_equal(M.to_dense(), s.toarray())
+
+
+def test_scipy_zero_copy():
+    s = sp.random_array((50, 40), density=0.2, format="csr", dtype=np.float32, rng=1)
+    M = sparse.CSR.from_scipy(s)
+    assert np.shares_memory(M.indices, s.indices) and np.shares_memory(M.indptr, s.indptr)
+    assert np.shares_memory(M._v, s.data)
+    c = sparse.CSC.from_scipy(s.tocsc())
+    assert np.shares_memory(c._v, c.to_scipy().data)
+    q = sp.csr_array(np.array([[1, 0], [0, -3]], np.int8))
+    Q = sparse.CSR.from_scipy(q)
+    assert Q.dtype == np.int8 and np.shares_memory(Q._v, q.data)
+
+
+@pytest.mark.parametrize("shape", [(0, 0), (1, 1), (0, 5), (5, 0), (1, 7)])
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_tiny_and_empty(shape, fmt):
+    x = np.zeros(shape, np.float32)
+    if shape == (1, 1):
+        x[0, 0] = 2.5
+    M = _build(fmt, x, blocksize=(1, 1) if fmt == "bsr" else None)
+    np.testing.assert_array_equal(M.to_dense(), x)
+    np.testing.assert_array_equal(M @ np.ones(shape[1], np.float32), x.sum(axis=1))
+    np.testing.assert_array_equal(np.ones(shape[0], np.float32) @ M, x.sum(axis=0))
+    np.testing.assert_array_equal(M @ np.ones((shape[1], 3), np.float32), x @ np.ones((shape[1], 3), np.float32))
+
+
+def test_coo_duplicates_and_canonical():
+    row = np.array([2, 0, 2, 1, 0, 2])
+    col = np.array([1, 3, 1, 0, 3, 1])
+    data = np.array([1.0, 2.0, 3.0, 4.0, 0.5, -1.0], np.float32)
+    M = sparse.COO((data, (row, col)), shape=(3, 4))
+    ref = sp.coo_array((data, (row, col)), shape=(3, 4))
+    assert not M.has_canonical_format
+    np.testing.assert_array_equal(M.to_dense(), ref.toarray())
+    c = M.sum_duplicates()
+    ref.sum_duplicates()
+    assert c.has_canonical_format and c.nnz == 3
+    np.testing.assert_array_equal(c.row, [0, 1, 2])
+    np.testing.assert_array_equal(c.col, [3, 0, 1])
+    np.testing.assert_array_equal(c.data, [2.5, 4.0, 3.0])
+    x = np.arange(8, dtype=np.float32).reshape(4, 2)
+    np.testing.assert_array_equal(M @ x, ref.toarray() @ x)
+    for conv in ("tocsr", "tocsc", "tobsr", "tocoo"):
+        np.testing.assert_array_equal(getattr(M, conv)().to_dense(), ref.toarray())
+    # Duplicates in a low-precision format add once, rounded.
+    B = sparse.COO((data.astype(ml_dtypes.bfloat16), (row, col)), shape=(3, 4))
+    np.testing.assert_array_equal(B.to_dense().astype(np.float32), ref.toarray())
+
+
+@pytest.mark.parametrize("src", FORMATS)
+@pytest.mark.parametrize("dst", FORMATS)
+def test_conversions_between_every_pair(src, dst):
+    rng = np.random.default_rng(7)
+    x = sparse.prune_nm(_random(rng, (16, 24), 0.5), 2, 4)
+    x[3] = 0
+    x[:, 5] = 0
+    M = _build(src, x, blocksize=(4, 4))
+    N = M.asformat(dst)
+    assert N.format == dst
+    np.testing.assert_array_equal(N.to_dense(), x)
+    np.testing.assert_array_equal(M.T.to_dense(), x.T)
+    np.testing.assert_array_equal(M.T.T.to_dense(), x)
+
+
+@pytest.mark.parametrize("vt", VALUE_TYPES, ids=VT_IDS)
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_value_dtypes_round_trip(vt, fmt):
+    rng = np.random.default_rng(3)
+    x = sparse.prune_nm(_random(rng, (12, 16), 0.6, ints=(vt is np.int8)), 2, 4)
+    M = _build(fmt, x, dtype=vt, blocksize=(4, 4))
+    f = lowp.format(vt)
+    want = lowp.cast(x, f.dtype) if f.dtype is not None else lowp.round(x.astype(np.float64), f).astype(np.float32)
+    d = M.to_dense()
+    if f.dtype is not None:
+        assert M.dtype == f.dtype and d.dtype == f.dtype
+        np.testing.assert_array_equal(d.view(f.storage_dtype), want.view(f.storage_dtype))
+    else:
+        assert M.dtype == f
+        np.testing.assert_array_equal(d, want)
+    # From an array already of that dtype: kept as is.
+    if f.dtype is not None:
+        M2 = _build(fmt, want)
+        assert M2.dtype == f.dtype
+        np.testing.assert_array_equal(M2.to_dense().view(f.storage_dtype), want.view(f.storage_dtype))
+    f32 = _build(fmt, x, blocksize=(4, 4))
+    assert M.nbytes == f32.nbytes - f32._v.nbytes + M._v.size * f.storage_dtype.itemsize
+
+
+# ---------------------------------------------------------------- products
+
+def _check_product(got, want, absref, kmax):
+    """|got - want| <= (k + 2) * 2**-24 * (|A| @ |x|): float32 accumulation of k terms."""
+    got = np.asarray(got, np.float64)
+    assert got.shape == want.shape
+    tol = (kmax + 2) * 2.0**-24 * absref + 1e-30
+    bad = np.abs(got - want) > tol
+    assert not bad.any(), f"max error {np.max(np.abs(got - want) - tol)} over bound"
+
+
+@pytest.mark.parametrize("vt", VALUE_TYPES, ids=VT_IDS)
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_products_match_scipy(vt, fmt, threads, isa):
+    rng = np.random.default_rng(11)
+    m, n = 48, 64
+    x = _random(rng, (m, n), 0.3, ints=(vt is np.int8))
+    M = _build(fmt, x, dtype=vt, blocksize=(8, 8) if fmt == "bsr" else None)
+    if vt is np.int8:
+        M = M.astype(np.int8)._with_values(M._v, M._fmt, 0.25)  # a quantized matrix: scale 1/4
+    a = _decoded(M)
+    ref = sp.csr_array(a)  # scipy in float64 is the reference
+    for k in (None, 1, 3, 8, 17, 64, 70):
+        b = rng.standard_normal(n if k is None else (n, k)).astype(np.float32)
+        got = M @ b
+        assert got.dtype == np.float32
+        _check_product(got, ref @ b.astype(np.float64), np.abs(a) @ np.abs(b.astype(np.float64)), n)
+        bt = rng.standard_normal(m if k is None else (k, m)).astype(np.float32)
+        got_t = bt @ M
+        _check_product(got_t, bt.astype(np.float64) @ ref, np.abs(bt.astype(np.float64)) @ np.abs(a), m)
+        if k is not None:
+            _check_product(M.matmul(bt.T.copy(), transpose=True), (bt.astype(np.float64) @ ref).T,
+                           (np.abs(bt.astype(np.float64)) @ np.abs(a)).T, m)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_large_product_thread_invariant(fmt):
+    """Big enough to split into many chunks: identical bits at 1 and 2 threads."""
+    s = sp.random_array((600, 512), density=0.05, format="csr", dtype=np.float32, rng=5)
+    x = s.toarray()
+    M = _build(fmt, x, blocksize=(8, 8))
+    b = np.random.default_rng(2).standard_normal((512, 40)).astype(np.float32)
+    bt = np.random.default_rng(3).standard_normal((40, 600)).astype(np.float32)
+    old = lowp.get_num_threads()
+    try:
+        res = []
+        for t in (1, 2):
+            lowp.set_num_threads(t)
+            res.append((M @ b, bt @ M, M @ b[:, 0]))
+    finally:
+        lowp.set_num_threads(old)
+    for r1, r2 in zip(*res):
+        np.testing.assert_array_equal(r1, r2)
+    xs = sparse.prune_nm(x, 2, 4) if fmt == "nm" else x
+    _check_product(res[0][0], xs.astype(np.float64) @ b, np.abs(xs).astype(np.float64) @ np.abs(b), 512)
+
+
+def test_product_operands():
+    x = np.array([[1, 0, 2], [0, 3, 0]], np.float32)
+    M = sparse.CSR.from_dense(x)
+    # Low-precision and float64 right-hand sides are read as float32.
+    b = np.array([1.5, -2, 0.25])
+    np.testing.assert_array_equal(M @ b, x @ b.astype(np.float32))
+    np.testing.assert_array_equal(M @ b.astype(ml_dtypes.bfloat16), x @ b.astype(np.float32))
+    np.testing.assert_array_equal(M @ np.asfortranarray(np.ones((3, 2))), x @ np.ones((3, 2), np.float32))
+    with pytest.raises(ValueError, match="x"):
+        M @ np.ones(4, np.float32)
+    with pytest.raises(ValueError, match="x"):
+        np.ones(3, np.float32) @ M
+    with pytest.raises(TypeError):
+        M @ M
+
+
+# ---------------------------------------------------------------- astype, dtype, nbytes
+
+@pytest.mark.parametrize("rounding", lowp.ROUNDING_MODES)
+def test_astype_rounding(rounding):
+    rng = np.random.default_rng(4)
+    x = _random(rng, (20, 30), 0.4)
+    M = sparse.CSR.from_dense(x)
+    B = M.astype(ml_dtypes.bfloat16, rounding, seed=9)
+    want = lowp.cast(M.data, ml_dtypes.bfloat16, rounding, seed=9)
+    np.testing.assert_array_equal(B.data.view(np.uint16), want.view(np.uint16))
+    assert B.dtype == ml_dtypes.bfloat16
+    np.testing.assert_array_equal(B.indices, M.indices)
+    P = M.astype(lowp.format("posit16"), rounding, seed=9)
+    np.testing.assert_array_equal(P._v, lowp.encode(M.data, "posit16", rounding, seed=9))
+    back = B.astype(np.float32)
+    np.testing.assert_array_equal(back.data, want.astype(np.float32))
+
+
+def test_nbytes_counts_everything():
+    x = np.zeros((16, 16), np.float32)
+    x[::3, ::2] = 1
+    csr = sparse.CSR.from_dense(x)
+    assert csr.nbytes == csr.nnz * 4 + csr.nnz * 4 + 17 * 4
+    coo = sparse.COO.from_dense(x)
+    assert coo.nbytes == coo.nnz * 12
+    b16 = sparse.CSR.from_dense(x, ml_dtypes.bfloat16)
+    assert b16.nbytes == csr.nnz * 2 + csr.nnz * 4 + 17 * 4
+    nm = sparse.NM.from_dense(sparse.prune_nm(np.ones((8, 16), np.float32)), np.float32)
+    assert nm.nbytes == 8 * 8 * 4 + 8 * 8 * 2 // 8  # values + 2-bit positions
+    bsr = sparse.BSR.from_dense(x, blocksize=(4, 4))
+    assert bsr.nbytes == bsr._v.size * 4 + bsr.indices.nbytes + bsr.indptr.nbytes
+
+
+def test_int8_with_scale_and_quantized_input():
+    x = np.array([[0.0, 1.0, -0.5], [0.25, 0.0, 0.0]], np.float32)
+    q = lowp.quantize(x, "int8")
+    M = sparse.CSR.from_dense(q)
+    assert M.dtype == np.int8 and M.scale == pytest.approx(float(q.scale))
+    np.testing.assert_array_equal(M.to_dense(), q.values)
+    b = np.array([1.0, 2.0, 3.0], np.float32)
+    np.testing.assert_allclose(M @ b, q.dequantize() @ b, rtol=1e-6)
+    S = M.astype(np.int8, scale=0.5)
+    np.testing.assert_array_equal(S.to_dense(), np.round(q.dequantize() / 0.5).astype(np.int8))
+
+
+def test_nm_structure():
+    x = np.array([[1, 2, 3, 4, 0, 0, 5, 0, 7]], np.float32)
+    p = sparse.prune_nm(x, 2, 4)
+    np.testing.assert_array_equal(p, [[0, 0, 3, 4, 0, 0, 5, 0, 7]])
+    M = sparse.NM.from_dense(p)
+    assert M.n == 2 and M.m == 4 and M.data.shape == (1, 6) and M._idx.dtype == np.uint8 and M._idx.size == 2
+    np.testing.assert_array_equal(M.to_dense(), p)
+    N = sparse.NM((M.data, M.positions), shape=(1, 9))
+    np.testing.assert_array_equal(N.to_dense(), p)
+    with pytest.raises(ValueError, match="prune_nm"):
+        sparse.NM.from_dense(x)
+    for n, m in ((1, 2), (3, 7), (4, 16), (8, 32)):
+        y = sparse.prune_nm(np.random.default_rng(n).standard_normal((5, 45)).astype(np.float32), n, m)
+        Y = sparse.NM.from_dense(y, n=n, m=m)
+        np.testing.assert_array_equal(Y.to_dense(), y)
+        b = np.ones((45, 9), np.float32)
+        np.testing.assert_allclose(Y @ b, y @ b, rtol=1e-5, atol=1e-5)
+
+
+# ---------------------------------------------------------------- validation
+
+def _csr(data, indices, indptr, shape=(2, 3)):
+    return sparse.CSR((np.asarray(data, np.float32), np.asarray(indices), np.asarray(indptr)), shape=shape)
+
+
+@pytest.mark.parametrize("indices,indptr,arg", [
+    ([0, 1, 2], [0, 2, 1], "indptr"),      # not monotone
+    ([0, 1, 2], [0, 2], "indptr"),         # wrong length
+    ([0, 1, 2], [0, 1, 2, 3], "indptr"),   # wrong length (too long)
+    ([0, 1, 2], [1, 2, 3], "indptr"),      # first entry not 0
+    ([0, 1, 2], [0, 2, 2], "indptr"),      # last entry != nnz
+    ([0, 1, 2], [0, 2, 4], "indptr"),      # last entry past the data
+    ([0, 3, 2], [0, 2, 3], "indices"),     # out of range
+    ([0, -1, 2], [0, 2, 3], "indices"),    # negative
+    ([0, 1], [0, 2, 3], "indices"),        # length mismatch with data
+    ([0, 1, 2], [0, -2, 3], "indptr"),     # negative pointer
+])
+@pytest.mark.parametrize("cls", [sparse.CSR, sparse.CSC])
+def test_malformed_compressed(indices, indptr, arg, cls):
+    shape = (2, 3) if cls is sparse.CSR else (3, 2)
+    with pytest.raises(ValueError, match=arg):
+        cls((np.ones(3, np.float32), np.asarray(indices), np.asarray(indptr)), shape=shape)
+
+
+def test_malformed_other():
+    with pytest.raises(ValueError, match="row"):
+        sparse.COO((np.ones(2, np.float32), (np.array([0, 5]), np.array([0, 1]))), shape=(3, 3))
+    with pytest.raises(ValueError, match="col"):
+        sparse.COO((np.ones(2, np.float32), (np.array([0, 1]), np.array([0, -1]))), shape=(3, 3))
+    with pytest.raises(ValueError, match="length"):
+        sparse.COO((np.ones(3, np.float32), (np.array([0, 1]), np.array([0, 1]))), shape=(3, 3))
+    with pytest.raises(ValueError, match="blocksize"):
+        sparse.BSR((np.ones((1, 2, 2), np.float32), np.array([0]), np.array([0, 1])), shape=(3, 4))
+    with pytest.raises(ValueError, match="blocksize"):
+        sparse.BSR.from_dense(np.ones((6, 6), np.float32), blocksize=(4, 4))
+    with pytest.raises(ValueError, match="blocksize"):
+        sparse.BSR.from_dense(np.ones((6, 6), np.float32), blocksize=(0, 3))
+    with pytest.raises(ValueError, match="indices"):
+        sparse.BSR((np.ones((1, 2, 2), np.float32), np.array([2]), np.array([0, 1, 1])), shape=(4, 4))
+    with pytest.raises(ValueError, match="data"):
+        sparse.BSR((np.ones((2, 2), np.float32), np.array([0]), np.array([0, 1, 1])), shape=(4, 4))
+    with pytest.raises(ValueError, match="n"):
+        sparse.prune_nm(np.ones((4, 4)), n=3, m=2)
+    with pytest.raises(ValueError, match="n"):
+        sparse.NM.from_dense(np.zeros((4, 4), np.float32), n=5, m=4)
+    with pytest.raises(ValueError, match="positions"):
+        sparse.NM((np.ones((1, 2), np.float32), np.array([[0, 4]])), shape=(1, 4))
+    with pytest.raises(ValueError, match="positions"):
+        sparse.NM((np.ones((1, 2), np.float32), np.array([[1, 1]])), shape=(1, 4))
+    with pytest.raises(ValueError, match="positions"):
+        sparse.NM((np.ones((1, 4), np.float32), np.array([[0, 1, 1, 2]])), shape=(1, 5))  # partial group
+    with pytest.raises(ValueError, match="data"):
+        sparse.NM((np.ones((1, 3), np.float32), np.array([[0, 1, 2]])), shape=(1, 4))
+    with pytest.raises(ValueError, match="shape"):
+        sparse.CSR((np.ones(1, np.float32), np.array([0]), np.array([0, 1])), shape=(1, -1))
+    with pytest.raises(TypeError, match="dtype"):
+        sparse.CSR.from_dense(np.ones((2, 2)), dtype="complex64")
+
+
+@pytest.mark.parametrize("s", [float("nan"), -0.1, 1.5, float("inf")])
+def test_prune_bad_sparsity(s):
+    with pytest.raises(ValueError, match="sparsity"):
+        sparse.prune(np.ones(4), s)
+
+
+def test_kernels_check_indices_themselves():
+    """Arrays changed after construction still never read out of bounds."""
+    M = _csr([1, 2, 3], [0, 1, 2], [0, 2, 3])
+    M.indices[1] = 7
+    with pytest.raises(ValueError, match="indices"):
+        M @ np.ones(3, np.float32)
+    with pytest.raises(ValueError, match="indices"):
+        np.ones(2, np.float32) @ M
+    M.indices[1] = 1
+    M.indptr[1] = 5
+    with pytest.raises(ValueError, match="indptr"):
+        M @ np.ones((3, 9), np.float32)
+    for fn in (_lowp.csr_matmul, _lowp.bsr_matmul):
+        with pytest.raises(ValueError):
+            args = [np.ones(3, np.float32), None, False, np.array([0, 1, 3], np.int32), np.array([0, 1], np.int32),
+                    (2, 3)]
+            if fn is _lowp.bsr_matmul:
+                args.append((1, 1))
+            fn(*args, np.ones((3, 1), np.float32), np.empty((2, 1), np.float32), False)
+    with pytest.raises(ValueError, match="table"):
+        _lowp.csr_matmul(np.ones(1, np.uint8), np.ones(10, np.float32), False, np.array([0, 1], np.int32),
+                         np.array([0], np.int32), (1, 1), np.ones((1, 1), np.float32), np.empty((1, 1), np.float32),
+                         False)
+    with pytest.raises(ValueError, match="indices"):
+        _lowp.nm_matmul(np.ones(2, np.float32), None, False, np.array([0b1111], np.uint8), 2, 4, (1, 3),
+                        np.ones((3, 1), np.float32), np.empty((1, 1), np.float32), False)
+
+
+# ---------------------------------------------------------------- pruning
+
+@settings(max_examples=50, deadline=None)
+@given(size=st.integers(0, 60), sparsity=st.floats(0, 1), seed=st.integers(0, 1000), ties=st.booleans())
+def test_prune_exact_count(size, sparsity, seed, ties):
+    rng = np.random.default_rng(seed)
+    x = (rng.integers(-3, 4, size) if ties else rng.standard_normal(size)).astype(np.float32)
+    p = sparse.prune(x, sparsity)
+    k = math.floor(sparsity * size + 0.5)
+    # Exactly k entries were forced to zero: the k first in (|x|, index) order.
+    order = sorted(range(size), key=lambda i: (abs(float(x[i])), i))
+    want = x.copy()
+    want[order[:k]] = 0
+    np.testing.assert_array_equal(p, want)
+    assert p.dtype == x.dtype
+
+
+def test_prune_dtypes_and_shapes():
+    x = np.arange(-6, 6, dtype=np.float32).reshape(3, 4).astype(ml_dtypes.bfloat16)
+    p = sparse.prune(x, 0.5)
+    assert p.dtype == x.dtype and p.shape == x.shape
+    # 6 of 12 pruned, the existing zero among them; ties (+-1, +-2) go to the lower index first.
+    np.testing.assert_array_equal(p.astype(np.float32).ravel(), [-6, -5, -4, 0, 0, 0, 0, 0, 0, 3, 4, 5])
+    np.testing.assert_array_equal(sparse.prune(np.array([1.0, np.nan, -3.0, 0.5]), 0.75), [0, np.nan, 0, 0])
+
+
+@settings(max_examples=40, deadline=None)
+@given(shape=st.tuples(st.integers(1, 6), st.integers(1, 15)), nm=st.sampled_from([(1, 2), (2, 4), (1, 4), (3, 8)]),
+       axis=st.sampled_from([0, 1, -1]), seed=st.integers(0, 1000))
+def test_prune_nm(shape, nm, axis, seed):
+    n, m = nm
+    x = np.random.default_rng(seed).integers(-4, 5, shape).astype(np.float32)
+    p = sparse.prune_nm(x, n, m, axis=axis)
+    xa, pa = np.moveaxis(x, axis, -1), np.moveaxis(p, axis, -1)
+    for row_x, row_p in zip(xa.reshape(-1, xa.shape[-1]), pa.reshape(-1, pa.shape[-1])):
+        for g0 in range(0, row_x.size, m):
+            gx, gp = row_x[g0:g0 + m], row_p[g0:g0 + m]
+            keep = sorted(range(gx.size), key=lambda i: (-abs(float(gx[i])), i))[:n]
+            want = np.zeros_like(gx)
+            want[keep] = gx[keep]
+            np.testing.assert_array_equal(gp, want)

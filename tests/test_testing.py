@@ -1,0 +1,183 @@
+"""lowp.testing: strategies cover every encoding class of every format; assert_ulp_close."""
+
+from __future__ import annotations
+
+import math
+
+import ml_dtypes
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import lowp
+from lowp.testing import assert_ulp_close, encoding_class, encoding_classes, ulp_distance
+from lowp.testing import strategies as lst
+
+NAMED = list(lowp.named_formats())
+CUSTOM = [lowp.FloatFormat(3, 2), lowp.FloatFormat(4, 3, subnormals=False), lowp.FloatFormat(5, 2, inf=False),
+          lowp.FloatFormat(3, 1, nan=None), lowp.FloatFormat(4, 3, nan="fnuz", bias=6), lowp.FloatFormat(6, 9),
+          lowp.PositFormat(6, 1), lowp.PositFormat(12, 0), lowp.PositFormat(20, 3),
+          lowp.IntFormat(4, signed=False), lowp.IntFormat(16),
+          # Degenerate layouts: no NaN encoding, no 1.0, minpos == maxpos.
+          lowp.FloatFormat(4, 0), lowp.FloatFormat(1, 0, nan=None), lowp.PositFormat(2, 0)]
+ALL = NAMED + CUSTOM
+
+
+def is_value_of(v: float, f: lowp.Format) -> bool:
+    """Independent check: v is a value some encoding of f decodes to (and, for formats
+    that flush subnormals, not a subnormal)."""
+    if math.isnan(v):
+        return encoding_classes(f).__contains__("nan")
+    if math.isinf(v):
+        return "inf" in encoding_classes(f)
+    if isinstance(f, lowp.FloatFormat) and not f.subnormals and 0 < abs(v) < f.min_normal:
+        return False
+    back = lowp.encode(np.array([v]), f, "toward_zero")  # exact values encode exactly in every mode
+    return lowp.decode(back, f, np.float64)[0] == v
+
+
+def all_values_of(vals, f: lowp.Format) -> bool:
+    """Vectorised is_value_of."""
+    v = np.asarray(vals, dtype=np.float64)
+    special = np.isnan(v) | np.isinf(v)
+    if not all(is_value_of(x, f) for x in v[special]):
+        return False
+    fin = v[~special]
+    if isinstance(f, lowp.FloatFormat) and not f.subnormals and np.any((fin != 0) & (np.abs(fin) < f.min_normal)):
+        return False
+    return bool(np.all(lowp.decode(lowp.encode(fin, f, "toward_zero"), f, np.float64) == fin))
+
+
+def collect(strategy, n: int) -> list:
+    seen: list = []
+
+    @settings(max_examples=n, database=None, deadline=None, derandomize=True)
+    @given(strategy)
+    def run(v):
+        seen.append(v)
+
+    run()
+    return seen
+
+
+@pytest.mark.parametrize("fmt", ALL, ids=str)
+def test_values_cover_every_encoding_class(fmt):
+    f = lowp.format(fmt)
+    drawn = collect(lst.values(f), 400)
+    assert all_values_of(drawn, f)
+    classes = {encoding_class(v, f) for v in drawn}
+    assert classes == encoding_classes(f)
+    # Both signs of each nonzero class (integers: down to the most negative value).
+    if not (isinstance(f, lowp.IntFormat) and not f.signed):
+        negative = {encoding_class(v, f) for v in drawn if v < 0 or (math.isinf(v) and v < 0)}
+        assert negative >= encoding_classes(f) - {"zero", "negative_zero", "nan", "max" if isinstance(f, lowp.IntFormat) else ""}
+
+
+@pytest.mark.parametrize("fmt", ["bfloat16", "float8_e4m3fn", "posit16", lowp.FloatFormat(4, 3, subnormals=False),
+                                 "int8"], ids=str)
+def test_values_flags(fmt):
+    f = lowp.format(fmt)
+    drawn = collect(lst.values(f, allow_nan=False, allow_infinity=False, allow_subnormal=False,
+                               allow_negative_zero=False), 200)
+    assert all_values_of(drawn, f)
+    assert not any(math.isnan(v) or math.isinf(v) for v in drawn)
+    assert not any(0 < abs(v) < f.min_normal for v in drawn)
+    assert not any(v == 0 and math.copysign(1, v) < 0 for v in drawn)
+
+
+@pytest.mark.parametrize("fmt", ["bfloat16", "float16", "float8_e5m2", "posit8", lowp.FloatFormat(3, 2)], ids=str)
+def test_values_hit_ties_of_narrower_formats(fmt):
+    """Ties: values halfway between neighbours of the format k bits narrower; rounding
+    them there to nearest even and to nearest away must differ (for a posit, in its
+    bit pattern: the tie is exactly the pattern between two narrower posits)."""
+    f = lowp.format(fmt)
+    drawn = [v for v in collect(lst.values(f, allow_nan=False, allow_infinity=False), 400) if v != 0]
+    if isinstance(f, lowp.FloatFormat):
+        narrow = f.replace(man_bits=f.man_bits - 2)
+        ties = [v for v in drawn if abs(v) < narrow.max and
+                lowp.round(np.array([v]), narrow, "nearest_even")[0] != lowp.round(np.array([v]), narrow, "nearest_away")[0]]
+    else:
+        codes = lowp.encode(np.array(drawn), f).astype(np.int64)
+        ties = [c for c in codes if c & 0b11 == 0b10]
+    assert len(ties) >= 5
+
+
+@pytest.mark.parametrize("fmt", ["bfloat16", "float16", "float8_e4m3fn", "float8_e5m2fnuz", "posit8", "posit16",
+                                 "int8", lowp.FloatFormat(3, 1, nan=None)], ids=str)
+def test_midpoints_are_ties(fmt):
+    f = lowp.format(fmt)
+    drawn = collect(lst.midpoints(f), 200)
+    for m in drawn:
+        below = lowp.nextafter(m, -math.inf, f)
+        above = lowp.nextafter(m, math.inf, f)
+        if math.isfinite(above):
+            assert m - below == above - m > 0
+        else:  # the overflow threshold: half a step past the largest value
+            assert below == f.max and m > f.max
+
+
+@pytest.mark.parametrize("fmt,dtype", [("bfloat16", ml_dtypes.bfloat16), ("float8_e4m3fn", ml_dtypes.float8_e4m3fn),
+                                       ("float16", np.float16), ("posit16", np.float64), ("e5m2", np.float32),
+                                       ("int8", np.int8), ("posit16", lowp.posit16), ("float8_e5m2", lowp.float8_e5m2)])
+def test_arrays(fmt, dtype):
+    f = lowp.format(fmt)
+    arrays = collect(lst.arrays(f, (3, 4), dtype=dtype), 50)
+    for a in arrays:
+        assert a.shape == (3, 4) and a.dtype == np.dtype(dtype)
+        vals = lowp.decode(a.view(f.storage_dtype), f, np.float64) if np.dtype(dtype).kind == "V" else \
+            a.astype(np.float64)
+        assert all_values_of(vals.ravel(), f)
+
+
+def test_arrays_bad_dtype():
+    with pytest.raises(TypeError, match="dtype"):
+        lst.arrays("posit32", 3, dtype=np.float32)
+    with pytest.raises(TypeError, match="dtype"):
+        lst.arrays("bf16", 3, dtype=np.float16)
+    with pytest.raises(TypeError, match="allow_nan"):
+        lst.values("bf16", allow_nan="yes")
+
+
+# assert_ulp_close, driven by the strategies.
+
+@settings(max_examples=200, deadline=None)
+@given(st.sampled_from(["bfloat16", "float8_e4m3", "posit16", "float16"]).flatmap(
+    lambda n: st.tuples(st.just(n), lst.values(n, allow_nan=False, allow_infinity=False), st.integers(0, 3))))
+def test_ulp_distance_counts_steps(args):
+    name, x, k = args
+    y = x
+    for _ in range(k):
+        y = float(lowp.nextafter(y, math.inf, name))
+    if not math.isfinite(y):
+        return
+    assert ulp_distance(y, x, name) == k
+    assert_ulp_close(y, x, name, ulps=k)
+    if k:
+        with pytest.raises(AssertionError, match="not within"):
+            assert_ulp_close(y, x, name, ulps=k - 1)
+
+
+@settings(max_examples=100, deadline=None)
+@given(lst.arrays("bfloat16", st.integers(0, 20)))
+def test_assert_ulp_close_nan_and_inf_positions(a):
+    assert_ulp_close(a, a, "bf16")
+    b = a.copy()
+    if b.size:
+        b[0] = np.nan if not np.isnan(b[0]) else 1.0
+        with pytest.raises(AssertionError):
+            assert_ulp_close(b, a, "bf16", ulps=10**6)
+
+
+def test_assert_ulp_close_unrepresentable_desired():
+    # Exact reference 1/3: bf16 round-to-nearest is within half an ulp.
+    got = lowp.round(np.array([1 / 3]), "bf16")
+    assert ulp_distance(got, 1 / 3, "bf16")[0] <= 0.5
+    assert_ulp_close(got, [1 / 3], "bf16", ulps=0.5)
+    assert_ulp_close(0.0, -0.0, "bf16")
+    with pytest.raises(AssertionError, match=r"at \(0,\)"):
+        assert_ulp_close([1.0], [1.5], "bf16", ulps=1)
+    with pytest.raises(ValueError, match="ulps"):
+        assert_ulp_close(1.0, 1.0, "bf16", ulps=-1)
+    with pytest.raises(ValueError, match="actual"):
+        assert_ulp_close(np.zeros(2), np.zeros(3), "bf16")

@@ -1,0 +1,389 @@
+"""lowp.training: LossScaler, SGD/Adam, Fp8Scaling, QuantConfig presets."""
+
+from __future__ import annotations
+
+import math
+
+import ml_dtypes
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import lowp
+from lowp.testing import strategies as lst
+from lowp.training import PRESETS, SGD, Adam, Fp8Scaling, LossScaler, QuantConfig, preset
+
+
+# -- LossScaler ---------------------------------------------------------------------------------
+
+def test_loss_scaler_defaults_are_pytorch_gradscaler():
+    s = LossScaler()
+    assert s.scale == 2.0**16
+    assert (s.growth_factor, s.backoff_factor, s.growth_interval) == (2.0, 0.5, 2000)
+    for _ in range(1999):
+        s.update(False)
+    assert s.scale == 2.0**16
+    s.update(False)  # the 2000th clean step doubles
+    assert s.scale == 2.0**17 and s.growth_tracker == 0
+    s.update(True)  # overflow halves
+    assert s.scale == 2.0**16
+
+
+def test_loss_scaler_step_by_step_with_synthetic_gradients():
+    s = LossScaler(init_scale=8.0, growth_interval=3, min_scale=2.0)
+    opt_steps = []
+
+    class Opt:
+        def step(self, grads):
+            opt_steps.append([g.copy() for g in grads])
+
+    def grads(*vals):
+        return [np.array(vals, np.float32) * np.float32(s.scale), np.full((2, 2), s.scale, np.float32)]
+
+    trace = []
+    for vals in [(1.0, 2.0), (np.inf, 1.0), (1.0, np.nan), (3.0, 4.0), (1.0, 1.0), (1.0, 1.0), (-np.inf, 0.0),
+                 (np.nan, np.nan), (0.5, 0.5), (0.5, 0.5), (0.5, 0.5)]:
+        taken = s.step(Opt(), grads(*vals))
+        trace.append((taken, s.scale, s.growth_tracker))
+    assert trace == [
+        (True, 8.0, 1),
+        (False, 4.0, 0),   # inf: skip, back off
+        (False, 2.0, 0),   # NaN: skip, back off
+        (True, 2.0, 1),
+        (True, 2.0, 2),
+        (True, 4.0, 0),    # third clean step in a row: grow
+        (False, 2.0, 0),
+        (False, 2.0, 0),   # min_scale floor
+        (True, 2.0, 1),
+        (True, 2.0, 2),
+        (True, 4.0, 0),
+    ]
+    # Steps taken saw unscaled gradients.
+    np.testing.assert_array_equal(opt_steps[0][0], [1.0, 2.0])
+    np.testing.assert_array_equal(opt_steps[0][1], np.ones((2, 2)))
+    np.testing.assert_array_equal(opt_steps[1][0], [3.0, 4.0])
+    assert len(opt_steps) == 7 and s.skipped_steps == 4
+
+
+def test_unscale_in_place_and_update_uses_its_finding():
+    s = LossScaler(init_scale=4.0, growth_interval=1)
+    g = [np.array([4.0, 8.0], np.float32), np.array([[2.0]], np.float64)]
+    assert s.unscale(g) is True
+    np.testing.assert_array_equal(g[0], [1.0, 2.0])
+    np.testing.assert_array_equal(g[1], [[0.5]])
+    s.update()
+    assert s.scale == 8.0
+    assert s.unscale([np.array([1.0, np.inf], np.float32)]) is False
+    s.update()
+    assert s.scale == 4.0
+    with pytest.raises(ValueError, match="found_inf"):
+        s.update()
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.booleans(), max_size=60), st.integers(1, 5), st.sampled_from([1.5, 2.0, 4.0]),
+       st.sampled_from([0.25, 0.5]))
+def test_loss_scaler_matches_gradscaler_rule(found, interval, growth, backoff):
+    """GradScaler's update rule (torch._amp_update_scale_), transcribed."""
+    s = LossScaler(init_scale=2.0**10, growth_factor=growth, backoff_factor=backoff, growth_interval=interval,
+                   min_scale=2.0**-40)
+    scale, tracker = 2.0**10, 0
+    for f in found:
+        if f:
+            scale *= backoff
+            tracker = 0
+        else:
+            tracker += 1
+            if tracker == interval:
+                scale *= growth
+                tracker = 0
+        s.update(f)
+        assert (s.scale, s.growth_tracker) == (scale, tracker)
+
+
+def test_loss_scaler_does_not_grow_past_float32():
+    s = LossScaler(init_scale=2.0**127, growth_interval=1)
+    s.update(False)
+    assert s.scale == 2.0**127
+
+
+@pytest.mark.parametrize("kw,arg", [(dict(growth_factor=1.0), "growth_factor"), (dict(growth_factor=0.5), "growth_factor"),
+                                    (dict(backoff_factor=1.0), "backoff_factor"), (dict(backoff_factor=0.0), "backoff_factor"),
+                                    (dict(init_scale=0.0), "init_scale"), (dict(init_scale=math.inf), "init_scale"),
+                                    (dict(growth_interval=0), "growth_interval"), (dict(min_scale=0.0), "min_scale"),
+                                    (dict(min_scale=2.0**20), "min_scale")])
+def test_loss_scaler_bad_arguments(kw, arg):
+    with pytest.raises(ValueError, match=arg):
+        LossScaler(**kw)
+
+
+def test_loss_scaler_bad_types():
+    with pytest.raises(TypeError, match="growth_interval"):
+        LossScaler(growth_interval=2.5)
+    with pytest.raises(TypeError, match="grads"):
+        LossScaler().unscale([np.array([1, 2])])
+
+
+# -- optimizers ---------------------------------------------------------------------------------
+
+def _params(seed=0, shapes=((3, 4), (4,))):
+    rng = np.random.default_rng(seed)
+    return [rng.standard_normal(s).astype(np.float32) for s in shapes]
+
+
+def test_sgd_float32_matches_reference():
+    ps = _params()
+    ref = [p.astype(np.float64) for p in ps]
+    bufs = [np.zeros_like(r) for r in ref]
+    opt = SGD(ps, 0.1, momentum=0.9, weight_decay=0.01, weight_format=None)
+    rng = np.random.default_rng(1)
+    for t in range(5):
+        gs = [rng.standard_normal(p.shape).astype(np.float32) for p in ps]
+        opt.step(gs)
+        for r, b, g in zip(ref, bufs, gs):
+            d = g + 0.01 * r
+            b[...] = d if t == 0 else 0.9 * b + d
+            r -= 0.1 * b
+    for p, r in zip(ps, ref):
+        np.testing.assert_allclose(p, r, rtol=1e-5, atol=1e-6)
+
+
+def test_adam_float32_matches_reference():
+    ps = _params()
+    ref = [p.astype(np.float64) for p in ps]
+    m = [np.zeros_like(r) for r in ref]
+    v = [np.zeros_like(r) for r in ref]
+    opt = Adam(ps, 0.01, betas=(0.8, 0.99), eps=1e-6, weight_decay=0.1)
+    rng = np.random.default_rng(2)
+    for t in range(1, 6):
+        gs = [rng.standard_normal(p.shape).astype(np.float32) for p in ps]
+        opt.step(gs)
+        for r, mi, vi, g in zip(ref, m, v, gs):
+            d = g + 0.1 * r
+            mi[...] = 0.8 * mi + 0.2 * d
+            vi[...] = 0.99 * vi + 0.01 * d * d
+            r -= 0.01 * (mi / (1 - 0.8**t)) / (np.sqrt(vi / (1 - 0.99**t)) + 1e-6)
+    for p, r in zip(ps, ref):
+        np.testing.assert_allclose(p, r, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("fmt", ["bfloat16", "float16", "float8_e4m3fn", "posit16"])
+@pytest.mark.parametrize("rounding", ["nearest_even", "stochastic", "toward_zero"])
+def test_master_weights_and_working_copies(fmt, rounding):
+    ps = _params(3)
+    opt = SGD(ps, 0.05, momentum=0.5, weight_format=fmt, rounding=rounding, seed=7)
+    rng = np.random.default_rng(4)
+    for _ in range(4):
+        opt.step([rng.standard_normal(p.shape).astype(np.float32) for p in ps])
+        for p, mst in zip(ps, opt.master):
+            assert mst.dtype == np.float32
+            # The working copy holds values of the format, one of the master's two neighbours.
+            np.testing.assert_array_equal(lowp.round(p, fmt), p)
+            lo = lowp.round(mst, fmt, "down", saturate=True)
+            hi = lowp.round(mst, fmt, "up", saturate=True)
+            assert np.all((p == lo) | (p == hi))
+            if rounding != "stochastic":
+                np.testing.assert_array_equal(p, lowp.round(mst, fmt, rounding, saturate=True))
+
+
+def test_stochastic_working_copies_are_reproducible():
+    def run(seed):
+        ps = _params(5)
+        opt = Adam(ps, 0.01, weight_format="bf16", seed=seed)
+        for k in range(3):
+            opt.step([np.full(p.shape, 0.3 * (k + 1), np.float32) for p in ps])
+        return ps
+
+    a, b, c = run(11), run(11), run(12)
+    for x, y in zip(a, b):
+        np.testing.assert_array_equal(x, y)
+    assert any(not np.array_equal(x, z) for x, z in zip(a, c))
+
+
+def test_no_master_round_to_nearest_stalls_stochastic_does_not():
+    """The classic result: w in bf16, updates of 1/8 ulp. RNE never moves w; SR moves
+    it by the updates' sum in expectation (while the master-weight mode keeps exact sums)."""
+    n, steps = 10_000, 20
+    ulp = float(lowp.ulp(1.5, "bf16"))
+    delta = ulp / 8  # lr * grad
+    grad = np.full(n, delta / 0.5, np.float32)
+    w_rne = [np.full(n, 1.5, np.float32)]
+    w_sr = [np.full(n, 1.5, np.float32)]
+    w_master = [np.full(n, 1.5, np.float32)]
+    rne = SGD(w_rne, 0.5, weight_format="bf16", rounding="nearest_even", master_weights=False)
+    sr = SGD(w_sr, 0.5, weight_format="bf16", rounding="stochastic", seed=0, master_weights=False)
+    mst = SGD(w_master, 0.5, weight_format="bf16", rounding="nearest_even")
+    assert 0.5 * float(grad[0]) < ulp / 2
+    for _ in range(steps):
+        rne.step([grad])
+        sr.step([grad])
+        mst.step([grad])
+    np.testing.assert_array_equal(w_rne[0], 1.5)  # stalled: every update rounded away
+    drift = 1.5 - w_sr[0].astype(np.float64)
+    expected = steps * delta
+    # Per weight the drift is a sum of Bernoulli ulps: mean over 10k weights is within
+    # 16 standard deviations of the expectation (deterministic here: the seed is fixed).
+    sd = math.sqrt(steps * (1 / 8) * (7 / 8)) * ulp / math.sqrt(n)
+    assert abs(drift.mean() - expected) < 16 * sd
+    np.testing.assert_array_equal(lowp.round(w_sr[0], "bf16"), w_sr[0])
+    np.testing.assert_allclose(mst.master[0], 1.5 - expected, rtol=1e-6)
+    np.testing.assert_array_equal(w_master[0], lowp.round(mst.master[0], "bf16"))
+
+
+@settings(max_examples=60, deadline=None)
+@given(lst.arrays("bfloat16", 16, allow_nan=False, allow_infinity=False),
+       st.floats(1e-3, 1.0), st.integers(0, 2**32))
+def test_no_master_update_is_one_rounding_of_the_exact_sum(w0, lr, seed):
+    """Direct low-precision updates: each new weight is one of the two bf16 neighbours of
+    w - lr*g computed exactly (RNE: the nearest one)."""
+    w = [w0.astype(np.float32)]
+    g = np.linspace(-2, 2, 16).astype(np.float32)
+    opt = SGD(w, lr, weight_format="bf16", rounding="nearest_even", master_weights=False)
+    exact = w0 - np.float64(np.float32(lr) * g)
+    opt.step([g])
+    np.testing.assert_array_equal(w[0], lowp.round(exact, "bf16", saturate=True))
+    w2 = [w0.astype(np.float32)]
+    SGD(w2, lr, weight_format="bf16", seed=seed, master_weights=False).step([g])
+    lo = lowp.round(exact, "bf16", "down", saturate=True)
+    hi = lowp.round(exact, "bf16", "up", saturate=True)
+    assert np.all((w2[0] == lo) | (w2[0] == hi))
+
+
+@pytest.mark.parametrize("make", [lambda p, **k: SGD(p, **k), lambda p, **k: Adam(p, **k)])
+def test_optimizer_bad_input(make):
+    ps = _params()
+    with pytest.raises(ValueError, match="lr"):
+        make(ps, lr=0.0)
+    with pytest.raises(ValueError, match="lr"):
+        make(ps, lr=-1.0)
+    opt = make(ps, lr=0.1)
+    with pytest.raises(ValueError, match="lr"):
+        opt.lr = 0
+    with pytest.raises(ValueError, match=r"grads\[0\]"):
+        opt.step([np.zeros((4, 3), np.float32), np.zeros(4, np.float32)])
+    with pytest.raises(ValueError, match="grads"):
+        opt.step([np.zeros((3, 4), np.float32)])
+    with pytest.raises(ValueError, match="rounding"):
+        make(ps, lr=0.1, rounding="nearest")
+    with pytest.raises(ValueError, match="weight_format"):
+        make(ps, lr=0.1, weight_format="bf17")
+    with pytest.raises(TypeError, match=r"params\[0\]"):
+        make([np.zeros(3)], lr=0.1)
+
+
+def test_sgd_and_adam_specific_bad_input():
+    ps = _params()
+    with pytest.raises(ValueError, match="momentum"):
+        SGD(ps, 0.1, momentum=1.0)
+    with pytest.raises(ValueError, match="weight_decay"):
+        SGD(ps, 0.1, weight_decay=-1)
+    with pytest.raises(ValueError, match="betas"):
+        Adam(ps, 0.1, betas=(0.9, 1.0))
+    with pytest.raises(ValueError, match="eps"):
+        Adam(ps, 0.1, eps=0)
+
+
+# -- Fp8Scaling ---------------------------------------------------------------------------------
+
+def test_fp8_scaling_delayed_scale_and_history():
+    s = Fp8Scaling("e4m3fn", margin=1, amax_history_len=3, amax_compute="max")
+    assert s.scale == 1.0
+    x = np.array([0.5, -2.0, 1.0], np.float32)
+    q, used = s.quantize(x)
+    assert used == 1.0  # delayed: the first cast uses the initial scale
+    assert s.scale == 448.0 / (2.0 * 2)
+    for amax in (4.0, 1.0, 0.5):
+        s.record(amax)
+    # History holds the last three: 4, 1, 0.5 -> max 4.
+    np.testing.assert_array_equal(s.amax_history, [4.0, 1.0, 0.5])
+    assert s.scale == 448.0 / (4.0 * 2)
+    s.record(0.25)
+    assert s.scale == 448.0 / (1.0 * 2)
+    s.record(0.0)  # zeros: keep the scale from the last nonzero reference
+    s.record(np.inf)  # not recorded
+    np.testing.assert_array_equal(s.amax_history, [0.5, 0.25, 0.0])
+    assert s.scale == 448.0 / (0.5 * 2)
+    m = Fp8Scaling("e5m2", amax_history_len=4, amax_compute="most_recent")
+    m.record(8.0)
+    m.record(2.0)
+    assert m.scale == 57344.0 / 2.0
+
+
+@settings(max_examples=100, deadline=None)
+@given(lst.arrays("float32", st.integers(1, 30), allow_nan=False, allow_infinity=False),
+       st.sampled_from(["float8_e4m3fn", "float8_e5m2"]), st.floats(2.0**-20, 2.0**20))
+def test_fp8_scaling_cast_clips_like_ml_dtypes(x, name, amax):
+    """q = saturating cast of x*scale, checked against ml_dtypes on the clipped values."""
+    s = Fp8Scaling(name)
+    s.record(amax)
+    scale = s.scale
+    q, used = s.quantize(x)
+    assert used == scale
+    fmax = lowp.format(name).max
+    y = np.clip(x.astype(np.float64) * scale, -fmax, fmax)
+    expect = y.astype(getattr(ml_dtypes, name)).astype(np.float64)
+    np.testing.assert_array_equal(q.astype(np.float64), expect)
+    assert s.amax_history[-1] == np.max(np.abs(x))
+
+
+def test_fp8_scaling_power_of_two_and_fake_quantize():
+    s = Fp8Scaling("e4m3fn", power_of_two=True)
+    s.record(3.0)
+    assert s.scale == 128.0  # 448/3 = 149.3 -> 128
+    x = np.array([0.1, 3.0, -1.7], np.float32)
+    y = s.fake_quantize(x, update=False)
+    q, sc = s.quantize(x, update=False)
+    np.testing.assert_array_equal(y, q / np.float32(sc))
+
+
+@pytest.mark.parametrize("kw,arg", [(dict(format="int8"), "format"), (dict(format="nope"), "format"),
+                                    (dict(margin=-1), "margin"), (dict(amax_history_len=0), "amax_history_len"),
+                                    (dict(amax_compute="mean"), "amax_compute")])
+def test_fp8_scaling_bad_input(kw, arg):
+    with pytest.raises(ValueError, match=arg):
+        Fp8Scaling(**kw)
+
+
+# -- QuantConfig ----------------------------------------------------------------------------------
+
+def test_presets():
+    assert set(PRESETS) == {"fp32", "bf16", "fp16_mixed", "hfp8", "posit16"}
+    fp32 = preset("fp32")
+    assert (fp32.forward, fp32.backward, fp32.weights, fp32.accumulate) == (None, None, None, "float32")
+    bf = preset("bf16")
+    assert bf.forward == bf.backward == bf.weights == lowp.format("bf16") and bf.master_weights
+    fp16 = preset("fp16_mixed")
+    assert fp16.forward == lowp.format("fp16") and fp16.loss_scaling and fp16.master_weights
+    h = QuantConfig.preset("hfp8")
+    assert h.forward == lowp.format("e4m3fn") and h.backward == lowp.format("e5m2")
+    assert h.accumulate == lowp.format("fp16") and h.chunk == 64 and h.weight_rounding == "stochastic"
+    assert h.fp8_scaling and not h.master_weights
+    p = preset("posit16")
+    assert p.forward == lowp.format("posit16")
+    assert preset("bf16", master_weights=False, name="x").name == "x"
+    assert bf.replace(chunk=32).chunk == 32
+    with pytest.raises(dataclasses_FrozenInstanceError()):
+        bf.chunk = 3  # type: ignore[misc]
+
+
+def dataclasses_FrozenInstanceError():
+    import dataclasses
+
+    return dataclasses.FrozenInstanceError
+
+
+@pytest.mark.parametrize("kw,arg", [(dict(chunk=0), "chunk"), (dict(forward="nope"), "forward"),
+                                    (dict(accumulate="bf17"), "accumulate"), (dict(rounding="up-ish"), "rounding"),
+                                    (dict(weight_rounding="x"), "weight_rounding"),
+                                    (dict(master_weights=False), "master_weights")])
+def test_quant_config_bad_input(kw, arg):
+    with pytest.raises(ValueError, match=arg):
+        QuantConfig(**kw)
+
+
+def test_unknown_preset():
+    with pytest.raises(ValueError, match="name.*'fp32'"):
+        preset("fp8")
+    with pytest.raises(ValueError, match="name"):
+        QuantConfig.preset("bf16x")

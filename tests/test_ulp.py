@@ -1,0 +1,144 @@
+"""lowp.ulp and lowp.nextafter against independent oracles.
+
+Oracles: for 8- and 16-bit formats the sorted list of every decoded encoding (the
+neighbour of a value is the next entry); numpy's nextafter/spacing for float16/32/64;
+ml_dtypes' nextafter for its dtypes; softposit's bit patterns for posit32.
+"""
+
+from __future__ import annotations
+
+import math
+
+import ml_dtypes
+import numpy as np
+import pytest
+import softposit
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import lowp
+from lowp.testing import strategies as lst
+
+SMALL = ["bfloat16", "float16", "float8_e5m2", "float8_e4m3fn", "float8_e4m3", "float8_e4m3fnuz", "float8_e5m2fnuz",
+         "posit8", "posit16", "int8"]
+CUSTOM = [lowp.FloatFormat(3, 2), lowp.FloatFormat(4, 3, subnormals=False), lowp.FloatFormat(5, 2, inf=False),
+          lowp.FloatFormat(3, 1, nan=None), lowp.PositFormat(6, 1), lowp.PositFormat(10, 0), lowp.IntFormat(4, signed=False),
+          lowp.IntFormat(12)]
+
+
+def sorted_values(f: lowp.Format) -> np.ndarray:
+    """Every finite value of ``f`` (8/16-bit), ascending, +-0 merged."""
+    codes = np.arange(1 << f.bits, dtype=np.uint64).astype(f.storage_dtype)
+    v = lowp.decode(codes, f, np.float64)
+    v = v[np.isfinite(v)]
+    if isinstance(f, lowp.FloatFormat) and not f.subnormals:
+        v = v[(v == 0) | (np.abs(v) >= f.min_normal)]
+    return np.unique(v)
+
+
+def has_inf(f: lowp.Format) -> bool:
+    return isinstance(f, lowp.FloatFormat) and f.inf
+
+
+@pytest.mark.parametrize("fmt", SMALL + CUSTOM, ids=str)
+def test_nextafter_and_ulp_every_value(fmt):
+    f = lowp.format(fmt)
+    v = sorted_values(f)
+    over = np.inf if has_inf(f) else np.nan
+    np.testing.assert_array_equal(lowp.nextafter(v, np.inf, f), np.append(v[1:], over))
+    np.testing.assert_array_equal(lowp.nextafter(v, -np.inf, f), np.insert(v[:-1], 0, -over))
+    np.testing.assert_array_equal(lowp.nextafter(v, v, f), v)
+    # ulp: gap to the next larger magnitude; at the top, the gap below.
+    pos = v[v >= 0]
+    gaps = np.diff(pos)
+    np.testing.assert_array_equal(lowp.ulp(pos, f), np.append(gaps, gaps[-1]))
+    np.testing.assert_array_equal(lowp.ulp(-pos, f), lowp.ulp(pos, f))
+    # Between two neighbours (not representable): the value beyond, and their gap.
+    mid = (pos[:-1] + pos[1:]) / 2
+    np.testing.assert_array_equal(lowp.nextafter(mid, np.inf, f), pos[1:])
+    np.testing.assert_array_equal(lowp.nextafter(mid, -np.inf, f), pos[:-1])
+    np.testing.assert_array_equal(lowp.ulp(mid, f), gaps)
+
+
+@pytest.mark.parametrize("name", ["bfloat16", "float8_e5m2", "float8_e4m3fn", "float8_e4m3", "float8_e4m3fnuz",
+                                  "float8_e5m2fnuz"])
+def test_nextafter_matches_ml_dtypes(name):
+    dt = np.dtype(getattr(ml_dtypes, name))
+    f = lowp.format(name)
+    bits = np.arange(1 << f.bits, dtype=np.uint64).astype(f.storage_dtype)
+    xs = lowp.decode(bits, f, np.float64)
+    fin = np.isfinite(xs)
+    x, xs = bits[fin].view(dt), xs[fin]
+    for target in (f.max, -f.max, 0.0):
+        # Toward the largest finite values (stepping past them differs by format: see
+        # test_nextafter_and_ulp_every_value); compare inside the range.
+        expect = np.nextafter(x, np.full(x.shape, target).astype(dt)).astype(np.float64)
+        got = lowp.nextafter(xs, target, f)
+        inside = np.abs(xs) < f.max
+        np.testing.assert_array_equal(got[inside], expect[inside])
+
+
+@settings(max_examples=300, deadline=None)
+@given(lst.values("float32", allow_nan=False), st.sampled_from([np.inf, -np.inf, 0.0, 1.0]))
+def test_float32_against_numpy(x, y):
+    x32 = np.float32(x)
+    with np.errstate(over="ignore"):
+        expect = np.nextafter(x32, np.float32(y))
+    assert lowp.nextafter(x, y, "float32") == expect
+    if math.isfinite(x) and abs(x) < lowp.format("float32").max:
+        assert lowp.ulp(x, "float32") == np.spacing(np.abs(x32))
+
+
+@settings(max_examples=300, deadline=None)
+@given(lst.values("float64", allow_nan=False, allow_infinity=False))
+def test_float64_against_numpy(x):
+    if abs(x) < np.finfo(np.float64).max:
+        assert lowp.ulp(x, "float64") == np.spacing(abs(x))
+    with np.errstate(over="ignore"):
+        assert lowp.nextafter(x, -np.inf, "float64") == np.nextafter(x, -np.inf)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(0, (1 << 32) - 1))
+def test_posit32_against_softposit(code):
+    p = softposit.posit32()
+    p.fromBits(code)
+    if p.isNaR():
+        return
+    x = float(p)
+    nxt = softposit.posit32()
+    nxt.fromBits((code + 1) % (1 << 32))
+    expect = math.nan if nxt.isNaR() else float(nxt)
+    got = float(lowp.nextafter(x, math.inf, "posit32"))
+    assert got == expect or (math.isnan(got) and math.isnan(expect))
+    if x >= 0 and not nxt.isNaR():
+        assert lowp.ulp(x, "posit32") == expect - x
+
+
+def test_scalars_arrays_and_dtypes():
+    assert isinstance(lowp.ulp(1.0, "bf16"), np.floating)
+    assert lowp.ulp(1.0, "bf16") == 2.0**-7
+    assert lowp.ulp(0.0, "bf16") == lowp.format("bf16").min_subnormal
+    assert lowp.nextafter(1.0, 2.0, "e4m3fn") == 1.125
+    assert lowp.nextafter(448.0, np.inf, "e4m3fn") != lowp.nextafter(448.0, np.inf, "e4m3fn")  # NaN: no inf
+    assert lowp.nextafter(np.inf, 0.0, "e4m3fn") == 448.0
+    assert lowp.nextafter(57344.0, np.inf, "e5m2") == np.inf
+    assert lowp.nextafter(-np.inf, 0.0, "e5m2") == -57344.0
+    assert np.isnan(lowp.nextafter(np.nan, 0.0, "bf16"))
+    assert np.isnan(lowp.ulp(np.inf, "bf16"))
+    assert lowp.ulp(100, "int8") == 1.0
+    assert lowp.nextafter(127, 200, "int8") != lowp.nextafter(127, 200, "int8")
+    assert lowp.nextafter(-128, 0, "int8") == -127
+    # Low-precision input arrays are read exactly.
+    x = np.array([1.0, 3.0], dtype=ml_dtypes.bfloat16)
+    np.testing.assert_array_equal(lowp.nextafter(x, 0.0, "bf16"), [1 - 2.0**-8, 3 - 2.0**-6])
+    np.testing.assert_array_equal(lowp.ulp(np.array([[1.0], [2.0]], np.float32), "fp16").shape, (2, 1))
+
+
+def test_bad_input():
+    with pytest.raises(ValueError, match="fmt"):
+        lowp.ulp(1.0, "nosuchformat")
+    with pytest.raises(TypeError, match="x"):
+        lowp.ulp(np.array(["a"]), "bf16")
+    with pytest.raises(ValueError):
+        lowp.nextafter(np.zeros(3), np.zeros(4), "bf16")
