@@ -67,6 +67,8 @@ FORMATS = [
     ("e5m2", ml_dtypes.float8_e5m2),
     ("e4m3fnuz", ml_dtypes.float8_e4m3fnuz),
 ]
+# Posits have no ml_dtypes type; lowp's own dtypes (when present) stand in.
+FORMATS += [(name, getattr(lowp, name)) for name in ("posit8", "posit16") if hasattr(lowp, name)]
 
 
 def throughput(sizes, quick: bool) -> None:
@@ -91,7 +93,7 @@ def throughput(sizes, quick: bool) -> None:
                     t_up = best(lambda: x.astype(np.float32) @ y.astype(np.float32), reps)
                     up = f"{t_up / t_lowp:9.2f}"
                 mld = "-"
-                if dt is not np.float32 and n <= (256 if quick else 512) and t == 1:
+                if dt is not np.float32 and not name.startswith("posit") and n <= (256 if quick else 512) and t == 1:
                     t_ml = best(lambda: x @ y, 1)  # ml_dtypes / numpy's own loop for the dtype
                     mld = f"{t_ml / t_lowp:12.0f}"
                 print(f"{n:5d} {t:3d} {name:>9} {flop / t_lowp / 1e9:7.1f} {flop / t_sgemm / 1e9:7.1f} "
