@@ -49,7 +49,16 @@ def set_threads(t: int) -> None:
         SET_BLAS_THREADS(t)
 
 
+def settle() -> None:
+    """Let idle BLAS threads stop spinning: OpenBLAS workers busy-wait for a while
+    after each call and would otherwise steal the second core from the next
+    contender measured."""
+    if lowp.get_num_threads() > 1:
+        time.sleep(0.3)
+
+
 def best(f, reps: int) -> float:
+    settle()
     f()
     ts = []
     for _ in range(reps):
