@@ -111,10 +111,45 @@ def data(m, k, n, dtype, seed, scale=1.0):
 @pytest.mark.parametrize("chunk", [None, 1, 5, 16])
 def test_bit_exact_vs_fractions(acc, mode, chunk):
     f = ACC_FORMATS[acc]
-    a, b = data(3, 37, 5, ml_dtypes.bfloat16, zlib.crc32(f"{acc}{mode}{chunk}".encode()) % 1000)
+    a, b = data(3, 37, 11, ml_dtypes.bfloat16, zlib.crc32(f"{acc}{mode}{chunk}".encode()) % 1000)
     got = lowp.matmul(a, b, accumulate=f, chunk=chunk, rounding=mode)
     assert got.dtype == np.float32
     assert same(got, ref_matmul(a, b, f, mode, chunk))
+
+
+@pytest.mark.parametrize("mode", DETERMINISTIC + ["stochastic"])
+@pytest.mark.parametrize("acc", ["fp16", "e5m2", "float32"])
+def test_simd_and_scalar_paths_agree(acc, mode):
+    a, b = data(9, 300, 37, ml_dtypes.bfloat16, 21, scale=30.0)
+    kw = dict(accumulate=acc, rounding=mode, seed=77)
+    simd = lowp.matmul(a, b, **kw)
+    lowp._lowp.set_isa("scalar")
+    try:
+        scalar = lowp.matmul(a, b, **kw)
+    finally:
+        lowp._lowp.set_isa(None)
+    assert same(simd, scalar)
+
+
+@pytest.mark.parametrize("acc", ["fp16", "e5m2", "f6m9", "bf16"])
+@pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e5m2], ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("chunk", [None, 8])
+def test_narrow_inputs_many_columns(acc, dtype, chunk):
+    # fp16 / fp8 inputs have products exact in float32: nearest-even may run on f32 lanes.
+    f = ACC_FORMATS[acc]
+    a, b = data(3, 45, 21, dtype, zlib.crc32(f"{acc}{np.dtype(dtype).name}".encode()) % 1000, scale=4.0)
+    for mode in ("nearest_even", "up"):
+        got = lowp.matmul(a, b, accumulate=f, chunk=chunk, rounding=mode)
+        assert same(got, ref_matmul(a, b, f, mode, chunk)), mode
+        lowp._lowp.set_isa("scalar")
+        try:
+            assert same(lowp.matmul(a, b, accumulate=f, chunk=chunk, rounding=mode), got)
+        finally:
+            lowp._lowp.set_isa(None)
+    # Overflow into inf on the fast lanes (e5m2 inputs, large products).
+    big = (np.full((2, 30), 240.0, np.float32)).astype(dtype)
+    bigb = np.full((30, 9), 200.0, np.float32).astype(dtype)
+    assert same(lowp.matmul(big, bigb, accumulate=f), ref_matmul(big, bigb, f, "nearest_even"))
 
 
 @pytest.mark.parametrize("mode", DETERMINISTIC)

@@ -99,6 +99,14 @@ def test_numpy_matmul_shapes():
     assert np.allclose(lowp.matmul(a, bb), a @ bb, rtol=1e-5, atol=1e-5)
 
 
+def test_byte_order_and_lists():
+    a = rand((5, 7), np.float32, 22)
+    b = rand((7, 3), np.float32, 23)
+    check_f32(lowp.matmul(a.astype(">f4"), b), a, b)
+    c = lowp.matmul(a.tolist(), b.tolist())
+    assert c.dtype == np.float64 and np.allclose(c, a.astype(np.float64) @ b)
+
+
 def test_threads_do_not_change_results():
     a = rand((130, 300), ml_dtypes.bfloat16, 12)
     b = rand((300, 170), ml_dtypes.bfloat16, 13)

@@ -45,6 +45,8 @@ def _as_array(x: Any, arg: str) -> np.ndarray:
 
 def _operand(x: np.ndarray, arg: str) -> tuple[np.ndarray, Optional[tuple], Format]:
     """(array the core reads, format spec for code storages or None, format of the values)."""
+    if not x.dtype.isnative:
+        x = x.astype(x.dtype.newbyteorder("="))
     dt = x.dtype
     if dt == np.float32:
         return x, None, _F32
@@ -153,7 +155,8 @@ def matmul(a: Any, b: Any, *, accumulate: Any = "float32", chunk: Optional[int] 
     Inputs: float16/32/64, int8, or any lowp / ml_dtypes low-precision dtype, any strides.
 
     accumulate: ``"float32"`` (default; float64 or posit32 inputs accumulate in float64,
-        int8 x int8 accumulates exactly in int32), ``"float64"``, ``"int32"`` (int8 inputs),
+        int8 x int8 accumulates exactly in int32 -- exact for k <= 2**17, beyond which
+        sums may wrap as numpy's int32 arithmetic does), ``"float64"``, ``"int32"`` (int8 inputs),
         or any format: then every add is ``acc = round(acc + a*b)``, the exact sum rounded
         once into the format with ``rounding`` (products are exact; inputs must be float32
         or narrower).

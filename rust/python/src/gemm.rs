@@ -6,14 +6,13 @@
 
 use lowp_core::gemm::{self, AccumSpec, Operand, OutMat, Storage};
 use lowp_core::round::{Mode, RoundOpts, SeedKey};
-use numpy::{PyReadonlyArray2, PyReadwriteArray2};
+use numpy::{PyArrayDescrMethods, PyReadonlyArray2, PyReadwriteArray2, PyUntypedArray, PyUntypedArrayMethods};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 
 use crate::errors::IntoPy;
 use crate::spec::Spec;
 
-#[derive(FromPyObject)]
 pub enum InMat<'py> {
     F32(PyReadonlyArray2<'py, f32>),
     F64(PyReadonlyArray2<'py, f64>),
@@ -23,11 +22,47 @@ pub enum InMat<'py> {
     U32(PyReadonlyArray2<'py, u32>),
 }
 
-#[derive(FromPyObject)]
 pub enum OutArr<'py> {
     F32(PyReadwriteArray2<'py, f32>),
     F64(PyReadwriteArray2<'py, f64>),
     I32(PyReadwriteArray2<'py, i32>),
+}
+
+/// Borrow `x` as the variant its dtype names (one extraction, no trial and error).
+fn in_mat<'py>(x: &Bound<'py, PyAny>, arg: &str) -> PyResult<InMat<'py>> {
+    let arr = x.cast::<PyUntypedArray>().map_err(|_| PyTypeError::new_err(format!("{arg}: expected a numpy array")))?;
+    if arr.ndim() != 2 {
+        return Err(PyValueError::new_err(format!("{arg}: expected a 2-D array, got {} dimensions", arr.ndim())));
+    }
+    let dt = arr.dtype();
+    let py = x.py();
+    macro_rules! pick {
+        ($($t:ty => $v:ident),*) => {
+            $(if dt.is_equiv_to(&numpy::dtype::<$t>(py)) {
+                return Ok(InMat::$v(x.extract()?));
+            })*
+        };
+    }
+    pick!(f32 => F32, f64 => F64, i8 => I8, u8 => U8, u16 => U16, u32 => U32);
+    Err(PyTypeError::new_err(format!("{arg}: unsupported array dtype for the kernels")))
+}
+
+fn out_arr<'py>(x: &Bound<'py, PyAny>) -> PyResult<OutArr<'py>> {
+    let arr = x.cast::<PyUntypedArray>().map_err(|_| PyTypeError::new_err("out: expected a numpy array"))?;
+    if arr.ndim() != 2 {
+        return Err(PyValueError::new_err(format!("out: expected a 2-D array, got {} dimensions", arr.ndim())));
+    }
+    let dt = arr.dtype();
+    let py = x.py();
+    macro_rules! pick {
+        ($($t:ty => $v:ident),*) => {
+            $(if dt.is_equiv_to(&numpy::dtype::<$t>(py)) {
+                return Ok(OutArr::$v(x.extract()?));
+            })*
+        };
+    }
+    pick!(f32 => F32, f64 => F64, i32 => I32);
+    Err(PyTypeError::new_err("out: must be float32, float64 or int32"))
 }
 
 /// A view of a borrowed input array.
@@ -65,7 +100,8 @@ fn out_mat<T: numpy::Element>(o: &mut PyReadwriteArray2<'_, T>) -> OutMat<T> {
 /// `out = a @ b`: float32 out -> f32 accumulation, float64 -> f64, int32 -> exact int8.
 #[pyfunction]
 #[pyo3(signature = (a, a_fmt, b, b_fmt, out))]
-fn matmul_into(py: Python<'_>, a: InMat<'_>, a_fmt: Option<Spec>, b: InMat<'_>, b_fmt: Option<Spec>, mut out: OutArr<'_>) -> PyResult<()> {
+fn matmul_into<'py>(py: Python<'py>, a: Bound<'py, PyAny>, a_fmt: Option<Spec>, b: Bound<'py, PyAny>, b_fmt: Option<Spec>, out: Bound<'py, PyAny>) -> PyResult<()> {
+    let (a, b, mut out) = (in_mat(&a, "a")?, in_mat(&b, "b")?, out_arr(&out)?);
     let oa = operand(&a, a_fmt.as_ref(), "a")?;
     let ob = operand(&b, b_fmt.as_ref(), "b")?;
     match &mut out {
@@ -109,13 +145,13 @@ fn f64_out<'a, 'py>(out: &'a mut OutArr<'py>) -> PyResult<&'a mut PyReadwriteArr
 #[pyfunction]
 #[pyo3(signature = (a, a_fmt, b, b_fmt, out, acc, chunk, chunk_acc, rounding, seed, rbits))]
 #[allow(clippy::too_many_arguments)]
-fn matmul_emulated_into(
-    py: Python<'_>,
-    a: InMat<'_>,
+fn matmul_emulated_into<'py>(
+    py: Python<'py>,
+    a: Bound<'py, PyAny>,
     a_fmt: Option<Spec>,
-    b: InMat<'_>,
+    b: Bound<'py, PyAny>,
     b_fmt: Option<Spec>,
-    mut out: OutArr<'_>,
+    out: Bound<'py, PyAny>,
     acc: Spec,
     chunk: Option<usize>,
     chunk_acc: Option<Spec>,
@@ -124,6 +160,7 @@ fn matmul_emulated_into(
     rbits: u32,
 ) -> PyResult<()> {
     let spec = accum_spec(acc, chunk, chunk_acc, rounding, seed, rbits)?;
+    let (a, b, mut out) = (in_mat(&a, "a")?, in_mat(&b, "b")?, out_arr(&out)?);
     let oa = operand(&a, a_fmt.as_ref(), "a")?;
     let ob = operand(&b, b_fmt.as_ref(), "b")?;
     let c = out_mat(f64_out(&mut out)?);
@@ -134,11 +171,11 @@ fn matmul_emulated_into(
 #[pyfunction]
 #[pyo3(signature = (x, x_fmt, out, acc, chunk, chunk_acc, rounding, seed, rbits))]
 #[allow(clippy::too_many_arguments)]
-fn sum_into(
-    py: Python<'_>,
-    x: InMat<'_>,
+fn sum_into<'py>(
+    py: Python<'py>,
+    x: Bound<'py, PyAny>,
     x_fmt: Option<Spec>,
-    mut out: OutArr<'_>,
+    out: Bound<'py, PyAny>,
     acc: Spec,
     chunk: Option<usize>,
     chunk_acc: Option<Spec>,
@@ -147,6 +184,7 @@ fn sum_into(
     rbits: u32,
 ) -> PyResult<()> {
     let spec = accum_spec(acc, chunk, chunk_acc, rounding, seed, rbits)?;
+    let (x, mut out) = (in_mat(&x, "x")?, out_arr(&out)?);
     let ox = operand(&x, x_fmt.as_ref(), "x")?;
     let c = out_mat(f64_out(&mut out)?);
     py.detach(|| gemm::sum_emulated(&ox, c, &spec)).py_err()

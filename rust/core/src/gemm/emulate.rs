@@ -70,6 +70,19 @@ trait Round: Sync {
     const STOCHASTIC: bool;
     /// `round(a + b)` of the exact sum.
     fn add(&self, a: f64, b: f64, rand: u64) -> f64;
+    /// Branch-free version for vector loops: the result, and whether the lane
+    /// must be redone with [`Round::add`] (rare cases such as underflow).
+    #[inline(always)]
+    fn add_fast(&self, a: f64, b: f64, rand: u64) -> (f64, bool) {
+        (self.add(a, b, rand), false)
+    }
+    /// One depth step for a row: `row[j] = round(row[j] + av*bp[j])`.
+    fn step(&self, simd: bool, row: &mut [f64], bp: &[f64], av: f64, rands: &[u64], old: &mut [f64], bad: &mut [u8])
+    where
+        Self: Sized,
+    {
+        step(simd, self, row, bp, av, rands, old, bad)
+    }
 }
 
 /// Float formats of <= 51 bits with subnormals, whose values are f64 normals.
@@ -120,6 +133,12 @@ fn fast_ok(fmt: &Format) -> bool {
 }
 
 impl<const M: u8> Fast<M> {
+    /// The largest finite value's f32 bits (formats that fit in f32).
+    #[cfg(target_arch = "x86_64")]
+    fn max_bits_f32(&self) -> u32 {
+        (f64::from_bits(self.max_bits) as f32).to_bits()
+    }
+
     fn new(fmt: Format, opts: RoundOpts) -> Self {
         let Format::Float(f) = fmt else { unreachable!("fast_ok checked") };
         let big = f.max_value() * 4.0;
@@ -175,12 +194,252 @@ impl<const M: u8> Fast<M> {
     }
 }
 
+impl<const M: u8> Fast<M> {
+    /// [`Fast::round`] without branches (selects only), so loops over columns
+    /// vectorize; `true` flags lanes (inf, NaN, below the smallest subnormal)
+    /// that [`Fast::round`] must redo.
+    #[inline(always)]
+    fn round_nobranch(&self, x: f64, rand: u64) -> (f64, bool) {
+        let bits = x.to_bits();
+        let mag = bits & !SIGN;
+        let neg = bits & SIGN != 0;
+        let e = (mag >> 52) as i64 - 1023;
+        let zero = mag == 0;
+        let bad = !zero & ((mag >= INF_BITS) | (e < (self.emin - self.man as i32) as i64));
+        // Bits below the unit, clamped to 1..=52 so that odd lanes stay well defined.
+        let d = ((52 - self.man as i64) + (self.emin as i64 - e).max(0)).clamp(1, 52) as u64;
+        let mask = (1u64 << d) - 1;
+        let rem = mag & mask;
+        let trunc = mag & !mask;
+        // Parity of the truncated significand (bit 52 is the implicit one).
+        let odd = ((mag | (1 << 52)) >> d) & 1 == 1;
+        let half = 1u64 << (d - 1);
+        let up = match M {
+            M_NE => (rem > half) | ((rem == half) & odd),
+            M_NA => rem >= half,
+            M_TZ => false,
+            M_UP => !neg & (rem != 0),
+            M_DN => neg & (rem != 0),
+            M_ODD => !odd & (rem != 0),
+            // Top rbits of the remainder (a 64-bit fraction of one unit) against rbits random bits.
+            _ => rand < ((rem << (64 - d)) >> (64 - self.rbits)),
+        };
+        // Adding one unit to the bit pattern carries into the exponent exactly.
+        let r = trunc + ((up as u64) << d);
+        let ovf = r > self.max_bits;
+        let v = f64::from_bits(r | (bits & SIGN));
+        let v = if ovf { self.ovf[neg as usize] } else { v };
+        (if zero { x } else { v }, bad)
+    }
+}
+
+/// `s` rounded to odd with the sticky information of `e`, without branches.
+#[inline(always)]
+fn to_odd_nobranch(s: f64, e: f64) -> f64 {
+    let bits = s.to_bits();
+    let fix = (e != 0.0) & (bits & 1 == 0);
+    let grow = (e > 0.0) == (s > 0.0);
+    // +1 on the bits grows the magnitude, -1 shrinks it; inf/NaN lanes are redone anyway.
+    let delta = if grow { 1u64 } else { u64::MAX };
+    f64::from_bits(if fix { bits.wrapping_add(delta) } else { bits })
+}
+
+impl<const M: u8> Fast<M> {
+    /// The depth step on 4 f64 lanes with AVX2 intrinsics: the same operations
+    /// as `add_fast` (TwoSum, round to odd, the bit-level rounding), lane-wise.
+    ///
+    /// # Safety
+    /// The CPU must support avx2.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2")]
+    unsafe fn step_avx2(&self, row: &mut [f64], bp: &[f64], av: f64, rands: &[u64]) {
+        use std::arch::x86_64::*;
+        let n = row.len();
+        let (bp, rands) = (&bp[..n], &rands[..n]);
+        let sign = _mm256_set1_epi64x(SIGN as i64);
+        let one = _mm256_set1_epi64x(1);
+        let zero = _mm256_setzero_si256();
+        let inf = _mm256_set1_epi64x(INF_BITS as i64);
+        let c1023 = _mm256_set1_epi64x(1023);
+        let tiny = _mm256_set1_epi64x((self.emin - self.man as i32) as i64);
+        let emin = _mm256_set1_epi64x(self.emin as i64);
+        let dbase = _mm256_set1_epi64x(52 - self.man as i64);
+        let c52 = _mm256_set1_epi64x(52);
+        let c64 = _mm256_set1_epi64x(64);
+        let imp = _mm256_set1_epi64x(1 << 52);
+        let maxb = _mm256_set1_epi64x(self.max_bits as i64);
+        let ovp = _mm256_castpd_si256(_mm256_set1_pd(self.ovf[0]));
+        let ovn = _mm256_castpd_si256(_mm256_set1_pd(self.ovf[1]));
+        let rsh = _mm256_set1_epi64x(64 - self.rbits as i64);
+        let avv = _mm256_set1_pd(av);
+        let mut j = 0;
+        // SAFETY: j + 4 <= n for every vector access; all slices have length n.
+        unsafe {
+            while j + 4 <= n {
+                let a = _mm256_loadu_pd(row.as_ptr().add(j));
+                let p = _mm256_mul_pd(avv, _mm256_loadu_pd(bp.as_ptr().add(j)));
+                // TwoSum.
+                let s = _mm256_add_pd(a, p);
+                let bb = _mm256_sub_pd(s, a);
+                let e = _mm256_add_pd(_mm256_sub_pd(a, _mm256_sub_pd(s, bb)), _mm256_sub_pd(p, bb));
+                // Round to odd: where e != 0 and s is even, step one unit toward s + e
+                // (+1 on the bits grows |s|, -1 shrinks it).
+                let sb = _mm256_castpd_si256(s);
+                let eb = _mm256_castpd_si256(e);
+                let enz = _mm256_castpd_si256(_mm256_cmp_pd::<_CMP_NEQ_UQ>(e, _mm256_setzero_pd()));
+                let even = _mm256_cmpeq_epi64(_mm256_and_si256(sb, one), zero);
+                let fix = _mm256_and_si256(enz, even);
+                let diff = _mm256_cmpgt_epi64(zero, _mm256_xor_si256(sb, eb)); // signs differ
+                let delta = _mm256_or_si256(diff, one); // -1 or +1
+                let x = _mm256_add_epi64(sb, _mm256_and_si256(delta, fix));
+                if M == M_TZ || M == M_UP || M == M_DN {
+                    // Directed modes in hardware: scale x so the format's unit is 1
+                    // (exact, a power of two), round to an integer, scale back.
+                    let mag = _mm256_andnot_si256(sign, x);
+                    let ex = _mm256_sub_epi64(_mm256_srli_epi64::<52>(mag), c1023);
+                    let ee = _mm256_blendv_epi8(ex, emin, _mm256_cmpgt_epi64(emin, ex)); // max(ex, emin)
+                    let qe = _mm256_sub_epi64(ee, _mm256_set1_epi64x(self.man as i64)); // log2 of the unit
+                    let down = _mm256_castsi256_pd(_mm256_slli_epi64::<52>(_mm256_sub_epi64(c1023, qe)));
+                    let upsc = _mm256_castsi256_pd(_mm256_slli_epi64::<52>(_mm256_add_epi64(c1023, qe)));
+                    let y = _mm256_mul_pd(_mm256_castsi256_pd(x), down);
+                    let y = match M {
+                        M_TZ => _mm256_round_pd::<{ _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC }>(y),
+                        M_UP => _mm256_round_pd::<{ _MM_FROUND_TO_POS_INF | _MM_FROUND_NO_EXC }>(y),
+                        _ => _mm256_round_pd::<{ _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC }>(y),
+                    };
+                    let r = _mm256_castpd_si256(_mm256_mul_pd(y, upsc));
+                    let ovf = _mm256_cmpgt_epi64(_mm256_andnot_si256(sign, r), maxb);
+                    let neg = _mm256_cmpgt_epi64(zero, x);
+                    let v = _mm256_blendv_epi8(r, _mm256_blendv_epi8(ovp, ovn, neg), ovf);
+                    _mm256_storeu_pd(row.as_mut_ptr().add(j), _mm256_castsi256_pd(v));
+                    let notfin = _mm256_cmpeq_epi64(_mm256_and_si256(sb, inf), inf);
+                    let bm = _mm256_movemask_pd(_mm256_castsi256_pd(notfin));
+                    if bm != 0 {
+                        let mut olds = [0f64; 4];
+                        _mm256_storeu_pd(olds.as_mut_ptr(), a);
+                        for (l, &o) in olds.iter().enumerate() {
+                            if bm & (1 << l) != 0 {
+                                row[j + l] = self.add(o, av * bp[j + l], rands[j + l]);
+                            }
+                        }
+                    }
+                    j += 4;
+                    continue;
+                }
+                if M == M_NE {
+                    // Nearest-even in hardware: adding and subtracting C = 1.5 * 2^52 * q,
+                    // q the format's unit at x's binade (clamped at the subnormal unit),
+                    // rounds x to a multiple of q with ties to even (C/q is even).
+                    let mag = _mm256_andnot_si256(sign, x);
+                    let ex = _mm256_sub_epi64(_mm256_srli_epi64::<52>(mag), c1023);
+                    let ee = _mm256_blendv_epi8(ex, emin, _mm256_cmpgt_epi64(emin, ex)); // max(ex, emin)
+                    let cb = _mm256_or_si256(
+                        _mm256_slli_epi64::<52>(_mm256_add_epi64(ee, _mm256_set1_epi64x(52 + 1023 - self.man as i64))),
+                        _mm256_set1_epi64x(1 << 51),
+                    );
+                    let cc = _mm256_castsi256_pd(cb);
+                    let xd = _mm256_castsi256_pd(x);
+                    let r = _mm256_castpd_si256(_mm256_sub_pd(_mm256_add_pd(xd, cc), cc));
+                    let ovf = _mm256_cmpgt_epi64(_mm256_andnot_si256(sign, r), maxb);
+                    let neg = _mm256_cmpgt_epi64(zero, x);
+                    let v = _mm256_blendv_epi8(r, _mm256_blendv_epi8(ovp, ovn, neg), ovf);
+                    _mm256_storeu_pd(row.as_mut_ptr().add(j), _mm256_castsi256_pd(v));
+                    let notfin = _mm256_cmpeq_epi64(_mm256_and_si256(sb, inf), inf);
+                    let bm = _mm256_movemask_pd(_mm256_castsi256_pd(notfin));
+                    if bm != 0 {
+                        let mut olds = [0f64; 4];
+                        _mm256_storeu_pd(olds.as_mut_ptr(), a);
+                        for (l, &o) in olds.iter().enumerate() {
+                            if bm & (1 << l) != 0 {
+                                row[j + l] = self.add(o, av * bp[j + l], rands[j + l]);
+                            }
+                        }
+                    }
+                    j += 4;
+                    continue;
+                }
+                // Round x into the format.
+                let mag = _mm256_andnot_si256(sign, x);
+                let neg = _mm256_cmpgt_epi64(zero, x);
+                let ex = _mm256_sub_epi64(_mm256_srli_epi64::<52>(mag), c1023);
+                let isz = _mm256_cmpeq_epi64(mag, zero);
+                let notfin = _mm256_cmpeq_epi64(_mm256_and_si256(sb, inf), inf);
+                let bad = _mm256_or_si256(
+                    _mm256_andnot_si256(isz, _mm256_or_si256(_mm256_cmpgt_epi64(mag, _mm256_sub_epi64(inf, one)), _mm256_cmpgt_epi64(tiny, ex))),
+                    notfin,
+                );
+                let t = _mm256_sub_epi64(emin, ex);
+                let t = _mm256_and_si256(t, _mm256_cmpgt_epi64(t, zero)); // max(t, 0)
+                let d = _mm256_add_epi64(dbase, t);
+                let d = _mm256_blendv_epi8(d, c52, _mm256_cmpgt_epi64(d, c52)); // min(d, 52)
+                let unit = _mm256_sllv_epi64(one, d);
+                let mask = _mm256_sub_epi64(unit, one);
+                let rem = _mm256_and_si256(mag, mask);
+                let trunc = _mm256_andnot_si256(mask, mag);
+                let oddm = _mm256_cmpeq_epi64(_mm256_and_si256(_mm256_srlv_epi64(_mm256_or_si256(mag, imp), d), one), one);
+                let half = _mm256_sllv_epi64(one, _mm256_sub_epi64(d, one));
+                let remnz = _mm256_xor_si256(_mm256_cmpeq_epi64(rem, zero), _mm256_set1_epi64x(-1));
+                let up = match M {
+                    M_NE => _mm256_or_si256(_mm256_cmpgt_epi64(rem, half), _mm256_and_si256(_mm256_cmpeq_epi64(rem, half), oddm)),
+                    M_NA => _mm256_xor_si256(_mm256_cmpgt_epi64(half, rem), _mm256_set1_epi64x(-1)),
+                    M_TZ => zero,
+                    M_UP => _mm256_andnot_si256(neg, remnz),
+                    M_DN => _mm256_and_si256(neg, remnz),
+                    M_ODD => _mm256_andnot_si256(oddm, remnz),
+                    _ => {
+                        // rand < top rbits of the remainder, compared unsigned (sign flipped).
+                        let thr = _mm256_srlv_epi64(_mm256_sllv_epi64(rem, _mm256_sub_epi64(c64, d)), rsh);
+                        let rd = _mm256_loadu_si256(rands.as_ptr().add(j) as *const __m256i);
+                        _mm256_cmpgt_epi64(_mm256_xor_si256(thr, sign), _mm256_xor_si256(rd, sign))
+                    }
+                };
+                let r = _mm256_add_epi64(trunc, _mm256_and_si256(up, unit));
+                let ovf = _mm256_cmpgt_epi64(r, maxb);
+                let v = _mm256_or_si256(r, _mm256_and_si256(x, sign));
+                let v = _mm256_blendv_epi8(v, _mm256_blendv_epi8(ovp, ovn, neg), ovf);
+                let v = _mm256_blendv_epi8(v, x, isz);
+                _mm256_storeu_pd(row.as_mut_ptr().add(j), _mm256_castsi256_pd(v));
+                let bm = _mm256_movemask_pd(_mm256_castsi256_pd(bad));
+                if bm != 0 {
+                    let mut olds = [0f64; 4];
+                    _mm256_storeu_pd(olds.as_mut_ptr(), a);
+                    for (l, &o) in olds.iter().enumerate() {
+                        if bm & (1 << l) != 0 {
+                            row[j + l] = self.add(o, av * bp[j + l], rands[j + l]);
+                        }
+                    }
+                }
+                j += 4;
+            }
+        }
+        while j < n {
+            row[j] = self.add(row[j], av * bp[j], rands[j]);
+            j += 1;
+        }
+    }
+}
+
 impl<const M: u8> Round for Fast<M> {
     const STOCHASTIC: bool = M == M_ST;
+    fn step(&self, simd: bool, row: &mut [f64], bp: &[f64], av: f64, rands: &[u64], old: &mut [f64], bad: &mut [u8]) {
+        #[cfg(target_arch = "x86_64")]
+        if simd {
+            // SAFETY: `simd` is only true when avx2 was detected.
+            return unsafe { self.step_avx2(row, bp, av, rands) };
+        }
+        step(simd, self, row, bp, av, rands, old, bad)
+    }
     #[inline(always)]
     fn add(&self, a: f64, b: f64, rand: u64) -> f64 {
         let (s, e) = two_sum(a, b);
         self.round(to_odd(s, e), rand)
+    }
+    #[inline(always)]
+    fn add_fast(&self, a: f64, b: f64, rand: u64) -> (f64, bool) {
+        let (s, e) = two_sum(a, b);
+        let (v, bad) = self.round_nobranch(to_odd_nobranch(s, e), rand);
+        // A non-finite s (overflow of f64 itself) goes the exact way too.
+        (v, bad | !s.is_finite())
     }
 }
 
@@ -339,7 +598,81 @@ pub fn products_exact(a: &Format, b: &Format) -> bool {
     pa + pb <= 53 && la + lb >= -1074 && ha + hb <= 1023
 }
 
-const RB: usize = 4;
+/// One depth step for a row of accumulators: `row[j] = round(row[j] + av*bp[j])`.
+#[inline(always)]
+fn step_row<R: Round>(r: &R, row: &mut [f64], bp: &[f64], av: f64, rands: &[u64], old: &mut [f64], bad: &mut [u8]) {
+    let n = row.len();
+    let (bp, rands, old, bad) = (&bp[..n], &rands[..n], &mut old[..n], &mut bad[..n]);
+    let mut any = 0u8;
+    for j in 0..n {
+        let a = row[j];
+        old[j] = a;
+        let (v, b) = r.add_fast(a, av * bp[j], rands[j]);
+        row[j] = v;
+        bad[j] = b as u8;
+        any |= b as u8;
+    }
+    if any != 0 {
+        for j in 0..n {
+            if bad[j] != 0 {
+                row[j] = r.add(old[j], av * bp[j], rands[j]);
+            }
+        }
+    }
+}
+
+/// [`step_row`] compiled with AVX2 (4 f64 lanes).
+///
+/// # Safety
+/// The CPU must support avx2 and fma.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn step_row_avx2<R: Round>(r: &R, row: &mut [f64], bp: &[f64], av: f64, rands: &[u64], old: &mut [f64], bad: &mut [u8]) {
+    step_row(r, row, bp, av, rands, old, bad)
+}
+
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn step<R: Round>(simd: bool, r: &R, row: &mut [f64], bp: &[f64], av: f64, rands: &[u64], old: &mut [f64], bad: &mut [u8]) {
+    #[cfg(target_arch = "x86_64")]
+    if simd {
+        // SAFETY: `simd` is only true when avx2 and fma were detected.
+        return unsafe { step_row_avx2(r, row, bp, av, rands, old, bad) };
+    }
+    let _ = simd;
+    step_row(r, row, bp, av, rands, old, bad)
+}
+
+/// `out[j] = rng.bits(base + j*stride, rbits)`: the random bits of one depth
+/// step for consecutive output elements (element e, step t has index e*steps + t).
+#[inline(always)]
+fn fill_rands_body(rng: &Rng, base: u64, stride: u64, rbits: u32, out: &mut [u64]) {
+    let mut idx = base;
+    for r in out.iter_mut() {
+        *r = rng.bits(idx, rbits);
+        idx = idx.wrapping_add(stride);
+    }
+}
+
+/// # Safety
+/// The CPU must support avx2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn fill_rands_avx2(rng: &Rng, base: u64, stride: u64, rbits: u32, out: &mut [u64]) {
+    fill_rands_body(rng, base, stride, rbits, out)
+}
+
+fn fill_rands(simd: bool, rng: &Rng, base: u64, stride: u64, rbits: u32, out: &mut [u64]) {
+    #[cfg(target_arch = "x86_64")]
+    if simd {
+        // SAFETY: `simd` is only true when avx2 was detected.
+        return unsafe { fill_rands_avx2(rng, base, stride, rbits, out) };
+    }
+    let _ = simd;
+    fill_rands_body(rng, base, stride, rbits, out)
+}
+
+const RB: usize = 16;
 const JB: usize = 64;
 const KB: usize = 256;
 
@@ -400,6 +733,10 @@ fn run(a: &Operand, b: &Operand, c: OutMat<f64>, spec: &AccumSpec) -> Result<()>
             drive(&Fast::<$m>::new(fmt, opts), a, b, c, spec, outer.as_ref())
         };
     }
+    #[cfg(target_arch = "x86_64")]
+    if opts.mode == Mode::NearestEven && super::simd() && lanes32_ok(&fmt, a, b) {
+        return drive32(&Fast::<M_NE>::new(fmt, opts), a, b, c, spec, outer.as_ref());
+    }
     match mode_code(opts.mode) {
         M_NE => go!(M_NE),
         M_NA => go!(M_NA),
@@ -409,6 +746,160 @@ fn run(a: &Operand, b: &Operand, c: OutMat<f64>, spec: &AccumSpec) -> Result<()>
         M_ODD => go!(M_ODD),
         _ => go!(M_ST),
     }
+}
+
+/// Can nearest-even accumulation into `fmt` run on 8 f32 lanes? Every product
+/// must be exact in f32, the format must have at most 22 bits of precision (so
+/// round-to-odd at 24 bits is innocuous) and an exponent range such that the
+/// rounding constant 1.5 * 2^23 * unit is a normal f32.
+#[cfg(target_arch = "x86_64")]
+fn lanes32_ok(fmt: &Format, a: &Operand, b: &Operand) -> bool {
+    let (Some(fa), Some(fb)) = (a.format(), b.format()) else { return false };
+    let (pa, la, ha) = profile(&fa);
+    let (pb, lb, hb) = profile(&fb);
+    let products = pa + pb <= 24 && la + lb >= -149 && ha + hb <= 127;
+    match fmt {
+        Format::Float(f) => {
+            let m = f.man_bits as i32;
+            // Largest binade a sum can reach (overflowed sums included): below 2^top.
+            let top = (ha + hb).max(f.emax() + 1) + 1;
+            products && fast_ok(fmt) && m <= 21 && top - m + 23 <= 126 && f.emin() - m + 23 >= -125 && f.emin() > -126
+        }
+        _ => false,
+    }
+}
+
+/// Nearest-even depth step on 8 f32 lanes (TwoSum, round to odd at 24 bits,
+/// then the add-and-subtract rounding constant), lanes that meet inf/NaN are
+/// redone exactly in f64.
+///
+/// # Safety
+/// The CPU must support avx2; `lanes32_ok` must hold for the format and inputs.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn step32_ne_avx2(f: &Fast<M_NE>, row: &mut [f32], bp: &[f32], av: f32) {
+    use std::arch::x86_64::*;
+    let n = row.len();
+    let bp = &bp[..n];
+    let sign = _mm256_set1_epi32(i32::MIN);
+    let one = _mm256_set1_epi32(1);
+    let zero = _mm256_setzero_si256();
+    let inf = _mm256_set1_epi32(0x7f80_0000);
+    let emin = _mm256_set1_epi32(f.emin);
+    let cexp = _mm256_set1_epi32(23 + 127 - f.man as i32);
+    let c127 = _mm256_set1_epi32(127);
+    let half_bit = _mm256_set1_epi32(1 << 22);
+    let maxb = _mm256_set1_epi32((f.max_bits_f32()) as i32);
+    let ovp = _mm256_castps_si256(_mm256_set1_ps(f.ovf[0] as f32));
+    let ovn = _mm256_castps_si256(_mm256_set1_ps(f.ovf[1] as f32));
+    let avv = _mm256_set1_ps(av);
+    let mut j = 0;
+    // SAFETY: j + 8 <= n for every vector access.
+    unsafe {
+        while j + 8 <= n {
+            let a = _mm256_loadu_ps(row.as_ptr().add(j));
+            let p = _mm256_mul_ps(avv, _mm256_loadu_ps(bp.as_ptr().add(j))); // exact (lanes32_ok)
+            let s = _mm256_add_ps(a, p);
+            let bb = _mm256_sub_ps(s, a);
+            let e = _mm256_add_ps(_mm256_sub_ps(a, _mm256_sub_ps(s, bb)), _mm256_sub_ps(p, bb));
+            let sb = _mm256_castps_si256(s);
+            let eb = _mm256_castps_si256(e);
+            // Round to odd at 24 bits: +-1 on the bits toward s + e where e != 0 and s is even.
+            let enz = _mm256_castps_si256(_mm256_cmp_ps::<_CMP_NEQ_UQ>(e, _mm256_setzero_ps()));
+            let even = _mm256_cmpeq_epi32(_mm256_and_si256(sb, one), zero);
+            let fix = _mm256_and_si256(enz, even);
+            let diff = _mm256_cmpgt_epi32(zero, _mm256_xor_si256(sb, eb));
+            let x = _mm256_add_epi32(sb, _mm256_and_si256(_mm256_or_si256(diff, one), fix));
+            // C = 1.5 * 2^23 * q, q the unit at max(exponent of x, emin): C/q is even,
+            // so (x + C) - C is x rounded to a multiple of q, ties to even.
+            let mag = _mm256_andnot_si256(sign, x);
+            let ex = _mm256_sub_epi32(_mm256_srli_epi32::<23>(mag), c127);
+            let ee = _mm256_max_epi32(ex, emin);
+            let cc = _mm256_castsi256_ps(_mm256_or_si256(_mm256_slli_epi32::<23>(_mm256_add_epi32(ee, cexp)), half_bit));
+            let r = _mm256_castps_si256(_mm256_sub_ps(_mm256_add_ps(_mm256_castsi256_ps(x), cc), cc));
+            let ovf = _mm256_cmpgt_epi32(_mm256_andnot_si256(sign, r), maxb);
+            let neg = _mm256_cmpgt_epi32(zero, x);
+            let v = _mm256_blendv_epi8(r, _mm256_blendv_epi8(ovp, ovn, neg), ovf);
+            _mm256_storeu_ps(row.as_mut_ptr().add(j), _mm256_castsi256_ps(v));
+            let notfin = _mm256_cmpeq_epi32(_mm256_and_si256(sb, inf), inf);
+            let bm = _mm256_movemask_ps(_mm256_castsi256_ps(notfin));
+            if bm != 0 {
+                let mut olds = [0f32; 8];
+                _mm256_storeu_ps(olds.as_mut_ptr(), a);
+                for (l, &o) in olds.iter().enumerate() {
+                    if bm & (1 << l) != 0 {
+                        row[j + l] = f.add(o as f64, av as f64 * bp[j + l] as f64, 0) as f32;
+                    }
+                }
+            }
+            j += 8;
+        }
+    }
+    while j < n {
+        row[j] = f.add(row[j] as f64, av as f64 * bp[j] as f64, 0) as f32;
+        j += 1;
+    }
+}
+
+/// [`drive`] on f32 accumulators for nearest-even (see [`lanes32_ok`]); the
+/// values, and so the results, are exactly those of the f64 path.
+#[cfg(target_arch = "x86_64")]
+fn drive32(r: &Fast<M_NE>, a: &Operand, b: &Operand, c: OutMat<f64>, spec: &AccumSpec, outer: Option<&Dyn>) -> Result<()> {
+    let (m, n, k) = (a.rows, b.cols, a.cols);
+    if m == 0 || n == 0 {
+        return Ok(());
+    }
+    let chunk = spec.chunk.map(|(cs, _)| cs).unwrap_or(usize::MAX);
+    let rblocks = m.div_ceil(RB);
+    let cblocks = n.div_ceil(JB);
+    let task = |t: usize| {
+        let (ib, jbk) = (t / cblocks, t % cblocks);
+        let (i0, j0) = (ib * RB, jbk * JB);
+        let rb = RB.min(m - i0);
+        let jb = JB.min(n - j0);
+        let mut acc = vec![0f32; rb * jb];
+        let mut tot = vec![0f64; if outer.is_some() { rb * jb } else { 0 }];
+        let mut panel = vec![0f32; KB.min(k.max(1)) * jb];
+        for kb in (0..k).step_by(KB) {
+            let kn = KB.min(k - kb);
+            let base = kb as isize * b.rs + j0 as isize * b.cs;
+            // SAFETY: rows kb..kb+kn and columns j0..j0+jb are inside b.
+            unsafe { super::kernels::pack_real::<f32>(b, base, b.cs, b.rs, jb, jb, kn, &mut panel) };
+            for i in 0..rb {
+                let row = &mut acc[i * jb..(i + 1) * jb];
+                for kk in 0..kn {
+                    let kidx = kb + kk;
+                    // SAFETY: (i0+i, kidx) is inside a; the value is exactly an f32.
+                    let av = unsafe { a.get_f64(i0 + i, kidx) } as f32;
+                    // SAFETY: only called when avx2 was detected and lanes32_ok holds.
+                    unsafe { step32_ne_avx2(r, row, &panel[kk * jb..(kk + 1) * jb], av) };
+                    if let Some(o) = outer {
+                        if (kidx + 1) % chunk == 0 || kidx + 1 == k {
+                            let trow = &mut tot[i * jb..(i + 1) * jb];
+                            for j in 0..jb {
+                                trow[j] = o.add(trow[j], row[j] as f64, 0);
+                                row[j] = 0.0;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        for i in 0..rb {
+            for j in 0..jb {
+                let v = if outer.is_some() { tot[i * jb + j] } else { acc[i * jb + j] as f64 };
+                // SAFETY: (i0+i, j0+j) is inside c and only this task writes it.
+                unsafe { *c.at(i0 + i, j0 + j) = v };
+            }
+        }
+    };
+    let ntasks = rblocks * cblocks;
+    if parallel::num_threads() > 1 && ntasks > 1 {
+        parallel::pool().install(|| (0..ntasks).into_par_iter().for_each(task));
+    } else {
+        (0..ntasks).for_each(task);
+    }
+    Ok(())
 }
 
 fn drive<R: Round>(r: &R, a: &Operand, b: &Operand, c: OutMat<f64>, spec: &AccumSpec, outer: Option<&Dyn>) -> Result<()> {
@@ -427,6 +918,7 @@ fn drive<R: Round>(r: &R, a: &Operand, b: &Operand, c: OutMat<f64>, spec: &Accum
     let chunk = spec.chunk.map(|(cs, _)| cs).unwrap_or(usize::MAX);
     let nchunks = if outer.is_some() { k.div_ceil(chunk) } else { 0 };
     let steps = (k + nchunks) as u64;
+    let simd = super::simd();
     let rblocks = m.div_ceil(RB);
     let cblocks = n.div_ceil(JB);
     let task = |t: usize| {
@@ -438,14 +930,14 @@ fn drive<R: Round>(r: &R, a: &Operand, b: &Operand, c: OutMat<f64>, spec: &Accum
         let mut tot = vec![0f64; if outer.is_some() { rb * jb } else { 0 }];
         let mut panel = vec![0f64; KB.min(k.max(1)) * jb];
         let mut rands = vec![0u64; jb];
+        let mut old = vec![0f64; jb];
+        let mut bad = vec![0u8; jb];
         for kb in (0..k).step_by(KB) {
             let kn = KB.min(k - kb);
-            for kk in 0..kn {
-                for j in 0..jb {
-                    // SAFETY: (kb+kk, j0+j) is inside b.
-                    panel[kk * jb + j] = unsafe { b.get_f64(kb + kk, j0 + j) };
-                }
-            }
+            let base = kb as isize * b.rs + j0 as isize * b.cs;
+            // SAFETY: rows kb..kb+kn and columns j0..j0+jb are inside b; the panel
+            // holds kn rows of jb values, panel[kk*jb + j] = b[kb+kk, j0+j].
+            unsafe { super::kernels::pack_real::<f64>(b, base, b.cs, b.rs, jb, jb, kn, &mut panel) };
             for i in 0..rb {
                 let row = &mut acc[i * jb..(i + 1) * jb];
                 for kk in 0..kn {
@@ -455,17 +947,9 @@ fn drive<R: Round>(r: &R, a: &Operand, b: &Operand, c: OutMat<f64>, spec: &Accum
                     let bp = &panel[kk * jb..(kk + 1) * jb];
                     if stochastic && R::STOCHASTIC {
                         let e0 = ((i0 + i) * n + j0) as u64;
-                        for (j, rd) in rands.iter_mut().enumerate() {
-                            *rd = rng.bits((e0 + j as u64).wrapping_mul(steps).wrapping_add(kidx as u64), rbits);
-                        }
-                        for j in 0..jb {
-                            row[j] = r.add(row[j], av * bp[j], rands[j]);
-                        }
-                    } else {
-                        for j in 0..jb {
-                            row[j] = r.add(row[j], av * bp[j], 0);
-                        }
+                        fill_rands(simd, &rng, e0.wrapping_mul(steps).wrapping_add(kidx as u64), steps, rbits, &mut rands);
                     }
+                    r.step(simd, row, bp, av, &rands, &mut old, &mut bad);
                     if let Some(o) = outer {
                         if (kidx + 1) % chunk == 0 || kidx + 1 == k {
                             let ridx = kidx / chunk;
@@ -506,15 +990,20 @@ fn drive<R: Round>(r: &R, a: &Operand, b: &Operand, c: OutMat<f64>, spec: &Accum
 pub(crate) mod testing {
     use super::*;
 
-    /// Round `x` (standing for an exact value) with the fast routine, for tests.
+    /// Round `x` (standing for an exact value) with the fast routine (and its
+    /// branch-free twin, which must agree unless it flags the lane), for tests.
     pub fn fast_round(fmt: Format, opts: RoundOpts, x: f64, rand: u64) -> Option<f64> {
         if !fast_ok(&fmt) {
             return None;
         }
         macro_rules! go {
-            ($m:expr) => {
-                Fast::<$m>::new(fmt, opts).round(x, rand)
-            };
+            ($m:expr) => {{
+                let f = Fast::<$m>::new(fmt, opts);
+                let v = f.round(x, rand);
+                let (w, bad) = f.round_nobranch(x, rand);
+                assert!(bad || w.to_bits() == v.to_bits() || (w == 0.0 && v == 0.0), "nobranch {x:e}: {w:e} vs {v:e}");
+                v
+            }};
         }
         Some(match mode_code(opts.mode) {
             M_NE => go!(M_NE),

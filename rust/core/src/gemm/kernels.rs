@@ -92,7 +92,32 @@ unsafe fn pack_lines<T: Copy + Default>(get: impl Fn(isize) -> T, base: isize, s
     let d = dst.as_mut_ptr();
     // SAFETY: indices p*w + l < kc*w <= dst.len(); offsets are valid per the contract.
     unsafe {
-        if sk == 1 && sl != 1 {
+        if sk == 1 && sl != 1 && w == 6 {
+            // Rows along the depth (A row-major): decode a block of each line with
+            // contiguous (vectorizable) reads, then interleave six lines at a time.
+            const PBLK: usize = 64;
+            let mut tmp = [[T::default(); PBLK]; 6];
+            for p0 in (0..kc).step_by(PBLK) {
+                let pn = PBLK.min(kc - p0);
+                for (l, t) in tmp.iter_mut().enumerate() {
+                    if l < nv {
+                        let row = base + l as isize * sl + p0 as isize;
+                        for (q, x) in t[..pn].iter_mut().enumerate() {
+                            *x = get(row + q as isize);
+                        }
+                    } else {
+                        t[..pn].fill(T::default());
+                    }
+                }
+                for q in 0..pn {
+                    let dq = d.add((p0 + q) * 6);
+                    for (l, t) in tmp.iter().enumerate() {
+                        *dq.add(l) = t[q];
+                    }
+                }
+            }
+            return;
+        } else if sk == 1 && sl != 1 {
             for l in 0..nv {
                 let row = base + l as isize * sl;
                 for p in 0..kc {
@@ -130,7 +155,7 @@ unsafe fn pack_lines<T: Copy + Default>(get: impl Fn(isize) -> T, base: isize, s
 /// # Safety
 /// As [`Kernel::pack`].
 #[inline(always)]
-unsafe fn pack_real<T: Real>(op: &Operand, base: isize, sl: isize, sk: isize, nv: usize, w: usize, kc: usize, dst: &mut [T]) {
+pub(super) unsafe fn pack_real<T: Real>(op: &Operand, base: isize, sl: isize, sk: isize, nv: usize, w: usize, kc: usize, dst: &mut [T]) {
     let p = op.ptr;
     // SAFETY (all arms): offsets are inside the operand per the caller's contract.
     unsafe {
@@ -212,7 +237,40 @@ unsafe fn real_body<T: Real, const MR: usize, const NR: usize, const FMA: bool>(
     }
 }
 
+/// [`pack_real`] compiled with AVX2 enabled (wider decode loops).
+///
+/// # Safety
+/// As [`Kernel::pack`]; the CPU must support avx2 and fma.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn pack_real_avx2<T: Real>(op: &Operand, base: isize, sl: isize, sk: isize, nv: usize, w: usize, kc: usize, dst: &mut [T]) {
+    // SAFETY: forwarded contract.
+    unsafe { pack_real(op, base, sl, sk, nv, w, kc, dst) }
+}
+
 macro_rules! real_kernel {
+    ($name:ident, $t:ty, $mr:expr, $nr:expr, $mc:expr, $kc:expr, $nc:expr, avx2, $run:item) => {
+        pub(crate) struct $name;
+        impl Kernel for $name {
+            type P = $t;
+            type C = $t;
+            const MR: usize = $mr;
+            const NR: usize = $nr;
+            const MC: usize = $mc;
+            const KC: usize = $kc;
+            const NC: usize = $nc;
+            unsafe fn pack(op: &Operand, base: isize, sl: isize, sk: isize, nv: usize, w: usize, kc: usize, dst: &mut [$t]) {
+                #[cfg(target_arch = "x86_64")]
+                // SAFETY: forwarded contract; this kernel is only selected with avx2+fma.
+                unsafe { pack_real_avx2(op, base, sl, sk, nv, w, kc, dst) }
+                #[cfg(not(target_arch = "x86_64"))]
+                // SAFETY: forwarded contract.
+                unsafe { pack_real(op, base, sl, sk, nv, w, kc, dst) }
+            }
+            $run
+        }
+    };
     ($name:ident, $t:ty, $mr:expr, $nr:expr, $mc:expr, $kc:expr, $nc:expr, $run:item) => {
         pub(crate) struct $name;
         impl Kernel for $name {
@@ -233,7 +291,7 @@ macro_rules! real_kernel {
 }
 
 // Zen 3 blocking (BLIS): f32 MC/KC/NC = 144/256/4080 with a 6x16 tile.
-real_kernel!(F32Avx2, f32, 6, 16, 144, 256, 4080,
+real_kernel!(F32Avx2, f32, 6, 16, 144, 256, 4080, avx2,
     unsafe fn run(&self, kc: usize, a: *const f32, b: *const f32, c: *mut f32, rs: isize, cs: isize, mr: usize, nr: usize, accumulate: bool) {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: this kernel is only selected when avx2 and fma were detected.
@@ -252,7 +310,7 @@ real_kernel!(F32Portable, f32, 6, 16, 144, 256, 4080,
 );
 
 // f64: a 6x8 tile is again 12 ymm accumulators; half the columns per byte of L1.
-real_kernel!(F64Avx2, f64, 6, 8, 72, 256, 4080,
+real_kernel!(F64Avx2, f64, 6, 8, 72, 256, 4080, avx2,
     unsafe fn run(&self, kc: usize, a: *const f64, b: *const f64, c: *mut f64, rs: isize, cs: isize, mr: usize, nr: usize, accumulate: bool) {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: this kernel is only selected when avx2 and fma were detected.
@@ -287,6 +345,14 @@ unsafe fn f32_6x16_avx2(kc: usize, a: *const f32, b: *const f32, c: *mut f32, rs
     use std::arch::x86_64::*;
     // SAFETY: a holds kc*6 and b kc*16 packed values; the tile of c is writable.
     unsafe {
+        // Fetch the C tile early (its rows may share L1 sets at power-of-two strides).
+        if accumulate && cs == 1 {
+            for i in 0..mr {
+                let q = c.offset(i as isize * rs) as *const i8;
+                _mm_prefetch::<_MM_HINT_T0>(q);
+                _mm_prefetch::<_MM_HINT_T0>(q.wrapping_add(60));
+            }
+        }
         let mut r0 = [_mm256_setzero_ps(); 6];
         let mut r1 = [_mm256_setzero_ps(); 6];
         let mut ap = a;

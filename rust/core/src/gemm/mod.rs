@@ -12,6 +12,8 @@
 //!   f64 and int8 kernels, and portable fallbacks used when `isa()` is below AVX2.
 //! - `emulate`: `acc = round(acc + a*b)` into any format, optionally chunked.
 
+#![allow(clippy::too_many_arguments)]
+
 mod driver;
 pub mod emulate;
 mod kernels;
@@ -92,7 +94,7 @@ fn table(fmt: &Format) -> Table {
     if let Some(t) = cache.lock().unwrap_or_else(|e| e.into_inner()).get(fmt) {
         return t.clone();
     }
-    let n = 1usize << fmt.storage_bytes() * 8;
+    let n = 1usize << (fmt.storage_bytes() * 8);
     let t: Table = Arc::new((0..n as u64).map(|c| fmt.decode(c) as f32).collect());
     cache.lock().unwrap_or_else(|e| e.into_inner()).insert(*fmt, t.clone());
     t
