@@ -10,7 +10,6 @@ midpoint and beyond; zeros, infinities, NaN) and hypothesis-drawn floats.
 
 from __future__ import annotations
 
-import contextlib
 import math
 from fractions import Fraction
 
@@ -126,42 +125,15 @@ def check_against_reference(fmt, x):
         assert_same_values(lowp.decode(codes, fmt, np.float64), want, x, f"encode/decode {fmt!r} {mode} sat={sat}")
 
 
-FAST_PATH_M0_BUG = (
-    "BUG in rust/core/src/convert/fast.rs (encode_lane and encode_lane64): ties to even / to odd use the "
-    "parity of k = mant >> sh, which is always 1 for a format without mantissa bits; the code's parity is "
-    "the exponent's (use the parity of base + k, as FloatFormat::encode does). E4M0: 12.0 rounds to 16 on "
-    "the SIMD paths, 8 (even code) on the scalar path.")
-
-
-def m0_on_simd(fmt, isa_name):
-    return isa_name != "scalar" and fmt.man_bits == 0
-
-
-@contextlib.contextmanager
-def scalar_path_if(cond):
-    """Force the scalar path (for formats hit by FAST_PATH_M0_BUG; the xfail tests cover SIMD)."""
-    if cond:
-        lowp._lowp.set_isa("scalar")
-    try:
-        yield
-    finally:
-        if cond:
-            lowp._lowp.set_isa(None)
-
-
 @pytest.mark.parametrize("fmt", FORMATS, ids=repr)
-def test_adversarial_f64(fmt, any_isa, request):
-    if m0_on_simd(fmt, any_isa):
-        request.applymarker(pytest.mark.xfail(strict=True, reason=FAST_PATH_M0_BUG))
+def test_adversarial_f64(fmt, any_isa):
     rng = np.random.default_rng(fmt.bits * 1000 + fmt.man_bits)
     check_against_reference(fmt, adversarial_inputs(fmt, rng))
 
 
 @pytest.mark.parametrize("fmt", [f for f in FORMATS if f._fits_f32()], ids=repr)
-def test_adversarial_f32_every_path(fmt, any_isa, request):
+def test_adversarial_f32_every_path(fmt, any_isa):
     """The float32 entry (the SIMD path for small formats) in every mode against the reference."""
-    if m0_on_simd(fmt, any_isa):
-        request.applymarker(pytest.mark.xfail(strict=True, reason=FAST_PATH_M0_BUG))
     rng = np.random.default_rng(fmt.bits * 1000 + fmt.man_bits + 1)
     x64 = adversarial_inputs(fmt, rng)
     with np.errstate(over="ignore"):
@@ -242,8 +214,7 @@ def finite_floats_near(fmt):
 @given(data=st.data())
 def test_hypothesis_f64(fmt, data):
     xs = data.draw(st.lists(finite_floats_near(fmt), min_size=1, max_size=40))
-    with scalar_path_if(fmt.man_bits == 0):
-        check_against_reference(fmt, np.array(xs, np.float64))
+    check_against_reference(fmt, np.array(xs, np.float64))
 
 
 # ----------------------------------------------------------------------------- gfloat
@@ -299,8 +270,7 @@ def test_gfloat_many(fmt):
         for sat in (False, True):
             with np.errstate(all="ignore"):
                 want = gfloat.round_ndarray(fi, x.copy(), rm, sat)
-            with scalar_path_if(fmt.man_bits == 0):
-                got = lowp.round(x, fmt, mode, saturate=sat)
+            got = lowp.round(x, fmt, mode, saturate=sat)
             assert_same_values(got, np.asarray(want, np.float64), x, f"gfloat {fmt!r} {mode} sat={sat}")
 
 
@@ -315,8 +285,7 @@ def test_gfloat_round_float_scalar(fmt):
     for mode, rm in GF_MODES.items():
         for sat in (False, True):
             want = np.array([gfloat.round_float(fi, float(v), rm, sat) for v in x])
-            with scalar_path_if(fmt.man_bits == 0):
-                got = lowp.round(x, fmt, mode, saturate=sat)
+            got = lowp.round(x, fmt, mode, saturate=sat)
             differ = (np.isnan(got) != np.isnan(want)) | ((got != want) & ~np.isnan(want))
             for i in np.flatnonzero(differ):
                 # gfloat's scalar TiesToAway tests `delta + 0.5 >= 1.0` in float64: a remainder

@@ -172,7 +172,9 @@ impl EncodePlan {
             return None;
         }
         let Format::Float(f) = fmt else { return None };
-        if opts.mode == Mode::Stochastic && opts.rbits > 32 {
+        // Without mantissa bits a code's parity is its exponent's, which the
+        // lanes do not track: such formats take the reference engine.
+        if f.man_bits == 0 || (opts.mode == Mode::Stochastic && opts.rbits > 32) {
             return None;
         }
         let p = Params::new(f, opts)?;
@@ -462,7 +464,8 @@ impl EncodePlan64 {
         }
         let Format::Float(f) = fmt else { return None };
         let tmin_ef = (f.emin() + 1023) as i64;
-        if !f.subnormals || f.man_bits > 51 || f.bits() > 32 || tmin_ef < 1 {
+        // man_bits == 0: a code's parity is its exponent's (see EncodePlan::new).
+        if !f.subnormals || f.man_bits == 0 || f.man_bits > 51 || f.bits() > 32 || tmin_ef < 1 {
             return None;
         }
         let ovf = |neg: bool| {
