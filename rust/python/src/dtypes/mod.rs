@@ -18,6 +18,7 @@
 
 mod casts;
 pub mod kernels;
+mod matmul;
 mod scalar;
 mod ufuncs;
 
@@ -383,6 +384,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     register_one::<8>(py, m)?;
     casts::register_all(py)?;
     ufuncs::register_all(py)?;
+    matmul::register_all(py)?;
     m.add_function(wrap_pyfunction!(_register_equivalent, m)?)?;
     m.add_function(wrap_pyfunction!(_dtype_numbers, m)?)?;
     Ok(())

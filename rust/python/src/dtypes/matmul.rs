@@ -1,0 +1,153 @@
+//! `np.matmul` (and so `a @ b`) on lowp dtypes: a loop of numpy's matmul
+//! gufunc, `(m,n),(n,p)->(m,p)`, that runs lowp's GEMM (inputs decoded while
+//! packing, float32 accumulation; float64 for formats wider than float32) and
+//! rounds each result once, to nearest even, into the dtype — what
+//! `lowp.matmul(a, b, out_dtype=a.dtype)` returns.
+
+use std::ffi::{c_char, c_int, c_void};
+
+use lowp_core::convert;
+use lowp_core::gemm::{self, Operand, OutMat, Storage};
+use lowp_core::round::{Mode, RoundOpts};
+use numpy::npyffi::{npy_intp, PyUFuncObject, PY_UFUNC_API};
+use pyo3::prelude::*;
+
+use super::{type_num, N, TYPES};
+
+fn storage(size: usize) -> Storage {
+    match size {
+        1 => Storage::U8,
+        2 => Storage::U16,
+        _ => Storage::U32,
+    }
+}
+
+/// Gather a strided `rows x cols` block of `size`-byte codes into aligned,
+/// contiguous memory (for views whose byte strides are not whole elements).
+///
+/// # Safety
+/// Every element `p + i*rs + j*cs` (bytes) must be readable.
+unsafe fn gather(p: *const u8, rows: usize, cols: usize, rs: isize, cs: isize, size: usize) -> Vec<u32> {
+    let mut v = vec![0u32; rows * cols];
+    let dst = v.as_mut_ptr() as *mut u8;
+    for i in 0..rows {
+        for j in 0..cols {
+            // SAFETY: the source is readable by the contract; the destination holds rows*cols u32.
+            unsafe {
+                std::ptr::copy_nonoverlapping(p.offset(i as isize * rs + j as isize * cs), dst.add((i * cols + j) * size), size);
+            }
+        }
+    }
+    v
+}
+
+/// An operand over numpy's strided block, or over a gathered copy (kept in `keep`).
+///
+/// # Safety
+/// As [`gather`]; the returned operand borrows `p` or `keep`.
+#[allow(clippy::too_many_arguments)]
+unsafe fn operand(p: *const u8, rows: usize, cols: usize, rs: isize, cs: isize, t: usize, keep: &mut Vec<u32>) -> lowp_core::Result<Operand> {
+    let size = TYPES[t].size as isize;
+    let fmt = Some(TYPES[t].fmt);
+    let st = storage(size as usize);
+    if rs % size == 0 && cs % size == 0 && (p as usize) % (size as usize) == 0 {
+        // SAFETY: whole-element strides and alignment; readable by the contract.
+        return unsafe { Operand::from_raw(p, st, fmt, rows, cols, rs / size, cs / size, "a") };
+    }
+    // SAFETY: readable by the contract.
+    *keep = unsafe { gather(p, rows, cols, rs, cs, size as usize) };
+    // SAFETY: `keep` holds rows*cols contiguous codes, aligned (u32 backing).
+    unsafe { Operand::from_raw(keep.as_ptr() as *const u8, st, fmt, rows, cols, cols as isize, 1, "a") }
+}
+
+/// Write the format's NaN (NaR for posits; 0 where there is none) into an output block.
+///
+/// # Safety
+/// Every element `o + i*rs + j*cs` (bytes) must be writable.
+unsafe fn fill_nan(o: *mut u8, m: usize, p: usize, rs: isize, cs: isize, t: usize) {
+    let c = (TYPES[t].fmt.encode(f64::NAN, &RoundOpts::new(Mode::NearestEven), 0) as u32).to_le_bytes();
+    for i in 0..m {
+        for j in 0..p {
+            // SAFETY: writable by the contract.
+            unsafe { std::ptr::copy_nonoverlapping(c.as_ptr(), o.offset(i as isize * rs + j as isize * cs), TYPES[t].size) };
+        }
+    }
+}
+
+/// # Safety
+/// numpy's gufunc loop contract for `(m,n),(n,p)->(m,p)`: `dims` = [count, m, n, p],
+/// `steps` = [3 outer strides, a's (m, n), b's (n, p), out's (m, p)] in bytes;
+/// `data` is the type index (as a pointer-sized integer).
+unsafe extern "C" fn loop_matmul(args: *mut *mut c_char, dims: *mut npy_intp, steps: *mut npy_intp, data: *mut c_void) {
+    // SAFETY: see the function contract.
+    unsafe {
+        let t = data as usize;
+        let info = &TYPES[t];
+        let size = info.size;
+        let (count, m, n, p) = (*dims as usize, *dims.add(1) as usize, *dims.add(2) as usize, *dims.add(3) as usize);
+        let s = |i: usize| *steps.add(i);
+        let (a0, b0, o0) = (*args as *const u8, *args.add(1) as *const u8, *args.add(2) as *mut u8);
+        let wide = !info.fmt.fits_f32();
+        let opts = RoundOpts::new(Mode::NearestEven);
+        let mut acc32 = vec![0f32; if wide { 0 } else { m * p }];
+        let mut acc64 = vec![0f64; if wide { m * p } else { 0 }];
+        let mut codes = vec![0u32; m * p];
+        let (mut ka, mut kb) = (Vec::new(), Vec::new());
+        for k in 0..count {
+            let (a, b, o) = (a0.offset(k as isize * s(0)), b0.offset(k as isize * s(1)), o0.offset(k as isize * s(2)));
+            let oa = operand(a, m, n, s(3), s(4), t, &mut ka);
+            let ob = operand(b, n, p, s(5), s(6), t, &mut kb);
+            // numpy has checked the shapes and the views are valid, so neither the
+            // operands nor the GEMM can fail; should one ever, the block is NaN, not stale.
+            let (Ok(oa), Ok(ob)) = (oa, ob) else {
+                fill_nan(o, m, p, s(7), s(8), t);
+                continue;
+            };
+            // Accumulate into a contiguous buffer, then round once into codes.
+            let ok = if wide {
+                let c = OutMat::from_raw(acc64.as_mut_ptr(), m, p, p as isize, 1);
+                gemm::matmul_f64(&oa, &ob, c).is_ok() && convert::encode(&info.fmt, &acc64, &mut codes, &opts, 0).is_ok()
+            } else {
+                let c = OutMat::from_raw(acc32.as_mut_ptr(), m, p, p as isize, 1);
+                gemm::matmul_f32(&oa, &ob, c).is_ok() && convert::encode(&info.fmt, &acc32, &mut codes, &opts, 0).is_ok()
+            };
+            if !ok {
+                fill_nan(o, m, p, s(7), s(8), t);
+                continue;
+            }
+            for i in 0..m {
+                for j in 0..p {
+                    let dst = o.offset(i as isize * s(7) + j as isize * s(8));
+                    let c = codes[i * p + j].to_le_bytes();
+                    std::ptr::copy_nonoverlapping(c.as_ptr(), dst, size);
+                }
+            }
+        }
+    }
+}
+
+pub fn register_all(py: Python<'_>) -> PyResult<()> {
+    let mm = py.import("numpy")?.getattr("matmul")?;
+    for t in 0..N {
+        let tn = type_num(t);
+        let mut types: [c_int; 3] = [tn, tn, tn];
+        // SAFETY: `mm` is numpy's matmul gufunc; `types` has nin + nout entries
+        // (numpy copies it); the data pointer is a plain index, never dereferenced.
+        let rc = unsafe {
+            PY_UFUNC_API.PyUFunc_RegisterLoopForType(
+                py,
+                mm.as_ptr() as *mut PyUFuncObject,
+                tn,
+                Some(loop_matmul),
+                types.as_mut_ptr(),
+                t as *mut c_void,
+            )
+        };
+        if rc < 0 {
+            return Err(PyErr::take(py).unwrap_or_else(|| {
+                pyo3::exceptions::PyRuntimeError::new_err(format!("registering matmul for {}", TYPES[t].name))
+            }));
+        }
+    }
+    Ok(())
+}
