@@ -31,6 +31,17 @@ pub(crate) trait Val: Sync + Send + Copy {
     /// # Safety
     /// `p` is below the number of stored values.
     unsafe fn at(self, p: usize) -> f32;
+    /// Values `p .. p + 8` as one vector.
+    /// # Safety
+    /// `p + 8` is at most the number of values; AVX2 is available.
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn at8(self, p: usize) -> __m256 {
+        // SAFETY: forwarded from the caller.
+        unsafe {
+            _mm256_setr_ps(self.at(p), self.at(p + 1), self.at(p + 2), self.at(p + 3), self.at(p + 4), self.at(p + 5), self.at(p + 6), self.at(p + 7))
+        }
+    }
 }
 
 #[derive(Clone, Copy)]
@@ -43,6 +54,12 @@ struct VTab8<'a>(&'a [u8], &'a [f32; 256]);
 struct VTab16<'a>(&'a [u16], &'a [f32; 65536]);
 
 impl Val for VF32<'_> {
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn at8(self, p: usize) -> __m256 {
+        // SAFETY: p + 8 <= len (caller).
+        unsafe { _mm256_loadu_ps(self.0.as_ptr().add(p)) }
+    }
     #[inline(always)]
     unsafe fn at(self, p: usize) -> f32 {
         // SAFETY: the caller guarantees p < len.
@@ -50,6 +67,13 @@ impl Val for VF32<'_> {
     }
 }
 impl Val for VBf16<'_> {
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn at8(self, p: usize) -> __m256 {
+        // SAFETY: p + 8 <= len (caller): one 16-byte load; widen and shift each code into
+        // the top half of an f32.
+        unsafe { _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(self.0.as_ptr().add(p).cast())), 16)) }
+    }
     #[inline(always)]
     unsafe fn at(self, p: usize) -> f32 {
         // bf16 is the top half of an f32: shift the code into place.
@@ -172,6 +196,15 @@ impl<V: Val, I: Idx> Gather for Csr<'_, V, I> {
     }
     fn rows_per_unit(&self) -> usize {
         1
+    }
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn avx2_chunk(&self, u0: usize, u1: usize, b: Dense<'_>, out: &mut [f32]) -> Option<bool> {
+        if b.cols != 1 {
+            return None;
+        }
+        let idx = I::as_i32(self.idx)?;
+        // SAFETY: forwarded from the caller (AVX2 available).
+        Some(unsafe { csr_spmv_i32(self, idx, u0, u1, b.data, out) })
     }
     #[inline(always)]
     fn cost(&self, u: usize) -> usize {
@@ -601,12 +634,12 @@ fn gather_scalar<G: Gather>(g: &G, u0: usize, u1: usize, b: Dense<'_>, out: &mut
 #[target_feature(enable = "avx2,fma")]
 unsafe fn gather_avx2<G: Gather>(g: &G, u0: usize, u1: usize, b: Dense<'_>, out: &mut [f32]) -> bool {
     let k = b.cols;
-    if k < 8 {
-        return gather_scalar(g, u0, u1, b, out, 0);
-    }
     // SAFETY: the caller checked AVX2.
     if let Some(ok) = unsafe { g.avx2_chunk(u0, u1, b, out) } {
         return ok;
+    }
+    if k < 8 {
+        return gather_scalar(g, u0, u1, b, out, 0);
     }
     let mut ok = true;
     let mut c = 0;
@@ -875,6 +908,55 @@ unsafe fn nm24_tile<V: Val, const N: usize, const M: usize, const R: usize, cons
             for (t, a) in ar.iter().enumerate() {
                 _mm256_storeu_ps(o.add(8 * t), *a);
             }
+        }
+    }
+    ok
+}
+
+/// SpMV rows `u0..u1` of a CSR matrix with int32 indices: eight nonzeros at a time,
+/// `x` read with a gather, indices checked in-register (bad lanes read x[0]).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn csr_spmv_i32<V: Val, I: Idx>(g: &Csr<'_, V, I>, idx: &[i32], u0: usize, u1: usize, x: &[f32], out: &mut [f32]) -> bool {
+    // Largest valid index, as i32 (every non-negative i32 is valid past i32::MAX columns).
+    let lim = (x.len().min(i32::MAX as usize + 1) - 1) as i32;
+    let mut ok = true;
+    let xp = x.as_ptr();
+    // SAFETY: p + 8 <= e <= idx.len() == values; lanes outside [0, lim] are zeroed before the
+    // gather, so it reads x[0..x.len()) only (x is non-empty: gather_all returns early otherwise).
+    unsafe {
+        let vlim = _mm256_set1_epi32(lim);
+        let zero = _mm256_setzero_si256();
+        for u in u0..u1 {
+            let (s, e) = <Csr<'_, V, I> as Gather>::range(g, u);
+            let mut acc = _mm256_setzero_ps();
+            let mut badv = _mm256_setzero_si256();
+            let mut p = s;
+            while p + 8 <= e {
+                let iv = _mm256_loadu_si256(idx.as_ptr().add(p).cast());
+                // Lanes above lim or below zero are bad.
+                let bad = _mm256_or_si256(_mm256_cmpgt_epi32(iv, vlim), _mm256_cmpgt_epi32(zero, iv));
+                badv = _mm256_or_si256(badv, bad);
+                let iv = _mm256_andnot_si256(bad, iv);
+                let xv = _mm256_i32gather_ps::<4>(xp, iv);
+                acc = _mm256_fmadd_ps(g.v.at8(p), xv, acc);
+                p += 8;
+            }
+            ok &= _mm256_testz_si256(badv, badv) == 1;
+            // Horizontal sum: fold halves, then pairs.
+            let h = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
+            let h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+            let h = _mm_add_ss(h, _mm_shuffle_ps(h, h, 1));
+            let mut sum = _mm_cvtss_f32(h);
+            while p < e {
+                let j = idx[p];
+                match usize::try_from(j).ok().and_then(|j| x.get(j)) {
+                    Some(&xv) => sum += g.v.at(p) * xv,
+                    None => ok = false,
+                }
+                p += 1;
+            }
+            *out.get_unchecked_mut(u - u0) = sum;
         }
     }
     ok
