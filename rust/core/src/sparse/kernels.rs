@@ -143,6 +143,10 @@ pub(crate) trait Gather: Sync {
     fn tiling(&self) -> Tiling {
         Tiling::None
     }
+    /// A matrix-vector kernel of the structure's own for rows `u0..u1`, on every path.
+    fn spmv(&self, _u0: usize, _u1: usize, _x: &[f32], _out: &mut [f32]) -> Option<bool> {
+        None
+    }
     /// A kernel of the structure's own for rows `u0..u1` (None: the generic ones).
     /// # Safety
     /// AVX2 and FMA are available.
@@ -298,6 +302,38 @@ impl<V: Val, I: Idx, const BC: usize> Gather for Bsr<'_, V, I, BC> {
     }
     fn tiling(&self) -> Tiling {
         Tiling::SharedCols
+    }
+    fn spmv(&self, u0: usize, u1: usize, x: &[f32], out: &mut [f32]) -> Option<bool> {
+        let (br, bc) = (self.br, self.bc());
+        if br > 16 {
+            return None;
+        }
+        let mut ok = true;
+        for u in u0..u1 {
+            // One partial sum per row of the block row; each block reads its slice of x once.
+            let mut acc = [0f32; 16];
+            // SAFETY: u < units, so u + 1 < ptr.len(); ptr was checked (non-decreasing, last = blocks).
+            let (s, e) = unsafe { (self.ptr.get_unchecked(u).u(), self.ptr.get_unchecked(u + 1).u()) };
+            for blk in s..e {
+                // SAFETY: blk < ptr[last] == idx.len().
+                let j = unsafe { self.idx.get_unchecked(blk).u() };
+                let Some(xs) = (if j < self.nbc { x.get(j * bc..j * bc + bc) } else { None }) else {
+                    ok = false;
+                    continue;
+                };
+                for (r, a) in acc.iter_mut().take(br).enumerate() {
+                    let base = (blk * br + r) * bc;
+                    let mut t = 0f32;
+                    for (c, &xv) in xs.iter().enumerate() {
+                        // SAFETY: base + c < (blk + 1) * br * bc <= number of values.
+                        t += unsafe { self.v.at(base + c) } * xv;
+                    }
+                    *a += t;
+                }
+            }
+            out[(u - u0) * br..(u - u0 + 1) * br].copy_from_slice(&acc[..br]);
+        }
+        Some(ok)
     }
     #[inline(always)]
     fn cost(&self, u: usize) -> usize {
@@ -550,6 +586,11 @@ fn gather_all<G: Gather>(g: &G, b: Dense<'_>, out: &mut [f32]) -> Result<()> {
 }
 
 fn gather_chunk<G: Gather>(g: &G, u0: usize, u1: usize, b: Dense<'_>, out: &mut [f32], path: Isa) -> bool {
+    if b.cols == 1 {
+        if let Some(ok) = g.spmv(u0, u1, b.data, out) {
+            return ok;
+        }
+    }
     #[cfg(target_arch = "x86_64")]
     if path == Isa::Avx2 {
         // SAFETY: Avx2 is only selected when the CPU has AVX2 and FMA.
