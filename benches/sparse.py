@@ -118,22 +118,30 @@ def bench_nm():
 
 
 def memory():
+    rng = np.random.default_rng(4)
     s = random_csr(2048, 2048, 0.10, 4)
     x = s.toarray()
-    nm = sparse.prune_nm(x, 2, 4)
-    print("\n== memory, 2048x2048 at 10% (N:M: the same matrix pruned 2:4 first, 50% dense) ==")
-    print(f"{'format':10s} {'dtype':10s} {'bytes':>12s} {'bytes/nnz':>10s}")
-    print(f"{'scipy csr':10s} {'float32':10s} {s.data.nbytes + s.indices.nbytes + s.indptr.nbytes:12d} "
-          f"{(s.data.nbytes + s.indices.nbytes + s.indptr.nbytes) / s.nnz:10.2f}")
+    # Block-sparse (8x8 blocks, 10% of them) and 2:4 (50%) matrices of the same size.
+    blk = np.kron(rng.random((256, 256)) < 0.10, np.ones((8, 8), np.float32)) * rng.standard_normal((2048, 2048))
+    blk = blk.astype(np.float32)
+    nm = sparse.prune_nm(rng.standard_normal((2048, 2048)).astype(np.float32), 2, 4)
+    print("\n== memory (bytes: values + indices + pointers; per stored nonzero) ==")
+    print(f"{'matrix':14s} {'format':10s} {'dtype':14s} {'bytes':>10s} {'B/nnz':>6s}")
+    sc = s.data.nbytes + s.indices.nbytes + s.indptr.nbytes
+    print(f"{'random 10%':14s} {'scipy csr':10s} {'float32':14s} {sc:10d} {sc / s.nnz:6.2f}")
     for dt in (np.float32, ml_dtypes.bfloat16, ml_dtypes.float8_e4m3fn):
-        for cls in (sparse.CSR, sparse.CSC, sparse.COO, sparse.BSR):
-            M = cls.from_dense(x, dtype=dt) if cls is not sparse.BSR else cls.from_dense(x, dtype=dt, blocksize=(4, 4))
-            label = cls.__name__ + (" 4x4" if cls is sparse.BSR else "")
-            print(f"{label:10s} {np.dtype(dt).name:10s} {M.nbytes:12d} {M.nbytes / s.nnz:10.2f}")
-        M = sparse.NM.from_dense(nm, dtype=dt)
+        name = np.dtype(dt).name
+        for cls in (sparse.CSR, sparse.CSC, sparse.COO):
+            M = cls.from_dense(x, dtype=dt)
+            print(f"{'random 10%':14s} {cls.__name__:10s} {name:14s} {M.nbytes:10d} {M.nbytes / s.nnz:6.2f}")
+        nnz = np.count_nonzero(blk)
+        for label, M in (("BSR 8x8", sparse.BSR.from_dense(blk, dtype=dt, blocksize=(8, 8))),
+                         ("CSR", sparse.CSR.from_dense(blk, dtype=dt))):
+            print(f"{'block 8x8 10%':14s} {label:10s} {name:14s} {M.nbytes:10d} {M.nbytes / nnz:6.2f}")
         nnz = np.count_nonzero(nm)
-        print(f"{'NM 2:4':10s} {np.dtype(dt).name:10s} {M.nbytes:12d} {M.nbytes / nnz:10.2f}   "
-              f"(CSR of it: {sparse.CSR.from_dense(nm, dtype=dt).nbytes})")
+        for label, M in (("NM 2:4", sparse.NM.from_dense(nm, dtype=dt)), ("CSR", sparse.CSR.from_dense(nm, dtype=dt))):
+            print(f"{'2:4 (50%)':14s} {label:10s} {name:14s} {M.nbytes:10d} {M.nbytes / nnz:6.2f}")
+        print(f"{'2:4 (50%)':14s} {'dense':10s} {name:14s} {nm.size * np.dtype(dt).itemsize:10d}")
 
 
 def main():

@@ -435,6 +435,22 @@ def test_kernels_check_indices_themselves():
             if fn is _lowp.bsr_matmul:
                 args.append((1, 1))
             fn(*args, np.ones((3, 1), np.float32), np.empty((2, 1), np.float32), False)
+    Bm = sparse.BSR.from_dense(np.ones((8, 16), np.float32), blocksize=(4, 4))
+    Bm.indices[1] = 9
+    for k in (None, 1, 9, 30):
+        with pytest.raises(ValueError, match="indices"):
+            Bm @ np.ones(16 if k is None else (16, k), np.float32)
+        with pytest.raises(ValueError, match="indices"):
+            np.ones(8 if k is None else (k, 8), np.float32) @ Bm
+    # Long rows (the vectorised SpMV path) with a bad index in the middle.
+    for bad in (-3, 20, 2**31 - 1):
+        for dt in (np.float32, ml_dtypes.bfloat16):
+            L = sparse.CSR((np.ones(20, dt), np.arange(20, dtype=np.int32), np.array([0, 20])), shape=(1, 20))
+            L.indices[5] = bad
+            with pytest.raises(ValueError, match="indices"):
+                L @ np.ones(20, np.float32)
+            with pytest.raises(ValueError, match="indices"):
+                L @ np.ones((20, 9), np.float32)
     with pytest.raises(ValueError, match="table"):
         _lowp.csr_matmul(np.ones(1, np.uint8), np.ones(10, np.float32), False, np.array([0, 1], np.int32),
                          np.array([0], np.int32), (1, 1), np.ones((1, 1), np.float32), np.empty((1, 1), np.float32),

@@ -27,11 +27,6 @@ from ._convert import _as_float_array, _check_rounding, decode, encode
 from ._convert import round as _round
 from ._formats import Format, format as _format
 
-try:  # ml_dtypes provides the numpy dtypes of bf16/fp8 until lowp registers its own.
-    import ml_dtypes  # noqa: F401
-except ImportError:  # pragma: no cover
-    pass
-
 __all__ = ["CSR", "CSC", "COO", "BSR", "NM", "prune", "prune_nm", "issparse"]
 
 _F32 = np.dtype(np.float32)

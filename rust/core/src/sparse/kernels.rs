@@ -31,6 +31,17 @@ pub(crate) trait Val: Sync + Send + Copy {
     /// # Safety
     /// `p` is below the number of stored values.
     unsafe fn at(self, p: usize) -> f32;
+    /// Values `p .. p + 8` as one vector.
+    /// # Safety
+    /// `p + 8` is at most the number of values; AVX2 is available.
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn at8(self, p: usize) -> __m256 {
+        // SAFETY: forwarded from the caller.
+        unsafe {
+            _mm256_setr_ps(self.at(p), self.at(p + 1), self.at(p + 2), self.at(p + 3), self.at(p + 4), self.at(p + 5), self.at(p + 6), self.at(p + 7))
+        }
+    }
 }
 
 #[derive(Clone, Copy)]
@@ -43,6 +54,12 @@ struct VTab8<'a>(&'a [u8], &'a [f32; 256]);
 struct VTab16<'a>(&'a [u16], &'a [f32; 65536]);
 
 impl Val for VF32<'_> {
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn at8(self, p: usize) -> __m256 {
+        // SAFETY: p + 8 <= len (caller).
+        unsafe { _mm256_loadu_ps(self.0.as_ptr().add(p)) }
+    }
     #[inline(always)]
     unsafe fn at(self, p: usize) -> f32 {
         // SAFETY: the caller guarantees p < len.
@@ -50,6 +67,13 @@ impl Val for VF32<'_> {
     }
 }
 impl Val for VBf16<'_> {
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn at8(self, p: usize) -> __m256 {
+        // SAFETY: p + 8 <= len (caller): one 16-byte load; widen and shift each code into
+        // the top half of an f32.
+        unsafe { _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(self.0.as_ptr().add(p).cast())), 16)) }
+    }
     #[inline(always)]
     unsafe fn at(self, p: usize) -> f32 {
         // bf16 is the top half of an f32: shift the code into place.
@@ -115,6 +139,21 @@ pub(crate) trait Gather: Sync {
     fn units(&self) -> usize;
     /// Output rows per unit.
     fn rows_per_unit(&self) -> usize;
+    /// How rows may be grouped into register tiles.
+    fn tiling(&self) -> Tiling {
+        Tiling::None
+    }
+    /// A matrix-vector kernel of the structure's own for rows `u0..u1`, on every path.
+    fn spmv(&self, _u0: usize, _u1: usize, _x: &[f32], _out: &mut [f32]) -> Option<bool> {
+        None
+    }
+    /// A kernel of the structure's own for rows `u0..u1` (None: the generic ones).
+    /// # Safety
+    /// AVX2 and FMA are available.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn avx2_chunk(&self, _u0: usize, _u1: usize, _b: Dense<'_>, _out: &mut [f32]) -> Option<bool> {
+        None
+    }
     /// Nonzeros before unit `u` (non-decreasing in `u`; `u <= units`).
     fn cost(&self, u: usize) -> usize;
     /// Positions of unit `u` (the same for each of its rows), in bounds.
@@ -124,6 +163,18 @@ pub(crate) trait Gather: Sync {
     /// # Safety
     /// `p` lies in `range(u)` and `r < rows_per_unit()`.
     unsafe fn at(&self, u: usize, r: usize, p: usize) -> (f32, usize);
+}
+
+/// Register tiling a structure allows (besides one row at a time).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Tiling {
+    None,
+    /// One row per unit, each `per_row` positions long starting at `u * per_row`:
+    /// consecutive rows can be walked in lockstep (N:M).
+    Uniform(usize),
+    /// The rows of a unit share their input rows position by position (BSR):
+    /// one load of a B row serves every row of the tile.
+    SharedCols,
 }
 
 /// A structure read nonzero by nonzero, adding into arbitrary output rows.
@@ -149,6 +200,15 @@ impl<V: Val, I: Idx> Gather for Csr<'_, V, I> {
     }
     fn rows_per_unit(&self) -> usize {
         1
+    }
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn avx2_chunk(&self, u0: usize, u1: usize, b: Dense<'_>, out: &mut [f32]) -> Option<bool> {
+        if b.cols != 1 {
+            return None;
+        }
+        let idx = I::as_i32(self.idx)?;
+        // SAFETY: forwarded from the caller (AVX2 available).
+        Some(unsafe { csr_spmv_i32(self, idx, u0, u1, b.data, out) })
     }
     #[inline(always)]
     fn cost(&self, u: usize) -> usize {
@@ -239,6 +299,41 @@ impl<V: Val, I: Idx, const BC: usize> Gather for Bsr<'_, V, I, BC> {
     }
     fn rows_per_unit(&self) -> usize {
         self.br
+    }
+    fn tiling(&self) -> Tiling {
+        Tiling::SharedCols
+    }
+    fn spmv(&self, u0: usize, u1: usize, x: &[f32], out: &mut [f32]) -> Option<bool> {
+        let (br, bc) = (self.br, self.bc());
+        if br > 16 {
+            return None;
+        }
+        let mut ok = true;
+        for u in u0..u1 {
+            // One partial sum per row of the block row; each block reads its slice of x once.
+            let mut acc = [0f32; 16];
+            // SAFETY: u < units, so u + 1 < ptr.len(); ptr was checked (non-decreasing, last = blocks).
+            let (s, e) = unsafe { (self.ptr.get_unchecked(u).u(), self.ptr.get_unchecked(u + 1).u()) };
+            for blk in s..e {
+                // SAFETY: blk < ptr[last] == idx.len().
+                let j = unsafe { self.idx.get_unchecked(blk).u() };
+                let Some(xs) = (if j < self.nbc { x.get(j * bc..j * bc + bc) } else { None }) else {
+                    ok = false;
+                    continue;
+                };
+                for (r, a) in acc.iter_mut().take(br).enumerate() {
+                    let base = (blk * br + r) * bc;
+                    let mut t = 0f32;
+                    for (c, &xv) in xs.iter().enumerate() {
+                        // SAFETY: base + c < (blk + 1) * br * bc <= number of values.
+                        t += unsafe { self.v.at(base + c) } * xv;
+                    }
+                    *a += t;
+                }
+            }
+            out[(u - u0) * br..(u - u0 + 1) * br].copy_from_slice(&acc[..br]);
+        }
+        Some(ok)
     }
     #[inline(always)]
     fn cost(&self, u: usize) -> usize {
@@ -345,6 +440,18 @@ impl<V: Val, const N: usize, const M: usize> Gather for Nm<'_, V, N, M> {
     fn rows_per_unit(&self) -> usize {
         1
     }
+    fn tiling(&self) -> Tiling {
+        Tiling::Uniform(self.per_row)
+    }
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn avx2_chunk(&self, u0: usize, u1: usize, b: Dense<'_>, out: &mut [f32]) -> Option<bool> {
+        if N == 2 && M == 4 {
+            // SAFETY: forwarded from the caller (AVX2 available).
+            Some(unsafe { nm24_chunk(self, u0, u1, b, out) })
+        } else {
+            None
+        }
+    }
     #[inline(always)]
     fn cost(&self, u: usize) -> usize {
         u * self.per_row
@@ -403,14 +510,53 @@ fn split_point<G: Gather>(g: &G, target: usize) -> usize {
 fn gather<G: Gather>(g: &G, b: Dense<'_>, out: &mut [f32]) -> Result<()> {
     let k = b.cols;
     let units = g.units();
-    let rpu = g.rows_per_unit();
     if units == 0 || k == 0 {
         return Ok(());
+    }
+    // Wide operands go through contiguous column panels of B: rows of a wide B are a
+    // power-of-two-ish stride apart and a panel of them would alias into a few cache sets.
+    let panel = if matches!(g.tiling(), Tiling::Uniform(_)) { 32 } else { 64 };
+    if k > panel && isa() == Isa::Avx2 {
+        let rows_out = out.len() / k;
+        let mut pb = Vec::new();
+        let mut po = Vec::new();
+        let mut c0 = 0;
+        while c0 < k {
+            let w = (k - c0).min(panel);
+            pb.clear();
+            pb.extend(b.data.chunks_exact(k).flat_map(|row| &row[c0..c0 + w]));
+            po.clear();
+            po.resize(rows_out * w, 0.0);
+            gather_all(g, Dense { data: &pb, rows: b.rows, cols: w }, &mut po)?;
+            for (o, p) in out.chunks_exact_mut(k).zip(po.chunks_exact(w)) {
+                o[c0..c0 + w].copy_from_slice(p);
+            }
+            c0 += w;
+        }
+        return Ok(());
+    }
+    gather_all(g, b, out)
+}
+
+fn gather_all<G: Gather>(g: &G, b: Dense<'_>, out: &mut [f32]) -> Result<()> {
+    let k = b.cols;
+    let units = g.units();
+    let rpu = g.rows_per_unit();
+    if b.rows == 0 {
+        // No input rows: any stored entry has a bad index; otherwise the product is zero.
+        out.fill(0.0);
+        return if g.cost(units) == 0 { Ok(()) } else { Err(bad_index()) };
     }
     let total = g.cost(units) + units * rpu;
     // Chunk count from the problem size alone (about 64k multiply-adds each).
     let nch = ((total * k) >> 16).clamp(1, 256).min(units);
     let mut bounds: Vec<usize> = (0..=nch).map(|c| if c == nch { units } else { split_point(g, total * c / nch) }).collect();
+    if matches!(g.tiling(), Tiling::Uniform(_)) {
+        // Whole row tiles per chunk (tiles are 3 or 4 rows).
+        for x in bounds.iter_mut().take(nch) {
+            *x -= *x % 12;
+        }
+    }
     bounds.dedup();
     let mut pieces: Vec<(usize, usize, &mut [f32])> = Vec::with_capacity(bounds.len());
     let mut rest = out;
@@ -440,6 +586,11 @@ fn gather<G: Gather>(g: &G, b: Dense<'_>, out: &mut [f32]) -> Result<()> {
 }
 
 fn gather_chunk<G: Gather>(g: &G, u0: usize, u1: usize, b: Dense<'_>, out: &mut [f32], path: Isa) -> bool {
+    if b.cols == 1 {
+        if let Some(ok) = g.spmv(u0, u1, b.data, out) {
+            return ok;
+        }
+    }
     #[cfg(target_arch = "x86_64")]
     if path == Isa::Avx2 {
         // SAFETY: Avx2 is only selected when the CPU has AVX2 and FMA.
@@ -455,23 +606,39 @@ fn gather_scalar<G: Gather>(g: &G, u0: usize, u1: usize, b: Dense<'_>, out: &mut
     let (k, n_in, rpu) = (b.cols, b.rows, g.rows_per_unit());
     let mut ok = true;
     if k == 1 {
+        let x = b.data;
         for u in u0..u1 {
             let (s, e) = g.range(u);
             for r in 0..rpu {
                 // Four partial sums hide the add latency.
-                let mut acc = [0f32; 4];
+                let (mut a0, mut a1, mut a2, mut a3) = (0f32, 0f32, 0f32, 0f32);
                 let mut p = s;
+                while p + 4 <= e {
+                    // SAFETY: p .. p + 4 lie inside the unit's range.
+                    let ((v0, j0), (v1, j1), (v2, j2), (v3, j3)) = unsafe { (g.at(u, r, p), g.at(u, r, p + 1), g.at(u, r, p + 2), g.at(u, r, p + 3)) };
+                    if j0.max(j1).max(j2).max(j3) >= n_in {
+                        ok = false;
+                    } else {
+                        // SAFETY: every j is below n_in == x.len() (k == 1).
+                        unsafe {
+                            a0 += v0 * *x.get_unchecked(j0);
+                            a1 += v1 * *x.get_unchecked(j1);
+                            a2 += v2 * *x.get_unchecked(j2);
+                            a3 += v3 * *x.get_unchecked(j3);
+                        }
+                    }
+                    p += 4;
+                }
                 while p < e {
-                    let lane = (p - s) & 3;
-                    // SAFETY: s <= p < e is inside the unit's range.
+                    // SAFETY: p lies inside the unit's range.
                     let (v, j) = unsafe { g.at(u, r, p) };
-                    match b.data.get(j) {
-                        Some(&x) => acc[lane] += v * x,
+                    match x.get(j) {
+                        Some(&xv) => a0 += v * xv,
                         None => ok = false,
                     }
                     p += 1;
                 }
-                out[(u - u0) * rpu + r] = (acc[0] + acc[1]) + (acc[2] + acc[3]);
+                out[(u - u0) * rpu + r] = (a0 + a1) + (a2 + a3);
             }
         }
         return ok;
@@ -508,26 +675,78 @@ fn gather_scalar<G: Gather>(g: &G, u0: usize, u1: usize, b: Dense<'_>, out: &mut
 #[target_feature(enable = "avx2,fma")]
 unsafe fn gather_avx2<G: Gather>(g: &G, u0: usize, u1: usize, b: Dense<'_>, out: &mut [f32]) -> bool {
     let k = b.cols;
+    // SAFETY: the caller checked AVX2.
+    if let Some(ok) = unsafe { g.avx2_chunk(u0, u1, b, out) } {
+        return ok;
+    }
     if k < 8 {
         return gather_scalar(g, u0, u1, b, out, 0);
     }
     let mut ok = true;
     let mut c = 0;
+    match g.tiling() {
+        Tiling::Uniform(per_row) if g.rows_per_unit() == 1 => {
+            // Three rows x 32 columns (12 accumulators) walk their positions in lockstep:
+            // an N:M group's rows of B stay in L1 for all three.
+            while c + 32 <= k {
+                let mut u = u0;
+                while u + 3 <= u1 {
+                    // SAFETY: rows u..u+3 are in the chunk, c + 32 <= k, AVX2 checked by the caller.
+                    ok &= unsafe { lockstep_tile::<G, 3, 4>(g, u0, u, per_row, b, out, c) };
+                    u += 3;
+                }
+                // SAFETY: as above, one row at a time.
+                ok &= unsafe { gather_cols::<G, 4>(g, u0, u, u1, b, out, c) };
+                c += 32;
+            }
+        }
+        Tiling::SharedCols => {
+            // Four rows of a block row share each load of B (24 columns: 12 accumulators).
+            let rpu = g.rows_per_unit();
+            for u in u0..u1 {
+                let mut cc = 0;
+                while cc < k & !7 {
+                    let w = if k - cc >= 24 { 24 } else if k - cc >= 16 { 16 } else { 8 };
+                    let mut r = 0;
+                    while r < rpu {
+                        // SAFETY: rows r.. of unit u are in the chunk; cc + w <= k; AVX2 checked.
+                        unsafe {
+                            let step = match (rpu - r, w) {
+                                (4.., 24) => shared_tile::<G, 4, 3>(g, u0, u, r, b, out, cc, &mut ok),
+                                (4.., 16) => shared_tile::<G, 4, 2>(g, u0, u, r, b, out, cc, &mut ok),
+                                (4.., _) => shared_tile::<G, 4, 1>(g, u0, u, r, b, out, cc, &mut ok),
+                                (2..=3, 24) => shared_tile::<G, 2, 3>(g, u0, u, r, b, out, cc, &mut ok),
+                                (2..=3, 16) => shared_tile::<G, 2, 2>(g, u0, u, r, b, out, cc, &mut ok),
+                                (2..=3, _) => shared_tile::<G, 2, 1>(g, u0, u, r, b, out, cc, &mut ok),
+                                (_, 24) => shared_tile::<G, 1, 3>(g, u0, u, r, b, out, cc, &mut ok),
+                                (_, 16) => shared_tile::<G, 1, 2>(g, u0, u, r, b, out, cc, &mut ok),
+                                _ => shared_tile::<G, 1, 1>(g, u0, u, r, b, out, cc, &mut ok),
+                            };
+                            r += step;
+                        }
+                    }
+                    cc += w;
+                }
+            }
+            c = k & !7;
+        }
+        _ => {}
+    }
     // SAFETY (all calls below): c + 8 * NV <= k, and the AVX2 path was checked by the caller.
     while c + 64 <= k {
-        ok &= unsafe { gather_cols::<G, 8>(g, u0, u1, b, out, c) };
+        ok &= unsafe { gather_cols::<G, 8>(g, u0, u0, u1, b, out, c) };
         c += 64;
     }
     if c + 32 <= k {
-        ok &= unsafe { gather_cols::<G, 4>(g, u0, u1, b, out, c) };
+        ok &= unsafe { gather_cols::<G, 4>(g, u0, u0, u1, b, out, c) };
         c += 32;
     }
     if c + 16 <= k {
-        ok &= unsafe { gather_cols::<G, 2>(g, u0, u1, b, out, c) };
+        ok &= unsafe { gather_cols::<G, 2>(g, u0, u0, u1, b, out, c) };
         c += 16;
     }
     if c + 8 <= k {
-        ok &= unsafe { gather_cols::<G, 1>(g, u0, u1, b, out, c) };
+        ok &= unsafe { gather_cols::<G, 1>(g, u0, u0, u1, b, out, c) };
         c += 8;
     }
     if c < k {
@@ -539,7 +758,7 @@ unsafe fn gather_avx2<G: Gather>(g: &G, u0: usize, u1: usize, b: Dense<'_>, out:
 /// Columns `c0 .. c0 + 8 * NV` of the chunk's rows, accumulated in registers.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-unsafe fn gather_cols<G: Gather, const NV: usize>(g: &G, u0: usize, u1: usize, b: Dense<'_>, out: &mut [f32], c0: usize) -> bool {
+unsafe fn gather_cols<G: Gather, const NV: usize>(g: &G, base: usize, u0: usize, u1: usize, b: Dense<'_>, out: &mut [f32], c0: usize) -> bool {
     let (k, n_in, rpu) = (b.cols, b.rows, g.rows_per_unit());
     let mut ok = true;
     let bp = b.data.as_ptr();
@@ -553,21 +772,232 @@ unsafe fn gather_cols<G: Gather, const NV: usize>(g: &G, u0: usize, u1: usize, b
                 let mut acc = [_mm256_setzero_ps(); NV];
                 for p in s..e {
                     let (v, j) = g.at(u, r, p);
-                    if j >= n_in {
-                        ok = false;
-                        continue;
-                    }
+                    // Branch-free check (keeps the accumulators in registers): a bad
+                    // index reads row 0 (n_in > 0 here) and fails the call.
+                    let bad = j >= n_in;
+                    ok &= !bad;
+                    let j = if bad { 0 } else { j };
                     let vb = _mm256_set1_ps(v);
                     let row = bp.add(j * k + c0);
                     for (t, a) in acc.iter_mut().enumerate() {
                         *a = _mm256_fmadd_ps(vb, _mm256_loadu_ps(row.add(8 * t)), *a);
                     }
                 }
-                let o = op.add(((u - u0) * rpu + r) * k + c0);
+                let o = op.add(((u - base) * rpu + r) * k + c0);
                 for (t, a) in acc.iter().enumerate() {
                     _mm256_storeu_ps(o.add(8 * t), *a);
                 }
             }
+        }
+    }
+    ok
+}
+
+/// Rows `u .. u + R`, columns `c0 .. c0 + 8 * NV`, walking the rows' positions in lockstep.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn lockstep_tile<G: Gather, const R: usize, const NV: usize>(g: &G, base: usize, u: usize, per_row: usize, b: Dense<'_>, out: &mut [f32], c0: usize) -> bool {
+    let (k, n_in) = (b.cols, b.rows);
+    let mut ok = true;
+    let bp = b.data.as_ptr();
+    // SAFETY: positions u'*per_row + q (q < per_row) lie in row u''s range; j < n_in and
+    // c0 + 8 * NV <= k keep loads inside b; output rows u..u+R are in this chunk.
+    unsafe {
+        let mut acc = [[_mm256_setzero_ps(); NV]; R];
+        for q in 0..per_row {
+            for (r, ar) in acc.iter_mut().enumerate() {
+                let (v, j) = g.at(u + r, 0, (u + r) * per_row + q);
+                let bad = j >= n_in;
+                ok &= !bad;
+                let j = if bad { 0 } else { j };
+                let vb = _mm256_set1_ps(v);
+                let row = bp.add(j * k + c0);
+                for (t, a) in ar.iter_mut().enumerate() {
+                    *a = _mm256_fmadd_ps(vb, _mm256_loadu_ps(row.add(8 * t)), *a);
+                }
+            }
+        }
+        let op = out.as_mut_ptr();
+        for (r, ar) in acc.iter().enumerate() {
+            let o = op.add((u + r - base) * k + c0);
+            for (t, a) in ar.iter().enumerate() {
+                _mm256_storeu_ps(o.add(8 * t), *a);
+            }
+        }
+    }
+    ok
+}
+
+/// Rows `r0 .. r0 + R` of unit `u`, columns `c0 .. c0 + 8 * NV`: the rows share their input
+/// row at each position, so each load of B feeds R multiply-adds. Returns R.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn shared_tile<G: Gather, const R: usize, const NV: usize>(g: &G, base: usize, u: usize, r0: usize, b: Dense<'_>, out: &mut [f32], c0: usize, ok: &mut bool) -> usize {
+    let (k, n_in, rpu) = (b.cols, b.rows, g.rows_per_unit());
+    let bp = b.data.as_ptr();
+    let (s, e) = g.range(u);
+    // SAFETY: p in the unit's range, r0 + R <= rows per unit; j < n_in and c0 + 8 * NV <= k
+    // keep loads inside b; the output rows belong to this chunk.
+    unsafe {
+        let mut acc = [[_mm256_setzero_ps(); NV]; R];
+        for p in s..e {
+            let (_, j) = g.at(u, r0, p);
+            let bad = j >= n_in;
+            *ok &= !bad;
+            let j = if bad { 0 } else { j };
+            let row = bp.add(j * k + c0);
+            let mut xs = [_mm256_setzero_ps(); NV];
+            for (t, x) in xs.iter_mut().enumerate() {
+                *x = _mm256_loadu_ps(row.add(8 * t));
+            }
+            for (r, ar) in acc.iter_mut().enumerate() {
+                let vb = _mm256_set1_ps(g.at(u, r0 + r, p).0);
+                for (a, x) in ar.iter_mut().zip(&xs) {
+                    *a = _mm256_fmadd_ps(vb, *x, *a);
+                }
+            }
+        }
+        let op = out.as_mut_ptr();
+        for (r, ar) in acc.iter().enumerate() {
+            let o = op.add(((u - base) * rpu + r0 + r) * k + c0);
+            for (t, a) in ar.iter().enumerate() {
+                _mm256_storeu_ps(o.add(8 * t), *a);
+            }
+        }
+    }
+    R
+}
+
+/// 2:4 rows `u0..u1`: groups walked in lockstep by three rows, each group's two
+/// positions read from one 4-bit field, its four rows of B shared in L1 by the tile.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn nm24_chunk<V: Val, const N: usize, const M: usize>(g: &Nm<'_, V, N, M>, u0: usize, u1: usize, b: Dense<'_>, out: &mut [f32]) -> bool {
+    let k = b.cols;
+    let mut ok = true;
+    let mut c = 0;
+    // SAFETY (all calls): rows are in the chunk, c + 8 * NV <= k, AVX2 enabled here.
+    unsafe {
+        while c + 32 <= k {
+            let mut u = u0;
+            while u + 3 <= u1 {
+                ok &= nm24_tile::<V, N, M, 3, 4>(g, u0, u, b, out, c);
+                u += 3;
+            }
+            while u < u1 {
+                ok &= nm24_tile::<V, N, M, 1, 4>(g, u0, u, b, out, c);
+                u += 1;
+            }
+            c += 32;
+        }
+        while c + 8 <= k {
+            let mut u = u0;
+            while u + 4 <= u1 {
+                ok &= nm24_tile::<V, N, M, 4, 1>(g, u0, u, b, out, c);
+                u += 4;
+            }
+            while u < u1 {
+                ok &= nm24_tile::<V, N, M, 1, 1>(g, u0, u, b, out, c);
+                u += 1;
+            }
+            c += 8;
+        }
+    }
+    if c < k {
+        ok &= gather_scalar(g, u0, u1, b, out, c);
+    }
+    ok
+}
+
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn nm24_tile<V: Val, const N: usize, const M: usize, const R: usize, const NV: usize>(g: &Nm<'_, V, N, M>, base: usize, u: usize, b: Dense<'_>, out: &mut [f32], c0: usize) -> bool {
+    let (k, n_in) = (b.cols, b.rows);
+    let per_row = g.per_row;
+    let groups = per_row / 2;
+    // Groups lying wholly inside the matrix need no column check.
+    let full = (n_in / 4).min(groups);
+    let bp = b.data.as_ptr();
+    let mut ok = true;
+    // SAFETY: slot p = row * per_row + 2 * gi + {0, 1} is below rows * per_row (values) and its
+    // 2-bit field below idx.len() * 4; for gi < full every column 4 * gi + pos < n_in, later
+    // groups are checked; c0 + 8 * NV <= k; output rows u..u+R belong to this chunk.
+    unsafe {
+        let mut acc = [[_mm256_setzero_ps(); NV]; R];
+        for gi in 0..groups {
+            let gb = 4 * gi;
+            for (r, ar) in acc.iter_mut().enumerate() {
+                let p = (u + r) * per_row + 2 * gi;
+                // p is even, so the group's two 2-bit fields share one byte: bits 2p .. 2p+4.
+                let nib = (*g.idx.get_unchecked(p >> 2) >> ((p & 3) * 2)) as usize & 0xF;
+                let (j0, j1) = (gb + (nib & 3), gb + (nib >> 2));
+                let bad = gi >= full && (j0 >= n_in || j1 >= n_in);
+                ok &= !bad;
+                let (j0, j1) = if bad { (0, 0) } else { (j0, j1) };
+                let (v0, v1) = (_mm256_set1_ps(g.v.at(p)), _mm256_set1_ps(g.v.at(p + 1)));
+                let (r0, r1) = (bp.add(j0 * k + c0), bp.add(j1 * k + c0));
+                for (t, a) in ar.iter_mut().enumerate() {
+                    *a = _mm256_fmadd_ps(v0, _mm256_loadu_ps(r0.add(8 * t)), *a);
+                    *a = _mm256_fmadd_ps(v1, _mm256_loadu_ps(r1.add(8 * t)), *a);
+                }
+            }
+        }
+        let op = out.as_mut_ptr();
+        for (r, ar) in acc.iter().enumerate() {
+            let o = op.add((u + r - base) * k + c0);
+            for (t, a) in ar.iter().enumerate() {
+                _mm256_storeu_ps(o.add(8 * t), *a);
+            }
+        }
+    }
+    ok
+}
+
+/// SpMV rows `u0..u1` of a CSR matrix with int32 indices: eight nonzeros at a time,
+/// `x` read with a gather, indices checked in-register (bad lanes read x[0]).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn csr_spmv_i32<V: Val, I: Idx>(g: &Csr<'_, V, I>, idx: &[i32], u0: usize, u1: usize, x: &[f32], out: &mut [f32]) -> bool {
+    // Largest valid index, as i32 (every non-negative i32 is valid past i32::MAX columns).
+    let lim = (x.len().min(i32::MAX as usize + 1) - 1) as i32;
+    let mut ok = true;
+    let xp = x.as_ptr();
+    // SAFETY: p + 8 <= e <= idx.len() == values; lanes outside [0, lim] are zeroed before the
+    // gather, so it reads x[0..x.len()) only (x is non-empty: gather_all returns early otherwise).
+    unsafe {
+        let vlim = _mm256_set1_epi32(lim);
+        let zero = _mm256_setzero_si256();
+        for u in u0..u1 {
+            let (s, e) = <Csr<'_, V, I> as Gather>::range(g, u);
+            let mut acc = _mm256_setzero_ps();
+            let mut badv = _mm256_setzero_si256();
+            let mut p = s;
+            while p + 8 <= e {
+                let iv = _mm256_loadu_si256(idx.as_ptr().add(p).cast());
+                // Lanes above lim or below zero are bad.
+                let bad = _mm256_or_si256(_mm256_cmpgt_epi32(iv, vlim), _mm256_cmpgt_epi32(zero, iv));
+                badv = _mm256_or_si256(badv, bad);
+                let iv = _mm256_andnot_si256(bad, iv);
+                let xv = _mm256_i32gather_ps::<4>(xp, iv);
+                acc = _mm256_fmadd_ps(g.v.at8(p), xv, acc);
+                p += 8;
+            }
+            ok &= _mm256_testz_si256(badv, badv) == 1;
+            // Horizontal sum: fold halves, then pairs.
+            let h = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
+            let h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+            let h = _mm_add_ss(h, _mm_shuffle_ps(h, h, 1));
+            let mut sum = _mm_cvtss_f32(h);
+            while p < e {
+                let j = idx[p];
+                match usize::try_from(j).ok().and_then(|j| x.get(j)) {
+                    Some(&xv) => sum += g.v.at(p) * xv,
+                    None => ok = false,
+                }
+                p += 1;
+            }
+            *out.get_unchecked_mut(u - u0) = sum;
         }
     }
     ok

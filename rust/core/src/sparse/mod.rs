@@ -77,9 +77,17 @@ impl Index<'_> {
 /// An index type: negative values map to `usize::MAX`, which every bound check rejects.
 pub(crate) trait Idx: Copy + Send + Sync + 'static {
     fn u(self) -> usize;
+    /// The slice as int32 indices, when it is one.
+    fn as_i32(s: &[Self]) -> Option<&[i32]> {
+        let _ = s;
+        None
+    }
 }
 
 impl Idx for i32 {
+    fn as_i32(s: &[Self]) -> Option<&[i32]> {
+        Some(s)
+    }
     #[inline(always)]
     fn u(self) -> usize {
         if self < 0 {
