@@ -1,0 +1,62 @@
+"""`a @ b` and np.matmul on lowp dtypes run lowp's GEMM and round once into the dtype."""
+
+import numpy as np
+import pytest
+
+import lowp
+
+DTYPES = ["bfloat16", "float8_e5m2", "float8_e4m3fn", "float8_e4m3", "float8_e4m3fnuz", "float8_e5m2fnuz",
+          "posit8", "posit16", "posit32"]
+
+
+def bits(a):
+    return a.view(np.dtype(f"u{a.itemsize}"))
+
+
+@pytest.fixture(params=["default", "scalar"])
+def isa(request):
+    if request.param == "scalar":
+        lowp._lowp.set_isa("scalar")
+    yield request.param
+    lowp._lowp.set_isa(None)
+
+
+@pytest.mark.parametrize("name", DTYPES)
+@pytest.mark.parametrize("shape", [(0, 3, 2), (1, 1, 1), (7, 5, 17), (13, 64, 9), (6, 65, 16)])
+def test_operator_equals_matmul_rounded_once(name, shape, isa):
+    t = getattr(lowp, name)
+    m, k, n = shape
+    rng = np.random.default_rng(m * 100 + k + n)
+    a = (rng.standard_normal((m, k)) * 2).astype(t)
+    b = (rng.standard_normal((k, n)) * 2).astype(t)
+    c = a @ b
+    assert c.dtype == np.dtype(t) and c.shape == (m, n)
+    # The exact products summed in float64 (f32 accumulation is within its bound); one rounding.
+    exact = a.astype(np.float64) @ b.astype(np.float64)
+    acc = "float64" if name == "posit32" else "float32"
+    ref = lowp.matmul(a, b, out_dtype=np.float64 if acc == "float64" else np.float32)
+    bound = np.abs(a.astype(np.float64)) @ np.abs(b.astype(np.float64)) * k * 2.0**-23
+    assert np.all(np.abs(ref.astype(np.float64) - exact) <= bound + 1e-300)
+    np.testing.assert_array_equal(bits(c), bits(lowp.cast(ref, t)))
+    np.testing.assert_array_equal(bits(np.matmul(a, b)), bits(c))
+
+
+@pytest.mark.parametrize("name", ["bfloat16", "float8_e4m3fn", "posit16"])
+def test_operator_strided_and_batched(name):
+    t = getattr(lowp, name)
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal((3, 10, 12)).astype(t)
+    b = rng.standard_normal((12, 8)).astype(t)
+    c = a[:, ::2, ::-1] @ b[::-1, 1::2]
+    want = np.stack([lowp.cast(lowp.matmul(a[i, ::2, ::-1], b[::-1, 1::2]), t) for i in range(3)])
+    np.testing.assert_array_equal(bits(c), bits(want))
+    # A view whose byte strides are not whole elements of the dtype (a field of a structured array).
+    s = np.zeros((4, 4), dtype=[("x", np.uint8), ("v", np.dtype(t))])
+    s["v"] = rng.standard_normal((4, 4)).astype(t)
+    np.testing.assert_array_equal(bits(s["v"] @ s["v"]), bits(np.ascontiguousarray(s["v"]) @ np.ascontiguousarray(s["v"])))
+
+
+def test_operator_shape_mismatch_raises():
+    a = np.ones((3, 4), lowp.bfloat16)
+    with pytest.raises(ValueError):
+        a @ a
