@@ -210,30 +210,24 @@ const F64_BLOCK: usize = 1 << 14;
 
 /// An f64 as an f32 that rounds to the same posit<n<=16,2> (nearest even):
 /// rounded to odd (24 bits keep the sticky information for the <= 12
-/// significant bits of these posits), and magnitudes beyond the posit range
-/// clamped to 2^+-60 (still beyond maxpos 2^56 / below minpos 2^-56), so no
-/// conversion overflows or underflows f32 (numpy would report the flag).
+/// significant bits of these posits), with magnitudes beyond the posit range
+/// clamped to 2^+-60 (still beyond maxpos 2^56 / below minpos 2^-56). Integer
+/// steps only: no branch on the data's rounding, no floating-point flag.
 #[inline(always)]
 fn posit16_via_f32(x: f64) -> f32 {
+    const INF: u64 = 0x7FF0_0000_0000_0000;
     let b = x.to_bits();
-    let mag = b & 0x7FFF_FFFF_FFFF_FFFF; // |x| as bits (ordered like the magnitudes)
-    if mag > 0x7FF0_0000_0000_0000 {
-        return f32::NAN; // NaN -> NaR, tested on the bits (a signaling NaN would raise invalid)
+    let mag = b & !(1u64 << 63); // |x| as bits (ordered like the magnitudes)
+    let sign = (b >> 32) as u32 & 0x8000_0000;
+    if mag == 0 || mag >= INF {
+        // Zeros and infinities keep their sign; NaN (tested on the bits) becomes NaR.
+        return if mag > INF { f32::NAN } else { f32::from_bits(sign | if mag == 0 { 0 } else { 0x7F80_0000 }) };
     }
-    if mag == 0 || mag == 0x7FF0_0000_0000_0000 {
-        return x as f32; // zeros and infinities convert exactly
-    }
-    let neg = b >> 63 != 0;
-    let a = f64::from_bits(mag);
-    let (hi, lo) = (f64::from_bits((1023 + 60) << 52), f64::from_bits((1023 - 60) << 52)); // 2^60, 2^-60
-    let y = if a > hi {
-        hi as f32
-    } else if a < lo {
-        lo as f32
-    } else {
-        super::kernels::f64_to_f32_odd(a)
-    };
-    if neg { -y } else { y }
+    let m = mag.clamp((1023 - 60) << 52, (1023 + 60) << 52); // 2^-60 ..= 2^60: f32 normals
+    let e = (m >> 52) as u32 - 1023 + 127; // rebias the exponent
+    let hi = (m >> 29) as u32 & 0x7F_FFFF; // top 23 fraction bits (truncation toward zero)
+    let sticky = (m & ((1 << 29) - 1) != 0) as u32; // inexact: set the last bit (round to odd)
+    f32::from_bits(sign | (e << 23) | hi | sticky)
 }
 
 /// The core's f32 -> posit kernel, nearest even, leaving the caller's
@@ -279,18 +273,18 @@ fn posit2_decode(n: u32, c: u32) -> f64 {
     if x << 1 == 0 {
         return if x == 0 { 0.0 } else { f64::NAN }; // 0 and NaR (sign bit alone)
     }
-    let neg = x >> 31 != 0;
-    // Two's complement magnitude (negating the left-aligned code negates the code).
-    let body = (if neg { x.wrapping_neg() } else { x }) << 1; // regime first, sign dropped
-    let ones = body >> 31 != 0;
-    let run = if ones { body.leading_ones() } else { body.leading_zeros() }; // 1..=31: body is neither 0 nor all ones
-    let k = if ones { run as i32 - 1 } else { -(run as i32) };
+    let sm = ((x as i32) >> 31) as u32; // all ones when negative
+    // Two's complement magnitude, branch-free: (x ^ -1) + 1 = -x (negating the left-aligned code negates the code).
+    let body = (x ^ sm).wrapping_sub(sm) << 1; // regime first, sign dropped
+    let om = (body as i32) >> 31; // -1 when the regime is a run of ones, else 0
+    let run = (body ^ om as u32).leading_zeros(); // run length, 1..=31: body is neither 0 nor all ones
+    let k = -(run as i32) ^ om; // -run for zeros; !(-run) = run - 1 for ones
     // Drop the regime and its terminator; a u64 shift allows run + 1 = 32 (missing bits read 0).
     let rest = ((body as u64) << (run + 1)) as u32;
     let scale = 4 * k + (rest >> 30) as i32; // two exponent bits
     let frac = ((rest as u64) << 2) & 0xFFFF_FFFF; // fraction, left-aligned in 32 bits
     // |scale| <= 120: a normal f64; the fraction (<= 27 bits) fits its 52.
-    f64::from_bits(((neg as u64) << 63) | (((scale + 1023) as u64) << 52) | (frac << 20))
+    f64::from_bits(((sm as u64 & 1) << 63) | (((scale + 1023) as u64) << 52) | (frac << 20))
 }
 
 /// Decode `n` codes of type `t` at `src` into `dst` (f32 or f64).
