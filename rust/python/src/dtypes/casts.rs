@@ -182,6 +182,14 @@ unsafe fn encode_into<S: convert::Real>(t: usize, src: &[S], dst: *mut c_void) {
             }
             return;
         }
+        if p.es == 2 && p.nbits == 32 && is::<S, f64>() {
+            // SAFETY: S is f64 (checked above); the caller guarantees n aligned u32 codes.
+            let (s64, d) = unsafe { (std::slice::from_raw_parts(src.as_ptr() as *const f64, n), std::slice::from_raw_parts_mut(dst as *mut u32, n)) };
+            for (x, y) in s64.iter().zip(d.iter_mut()) {
+                *y = posit32_encode(*x);
+            }
+            return;
+        }
         if p.es == 2 {
             let size = TYPES[t].size;
             // posit2_encode's float compares raise invalid on signaling NaNs (which become NaR).
@@ -228,6 +236,55 @@ fn posit16_via_f32(x: f64) -> f32 {
     let hi = (m >> 29) as u32 & 0x7F_FFFF; // top 23 fraction bits (truncation toward zero)
     let sticky = (m & ((1 << 29) - 1) != 0) as u32; // inexact: set the last bit (round to odd)
     f32::from_bits(sign | (e << 23) | hi | sticky)
+}
+
+/// Round an f64 to posit<32,2>, nearest even on the encoding (the posit
+/// standard: no underflow to 0, saturation at maxpos, NaN and infinities to
+/// NaR); kernels::posit2_encode's steps in 64-bit integers, after rounding the
+/// f64 fraction to odd at 29 bits (posit32 keeps at most 27, so a guard bit and
+/// the sticky bit survive). Tested on the bits only: raises no FP flag.
+#[inline(always)]
+fn posit32_encode(x: f64) -> u32 {
+    const NAR: u32 = 1 << 31;
+    let b = x.to_bits();
+    let mag = b & !(1u64 << 63);
+    if mag == 0 {
+        return 0;
+    }
+    if mag >= 0x7FF0_0000_0000_0000 {
+        return NAR; // NaN and infinities
+    }
+    let ef = (mag >> 52) as i32;
+    const MAX_SCALE: i32 = 120; // (32 - 2) * 4
+    let scale = ef - 1023;
+    let code = if ef == 0 || scale < -MAX_SCALE {
+        1 // f64 subnormals and everything below minpos: minpos
+    } else if scale >= MAX_SCALE {
+        NAR - 1 // maxpos, or beyond it: saturate
+    } else {
+        let frac = mag & ((1u64 << 52) - 1);
+        // Top 29 fraction bits, the last one ORed with whether any lower bit is set (round to odd).
+        let f29 = (frac >> 23) | (frac & ((1 << 23) - 1) != 0) as u64;
+        let k = scale >> 2; // regime value: floor(scale / 4), -30..=29
+        let e = (scale & 3) as u64; // exponent bits
+        // Regime: k+1 ones then a zero (k >= 0), or -k zeros then a one; 2..=31 bits.
+        let (r, rlen) = if k >= 0 { (((1u64 << (k + 1)) - 1) << 1, (k + 2) as u32) } else { (1u64, (1 - k) as u32) };
+        let body = (r << 31) | (e << 29) | f29; // rlen + 31 <= 62 bits
+        let shift = rlen; // body length minus the 31 bits kept: >= 2, so the odd bit lies below the guard bit
+        let mut m = body >> shift;
+        let rem = body & ((1u64 << shift) - 1);
+        let half = 1u64 << (shift - 1);
+        if rem > half || (rem == half && m & 1 == 1) {
+            m += 1;
+        }
+        // Rounding never reaches NaR nor 0 (maxpos and minpos bound it).
+        m.clamp(1, (NAR - 1) as u64) as u32
+    };
+    if b >> 63 != 0 {
+        code.wrapping_neg()
+    } else {
+        code
+    }
 }
 
 /// The core's f32 -> posit kernel, nearest even, leaving the caller's
