@@ -146,12 +146,59 @@ unsafe fn encode_into<S: convert::Real>(t: usize, src: &[S], dst: *mut c_void) {
     let f = &TYPES[t].fmt;
     let n = src.len();
     if let Format::Posit(p) = f {
+        if p.es == 2 && is::<S, f32>() {
+            // The core's posit kernel (vectorized from f32); same results as posit2_encode.
+            // SAFETY: S is f32 (checked above); the caller guarantees n aligned codes.
+            unsafe {
+                let s32 = std::slice::from_raw_parts(src.as_ptr() as *const f32, n);
+                match TYPES[t].size {
+                    1 => posit_kernel(f, s32, std::slice::from_raw_parts_mut(dst as *mut u8, n)),
+                    2 => posit_kernel(f, s32, std::slice::from_raw_parts_mut(dst as *mut u16, n)),
+                    _ => posit_kernel(f, s32, std::slice::from_raw_parts_mut(dst as *mut u32, n)),
+                }
+            }
+            return;
+        }
+        if p.es == 2 && p.nbits <= 16 && is::<S, f64>() {
+            // SAFETY: S is f64 (checked above).
+            let s64 = unsafe { std::slice::from_raw_parts(src.as_ptr() as *const f64, n) };
+            let size = TYPES[t].size;
+            let mut buf = vec![0f32; n.min(F64_BLOCK)];
+            let mut i = 0;
+            while i < n {
+                let m = F64_BLOCK.min(n - i);
+                for (x, y) in s64[i..i + m].iter().zip(buf.iter_mut()) {
+                    *y = posit16_via_f32(*x);
+                }
+                // SAFETY: the caller guarantees n aligned codes of `size` bytes; [i, i + m) lies inside.
+                unsafe {
+                    let d = (dst as *mut u8).add(i * size);
+                    match size {
+                        1 => posit_kernel(f, &buf[..m], std::slice::from_raw_parts_mut(d, m)),
+                        _ => posit_kernel(f, &buf[..m], std::slice::from_raw_parts_mut(d as *mut u16, m)),
+                    }
+                }
+                i += m;
+            }
+            return;
+        }
+        if p.es == 2 && p.nbits == 32 && is::<S, f64>() {
+            // SAFETY: S is f64 (checked above); the caller guarantees n aligned u32 codes.
+            let (s64, d) = unsafe { (std::slice::from_raw_parts(src.as_ptr() as *const f64, n), std::slice::from_raw_parts_mut(dst as *mut u32, n)) };
+            for (x, y) in s64.iter().zip(d.iter_mut()) {
+                *y = posit32_encode(*x);
+            }
+            return;
+        }
         if p.es == 2 {
             let size = TYPES[t].size;
-            for (i, v) in src.iter().enumerate() {
-                // SAFETY: the caller guarantees n elements of `size` bytes.
-                unsafe { store((dst as *mut u8).add(i * size), size, super::kernels::posit2_encode(p.nbits, v.to_f64())) };
-            }
+            // posit2_encode's float compares raise invalid on signaling NaNs (which become NaR).
+            with_fp_flags_kept(|| {
+                for (i, v) in src.iter().enumerate() {
+                    // SAFETY: the caller guarantees n elements of `size` bytes.
+                    unsafe { store((dst as *mut u8).add(i * size), size, super::kernels::posit2_encode(p.nbits, v.to_f64())) };
+                }
+            });
             return;
         }
     }
@@ -166,6 +213,137 @@ unsafe fn encode_into<S: convert::Real>(t: usize, src: &[S], dst: *mut c_void) {
     }
 }
 
+/// f64 elements converted per block on the way into posit<n<=16,2>.
+const F64_BLOCK: usize = 1 << 14;
+
+/// An f64 as an f32 that rounds to the same posit<n<=16,2> (nearest even):
+/// rounded to odd (24 bits keep the sticky information for the <= 12
+/// significant bits of these posits), with magnitudes beyond the posit range
+/// clamped to 2^+-60 (still beyond maxpos 2^56 / below minpos 2^-56). Integer
+/// steps only: no branch on the data's rounding, no floating-point flag.
+#[inline(always)]
+fn posit16_via_f32(x: f64) -> f32 {
+    const INF: u64 = 0x7FF0_0000_0000_0000;
+    let b = x.to_bits();
+    let mag = b & !(1u64 << 63); // |x| as bits (ordered like the magnitudes)
+    let sign = (b >> 32) as u32 & 0x8000_0000;
+    if mag == 0 || mag >= INF {
+        // Zeros and infinities keep their sign; NaN (tested on the bits) becomes NaR.
+        return if mag > INF { f32::NAN } else { f32::from_bits(sign | if mag == 0 { 0 } else { 0x7F80_0000 }) };
+    }
+    let m = mag.clamp((1023 - 60) << 52, (1023 + 60) << 52); // 2^-60 ..= 2^60: f32 normals
+    let e = (m >> 52) as u32 - 1023 + 127; // rebias the exponent
+    let hi = (m >> 29) as u32 & 0x7F_FFFF; // top 23 fraction bits (truncation toward zero)
+    let sticky = (m & ((1 << 29) - 1) != 0) as u32; // inexact: set the last bit (round to odd)
+    f32::from_bits(sign | (e << 23) | hi | sticky)
+}
+
+/// Round an f64 to posit<32,2>, nearest even on the encoding (the posit
+/// standard: no underflow to 0, saturation at maxpos, NaN and infinities to
+/// NaR); kernels::posit2_encode's steps in 64-bit integers, after rounding the
+/// f64 fraction to odd at 29 bits (posit32 keeps at most 27, so a guard bit and
+/// the sticky bit survive). Tested on the bits only: raises no FP flag.
+#[inline(always)]
+fn posit32_encode(x: f64) -> u32 {
+    const NAR: u32 = 1 << 31;
+    let b = x.to_bits();
+    let mag = b & !(1u64 << 63);
+    if mag == 0 {
+        return 0;
+    }
+    if mag >= 0x7FF0_0000_0000_0000 {
+        return NAR; // NaN and infinities
+    }
+    let ef = (mag >> 52) as i32;
+    const MAX_SCALE: i32 = 120; // (32 - 2) * 4
+    let scale = ef - 1023;
+    let code = if ef == 0 || scale < -MAX_SCALE {
+        1 // f64 subnormals and everything below minpos: minpos
+    } else if scale >= MAX_SCALE {
+        NAR - 1 // maxpos, or beyond it: saturate
+    } else {
+        let frac = mag & ((1u64 << 52) - 1);
+        // Top 29 fraction bits, the last one ORed with whether any lower bit is set (round to odd).
+        let f29 = (frac >> 23) | (frac & ((1 << 23) - 1) != 0) as u64;
+        let k = scale >> 2; // regime value: floor(scale / 4), -30..=29
+        let e = (scale & 3) as u64; // exponent bits
+        // Regime: k+1 ones then a zero (k >= 0), or -k zeros then a one; 2..=31 bits.
+        let (r, rlen) = if k >= 0 { (((1u64 << (k + 1)) - 1) << 1, (k + 2) as u32) } else { (1u64, (1 - k) as u32) };
+        let body = (r << 31) | (e << 29) | f29; // rlen + 31 <= 62 bits
+        let shift = rlen; // body length minus the 31 bits kept: >= 2, so the odd bit lies below the guard bit
+        let mut m = body >> shift;
+        let rem = body & ((1u64 << shift) - 1);
+        let half = 1u64 << (shift - 1);
+        if rem > half || (rem == half && m & 1 == 1) {
+            m += 1;
+        }
+        // Rounding never reaches NaR nor 0 (maxpos and minpos bound it).
+        m.clamp(1, (NAR - 1) as u64) as u32
+    };
+    if b >> 63 != 0 {
+        code.wrapping_neg()
+    } else {
+        code
+    }
+}
+
+/// The core's f32 -> posit kernel, nearest even, leaving the caller's
+/// floating-point status flags as they were.
+fn posit_kernel<C: Code>(f: &Format, src: &[f32], dst: &mut [C]) {
+    with_fp_flags_kept(|| {
+        // Cannot fail: valid options and a storage width that fits the format.
+        let _ = convert::encode(f, src, dst, &rne(), 0);
+    })
+}
+
+/// Run `body` and restore the SSE status flags (invalid, denormal, divide,
+/// overflow, underflow, inexact) it may have raised on this thread: the
+/// vectorized kernels compare and convert NaN, infinite and huge lanes, whose
+/// flags numpy would report as warnings after the cast although the cast
+/// itself is exact by the posit standard.
+#[inline]
+fn with_fp_flags_kept<R>(body: impl FnOnce() -> R) -> R {
+    #[cfg(target_arch = "x86_64")]
+    {
+        #[allow(deprecated)]
+        use std::arch::x86_64::{_mm_getcsr, _mm_setcsr};
+        // SAFETY: SSE is part of x86_64; reading MXCSR has no side effect.
+        #[allow(deprecated)]
+        let before = unsafe { _mm_getcsr() };
+        let r = body();
+        // SAFETY: writes back the current control bits (rounding, masks, FTZ/DAZ
+        // unchanged) with the status bits (low 6) as they were before the call.
+        #[allow(deprecated)]
+        unsafe {
+            _mm_setcsr((_mm_getcsr() & !0x3F) | (before & 0x3F))
+        };
+        r
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    body()
+}
+
+/// Exact value of a posit<n,2> code (n <= 32); NaR is NaN, as the format engine decodes.
+#[inline(always)]
+fn posit2_decode(n: u32, c: u32) -> f64 {
+    let x = c << (32 - n); // left-aligned code
+    if x << 1 == 0 {
+        return if x == 0 { 0.0 } else { f64::NAN }; // 0 and NaR (sign bit alone)
+    }
+    let sm = ((x as i32) >> 31) as u32; // all ones when negative
+    // Two's complement magnitude, branch-free: (x ^ -1) + 1 = -x (negating the left-aligned code negates the code).
+    let body = (x ^ sm).wrapping_sub(sm) << 1; // regime first, sign dropped
+    let om = (body as i32) >> 31; // -1 when the regime is a run of ones, else 0
+    let run = (body ^ om as u32).leading_zeros(); // run length, 1..=31: body is neither 0 nor all ones
+    let k = -(run as i32) ^ om; // -run for zeros; !(-run) = run - 1 for ones
+    // Drop the regime and its terminator; a u64 shift allows run + 1 = 32 (missing bits read 0).
+    let rest = ((body as u64) << (run + 1)) as u32;
+    let scale = 4 * k + (rest >> 30) as i32; // two exponent bits
+    let frac = ((rest as u64) << 2) & 0xFFFF_FFFF; // fraction, left-aligned in 32 bits
+    // |scale| <= 120: a normal f64; the fraction (<= 27 bits) fits its 52.
+    f64::from_bits(((sm as u64 & 1) << 63) | (((scale + 1023) as u64) << 52) | (frac << 20))
+}
+
 /// Decode `n` codes of type `t` at `src` into `dst` (f32 or f64).
 ///
 /// # Safety
@@ -173,6 +351,17 @@ unsafe fn encode_into<S: convert::Real>(t: usize, src: &[S], dst: *mut c_void) {
 unsafe fn decode_from<D: convert::Real>(t: usize, src: *const c_void, dst: &mut [D]) {
     let f = &TYPES[t].fmt;
     let n = dst.len();
+    if let Format::Posit(p) = f {
+        if p.es == 2 && p.nbits > 16 {
+            // SAFETY: the caller guarantees n aligned u32 codes.
+            let s = unsafe { std::slice::from_raw_parts(src as *const u32, n) };
+            // Exact in f64; D::from_f64 rounds once (posit32's range lies inside f32's normals).
+            for (c, y) in s.iter().zip(dst.iter_mut()) {
+                *y = D::from_f64(posit2_decode(p.nbits, *c));
+            }
+            return;
+        }
+    }
     fn go<C: Code, D: convert::Real>(f: &Format, s: &[C], d: &mut [D]) {
         let _ = convert::decode(f, s, d);
     }
