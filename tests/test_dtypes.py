@@ -509,3 +509,26 @@ def test_posit_cast_midpoints(name):
             got = src.astype(dt(name))
         want = lowp.encode(src.astype(np.float64), lowp.format(name))
         assert same_bits(got, want)
+
+
+@pytest.mark.parametrize("name", ["posit16", "posit32"])
+@pytest.mark.parametrize("src", [np.float32, np.float64])
+def test_posit_casts_at_midpoints_and_specials(name, src):
+    """Casts into posits round once like the format engine, midpoints included, and raise no FP warnings."""
+    fmt = lowp.format(name)
+    rng = np.random.default_rng(17)
+    codes = rng.integers(1, 2**fmt.bits - 1, 20000, dtype=np.uint64).astype(fmt.storage_dtype)
+    v = lowp.decode(codes, fmt, np.float64)
+    v = v[np.isfinite(v)]
+    nxt = lowp.decode((codes[: v.size].astype(np.uint64) + 1).astype(fmt.storage_dtype), fmt, np.float64)
+    mids = (v + nxt) / 2
+    specials = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1e-300, 1e300, -1e-45, 2.0**-130])
+    x = np.concatenate([v, mids[np.isfinite(mids)], np.nextafter(mids, np.inf), np.nextafter(mids, -np.inf), specials])
+    with np.errstate(over="ignore"):
+        x = x.astype(src)
+    snan = np.array([0x7FF0000000000001], np.uint64).view(np.float64) if src == np.float64 else \
+        np.array([0x7F800001], np.uint32).view(np.float32)
+    x = np.concatenate([x, snan])
+    with np.errstate(all="raise"):
+        got = x.astype(dt(name))
+    np.testing.assert_array_equal(got.view(fmt.storage_dtype), lowp.encode(x, fmt))
