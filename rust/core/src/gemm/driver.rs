@@ -22,6 +22,9 @@ use crate::parallel;
 /// Rows of B packed per band (even, so int8 depth pairs stay whole).
 const PB: usize = 16;
 
+/// Fewest multiply-adds (m*n*k) worth splitting across threads.
+const PAR_MIN: usize = 1 << 22;
+
 thread_local! {
     /// Per-thread packing buffers for A and B, reused across calls (no fresh
     /// pages to fault in, no unmapping, on every call).
@@ -83,7 +86,8 @@ pub(crate) fn gemm<K: Kernel>(kern: &K, a: &Operand, b: &Operand, c: OutMat<K::C
     // buffers: one fork-join per call, no barrier per depth block.
     let split_m = m >= n && ms >= 2 || ns < 2;
     let strips = if split_m { ms } else { ns };
-    let parts = if threads > 1 && (m * n * k) >= 32 * 32 * 32 { threads.min(strips) } else { 1 };
+    // Below about 160^3 multiply-adds waking a second thread costs more than it saves.
+    let parts = if threads > 1 && m * n * k >= PAR_MIN { threads.min(strips) } else { 1 };
     if parts <= 1 {
         serial(kern, a, b, c);
         return;
