@@ -13,7 +13,7 @@
 //! same sequence of depth blocks and the same kernel whatever the thread count,
 //! so results do not depend on it.
 
-use rayon::prelude::*;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use super::kernels::Kernel;
 use super::{padded_ld, OutMat, Operand};
@@ -102,7 +102,35 @@ pub(crate) fn gemm<K: Kernel>(kern: &K, a: &Operand, b: &Operand, c: OutMat<K::C
             serial(kern, a, &cols_of(b, j0, j1), sub_out(c, 0, m, j0, j1));
         }
     };
-    parallel::pool().install(|| (0..parts).into_par_iter().for_each(part));
+    // The calling thread computes part 0 while the pool takes the rest: one
+    // wake-up of an idle worker overlaps with useful work (install() would add
+    // a wake-up of a worker to start and of the caller to finish). Before the
+    // scope blocks, the caller waits for the others by yielding, so finishing
+    // costs no further wake-up.
+    let left = AtomicUsize::new(parts - 1);
+    parallel::pool().in_place_scope(|s| {
+        for t in 1..parts {
+            let (part, left) = (&part, &left);
+            s.spawn(move |_| {
+                // Counts the part as done even if it panics (the scope then re-raises it).
+                let _done = Done(left);
+                part(t);
+            });
+        }
+        part(0);
+        while left.load(Ordering::Acquire) > 0 {
+            std::thread::yield_now();
+        }
+    });
+}
+
+/// Decrements the count of unfinished parts when dropped.
+struct Done<'a>(&'a AtomicUsize);
+
+impl Drop for Done<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Release);
+    }
 }
 
 /// Rows `i0..i1` of `op` (a view, no copy).
