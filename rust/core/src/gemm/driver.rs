@@ -107,8 +107,12 @@ pub(crate) fn gemm<K: Kernel>(kern: &K, a: &Operand, b: &Operand, c: OutMat<K::C
     // a wake-up of a worker to start and of the caller to finish). Before the
     // scope blocks, the caller waits for the others by yielding, so finishing
     // costs no further wake-up.
+    // A worker of the pool itself must not yield-wait: the parts it spawned may
+    // sit in its own queue, which only the scope's own wait runs.
+    let pool = parallel::pool();
+    let spin = pool.current_thread_index().is_none();
     let left = AtomicUsize::new(parts - 1);
-    parallel::pool().in_place_scope(|s| {
+    pool.in_place_scope(|s| {
         for t in 1..parts {
             let (part, left) = (&part, &left);
             s.spawn(move |_| {
@@ -118,7 +122,7 @@ pub(crate) fn gemm<K: Kernel>(kern: &K, a: &Operand, b: &Operand, c: OutMat<K::C
             });
         }
         part(0);
-        while left.load(Ordering::Acquire) > 0 {
+        while spin && left.load(Ordering::Acquire) > 0 {
             std::thread::yield_now();
         }
     });
