@@ -1,18 +1,19 @@
 //! The Goto/BLIS loop nest, generic over a [`Kernel`]:
 //!
 //! ```text
-//! for jc in 0..n step NC            // B block of NC columns (L3)
-//!   for pc in 0..k step KC          //   depth block; pack B[pc.., jc..] into KC x NR strips
-//!     parallel for (ic, part)       //   A block of MC rows (L2), packed per task into MR x KC strips
-//!       for jr in part step NR      //     B strip (L1)
-//!         for ir in 0..MC step MR   //       micro-kernel: MR x NR tile of C
+//! parallel for part of C           // one part per thread: MR-row (or NR-column) strips
+//!   for jc in 0..n step NC          //   B block of NC columns (L3)
+//!     for pc in 0..k step KC        //     depth block; pack B[pc.., jc..] into KC x NR strips
+//!       for ic in 0..m step MC      //       A block of MC rows (L2), packed into MR x KC strips
+//!         for jr in 0..NC step NR   //         B strip (L1)
+//!           for ir in 0..MC step MR //           micro-kernel: MR x NR tile of C
 //! ```
 //!
-//! Threads split the (ic block x column part) tasks of each depth block. Every
-//! element of C sees the same sequence of depth blocks and the same kernel
-//! whatever the thread count, so results do not depend on it.
+//! Threads split C into equal parts once per call. Every element of C sees the
+//! same sequence of depth blocks and the same kernel whatever the thread count,
+//! so results do not depend on it.
 
-use rayon::prelude::*;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use super::kernels::Kernel;
 use super::{padded_ld, OutMat, Operand};
@@ -21,14 +22,24 @@ use crate::parallel;
 /// Rows of B packed per band (even, so int8 depth pairs stay whole).
 const PB: usize = 16;
 
+/// Fewest multiply-adds (m*n*k) worth splitting across threads.
+const PAR_MIN: usize = 1 << 22;
+
 thread_local! {
-    /// Per-thread A packing buffer, reused across tasks and calls.
+    /// Per-thread packing buffers for A and B, reused across calls (no fresh
+    /// pages to fault in, no unmapping, on every call).
     static APACK: std::cell::RefCell<Vec<u64>> = const { std::cell::RefCell::new(Vec::new()) };
+    static BPACK: std::cell::RefCell<Vec<u64>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
-/// Run `f` on a 64-byte aligned scratch slice of `len` elements of `P` (contents unspecified).
-fn with_apack<P: Copy, R>(len: usize, f: impl FnOnce(&mut [P]) -> R) -> R {
-    APACK.with(|cell| {
+/// Run `f` on a 64-byte aligned scratch slice of `len` elements of `P` (contents unspecified)
+/// taken from the thread-local buffer `key`.
+fn with_scratch<P: Copy, R>(
+    key: &'static std::thread::LocalKey<std::cell::RefCell<Vec<u64>>>,
+    len: usize,
+    f: impl FnOnce(&mut [P]) -> R,
+) -> R {
+    key.with(|cell| {
         let mut v = cell.borrow_mut();
         let words = (len * std::mem::size_of::<P>()).div_ceil(8) + 8;
         if v.len() < words {
@@ -42,30 +53,6 @@ fn with_apack<P: Copy, R>(len: usize, f: impl FnOnce(&mut [P]) -> R) -> R {
         let s = unsafe { std::slice::from_raw_parts_mut((addr + off) as *mut P, len) };
         f(s)
     })
-}
-
-/// A buffer of `len` elements starting on a 64-byte boundary.
-struct Aligned<T> {
-    buf: Vec<T>,
-    off: usize,
-    len: usize,
-}
-
-impl<T: Copy + Default> Aligned<T> {
-    fn new(len: usize) -> Self {
-        let sz = std::mem::size_of::<T>().max(1);
-        let extra = 64 / sz;
-        let buf = vec![T::default(); len + extra];
-        let addr = buf.as_ptr() as usize;
-        let off = ((64 - addr % 64) % 64) / sz;
-        Aligned { buf, off, len }
-    }
-    fn slice(&self) -> &[T] {
-        &self.buf[self.off..self.off + self.len]
-    }
-    fn slice_mut(&mut self) -> &mut [T] {
-        &mut self.buf[self.off..self.off + self.len]
-    }
 }
 
 /// Stride between packed strips: the strip length, padded so that consecutive
@@ -90,67 +77,124 @@ pub(crate) fn gemm<K: Kernel>(kern: &K, a: &Operand, b: &Operand, c: OutMat<K::C
     }
     let threads = parallel::num_threads();
     let (mr, nr) = (K::MR, K::NR);
+    let (ms, ns) = (m.div_ceil(mr), n.div_ceil(nr));
+    // One part of C per thread, each a whole number of MR rows (or NR columns),
+    // differing by at most one strip. Splitting the larger dimension keeps the
+    // parts even and the duplicated packing of the other operand small (each
+    // thread packs all of B for a row split, all of A for a column split).
+    // Each part runs the whole loop nest on its own with its own packing
+    // buffers: one fork-join per call, no barrier per depth block.
+    let split_m = m >= n && ms >= 2 || ns < 2;
+    let strips = if split_m { ms } else { ns };
+    // Below about 160^3 multiply-adds waking a second thread costs more than it saves.
+    let parts = if threads > 1 && m * n * k >= PAR_MIN { threads.min(strips) } else { 1 };
+    if parts <= 1 {
+        serial(kern, a, b, c);
+        return;
+    }
+    let part = |t: usize| {
+        let (s0, s1) = (strips * t / parts, strips * (t + 1) / parts);
+        if split_m {
+            let (i0, i1) = (s0 * mr, (s1 * mr).min(m));
+            serial(kern, &rows_of(a, i0, i1), b, sub_out(c, i0, i1, 0, n));
+        } else {
+            let (j0, j1) = (s0 * nr, (s1 * nr).min(n));
+            serial(kern, a, &cols_of(b, j0, j1), sub_out(c, 0, m, j0, j1));
+        }
+    };
+    // The calling thread computes part 0 while the pool takes the rest: one
+    // wake-up of an idle worker overlaps with useful work (install() would add
+    // a wake-up of a worker to start and of the caller to finish). Before the
+    // scope blocks, the caller waits for the others by yielding, so finishing
+    // costs no further wake-up.
+    // A worker of the pool itself must not yield-wait: the parts it spawned may
+    // sit in its own queue, which only the scope's own wait runs.
+    let pool = parallel::pool();
+    let spin = pool.current_thread_index().is_none();
+    let left = AtomicUsize::new(parts - 1);
+    pool.in_place_scope(|s| {
+        for t in 1..parts {
+            let (part, left) = (&part, &left);
+            s.spawn(move |_| {
+                // Counts the part as done even if it panics (the scope then re-raises it).
+                let _done = Done(left);
+                part(t);
+            });
+        }
+        part(0);
+        while spin && left.load(Ordering::Acquire) > 0 {
+            std::thread::yield_now();
+        }
+    });
+}
+
+/// Decrements the count of unfinished parts when dropped.
+struct Done<'a>(&'a AtomicUsize);
+
+impl Drop for Done<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Release);
+    }
+}
+
+/// Rows `i0..i1` of `op` (a view, no copy).
+fn rows_of(op: &Operand, i0: usize, i1: usize) -> Operand {
+    let bytes = op.storage.bytes() as isize;
+    Operand { ptr: op.ptr.wrapping_offset(i0 as isize * op.rs * bytes), rows: i1 - i0, ..op.clone() }
+}
+
+/// Columns `j0..j1` of `op` (a view, no copy).
+fn cols_of(op: &Operand, j0: usize, j1: usize) -> Operand {
+    let bytes = op.storage.bytes() as isize;
+    Operand { ptr: op.ptr.wrapping_offset(j0 as isize * op.cs * bytes), cols: j1 - j0, ..op.clone() }
+}
+
+/// The block `i0..i1` x `j0..j1` of `c`.
+fn sub_out<T>(c: OutMat<T>, i0: usize, i1: usize, j0: usize, j1: usize) -> OutMat<T> {
+    OutMat { ptr: c.at(i0, j0), rows: i1 - i0, cols: j1 - j0, rs: c.rs, cs: c.cs }
+}
+
+/// The loop nest on one thread. Every element of C sees the same sequence of
+/// depth blocks and the same kernel whichever part of C it lies in, so results
+/// do not depend on how C is split across threads.
+fn serial<K: Kernel>(kern: &K, a: &Operand, b: &Operand, c: OutMat<K::C>) {
+    let (m, n, k) = (a.rows, b.cols, a.cols);
+    let (mr, nr) = (K::MR, K::NR);
     let kc_max = K::KC.min(k);
     let nc_max = K::NC.min(n.div_ceil(nr) * nr);
     let sa = strip_stride::<K>(mr, kc_max);
     let sb = strip_stride::<K>(nr, kc_max);
-
-    // Row blocks: at least one per thread when m allows it, each a multiple of MR.
-    let mut mb = m.div_ceil(K::MC);
-    if threads > 1 {
-        mb = mb.div_ceil(threads) * threads;
-    }
-    mb = mb.min(m.div_ceil(mr)).max(1);
+    // Row blocks of at most MC rows, of near-equal size, each a multiple of MR.
+    let mb = m.div_ceil(K::MC).max(1);
     let mc = m.div_ceil(mb).div_ceil(mr) * mr;
-    let mb = m.div_ceil(mc);
 
-    let mut bpack = Aligned::<K::P>::new(nc_max.div_ceil(nr) * sb);
-    let body = |bpack: &mut Aligned<K::P>| {
+    with_scratch::<K::P, ()>(&BPACK, nc_max.div_ceil(nr) * sb, |bpack| {
         for jc in (0..n).step_by(K::NC) {
             let nc = K::NC.min(n - jc);
             let nstrips = nc.div_ceil(nr);
-            // Column parts per row block, so that small-m problems still use every thread.
-            let parts = if mb >= threads { 1 } else { threads.div_ceil(mb).min(nstrips) };
             for pc in (0..k).step_by(K::KC) {
                 let kc = K::KC.min(k - pc);
                 // Pack B[pc..pc+kc, jc..jc+nc] into KC x NR strips, a band of PB rows
-                // at a time across all strips of a thread's share, so that the rows of
-                // B are read as a few sequential streams.
-                let bs = &mut bpack.slice_mut()[..nstrips * sb];
-                let nparts_b = if threads > 1 && nstrips > 1 { threads.min(nstrips) } else { 1 };
-                let per = nstrips.div_ceil(nparts_b);
-                let pack_b = |part: usize, dst: &mut [K::P]| {
-                    let s0 = part * per;
-                    let ns = dst.len().div_ceil(sb);
-                    for p0 in (0..kc).step_by(PB) {
-                        let pk = PB.min(kc - p0);
-                        let off = K::strip_len(nr, p0);
-                        for s in 0..ns {
-                            let j0 = jc + (s0 + s) * nr;
-                            let nv = nr.min(n - j0);
-                            let base = (pc + p0) as isize * b.rs + j0 as isize * b.cs;
-                            let d = &mut dst[s * sb + off..s * sb + off + K::strip_len(nr, pk)];
-                            // SAFETY: rows pc+p0..pc+p0+pk and columns j0..j0+nv are inside b.
-                            unsafe { K::pack(b, base, b.cs, b.rs, nv, nr, pk, d) };
-                        }
+                // at a time across all strips, so that the rows of B are read as a
+                // few sequential streams.
+                let bs = &mut bpack[..nstrips * sb];
+                for p0 in (0..kc).step_by(PB) {
+                    let pk = PB.min(kc - p0);
+                    let off = K::strip_len(nr, p0);
+                    for s in 0..nstrips {
+                        let j0 = jc + s * nr;
+                        let nv = nr.min(n - j0);
+                        let base = (pc + p0) as isize * b.rs + j0 as isize * b.cs;
+                        let d = &mut bs[s * sb + off..s * sb + off + K::strip_len(nr, pk)];
+                        // SAFETY: rows pc+p0..pc+p0+pk and columns j0..j0+nv are inside b.
+                        unsafe { K::pack(b, base, b.cs, b.rs, nv, nr, pk, d) };
                     }
-                };
-                if nparts_b > 1 {
-                    bs.par_chunks_mut(per * sb).enumerate().for_each(|(t, d)| pack_b(t, d));
-                } else {
-                    pack_b(0, bs);
                 }
-                let bs: &[K::P] = &bpack.slice()[..nstrips * sb];
-                let task = |t: usize| {
-                    let (ib, part) = (t / parts, t % parts);
-                    let ic = ib * mc;
+                let bs: &[K::P] = &bpack[..nstrips * sb];
+                for ic in (0..m).step_by(mc) {
                     let mcb = mc.min(m - ic);
-                    let (s0, s1) = (nstrips * part / parts, nstrips * (part + 1) / parts);
-                    if s0 == s1 {
-                        return;
-                    }
                     let astrips = mcb.div_ceil(mr);
-                    with_apack::<K::P, ()>(astrips * sa, |apack| {
+                    with_scratch::<K::P, ()>(&APACK, astrips * sa, |apack| {
                         for (s, d) in apack.chunks_mut(sa).enumerate() {
                             let i0 = ic + s * mr;
                             let nv = mr.min(m - i0);
@@ -159,14 +203,14 @@ pub(crate) fn gemm<K: Kernel>(kern: &K, a: &Operand, b: &Operand, c: OutMat<K::C
                             unsafe { K::pack(a, base, a.rs, a.cs, nv, mr, kc, d) };
                         }
                         let ap = apack.as_ptr();
-                        for js in s0..s1 {
+                        for js in 0..nstrips {
                             let j0 = jc + js * nr;
                             let nrv = nr.min(n - j0);
                             for is in 0..astrips {
                                 let i0 = ic + is * mr;
                                 let mrv = mr.min(m - i0);
                                 // SAFETY: packed strips hold kc steps; the tile (i0, j0) of
-                                // size mrv x nrv is inside C and only this task writes it.
+                                // size mrv x nrv is inside C and only this thread writes it.
                                 unsafe {
                                     let cp = c.at(i0, j0);
                                     kern.run(kc, ap.add(is * sa), bs.as_ptr().add(js * sb), cp, c.rs, c.cs, mrv, nrv, pc > 0);
@@ -174,19 +218,8 @@ pub(crate) fn gemm<K: Kernel>(kern: &K, a: &Operand, b: &Operand, c: OutMat<K::C
                             }
                         }
                     });
-                };
-                let ntasks = mb * parts;
-                if threads > 1 && ntasks > 1 {
-                    (0..ntasks).into_par_iter().for_each(task);
-                } else {
-                    (0..ntasks).for_each(task);
                 }
             }
         }
-    };
-    if threads > 1 {
-        parallel::pool().install(|| body(&mut bpack));
-    } else {
-        body(&mut bpack);
-    }
+    });
 }
