@@ -8,7 +8,7 @@ from typing import Any, Optional, Union
 import numpy as np
 
 from . import _lowp
-from ._formats import Format, FloatFormat, PositFormat, _canonical, _dtype_registry, format as _format
+from ._formats import DTYPE_NAMES, Format, FloatFormat, PositFormat, _canonical, _dtype_registry, format as _format
 
 __all__ = ["round", "cast", "encode", "decode", "ROUNDING_MODES", "nextafter_scalar"]
 
@@ -49,10 +49,6 @@ def _rbits(rbits: Any, dtype: np.dtype) -> int:
     return int(rbits)
 
 
-_LOWP_DTYPE_NAMES = {
-    "bfloat16", "float8_e5m2", "float8_e4m3fn", "float8_e4m3", "float8_e4m3fnuz", "float8_e5m2fnuz",
-    "posit8", "posit16", "posit32",
-}
 
 
 def _contiguous(a: np.ndarray) -> np.ndarray:
@@ -93,7 +89,7 @@ def _as_float_array(x: Any, arg: str = "x", fmt: Optional[Format] = None) -> np.
         dt = a.dtype
     if dt == np.float32 or dt == np.float64:
         return _contiguous(a)
-    if dt.name in _LOWP_DTYPE_NAMES:
+    if dt.name in DTYPE_NAMES:
         f = _format(dt)
         bits = _contiguous(a).view(f.storage_dtype)
         return decode(bits, f, dtype=np.float64 if not f._fits_f32() else np.float32)

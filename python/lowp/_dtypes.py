@@ -25,15 +25,14 @@ import numpy as np
 
 from . import _lowp
 from ._convert import _register_dtype
-from ._formats import _NAMED
+from ._formats import _NAMED, DTYPE_NAMES
 
 __all__ = [
     "bfloat16", "float8_e5m2", "float8_e4m3fn", "float8_e4m3", "float8_e4m3fnuz", "float8_e5m2fnuz",
     "posit8", "posit16", "posit32", "DTYPE_NAMES",
 ]
 
-DTYPE_NAMES = ("bfloat16", "float8_e5m2", "float8_e4m3fn", "float8_e4m3", "float8_e4m3fnuz", "float8_e5m2fnuz",
-               "posit8", "posit16", "posit32")
+
 
 bfloat16 = _lowp.bfloat16
 float8_e5m2 = _lowp.float8_e5m2

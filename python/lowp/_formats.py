@@ -343,6 +343,10 @@ _ALIASES = {
     "i8": "int8",
 }
 
+# Named formats whose numpy dtype is lowp's own (registered by the native module).
+DTYPE_NAMES = ("bfloat16", "float8_e5m2", "float8_e4m3fn", "float8_e4m3", "float8_e4m3fnuz", "float8_e5m2fnuz",
+               "posit8", "posit16", "posit32")
+
 _BY_SPEC: dict[tuple, Format] = {f._spec: f for f in _NAMED.values()}
 
 # spec -> numpy dtype that stores it. numpy's own types first; lowp's dtypes
