@@ -734,6 +734,10 @@ fn run(a: &Operand, b: &Operand, c: OutMat<f64>, spec: &AccumSpec) -> Result<()>
         };
     }
     #[cfg(target_arch = "x86_64")]
+    if let Some(kind) = kind16(&fmt, &opts, a, b) {
+        return drive16(kind, a, b, c, spec, outer.as_ref());
+    }
+    #[cfg(target_arch = "x86_64")]
     if opts.mode == Mode::NearestEven && super::simd() && lanes32_ok(&fmt, a, b) {
         return drive32(&Fast::<M_NE>::new(fmt, opts), a, b, c, spec, outer.as_ref());
     }
@@ -902,6 +906,287 @@ fn drive32(r: &Fast<M_NE>, a: &Operand, b: &Operand, c: OutMat<f64>, spec: &Accu
     Ok(())
 }
 
+/// The fp8 formats whose products feed [`Kind16::Fma`]: for every pair of
+/// them, `RN_fp16(fl32(acc + a*b)) == RN_fp16(acc + a*b)` for every fp16 `acc`
+/// (checked exhaustively by the tests).
+pub(crate) const FMA16_INPUTS: [crate::format::FloatFormat; 5] =
+    [named::FLOAT8_E5M2, named::FLOAT8_E4M3FN, named::FLOAT8_E4M3, named::FLOAT8_E4M3FNUZ, named::FLOAT8_E5M2FNUZ];
+
+/// How the 8-lane f32 tile kernel computes one nearest-even fp16 add.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Kind16 {
+    /// `cvt_fp16(fma(a, b, acc))`: products of at most 8 bits, exact in f32;
+    /// the double rounding f32 -> fp16 is innocuous (the exact sum of two
+    /// 11-bit numbers rounded to 24 >= 2*11 + 1 bits, then to 11 bits).
+    Fma,
+    /// TwoSum in f32 (products exact in f32, checked per depth block from the
+    /// values), the sum rounded to odd at 24 bits, then `cvt_fp16`.
+    Odd,
+}
+
+/// Is `fmt` IEEE float16 with nearest-even, non-saturating rounding (what
+/// F16C's `vcvtps2ph` does, overflow to infinity included)?
+fn is_f16_ne(fmt: &Format, opts: &RoundOpts) -> bool {
+    *fmt == Format::Float(named::FLOAT16) && opts.mode == Mode::NearestEven && !opts.saturate
+}
+
+/// Which tile kernel (if any) runs `fmt` accumulation of `a @ b`.
+pub(crate) fn kind16(fmt: &Format, opts: &RoundOpts, a: &Operand, b: &Operand) -> Option<Kind16> {
+    if !super::simd() || !is_f16_ne(fmt, opts) {
+        return None;
+    }
+    let (Some(fa), Some(fb)) = (a.format(), b.format()) else { return None };
+    if let (Format::Float(x), Format::Float(y)) = (fa, fb) {
+        if FMA16_INPUTS.contains(&x) && FMA16_INPUTS.contains(&y) {
+            return Some(Kind16::Fma);
+        }
+    }
+    let (pa, _, _) = profile(&fa);
+    let (pb, _, _) = profile(&fb);
+    // The product of the significands must fit in 24 bits; the exponents are
+    // checked on the values of each depth block.
+    (pa + pb <= 24 && a.fits_f32() && b.fits_f32()).then_some(Kind16::Odd)
+}
+
+/// Bounds of a block of f32 values: (lowest exponent of any nonzero finite
+/// value's last bit, for values of `prec` bits; bound `h` with |x| < 2^h for
+/// every finite x). `None` when no value is nonzero and finite.
+#[inline(always)]
+fn exp_bounds(v: &[f32], prec: i32) -> Option<(i32, i32)> {
+    let (mut lo, mut hi) = (u32::MAX, 0u32);
+    for &x in v {
+        let m = x.to_bits() & 0x7fff_ffff;
+        // Nonzero finite magnitudes only (bit patterns order like the values).
+        let ok = m != 0 && m < 0x7f80_0000;
+        lo = lo.min(if ok { m } else { u32::MAX });
+        hi = hi.max(if ok { m } else { 0 });
+    }
+    if hi == 0 {
+        return None;
+    }
+    let be = (lo >> 23) as i32;
+    // Subnormal f32 values have their last bit at 2^-149 at worst.
+    let low = if be == 0 { -149 } else { (be - 127 - (prec - 1)).max(-149) };
+    Some((low, (hi >> 23) as i32 - 127 + 1))
+}
+
+/// One nearest-even fp16 add on 8 lanes, `acc = RN_fp16(acc + a*b)`.
+///
+/// # Safety
+/// The CPU must support avx2, fma and f16c; see [`Kind16`] for when each kind is exact.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn add16<const ODD: bool>(acc: std::arch::x86_64::__m256, a: std::arch::x86_64::__m256, b: std::arch::x86_64::__m256) -> std::arch::x86_64::__m256 {
+    use std::arch::x86_64::*;
+    // SAFETY: the caller guarantees the CPU features.
+    unsafe {
+        let x = if ODD {
+            let p = _mm256_mul_ps(a, b); // exact (checked for the block)
+            let s = _mm256_add_ps(acc, p);
+            let bb = _mm256_sub_ps(s, acc);
+            let e = _mm256_add_ps(_mm256_sub_ps(acc, _mm256_sub_ps(s, bb)), _mm256_sub_ps(p, bb));
+            let sb = _mm256_castps_si256(s);
+            // e != 0 and ordered: the sum is inexact (e is NaN exactly where s is inf/NaN, left alone).
+            let inexact = _mm256_castps_si256(_mm256_cmp_ps::<_CMP_NEQ_OQ>(e, _mm256_setzero_ps()));
+            // Round to odd: the odd one of the two f32 neighbours around s + e. When e
+            // moves the magnitude up that is s | 1; down, (s - 1) | 1 (bits of the magnitude).
+            let down = _mm256_srai_epi32::<31>(_mm256_xor_si256(sb, _mm256_castps_si256(e)));
+            let odd = _mm256_or_si256(_mm256_add_epi32(sb, down), _mm256_set1_epi32(1));
+            _mm256_castsi256_ps(_mm256_blendv_epi8(sb, odd, inexact))
+        } else {
+            _mm256_fmadd_ps(a, b, acc)
+        };
+        // To fp16 with nearest-even (overflow -> inf, NaN stays NaN) and back, exactly.
+        _mm256_cvtph_ps(_mm256_cvtps_ph::<{ _MM_FROUND_TO_NEAREST_INT }>(x))
+    }
+}
+
+/// `MR x 16` accumulators (row-major in `acc`) over `kn` depth steps:
+/// `acc[r][j] = RN_fp16(acc[r][j] + ap[kk*MR + r] * bp[kk*16 + j])` for kk in order.
+///
+/// # Safety
+/// The CPU must support avx2, fma and f16c; `ap` holds kn*MR values, `bp` kn*16.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn tile16<const MR: usize, const ODD: bool>(acc: &mut [f32], ap: &[f32], bp: &[f32], kn: usize) {
+    use std::arch::x86_64::*;
+    assert!(acc.len() >= MR * 16 && ap.len() >= kn * MR && bp.len() >= kn * 16);
+    // SAFETY: every offset is inside the slices (asserted above); the CPU features are the caller's contract.
+    unsafe {
+        let mut c = [[_mm256_setzero_ps(); 2]; MR];
+        for (r, cr) in c.iter_mut().enumerate() {
+            cr[0] = _mm256_loadu_ps(acc.as_ptr().add(r * 16));
+            cr[1] = _mm256_loadu_ps(acc.as_ptr().add(r * 16 + 8));
+        }
+        let (mut pa, mut pb) = (ap.as_ptr(), bp.as_ptr());
+        for _ in 0..kn {
+            let b0 = _mm256_loadu_ps(pb);
+            let b1 = _mm256_loadu_ps(pb.add(8));
+            for (r, cr) in c.iter_mut().enumerate() {
+                let av = _mm256_broadcast_ss(&*pa.add(r));
+                cr[0] = add16::<ODD>(cr[0], av, b0);
+                cr[1] = add16::<ODD>(cr[1], av, b1);
+            }
+            pa = pa.add(MR);
+            pb = pb.add(16);
+        }
+        for (r, cr) in c.iter().enumerate() {
+            _mm256_storeu_ps(acc.as_mut_ptr().add(r * 16), cr[0]);
+            _mm256_storeu_ps(acc.as_mut_ptr().add(r * 16 + 8), cr[1]);
+        }
+    }
+}
+
+/// `tot = RN_fp16(tot + row)` lane-wise (chunk totals into an fp16 accumulator),
+/// then `row = 0`. Both hold fp16 values, so the sum is exact in f64 and the
+/// TwoSum / round-to-odd kernel rounds it exactly.
+///
+/// # Safety
+/// The CPU must support avx2, fma and f16c; both slices have a multiple of 8 values.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn flush16(tot: &mut [f32], row: &mut [f32]) {
+    use std::arch::x86_64::*;
+    assert!(tot.len() == row.len() && tot.len() % 8 == 0);
+    // SAFETY: j + 8 <= len for every access; CPU features per the contract.
+    unsafe {
+        let one = _mm256_set1_ps(1.0);
+        for j in (0..tot.len()).step_by(8) {
+            let t = _mm256_loadu_ps(tot.as_ptr().add(j));
+            let r = _mm256_loadu_ps(row.as_ptr().add(j));
+            _mm256_storeu_ps(tot.as_mut_ptr().add(j), add16::<true>(t, r, one));
+            _mm256_storeu_ps(row.as_mut_ptr().add(j), _mm256_setzero_ps());
+        }
+    }
+}
+
+/// Row-group height of the tile kernels (registers: 2*MR accumulators).
+const MR_FMA: usize = 6;
+const MR_ODD: usize = 4;
+/// Rows a task covers (a multiple of both MRs).
+const RB16: usize = 48;
+
+/// [`drive`] for fp16 nearest-even accumulation on the tile kernels; the
+/// results are exactly those of the f64 path. Depth blocks whose values could
+/// make an f32 product inexact (kind `Odd` only) run through the f64 rounding.
+#[cfg(target_arch = "x86_64")]
+fn drive16(kind: Kind16, a: &Operand, b: &Operand, c: OutMat<f64>, spec: &AccumSpec, outer: Option<&Dyn>) -> Result<()> {
+    let (m, n, k) = (a.rows, b.cols, a.cols);
+    if m == 0 || n == 0 {
+        return Ok(());
+    }
+    let exact = Fast::<M_NE>::new(spec.fmt, spec.opts);
+    let mr = if kind == Kind16::Fma { MR_FMA } else { MR_ODD };
+    let chunk = spec.chunk.map(|(cs, _)| cs).unwrap_or(usize::MAX);
+    // Chunk totals into fp16 nearest-even run vectorized too.
+    let flush_vec = spec.chunk.is_some_and(|(_, f2)| is_f16_ne(&f2, &spec.opts));
+    let (pa, pb) = (profile(&a.format().expect("kind16 checked")).0, profile(&b.format().expect("kind16 checked")).0);
+    let rblocks = m.div_ceil(RB16);
+    let cblocks = n.div_ceil(JB);
+    let task = |t: usize| {
+        let (ib, jbk) = (t / cblocks, t % cblocks);
+        let (i0, j0) = (ib * RB16, jbk * JB);
+        let rb = RB16.min(m - i0);
+        let jb = JB.min(n - j0);
+        let groups = rb.div_ceil(mr);
+        let strips = jb.div_ceil(16);
+        let tile = mr * 16;
+        // Tile (g, s) holds rows i0+g*mr.., columns j0+16s.., row-major mr x 16.
+        let mut acc = vec![0f32; groups * strips * tile];
+        let mut tot32 = vec![0f32; if outer.is_some() && flush_vec { acc.len() } else { 0 }];
+        let mut tot64 = vec![0f64; if outer.is_some() && !flush_vec { acc.len() } else { 0 }];
+        let kbs = KB.min(k.max(1));
+        let mut apack = vec![0f32; groups * kbs * mr];
+        let mut bpack = vec![0f32; strips * kbs * 16];
+        for kb in (0..k).step_by(KB) {
+            let kn = KB.min(k - kb);
+            for s in 0..strips {
+                let base = kb as isize * b.rs + (j0 + 16 * s) as isize * b.cs;
+                // SAFETY: rows kb..kb+kn, columns j0+16s.. (at most 16, inside b);
+                // bpack[s][kk*16 + j] = b[kb+kk, j0+16s+j], zeros past the last column.
+                unsafe { super::kernels::pack_real::<f32>(b, base, b.cs, b.rs, 16.min(jb - 16 * s), 16, kn, &mut bpack[s * kbs * 16..]) };
+            }
+            for g in 0..groups {
+                let base = (i0 + g * mr) as isize * a.rs + kb as isize * a.cs;
+                // SAFETY: rows i0+g*mr.. (at most mr, inside a), columns kb..kb+kn;
+                // apack[g][kk*mr + r] = a[i0+g*mr+r, kb+kk], zeros past the last row.
+                unsafe { super::kernels::pack_real::<f32>(a, base, a.rs, a.cs, mr.min(rb - g * mr), mr, kn, &mut apack[g * kbs * mr..]) };
+            }
+            // Kind Odd: every product of this block must be exact in f32 (no underflow
+            // below 2^-149, none reaching 2^127, so no sum overflows f32 either).
+            let fast = kind == Kind16::Fma
+                || match (exp_bounds(&apack[..groups * kbs * mr], pa), exp_bounds(&bpack[..strips * kbs * 16], pb)) {
+                    (Some((la, ha)), Some((lb, hb))) => la + lb >= -149 && ha + hb <= 126,
+                    _ => true,
+                };
+            let mut k0 = kb;
+            while k0 < kb + kn {
+                let k1 = (kb + kn).min(if chunk == usize::MAX { usize::MAX } else { (k0 / chunk + 1) * chunk });
+                let (o0, len) = (k0 - kb, k1 - k0);
+                for g in 0..groups {
+                    let ap = &apack[g * kbs * mr + o0 * mr..g * kbs * mr + (o0 + len) * mr];
+                    for s in 0..strips {
+                        let bp = &bpack[s * kbs * 16 + o0 * 16..s * kbs * 16 + (o0 + len) * 16];
+                        let t = &mut acc[(g * strips + s) * tile..(g * strips + s + 1) * tile];
+                        if fast {
+                            // SAFETY: kind16 checked avx2/fma/f16c (simd); slices sized as required.
+                            unsafe {
+                                match (kind, mr) {
+                                    (Kind16::Fma, MR_FMA) => tile16::<MR_FMA, false>(t, ap, bp, len),
+                                    _ => tile16::<MR_ODD, true>(t, ap, bp, len),
+                                }
+                            }
+                        } else {
+                            for kk in 0..len {
+                                for r in 0..mr {
+                                    let av = ap[kk * mr + r] as f64;
+                                    for j in 0..16 {
+                                        // The product of two f32 values of <= 24 bits together is exact in f64.
+                                        t[r * 16 + j] = exact.add(t[r * 16 + j] as f64, av * bp[kk * 16 + j] as f64, 0) as f32;
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+                if let Some(o) = outer {
+                    if k1 % chunk == 0 || k1 == k {
+                        if flush_vec {
+                            // SAFETY: simd was checked (avx2/fma/f16c); lengths are multiples of 16.
+                            unsafe { flush16(&mut tot32, &mut acc) };
+                        } else {
+                            for (tv, av) in tot64.iter_mut().zip(acc.iter_mut()) {
+                                *tv = o.add(*tv, *av as f64, 0);
+                                *av = 0.0;
+                            }
+                        }
+                    }
+                }
+                k0 = k1;
+            }
+        }
+        for i in 0..rb {
+            for j in 0..jb {
+                let idx = ((i / mr) * strips + j / 16) * tile + (i % mr) * 16 + j % 16;
+                let v = match outer {
+                    Some(_) if flush_vec => tot32[idx] as f64,
+                    Some(_) => tot64[idx],
+                    None => acc[idx] as f64,
+                };
+                // SAFETY: (i0+i, j0+j) is inside c and only this task writes it.
+                unsafe { *c.at(i0 + i, j0 + j) = v };
+            }
+        }
+    };
+    let ntasks = rblocks * cblocks;
+    if parallel::num_threads() > 1 && ntasks > 1 {
+        parallel::pool().install(|| (0..ntasks).into_par_iter().for_each(task));
+    } else {
+        (0..ntasks).for_each(task);
+    }
+    Ok(())
+}
+
 fn drive<R: Round>(r: &R, a: &Operand, b: &Operand, c: OutMat<f64>, spec: &AccumSpec, outer: Option<&Dyn>) -> Result<()> {
     let (m, n, k) = (a.rows, b.cols, a.cols);
     if m == 0 || n == 0 {
@@ -989,6 +1274,52 @@ fn drive<R: Round>(r: &R, a: &Operand, b: &Operand, c: OutMat<f64>, spec: &Accum
 #[cfg(test)]
 pub(crate) mod testing {
     use super::*;
+
+    /// One 8-lane fp16 nearest-even add of the tile kernel (`odd`: kind Odd,
+    /// else Fma); `None` without avx2/fma/f16c.
+    pub fn add16_lanes(odd: bool, acc: [f32; 8], a: f32, b: [f32; 8]) -> Option<[f32; 8]> {
+        #[cfg(target_arch = "x86_64")]
+        {
+            #[target_feature(enable = "avx2,fma,f16c")]
+            unsafe fn go(odd: bool, acc: [f32; 8], a: f32, b: [f32; 8]) -> [f32; 8] {
+                use std::arch::x86_64::*;
+                let mut out = [0f32; 8];
+                // SAFETY: 8-lane loads and stores of 8-element arrays; features per the caller.
+                unsafe {
+                    let (c, av, bv) = (_mm256_loadu_ps(acc.as_ptr()), _mm256_set1_ps(a), _mm256_loadu_ps(b.as_ptr()));
+                    let r = if odd { add16::<true>(c, av, bv) } else { add16::<false>(c, av, bv) };
+                    _mm256_storeu_ps(out.as_mut_ptr(), r);
+                }
+                out
+            }
+            if crate::convert::detected_isa() >= crate::convert::Isa::Avx2 {
+                // SAFETY: avx2, fma and f16c were detected.
+                return Some(unsafe { go(odd, acc, a, b) });
+            }
+        }
+        let _ = (odd, acc, a, b);
+        None
+    }
+
+    /// `RN_fp16(acc + p)` of the exact sum, by the f64 path.
+    pub fn exact16() -> impl Fn(f64, f64) -> f64 {
+        let f = Fast::<M_NE>::new(Format::Float(named::FLOAT16), RoundOpts::new(Mode::NearestEven));
+        move |acc, p| f.add(acc, p, 0)
+    }
+
+    /// The emulated matmul through the f64 lanes only (no f32 tile kernels).
+    pub fn matmul_f64_lanes(a: &Operand, b: &Operand, c: OutMat<f64>, spec: &AccumSpec) -> Result<()> {
+        let outer = match spec.chunk {
+            Some((_, f2)) => {
+                let mut o2 = spec.opts;
+                o2.key.c ^= 0x5bd1_e995;
+                Some(Dyn::new(f2, o2)?)
+            }
+            None => None,
+        };
+        assert!(fast_ok(&spec.fmt) && spec.opts.mode == Mode::NearestEven);
+        drive(&Fast::<M_NE>::new(spec.fmt, spec.opts), a, b, c, spec, outer.as_ref())
+    }
 
     /// Round `x` (standing for an exact value) with the fast routine (and its
     /// branch-free twin, which must agree unless it flags the lane), for tests.

@@ -248,3 +248,188 @@ fn posit_inputs_decode_while_packing() {
         assert!((x - y).abs() <= 1e-12 * y.abs().max(1e-300) + 1e-300, "{x} vs {y}");
     }
 }
+
+/// Every finite float16 value, both signs.
+fn fp16_values() -> Vec<f32> {
+    (0u16..0x7c00).flat_map(|c| [f16_to_f32(c), f16_to_f32(c | 0x8000)]).collect()
+}
+
+/// Compare the 8-lane kernel with the exact f64 rounding for every fp16 accumulator
+/// and each of `prods` (NaN results must agree as NaN, others bit for bit).
+fn check_add16(odd: bool, prods: &[f32]) {
+    let exact = super::emulate::testing::exact16();
+    let accs = fp16_values();
+    for &p in prods {
+        for acc in accs.chunks(8) {
+            let mut a8 = [0f32; 8];
+            a8[..acc.len()].copy_from_slice(acc);
+            let Some(got) = super::emulate::testing::add16_lanes(odd, a8, p, [1.0; 8]) else { return };
+            for l in 0..8 {
+                let want = exact(a8[l] as f64, p as f64);
+                let g = got[l] as f64;
+                assert!(
+                    g.to_bits() == want.to_bits() || (g.is_nan() && want.is_nan()),
+                    "odd={odd}: acc {:e} + p {p:e}: got {g:e}, want {want:e}",
+                    a8[l]
+                );
+            }
+        }
+    }
+}
+
+/// The fp16 FMA path (f32 sum, then fp16) is exact for every fp16 accumulator and
+/// every product of two values of the fp8 formats it is used for.
+#[test]
+#[cfg_attr(debug_assertions, ignore = "exhaustive: run in release mode")]
+fn fp16_fma_path_exhaustive() {
+    let mut prods: Vec<u64> = Vec::new();
+    for fa in super::emulate::FMA16_INPUTS {
+        for fb in super::emulate::FMA16_INPUTS {
+            for ca in 0..256u64 {
+                let x = fa.decode(ca);
+                for cb in 0..256u64 {
+                    let y = fb.decode(cb);
+                    let p = x * y;
+                    if p.is_finite() {
+                        assert_eq!(p as f32 as f64, p, "product exact in f32");
+                        prods.push(p.to_bits());
+                    }
+                }
+            }
+        }
+    }
+    prods.sort_unstable();
+    prods.dedup();
+    // Both signs and zeros of both signs are in the list (the formats have signed values).
+    assert!(prods.len() > 3000);
+    let prods: Vec<f32> = prods.iter().map(|&b| f64::from_bits(b) as f32).collect();
+    check_add16(false, &prods);
+}
+
+/// The TwoSum / round-to-odd path is exact for any f32 product: random values over
+/// the whole f32 range, values that put the sum a hair off an fp16 tie, and specials.
+#[test]
+#[cfg_attr(debug_assertions, ignore = "exhaustive over the accumulator: run in release mode")]
+fn fp16_odd_path_adversarial() {
+    let mut g = Lcg(11);
+    let mut prods: Vec<f32> = Vec::new();
+    for _ in 0..600 {
+        // Random sign, exponent in [-149, 100], significand.
+        let e = (g.next() % 250) as i32 - 149;
+        let sig = 1.0 + (g.next() % (1 << 23)) as f64 / (1u64 << 23) as f64;
+        let v = (sig * 2f64.powi(e)) as f32;
+        prods.push(if g.next() & 1 == 1 { -v } else { v });
+    }
+    for _ in 0..400 {
+        // An fp16 tie (odd multiple of half a unit, various binades) plus or minus a tiny tail.
+        let unit_e = (g.next() % 31) as i32 - 24;
+        let m = ((g.next() % 2048) | 1) as f64;
+        let tail = [0.0, 2f64.powi(unit_e - 14), -2f64.powi(unit_e - 14), 2f64.powi(unit_e - 12)][(g.next() % 4) as usize];
+        let v = (m * 2f64.powi(unit_e - 1) + tail) as f32;
+        prods.push(if g.next() & 1 == 1 { -v } else { v });
+    }
+    prods.extend([0.0, -0.0, f32::MIN_POSITIVE, -1e-45, 65504.0, 65519.99, 65520.0, -65520.0, 1e30, f32::INFINITY, f32::NEG_INFINITY, f32::NAN]);
+    check_add16(true, &prods);
+    // Non-finite accumulators.
+    let exact = super::emulate::testing::exact16();
+    let accs = [f32::INFINITY, f32::NEG_INFINITY, f32::NAN, 0.0, -0.0, 1.0, -65504.0, 6e-8];
+    for odd in [false, true] {
+        for &p in &[0.0, -0.0, 1.0, -3.0, 1e30, f32::INFINITY, f32::NEG_INFINITY, f32::NAN] {
+            let Some(got) = super::emulate::testing::add16_lanes(odd, accs, p, [1.0; 8]) else { return };
+            for l in 0..8 {
+                let want = exact(accs[l] as f64, p as f64);
+                let gl = got[l] as f64;
+                assert!(gl.to_bits() == want.to_bits() || (gl.is_nan() && want.is_nan()), "odd={odd} {} + {p}: {gl} vs {want}", accs[l]);
+            }
+        }
+    }
+}
+
+/// Codes of `fmt` for a matrix: mostly ordinary values, with the extremes mixed in
+/// (largest values, subnormals, zeros of both signs, NaN / inf where the format has them).
+fn fp8_codes(g: &mut Lcg, len: usize, specials: &[u8]) -> Vec<u8> {
+    (0..len)
+        .map(|_| {
+            let r = g.next();
+            if r % 23 == 0 {
+                specials[(r / 23) as usize % specials.len()]
+            } else {
+                // Exponent field biased toward the middle of the range.
+                (r >> 8) as u8 & 0x8f | (((r >> 20) % 6 + 5) as u8) << 3
+            }
+        })
+        .collect()
+}
+
+/// The f32 tile kernels give exactly the f64 lanes' results, for fp8 and bf16
+/// inputs, with and without chunks, including overflow, NaN/inf and blocks that
+/// fall back to f64 (values beyond f32 products).
+#[test]
+fn emulated_fp16_tile_paths_match_f64_lanes() {
+    let mut g = Lcg(21);
+    let f16 = Format::Float(FLOAT16);
+    let shapes = [(1, 1, 1), (7, 17, 5), (13, 37, 300), (50, 70, 129)];
+    for (m, n, k) in shapes {
+        for case in 0..4 {
+            // 0, 1: fp8 (e4m3fn, e5m2 with inf), 2: bf16 normal, 3: bf16 with extreme values.
+            let (av, bv): (Vec<u16>, Vec<u16>);
+            let (sa, fa) = match case {
+                0 => (Storage::U8, FLOAT8_E4M3FN),
+                1 => (Storage::U8, FLOAT8_E5M2),
+                _ => (Storage::U16, BFLOAT16),
+            };
+            let mut a8 = Vec::new();
+            let mut b8 = Vec::new();
+            if case < 2 {
+                let specials: &[u8] = if case == 0 { &[0x7e, 0xfe, 0x7f, 0x80, 0x00, 0x01, 0x81] } else { &[0x7b, 0xfb, 0x7c, 0xfc, 0x7f, 0x80, 0x01] };
+                a8 = fp8_codes(&mut g, m * k, specials);
+                b8 = fp8_codes(&mut g, k * n, specials);
+                av = Vec::new();
+                bv = Vec::new();
+            } else {
+                let mk = |g: &mut Lcg, len: usize| -> Vec<u16> {
+                    (0..len)
+                        .map(|_| {
+                            let r = g.next();
+                            let x = (g.unit() * 4.0) as f32;
+                            let x = if case == 3 && r % 17 == 0 {
+                                [1e30f32, -3e-39, f32::INFINITY, 7e-45, -65504.0, 1e-30][(r / 17) as usize % 6]
+                            } else {
+                                x
+                            };
+                            (x.to_bits() >> 16) as u16
+                        })
+                        .collect()
+                };
+                av = mk(&mut g, m * k);
+                bv = mk(&mut g, k * n);
+            }
+            let f = Some(Format::Float(fa));
+            // SAFETY: views inside the vectors.
+            let (a, b) = unsafe {
+                if case < 2 {
+                    (
+                        Operand::from_raw(a8.as_ptr(), sa, f, m, k, k as isize, 1, "a").unwrap(),
+                        Operand::from_raw(b8.as_ptr(), sa, f, k, n, n as isize, 1, "b").unwrap(),
+                    )
+                } else {
+                    (
+                        Operand::from_raw(av.as_ptr() as *const u8, sa, f, m, k, k as isize, 1, "a").unwrap(),
+                        Operand::from_raw(bv.as_ptr() as *const u8, sa, f, k, n, n as isize, 1, "b").unwrap(),
+                    )
+                }
+            };
+            for chunk in [None, Some((64, f16)), Some((7, f16)), Some((5, Format::Float(FLOAT32)))] {
+                let spec = AccumSpec { fmt: f16, chunk, opts: RoundOpts::new(Mode::NearestEven) };
+                let mut got = vec![0f64; m * n];
+                let mut want = vec![0f64; m * n];
+                // SAFETY: both hold m x n.
+                matmul_emulated(&a, &b, unsafe { OutMat::from_raw(got.as_mut_ptr(), m, n, n as isize, 1) }, &spec).unwrap();
+                super::emulate::testing::matmul_f64_lanes(&a, &b, unsafe { OutMat::from_raw(want.as_mut_ptr(), m, n, n as isize, 1) }, &spec).unwrap();
+                for (idx, (x, y)) in got.iter().zip(&want).enumerate() {
+                    assert!(x.to_bits() == y.to_bits() || (x.is_nan() && y.is_nan()), "{m}x{n}x{k} case {case} {chunk:?} [{idx}]: {x:e} vs {y:e}");
+                }
+            }
+        }
+    }
+}
