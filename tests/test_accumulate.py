@@ -266,3 +266,83 @@ def test_sum_stalls_and_chunking():
         lowp.sum(y, chunk=0)
     with pytest.raises(TypeError, match="x"):
         lowp.sum(np.ones(3, np.complex64))
+
+
+def _fp16_tile_inputs(dtype, m, k, n, seed):
+    """Inputs for the fp16 nearest-even tile kernels: ordinary values plus extremes
+    of the input format (largest values, subnormals, zeros of both signs)."""
+    g = np.random.default_rng(seed)
+    fi = ml_dtypes.finfo(dtype)
+    extremes = np.array([float(fi.max), -float(fi.max), float(fi.smallest_subnormal), -float(fi.smallest_subnormal),
+                         0.0, -0.0, float(fi.smallest_normal), 1.0], np.float32)
+
+    def one(shape):
+        x = (g.standard_normal(shape) * 8).astype(np.float32)
+        pick = g.random(shape) < 0.1
+        x[pick] = g.choice(extremes, size=int(pick.sum()))
+        return x.astype(dtype)
+
+    return one((m, k)), one((k, n))
+
+
+@pytest.mark.parametrize("dtypes", [(ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e4m3fn),
+                                    (ml_dtypes.float8_e5m2, ml_dtypes.float8_e4m3fnuz),
+                                    (ml_dtypes.bfloat16, ml_dtypes.bfloat16),
+                                    (ml_dtypes.float8_e4m3fn, ml_dtypes.bfloat16)],
+                         ids=lambda d: np.dtype(d[0]).name + "x" + np.dtype(d[1]).name)
+@pytest.mark.parametrize("chunk", [None, 16])
+def test_fp16_nearest_even_tile_kernels(dtypes, chunk):
+    # fp16 nearest-even accumulation runs on f32 register tiles (an FMA per add for fp8
+    # products, TwoSum and round-to-odd otherwise); bit-exact with the rational reference.
+    a, _ = _fp16_tile_inputs(dtypes[0], 9, 37, 1, 1)
+    _, b = _fp16_tile_inputs(dtypes[1], 1, 37, 21, 2)
+    f = ACC_FORMATS["fp16"]
+    got = lowp.matmul(a, b, accumulate="float16", chunk=chunk)
+    ref = ref_matmul(a, b, f, "nearest_even", chunk)
+    # The reference stops at the first overflow; lowp goes on (a later chunk total
+    # overflowing the other way gives NaN): non-finite results must agree as non-finite.
+    fin = np.isfinite(ref)
+    assert same(got[fin], ref[fin]) and not np.isfinite(got[~fin]).any()
+    if chunk is None:
+        assert same(got, ref)
+    assert np.isinf(got).any() or dtypes[0] == ml_dtypes.float8_e4m3fn  # the extremes overflow fp16
+    lowp._lowp.set_isa("scalar")
+    try:
+        assert same(lowp.matmul(a, b, accumulate="float16", chunk=chunk), got)
+    finally:
+        lowp._lowp.set_isa(None)
+
+
+@pytest.mark.parametrize("dtype", [ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e5m2, ml_dtypes.bfloat16],
+                         ids=lambda d: np.dtype(d).name)
+def test_fp16_tile_kernels_specials_and_fallback(dtype):
+    # NaN / inf inputs, and bfloat16 values whose products leave float32 (the tile
+    # kernel then runs that depth block in float64): SIMD equals the scalar path,
+    # across many row and column blocks and two threads.
+    g = np.random.default_rng(5)
+    a = g.standard_normal((70, 150)).astype(np.float32)
+    b = g.standard_normal((150, 90)).astype(np.float32)
+    if dtype == ml_dtypes.bfloat16:
+        a[3, 10], b[140, 7] = 1e30, 1e20        # products beyond float32
+        a[60, 100], b[100, 50] = 1e-30, 1e-20   # products below float32 subnormals
+        a[5, 5], b[6, 6] = np.inf, -np.inf
+    b[20, 3] = np.nan
+    a[1, 2] = -0.0
+    a, b = a.astype(dtype), b.astype(dtype)
+    n0 = lowp.get_num_threads()
+    try:
+        lowp.set_num_threads(2)
+        res = [lowp.matmul(a, b, accumulate="float16", chunk=c) for c in (None, 64)]
+        lowp.set_num_threads(1)
+        assert all(same(x, lowp.matmul(a, b, accumulate="float16", chunk=c)) for x, c in zip(res, (None, 64)))
+        lowp._lowp.set_isa("scalar")
+        try:
+            assert all(same(x, lowp.matmul(a, b, accumulate="float16", chunk=c)) for x, c in zip(res, (None, 64)))
+        finally:
+            lowp._lowp.set_isa(None)
+    finally:
+        lowp.set_num_threads(n0)
+    assert np.isnan(res[0][:, 3]).all()
+    # Rows without specials against the rational reference.
+    rows, cols = [0, 2, 40], [4, 5, 8, 9, 10, 11, 12]
+    assert same(res[0][rows][:, cols], ref_matmul(a[rows], b[:, cols], ACC_FORMATS["fp16"], "nearest_even"))
