@@ -83,6 +83,13 @@ trait Round: Sync {
     {
         step(simd, self, row, bp, av, rands, old, bad)
     }
+    /// A stochastic depth step that draws its own random bits (element `j`
+    /// uses `rng.bits(base + j*stride, rbits)`); `false` if not available, and
+    /// then the caller fills the bits and calls [`Round::step`].
+    #[allow(clippy::too_many_arguments)]
+    fn step_st(&self, _simd: bool, _row: &mut [f64], _bp: &[f64], _av: f64, _rng: &Rng, _base: u64, _stride: u64, _rbits: u32) -> bool {
+        false
+    }
 }
 
 /// Float formats of <= 51 bits with subnormals, whose values are f64 normals.
@@ -419,8 +426,152 @@ impl<const M: u8> Fast<M> {
     }
 }
 
+/// `mix32` on 8 u32 lanes (the same xor-shift-multiply steps; `vpmulld` keeps the low 32 bits).
+///
+/// # Safety
+/// The CPU must support avx2.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn mix32_v(x: std::arch::x86_64::__m256i) -> std::arch::x86_64::__m256i {
+    use std::arch::x86_64::*;
+    // SAFETY: avx2 per the caller.
+    unsafe {
+        let x = _mm256_xor_si256(x, _mm256_srli_epi32::<16>(x));
+        let x = _mm256_mullo_epi32(x, _mm256_set1_epi32(0x7feb_352d));
+        let x = _mm256_xor_si256(x, _mm256_srli_epi32::<15>(x));
+        let x = _mm256_mullo_epi32(x, _mm256_set1_epi32(0x846c_a68b_u32 as i32));
+        _mm256_xor_si256(x, _mm256_srli_epi32::<16>(x))
+    }
+}
+
+impl<const M: u8> Fast<M> {
+    /// Stochastic depth step on f64 lanes with the random bits drawn in 8 u32
+    /// lanes (`rng.bits(base + j*stride, rbits)`, `rbits <= 32`). The sum is
+    /// rounded to odd at 53 bits (TwoSum), then rounding up happens exactly when
+    /// `rem + (2^R - 1 - rand) * 2^(d-R) >= 2^d` (rem: the d bits below the
+    /// format's unit): the same decision as `rand < top R bits of rem`, made by an
+    /// integer add that carries into the unit, then a truncation.
+    ///
+    /// # Safety
+    /// The CPU must support avx2; `rbits <= 32` and `52 - man >= rbits`.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2")]
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn step_st_avx2(&self, row: &mut [f64], bp: &[f64], av: f64, rng: &Rng, base: u64, stride: u64, rbits: u32) {
+        use std::arch::x86_64::*;
+        let n = row.len();
+        let bp = &bp[..n];
+        let key = rng.key;
+        // SAFETY: vector accesses stay below n (j + 8 <= n); avx2 per the contract.
+        unsafe {
+            let sign = _mm256_set1_epi64x(SIGN as i64);
+            let one = _mm256_set1_epi64x(1);
+            let zero = _mm256_setzero_si256();
+            let inf = _mm256_set1_epi64x(INF_BITS as i64);
+            let eminb = _mm256_set1_epi64x(self.emin as i64 + 1023);
+            let dbase = _mm256_set1_epi64x(52 - self.man as i64);
+            let c52 = _mm256_set1_epi64x(52);
+            let ones = _mm256_set1_epi64x(-1);
+            let rmask = _mm256_set1_epi64x(((1u64 << rbits) - 1) as i64);
+            let rb = _mm256_set1_epi64x(rbits as i64);
+            let maxb = _mm256_set1_epi64x(self.max_bits as i64);
+            let ovp = _mm256_castpd_si256(_mm256_set1_pd(self.ovf[0]));
+            let ovn = _mm256_castpd_si256(_mm256_set1_pd(self.ovf[1]));
+            let avv = _mm256_set1_pd(av);
+            let rsh = _mm_cvtsi32_si128(32 - rbits as i32);
+            let lane_step = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(stride as i32));
+            let mut j = 0;
+            while j + 8 <= n {
+                let i0 = base.wrapping_add((j as u64).wrapping_mul(stride));
+                let i7 = i0.wrapping_add(7u64.wrapping_mul(stride));
+                let mut rs = [0u32; 8];
+                let rv = if i7 >= i0 && i0 >> 32 == i7 >> 32 {
+                    // All 8 indices share their upper 32 bits: one hi word, low words in lanes.
+                    let hi = rng.hi_word(i0);
+                    let lo = _mm256_add_epi32(_mm256_set1_epi32(i0 as u32 as i32), lane_step);
+                    let w = mix32_v(_mm256_xor_si256(lo, _mm256_set1_epi32(key.a0 as i32)));
+                    let w = mix32_v(_mm256_xor_si256(w, _mm256_set1_epi32((key.b0 ^ hi) as i32)));
+                    _mm256_srl_epi32(w, rsh)
+                } else {
+                    for (l, r) in rs.iter_mut().enumerate() {
+                        *r = rng.bits(i0.wrapping_add((l as u64).wrapping_mul(stride)), rbits) as u32;
+                    }
+                    _mm256_loadu_si256(rs.as_ptr() as *const __m256i)
+                };
+                let mut bm = 0;
+                for h in 0..2 {
+                    let jj = j + 4 * h;
+                    let rd = _mm256_cvtepu32_epi64(if h == 0 { _mm256_castsi256_si128(rv) } else { _mm256_extracti128_si256::<1>(rv) });
+                    let a = _mm256_loadu_pd(row.as_ptr().add(jj));
+                    let p = _mm256_mul_pd(avv, _mm256_loadu_pd(bp.as_ptr().add(jj)));
+                    // TwoSum and round to odd at 53 bits (as step_avx2).
+                    let s = _mm256_add_pd(a, p);
+                    let bb = _mm256_sub_pd(s, a);
+                    let e = _mm256_add_pd(_mm256_sub_pd(a, _mm256_sub_pd(s, bb)), _mm256_sub_pd(p, bb));
+                    let sb = _mm256_castpd_si256(s);
+                    let enz = _mm256_castpd_si256(_mm256_cmp_pd::<_CMP_NEQ_UQ>(e, _mm256_setzero_pd()));
+                    let even = _mm256_cmpeq_epi64(_mm256_and_si256(sb, one), zero);
+                    let diff = _mm256_cmpgt_epi64(zero, _mm256_xor_si256(sb, _mm256_castpd_si256(e)));
+                    let x = _mm256_add_epi64(sb, _mm256_and_si256(_mm256_or_si256(diff, one), _mm256_and_si256(enz, even)));
+                    let mag = _mm256_andnot_si256(sign, x);
+                    // d = bits below the unit: 52 - man, plus the distance below emin.
+                    let t = _mm256_sub_epi64(eminb, _mm256_srli_epi64::<52>(mag));
+                    let d = _mm256_add_epi64(dbase, _mm256_and_si256(t, _mm256_cmpgt_epi64(t, zero)));
+                    // (2^R - 1 - rand) placed just below the unit, added with carry, then truncated.
+                    let add = _mm256_sllv_epi64(_mm256_xor_si256(rd, rmask), _mm256_sub_epi64(d, rb));
+                    let r = _mm256_and_si256(_mm256_add_epi64(mag, add), _mm256_sllv_epi64(ones, d));
+                    let neg = _mm256_cmpgt_epi64(zero, x);
+                    let v = _mm256_or_si256(r, _mm256_and_si256(x, sign));
+                    let v = _mm256_blendv_epi8(v, _mm256_blendv_epi8(ovp, ovn, neg), _mm256_cmpgt_epi64(r, maxb));
+                    _mm256_storeu_pd(row.as_mut_ptr().add(jj), _mm256_castsi256_pd(v));
+                    // Redo exactly: inf/NaN sums, and nonzero values below the smallest
+                    // subnormal's unit (d > 52, outside the significand field).
+                    let notfin = _mm256_cmpeq_epi64(_mm256_and_si256(sb, inf), inf);
+                    let tiny = _mm256_andnot_si256(_mm256_cmpeq_epi64(mag, zero), _mm256_cmpgt_epi64(d, c52));
+                    let m = _mm256_movemask_pd(_mm256_castsi256_pd(_mm256_or_si256(notfin, tiny)));
+                    if m != 0 {
+                        let mut olds = [0f64; 4];
+                        _mm256_storeu_pd(olds.as_mut_ptr(), a);
+                        bm |= m << (4 * h);
+                        // The old values are needed below; keep them in place of the results.
+                        for (l, &o) in olds.iter().enumerate() {
+                            if m & (1 << l) != 0 {
+                                row[jj + l] = o;
+                            }
+                        }
+                    }
+                }
+                if bm != 0 {
+                    _mm256_storeu_si256(rs.as_mut_ptr() as *mut __m256i, rv);
+                    for (l, &rd) in rs.iter().enumerate() {
+                        if bm & (1 << l) != 0 {
+                            row[j + l] = self.add(row[j + l], av * bp[j + l], rd as u64);
+                        }
+                    }
+                }
+                j += 8;
+            }
+            while j < n {
+                let idx = base.wrapping_add((j as u64).wrapping_mul(stride));
+                row[j] = self.add(row[j], av * bp[j], rng.bits(idx, rbits));
+                j += 1;
+            }
+        }
+    }
+}
+
 impl<const M: u8> Round for Fast<M> {
     const STOCHASTIC: bool = M == M_ST;
+    fn step_st(&self, simd: bool, row: &mut [f64], bp: &[f64], av: f64, rng: &Rng, base: u64, stride: u64, rbits: u32) -> bool {
+        #[cfg(target_arch = "x86_64")]
+        if simd && M == M_ST && rbits <= 32 && 52 - self.man >= rbits {
+            // SAFETY: `simd` is only true when avx2 was detected.
+            unsafe { self.step_st_avx2(row, bp, av, rng, base, stride, rbits) };
+            return true;
+        }
+        let _ = (simd, row, bp, av, rng, base, stride, rbits);
+        false
+    }
     fn step(&self, simd: bool, row: &mut [f64], bp: &[f64], av: f64, rands: &[u64], old: &mut [f64], bad: &mut [u8]) {
         #[cfg(target_arch = "x86_64")]
         if simd {
@@ -1232,9 +1383,14 @@ fn drive<R: Round>(r: &R, a: &Operand, b: &Operand, c: OutMat<f64>, spec: &Accum
                     let bp = &panel[kk * jb..(kk + 1) * jb];
                     if stochastic && R::STOCHASTIC {
                         let e0 = ((i0 + i) * n + j0) as u64;
-                        fill_rands(simd, &rng, e0.wrapping_mul(steps).wrapping_add(kidx as u64), steps, rbits, &mut rands);
+                        let base = e0.wrapping_mul(steps).wrapping_add(kidx as u64);
+                        if !r.step_st(simd, row, bp, av, &rng, base, steps, rbits) {
+                            fill_rands(simd, &rng, base, steps, rbits, &mut rands);
+                            r.step(simd, row, bp, av, &rands, &mut old, &mut bad);
+                        }
+                    } else {
+                        r.step(simd, row, bp, av, &rands, &mut old, &mut bad);
                     }
-                    r.step(simd, row, bp, av, &rands, &mut old, &mut bad);
                     if let Some(o) = outer {
                         if (kidx + 1) % chunk == 0 || kidx + 1 == k {
                             let ridx = kidx / chunk;
@@ -1305,6 +1461,23 @@ pub(crate) mod testing {
     pub fn exact16() -> impl Fn(f64, f64) -> f64 {
         let f = Fast::<M_NE>::new(Format::Float(named::FLOAT16), RoundOpts::new(Mode::NearestEven));
         move |acc, p| f.add(acc, p, 0)
+    }
+
+    /// A stochastic depth step through the vector kernel (`None` when it does not
+    /// apply) and element by element through `Fast::add` with `Rng::bits`.
+    #[allow(clippy::type_complexity)]
+    pub fn st_step_both(fmt: Format, rbits: u32, row: &[f64], bp: &[f64], av: f64, base: u64, stride: u64) -> Option<(Vec<f64>, Vec<f64>)> {
+        let mut opts = RoundOpts::new(Mode::Stochastic);
+        opts.rbits = rbits;
+        opts.key = crate::round::SeedKey::from_seed(99);
+        let f = Fast::<M_ST>::new(fmt, opts);
+        let rng = Rng::new(opts.key);
+        let mut v = row.to_vec();
+        if !f.step_st(crate::convert::detected_isa() >= crate::convert::Isa::Avx2, &mut v, bp, av, &rng, base, stride, rbits) {
+            return None;
+        }
+        let w = (0..row.len()).map(|j| f.add(row[j], av * bp[j], rng.bits(base.wrapping_add(j as u64 * stride), rbits))).collect();
+        Some((v, w))
     }
 
     /// The emulated matmul through the f64 lanes only (no f32 tile kernels).
