@@ -18,6 +18,24 @@
 //! Stochastic rounding draws `rbits` bits from the counter-based [`Rng`],
 //! keyed by (output element, step): step `k` for the k-th product, step
 //! `K + r` for the r-th chunk total. Results do not depend on the thread count.
+//!
+//! Paths (all give the same bits; `LOWP_ISA=scalar` runs the f64 path):
+//! - float16 accumulators, nearest-even, not saturating, AVX2+FMA+F16C
+//!   ([`drive16`]): register tiles of `MR x 16` f32 accumulators over a depth
+//!   block, A and B packed to f32. The fp16 rounding is `vcvtps2ph` (RNE,
+//!   overflow to inf) and back. Products of two named fp8 formats
+//!   ([`FMA16_INPUTS`], at most 8 bits): `fma(a, b, acc)` then fp16, a double
+//!   rounding that is innocuous (11-bit operands, 24 >= 2*11 + 1 bits; checked
+//!   exhaustively by the tests). Other inputs whose products fit 24 bits
+//!   (bfloat16, float16, mixed): TwoSum in f32 and round-to-odd, when the
+//!   values of the depth block keep every product exact in f32 (exponent scan
+//!   of the packed block); otherwise that block runs through the f64 rounding.
+//!   Chunk totals into float16 use the TwoSum kernel too.
+//! - other formats, nearest-even, products exact in f32: 8 f32 lanes
+//!   ([`drive32`]).
+//! - stochastic into [`Fast`] formats with `rbits <= 32`: f64 lanes with the
+//!   random bits drawn in 8 u32 lanes inside the step (`step_st_avx2`).
+//! - everything else: 4 f64 lanes (`step_avx2`) or the scalar f64 code.
 
 use rayon::prelude::*;
 
@@ -1132,10 +1150,11 @@ unsafe fn add16<const ODD: bool>(acc: std::arch::x86_64::__m256, a: std::arch::x
     // SAFETY: the caller guarantees the CPU features.
     unsafe {
         let x = if ODD {
-            let p = _mm256_mul_ps(a, b); // exact (checked for the block)
-            let s = _mm256_add_ps(acc, p);
+            // TwoSum of acc and the product p = a*b (exact, checked for the block), with
+            // the FMA standing in for p: fma(a, b, c) = RN(p + c).
+            let s = _mm256_fmadd_ps(a, b, acc);
             let bb = _mm256_sub_ps(s, acc);
-            let e = _mm256_add_ps(_mm256_sub_ps(acc, _mm256_sub_ps(s, bb)), _mm256_sub_ps(p, bb));
+            let e = _mm256_add_ps(_mm256_sub_ps(acc, _mm256_sub_ps(s, bb)), _mm256_fmsub_ps(a, b, bb));
             let sb = _mm256_castps_si256(s);
             // e != 0 and ordered: the sum is inexact (e is NaN exactly where s is inf/NaN, left alone).
             let inexact = _mm256_castps_si256(_mm256_cmp_ps::<_CMP_NEQ_OQ>(e, _mm256_setzero_ps()));
