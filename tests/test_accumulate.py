@@ -346,3 +346,41 @@ def test_fp16_tile_kernels_specials_and_fallback(dtype):
     # Rows without specials against the rational reference.
     rows, cols = [0, 2, 40], [4, 5, 8, 9, 10, 11, 12]
     assert same(res[0][rows][:, cols], ref_matmul(a[rows], b[:, cols], ACC_FORMATS["fp16"], "nearest_even"))
+
+
+@pytest.mark.parametrize("rbits", [None, 5, 32, 40])
+def test_stochastic_vector_step_threads_and_scalar(rbits):
+    # Stochastic fp16 / e5m2 accumulation with the random bits drawn in vector lanes:
+    # identical at 1 and 2 threads and on the scalar path, for many columns
+    # (vector body and tail) and rbits up to and past 32 (the latter falls back).
+    a, b = data(20, 70, 83, ml_dtypes.float8_e4m3fn, 31, scale=3.0)
+    n0 = lowp.get_num_threads()
+    for acc in ("float16", ACC_FORMATS["e5m2"]):
+        kw = dict(accumulate=acc, rounding="stochastic", seed=9, rbits=rbits)
+        try:
+            lowp.set_num_threads(2)
+            two = lowp.matmul(a, b, **kw)
+            lowp.set_num_threads(1)
+            one = lowp.matmul(a, b, **kw)
+            lowp._lowp.set_isa("scalar")
+            scalar = lowp.matmul(a, b, **kw)
+        finally:
+            lowp._lowp.set_isa(None)
+            lowp.set_num_threads(n0)
+        assert same(one, two) and same(one, scalar)
+        # Every result lies between the round-down and round-up accumulations.
+        lo = lowp.matmul(a, b, accumulate=acc, rounding="down")
+        hi = lowp.matmul(a, b, accumulate=acc, rounding="up")
+        fin = np.isfinite(lo) & np.isfinite(hi)
+        assert np.all((one[fin] >= lo[fin]) & (one[fin] <= hi[fin]))
+
+
+@pytest.mark.parametrize("dtype", [ml_dtypes.float8_e5m2, ml_dtypes.bfloat16], ids=lambda d: np.dtype(d).name)
+def test_fp16_tile_kernels_strided_views(dtype):
+    # Transposed and strided operands pack through the same kernels.
+    a, b = data(60, 33, 50, dtype, 41, scale=2.0)
+    at = np.ascontiguousarray(a.T).T          # column-major a
+    bs = np.repeat(b, 2, axis=1)[:, ::2]      # every other column of a wider array
+    got = lowp.matmul(at, bs, accumulate="float16", chunk=8)
+    assert same(got, lowp.matmul(a, b, accumulate="float16", chunk=8))
+    assert same(got[:4, :6], ref_matmul(a[:4], b[:, :6], ACC_FORMATS["fp16"], "nearest_even", 8))
