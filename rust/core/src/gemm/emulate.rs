@@ -105,7 +105,8 @@ trait Round: Sync {
     /// uses `rng.bits(base + j*stride, rbits)`); `false` if not available, and
     /// then the caller fills the bits and calls [`Round::step`].
     #[allow(clippy::too_many_arguments)]
-    fn step_st(&self, _simd: bool, _row: &mut [f64], _bp: &[f64], _av: f64, _rng: &Rng, _base: u64, _stride: u64, _rbits: u32) -> bool {
+    /// `exact`: every `acc + a*b` is exact in f64 (see [`sums_exact_f64`]).
+    fn step_st(&self, _simd: bool, _row: &mut [f64], _bp: &[f64], _av: f64, _rng: &Rng, _base: u64, _stride: u64, _rbits: u32, _exact: bool) -> bool {
         false
     }
 }
@@ -475,7 +476,7 @@ impl<const M: u8> Fast<M> {
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2")]
     #[allow(clippy::too_many_arguments)]
-    unsafe fn step_st_avx2(&self, row: &mut [f64], bp: &[f64], av: f64, rng: &Rng, base: u64, stride: u64, rbits: u32) {
+    unsafe fn step_st_avx2<const EXACT: bool>(&self, row: &mut [f64], bp: &[f64], av: f64, rng: &Rng, base: u64, stride: u64, rbits: u32) {
         use std::arch::x86_64::*;
         let n = row.len();
         let bp = &bp[..n];
@@ -522,15 +523,19 @@ impl<const M: u8> Fast<M> {
                     let rd = _mm256_cvtepu32_epi64(if h == 0 { _mm256_castsi256_si128(rv) } else { _mm256_extracti128_si256::<1>(rv) });
                     let a = _mm256_loadu_pd(row.as_ptr().add(jj));
                     let p = _mm256_mul_pd(avv, _mm256_loadu_pd(bp.as_ptr().add(jj)));
-                    // TwoSum and round to odd at 53 bits (as step_avx2).
                     let s = _mm256_add_pd(a, p);
-                    let bb = _mm256_sub_pd(s, a);
-                    let e = _mm256_add_pd(_mm256_sub_pd(a, _mm256_sub_pd(s, bb)), _mm256_sub_pd(p, bb));
                     let sb = _mm256_castpd_si256(s);
-                    let enz = _mm256_castpd_si256(_mm256_cmp_pd::<_CMP_NEQ_UQ>(e, _mm256_setzero_pd()));
-                    let even = _mm256_cmpeq_epi64(_mm256_and_si256(sb, one), zero);
-                    let diff = _mm256_cmpgt_epi64(zero, _mm256_xor_si256(sb, _mm256_castpd_si256(e)));
-                    let x = _mm256_add_epi64(sb, _mm256_and_si256(_mm256_or_si256(diff, one), _mm256_and_si256(enz, even)));
+                    let x = if EXACT {
+                        sb // the sum itself is exact
+                    } else {
+                        // TwoSum and round to odd at 53 bits (as step_avx2).
+                        let bb = _mm256_sub_pd(s, a);
+                        let e = _mm256_add_pd(_mm256_sub_pd(a, _mm256_sub_pd(s, bb)), _mm256_sub_pd(p, bb));
+                        let enz = _mm256_castpd_si256(_mm256_cmp_pd::<_CMP_NEQ_UQ>(e, _mm256_setzero_pd()));
+                        let even = _mm256_cmpeq_epi64(_mm256_and_si256(sb, one), zero);
+                        let diff = _mm256_cmpgt_epi64(zero, _mm256_xor_si256(sb, _mm256_castpd_si256(e)));
+                        _mm256_add_epi64(sb, _mm256_and_si256(_mm256_or_si256(diff, one), _mm256_and_si256(enz, even)))
+                    };
                     let mag = _mm256_andnot_si256(sign, x);
                     // d = bits below the unit: 52 - man, plus the distance below emin.
                     let t = _mm256_sub_epi64(eminb, _mm256_srli_epi64::<52>(mag));
@@ -580,14 +585,20 @@ impl<const M: u8> Fast<M> {
 
 impl<const M: u8> Round for Fast<M> {
     const STOCHASTIC: bool = M == M_ST;
-    fn step_st(&self, simd: bool, row: &mut [f64], bp: &[f64], av: f64, rng: &Rng, base: u64, stride: u64, rbits: u32) -> bool {
+    fn step_st(&self, simd: bool, row: &mut [f64], bp: &[f64], av: f64, rng: &Rng, base: u64, stride: u64, rbits: u32, exact: bool) -> bool {
         #[cfg(target_arch = "x86_64")]
         if simd && M == M_ST && rbits <= 32 && 52 - self.man >= rbits {
             // SAFETY: `simd` is only true when avx2 was detected.
-            unsafe { self.step_st_avx2(row, bp, av, rng, base, stride, rbits) };
+            unsafe {
+                if exact {
+                    self.step_st_avx2::<true>(row, bp, av, rng, base, stride, rbits)
+                } else {
+                    self.step_st_avx2::<false>(row, bp, av, rng, base, stride, rbits)
+                }
+            };
             return true;
         }
-        let _ = (simd, row, bp, av, rng, base, stride, rbits);
+        let _ = (simd, row, bp, av, rng, base, stride, rbits, exact);
         false
     }
     fn step(&self, simd: bool, row: &mut [f64], bp: &[f64], av: f64, rands: &[u64], old: &mut [f64], bad: &mut [u8]) {
@@ -758,6 +769,19 @@ fn profile(f: &Format) -> (i32, i32, i32) {
         }
         Format::Int(i) => (i.bits as i32, 0, i.bits as i32),
     }
+}
+
+/// Is every `acc + a*b` exact in f64, from the formats alone? Accumulator values
+/// are multiples of the format's smallest subnormal and below 2^(emax+1), products
+/// multiples of 2^(la+lb) and below 2^(ha+hb): a sum of such values spans at most
+/// `hi + 1 - lo` bits.
+fn sums_exact_f64(fmt: &Format, a: &Operand, b: &Operand) -> bool {
+    let (Some(fa), Some(fb), Format::Float(f)) = (a.format(), b.format(), fmt) else { return false };
+    let (_, la, ha) = profile(&fa);
+    let (_, lb, hb) = profile(&fb);
+    let lo = (la + lb).min(f.emin() - f.man_bits as i32);
+    let hi = (ha + hb).max(f.emax() + 1);
+    products_exact(&fa, &fb) && hi + 1 - lo <= 53
 }
 
 /// Are all products of values of `a` and `b` exact in f64?
@@ -1363,6 +1387,7 @@ fn drive<R: Round>(r: &R, a: &Operand, b: &Operand, c: OutMat<f64>, spec: &Accum
         return Ok(());
     }
     let stochastic = spec.opts.mode == Mode::Stochastic && (R::STOCHASTIC || outer.is_some());
+    let sum_exact = sums_exact_f64(&spec.fmt, a, b);
     let rng = Rng::new(spec.opts.key);
     let rng2 = {
         let mut k2 = spec.opts.key;
@@ -1403,7 +1428,7 @@ fn drive<R: Round>(r: &R, a: &Operand, b: &Operand, c: OutMat<f64>, spec: &Accum
                     if stochastic && R::STOCHASTIC {
                         let e0 = ((i0 + i) * n + j0) as u64;
                         let base = e0.wrapping_mul(steps).wrapping_add(kidx as u64);
-                        if !r.step_st(simd, row, bp, av, &rng, base, steps, rbits) {
+                        if !r.step_st(simd, row, bp, av, &rng, base, steps, rbits, sum_exact) {
                             fill_rands(simd, &rng, base, steps, rbits, &mut rands);
                             r.step(simd, row, bp, av, &rands, &mut old, &mut bad);
                         }
@@ -1485,14 +1510,14 @@ pub(crate) mod testing {
     /// A stochastic depth step through the vector kernel (`None` when it does not
     /// apply) and element by element through `Fast::add` with `Rng::bits`.
     #[allow(clippy::type_complexity)]
-    pub fn st_step_both(fmt: Format, rbits: u32, row: &[f64], bp: &[f64], av: f64, base: u64, stride: u64) -> Option<(Vec<f64>, Vec<f64>)> {
+    pub fn st_step_both(fmt: Format, rbits: u32, row: &[f64], bp: &[f64], av: f64, base: u64, stride: u64, exact: bool) -> Option<(Vec<f64>, Vec<f64>)> {
         let mut opts = RoundOpts::new(Mode::Stochastic);
         opts.rbits = rbits;
         opts.key = crate::round::SeedKey::from_seed(99);
         let f = Fast::<M_ST>::new(fmt, opts);
         let rng = Rng::new(opts.key);
         let mut v = row.to_vec();
-        if !f.step_st(crate::convert::detected_isa() >= crate::convert::Isa::Avx2, &mut v, bp, av, &rng, base, stride, rbits) {
+        if !f.step_st(crate::convert::detected_isa() >= crate::convert::Isa::Avx2, &mut v, bp, av, &rng, base, stride, rbits, exact) {
             return None;
         }
         let w = (0..row.len()).map(|j| f.add(row[j], av * bp[j], rng.bits(base.wrapping_add(j as u64 * stride), rbits))).collect();

@@ -474,7 +474,7 @@ fn stochastic_step_matches_scalar() {
                 }
                 let base = if rep % 2 == 0 { g.next() } else { (1u64 << 32) - (g.next() % 200) };
                 let stride = 1 + g.next() % 50;
-                let Some((got, want)) = super::emulate::testing::st_step_both(f, rbits, &row, &bp, 1.0, base, stride) else { return };
+                let Some((got, want)) = super::emulate::testing::st_step_both(f, rbits, &row, &bp, 1.0, base, stride, false) else { return };
                 for j in 0..n {
                     assert!(
                         got[j].to_bits() == want[j].to_bits() || (got[j].is_nan() && want[j].is_nan()),
@@ -490,4 +490,27 @@ fn stochastic_step_matches_scalar() {
         }
     }
     assert!(checked > 5000);
+}
+
+/// The stochastic step's exact-sum variant (no TwoSum, used when the formats make
+/// every `acc + a*b` exact in f64): fp16 accumulators and e4m3fn x e5m2 products.
+#[test]
+fn stochastic_step_exact_sums() {
+    let mut g = Lcg(41);
+    let f = Format::Float(FLOAT16);
+    let fp16 = fp16_values();
+    for rbits in [3, 16, 32] {
+        for rep in 0..300 {
+            let n = 45;
+            let row: Vec<f64> = (0..n).map(|_| fp16[(g.next() % fp16.len() as u64) as usize] as f64).collect();
+            let bp: Vec<f64> = (0..n)
+                .map(|_| FLOAT8_E5M2.decode(g.next() % 256) * FLOAT8_E4M3FN.decode(g.next() % 256))
+                .collect();
+            let base = if rep % 3 == 0 { (1u64 << 32) - (g.next() % 300) } else { g.next() };
+            let Some((got, want)) = super::emulate::testing::st_step_both(f, rbits, &row, &bp, 1.0, base, 1 + g.next() % 9, true) else { return };
+            for j in 0..n {
+                assert!(got[j].to_bits() == want[j].to_bits() || (got[j].is_nan() && want[j].is_nan()), "{:e} + {:e}: {:e} vs {:e}", row[j], bp[j], got[j], want[j]);
+            }
+        }
+    }
 }
