@@ -138,7 +138,7 @@ def emulated(sizes) -> None:
                 set_threads(t)
                 tf = best(lambda: lowp.matmul(a, b), 3)
                 for mode, chunk in (("nearest_even", None), ("nearest_even", 64), ("stochastic", None)):
-                    te = best(lambda: lowp.matmul(a, b, accumulate="float16", chunk=chunk, rounding=mode, seed=1), 1)
+                    te = best(lambda: lowp.matmul(a, b, accumulate="float16", chunk=chunk, rounding=mode, seed=1), 3)
                     op = 2.0 * n**3
                     print(f"{n:5d} {t:3d} {name:>8} {mode:>12} {str(chunk):>5} {op / te / 1e9:8.2f} {op / tf / 1e9:8.1f} "
                           f"{tf / te:6.3f}", flush=True)
