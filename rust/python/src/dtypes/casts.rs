@@ -213,6 +213,10 @@ unsafe fn encode_into<S: convert::Real>(t: usize, src: &[S], dst: *mut c_void) {
     }
 }
 
+/// Casts between float32 and lowp types of at least this many elements run
+/// threaded kernels.
+const PAR_MIN: usize = 1 << 16;
+
 /// f64 elements converted per block on the way into posit<n<=16,2>.
 const F64_BLOCK: usize = 1 << 14;
 
@@ -402,10 +406,13 @@ unsafe extern "C" fn cast_from<const T: usize, E: NpElem>(from: *mut c_void, to:
             // (as ml_dtypes does) on every instruction-set path.
             let s = from as *const u16;
             if is::<E, f32>() {
-                let d = to as *mut u32;
-                for i in 0..n {
-                    d.add(i).write((s.add(i).read() as u32) << 16);
-                }
+                let (src, dst) = (std::slice::from_raw_parts(s, n), std::slice::from_raw_parts_mut(to as *mut u32, n));
+                // Threads over large arrays (the chunks fault their fresh pages in parallel too).
+                lowp_core::parallel::zip_chunks(src, dst, PAR_MIN, |_, s, d| {
+                    for (c, y) in s.iter().zip(d.iter_mut()) {
+                        *y = (*c as u32) << 16;
+                    }
+                });
             } else {
                 let d = to as *mut f64;
                 for i in 0..n {
@@ -444,6 +451,12 @@ unsafe extern "C" fn cast_to<const T: usize, E: NpElem>(from: *mut c_void, to: *
     let n = n.max(0) as usize;
     // SAFETY: numpy passes n contiguous aligned elements on each side.
     unsafe {
+        if is::<E, f32>() && n >= PAR_MIN && !(super::kernels::is_posit(T) && TYPES[T].size == 1) {
+            // Large arrays: the core's vectorized, threaded kernels (the same
+            // results; for posit8 the table below is faster); the flags they
+            // raise on this thread are dropped, as numpy would report them.
+            return with_fp_flags_kept(|| encode_into(T, std::slice::from_raw_parts(from as *const f32, n), to));
+        }
         if is::<E, f32>() {
             if T == super::kernels::BF16 {
                 let (s, d) = (from as *const u32, to as *mut u16);
