@@ -35,13 +35,30 @@ pub trait NpElem: Copy + 'static {
     fn from_f64(v: f64) -> Self;
 }
 
+/// An integer below 2^64 in magnitude as an f64 rounded to odd: the nearest
+/// f64 with its last bit set when it is not exact. Every lowp type has at
+/// most 51 bits of precision, so rounding this f64 once more gives the
+/// integer's correct rounding (where `v as f64` would round twice).
+#[inline]
+pub fn int_to_f64_odd(v: i128) -> f64 {
+    let f = v as f64;
+    // f is at most 2^64 here: as i128 exactly.
+    let diff = v - f as i128;
+    let bits = f.to_bits();
+    if diff == 0 || bits & 1 == 1 {
+        return f;
+    }
+    // One unit toward v: +1 on the bits grows |f|, -1 shrinks it (f != 0 as v != f).
+    f64::from_bits(if (diff > 0) == (f > 0.0) { bits + 1 } else { bits - 1 })
+}
+
 macro_rules! int_elem {
     ($t:ty, $bits:expr, $signed:expr, $($num:ident),+) => {
         impl NpElem for $t {
             const NUMS: &'static [NPY_TYPES] = &[$(NPY_TYPES::$num),+];
             const FMT: Option<Format> = if $bits <= 16 { Some(Format::Int(IntFormat { bits: $bits, signed: $signed })) } else { None };
             #[inline(always)]
-            fn to_f64(self) -> f64 { self as f64 }
+            fn to_f64(self) -> f64 { if $bits > 53 { int_to_f64_odd(self as i128) } else { self as f64 } }
             // Out-of-range values saturate, NaN gives 0 (numpy leaves these undefined).
             #[inline(always)]
             fn from_f64(v: f64) -> Self { v as $t }
