@@ -243,7 +243,7 @@ const F64_BLOCK: usize = 1 << 14;
 /// clamped to 2^+-60 (still beyond maxpos 2^56 / below minpos 2^-56). Integer
 /// steps only: no branch on the data's rounding, no floating-point flag.
 #[inline(always)]
-fn posit16_via_f32(x: f64) -> f32 {
+pub(super) fn posit16_via_f32(x: f64) -> f32 {
     const INF: u64 = 0x7FF0_0000_0000_0000;
     let b = x.to_bits();
     let mag = b & !(1u64 << 63); // |x| as bits (ordered like the magnitudes)
@@ -323,7 +323,7 @@ fn posit_kernel<C: Code>(f: &Format, src: &[f32], dst: &mut [C]) {
 /// flags numpy would report as warnings after the cast although the cast
 /// itself is exact by the posit standard.
 #[inline]
-fn with_fp_flags_kept<R>(body: impl FnOnce() -> R) -> R {
+pub(super) fn with_fp_flags_kept<R>(body: impl FnOnce() -> R) -> R {
     #[cfg(target_arch = "x86_64")]
     {
         #[allow(deprecated)]

@@ -127,6 +127,18 @@ pub fn enc_block64(t: usize, x: &[f64], out: &mut [u32]) {
         return;
     }
     if let Format::Posit(p) = TYPES[t].fmt {
+        if p.es == 2 && p.nbits <= 16 {
+            // Through f32 (rounded to odd, clamped to a range that rounds alike) into the
+            // core's vectorized posit kernel: the same codes as posit2_encode.
+            let n = x.len();
+            let mut y = [0f32; BLOCK];
+            for (v, o) in x.iter().zip(y.iter_mut()) {
+                *o = super::casts::posit16_via_f32(*v);
+            }
+            // Cannot fail (valid options, u32 codes); the flags of NaN lanes are not the caller's.
+            let _ = super::casts::with_fp_flags_kept(|| convert::encode(&TYPES[t].fmt, &y[..n], out, &rne(), 0));
+            return;
+        }
         if p.es == 2 {
             for (v, o) in x.iter().zip(out.iter_mut()) {
                 *o = posit2_encode(p.nbits, *v);
@@ -509,6 +521,11 @@ pub fn binary(t: usize, op: Bin, a: &[u32], b: &[u32], out: &mut [u32]) {
         enc_block32(t, x, out);
         return;
     }
+    if let Format::Posit(p) = TYPES[t].fmt {
+        if p.es == 2 && p.nbits <= 16 && matches!(op, Bin::Add | Bin::Sub | Bin::Mul | Bin::Div) {
+            return posit16_arith(t, op, a, b, out);
+        }
+    }
     let mut x = [0f64; BLOCK];
     let mut y = [0f64; BLOCK];
     dec_block64(t, a, &mut x[..n]);
@@ -566,6 +583,35 @@ pub fn binary(t: usize, op: Bin, a: &[u32], b: &[u32], out: &mut [u32]) {
         Bin::Hypot => map!(f64::hypot),
     }
     enc_block64(t, x, out);
+}
+
+/// `+ - * /` on posit<n<=16,2> codes in one pass: values from the f32 table
+/// (exact), the result rounded to odd in f64 and carried by an f32 that
+/// rounds alike (`posit16_via_f32`), then the core's vectorized posit kernel.
+fn posit16_arith(t: usize, op: Bin, a: &[u32], b: &[u32], out: &mut [u32]) {
+    let n = a.len();
+    let l = lut32(t).expect("posit<n<=16,2> values are f32s");
+    let m = l.len() - 1;
+    let mut y = [0f32; BLOCK];
+    let y = &mut y[..n];
+    macro_rules! go {
+        ($f:expr) => {{
+            let f = $f;
+            for ((o, &ca), &cb) in y.iter_mut().zip(a).zip(b) {
+                let (p, q) = (l[ca as usize & m] as f64, l[cb as usize & m] as f64);
+                *o = super::casts::posit16_via_f32(f(p, q));
+            }
+        }};
+    }
+    match op {
+        Bin::Add => go!(add_odd),
+        Bin::Sub => go!(|p: f64, q: f64| add_odd(p, -q)),
+        // Products of <= 12-bit significands are exact in f64.
+        Bin::Mul => go!(|p: f64, q: f64| p * q),
+        _ => go!(div_odd),
+    }
+    // Cannot fail (valid options, u32 codes); the flags of NaN lanes are not the caller's.
+    let _ = super::casts::with_fp_flags_kept(|| convert::encode(&TYPES[t].fmt, &*y, out, &rne(), 0));
 }
 
 pub fn unary(t: usize, op: Un, a: &[u32], out: &mut [u32]) {
