@@ -8,8 +8,11 @@ numpy are single-threaded whatever the setting). Each rate is the best of
 several repeats, in GB/s of float32 data: input bytes / time for encoding and
 rounding, output bytes / time for decoding (the same 16 Mi float32 either way,
 so rows compare directly). Every call allocates its result, as ``astype`` does;
-the "out=" column is lowp writing into a preallocated array, and the copy rows
-show ``np.copyto`` into a preallocated array and ``np.copy`` into a fresh one.
+lowp's large results reuse the memory of freed ones (``lowp.set_buffer_cache``),
+the "cold" column is lowp with that cache off (every result on fresh pages, which
+the kernel must fault in and zero), the "out=" column is lowp writing into a
+preallocated array, and the copy rows show ``np.copyto`` into a preallocated
+array and ``np.copy`` into a fresh one.
 
 Targets (ratios measured side by side in this run):
   f32->bf16 nearest-even       >= 2.4x ml_dtypes astype
@@ -90,7 +93,7 @@ def main() -> None:
         lowp.set_num_threads(th)
         copy_pre, copy_new = gbs(lambda: np.copyto(copy_dst, x), lambda: np.copy(x))
         print(f"threads={th}    np.copyto (preallocated) {copy_pre:6.2f} GB/s    np.copy (fresh) {copy_new:6.2f} GB/s")
-        hdr = (f"{'operation':34} {'lowp':>7} {'base':>7}  {'ratio':>7}  {'target':>7}  {'vs copy':>7} "
+        hdr = (f"{'operation':34} {'lowp':>7} {'base':>7}  {'ratio':>7}  {'target':>7}  {'cold':>7} {'ratio':>7}  "
                f"{'out=':>7}  {'ratio':>7}  baseline")
         print(hdr)
         print("-" * len(hdr))
@@ -98,13 +101,13 @@ def main() -> None:
         rne_f = {"np.copy": lambda: np.copy(x)}  # baselines that are lowp's own calls
 
         def row(name, f_lowp, f_base, base_name, target=None, out=None, base_out=None):
-            fs = [f_lowp, f_base if f_base is not None else rne_f[base_name]]
+            fs = [f_lowp, f_base if f_base is not None else rne_f[base_name], cold(f_lowp)]
             fs += [out] if out is not None else []
             fs += [base_out] if base_out is not None else []
             r = gbs(*fs)
-            lo, base = r[0], r[1]
-            lo_out = r[2] if out is not None else None
-            b_out = r[3] if out is not None and base_out is not None else None
+            lo, base, lo_cold = r[0], r[1], r[2]
+            lo_out = r[3] if out is not None else None
+            b_out = r[4] if out is not None and base_out is not None else None
             ratio = lo / base
             mark = ""
             if target is not None:
@@ -113,7 +116,17 @@ def main() -> None:
             tgt = f">={target:g}x" if target is not None else ""
             o = f"{lo_out:7.2f}" if lo_out is not None else f"{'':7}"
             ro = f"{lo_out / b_out:6.2f}x" if b_out is not None else f"{'':7}"
-            print(f"{name:34} {lo:7.2f} {base:7.2f}  {ratio:6.2f}x  {tgt:>7}  {lo / copy_new:6.2f}x {o}  {ro}  {base_name} {mark}")
+            print(f"{name:34} {lo:7.2f} {base:7.2f}  {ratio:6.2f}x  {tgt:>7}  {lo_cold:7.2f} {lo_cold / base:6.2f}x "
+                  f"{o}  {ro}  {base_name} {mark}")
+
+        def cold(f):
+            def run():
+                limit = lowp.set_buffer_cache(0)  # empties the cache: the result gets fresh pages
+                try:
+                    return f()
+                finally:
+                    lowp.set_buffer_cache(limit)
+            return run
 
         def enc(fmt, dt, **kw):
             return (lambda: lowp.encode(x, fmt, **kw)), (lambda: lowp.encode(x, fmt, out=pre[dt], **kw))
@@ -158,8 +171,9 @@ def main() -> None:
                 row(f"encode f32->{fmt} nearest_even", lambda: lowp.encode(x, fmt), None, "np.copy", None)
         print()
 
-    print("lowp, base: every call allocates its result (as astype does); on this machine the kernel's zeroing of\n"
-          "fresh pages is a large part of the time. out=: lowp into preallocated memory; the ratio beside it is\n"
+    print("lowp, base: every call allocates its result (as astype does); lowp's reuses the memory of the result\n"
+          "freed before it. cold: lowp with that cache off, every result on fresh pages (the kernel's faulting and\n"
+          "zeroing of fresh pages is then a large part of the time). out=: lowp into preallocated memory; the ratio beside it is\n"
           "against the same baseline cast into preallocated memory (np.copyto(..., casting='unsafe')), or for the\n"
           "stochastic rows against lowp's nearest-even with out=. Targets are judged on the allocating ratios.\n")
     print("targets:")

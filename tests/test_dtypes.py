@@ -427,8 +427,13 @@ def test_bad_input_raises(name):
         np.bitwise_and(np.ones(2, t), np.ones(2, t))
     with pytest.raises((ValueError, OverflowError)):
         int(t(float("nan")) if name not in POSITS else np.array([np.nan]).astype(t)[0])
-    # Huge Python ints round like infinities instead of failing.
-    assert float(t(10**400)) == float(np.array([np.inf]).astype(t)[0]) or np.isnan(float(t(10**400)))
+    # Huge Python ints round as the huge finite numbers they are (no failure): floats
+    # overflow as their mode says, posits saturate at maxpos (never NaR).
+    big = float(t(10**400))
+    if name in POSITS:
+        assert big == lowp.finfo(name).max and float(t(-(10**400))) == -big
+    else:
+        assert big == float(np.array([1e308]).astype(t)[0]) or (np.isnan(big) and np.isnan(float(np.array([1e308]).astype(t)[0])))
 
 
 # ------------------------------------------------------------------ leaks
@@ -532,3 +537,93 @@ def test_posit_casts_at_midpoints_and_specials(name, src):
     with np.errstate(all="raise"):
         got = x.astype(dt(name))
     np.testing.assert_array_equal(got.view(fmt.storage_dtype), lowp.encode(x, fmt))
+
+
+def _exact_code(v, name):
+    """The correctly rounded (nearest even) code of the exact number v (int or Fraction)."""
+    import sys as _sys
+    from fractions import Fraction
+
+    _sys.path.insert(0, str(__import__("pathlib").Path(__file__).parent))
+    from _reference import FloatSpec, posit_round, round_float
+
+    f = lowp.format(name)
+    if name.startswith("posit"):
+        return posit_round(v, f.nbits, f.es)
+    r = round_float(Fraction(v), FloatSpec.of(f), "nearest_even")
+    return int(lowp.encode(np.array([r]), f)[0]) if not math.isnan(r) else None
+
+
+def _double_rounding_ints(rng):
+    """Integers beyond 2^53 whose nearest float64 is a tie of the narrow format but which
+    are not: rounding through float64 goes the wrong way."""
+    out = [2**53 + 1, -(2**53 + 1), 2**63 - 1, -(2**63), 2**64 - 1]
+    for top in (54, 60, 62, 63):
+        for p in (4, 8, 12, 16, 20, 28):  # a tie at p bits of precision
+            tie = 2 ** (top - 1) + 2 ** (top - 1 - p)
+            out += [tie + 1, tie - 1, -(tie + 1), tie]
+    out += [int(x) for x in rng.integers(-(2**63), 2**63 - 1, 200, dtype=np.int64)]
+    return [v for v in out if -(2**63) <= v < 2**64]
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_wide_integers_round_once(name):
+    """int64/uint64 arrays, Python ints, numpy integer scalars and long decimal strings
+    round once to the nearest value (float64 holds 53 bits: going through it rounds twice)."""
+    ints = _double_rounding_ints(np.random.default_rng(9))
+    fits = name.startswith("posit") or name == "bfloat16"  # ranges that hold 2^64
+    for v in ints:
+        want = _exact_code(v, name)
+        if not fits and want is None:
+            continue
+        got = [int(np.array(lowp.__dict__[name](v)).view(udt(name)))]
+        if v < 2**63:
+            got.append(int(np.array([v], np.int64).astype(dt(name)).view(udt(name))[0]))
+            got.append(int(np.array(lowp.__dict__[name](np.int64(v))).view(udt(name))))
+        if v >= 0:
+            got.append(int(np.array([v], np.uint64).astype(dt(name)).view(udt(name))[0]))
+        got.append(int(np.array(lowp.__dict__[name](str(v))).view(udt(name))))
+        assert got == [want] * len(got), (v, got, want)
+    # An array long enough for the vector paths, against the same reference.
+    arr = np.array([v for v in ints if v < 2**63] * 50, np.int64)
+    codes = arr.astype(dt(name)).view(udt(name))
+    want = np.array([_exact_code(int(v), name) if (fits or _exact_code(int(v), name) is not None) else -1
+                     for v in arr[: len(arr) // 50]] * 50)
+    keep = want >= 0
+    np.testing.assert_array_equal(codes[keep], want[keep].astype(codes.dtype))
+
+
+@pytest.mark.parametrize("name", ["bfloat16", "posit16"])
+def test_long_decimal_strings_round_once(name):
+    """Decimal strings with more digits than float64 holds round once, by their exact value
+    (reference: the nearest of all finite values, ties to the even code)."""
+    from fractions import Fraction
+
+    codes = np.arange(2**16, dtype=np.uint16)
+    vals = lowp.decode(codes, name, np.float64)
+    fin = np.isfinite(vals)
+    order = np.argsort(vals[fin], kind="stable")
+    sv, sc = vals[fin][order], codes[fin][order]
+    keep = np.concatenate([[True], sv[1:] != sv[:-1]])  # -0 and +0: keep one
+    sv, sc = sv[keep], sc[keep]
+
+    def nearest(q):
+        j = int(np.searchsorted(sv, float(q)))
+        cand = [k for k in (j - 2, j - 1, j, j + 1) if 0 <= k < len(sv)]
+        dist = {k: abs(Fraction(sv[k]) - q) for k in cand}
+        best = min(dist.values())
+        ks = [k for k in cand if dist[k] == best]
+        return int(min(ks, key=lambda k: int(sc[k]) & 1)) if len(ks) > 1 else ks[0]
+
+    for s in ["1.00390625000000000001", "1.00390625", "0.99999999999999999999", "-1.0039062499999999999999",
+              "1.0039062500000000000000000000000000000001", "123456789.123456789123456789", "-0.000123456789123456789"]:
+        got = int(np.array(lowp.__dict__[name](s)).view(np.uint16))
+        k = nearest(Fraction(s))
+        assert Fraction(float(vals[got])) == Fraction(sv[k]), (s, got, int(sc[k]))
+    pos, neg = lowp.__dict__[name]("1e400"), lowp.__dict__[name]("-1e400")
+    if name == "bfloat16":
+        assert np.isposinf(float(pos)) and np.isneginf(float(neg))
+        assert float(lowp.bfloat16("1e-400")) == 0.0
+    else:  # posits saturate and never round a nonzero to zero
+        assert float(pos) == lowp.finfo(name).max and float(neg) == -lowp.finfo(name).max
+        assert float(lowp.__dict__[name]("1e-400")) == lowp.finfo(name).smallest_subnormal

@@ -383,3 +383,60 @@ def test_posit_casts_match_softposit(name):
     got = as_codes(x.astype(dt(name)))
     want = np.array([int(softposit.posit_2(float(v), nb).v.v) >> (32 - nb) for v in x], np.uint64)
     assert np.array_equal(got.astype(np.uint64), want)
+
+
+@pytest.mark.parametrize("op", ["add", "subtract", "multiply", "divide"])
+def test_bf16_contiguous_arithmetic_matches_element_loop(op):
+    """Contiguous bf16 + - * / run a vectorized, threaded kernel; strided operands run the
+    element loop. Same bits (NaN payloads included) on every path, thread count and
+    aliasing, and the values ml_dtypes gives."""
+    n = (1 << 18) + 13  # several thread chunks and a ragged tail
+    a, b = pairs("bfloat16", n, seed=5)
+    a[:8] = [0x7FC1, 0xFFA0, 0x7F80, 0xFF80, 0x0000, 0x8000, 0x7F7F, 0x0001]  # NaNs, infs, zeros, max, tiny
+    b[:8] = [0x3F80, 0x3F80, 0xFF80, 0x7F80, 0x8000, 0x0000, 0x7F7F, 0x8001]
+    f = getattr(np, op)
+    la, lb = a.view(dt("bfloat16")), b.view(dt("bfloat16"))
+    # The element loop: the same values seen through strided views.
+    sa, sb = np.repeat(la, 2)[::2], np.repeat(lb, 2)[::2]
+    with np.errstate(all="ignore"):
+        ref = as_codes(f(sa, sb)).copy()
+        want = f(a.view(ml_dtypes.bfloat16), b.view(ml_dtypes.bfloat16))
+    ok = equal_codes(ref, want, lowp.decode(ref, "bf16", np.float64), lowp.decode(as_codes(want), "bf16", np.float64))
+    assert ok.all()
+    old = lowp.get_num_threads()
+    try:
+        for isa in ("scalar", None):
+            lowp._lowp.set_isa(isa)
+            for threads in (1, 2):
+                lowp.set_num_threads(threads)
+                with np.errstate(all="ignore"):
+                    np.testing.assert_array_equal(as_codes(f(la, lb)), ref)
+                    inplace = la.copy()
+                    f(inplace, lb, out=inplace)
+                    np.testing.assert_array_equal(as_codes(inplace), ref)
+                    inplace = lb.copy()
+                    f(la, inplace, out=inplace)
+                    np.testing.assert_array_equal(as_codes(inplace), ref)
+    finally:
+        lowp._lowp.set_isa(None)
+        lowp.set_num_threads(old)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_bf16_arithmetic_reports_overflow_at_any_thread_count(threads):
+    n = 1 << 18
+    big = np.full(n, 3e38, np.float32).astype(lowp.bfloat16)
+    one = np.ones(n, np.float32).astype(lowp.bfloat16)
+    old = lowp.get_num_threads()
+    try:
+        lowp.set_num_threads(threads)
+        with pytest.warns(RuntimeWarning, match="overflow"):
+            r = big * big
+        assert np.isinf(r.astype(np.float32)).all()
+        with np.errstate(all="raise"):
+            r = one + one  # exact: nothing to report
+        assert (r.astype(np.float32) == 2).all()
+        with np.errstate(over="raise"), pytest.raises(FloatingPointError):
+            big + big
+    finally:
+        lowp.set_num_threads(old)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from . import _lowp
 from ._convert import ROUNDING_MODES, cast, decode, encode, round
+from ._memory import buffer_cache_info, set_buffer_cache
 from ._gemm import empty, matmul, padded_ld, qmatmul, sum
 from ._dtypes import (bfloat16, float8_e4m3, float8_e4m3fn, float8_e4m3fnuz, float8_e5m2, float8_e5m2fnuz, posit8,
                       posit16, posit32)
@@ -21,7 +22,7 @@ __all__ = [
     "Format", "FloatFormat", "PositFormat", "IntFormat", "format", "finfo", "named_formats",
     "round", "cast", "encode", "decode", "ROUNDING_MODES",
     "quantize", "QuantizedArray",
-    "set_num_threads", "get_num_threads",
+    "set_num_threads", "get_num_threads", "set_buffer_cache", "buffer_cache_info",
     "matmul", "qmatmul", "sum", "padded_ld", "empty",
     "ulp", "nextafter",
     "bfloat16", "float8_e5m2", "float8_e4m3fn", "float8_e4m3", "float8_e4m3fnuz", "float8_e5m2fnuz",

@@ -8,6 +8,7 @@ from typing import Any, Optional, Union
 import numpy as np
 
 from . import _lowp
+from ._memory import result_empty
 from ._formats import DTYPE_NAMES, Format, FloatFormat, PositFormat, _canonical, _dtype_registry, format as _format
 
 __all__ = ["round", "cast", "encode", "decode", "ROUNDING_MODES", "nextafter_scalar"]
@@ -165,7 +166,7 @@ def round(x: Any, fmt: Any, rounding: str = "nearest_even", *, saturate: bool = 
     key = _seed_word(seed, r)
     nb = _rbits(rbits, a.dtype)
     if out is None:
-        res = np.empty(a.shape, a.dtype)
+        res = result_empty(a.shape, a.dtype)
     else:
         res = _check_out(out, a.shape, a.dtype)
     bad = _into(res, a, lambda d: _lowp.round_into(a.reshape(-1), f._spec, d.reshape(-1), r, sat, key, nb))
@@ -182,7 +183,7 @@ def encode(x: Any, fmt: Any, rounding: str = "nearest_even", *, saturate: bool =
     key = _seed_word(seed, r)
     nb = _rbits(rbits, a.dtype)
     sd = f.storage_dtype
-    res = np.empty(a.shape, sd) if out is None else _check_out(out, a.shape, sd)
+    res = result_empty(a.shape, sd) if out is None else _check_out(out, a.shape, sd)
     bad = _into(res, a, lambda d: _lowp.encode_into(a.reshape(-1), f._spec, d.reshape(-1), r, sat, key, nb))
     if bad:
         _raise_nan(f)
@@ -210,7 +211,7 @@ def decode(bits: Any, fmt: Any, dtype: Any = np.float32, *, out: Optional[np.nda
     if not b.dtype.isnative:
         b = b.astype(b.dtype.newbyteorder("="))
     b = _contiguous(b)
-    res = np.empty(b.shape, dt) if out is None else _check_out(out, b.shape, dt)
+    res = result_empty(b.shape, dt) if out is None else _check_out(out, b.shape, dt)
     _into(res, b, lambda d: _lowp.decode_into(b.reshape(-1), f._spec, d.reshape(-1)))
     return res
 

@@ -1,13 +1,16 @@
 # Type stubs of the native module (private; the public API is the `lowp` package).
-from typing import Any, Optional
+from typing import Any, Optional, final
 
 from typing_extensions import Self, disjoint_base
 
 __all__ = [
     "_dtype_numbers",
+    "Buffer",
     "_register_equivalent",
     "bfloat16",
+    "buffer_cache_info",
     "bsr_matmul",
+    "cached_empty",
     "check_compressed",
     "check_range",
     "coo_matmul",
@@ -33,6 +36,7 @@ __all__ = [
     "posit8",
     "products_exact",
     "round_into",
+    "set_buffer_cache",
     "set_isa",
     "set_num_threads",
     "sum_into",
@@ -108,3 +112,12 @@ def nm_matmul(data: Any, table: Any, bf16: bool, indices: Any, n: int, m: int, s
 # dtype registration internals
 def _dtype_numbers() -> Any: ...
 def _register_equivalent(name: str, other: Any) -> None: ...
+
+@final
+class Buffer:
+    @property
+    def nbytes(self) -> int: ...
+
+def cached_empty(shape: list[int], dtype: np.dtype[Any]) -> npt.NDArray[Any]: ...
+def set_buffer_cache(limit: int) -> int: ...
+def buffer_cache_info() -> tuple[int, int, int]: ...

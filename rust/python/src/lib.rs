@@ -9,6 +9,7 @@ mod convert;
 mod dtypes;
 mod errors;
 mod gemm;
+mod pool;
 mod spec;
 mod sparse;
 
@@ -18,5 +19,6 @@ fn _lowp(m: &Bound<'_, PyModule>) -> PyResult<()> {
     gemm::register(m)?;
     sparse::register(m)?;
     dtypes::register(m)?;
+    pool::register(m)?;
     Ok(())
 }

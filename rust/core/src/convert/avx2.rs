@@ -35,8 +35,8 @@ struct K {
     ovf_p: __m256i,
     ovf_x: __m256i,
     rmask: __m256i,
-    a0: __m256i,
-    b0: __m256i,
+    a0: u32,
+    gamma: __m256i,
     c1: __m256i,
     c2: __m256i,
     step: __m256i,
@@ -94,8 +94,8 @@ fn consts(p: &Params) -> K {
         ovf_x: s(p.ovf_p ^ p.ovf_n),
         // The top `rbits` bits: comparing them is comparing the shifted values.
         rmask: s(if p.rbits >= 32 { u32::MAX } else { !(u32::MAX >> p.rbits) }),
-        a0: s(p.rng.key.a0),
-        b0: s(p.rng.key.b0),
+        a0: p.rng.key.a0,
+        gamma: s(crate::round::GAMMA),
         c1: s(0x7feb_352d),
         c2: s(0x846c_a68b),
         step: _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
@@ -144,12 +144,20 @@ fn mix8(k: &K, x: __m256i) -> __m256i {
     _mm256_xor_si256(x, _mm256_srli_epi32::<16>(x))
 }
 
-/// The low random words of the 8 elements whose low index words are `lo`.
+/// The Weyl values of elements lo0 .. lo0 + 8 (`Rng::word0` before the mixer:
+/// lo * GAMMA + (a0 ^ hi)); element lo0 + j + lane has `weyl8 + j * GAMMA`.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn rand8(k: &K, lo: __m256i, hi: __m256i) -> __m256i {
-    let t = mix8(k, _mm256_xor_si256(lo, k.a0));
-    mix8(k, _mm256_xor_si256(_mm256_xor_si256(t, k.b0), hi))
+fn weyl8(k: &K, lo0: u32, hi: u32) -> __m256i {
+    let lo = _mm256_add_epi32(_mm256_set1_epi32(lo0 as i32), k.step);
+    _mm256_add_epi32(_mm256_mullo_epi32(lo, k.gamma), _mm256_set1_epi32((k.a0 ^ hi) as i32))
+}
+
+/// The low random words of the 8 elements `j ..` after the base of [`weyl8`].
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn rand8(k: &K, weyl: __m256i, j: usize) -> __m256i {
+    mix8(k, _mm256_add_epi32(weyl, _mm256_set1_epi32((j as u32).wrapping_mul(crate::round::GAMMA) as i32)))
 }
 
 /// `pos` where the lane is non-negative, `pos ^ x` where `neg` is all ones.
@@ -448,18 +456,11 @@ fn as_u16<C: Code>(d: &mut [C]) -> &mut [u16] {
 fn encode_loop<C: Code, const MODE: u8>(p: &Params, src: &[f32], dst: &mut [C], i0: u64, nt: bool) {
     let k = consts(p);
     let hi_s = p.rng.hi_word(i0);
-    let hi = _mm256_set1_epi32(hi_s as i32);
     let lo0 = i0 as u32;
+    let weyl = weyl8(&k, lo0, hi_s);
     let n = src.len();
     // Random words for the 8 lanes starting at element j.
-    let rand_at = |j: usize| {
-        if is_sr(MODE) {
-            let lo = _mm256_add_epi32(_mm256_set1_epi32(lo0.wrapping_add(j as u32) as i32), k.step);
-            rand8(&k, lo, hi)
-        } else {
-            k.zero
-        }
-    };
+    let rand_at = |j: usize| if is_sr(MODE) { rand8(&k, weyl, j) } else { k.zero };
     let mut j = 0;
     match C::BYTES {
         1 => {
@@ -573,16 +574,12 @@ pub(super) fn round(p: &Params, mode: Mode, kind: Kind, src: &[f32], dst: &mut [
 fn round_loop<const MODE: u8>(p: &Params, src: &[f32], dst: &mut [f32], i0: u64, nt: bool) {
     let k = consts(p);
     let hi_s = p.rng.hi_word(i0);
-    let hi = _mm256_set1_epi32(hi_s as i32);
     let lo0 = i0 as u32;
+    let weyl = weyl8(&k, lo0, hi_s);
     let n = src.len();
     let mut j = 0;
     while j + 8 <= n {
-        let rand = if is_sr(MODE) {
-            rand8(&k, _mm256_add_epi32(_mm256_set1_epi32(lo0.wrapping_add(j as u32) as i32), k.step), hi)
-        } else {
-            k.zero
-        };
+        let rand = if is_sr(MODE) { rand8(&k, weyl, j) } else { k.zero };
         let v = dec8(&k, lane8::<MODE>(&k, load8(&src[j..]), rand));
         // SAFETY: j + 8 <= n = dst.len(); aligned when nt (see `streamed`).
         unsafe { put(dst.as_mut_ptr().add(j) as *mut __m256i, v, nt) };

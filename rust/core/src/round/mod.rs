@@ -8,7 +8,7 @@
 
 mod rng;
 
-pub use rng::{Rng, SeedKey};
+pub use rng::{Rng, SeedKey, GAMMA};
 
 use std::fmt;
 use std::str::FromStr;

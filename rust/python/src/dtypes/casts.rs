@@ -35,13 +35,30 @@ pub trait NpElem: Copy + 'static {
     fn from_f64(v: f64) -> Self;
 }
 
+/// An integer below 2^64 in magnitude as an f64 rounded to odd: the nearest
+/// f64 with its last bit set when it is not exact. Every lowp type has at
+/// most 51 bits of precision, so rounding this f64 once more gives the
+/// integer's correct rounding (where `v as f64` would round twice).
+#[inline]
+pub fn int_to_f64_odd(v: i128) -> f64 {
+    let f = v as f64;
+    // f is at most 2^64 here: as i128 exactly.
+    let diff = v - f as i128;
+    let bits = f.to_bits();
+    if diff == 0 || bits & 1 == 1 {
+        return f;
+    }
+    // One unit toward v: +1 on the bits grows |f|, -1 shrinks it (f != 0 as v != f).
+    f64::from_bits(if (diff > 0) == (f > 0.0) { bits + 1 } else { bits - 1 })
+}
+
 macro_rules! int_elem {
     ($t:ty, $bits:expr, $signed:expr, $($num:ident),+) => {
         impl NpElem for $t {
             const NUMS: &'static [NPY_TYPES] = &[$(NPY_TYPES::$num),+];
             const FMT: Option<Format> = if $bits <= 16 { Some(Format::Int(IntFormat { bits: $bits, signed: $signed })) } else { None };
             #[inline(always)]
-            fn to_f64(self) -> f64 { self as f64 }
+            fn to_f64(self) -> f64 { if $bits > 53 { int_to_f64_odd(self as i128) } else { self as f64 } }
             // Out-of-range values saturate, NaN gives 0 (numpy leaves these undefined).
             #[inline(always)]
             fn from_f64(v: f64) -> Self { v as $t }
@@ -213,6 +230,10 @@ unsafe fn encode_into<S: convert::Real>(t: usize, src: &[S], dst: *mut c_void) {
     }
 }
 
+/// Casts between float32 and lowp types of at least this many elements run
+/// threaded kernels.
+const PAR_MIN: usize = 1 << 16;
+
 /// f64 elements converted per block on the way into posit<n<=16,2>.
 const F64_BLOCK: usize = 1 << 14;
 
@@ -222,7 +243,7 @@ const F64_BLOCK: usize = 1 << 14;
 /// clamped to 2^+-60 (still beyond maxpos 2^56 / below minpos 2^-56). Integer
 /// steps only: no branch on the data's rounding, no floating-point flag.
 #[inline(always)]
-fn posit16_via_f32(x: f64) -> f32 {
+pub(super) fn posit16_via_f32(x: f64) -> f32 {
     const INF: u64 = 0x7FF0_0000_0000_0000;
     let b = x.to_bits();
     let mag = b & !(1u64 << 63); // |x| as bits (ordered like the magnitudes)
@@ -302,7 +323,7 @@ fn posit_kernel<C: Code>(f: &Format, src: &[f32], dst: &mut [C]) {
 /// flags numpy would report as warnings after the cast although the cast
 /// itself is exact by the posit standard.
 #[inline]
-fn with_fp_flags_kept<R>(body: impl FnOnce() -> R) -> R {
+pub(super) fn with_fp_flags_kept<R>(body: impl FnOnce() -> R) -> R {
     #[cfg(target_arch = "x86_64")]
     {
         #[allow(deprecated)]
@@ -402,10 +423,13 @@ unsafe extern "C" fn cast_from<const T: usize, E: NpElem>(from: *mut c_void, to:
             // (as ml_dtypes does) on every instruction-set path.
             let s = from as *const u16;
             if is::<E, f32>() {
-                let d = to as *mut u32;
-                for i in 0..n {
-                    d.add(i).write((s.add(i).read() as u32) << 16);
-                }
+                let (src, dst) = (std::slice::from_raw_parts(s, n), std::slice::from_raw_parts_mut(to as *mut u32, n));
+                // Threads over large arrays (the chunks fault their fresh pages in parallel too).
+                lowp_core::parallel::zip_chunks(src, dst, PAR_MIN, |_, s, d| {
+                    for (c, y) in s.iter().zip(d.iter_mut()) {
+                        *y = (*c as u32) << 16;
+                    }
+                });
             } else {
                 let d = to as *mut f64;
                 for i in 0..n {
@@ -444,6 +468,12 @@ unsafe extern "C" fn cast_to<const T: usize, E: NpElem>(from: *mut c_void, to: *
     let n = n.max(0) as usize;
     // SAFETY: numpy passes n contiguous aligned elements on each side.
     unsafe {
+        if is::<E, f32>() && n >= PAR_MIN && !(super::kernels::is_posit(T) && TYPES[T].size == 1) {
+            // Large arrays: the core's vectorized, threaded kernels (the same
+            // results; for posit8 the table below is faster); the flags they
+            // raise on this thread are dropped, as numpy would report them.
+            return with_fp_flags_kept(|| encode_into(T, std::slice::from_raw_parts(from as *const f32, n), to));
+        }
         if is::<E, f32>() {
             if T == super::kernels::BF16 {
                 let (s, d) = (from as *const u32, to as *mut u16);

@@ -127,6 +127,18 @@ pub fn enc_block64(t: usize, x: &[f64], out: &mut [u32]) {
         return;
     }
     if let Format::Posit(p) = TYPES[t].fmt {
+        if p.es == 2 && p.nbits <= 16 {
+            // Through f32 (rounded to odd, clamped to a range that rounds alike) into the
+            // core's vectorized posit kernel: the same codes as posit2_encode.
+            let n = x.len();
+            let mut y = [0f32; BLOCK];
+            for (v, o) in x.iter().zip(y.iter_mut()) {
+                *o = super::casts::posit16_via_f32(*v);
+            }
+            // Cannot fail (valid options, u32 codes); the flags of NaN lanes are not the caller's.
+            let _ = super::casts::with_fp_flags_kept(|| convert::encode(&TYPES[t].fmt, &y[..n], out, &rne(), 0));
+            return;
+        }
         if p.es == 2 {
             for (v, o) in x.iter().zip(out.iter_mut()) {
                 *o = posit2_encode(p.nbits, *v);
@@ -509,6 +521,11 @@ pub fn binary(t: usize, op: Bin, a: &[u32], b: &[u32], out: &mut [u32]) {
         enc_block32(t, x, out);
         return;
     }
+    if let Format::Posit(p) = TYPES[t].fmt {
+        if p.es == 2 && p.nbits <= 16 && matches!(op, Bin::Add | Bin::Sub | Bin::Mul | Bin::Div) {
+            return posit16_arith(t, op, a, b, out);
+        }
+    }
     let mut x = [0f64; BLOCK];
     let mut y = [0f64; BLOCK];
     dec_block64(t, a, &mut x[..n]);
@@ -566,6 +583,35 @@ pub fn binary(t: usize, op: Bin, a: &[u32], b: &[u32], out: &mut [u32]) {
         Bin::Hypot => map!(f64::hypot),
     }
     enc_block64(t, x, out);
+}
+
+/// `+ - * /` on posit<n<=16,2> codes in one pass: values from the f32 table
+/// (exact), the result rounded to odd in f64 and carried by an f32 that
+/// rounds alike (`posit16_via_f32`), then the core's vectorized posit kernel.
+fn posit16_arith(t: usize, op: Bin, a: &[u32], b: &[u32], out: &mut [u32]) {
+    let n = a.len();
+    let l = lut32(t).expect("posit<n<=16,2> values are f32s");
+    let m = l.len() - 1;
+    let mut y = [0f32; BLOCK];
+    let y = &mut y[..n];
+    macro_rules! go {
+        ($f:expr) => {{
+            let f = $f;
+            for ((o, &ca), &cb) in y.iter_mut().zip(a).zip(b) {
+                let (p, q) = (l[ca as usize & m] as f64, l[cb as usize & m] as f64);
+                *o = super::casts::posit16_via_f32(f(p, q));
+            }
+        }};
+    }
+    match op {
+        Bin::Add => go!(add_odd),
+        Bin::Sub => go!(|p: f64, q: f64| add_odd(p, -q)),
+        // Products of <= 12-bit significands are exact in f64.
+        Bin::Mul => go!(|p: f64, q: f64| p * q),
+        _ => go!(div_odd),
+    }
+    // Cannot fail (valid options, u32 codes); the flags of NaN lanes are not the caller's.
+    let _ = super::casts::with_fp_flags_kept(|| convert::encode(&TYPES[t].fmt, &*y, out, &rne(), 0));
 }
 
 pub fn unary(t: usize, op: Un, a: &[u32], out: &mut [u32]) {
@@ -805,4 +851,143 @@ pub fn posit2_encode(n: u32, x: f64) -> u32 {
     } else {
         mag
     }
+}
+
+/// `out[i] = bf16(a[i] op b[i])` over contiguous arrays, computed in f32 and
+/// rounded once (the results of the element loop, bit for bit), AVX2 where the
+/// CPU has it, on threads over large arrays. `out` may be `a` or `b` itself,
+/// but must not overlap them otherwise.
+///
+/// # Safety
+/// `a`, `b` hold `n` readable u16 and `out` `n` writable u16.
+pub unsafe fn bf16_arith(op: Bin, a: *const u16, b: *const u16, out: *mut u16, n: usize) {
+    /// Elements per task on threads.
+    const CHUNK: usize = 1 << 16;
+    let (pa, pb, po) = (a as usize, b as usize, out as usize);
+    let run = move |start: usize, len: usize| {
+        // SAFETY: [start, start + len) lies inside the n elements of each array.
+        unsafe { bf16_arith_part(op, (pa as *const u16).add(start), (pb as *const u16).add(start), (po as *mut u16).add(start), len) }
+    };
+    let threads = lowp_core::parallel::num_threads();
+    if threads > 1 && n >= 2 * CHUNK {
+        use rayon::prelude::*;
+        use std::sync::atomic::{AtomicU32, Ordering};
+        let tasks = n.div_ceil(CHUNK);
+        // The floating-point exceptions the workers raise, handed to this thread
+        // as if it had computed everything (numpy reports them after the loop).
+        let flags = AtomicU32::new(0);
+        lowp_core::parallel::pool().install(|| {
+            (0..tasks).into_par_iter().for_each(|t| {
+                // The status bits are the low 6 of MXCSR; the control bits stay as they are.
+                let before = fp_status();
+                set_fp_status(before & !0x3F);
+                run(t * CHUNK, CHUNK.min(n - t * CHUNK));
+                flags.fetch_or(fp_status() & 0x3F, Ordering::Relaxed);
+                set_fp_status(fp_status() & !0x3F | before & 0x3F);
+            })
+        });
+        set_fp_status(fp_status() | flags.into_inner());
+    } else {
+        run(0, n);
+    }
+}
+
+
+
+/// # Safety
+/// As [`bf16_arith`].
+unsafe fn bf16_arith_part(op: Bin, a: *const u16, b: *const u16, out: *mut u16, n: usize) {
+    #[cfg(target_arch = "x86_64")]
+    if convert::isa() >= convert::Isa::Avx2 {
+        // SAFETY: the Avx2 path is only reported when the CPU has AVX2; the caller's contract.
+        return unsafe {
+            match op {
+                Bin::Add => bf16_arith_avx2::<0>(a, b, out, n),
+                Bin::Sub => bf16_arith_avx2::<1>(a, b, out, n),
+                Bin::Mul => bf16_arith_avx2::<2>(a, b, out, n),
+                _ => bf16_arith_avx2::<3>(a, b, out, n),
+            }
+        };
+    }
+    // SAFETY: the caller's contract.
+    unsafe { bf16_arith_scalar(op, a, b, out, 0, n) }
+}
+
+/// # Safety
+/// As [`bf16_arith`], for elements `from .. n`.
+#[inline(always)]
+unsafe fn bf16_arith_scalar(op: Bin, a: *const u16, b: *const u16, out: *mut u16, from: usize, n: usize) {
+    let f = |x: f32, y: f32| match op {
+        Bin::Add => x + y,
+        Bin::Sub => x - y,
+        Bin::Mul => x * y,
+        _ => x / y,
+    };
+    for i in from..n {
+        // SAFETY: i < n, inside every array.
+        unsafe {
+            let x = f32::from_bits((a.add(i).read_unaligned() as u32) << 16);
+            let y = f32::from_bits((b.add(i).read_unaligned() as u32) << 16);
+            out.add(i).write_unaligned(f32_to_bf16(f(x, y).to_bits()));
+        }
+    }
+}
+
+/// 16 elements a step: widen each half with a shift, compute in f32, round
+/// to nearest even as [`f32_to_bf16`] does (NaN lanes to the quiet NaN of their sign).
+///
+/// # Safety
+/// As [`bf16_arith`]; the CPU has AVX2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn bf16_arith_avx2<const OP: u8>(a: *const u16, b: *const u16, out: *mut u16, n: usize) {
+    use std::arch::x86_64::*;
+    let half = _mm256_set1_epi32(0x7FFF);
+    let one = _mm256_set1_epi32(1);
+    let abs = _mm256_set1_epi32(0x7FFF_FFFF);
+    let inf = _mm256_set1_epi32(0x7F80_0000);
+    let qnan = _mm256_set1_epi32(0x7FC0_0000);
+    let sign = _mm256_set1_epi32(i32::MIN);
+    let op = |x: __m256, y: __m256| match OP {
+        0 => _mm256_add_ps(x, y),
+        1 => _mm256_sub_ps(x, y),
+        2 => _mm256_mul_ps(x, y),
+        _ => _mm256_div_ps(x, y),
+    };
+    // f32 bits to bf16 codes in the low half of each lane.
+    let round = |v: __m256| {
+        let x = _mm256_castps_si256(v);
+        // Nearest even: add 0x7fff plus the kept half's lowest bit, keep the top half.
+        let lsb = _mm256_and_si256(_mm256_srli_epi32::<16>(x), one);
+        let r = _mm256_srli_epi32::<16>(_mm256_add_epi32(_mm256_add_epi32(x, half), lsb));
+        // NaN lanes: the quiet NaN with x's sign.
+        let nan = _mm256_cmpgt_epi32(_mm256_and_si256(x, abs), inf);
+        let q = _mm256_srli_epi32::<16>(_mm256_or_si256(_mm256_and_si256(x, sign), qnan));
+        _mm256_blendv_epi8(r, q, nan)
+    };
+    let mut i = 0;
+    while i + 16 <= n {
+        // SAFETY: i + 16 <= n: 16 elements of each array; unaligned loads and stores.
+        unsafe {
+            let va = _mm256_loadu_si256(a.add(i) as *const __m256i);
+            let vb = _mm256_loadu_si256(b.add(i) as *const __m256i);
+            // Interleaving with zeros puts each code in the top half of a 32-bit lane
+            // (lanes 0-3 and 8-11 from unpacklo, the others from unpackhi).
+            let z = _mm256_setzero_si256();
+            let lo = op(_mm256_castsi256_ps(_mm256_unpacklo_epi16(z, va)), _mm256_castsi256_ps(_mm256_unpacklo_epi16(z, vb)));
+            let hi = op(_mm256_castsi256_ps(_mm256_unpackhi_epi16(z, va)), _mm256_castsi256_ps(_mm256_unpackhi_epi16(z, vb)));
+            // packus keeps the 128-bit halves in place, the inverse of the unpacks.
+            let r = _mm256_packus_epi32(round(lo), round(hi));
+            _mm256_storeu_si256(out.add(i) as *mut __m256i, r);
+        }
+        i += 16;
+    }
+    let bop = match OP {
+        0 => Bin::Add,
+        1 => Bin::Sub,
+        2 => Bin::Mul,
+        _ => Bin::Div,
+    };
+    // SAFETY: the caller's contract.
+    unsafe { bf16_arith_scalar(bop, a, b, out, i, n) }
 }

@@ -97,6 +97,37 @@ pub unsafe fn object_to_code(t: usize, ob: *mut ffi::PyObject) -> Option<u32> {
     }
 }
 
+/// The float64 `f` nearest to the exact number `x` (an int or a Fraction, which
+/// compare with floats exactly), made to stand for x in one more rounding:
+/// rounded to odd (its last bit set where it is inexact); for an x beyond
+/// float64's range the largest finite float64 of its sign, and for a nonzero x
+/// below it the smallest subnormal (every lowp type rounds these as it rounds x:
+/// at most 51 bits of precision, a narrower range).
+fn sticky(x: &Bound<'_, PyAny>, f: f64) -> PyResult<f64> {
+    if f.is_infinite() {
+        return Ok(f64::MAX.copysign(f));
+    }
+    if f.is_nan() {
+        return Ok(f);
+    }
+    if f == 0.0 {
+        // Below float64's range: its smallest subnormal of x's sign stands for it
+        // (posits never round a nonzero to zero; floats round both to zero).
+        let below = x.lt(0.0)?;
+        return Ok(if below || x.gt(0.0)? { f64::from_bits(1).copysign(if below { -1.0 } else { 1.0 }) } else { f });
+    }
+    let bits = f.to_bits();
+    if bits & 1 == 1 {
+        return Ok(f);
+    }
+    let above = x.gt(f)?;
+    if !above && !x.lt(f)? {
+        return Ok(f);
+    }
+    // One unit toward x: +1 on the bits grows |f|, -1 shrinks it.
+    Ok(f64::from_bits(if above == (f > 0.0) { bits + 1 } else { bits - 1 }))
+}
+
 fn convert(py: Python<'_>, t: usize, obj: &Bound<'_, PyAny>) -> PyResult<u32> {
     // SAFETY: obj is live.
     if let Some(s) = unsafe { scalar_index(obj.as_ptr()) } {
@@ -105,27 +136,50 @@ fn convert(py: Python<'_>, t: usize, obj: &Bound<'_, PyAny>) -> PyResult<u32> {
         return Ok(if s == t { c } else { enc(t, dec(s, c)) });
     }
     let name = TYPES[t].name;
-    if obj.is_instance_of::<pyo3::types::PyInt>() {
-        return match obj.extract::<f64>() {
-            Ok(v) => Ok(enc(t, v)),
-            Err(e) if e.is_instance_of::<PyOverflowError>(py) => {
-                let neg = obj.lt(0)?;
-                Ok(enc(t, if neg { f64::NEG_INFINITY } else { f64::INFINITY }))
-            }
-            Err(e) => Err(e),
-        };
-    }
     if obj.is_instance_of::<PyFloat>() {
         return Ok(enc(t, obj.extract::<f64>()?));
     }
+    // Integers (Python's, numpy's and anything with __index__): exactly.
+    let int = if obj.is_instance_of::<pyo3::types::PyInt>() {
+        Some(obj.clone())
+    } else if !obj.is_instance_of::<PyString>() && obj.hasattr("__index__")? {
+        // SAFETY: obj is live; PyNumber_Index returns a new reference or NULL with an error set.
+        let i = unsafe { ffi::PyNumber_Index(obj.as_ptr()) };
+        if i.is_null() {
+            return Err(PyErr::fetch(py));
+        }
+        // SAFETY: i is a new reference to an int.
+        Some(unsafe { Bound::from_owned_ptr(py, i) })
+    } else {
+        None
+    };
+    if let Some(i) = int {
+        let f = match i.extract::<f64>() {
+            Ok(v) => v,
+            Err(e) if e.is_instance_of::<PyOverflowError>(py) => {
+                if i.lt(0)? {
+                    f64::NEG_INFINITY
+                } else {
+                    f64::INFINITY
+                }
+            }
+            Err(e) => Err(e)?,
+        };
+        return Ok(enc(t, sticky(&i, f)?));
+    }
     if obj.is_instance_of::<PyString>() {
         let s: String = obj.extract()?;
-        return match py.get_type::<PyFloat>().call1((s.trim(),)) {
-            Ok(f) => Ok(enc(t, f.extract::<f64>()?)),
-            Err(_) => Err(pyo3::exceptions::PyValueError::new_err(format!(
-                "{name}: could not convert string {s:?} to a number"
-            ))),
+        let f = match py.get_type::<PyFloat>().call1((s.trim(),)) {
+            Ok(f) => f.extract::<f64>()?,
+            Err(_) => {
+                return Err(pyo3::exceptions::PyValueError::new_err(format!(
+                    "{name}: could not convert string {s:?} to a number"
+                )))
+            }
         };
+        // A decimal with more digits than a float64 holds: its exact value decides.
+        let exact = py.import("fractions")?.getattr("Fraction")?.call1((s.trim(),));
+        return Ok(enc(t, if let Ok(q) = exact { sticky(&q, f)? } else { f }));
     }
     if obj.is_instance_of::<pyo3::types::PyComplex>() {
         return Err(PyTypeError::new_err(format!(

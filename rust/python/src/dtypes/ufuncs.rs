@@ -159,6 +159,15 @@ unsafe extern "C" fn loop_bin(args: *mut *mut c_char, dims: *mut npy_intp, steps
             }
             return;
         }
+        if d.t == kernels::BF16
+            && matches!(d.op, Bin::Add | Bin::Sub | Bin::Mul | Bin::Div)
+            && (sa, sb, so) == (2, 2, 2)
+            && !overlaps(a, sa, o, so, n, size)
+            && !overlaps(b, sb, o, so, n, size)
+        {
+            // Contiguous, and the output is an input itself or apart from both: vectorized.
+            return kernels::bf16_arith(d.op, a as *const u16, b as *const u16, o as *mut u16, n);
+        }
         if d.t == kernels::BF16 && matches!(d.op, Bin::Add | Bin::Sub | Bin::Mul | Bin::Div) {
             // (Element by element in order, so reductions and accumulations are right too.)
             // bf16 arithmetic in one pass: widen (a shift), compute in f32, round (kernels::f32_to_bf16).

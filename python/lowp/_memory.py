@@ -1,0 +1,46 @@
+"""Result arrays of the conversion functions, with a bounded cache of their memory.
+
+A fresh multi-megabyte array costs a page fault and a page zeroing for every page it
+writes first, which is as long as a conversion kernel takes to fill it. lowp's large
+results keep their memory in a ``lowp._lowp.Buffer`` (the array's ``base``); when the
+array is freed its memory goes to a small cache (at most 8 blocks, 1 GiB by default) and
+the next result of a similar size reuses it. ``set_buffer_cache(0)`` turns this off and
+frees what the cache holds.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from . import _lowp
+
+__all__ = ["set_buffer_cache", "buffer_cache_info", "result_empty"]
+
+#: Results smaller than this come from numpy's allocator.
+MIN_BYTES = 1 << 22
+
+
+def result_empty(shape: tuple, dtype: Any) -> np.ndarray:
+    """An uninitialized C-contiguous array; large ones take their memory from the cache."""
+    dt = np.dtype(dtype)
+    if dt.hasobject or math.prod(shape) * dt.itemsize < MIN_BYTES:
+        return np.empty(shape, dt)
+    return _lowp.cached_empty(list(shape), dt)
+
+
+def set_buffer_cache(nbytes: int) -> int:
+    """Keep at most ``nbytes`` of freed result memory for reuse (0: none); returns the old limit."""
+    if isinstance(nbytes, (bool, np.bool_)) or not isinstance(nbytes, (int, np.integer)):
+        raise TypeError(f"nbytes: expected an int, got {type(nbytes).__name__}")
+    if nbytes < 0:
+        raise ValueError(f"nbytes: must be >= 0, got {nbytes}")
+    return int(_lowp.set_buffer_cache(int(nbytes)))
+
+
+def buffer_cache_info() -> dict:
+    """What the cache holds now: ``{"blocks": ..., "bytes": ..., "limit": ...}``."""
+    blocks, nbytes, limit = _lowp.buffer_cache_info()
+    return {"blocks": blocks, "bytes": nbytes, "limit": limit}

@@ -1,0 +1,110 @@
+"""The bounded cache of result memory (lowp.set_buffer_cache) and the arrays made from it."""
+
+import gc
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import lowp
+from lowp import _lowp
+
+N = 1 << 21  # 8 MB of float32: above the size that uses the cache
+
+
+@pytest.fixture(autouse=True)
+def _restore_limit():
+    old = lowp.set_buffer_cache(1 << 30)
+    yield
+    lowp.set_buffer_cache(0)
+    lowp.set_buffer_cache(old)
+
+
+def _x(n=N, seed=0):
+    return np.random.default_rng(seed).standard_normal(n).astype(np.float32)
+
+
+def test_large_results_use_the_cache_and_stay_exact():
+    x = _x()
+    lowp.set_buffer_cache(0)
+    lowp.set_buffer_cache(1 << 30)
+    assert lowp.buffer_cache_info()["blocks"] == 0
+    for _ in range(3):
+        codes = lowp.encode(x, "bf16")
+        assert isinstance(codes.base, _lowp.Buffer) and codes.base.nbytes >= codes.nbytes
+        assert codes.flags.c_contiguous and codes.flags.writeable and codes.flags.aligned
+        np.testing.assert_array_equal(codes, x.astype(ml_dtypes.bfloat16).view(np.uint16))
+        vals = lowp.decode(codes, "bf16")
+        np.testing.assert_array_equal(vals, x.astype(ml_dtypes.bfloat16).astype(np.float32))
+        r = lowp.round(x, "e4m3fn")
+        np.testing.assert_array_equal(r, x.astype(ml_dtypes.float8_e4m3fn).astype(np.float32))
+        c = lowp.cast(x, lowp.bfloat16)
+        assert c.dtype == np.dtype(lowp.bfloat16)
+        np.testing.assert_array_equal(c.view(np.uint16), codes)
+        np.testing.assert_array_equal((c + c).astype(np.float32), 2 * vals)
+        del codes, vals, r, c
+        gc.collect()
+        info = lowp.buffer_cache_info()
+        # Freed results came back (the loop's later rounds take them again).
+        assert 1 <= info["blocks"] <= 8 and info["bytes"] <= info["limit"]
+
+
+def test_reuse_takes_a_freed_block():
+    x = _x()
+    a = lowp.decode(lowp.encode(x, "e5m2"), "e5m2")
+    ptr = a.__array_interface__["data"][0]
+    del a
+    gc.collect()
+    before = lowp.buffer_cache_info()["blocks"]
+    b = lowp.decode(lowp.encode(x, "e5m2"), "e5m2")
+    # Same size again: the block just freed serves it, no new mapping.
+    assert b.__array_interface__["data"][0] == ptr
+    assert lowp.buffer_cache_info()["blocks"] <= before
+    np.testing.assert_array_equal(b, x.astype(ml_dtypes.float8_e5m2).astype(np.float32))
+
+
+def test_results_outlive_the_cache_and_their_views():
+    x = _x()
+    a = lowp.round(x, "bf16")
+    v = a[::3]
+    expect = x.astype(ml_dtypes.bfloat16).astype(np.float32)[::3].copy()
+    del a
+    lowp.set_buffer_cache(0)  # frees only what is cached, never memory in use
+    gc.collect()
+    junk = [np.ones(N, np.float32) for _ in range(4)]  # would overwrite freed memory
+    np.testing.assert_array_equal(v, expect)
+    del junk
+
+
+def test_bounded():
+    lowp.set_buffer_cache(64 << 20)
+    arrays = [lowp.round(_x(N + 4096 * k, seed=k), "e4m3fn") for k in range(12)]
+    del arrays
+    gc.collect()
+    info = lowp.buffer_cache_info()
+    assert info["blocks"] <= 8 and info["bytes"] <= 64 << 20
+    assert lowp.set_buffer_cache(0) == 64 << 20
+    assert lowp.buffer_cache_info() == {"blocks": 0, "bytes": 0, "limit": 0}
+    # With the cache off, results still work (fresh memory each time).
+    np.testing.assert_array_equal(lowp.round(_x(), "bf16"), lowp.round(_x(), "bf16"))
+    assert lowp.buffer_cache_info()["blocks"] == 0
+
+
+def test_small_results_use_numpy():
+    r = lowp.round(_x(1000), "bf16")
+    assert r.flags.owndata
+
+
+@pytest.mark.parametrize("bad", [-1, 1.5, "1", None, True])
+def test_bad_limit(bad):
+    with pytest.raises((TypeError, ValueError), match="nbytes"):
+        lowp.set_buffer_cache(bad)
+
+
+def test_cached_empty_rejects_bad_input():
+    with pytest.raises(TypeError, match="dtype"):
+        _lowp.cached_empty([4], np.dtype(object))
+    with pytest.raises(ValueError, match="shape"):
+        _lowp.cached_empty([1 << 62, 8], np.dtype(np.float64))
+    z = _lowp.cached_empty([0, 3], np.dtype(np.float32))
+    assert z.shape == (0, 3)
