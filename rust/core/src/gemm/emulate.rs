@@ -505,11 +505,12 @@ impl<const M: u8> Fast<M> {
                 let i7 = i0.wrapping_add(7u64.wrapping_mul(stride));
                 let mut rs = [0u32; 8];
                 let rv = if i7 >= i0 && i0 >> 32 == i7 >> 32 {
-                    // All 8 indices share their upper 32 bits: one hi word, low words in lanes.
+                    // All 8 indices share their upper 32 bits: one hi word, low words in
+                    // lanes; word0 = mix32(lo * GAMMA + (a0 ^ hi)), as Rng::word0.
                     let hi = rng.hi_word(i0);
                     let lo = _mm256_add_epi32(_mm256_set1_epi32(i0 as u32 as i32), lane_step);
-                    let w = mix32_v(_mm256_xor_si256(lo, _mm256_set1_epi32(key.a0 as i32)));
-                    let w = mix32_v(_mm256_xor_si256(w, _mm256_set1_epi32((key.b0 ^ hi) as i32)));
+                    let weyl = _mm256_mullo_epi32(lo, _mm256_set1_epi32(crate::round::GAMMA as i32));
+                    let w = mix32_v(_mm256_add_epi32(weyl, _mm256_set1_epi32((key.a0 ^ hi) as i32)));
                     _mm256_srl_epi32(w, rsh)
                 } else {
                     for (l, r) in rs.iter_mut().enumerate() {
