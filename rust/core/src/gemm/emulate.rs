@@ -1309,8 +1309,13 @@ fn drive16(kind: Kind16, a: &Operand, b: &Operand, c: OutMat<f64>, spec: &AccumS
             }
             // Kind Odd: every product of this block must be exact in f32 (no underflow
             // below 2^-149, none reaching 2^127, so no sum overflows f32 either).
+            // Bounds over the kn depth steps of each packed group / strip (the rest of
+            // a buffer may hold an earlier block).
+            let bounds = |buf: &[f32], parts: usize, w: usize, prec: i32| {
+                (0..parts).filter_map(|q| exp_bounds(&buf[q * kbs * w..q * kbs * w + kn * w], prec)).reduce(|x, y| (x.0.min(y.0), x.1.max(y.1)))
+            };
             let fast = kind == Kind16::Fma
-                || match (exp_bounds(&apack[..groups * kbs * mr], pa), exp_bounds(&bpack[..strips * kbs * 16], pb)) {
+                || match (bounds(&apack, groups, mr, pa), bounds(&bpack, strips, 16, pb)) {
                     (Some((la, ha)), Some((lb, hb))) => la + lb >= -149 && ha + hb <= 126,
                     _ => true,
                 };
