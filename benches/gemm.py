@@ -51,10 +51,9 @@ def set_threads(t: int) -> None:
 
 def settle() -> None:
     """Let idle BLAS threads stop spinning: OpenBLAS workers busy-wait for a while
-    after each call and would otherwise steal the second core from the next
-    contender measured."""
-    if lowp.get_num_threads() > 1:
-        time.sleep(0.3)
+    after each call and would otherwise steal a core from the next contender
+    measured (at 1 thread too: a spinning worker shares the machine)."""
+    time.sleep(0.3)
 
 
 def best(f, reps: int) -> float:
