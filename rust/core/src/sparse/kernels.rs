@@ -551,17 +551,23 @@ fn gather<G: Gather>(g: &G, b: Dense<'_>, out: &mut [f32]) -> Result<()> {
         let mut c0 = 0;
         while c0 < k {
             let w = (k - c0).min(panel);
-            pb.clear();
-            pb.extend(b.data.chunks_exact(k).flat_map(|row| &row[c0..c0 + w]));
+            let bp = pack_cols(b, c0, w, w, &mut pb);
             po.clear();
             po.resize(rows_out * w, 0.0);
-            gather_all(g, Dense { data: &pb, rows: b.rows, cols: w }, &mut po)?;
+            gather_all(g, Dense { data: bp, rows: b.rows, cols: w }, &mut po)?;
             for (o, p) in out.chunks_exact_mut(k).zip(po.chunks_exact(w)) {
                 o[c0..c0 + w].copy_from_slice(p);
             }
             c0 += w;
         }
         return Ok(());
+    }
+    if k >= 8 && k % 8 == 0 && isa() == Isa::Avx2 && b.data.as_ptr().align_offset(64) != 0 {
+        // Rows of B 32-byte aligned (k is a multiple of 8): a copy from a 64-byte boundary
+        // (NumPy's buffers often start 16 bytes off one, splitting every other load).
+        let mut pb = Vec::new();
+        let bp = pack_cols(b, 0, k, k, &mut pb);
+        return gather_all(g, Dense { data: bp, rows: b.rows, cols: k }, out);
     }
     gather_all(g, b, out)
 }
@@ -734,7 +740,7 @@ unsafe fn gather_avx2<G: Gather>(g: &G, u0: usize, u1: usize, b: Dense<'_>, out:
             for u in u0..u1 {
                 let mut cc = 0;
                 while cc < k & !7 {
-                    let w = if k - cc >= 24 { 24 } else if k - cc >= 16 { 16 } else { 8 };
+                    let w = if k - cc >= 16 { 16 } else { 8 };
                     let mut r = 0;
                     while r < rpu {
                         // SAFETY: rows r.. of unit u are in the chunk; cc + w <= k; AVX2 checked.
