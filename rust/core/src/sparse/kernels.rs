@@ -1116,8 +1116,20 @@ unsafe fn nm24_rows<V: Val, const N: usize, const M: usize, const NV: usize>(g: 
     }
 }
 
+/// `x[ip[i]]`.
+/// # Safety
+/// `ip.add(i)` is readable and holds an index in `0..x.len()` for the `x` at `xp`.
+#[inline(always)]
+unsafe fn x_at(xp: *const f32, ip: *const i32, i: usize) -> f32 {
+    // SAFETY: see the function's contract.
+    unsafe { *xp.add(*ip.add(i) as usize) }
+}
+
+/// Nonzeros between a CSR SpMV's reads and its prefetches.
+const SPMV_AHEAD: usize = 256;
+
 /// SpMV rows `u0..u1` of a CSR matrix with int32 indices: eight nonzeros at a time,
-/// `x` read with a gather, indices checked in-register (bad lanes read x[0]).
+/// indices checked in-register (eight with a bad one are skipped and fail the call).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn csr_spmv_i32<V: Val, I: Idx>(g: &Csr<'_, V, I>, idx: &[i32], u0: usize, u1: usize, x: &[f32], out: &mut [f32]) -> bool {
@@ -1125,27 +1137,35 @@ unsafe fn csr_spmv_i32<V: Val, I: Idx>(g: &Csr<'_, V, I>, idx: &[i32], u0: usize
     let lim = (x.len().min(i32::MAX as usize + 1) - 1) as i32;
     let mut ok = true;
     let xp = x.as_ptr();
-    // SAFETY: p + 8 <= e <= idx.len() == values; lanes outside [0, lim] are zeroed before the
-    // gather, so it reads x[0..x.len()) only (x is non-empty: gather_all returns early otherwise).
+    // SAFETY: p + 8 <= e <= idx.len() == values; x is read only at indices checked to lie in
+    // [0, lim], lim < x.len().
     unsafe {
         let vlim = _mm256_set1_epi32(lim);
         let zero = _mm256_setzero_si256();
         for u in u0..u1 {
             let (s, e) = <Csr<'_, V, I> as Gather>::range(g, u);
             let mut acc = _mm256_setzero_ps();
-            let mut badv = _mm256_setzero_si256();
             let mut p = s;
             while p + 8 <= e {
+                // Both streams fetched ahead (the kernel is bound by memory latency on big
+                // matrices); a prefetch past the arrays is harmless.
+                _mm_prefetch::<_MM_HINT_T0>(idx.as_ptr().wrapping_add(p + SPMV_AHEAD).cast());
+                _mm_prefetch::<_MM_HINT_T0>(g.v.addr(p + SPMV_AHEAD));
                 let iv = _mm256_loadu_si256(idx.as_ptr().add(p).cast());
-                // Lanes above lim or below zero are bad.
+                // Lanes above lim or below zero are bad: the call fails, skip their loads.
                 let bad = _mm256_or_si256(_mm256_cmpgt_epi32(iv, vlim), _mm256_cmpgt_epi32(zero, iv));
-                badv = _mm256_or_si256(badv, bad);
-                let iv = _mm256_andnot_si256(bad, iv);
-                let xv = _mm256_i32gather_ps::<4>(xp, iv);
-                acc = _mm256_fmadd_ps(g.v.at8(p), xv, acc);
+                if _mm256_testz_si256(bad, bad) == 0 {
+                    ok = false;
+                    p += 8;
+                    continue;
+                }
+                // x gathered by eight scalar loads (faster than vgatherdps on current cores).
+                let ip = idx.as_ptr().add(p);
+                let xl = _mm_setr_ps(x_at(xp, ip, 0), x_at(xp, ip, 1), x_at(xp, ip, 2), x_at(xp, ip, 3));
+                let xh = _mm_setr_ps(x_at(xp, ip, 4), x_at(xp, ip, 5), x_at(xp, ip, 6), x_at(xp, ip, 7));
+                acc = _mm256_fmadd_ps(g.v.at8(p), _mm256_set_m128(xh, xl), acc);
                 p += 8;
             }
-            ok &= _mm256_testz_si256(badv, badv) == 1;
             // Horizontal sum: fold halves, then pairs.
             let h = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
             let h = _mm_add_ps(h, _mm_movehl_ps(h, h));
