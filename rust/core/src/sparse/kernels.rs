@@ -340,6 +340,14 @@ impl<V: Val, I: Idx, const BC: usize> Gather for Bsr<'_, V, I, BC> {
     fn tiling(&self) -> Tiling {
         Tiling::SharedCols
     }
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn avx2_chunk(&self, u0: usize, u1: usize, b: Dense<'_>, out: &mut [f32]) -> Option<bool> {
+        if b.cols != 1 || BC != 8 || self.br != 8 {
+            return None;
+        }
+        // SAFETY: forwarded from the caller (AVX2 available).
+        Some(unsafe { bsr8_spmv(self, u0, u1, b.data, out) })
+    }
     fn spmv(&self, u0: usize, u1: usize, x: &[f32], out: &mut [f32]) -> Option<bool> {
         let (br, bc) = (self.br, self.bc());
         if br > 16 {
@@ -620,6 +628,13 @@ fn gather_all<G: Gather>(g: &G, b: Dense<'_>, out: &mut [f32]) -> Result<()> {
 }
 
 fn gather_chunk<G: Gather>(g: &G, u0: usize, u1: usize, b: Dense<'_>, out: &mut [f32], path: Isa) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    if path == Isa::Avx2 {
+        // SAFETY: Avx2 is only selected when the CPU has AVX2 and FMA.
+        if let Some(ok) = unsafe { g.avx2_chunk(u0, u1, b, out) } {
+            return ok;
+        }
+    }
     if b.cols == 1 {
         if let Some(ok) = g.spmv(u0, u1, b.data, out) {
             return ok;
@@ -1123,6 +1138,45 @@ unsafe fn nm24_rows<V: Val, const N: usize, const M: usize, const NV: usize>(g: 
 unsafe fn x_at(xp: *const f32, ip: *const i32, i: usize) -> f32 {
     // SAFETY: see the function's contract.
     unsafe { *xp.add(*ip.add(i) as usize) }
+}
+
+/// SpMV of 8x8 BSR block rows `u0..u1`: one accumulator per row of the block row, each
+/// block's slice of `x` loaded once, the eight sums reduced together at the end.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn bsr8_spmv<V: Val, I: Idx, const BC: usize>(g: &Bsr<'_, V, I, BC>, u0: usize, u1: usize, x: &[f32], out: &mut [f32]) -> bool {
+    let mut ok = true;
+    // SAFETY: u < units, so ptr[u + 1] exists; blocks blk < ptr[last] == idx.len() hold 64
+    // values each; j < nbc keeps j * 8 + 8 <= nbc * 8 == x.len(); out holds 8 rows per unit.
+    unsafe {
+        for u in u0..u1 {
+            let (s, e) = (g.ptr.get_unchecked(u).u(), g.ptr.get_unchecked(u + 1).u());
+            let mut acc = [_mm256_setzero_ps(); 8];
+            for blk in s..e {
+                let j = g.idx.get_unchecked(blk).u();
+                if j >= g.nbc {
+                    ok = false;
+                    continue;
+                }
+                let xv = _mm256_loadu_ps(x.as_ptr().add(j * 8));
+                for (r, a) in acc.iter_mut().enumerate() {
+                    *a = _mm256_fmadd_ps(g.v.at8((blk * 8 + r) * 8), xv, *a);
+                }
+            }
+            // Pairwise horizontal adds: lanes 0-3 of s0123 hold half sums of rows 0-3 (low
+            // 128 bits) and the other halves (high 128 bits); likewise rows 4-7.
+            let s01 = _mm256_hadd_ps(acc[0], acc[1]);
+            let s23 = _mm256_hadd_ps(acc[2], acc[3]);
+            let s45 = _mm256_hadd_ps(acc[4], acc[5]);
+            let s67 = _mm256_hadd_ps(acc[6], acc[7]);
+            let s0123 = _mm256_hadd_ps(s01, s23);
+            let s4567 = _mm256_hadd_ps(s45, s67);
+            let lo = _mm256_permute2f128_ps::<0x20>(s0123, s4567);
+            let hi = _mm256_permute2f128_ps::<0x31>(s0123, s4567);
+            _mm256_storeu_ps(out.as_mut_ptr().add((u - u0) * 8), _mm256_add_ps(lo, hi));
+        }
+    }
+    ok
 }
 
 /// Nonzeros between a CSR SpMV's reads and its prefetches.

@@ -119,7 +119,7 @@ fn bsr_and_nm_match_dense() {
                 }
                 p.push(ix.len() as i32);
             }
-            for tr in [false, true] {
+            for (tr, k) in [(false, k), (true, k), (false, 1), (true, 1)] {
                 let (rin, rout) = if tr { (m, n) } else { (n, m) };
                 let b: Vec<f32> = (0..rin * k).map(|_| g.f()).collect();
                 let want = dense_mm(&a, m, n, &b, k, tr);
@@ -127,6 +127,12 @@ fn bsr_and_nm_match_dense() {
                 let d = Dense { data: &b, rows: rin, cols: k };
                 bsr_matmul(Values::F32(&vals), Index::I32(&p), Index::I32(&ix), (m, n), (br, bc), d, &mut out, tr).unwrap();
                 close(&out, &want, 1e-5);
+                if !ix.is_empty() && !tr {
+                    // A block column past the matrix fails the call on every path.
+                    let mut bad = ix.clone();
+                    bad[ix.len() / 2] = nb as i32;
+                    assert!(bsr_matmul(Values::F32(&vals), Index::I32(&p), Index::I32(&bad), (m, n), (br, bc), d, &mut out, tr).is_err());
+                }
             }
         }
         // 2:4 and 3:7 (a partial last group).
