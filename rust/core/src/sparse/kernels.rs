@@ -44,6 +44,27 @@ pub(crate) trait Val: Sync + Send + Copy {
             _mm256_setr_ps(self.at(p), self.at(p + 1), self.at(p + 2), self.at(p + 3), self.at(p + 4), self.at(p + 5), self.at(p + 6), self.at(p + 7))
         }
     }
+    /// Whether [`Val::at16`] returns lanes `p + [0..4, 8..12]` and `p + [4..8, 12..16]`
+    /// (instead of `p + 0..8` and `p + 8..16`).
+    const INTERLEAVED16: bool = false;
+    /// Values `p .. p + 16` as two vectors (lane order: [`Val::INTERLEAVED16`]).
+    /// # Safety
+    /// `p + 16` is at most the number of values; AVX2 is available.
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn at16(self, p: usize) -> (__m256, __m256) {
+        // SAFETY: forwarded from the caller.
+        unsafe { (self.at8(p), self.at8(p + 8)) }
+    }
+    /// Value `p` broadcast to a vector.
+    /// # Safety
+    /// `p` is below the number of values; AVX2 is available.
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn bcast(self, p: usize) -> __m256 {
+        // SAFETY: forwarded from the caller.
+        unsafe { _mm256_set1_ps(self.at(p)) }
+    }
     /// Values `p` and `p + 1`, each broadcast to a vector.
     /// # Safety
     /// `p + 1` is below the number of values; AVX is available.
@@ -82,6 +103,29 @@ impl Val for VF32<'_> {
     }
 }
 impl Val for VBf16<'_> {
+    const INTERLEAVED16: bool = true;
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn bcast(self, p: usize) -> __m256 {
+        // SAFETY: p < len (caller): the code broadcast to every 16-bit lane; clearing the low
+        // half of each 32-bit lane leaves the code shifted into the top half.
+        unsafe {
+            let w = _mm256_set1_epi16(self.0.as_ptr().add(p).read() as i16);
+            _mm256_castsi256_ps(_mm256_and_si256(w, _mm256_set1_epi32(-65536)))
+        }
+    }
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn at16(self, p: usize) -> (__m256, __m256) {
+        // SAFETY: p + 16 <= len (caller): one 32-byte load. Interleaving zeros below each code
+        // (within each 128-bit lane) puts codes 0-3 and 8-11, then 4-7 and 12-15, in the top
+        // halves of f32 lanes.
+        unsafe {
+            let w = _mm256_loadu_si256(self.0.as_ptr().add(p).cast());
+            let z = _mm256_setzero_si256();
+            (_mm256_castsi256_ps(_mm256_unpacklo_epi16(z, w)), _mm256_castsi256_ps(_mm256_unpackhi_epi16(z, w)))
+        }
+    }
     #[inline(always)]
     fn addr(self, p: usize) -> *const i8 {
         self.0.as_ptr().wrapping_add(p).cast()
@@ -200,6 +244,18 @@ pub(crate) trait Gather: Sync {
     /// # Safety
     /// `p` lies in `range(u)` and `r < rows_per_unit()`.
     unsafe fn at(&self, u: usize, r: usize, p: usize) -> (f32, usize);
+    /// [`Gather::at`] with the value broadcast to a vector.
+    /// # Safety
+    /// As for [`Gather::at`]; AVX2 is available.
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn at_bcast(&self, u: usize, r: usize, p: usize) -> (__m256, usize) {
+        // SAFETY: forwarded from the caller.
+        unsafe {
+            let (v, j) = self.at(u, r, p);
+            (_mm256_set1_ps(v), j)
+        }
+    }
 }
 
 /// Register tiling a structure allows (besides one row at a time).
@@ -260,6 +316,12 @@ impl<V: Val, I: Idx> Gather for Csr<'_, V, I> {
     unsafe fn at(&self, _u: usize, _r: usize, p: usize) -> (f32, usize) {
         // SAFETY: p < ptr[last] == idx.len() == number of values (checked before the call).
         unsafe { (self.v.at(p), self.idx.get_unchecked(p).u()) }
+    }
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn at_bcast(&self, _u: usize, _r: usize, p: usize) -> (__m256, usize) {
+        // SAFETY: as for at.
+        unsafe { (self.v.bcast(p), self.idx.get_unchecked(p).u()) }
     }
 }
 
@@ -820,13 +882,12 @@ unsafe fn gather_cols<G: Gather, const NV: usize>(g: &G, base: usize, u0: usize,
             unsafe {
                 let mut acc = [_mm256_setzero_ps(); NV];
                 for p in s..e {
-                    let (v, j) = g.at(u, r, p);
+                    let (vb, j) = g.at_bcast(u, r, p);
                     // Branch-free check (keeps the accumulators in registers): a bad
                     // index reads row 0 (n_in > 0 here) and fails the call.
                     let bad = j >= n_in;
                     ok &= !bad;
                     let j = if bad { 0 } else { j };
-                    let vb = _mm256_set1_ps(v);
                     let row = bp.add(j * k + c0);
                     for (t, a) in acc.iter_mut().enumerate() {
                         *a = _mm256_fmadd_ps(vb, _mm256_loadu_ps(row.add(8 * t)), *a);
@@ -1191,15 +1252,48 @@ unsafe fn csr_spmv_i32<V: Val, I: Idx>(g: &Csr<'_, V, I>, idx: &[i32], u0: usize
     let lim = (x.len().min(i32::MAX as usize + 1) - 1) as i32;
     let mut ok = true;
     let xp = x.as_ptr();
-    // SAFETY: p + 8 <= e <= idx.len() == values; x is read only at indices checked to lie in
-    // [0, lim], lim < x.len().
+    // SAFETY: p + 8 (or 16) <= e <= idx.len() == values; x is read only at indices checked to
+    // lie in [0, lim], lim < x.len().
     unsafe {
         let vlim = _mm256_set1_epi32(lim);
         let zero = _mm256_setzero_si256();
         for u in u0..u1 {
             let (s, e) = <Csr<'_, V, I> as Gather>::range(g, u);
             let mut acc = _mm256_setzero_ps();
+            let mut acc2 = _mm256_setzero_ps();
             let mut p = s;
+            while p + 16 <= e {
+                _mm_prefetch::<_MM_HINT_T0>(idx.as_ptr().wrapping_add(p + SPMV_AHEAD).cast());
+                _mm_prefetch::<_MM_HINT_T0>(g.v.addr(p + SPMV_AHEAD));
+                let iv = _mm256_loadu_si256(idx.as_ptr().add(p).cast());
+                let iw = _mm256_loadu_si256(idx.as_ptr().add(p + 8).cast());
+                let bad = _mm256_or_si256(
+                    _mm256_or_si256(_mm256_cmpgt_epi32(iv, vlim), _mm256_cmpgt_epi32(zero, iv)),
+                    _mm256_or_si256(_mm256_cmpgt_epi32(iw, vlim), _mm256_cmpgt_epi32(zero, iw)),
+                );
+                if _mm256_testz_si256(bad, bad) == 0 {
+                    ok = false;
+                    p += 16;
+                    continue;
+                }
+                // Sixteen values as two vectors, in the lane order the value type decodes
+                // cheapest; x is assembled in the same order.
+                let (va, vb) = g.v.at16(p);
+                let ip = idx.as_ptr().add(p);
+                let (a, b) = if V::INTERLEAVED16 { ([0, 1, 2, 3, 8, 9, 10, 11], [4, 5, 6, 7, 12, 13, 14, 15]) } else { ([0, 1, 2, 3, 4, 5, 6, 7], [8, 9, 10, 11, 12, 13, 14, 15]) };
+                let xa = _mm256_set_m128(
+                    _mm_setr_ps(x_at(xp, ip, a[4]), x_at(xp, ip, a[5]), x_at(xp, ip, a[6]), x_at(xp, ip, a[7])),
+                    _mm_setr_ps(x_at(xp, ip, a[0]), x_at(xp, ip, a[1]), x_at(xp, ip, a[2]), x_at(xp, ip, a[3])),
+                );
+                let xb = _mm256_set_m128(
+                    _mm_setr_ps(x_at(xp, ip, b[4]), x_at(xp, ip, b[5]), x_at(xp, ip, b[6]), x_at(xp, ip, b[7])),
+                    _mm_setr_ps(x_at(xp, ip, b[0]), x_at(xp, ip, b[1]), x_at(xp, ip, b[2]), x_at(xp, ip, b[3])),
+                );
+                acc = _mm256_fmadd_ps(va, xa, acc);
+                acc2 = _mm256_fmadd_ps(vb, xb, acc2);
+                p += 16;
+            }
+            acc = _mm256_add_ps(acc, acc2);
             while p + 8 <= e {
                 // Both streams fetched ahead (the kernel is bound by memory latency on big
                 // matrices); a prefetch past the arrays is harmless.
