@@ -1126,7 +1126,7 @@ unsafe fn nm24_panel_chunk<V: Val, const N: usize, const M: usize>(g: &Nm<'_, V,
 /// AVX2 and FMA available; slot `p + 1` exists; `rows` has 4 rows of `NM_PW` floats.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-unsafe fn nm24_group<V: Val, const NV: usize>(v: V, acc: &mut [__m256; NV], p: usize, rows: *const f32, nib: u32) {
+unsafe fn nm24_group<V: Val, const NV: usize>(v: V, acc: &mut [__m256; NV], acc2: &mut [__m256; NV], p: usize, rows: *const f32, nib: u32) {
     // SAFETY: see the function's contract; 8 * NV <= NM_PW.
     unsafe {
         let (v0, v1) = v.bcast2(p);
@@ -1135,7 +1135,10 @@ unsafe fn nm24_group<V: Val, const NV: usize>(v: V, acc: &mut [__m256; NV], p: u
         for (t, a) in acc.iter_mut().enumerate() {
             *a = _mm256_fmadd_ps(v0, _mm256_loadu_ps(r0.add(8 * t)), *a);
         }
-        for (t, a) in acc.iter_mut().enumerate() {
+        // Narrow tiles add the second value into their own accumulators: twice the
+        // independent chains (fewer than eight would leave the FMA units waiting).
+        let second = if NV < 8 { acc2 } else { acc };
+        for (t, a) in second.iter_mut().enumerate() {
             *a = _mm256_fmadd_ps(v1, _mm256_loadu_ps(r1.add(8 * t)), *a);
         }
     }
@@ -1163,6 +1166,7 @@ unsafe fn nm24_rows<V: Val, const N: usize, const M: usize, const NV: usize>(g: 
                     *a = _mm256_loadu_ps(o.add(8 * t));
                 }
             }
+            let mut acc2 = [_mm256_setzero_ps(); NV];
             let p0 = u * g.per_row + 2 * g0;
             // The row's values and positions for the next panel, needed after the rest of the
             // block: rows of A lie far apart, so no hardware stream covers them.
@@ -1175,18 +1179,19 @@ unsafe fn nm24_rows<V: Val, const N: usize, const M: usize, const NV: usize>(g: 
             while gl + 8 <= ng {
                 let x = nm_bits32(g.idx, p0 + 2 * gl);
                 for t in 0..8 {
-                    nm24_group(g.v, &mut acc, p0 + 2 * (gl + t), pp.add(4 * (gl + t) * NM_PW), x >> (4 * t));
+                    nm24_group(g.v, &mut acc, &mut acc2, p0 + 2 * (gl + t), pp.add(4 * (gl + t) * NM_PW), x >> (4 * t));
                 }
                 gl += 8;
             }
             if gl < ng {
                 let x = nm_bits32(g.idx, p0 + 2 * gl);
                 for t in 0..ng - gl {
-                    nm24_group(g.v, &mut acc, p0 + 2 * (gl + t), pp.add(4 * (gl + t) * NM_PW), x >> (4 * t));
+                    nm24_group(g.v, &mut acc, &mut acc2, p0 + 2 * (gl + t), pp.add(4 * (gl + t) * NM_PW), x >> (4 * t));
                 }
             }
             for (t, a) in acc.iter().enumerate() {
-                _mm256_storeu_ps(o.add(8 * t), *a);
+                let a = if NV < 8 { _mm256_add_ps(*a, acc2[t]) } else { *a };
+                _mm256_storeu_ps(o.add(8 * t), a);
             }
         }
     }
