@@ -3,12 +3,16 @@
     python benches/sparse.py [--quick]
 
 Prints GFLOP/s (2 * nonzeros * columns / time, or 2 * m * n * columns for dense)
-and ratios at 1 and 2 threads (scipy and numpy's runs are the same at both:
-scipy.sparse is single-threaded; numpy's BLAS uses its own threads).
+and ratios at 1 and 2 threads. scipy.sparse is single-threaded, so its time is
+measured once; numpy's OpenBLAS is set to the same thread count as lowp and the
+dense baseline is measured at each thread count.
 """
 
 from __future__ import annotations
 
+import ctypes
+import glob
+import os
 import sys
 import time
 
@@ -23,8 +27,37 @@ QUICK = "--quick" in sys.argv
 BUDGET = 0.15 if QUICK else 0.4  # seconds per measurement
 
 
+def _openblas_threads():
+    """numpy's OpenBLAS thread-count setter (None if not found)."""
+    libs = glob.glob(os.path.join(os.path.dirname(np.__file__), "..", "numpy.libs", "*openblas*"))
+    for path in libs:
+        lib = ctypes.CDLL(path)
+        for name in ("scipy_openblas_set_num_threads64_", "openblas_set_num_threads64_", "openblas_set_num_threads"):
+            f = getattr(lib, name, None)
+            if f is not None:
+                return f
+    return None
+
+
+SET_BLAS_THREADS = _openblas_threads()
+
+
+def set_threads(t):
+    """lowp's and numpy's BLAS thread counts, matched."""
+    lowp.set_num_threads(t)
+    if SET_BLAS_THREADS is not None:
+        SET_BLAS_THREADS(t)
+
+
+def settle():
+    """Let idle OpenBLAS workers stop spinning (they busy-wait for a while after each
+    call and would otherwise take the second core from the next measurement)."""
+    time.sleep(0.3)
+
+
 def best(fn, budget=BUDGET):
     """Best time of repeated calls within about ``budget`` seconds (at least 3 calls)."""
+    settle()
     fn()
     ts = []
     t_end = time.perf_counter() + budget
@@ -61,7 +94,7 @@ def bench_csr(name, s):
         flops = 2 * s.nnz * (1 if k is None else k)
         t_sc = best(lambda: s @ x)
         for th in (1, 2):
-            lowp.set_num_threads(th)
+            set_threads(th)
             t32 = best(lambda: f32 @ x)
             t16 = best(lambda: b16 @ x)
             op = "SpMV" if k is None else f"SpMM {k}"
@@ -89,7 +122,7 @@ def bench_bsr():
         flops = 2 * s.nnz * (1 if k is None else k)
         t_sc = best(lambda: s @ x)
         for th in (1, 2):
-            lowp.set_num_threads(th)
+            set_threads(th)
             t8 = best(lambda: A @ x)
             t4 = best(lambda: A4 @ x)
             op = "SpMV" if k is None else f"SpMM {k}"
@@ -107,9 +140,9 @@ def bench_nm():
     print(f"\n== 2:4 structured {m}x{n} vs dense numpy sgemm of the same matrix (time ratio) ==")
     for k in (64, 512):
         x = rng.standard_normal((n, k)).astype(np.float32)
-        t_d = best(lambda: dense @ x)
         for th in (1, 2):
-            lowp.set_num_threads(th)
+            set_threads(th)
+            t_d = best(lambda: dense @ x)
             t = best(lambda: A @ x)
             t16 = best(lambda: A16 @ x)
             print(f"k={k:4d} thr={th}  sgemm {gflops(2 * m * n * k, t_d):7.1f} GFLOP/s {t_d * 1e3:7.2f} ms   "
@@ -146,7 +179,8 @@ def memory():
 
 def main():
     old = lowp.get_num_threads()
-    print(f"lowp sparse benchmark; isa={lowp._lowp.get_isa()}, threads available={old}")
+    print(f"lowp sparse benchmark; isa={lowp._lowp.get_isa()}, threads available={old}; "
+          f"numpy BLAS threads {'matched' if SET_BLAS_THREADS else 'NOT controlled'}")
     try:
         t0 = time.perf_counter()
         bench_csr("random 1%", random_csr(20000, 20000, 0.01, 0))
@@ -156,7 +190,7 @@ def main():
         memory()
         print(f"\n(total {time.perf_counter() - t0:.0f} s)")
     finally:
-        lowp.set_num_threads(old)
+        set_threads(old)
 
 
 if __name__ == "__main__":

@@ -501,3 +501,36 @@ def test_prune_nm(shape, nm, axis, seed):
             want = np.zeros_like(gx)
             want[keep] = gx[keep]
             np.testing.assert_array_equal(gp, want)
+
+
+# ---------------------------------------------------------------- kernel paths by shape
+
+@pytest.mark.parametrize("vt", [np.float32, ml_dtypes.bfloat16, ml_dtypes.float8_e4m3fn], ids=["f32", "bf16", "e4m3fn"])
+@pytest.mark.parametrize("shape", [(5, 6), (37, 130), (70, 258), (130, 64)])
+def test_nm24_panels(vt, shape, threads, isa):
+    """2:4 products across B's 64-row panels and 64/32/16/8-column tiles with remainders,
+    a partial last group, against scipy in float64."""
+    rng = np.random.default_rng(shape[0] * 1000 + shape[1])
+    m, n = shape
+    x = sparse.prune_nm(rng.standard_normal((m, n)).astype(np.float32), 2, 4)
+    M = sparse.NM.from_dense(x, dtype=vt)
+    a = _decoded(M)
+    for k in (1, 7, 8, 24, 40, 64, 72, 136):
+        b = rng.standard_normal((n, k)).astype(np.float32)
+        want = a.astype(np.float64) @ b.astype(np.float64)
+        _check_product(M @ b, want, np.abs(a).astype(np.float64) @ np.abs(b.astype(np.float64)), n)
+
+
+@pytest.mark.parametrize("fmt", ["csr", "bsr", "nm"])
+def test_unaligned_operand(fmt):
+    """B starting off a 64-byte boundary (as NumPy's large buffers do) gives the same bits."""
+    rng = np.random.default_rng(7)
+    x = _random(rng, (40, 64), 0.3)
+    M = _build(fmt, x, blocksize=(8, 8))
+    b = rng.standard_normal((64, 32)).astype(np.float32)
+    want = M @ b
+    for off in (1, 4, 8):
+        buf = np.empty(b.size + 16, np.float32)
+        bu = buf[off:off + b.size].reshape(b.shape)
+        bu[...] = b
+        np.testing.assert_array_equal(M @ bu, want)

@@ -1,23 +1,44 @@
 //! Sparse products and index checks (`lowp.sparse` builds on these).
 
 use lowp_core::sparse::{self, Dense, Index, Values};
-use numpy::{PyReadonlyArrayDyn, PyReadwriteArrayDyn, PyUntypedArrayMethods};
-use pyo3::exceptions::PyValueError;
+use numpy::{PyArrayDescrMethods, PyReadonlyArrayDyn, PyReadwriteArrayDyn, PyUntypedArray, PyUntypedArrayMethods};
+use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 
 use crate::errors::IntoPy;
 
-#[derive(FromPyObject)]
 pub enum InVals<'py> {
     F32(PyReadonlyArrayDyn<'py, f32>),
     U8(PyReadonlyArrayDyn<'py, u8>),
     U16(PyReadonlyArrayDyn<'py, u16>),
 }
 
-#[derive(FromPyObject)]
 pub enum InIdx<'py> {
     I32(PyReadonlyArrayDyn<'py, i32>),
     I64(PyReadonlyArrayDyn<'py, i64>),
+}
+
+/// Borrow `x` as the variant its dtype names: one extraction, no trial and error (a failed
+/// extraction formats the dtype's name, which costs more than a small product).
+macro_rules! by_dtype {
+    ($x:expr, $arg:expr, $accepted:expr, $($t:ty => $v:path),*) => {{
+        let x = $x;
+        let arr = x.cast::<PyUntypedArray>().map_err(|_| PyTypeError::new_err(format!("{}: expected a numpy array", $arg)))?;
+        let dt = arr.dtype();
+        let py = x.py();
+        $(if dt.is_equiv_to(&numpy::dtype::<$t>(py)) {
+            return Ok($v(x.extract()?));
+        })*
+        Err(PyTypeError::new_err(format!("{}: must be {}", $arg, $accepted)))
+    }};
+}
+
+fn in_vals<'py>(x: &Bound<'py, PyAny>) -> PyResult<InVals<'py>> {
+    by_dtype!(x, "data", "float32, uint8 or uint16 codes", f32 => InVals::F32, u8 => InVals::U8, u16 => InVals::U16)
+}
+
+fn in_idx<'py>(x: &Bound<'py, PyAny>, arg: &str) -> PyResult<InIdx<'py>> {
+    by_dtype!(x, arg, "int32 or int64", i32 => InIdx::I32, i64 => InIdx::I64)
 }
 
 fn slice<'a, T: numpy::Element>(a: &'a PyReadonlyArrayDyn<'_, T>, arg: &str) -> PyResult<&'a [T]> {
@@ -64,8 +85,10 @@ fn io<'a>(x: &'a PyReadonlyArrayDyn<'_, f32>, out: &'a mut PyReadwriteArrayDyn<'
 #[pyfunction]
 #[pyo3(signature = (data, table, bf16, indptr, indices, shape, x, out, transpose))]
 #[allow(clippy::too_many_arguments)]
-fn csr_matmul(py: Python<'_>, data: InVals<'_>, table: Option<PyReadonlyArrayDyn<'_, f32>>, bf16: bool, indptr: InIdx<'_>, indices: InIdx<'_>, shape: (usize, usize), x: PyReadonlyArrayDyn<'_, f32>, mut out: PyReadwriteArrayDyn<'_, f32>, transpose: bool) -> PyResult<()> {
+fn csr_matmul(py: Python<'_>, data: &Bound<'_, PyAny>, table: Option<PyReadonlyArrayDyn<'_, f32>>, bf16: bool, indptr: &Bound<'_, PyAny>, indices: &Bound<'_, PyAny>, shape: (usize, usize), x: PyReadonlyArrayDyn<'_, f32>, mut out: PyReadwriteArrayDyn<'_, f32>, transpose: bool) -> PyResult<()> {
+    let data = in_vals(data)?;
     let v = values(&data, &table, bf16)?;
+    let (indptr, indices) = (in_idx(indptr, "indptr")?, in_idx(indices, "indices")?);
     let (p, i) = (index(&indptr, "indptr")?, index(&indices, "indices")?);
     let io = io(&x, &mut out)?;
     py.detach(|| sparse::csr_matmul(v, p, i, shape, io.b, io.out, transpose)).py_err()
@@ -74,8 +97,10 @@ fn csr_matmul(py: Python<'_>, data: InVals<'_>, table: Option<PyReadonlyArrayDyn
 #[pyfunction]
 #[pyo3(signature = (data, table, bf16, row, col, shape, x, out, transpose))]
 #[allow(clippy::too_many_arguments)]
-fn coo_matmul(py: Python<'_>, data: InVals<'_>, table: Option<PyReadonlyArrayDyn<'_, f32>>, bf16: bool, row: InIdx<'_>, col: InIdx<'_>, shape: (usize, usize), x: PyReadonlyArrayDyn<'_, f32>, mut out: PyReadwriteArrayDyn<'_, f32>, transpose: bool) -> PyResult<()> {
+fn coo_matmul(py: Python<'_>, data: &Bound<'_, PyAny>, table: Option<PyReadonlyArrayDyn<'_, f32>>, bf16: bool, row: &Bound<'_, PyAny>, col: &Bound<'_, PyAny>, shape: (usize, usize), x: PyReadonlyArrayDyn<'_, f32>, mut out: PyReadwriteArrayDyn<'_, f32>, transpose: bool) -> PyResult<()> {
+    let data = in_vals(data)?;
     let v = values(&data, &table, bf16)?;
+    let (row, col) = (in_idx(row, "row")?, in_idx(col, "col")?);
     let (r, c) = (index(&row, "row")?, index(&col, "col")?);
     let io = io(&x, &mut out)?;
     py.detach(|| sparse::coo_matmul(v, r, c, shape, io.b, io.out, transpose)).py_err()
@@ -84,8 +109,10 @@ fn coo_matmul(py: Python<'_>, data: InVals<'_>, table: Option<PyReadonlyArrayDyn
 #[pyfunction]
 #[pyo3(signature = (data, table, bf16, indptr, indices, shape, blocksize, x, out, transpose))]
 #[allow(clippy::too_many_arguments)]
-fn bsr_matmul(py: Python<'_>, data: InVals<'_>, table: Option<PyReadonlyArrayDyn<'_, f32>>, bf16: bool, indptr: InIdx<'_>, indices: InIdx<'_>, shape: (usize, usize), blocksize: (usize, usize), x: PyReadonlyArrayDyn<'_, f32>, mut out: PyReadwriteArrayDyn<'_, f32>, transpose: bool) -> PyResult<()> {
+fn bsr_matmul(py: Python<'_>, data: &Bound<'_, PyAny>, table: Option<PyReadonlyArrayDyn<'_, f32>>, bf16: bool, indptr: &Bound<'_, PyAny>, indices: &Bound<'_, PyAny>, shape: (usize, usize), blocksize: (usize, usize), x: PyReadonlyArrayDyn<'_, f32>, mut out: PyReadwriteArrayDyn<'_, f32>, transpose: bool) -> PyResult<()> {
+    let data = in_vals(data)?;
     let v = values(&data, &table, bf16)?;
+    let (indptr, indices) = (in_idx(indptr, "indptr")?, in_idx(indices, "indices")?);
     let (p, i) = (index(&indptr, "indptr")?, index(&indices, "indices")?);
     let io = io(&x, &mut out)?;
     py.detach(|| sparse::bsr_matmul(v, p, i, shape, blocksize, io.b, io.out, transpose)).py_err()
@@ -94,7 +121,8 @@ fn bsr_matmul(py: Python<'_>, data: InVals<'_>, table: Option<PyReadonlyArrayDyn
 #[pyfunction]
 #[pyo3(signature = (data, table, bf16, indices, n, m, shape, x, out, transpose))]
 #[allow(clippy::too_many_arguments)]
-fn nm_matmul(py: Python<'_>, data: InVals<'_>, table: Option<PyReadonlyArrayDyn<'_, f32>>, bf16: bool, indices: PyReadonlyArrayDyn<'_, u8>, n: usize, m: usize, shape: (usize, usize), x: PyReadonlyArrayDyn<'_, f32>, mut out: PyReadwriteArrayDyn<'_, f32>, transpose: bool) -> PyResult<()> {
+fn nm_matmul(py: Python<'_>, data: &Bound<'_, PyAny>, table: Option<PyReadonlyArrayDyn<'_, f32>>, bf16: bool, indices: PyReadonlyArrayDyn<'_, u8>, n: usize, m: usize, shape: (usize, usize), x: PyReadonlyArrayDyn<'_, f32>, mut out: PyReadwriteArrayDyn<'_, f32>, transpose: bool) -> PyResult<()> {
+    let data = in_vals(data)?;
     let v = values(&data, &table, bf16)?;
     let ix = slice(&indices, "indices")?;
     let io = io(&x, &mut out)?;
@@ -105,7 +133,8 @@ fn nm_matmul(py: Python<'_>, data: InVals<'_>, table: Option<PyReadonlyArrayDyn<
 /// in `0..nminor`). Returns whether it is canonical (sorted, no duplicates).
 #[pyfunction]
 #[pyo3(signature = (indptr, indices, nmajor, nminor, indptr_name="indptr", indices_name="indices"))]
-fn check_compressed(indptr: InIdx<'_>, indices: InIdx<'_>, nmajor: usize, nminor: usize, indptr_name: &str, indices_name: &str) -> PyResult<bool> {
+fn check_compressed(indptr: &Bound<'_, PyAny>, indices: &Bound<'_, PyAny>, nmajor: usize, nminor: usize, indptr_name: &str, indices_name: &str) -> PyResult<bool> {
+    let (indptr, indices) = (in_idx(indptr, indptr_name)?, in_idx(indices, indices_name)?);
     let (p, i) = (index(&indptr, indptr_name)?, index(&indices, indices_name)?);
     sparse::check_indptr(p, nmajor, i.len(), indptr_name).py_err()?;
     sparse::check_range(i, nminor, indices_name).py_err()?;
@@ -114,7 +143,8 @@ fn check_compressed(indptr: InIdx<'_>, indices: InIdx<'_>, nmajor: usize, nminor
 
 /// Check that every entry of `idx` lies in `0..bound` (error names `name`).
 #[pyfunction]
-fn check_range(idx: InIdx<'_>, bound: usize, name: &str) -> PyResult<()> {
+fn check_range(idx: &Bound<'_, PyAny>, bound: usize, name: &str) -> PyResult<()> {
+    let idx = in_idx(idx, name)?;
     sparse::check_range(index(&idx, name)?, bound, name).py_err()
 }
 

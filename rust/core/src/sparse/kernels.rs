@@ -28,6 +28,8 @@ use std::arch::x86_64::*;
 
 /// Stored values, decoded to f32 one at a time.
 pub(crate) trait Val: Sync + Send + Copy {
+    /// Address of value `p` (for prefetching; `p` may lie past the end).
+    fn addr(self, p: usize) -> *const i8;
     /// # Safety
     /// `p` is below the number of stored values.
     unsafe fn at(self, p: usize) -> f32;
@@ -42,6 +44,36 @@ pub(crate) trait Val: Sync + Send + Copy {
             _mm256_setr_ps(self.at(p), self.at(p + 1), self.at(p + 2), self.at(p + 3), self.at(p + 4), self.at(p + 5), self.at(p + 6), self.at(p + 7))
         }
     }
+    /// Whether [`Val::at16`] returns lanes `p + [0..4, 8..12]` and `p + [4..8, 12..16]`
+    /// (instead of `p + 0..8` and `p + 8..16`).
+    const INTERLEAVED16: bool = false;
+    /// Values `p .. p + 16` as two vectors (lane order: [`Val::INTERLEAVED16`]).
+    /// # Safety
+    /// `p + 16` is at most the number of values; AVX2 is available.
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn at16(self, p: usize) -> (__m256, __m256) {
+        // SAFETY: forwarded from the caller.
+        unsafe { (self.at8(p), self.at8(p + 8)) }
+    }
+    /// Value `p` broadcast to a vector.
+    /// # Safety
+    /// `p` is below the number of values; AVX2 is available.
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn bcast(self, p: usize) -> __m256 {
+        // SAFETY: forwarded from the caller.
+        unsafe { _mm256_set1_ps(self.at(p)) }
+    }
+    /// Values `p` and `p + 1`, each broadcast to a vector.
+    /// # Safety
+    /// `p + 1` is below the number of values; AVX is available.
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn bcast2(self, p: usize) -> (__m256, __m256) {
+        // SAFETY: forwarded from the caller.
+        unsafe { (_mm256_set1_ps(self.at(p)), _mm256_set1_ps(self.at(p + 1))) }
+    }
 }
 
 #[derive(Clone, Copy)]
@@ -54,6 +86,10 @@ struct VTab8<'a>(&'a [u8], &'a [f32; 256]);
 struct VTab16<'a>(&'a [u16], &'a [f32; 65536]);
 
 impl Val for VF32<'_> {
+    #[inline(always)]
+    fn addr(self, p: usize) -> *const i8 {
+        self.0.as_ptr().wrapping_add(p).cast()
+    }
     #[cfg(target_arch = "x86_64")]
     #[inline(always)]
     unsafe fn at8(self, p: usize) -> __m256 {
@@ -67,6 +103,43 @@ impl Val for VF32<'_> {
     }
 }
 impl Val for VBf16<'_> {
+    const INTERLEAVED16: bool = true;
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn bcast(self, p: usize) -> __m256 {
+        // SAFETY: p < len (caller): the code broadcast to every 16-bit lane; clearing the low
+        // half of each 32-bit lane leaves the code shifted into the top half.
+        unsafe {
+            let w = _mm256_set1_epi16(self.0.as_ptr().add(p).read() as i16);
+            _mm256_castsi256_ps(_mm256_and_si256(w, _mm256_set1_epi32(-65536)))
+        }
+    }
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn at16(self, p: usize) -> (__m256, __m256) {
+        // SAFETY: p + 16 <= len (caller): one 32-byte load. Interleaving zeros below each code
+        // (within each 128-bit lane) puts codes 0-3 and 8-11, then 4-7 and 12-15, in the top
+        // halves of f32 lanes.
+        unsafe {
+            let w = _mm256_loadu_si256(self.0.as_ptr().add(p).cast());
+            let z = _mm256_setzero_si256();
+            (_mm256_castsi256_ps(_mm256_unpacklo_epi16(z, w)), _mm256_castsi256_ps(_mm256_unpackhi_epi16(z, w)))
+        }
+    }
+    #[inline(always)]
+    fn addr(self, p: usize) -> *const i8 {
+        self.0.as_ptr().wrapping_add(p).cast()
+    }
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn bcast2(self, p: usize) -> (__m256, __m256) {
+        // SAFETY: p + 1 < len (caller): one 4-byte load holds both codes (p in the low half).
+        unsafe {
+            let w = _mm256_set1_epi32(self.0.as_ptr().add(p).cast::<i32>().read_unaligned());
+            // Code p shifted into the top half; code p + 1 already there, low half cleared.
+            (_mm256_castsi256_ps(_mm256_slli_epi32(w, 16)), _mm256_castsi256_ps(_mm256_and_si256(w, _mm256_set1_epi32(-65536))))
+        }
+    }
     #[cfg(target_arch = "x86_64")]
     #[inline(always)]
     unsafe fn at8(self, p: usize) -> __m256 {
@@ -83,12 +156,20 @@ impl Val for VBf16<'_> {
 }
 impl Val for VTab8<'_> {
     #[inline(always)]
+    fn addr(self, p: usize) -> *const i8 {
+        self.0.as_ptr().wrapping_add(p).cast()
+    }
+    #[inline(always)]
     unsafe fn at(self, p: usize) -> f32 {
         // SAFETY: p < len by the caller; a u8 code always indexes the 256-entry table.
         unsafe { *self.1.get_unchecked(*self.0.get_unchecked(p) as usize) }
     }
 }
 impl Val for VTab16<'_> {
+    #[inline(always)]
+    fn addr(self, p: usize) -> *const i8 {
+        self.0.as_ptr().wrapping_add(p).cast()
+    }
     #[inline(always)]
     unsafe fn at(self, p: usize) -> f32 {
         // SAFETY: p < len by the caller; a u16 code always indexes the 65536-entry table.
@@ -163,6 +244,18 @@ pub(crate) trait Gather: Sync {
     /// # Safety
     /// `p` lies in `range(u)` and `r < rows_per_unit()`.
     unsafe fn at(&self, u: usize, r: usize, p: usize) -> (f32, usize);
+    /// [`Gather::at`] with the value broadcast to a vector.
+    /// # Safety
+    /// As for [`Gather::at`]; AVX2 is available.
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn at_bcast(&self, u: usize, r: usize, p: usize) -> (__m256, usize) {
+        // SAFETY: forwarded from the caller.
+        unsafe {
+            let (v, j) = self.at(u, r, p);
+            (_mm256_set1_ps(v), j)
+        }
+    }
 }
 
 /// Register tiling a structure allows (besides one row at a time).
@@ -223,6 +316,12 @@ impl<V: Val, I: Idx> Gather for Csr<'_, V, I> {
     unsafe fn at(&self, _u: usize, _r: usize, p: usize) -> (f32, usize) {
         // SAFETY: p < ptr[last] == idx.len() == number of values (checked before the call).
         unsafe { (self.v.at(p), self.idx.get_unchecked(p).u()) }
+    }
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn at_bcast(&self, _u: usize, _r: usize, p: usize) -> (__m256, usize) {
+        // SAFETY: as for at.
+        unsafe { (self.v.bcast(p), self.idx.get_unchecked(p).u()) }
     }
 }
 
@@ -302,6 +401,14 @@ impl<V: Val, I: Idx, const BC: usize> Gather for Bsr<'_, V, I, BC> {
     }
     fn tiling(&self) -> Tiling {
         Tiling::SharedCols
+    }
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn avx2_chunk(&self, u0: usize, u1: usize, b: Dense<'_>, out: &mut [f32]) -> Option<bool> {
+        if b.cols != 1 || BC != 8 || self.br != 8 {
+            return None;
+        }
+        // SAFETY: forwarded from the caller (AVX2 available).
+        Some(unsafe { bsr8_spmv(self, u0, u1, b.data, out) })
     }
     fn spmv(&self, u0: usize, u1: usize, x: &[f32], out: &mut [f32]) -> Option<bool> {
         let (br, bc) = (self.br, self.bc());
@@ -443,15 +550,6 @@ impl<V: Val, const N: usize, const M: usize> Gather for Nm<'_, V, N, M> {
     fn tiling(&self) -> Tiling {
         Tiling::Uniform(self.per_row)
     }
-    #[cfg(target_arch = "x86_64")]
-    unsafe fn avx2_chunk(&self, u0: usize, u1: usize, b: Dense<'_>, out: &mut [f32]) -> Option<bool> {
-        if N == 2 && M == 4 {
-            // SAFETY: forwarded from the caller (AVX2 available).
-            Some(unsafe { nm24_chunk(self, u0, u1, b, out) })
-        } else {
-            None
-        }
-    }
     #[inline(always)]
     fn cost(&self, u: usize) -> usize {
         u * self.per_row
@@ -523,17 +621,23 @@ fn gather<G: Gather>(g: &G, b: Dense<'_>, out: &mut [f32]) -> Result<()> {
         let mut c0 = 0;
         while c0 < k {
             let w = (k - c0).min(panel);
-            pb.clear();
-            pb.extend(b.data.chunks_exact(k).flat_map(|row| &row[c0..c0 + w]));
+            let bp = pack_cols(b, c0, w, w, &mut pb);
             po.clear();
             po.resize(rows_out * w, 0.0);
-            gather_all(g, Dense { data: &pb, rows: b.rows, cols: w }, &mut po)?;
+            gather_all(g, Dense { data: bp, rows: b.rows, cols: w }, &mut po)?;
             for (o, p) in out.chunks_exact_mut(k).zip(po.chunks_exact(w)) {
                 o[c0..c0 + w].copy_from_slice(p);
             }
             c0 += w;
         }
         return Ok(());
+    }
+    if k >= 8 && k % 8 == 0 && isa() == Isa::Avx2 && b.data.as_ptr().align_offset(64) != 0 {
+        // Rows of B 32-byte aligned (k is a multiple of 8): a copy from a 64-byte boundary
+        // (NumPy's buffers often start 16 bytes off one, splitting every other load).
+        let mut pb = Vec::new();
+        let bp = pack_cols(b, 0, k, k, &mut pb);
+        return gather_all(g, Dense { data: bp, rows: b.rows, cols: k }, out);
     }
     gather_all(g, b, out)
 }
@@ -586,6 +690,13 @@ fn gather_all<G: Gather>(g: &G, b: Dense<'_>, out: &mut [f32]) -> Result<()> {
 }
 
 fn gather_chunk<G: Gather>(g: &G, u0: usize, u1: usize, b: Dense<'_>, out: &mut [f32], path: Isa) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    if path == Isa::Avx2 {
+        // SAFETY: Avx2 is only selected when the CPU has AVX2 and FMA.
+        if let Some(ok) = unsafe { g.avx2_chunk(u0, u1, b, out) } {
+            return ok;
+        }
+    }
     if b.cols == 1 {
         if let Some(ok) = g.spmv(u0, u1, b.data, out) {
             return ok;
@@ -706,7 +817,7 @@ unsafe fn gather_avx2<G: Gather>(g: &G, u0: usize, u1: usize, b: Dense<'_>, out:
             for u in u0..u1 {
                 let mut cc = 0;
                 while cc < k & !7 {
-                    let w = if k - cc >= 24 { 24 } else if k - cc >= 16 { 16 } else { 8 };
+                    let w = if k - cc >= 16 { 16 } else { 8 };
                     let mut r = 0;
                     while r < rpu {
                         // SAFETY: rows r.. of unit u are in the chunk; cc + w <= k; AVX2 checked.
@@ -771,13 +882,12 @@ unsafe fn gather_cols<G: Gather, const NV: usize>(g: &G, base: usize, u0: usize,
             unsafe {
                 let mut acc = [_mm256_setzero_ps(); NV];
                 for p in s..e {
-                    let (v, j) = g.at(u, r, p);
+                    let (vb, j) = g.at_bcast(u, r, p);
                     // Branch-free check (keeps the accumulators in registers): a bad
                     // index reads row 0 (n_in > 0 here) and fails the call.
                     let bad = j >= n_in;
                     ok &= !bad;
                     let j = if bad { 0 } else { j };
-                    let vb = _mm256_set1_ps(v);
                     let row = bp.add(j * k + c0);
                     for (t, a) in acc.iter_mut().enumerate() {
                         *a = _mm256_fmadd_ps(vb, _mm256_loadu_ps(row.add(8 * t)), *a);
@@ -869,93 +979,277 @@ unsafe fn shared_tile<G: Gather, const R: usize, const NV: usize>(g: &G, base: u
     R
 }
 
-/// 2:4 rows `u0..u1`: groups walked in lockstep by three rows, each group's two
-/// positions read from one 4-bit field, its four rows of B shared in L1 by the tile.
+/// Groups of four input rows per 2:4 panel (64 rows of B: 16 KiB at 64 columns).
+const NM_PG: usize = 16;
+/// Columns per 2:4 panel, also the row stride of the panel buffer.
+const NM_PW: usize = 64;
+
+/// Rows of A per block walking the depth panels.
+const NM_RB: usize = 32;
+
+/// Columns `c .. c + w` of `b` copied into rows `stride` apart (`w <= stride`, the rest of each
+/// row zero), starting on a 64-byte boundary inside `buf`.
+fn pack_cols<'a>(b: Dense<'_>, c: usize, w: usize, stride: usize, buf: &'a mut Vec<f32>) -> &'a [f32] {
+    buf.clear();
+    buf.resize(b.rows * stride + 16, 0.0);
+    // Floats to skip to the next 64-byte boundary (the buffer is 4-byte aligned).
+    let skip = (buf.as_ptr().align_offset(64)).min(16);
+    let dst = &mut buf[skip..skip + b.rows * stride];
+    for (d, src) in dst.chunks_exact_mut(stride).zip(b.data.chunks_exact(b.cols)) {
+        d[..w].copy_from_slice(&src[c..c + w]);
+    }
+    dst
+}
+
+/// 32 bits of the packed 2-bit positions starting at slot `p` (even): the 4-bit fields
+/// of 8 consecutive groups, the first in the low bits. Bits past the array read as 0.
+#[inline(always)]
+fn nm_bits32(idx: &[u8], p: usize) -> u32 {
+    // Slot p's field starts at bit 2p: byte p / 4, shift 0 or 4 (p is even).
+    let (byte, sh) = (p >> 2, (p & 3) * 2);
+    let w = match idx.get(byte..byte + 8) {
+        Some(s) => u64::from_le_bytes(s.try_into().unwrap_or([0; 8])),
+        None => idx[byte.min(idx.len())..].iter().rev().fold(0u64, |a, &x| (a << 8) | x as u64),
+    };
+    (w >> sh) as u32
+}
+
+/// 2:4 `A @ B` on the AVX2 path (`N`, `M` are 2, 4): rows in a few equal chunks, each chunk walking B in
+/// L1-resident panels (64 input rows x up to 64 columns, copied and zero-padded), every
+/// row's panel columns held in registers across the panel's 16 groups and added into
+/// the output between panels. Each row sums its groups in order, as the other paths do.
+#[cfg(target_arch = "x86_64")]
+fn nm24_avx2<V: Val, const N: usize, const M: usize>(g: &Nm<'_, V, N, M>, b: Dense<'_>, out: &mut [f32]) -> Result<()> {
+    let (rows, k) = (g.rows, b.cols);
+    if rows == 0 || k == 0 {
+        return Ok(());
+    }
+    if g.per_row == 0 {
+        out.fill(0.0);
+        return Ok(());
+    }
+    let th = num_threads();
+    // Chunks: two per thread (B's panels are copied once per chunk), from 64 rows up.
+    let nch = if th == 1 { 1 } else { (2 * th).min(rows.div_ceil(64)).max(1) };
+    let per = rows.div_ceil(nch);
+    let ok = AtomicBool::new(true);
+    let run = |(c, o): (usize, &mut [f32])| {
+        let u0 = c * per;
+        let u1 = (u0 + per).min(rows);
+        // SAFETY: isa() is Avx2 only when the CPU has AVX2 and FMA (checked by the caller).
+        if !unsafe { nm24_panel_chunk(g, u0, u1, b, o) } {
+            ok.store(false, Ordering::Relaxed);
+        }
+    };
+    if nch == 1 {
+        run((0, out));
+    } else {
+        use rayon::prelude::*;
+        pool().install(|| out.par_chunks_mut(per * k).enumerate().for_each(run));
+    }
+    if ok.load(Ordering::Relaxed) {
+        Ok(())
+    } else {
+        Err(bad_index())
+    }
+}
+
+/// Rows `u0..u1` of a 2:4 product, into `out` (those rows only).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn nm24_chunk<V: Val, const N: usize, const M: usize>(g: &Nm<'_, V, N, M>, u0: usize, u1: usize, b: Dense<'_>, out: &mut [f32]) -> bool {
-    let k = b.cols;
-    let mut ok = true;
+unsafe fn nm24_panel_chunk<V: Val, const N: usize, const M: usize>(g: &Nm<'_, V, N, M>, u0: usize, u1: usize, b: Dense<'_>, out: &mut [f32]) -> bool {
+    let (k, n_in) = (b.cols, b.rows);
+    let groups = g.per_row / 2;
+    // Only a partial last group can point past the matrix: check its two positions per row.
+    if n_in % 4 != 0 {
+        let gi = groups - 1;
+        for u in u0..u1 {
+            let p = u * g.per_row + 2 * gi;
+            // Slot p's 2-bit field and the next one share a byte (p is even).
+            let nib = (g.idx[p >> 2] >> ((p & 3) * 2)) as usize & 0xF;
+            if 4 * gi + (nib & 3) >= n_in || 4 * gi + (nib >> 2) >= n_in {
+                return false;
+            }
+        }
+    }
+    let mut packed: Vec<f32> = Vec::new();
     let mut c = 0;
-    // SAFETY (all calls): rows are in the chunk, c + 8 * NV <= k, AVX2 enabled here.
-    unsafe {
-        while c + 32 <= k {
-            let mut u = u0;
-            while u + 3 <= u1 {
-                ok &= nm24_tile::<V, N, M, 3, 4>(g, u0, u, b, out, c);
-                u += 3;
+    while c + 8 <= k {
+        let w = if k - c >= 64 {
+            64
+        } else if k - c >= 32 {
+            32
+        } else if k - c >= 16 {
+            16
+        } else {
+            8
+        };
+        // Columns c..c+w of B copied into rows NM_PW apart, 64-byte aligned: rows of a wide B
+        // lie a large stride apart (a panel of them would alias in L1), and a B from NumPy is
+        // often 16 bytes off a cache line, which splits every other 32-byte load.
+        let pb = pack_cols(b, c, w, NM_PW, &mut packed);
+        // Blocks of NM_RB rows walk the depth panels: a panel stays in L1 for the block,
+        // and the block's rows of A are read a panel's slice at a time.
+        let mut ub = u0;
+        while ub < u1 {
+            let ue = (ub + NM_RB).min(u1);
+            let mut g0 = 0;
+            while g0 < groups {
+                let ng = (groups - g0).min(NM_PG);
+                // SAFETY: AVX2 is enabled here; rows ub..ue and columns c..c+w lie in out; a
+                // position reads pb row 4 * group + q, below n_in (full groups end before n_in,
+                // the partial last group was checked above), columns < w <= NM_PW.
+                unsafe {
+                    let pp = pb.as_ptr().add(4 * g0 * NM_PW);
+                    match w {
+                        64 => nm24_rows::<V, N, M, 8>(g, ub, ue, u0, g0, ng, pp, out, k, c),
+                        32 => nm24_rows::<V, N, M, 4>(g, ub, ue, u0, g0, ng, pp, out, k, c),
+                        16 => nm24_rows::<V, N, M, 2>(g, ub, ue, u0, g0, ng, pp, out, k, c),
+                        _ => nm24_rows::<V, N, M, 1>(g, ub, ue, u0, g0, ng, pp, out, k, c),
+                    }
+                }
+                g0 += ng;
             }
-            while u < u1 {
-                ok &= nm24_tile::<V, N, M, 1, 4>(g, u0, u, b, out, c);
-                u += 1;
-            }
-            c += 32;
+            ub = ue;
         }
-        while c + 8 <= k {
-            let mut u = u0;
-            while u + 4 <= u1 {
-                ok &= nm24_tile::<V, N, M, 4, 1>(g, u0, u, b, out, c);
-                u += 4;
-            }
-            while u < u1 {
-                ok &= nm24_tile::<V, N, M, 1, 1>(g, u0, u, b, out, c);
-                u += 1;
-            }
-            c += 8;
-        }
+        c += w;
     }
     if c < k {
-        ok &= gather_scalar(g, u0, u1, b, out, c);
+        return gather_scalar(g, u0, u1, b, out, c);
     }
-    ok
+    true
 }
 
+/// One 2:4 group: values at slots `p`, `p + 1`; positions in the low 4 bits of `nib`
+/// pick rows of the group's four panel rows at `rows`.
+/// # Safety
+/// AVX2 and FMA available; slot `p + 1` exists; `rows` has 4 rows of `NM_PW` floats.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-unsafe fn nm24_tile<V: Val, const N: usize, const M: usize, const R: usize, const NV: usize>(g: &Nm<'_, V, N, M>, base: usize, u: usize, b: Dense<'_>, out: &mut [f32], c0: usize) -> bool {
-    let (k, n_in) = (b.cols, b.rows);
-    let per_row = g.per_row;
-    let groups = per_row / 2;
-    // Groups lying wholly inside the matrix need no column check.
-    let full = (n_in / 4).min(groups);
-    let bp = b.data.as_ptr();
-    let mut ok = true;
-    // SAFETY: slot p = row * per_row + 2 * gi + {0, 1} is below rows * per_row (values) and its
-    // 2-bit field below idx.len() * 4; for gi < full every column 4 * gi + pos < n_in, later
-    // groups are checked; c0 + 8 * NV <= k; output rows u..u+R belong to this chunk.
+unsafe fn nm24_group<V: Val, const NV: usize>(v: V, acc: &mut [__m256; NV], acc2: &mut [__m256; NV], p: usize, rows: *const f32, nib: u32) {
+    // SAFETY: see the function's contract; 8 * NV <= NM_PW.
     unsafe {
-        let mut acc = [[_mm256_setzero_ps(); NV]; R];
-        for gi in 0..groups {
-            let gb = 4 * gi;
-            for (r, ar) in acc.iter_mut().enumerate() {
-                let p = (u + r) * per_row + 2 * gi;
-                // p is even, so the group's two 2-bit fields share one byte: bits 2p .. 2p+4.
-                let nib = (*g.idx.get_unchecked(p >> 2) >> ((p & 3) * 2)) as usize & 0xF;
-                let (j0, j1) = (gb + (nib & 3), gb + (nib >> 2));
-                let bad = gi >= full && (j0 >= n_in || j1 >= n_in);
-                ok &= !bad;
-                let (j0, j1) = if bad { (0, 0) } else { (j0, j1) };
-                let (v0, v1) = (_mm256_set1_ps(g.v.at(p)), _mm256_set1_ps(g.v.at(p + 1)));
-                let (r0, r1) = (bp.add(j0 * k + c0), bp.add(j1 * k + c0));
-                for (t, a) in ar.iter_mut().enumerate() {
-                    *a = _mm256_fmadd_ps(v0, _mm256_loadu_ps(r0.add(8 * t)), *a);
-                    *a = _mm256_fmadd_ps(v1, _mm256_loadu_ps(r1.add(8 * t)), *a);
+        let (v0, v1) = v.bcast2(p);
+        let r0 = rows.add((nib & 3) as usize * NM_PW);
+        let r1 = rows.add(((nib >> 2) & 3) as usize * NM_PW);
+        for (t, a) in acc.iter_mut().enumerate() {
+            *a = _mm256_fmadd_ps(v0, _mm256_loadu_ps(r0.add(8 * t)), *a);
+        }
+        // Narrow tiles add the second value into their own accumulators: twice the
+        // independent chains (fewer than eight would leave the FMA units waiting).
+        let second = if NV < 8 { acc2 } else { acc };
+        for (t, a) in second.iter_mut().enumerate() {
+            *a = _mm256_fmadd_ps(v1, _mm256_loadu_ps(r1.add(8 * t)), *a);
+        }
+    }
+}
+
+/// Groups `g0 .. g0 + ng` of rows `u0..u1` (`out` starts at row `base`), columns
+/// `c .. c + 8 * NV`, from the panel (group `g0` at its row 0; rows `NM_PW` apart): one
+/// row at a time with its columns in registers.
+/// # Safety
+/// AVX2 and FMA available; `c + 8 * NV <= k`; `out` holds rows `base..u1`; every position
+/// read lies in the panel.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn nm24_rows<V: Val, const N: usize, const M: usize, const NV: usize>(g: &Nm<'_, V, N, M>, u0: usize, u1: usize, base: usize, g0: usize, ng: usize, pp: *const f32, out: &mut [f32], k: usize, c: usize) {
+    let op = out.as_mut_ptr();
+    // SAFETY: see the function's contract; slots p0 + 2 * gl + {0, 1} (gl < ng) belong to
+    // row u, so they index the values and (through nm_bits32) the packed positions.
+    unsafe {
+        for u in u0..u1 {
+            let o = op.add((u - base) * k + c);
+            let mut acc = [_mm256_setzero_ps(); NV];
+            if g0 > 0 {
+                for (t, a) in acc.iter_mut().enumerate() {
+                    *a = _mm256_loadu_ps(o.add(8 * t));
                 }
             }
-        }
-        let op = out.as_mut_ptr();
-        for (r, ar) in acc.iter().enumerate() {
-            let o = op.add((u + r - base) * k + c0);
-            for (t, a) in ar.iter().enumerate() {
-                _mm256_storeu_ps(o.add(8 * t), *a);
+            let mut acc2 = [_mm256_setzero_ps(); NV];
+            let p0 = u * g.per_row + 2 * g0;
+            // The row's values and positions for the next panel, needed after the rest of the
+            // block: rows of A lie far apart, so no hardware stream covers them.
+            let next = p0 + 2 * NM_PG;
+            _mm_prefetch::<_MM_HINT_T0>(g.v.addr(next));
+            _mm_prefetch::<_MM_HINT_T0>(g.v.addr(next + NM_PG));
+            _mm_prefetch::<_MM_HINT_T0>(g.v.addr(next + 2 * NM_PG - 1));
+            _mm_prefetch::<_MM_HINT_T0>(g.idx.as_ptr().wrapping_add(next >> 2).cast());
+            let mut gl = 0;
+            while gl + 8 <= ng {
+                let x = nm_bits32(g.idx, p0 + 2 * gl);
+                for t in 0..8 {
+                    nm24_group(g.v, &mut acc, &mut acc2, p0 + 2 * (gl + t), pp.add(4 * (gl + t) * NM_PW), x >> (4 * t));
+                }
+                gl += 8;
             }
+            if gl < ng {
+                let x = nm_bits32(g.idx, p0 + 2 * gl);
+                for t in 0..ng - gl {
+                    nm24_group(g.v, &mut acc, &mut acc2, p0 + 2 * (gl + t), pp.add(4 * (gl + t) * NM_PW), x >> (4 * t));
+                }
+            }
+            for (t, a) in acc.iter().enumerate() {
+                let a = if NV < 8 { _mm256_add_ps(*a, acc2[t]) } else { *a };
+                _mm256_storeu_ps(o.add(8 * t), a);
+            }
+        }
+    }
+}
+
+/// `x[ip[i]]`.
+/// # Safety
+/// `ip.add(i)` is readable and holds an index in `0..x.len()` for the `x` at `xp`.
+#[inline(always)]
+unsafe fn x_at(xp: *const f32, ip: *const i32, i: usize) -> f32 {
+    // SAFETY: see the function's contract.
+    unsafe { *xp.add(*ip.add(i) as usize) }
+}
+
+/// SpMV of 8x8 BSR block rows `u0..u1`: one accumulator per row of the block row, each
+/// block's slice of `x` loaded once, the eight sums reduced together at the end.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn bsr8_spmv<V: Val, I: Idx, const BC: usize>(g: &Bsr<'_, V, I, BC>, u0: usize, u1: usize, x: &[f32], out: &mut [f32]) -> bool {
+    let mut ok = true;
+    // SAFETY: u < units, so ptr[u + 1] exists; blocks blk < ptr[last] == idx.len() hold 64
+    // values each; j < nbc keeps j * 8 + 8 <= nbc * 8 == x.len(); out holds 8 rows per unit.
+    unsafe {
+        for u in u0..u1 {
+            let (s, e) = (g.ptr.get_unchecked(u).u(), g.ptr.get_unchecked(u + 1).u());
+            let mut acc = [_mm256_setzero_ps(); 8];
+            for blk in s..e {
+                let j = g.idx.get_unchecked(blk).u();
+                if j >= g.nbc {
+                    ok = false;
+                    continue;
+                }
+                let xv = _mm256_loadu_ps(x.as_ptr().add(j * 8));
+                for (r, a) in acc.iter_mut().enumerate() {
+                    *a = _mm256_fmadd_ps(g.v.at8((blk * 8 + r) * 8), xv, *a);
+                }
+            }
+            // Pairwise horizontal adds: lanes 0-3 of s0123 hold half sums of rows 0-3 (low
+            // 128 bits) and the other halves (high 128 bits); likewise rows 4-7.
+            let s01 = _mm256_hadd_ps(acc[0], acc[1]);
+            let s23 = _mm256_hadd_ps(acc[2], acc[3]);
+            let s45 = _mm256_hadd_ps(acc[4], acc[5]);
+            let s67 = _mm256_hadd_ps(acc[6], acc[7]);
+            let s0123 = _mm256_hadd_ps(s01, s23);
+            let s4567 = _mm256_hadd_ps(s45, s67);
+            let lo = _mm256_permute2f128_ps::<0x20>(s0123, s4567);
+            let hi = _mm256_permute2f128_ps::<0x31>(s0123, s4567);
+            _mm256_storeu_ps(out.as_mut_ptr().add((u - u0) * 8), _mm256_add_ps(lo, hi));
         }
     }
     ok
 }
 
+/// Nonzeros between a CSR SpMV's reads and its prefetches.
+const SPMV_AHEAD: usize = 256;
+
 /// SpMV rows `u0..u1` of a CSR matrix with int32 indices: eight nonzeros at a time,
-/// `x` read with a gather, indices checked in-register (bad lanes read x[0]).
+/// indices checked in-register (eight with a bad one are skipped and fail the call).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn csr_spmv_i32<V: Val, I: Idx>(g: &Csr<'_, V, I>, idx: &[i32], u0: usize, u1: usize, x: &[f32], out: &mut [f32]) -> bool {
@@ -963,27 +1257,68 @@ unsafe fn csr_spmv_i32<V: Val, I: Idx>(g: &Csr<'_, V, I>, idx: &[i32], u0: usize
     let lim = (x.len().min(i32::MAX as usize + 1) - 1) as i32;
     let mut ok = true;
     let xp = x.as_ptr();
-    // SAFETY: p + 8 <= e <= idx.len() == values; lanes outside [0, lim] are zeroed before the
-    // gather, so it reads x[0..x.len()) only (x is non-empty: gather_all returns early otherwise).
+    // SAFETY: p + 8 (or 16) <= e <= idx.len() == values; x is read only at indices checked to
+    // lie in [0, lim], lim < x.len().
     unsafe {
         let vlim = _mm256_set1_epi32(lim);
         let zero = _mm256_setzero_si256();
         for u in u0..u1 {
             let (s, e) = <Csr<'_, V, I> as Gather>::range(g, u);
             let mut acc = _mm256_setzero_ps();
-            let mut badv = _mm256_setzero_si256();
+            let mut acc2 = _mm256_setzero_ps();
             let mut p = s;
-            while p + 8 <= e {
+            while p + 16 <= e {
+                _mm_prefetch::<_MM_HINT_T0>(idx.as_ptr().wrapping_add(p + SPMV_AHEAD).cast());
+                _mm_prefetch::<_MM_HINT_T0>(g.v.addr(p + SPMV_AHEAD));
                 let iv = _mm256_loadu_si256(idx.as_ptr().add(p).cast());
-                // Lanes above lim or below zero are bad.
+                let iw = _mm256_loadu_si256(idx.as_ptr().add(p + 8).cast());
+                let bad = _mm256_or_si256(
+                    _mm256_or_si256(_mm256_cmpgt_epi32(iv, vlim), _mm256_cmpgt_epi32(zero, iv)),
+                    _mm256_or_si256(_mm256_cmpgt_epi32(iw, vlim), _mm256_cmpgt_epi32(zero, iw)),
+                );
+                if _mm256_testz_si256(bad, bad) == 0 {
+                    ok = false;
+                    p += 16;
+                    continue;
+                }
+                // Sixteen values as two vectors, in the lane order the value type decodes
+                // cheapest; x is assembled in the same order.
+                let (va, vb) = g.v.at16(p);
+                let ip = idx.as_ptr().add(p);
+                let (a, b) = if V::INTERLEAVED16 { ([0, 1, 2, 3, 8, 9, 10, 11], [4, 5, 6, 7, 12, 13, 14, 15]) } else { ([0, 1, 2, 3, 4, 5, 6, 7], [8, 9, 10, 11, 12, 13, 14, 15]) };
+                let xa = _mm256_set_m128(
+                    _mm_setr_ps(x_at(xp, ip, a[4]), x_at(xp, ip, a[5]), x_at(xp, ip, a[6]), x_at(xp, ip, a[7])),
+                    _mm_setr_ps(x_at(xp, ip, a[0]), x_at(xp, ip, a[1]), x_at(xp, ip, a[2]), x_at(xp, ip, a[3])),
+                );
+                let xb = _mm256_set_m128(
+                    _mm_setr_ps(x_at(xp, ip, b[4]), x_at(xp, ip, b[5]), x_at(xp, ip, b[6]), x_at(xp, ip, b[7])),
+                    _mm_setr_ps(x_at(xp, ip, b[0]), x_at(xp, ip, b[1]), x_at(xp, ip, b[2]), x_at(xp, ip, b[3])),
+                );
+                acc = _mm256_fmadd_ps(va, xa, acc);
+                acc2 = _mm256_fmadd_ps(vb, xb, acc2);
+                p += 16;
+            }
+            acc = _mm256_add_ps(acc, acc2);
+            while p + 8 <= e {
+                // Both streams fetched ahead (the kernel is bound by memory latency on big
+                // matrices); a prefetch past the arrays is harmless.
+                _mm_prefetch::<_MM_HINT_T0>(idx.as_ptr().wrapping_add(p + SPMV_AHEAD).cast());
+                _mm_prefetch::<_MM_HINT_T0>(g.v.addr(p + SPMV_AHEAD));
+                let iv = _mm256_loadu_si256(idx.as_ptr().add(p).cast());
+                // Lanes above lim or below zero are bad: the call fails, skip their loads.
                 let bad = _mm256_or_si256(_mm256_cmpgt_epi32(iv, vlim), _mm256_cmpgt_epi32(zero, iv));
-                badv = _mm256_or_si256(badv, bad);
-                let iv = _mm256_andnot_si256(bad, iv);
-                let xv = _mm256_i32gather_ps::<4>(xp, iv);
-                acc = _mm256_fmadd_ps(g.v.at8(p), xv, acc);
+                if _mm256_testz_si256(bad, bad) == 0 {
+                    ok = false;
+                    p += 8;
+                    continue;
+                }
+                // x gathered by eight scalar loads (faster than vgatherdps on current cores).
+                let ip = idx.as_ptr().add(p);
+                let xl = _mm_setr_ps(x_at(xp, ip, 0), x_at(xp, ip, 1), x_at(xp, ip, 2), x_at(xp, ip, 3));
+                let xh = _mm_setr_ps(x_at(xp, ip, 4), x_at(xp, ip, 5), x_at(xp, ip, 6), x_at(xp, ip, 7));
+                acc = _mm256_fmadd_ps(g.v.at8(p), _mm256_set_m128(xh, xl), acc);
                 p += 8;
             }
-            ok &= _mm256_testz_si256(badv, badv) == 1;
             // Horizontal sum: fold halves, then pairs.
             let h = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
             let h = _mm_add_ps(h, _mm_movehl_ps(h, h));
@@ -1205,6 +1540,10 @@ pub(crate) fn nm(vals: Values<'_>, idx: &[u8], n: usize, m: usize, shape: (usize
         ($n:literal, $m:literal) => {
             with_vals!(vals, v, {
                 let s = Nm::<_, $n, $m> { v, idx, n_rt: n, m_rt: m, bits, per_row, rows: shape.0 };
+                #[cfg(target_arch = "x86_64")]
+                if $n == 2 && $m == 4 && !transpose && b.cols >= 8 && isa() == Isa::Avx2 {
+                    return nm24_avx2(&s, b, out);
+                }
                 if transpose {
                     scatter(&s, b, out)
                 } else {

@@ -119,7 +119,7 @@ fn bsr_and_nm_match_dense() {
                 }
                 p.push(ix.len() as i32);
             }
-            for tr in [false, true] {
+            for (tr, k) in [(false, k), (true, k), (false, 1), (true, 1)] {
                 let (rin, rout) = if tr { (m, n) } else { (n, m) };
                 let b: Vec<f32> = (0..rin * k).map(|_| g.f()).collect();
                 let want = dense_mm(&a, m, n, &b, k, tr);
@@ -127,6 +127,12 @@ fn bsr_and_nm_match_dense() {
                 let d = Dense { data: &b, rows: rin, cols: k };
                 bsr_matmul(Values::F32(&vals), Index::I32(&p), Index::I32(&ix), (m, n), (br, bc), d, &mut out, tr).unwrap();
                 close(&out, &want, 1e-5);
+                if !ix.is_empty() && !tr {
+                    // A block column past the matrix fails the call on every path.
+                    let mut bad = ix.clone();
+                    bad[ix.len() / 2] = nb as i32;
+                    assert!(bsr_matmul(Values::F32(&vals), Index::I32(&p), Index::I32(&bad), (m, n), (br, bc), d, &mut out, tr).is_err());
+                }
             }
         }
         // 2:4 and 3:7 (a partial last group).
@@ -187,4 +193,98 @@ fn malformed_input_is_an_error() {
     assert!(coo_matmul(Values::F32(&v), Index::I32(&[0, 1, 2]), Index::I32(&[0, 1, 2]), (2, 4), d, &mut out, false).is_err());
     assert!(nm_check(3, 2).is_err());
     assert!(Values::Tab8(&[1u8], &[0.0; 10]).check().is_err());
+}
+
+/// A random 2:4 matrix (`rows x cols`, partial last group allowed): values, packed
+/// positions and the dense equivalent.
+fn random_24(g: &mut Gen, rows: usize, cols: usize) -> (Vec<f32>, Vec<u8>, Vec<f32>) {
+    let groups = cols.div_ceil(4);
+    let slots = rows * groups * 2;
+    let (mut vals, mut idx, mut a) = (vec![], vec![0u8; (slots * 2).div_ceil(8)], vec![0f32; rows * cols]);
+    let mut p = 0;
+    for r in 0..rows {
+        for gi in 0..groups {
+            let width = (cols - gi * 4).min(4);
+            for _ in 0..2 {
+                let pos = (g.next() % width as u64) as usize;
+                // A few explicit zeros, as stored for groups with fewer nonzeros.
+                let x = if g.next() % 8 == 0 { 0.0 } else { g.f() };
+                vals.push(x);
+                a[r * cols + gi * 4 + pos] += x;
+                idx[p / 4] |= (pos as u8) << (p % 4 * 2);
+                p += 1;
+            }
+        }
+    }
+    (vals, idx, a)
+}
+
+#[test]
+fn nm24_panels_match_dense() {
+    let mut g = Gen(0xDEADBEEF12345);
+    let old = crate::parallel::num_threads();
+    for path in [Isa::Avx2, Isa::Scalar] {
+        if set_isa(Some(path)).is_err() {
+            continue;
+        }
+        for th in [1usize, 2] {
+            crate::parallel::set_num_threads(th).unwrap();
+            // Depths around the panel (64 rows) and the 8-group index word; widths around
+            // the 64/32/16/8 column tiles and a scalar remainder.
+            for &(rows, cols) in &[(1usize, 4usize), (3, 18), (67, 64), (130, 70), (9, 131), (200, 257)] {
+                let (vals, idx, a) = random_24(&mut g, rows, cols);
+                let bf: Vec<u16> = vals.iter().map(|x| (x.to_bits() >> 16) as u16).collect();
+                for k in [1usize, 8, 13, 24, 40, 64, 72, 136] {
+                    let b: Vec<f32> = (0..cols * k).map(|_| g.f()).collect();
+                    let d = Dense { data: &b, rows: cols, cols: k };
+                    let mut out = vec![f32::NAN; rows * k];
+                    nm_matmul(Values::F32(&vals), &idx, 2, 4, (rows, cols), d, &mut out, false).unwrap();
+                    close(&out, &dense_mm(&a, rows, cols, &b, k, false), 1e-5);
+                    // bf16 values (the f32 values truncated), against a reference built slot by slot.
+                    let mut out = vec![f32::NAN; rows * k];
+                    nm_matmul(Values::Bf16(&bf), &idx, 2, 4, (rows, cols), d, &mut out, false).unwrap();
+                    let mut want = vec![0f64; rows * k];
+                    let mut p = 0;
+                    for r in 0..rows {
+                        for gi in 0..cols.div_ceil(4) {
+                            for _ in 0..2 {
+                                let pos = ((idx[p / 4] >> (p % 4 * 2)) & 3) as usize;
+                                let v = f32::from_bits((bf[p] as u32) << 16) as f64;
+                                for c in 0..k {
+                                    want[r * k + c] += v * b[(gi * 4 + pos) * k + c] as f64;
+                                }
+                                p += 1;
+                            }
+                        }
+                    }
+                    close(&out, &want, 1e-5);
+                }
+            }
+        }
+    }
+    crate::parallel::set_num_threads(old).unwrap();
+    set_isa(None).unwrap();
+}
+
+#[test]
+fn nm24_bad_position_in_partial_group() {
+    // 1 x 6: two groups, the second covers columns 4..6 only; position 3 points at column 7.
+    let vals = [1f32, 2.0, 3.0, 4.0];
+    for path in [Isa::Avx2, Isa::Scalar] {
+        if set_isa(Some(path)).is_err() {
+            continue;
+        }
+        for k in [1usize, 8, 64, 70] {
+            let b = vec![1f32; 6 * k];
+            let d = Dense { data: &b, rows: 6, cols: k };
+            let mut out = vec![0f32; k];
+            // Slots 0, 1: positions 0, 1; slots 2, 3: positions 1, 3 (bad), 1 (ok).
+            let bad = [0b0100u8 | (0b0111 << 4)];
+            assert!(nm_matmul(Values::F32(&vals), &bad, 2, 4, (1, 6), d, &mut out, false).is_err());
+            let good = [0b0100u8 | (0b0101 << 4)];
+            nm_matmul(Values::F32(&vals), &good, 2, 4, (1, 6), d, &mut out, false).unwrap();
+            assert!(out.iter().all(|&x| x == 10.0));
+        }
+    }
+    set_isa(None).unwrap();
 }
