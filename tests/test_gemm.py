@@ -244,3 +244,35 @@ def test_padded_ld_and_empty():
     a[...] = rand((64, 1024), np.float32, 20)
     b = rand((1024, 32), np.float32, 21)
     check_f32(lowp.matmul(a, b), a, b)
+
+
+def test_back_to_back_and_concurrent_products_at_two_threads():
+    """Products in quick succession hand their second part to a worker still spinning
+    after the previous one; from several Python threads at once, at most one of them
+    does. Every result must equal the 1-thread result bit for bit."""
+    import concurrent.futures
+
+    g = np.random.default_rng(31)
+    shapes = [(170, 171, 172), (256, 64, 300), (97, 300, 250), (400, 33, 330)]
+    ops = [(g.standard_normal((m, k)).astype(np.float32), g.standard_normal((k, n)).astype(np.float32).astype(
+        ml_dtypes.bfloat16)) for m, k, n in shapes]
+    old = lowp.get_num_threads()
+    try:
+        lowp.set_num_threads(1)
+        want = [lowp.matmul(a, b) for a, b in ops]
+        lowp.set_num_threads(2)
+        for r in range(50):
+            i = r % len(ops)
+            np.testing.assert_array_equal(lowp.matmul(*ops[i]), want[i])
+
+        def worker(seed):
+            rr = np.random.default_rng(seed)
+            for _ in range(20):
+                i = int(rr.integers(len(ops)))
+                np.testing.assert_array_equal(lowp.matmul(*ops[i]), want[i])
+            return True
+
+        with concurrent.futures.ThreadPoolExecutor(4) as ex:
+            assert all(ex.map(worker, range(4)))
+    finally:
+        lowp.set_num_threads(old)
