@@ -84,3 +84,154 @@ pub fn zip_chunks<S: Sync, D: Send>(src: &[S], dst: &mut [D], min_chunk: usize, 
         src.par_chunks(c).zip(dst.par_chunks_mut(c)).enumerate().for_each(|(i, (s, d))| f(i * c, s, d));
     });
 }
+
+/// Run `f(i)` for every `i` in `0..n`, items taken in turn by the calling
+/// thread and the pool's workers. With two threads and a worker still
+/// spinning after an earlier kernel, that worker joins at once (no wake-up);
+/// otherwise the pool runs the items and one worker stays hot afterwards.
+/// Which thread runs an item never changes what it computes.
+pub fn for_each_item(n: usize, f: &(dyn Fn(usize) + Sync)) {
+    if n <= 1 || num_threads() == 1 {
+        (0..n).for_each(f);
+        return;
+    }
+    let pool = pool();
+    let outside = pool.current_thread_index().is_none();
+    if outside && pool.current_num_threads() == 2 {
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        let work = || loop {
+            let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            if i >= n {
+                break;
+            }
+            f(i);
+        };
+        let handed = hot::Handoff::offer(&work);
+        if let Some(h) = &handed {
+            work();
+            h.finish();
+            return;
+        }
+    }
+    {
+        use rayon::prelude::*;
+        pool.install(|| (0..n).into_par_iter().for_each(f));
+    }
+    if outside {
+        pool.spawn(hot::linger);
+    }
+}
+
+/// Hot handoff: a worker that has just finished its share of a kernel keeps
+/// spinning for a short while (as BLAS threads do) instead of going to sleep,
+/// and the next kernel hands it a share directly. Waking a sleeping thread
+/// can take longer than a whole 512^3 product on a virtual machine.
+pub(crate) mod hot {
+    use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering};
+    use std::time::{Duration, Instant};
+
+    /// How long a worker waits for the next part.
+    const LINGER: Duration = Duration::from_millis(2);
+
+    /// A posted part: the closure (on the poster's stack) and its completion.
+    pub(crate) struct Job<'a> {
+        f: &'a (dyn Fn() + Sync),
+        done: AtomicBool,
+        panicked: AtomicBool,
+    }
+
+    /// Workers spinning now (at most one is kept).
+    static SPINNING: AtomicUsize = AtomicUsize::new(0);
+    /// The posted job, or null.
+    static SLOT: AtomicPtr<Job<'static>> = AtomicPtr::new(std::ptr::null_mut());
+
+    pub(crate) struct Handoff<'a> {
+        job: Box<Job<'a>>,
+    }
+
+    impl<'a> Handoff<'a> {
+        /// Post `f` for a spinning worker; None when none spins.
+        pub(crate) fn offer(f: &'a (dyn Fn() + Sync)) -> Option<Handoff<'a>> {
+            if SPINNING.load(Ordering::Acquire) == 0 {
+                return None;
+            }
+            let job = Box::new(Job { f, done: AtomicBool::new(false), panicked: AtomicBool::new(false) });
+            let p = &*job as *const Job<'a> as *mut Job<'static>;
+            SLOT.compare_exchange(std::ptr::null_mut(), p, Ordering::AcqRel, Ordering::Acquire).ok()?;
+            Some(Handoff { job })
+        }
+
+        /// Wait until the part is done; run it here if no worker has taken it.
+        pub(crate) fn finish(&self) {
+            let p = &*self.job as *const Job<'a> as *mut Job<'static>;
+            if SLOT.compare_exchange(p, std::ptr::null_mut(), Ordering::AcqRel, Ordering::Acquire).is_ok() {
+                // Not taken (the worker stopped spinning first): ours again.
+                struct SetDone<'b>(&'b AtomicBool);
+                impl Drop for SetDone<'_> {
+                    fn drop(&mut self) {
+                        self.0.store(true, Ordering::Release);
+                    }
+                }
+                let _done = SetDone(&self.job.done);
+                (self.job.f)();
+                return;
+            }
+            while !self.job.done.load(Ordering::Acquire) {
+                std::hint::spin_loop();
+            }
+            if self.job.panicked.load(Ordering::Acquire) {
+                panic!("a kernel share panicked on a worker thread");
+            }
+        }
+    }
+
+    impl Drop for Handoff<'_> {
+        fn drop(&mut self) {
+            // The job must not outlive this frame while a worker may still use it
+            // (finish() normally returned already; this covers unwinding from part 0).
+            let p = &*self.job as *const Job<'_> as *mut Job<'static>;
+            if SLOT.compare_exchange(p, std::ptr::null_mut(), Ordering::AcqRel, Ordering::Acquire).is_err() {
+                while !self.job.done.load(Ordering::Acquire) {
+                    std::hint::spin_loop();
+                }
+            }
+        }
+    }
+
+    /// Spin on this worker for the next posted part, for up to LINGER after the last one.
+    pub(crate) fn linger() {
+        if SPINNING.compare_exchange(0, 1, Ordering::AcqRel, Ordering::Acquire).is_err() {
+            return; // another worker is already waiting
+        }
+        let mut until = Instant::now() + LINGER;
+        let mut n = 0u32;
+        loop {
+            let p = SLOT.swap(std::ptr::null_mut(), Ordering::AcqRel);
+            if !p.is_null() {
+                // SAFETY: a posted job stays alive until its poster saw `done`
+                // (Handoff::finish / drop wait for it), and only this swap took it.
+                let job = unsafe { &*p };
+                let ok = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| (job.f)())).is_ok();
+                job.panicked.store(!ok, Ordering::Release);
+                job.done.store(true, Ordering::Release);
+                until = Instant::now() + LINGER;
+                continue;
+            }
+            std::hint::spin_loop();
+            n = n.wrapping_add(1);
+            if n % 256 == 0 && Instant::now() >= until {
+                break;
+            }
+        }
+        SPINNING.store(0, Ordering::Release);
+        // A job posted between the last check and the store above: run it.
+        let p = SLOT.swap(std::ptr::null_mut(), Ordering::AcqRel);
+        if !p.is_null() {
+            // SAFETY: as above.
+            let job = unsafe { &*p };
+            let ok = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| (job.f)())).is_ok();
+            job.panicked.store(!ok, Ordering::Release);
+            job.done.store(true, Ordering::Release);
+        }
+    }
+}

@@ -11,7 +11,7 @@
 //!
 //! Threads split C into equal parts once per call; the worker that computed a
 //! part keeps spinning for 2 ms afterwards and takes the next call's part
-//! directly (module `hot`), as BLAS threads do. Every element of C sees the
+//! directly (`parallel::hot`), as BLAS threads do. Every element of C sees the
 //! same sequence of depth blocks and the same kernel whatever the thread count,
 //! so results do not depend on it.
 
@@ -116,7 +116,7 @@ pub(crate) fn gemm<K: Kernel>(kern: &K, a: &Operand, b: &Operand, c: OutMat<K::C
     // Part 1 goes to a worker still spinning after the previous call, if one is
     // (no wake-up at all); see `hot`.
     let part1 = || part(1);
-    let handed = if spin { hot::Handoff::offer(&part1) } else { None };
+    let handed = if spin { crate::parallel::hot::Handoff::offer(&part1) } else { None };
     let left = AtomicUsize::new(parts - 1 - handed.is_some() as usize);
     pool.in_place_scope(|s| {
         for t in (1 + handed.is_some() as usize)..parts {
@@ -130,7 +130,7 @@ pub(crate) fn gemm<K: Kernel>(kern: &K, a: &Operand, b: &Operand, c: OutMat<K::C
                 if spin && t == 1 {
                     // Outside the scope: this worker takes it up next and waits there
                     // for the next call's part, while this call returns.
-                    rayon::spawn(hot::linger);
+                    rayon::spawn(crate::parallel::hot::linger);
                 }
             });
         }
@@ -142,120 +142,6 @@ pub(crate) fn gemm<K: Kernel>(kern: &K, a: &Operand, b: &Operand, c: OutMat<K::C
             std::thread::yield_now();
         }
     });
-}
-
-/// Hot handoff: a worker that has just finished its part of a product keeps
-/// spinning for a short while (as BLAS threads do) instead of going to sleep,
-/// and the next product hands it a part directly. Waking a sleeping thread
-/// can take longer than a whole 512^3 product on a virtual machine.
-mod hot {
-    use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering};
-    use std::time::{Duration, Instant};
-
-    /// How long a worker waits for the next part.
-    const LINGER: Duration = Duration::from_millis(2);
-
-    /// A posted part: the closure (on the poster's stack) and its completion.
-    pub(super) struct Job<'a> {
-        f: &'a (dyn Fn() + Sync),
-        done: AtomicBool,
-        panicked: AtomicBool,
-    }
-
-    /// Workers spinning now (at most one is kept).
-    static SPINNING: AtomicUsize = AtomicUsize::new(0);
-    /// The posted job, or null.
-    static SLOT: AtomicPtr<Job<'static>> = AtomicPtr::new(std::ptr::null_mut());
-
-    pub(super) struct Handoff<'a> {
-        job: Box<Job<'a>>,
-    }
-
-    impl<'a> Handoff<'a> {
-        /// Post `f` for a spinning worker; None when none spins.
-        pub(super) fn offer(f: &'a (dyn Fn() + Sync)) -> Option<Handoff<'a>> {
-            if SPINNING.load(Ordering::Acquire) == 0 {
-                return None;
-            }
-            let job = Box::new(Job { f, done: AtomicBool::new(false), panicked: AtomicBool::new(false) });
-            let p = &*job as *const Job<'a> as *mut Job<'static>;
-            SLOT.compare_exchange(std::ptr::null_mut(), p, Ordering::AcqRel, Ordering::Acquire).ok()?;
-            Some(Handoff { job })
-        }
-
-        /// Wait until the part is done; run it here if no worker has taken it.
-        pub(super) fn finish(&self) {
-            let p = &*self.job as *const Job<'a> as *mut Job<'static>;
-            if SLOT.compare_exchange(p, std::ptr::null_mut(), Ordering::AcqRel, Ordering::Acquire).is_ok() {
-                // Not taken (the worker stopped spinning first): ours again.
-                struct SetDone<'b>(&'b AtomicBool);
-                impl Drop for SetDone<'_> {
-                    fn drop(&mut self) {
-                        self.0.store(true, Ordering::Release);
-                    }
-                }
-                let _done = SetDone(&self.job.done);
-                (self.job.f)();
-                return;
-            }
-            while !self.job.done.load(Ordering::Acquire) {
-                std::hint::spin_loop();
-            }
-            if self.job.panicked.load(Ordering::Acquire) {
-                panic!("a GEMM part panicked on a worker thread");
-            }
-        }
-    }
-
-    impl Drop for Handoff<'_> {
-        fn drop(&mut self) {
-            // The job must not outlive this frame while a worker may still use it
-            // (finish() normally returned already; this covers unwinding from part 0).
-            let p = &*self.job as *const Job<'_> as *mut Job<'static>;
-            if SLOT.compare_exchange(p, std::ptr::null_mut(), Ordering::AcqRel, Ordering::Acquire).is_err() {
-                while !self.job.done.load(Ordering::Acquire) {
-                    std::hint::spin_loop();
-                }
-            }
-        }
-    }
-
-    /// Spin on this worker for the next posted part, for up to LINGER after the last one.
-    pub(super) fn linger() {
-        if SPINNING.compare_exchange(0, 1, Ordering::AcqRel, Ordering::Acquire).is_err() {
-            return; // another worker is already waiting
-        }
-        let mut until = Instant::now() + LINGER;
-        let mut n = 0u32;
-        loop {
-            let p = SLOT.swap(std::ptr::null_mut(), Ordering::AcqRel);
-            if !p.is_null() {
-                // SAFETY: a posted job stays alive until its poster saw `done`
-                // (Handoff::finish / drop wait for it), and only this swap took it.
-                let job = unsafe { &*p };
-                let ok = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| (job.f)())).is_ok();
-                job.panicked.store(!ok, Ordering::Release);
-                job.done.store(true, Ordering::Release);
-                until = Instant::now() + LINGER;
-                continue;
-            }
-            std::hint::spin_loop();
-            n = n.wrapping_add(1);
-            if n % 256 == 0 && Instant::now() >= until {
-                break;
-            }
-        }
-        SPINNING.store(0, Ordering::Release);
-        // A job posted between the last check and the store above: run it.
-        let p = SLOT.swap(std::ptr::null_mut(), Ordering::AcqRel);
-        if !p.is_null() {
-            // SAFETY: as above.
-            let job = unsafe { &*p };
-            let ok = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| (job.f)())).is_ok();
-            job.panicked.store(!ok, Ordering::Release);
-            job.done.store(true, Ordering::Release);
-        }
-    }
 }
 
 /// Decrements the count of unfinished parts when dropped.
