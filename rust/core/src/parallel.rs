@@ -235,3 +235,35 @@ pub(crate) mod hot {
         }
     }
 }
+
+#[cfg(test)]
+mod hot_tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// Every item runs exactly once, back to back (hot handoffs), after pauses
+    /// (cold starts) and from several threads at once.
+    #[test]
+    fn every_item_once() {
+        let old = super::num_threads();
+        super::set_num_threads(2).unwrap();
+        let check = |n: usize| {
+            let hits: Vec<AtomicUsize> = (0..n).map(|_| AtomicUsize::new(0)).collect();
+            super::for_each_item(n, &|i| {
+                hits[i].fetch_add(1, Ordering::Relaxed);
+            });
+            assert!(hits.iter().all(|h| h.load(Ordering::Relaxed) == 1));
+        };
+        for r in 0..300 {
+            check(r % 17);
+            if r % 50 == 0 {
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+        }
+        std::thread::scope(|s| {
+            for _ in 0..3 {
+                s.spawn(|| (0..200).for_each(|r| check(1 + r % 9)));
+            }
+        });
+        super::set_num_threads(old).unwrap();
+    }
+}
