@@ -15,9 +15,6 @@ Usage: python benches/gemm.py [--quick] [--sizes 256,512,...]
 from __future__ import annotations
 
 import argparse
-import ctypes
-import glob
-import os
 import subprocess
 import sys
 import time
@@ -26,21 +23,11 @@ import ml_dtypes
 import numpy as np
 
 import lowp
+from _blas import openblas_threads
 from lowp import _lowp
 
 
-def _openblas_threads():
-    libs = glob.glob(os.path.join(os.path.dirname(np.__file__), "..", "numpy.libs", "*openblas*"))
-    for path in libs:
-        lib = ctypes.CDLL(path)
-        for name in ("scipy_openblas_set_num_threads64_", "openblas_set_num_threads64_", "openblas_set_num_threads"):
-            f = getattr(lib, name, None)
-            if f is not None:
-                return f
-    return None
-
-
-SET_BLAS_THREADS = _openblas_threads()
+SET_BLAS_THREADS = openblas_threads()
 
 
 def set_threads(t: int) -> None:

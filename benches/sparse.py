@@ -10,9 +10,6 @@ dense baseline is measured at each thread count.
 
 from __future__ import annotations
 
-import ctypes
-import glob
-import os
 import sys
 import time
 
@@ -21,25 +18,14 @@ import numpy as np
 import scipy.sparse as sp
 
 import lowp
+from _blas import openblas_threads
 from lowp import sparse
 
 QUICK = "--quick" in sys.argv
 BUDGET = 0.15 if QUICK else 0.4  # seconds per measurement
 
 
-def _openblas_threads():
-    """numpy's OpenBLAS thread-count setter (None if not found)."""
-    libs = glob.glob(os.path.join(os.path.dirname(np.__file__), "..", "numpy.libs", "*openblas*"))
-    for path in libs:
-        lib = ctypes.CDLL(path)
-        for name in ("scipy_openblas_set_num_threads64_", "openblas_set_num_threads64_", "openblas_set_num_threads"):
-            f = getattr(lib, name, None)
-            if f is not None:
-                return f
-    return None
-
-
-SET_BLAS_THREADS = _openblas_threads()
+SET_BLAS_THREADS = openblas_threads()
 
 
 def set_threads(t):

@@ -85,6 +85,17 @@ pub fn zip_chunks<S: Sync, D: Send>(src: &[S], dst: &mut [D], min_chunk: usize, 
     });
 }
 
+/// Run `run(piece)` once for every piece, pieces taken in turn by the calling
+/// thread and the pool's workers (see [`for_each_item`]).
+pub fn for_each_piece<T: Send>(pieces: Vec<T>, run: &(dyn Fn(T) + Sync)) {
+    let slots: Vec<std::sync::Mutex<Option<T>>> = pieces.into_iter().map(|p| std::sync::Mutex::new(Some(p))).collect();
+    for_each_item(slots.len(), &|i| {
+        if let Some(p) = slots[i].lock().unwrap_or_else(|e| e.into_inner()).take() {
+            run(p)
+        }
+    });
+}
+
 /// Run `f(i)` for every `i` in `0..n`, items taken in turn by the calling
 /// thread and the pool's workers. With two threads and a worker still
 /// spinning after an earlier kernel, that worker joins at once (no wake-up);
@@ -206,14 +217,7 @@ pub(crate) mod hot {
         let mut until = Instant::now() + LINGER;
         let mut n = 0u32;
         loop {
-            let p = SLOT.swap(std::ptr::null_mut(), Ordering::AcqRel);
-            if !p.is_null() {
-                // SAFETY: a posted job stays alive until its poster saw `done`
-                // (Handoff::finish / drop wait for it), and only this swap took it.
-                let job = unsafe { &*p };
-                let ok = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| (job.f)())).is_ok();
-                job.panicked.store(!ok, Ordering::Release);
-                job.done.store(true, Ordering::Release);
+            if take_and_run() {
                 until = Instant::now() + LINGER;
                 continue;
             }
@@ -225,14 +229,22 @@ pub(crate) mod hot {
         }
         SPINNING.store(0, Ordering::Release);
         // A job posted between the last check and the store above: run it.
+        take_and_run();
+    }
+
+    /// Run the posted job, if any; whether there was one.
+    fn take_and_run() -> bool {
         let p = SLOT.swap(std::ptr::null_mut(), Ordering::AcqRel);
-        if !p.is_null() {
-            // SAFETY: as above.
-            let job = unsafe { &*p };
-            let ok = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| (job.f)())).is_ok();
-            job.panicked.store(!ok, Ordering::Release);
-            job.done.store(true, Ordering::Release);
+        if p.is_null() {
+            return false;
         }
+        // SAFETY: a posted job stays alive until its poster saw `done`
+        // (Handoff::finish / drop wait for it), and only this swap took it.
+        let job = unsafe { &*p };
+        let ok = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| (job.f)())).is_ok();
+        job.panicked.store(!ok, Ordering::Release);
+        job.done.store(true, Ordering::Release);
+        true
     }
 }
 

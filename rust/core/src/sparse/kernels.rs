@@ -679,13 +679,7 @@ fn gather_all<G: Gather>(g: &G, b: Dense<'_>, out: &mut [f32]) -> Result<()> {
     if pieces.len() == 1 || num_threads() == 1 {
         pieces.into_iter().for_each(run);
     } else {
-        // Each piece once, to whichever thread takes it first.
-        let slots: Vec<std::sync::Mutex<Option<(usize, usize, &mut [f32])>>> = pieces.into_iter().map(|p| std::sync::Mutex::new(Some(p))).collect();
-        crate::parallel::for_each_item(slots.len(), &|i| {
-            if let Some(p) = slots[i].lock().unwrap_or_else(|e| e.into_inner()).take() {
-                run(p)
-            }
-        });
+        crate::parallel::for_each_piece(pieces, &run);
     }
     if ok.load(Ordering::Relaxed) {
         Ok(())
@@ -1049,14 +1043,7 @@ fn nm24_avx2<V: Val, const N: usize, const M: usize>(g: &Nm<'_, V, N, M>, b: Den
     if nch == 1 {
         run((0, out));
     } else {
-        // Each chunk once, to whichever thread takes it first.
-        let slots: Vec<std::sync::Mutex<Option<(usize, &mut [f32])>>> =
-            out.chunks_mut(per * k).enumerate().map(|p| std::sync::Mutex::new(Some(p))).collect();
-        crate::parallel::for_each_item(slots.len(), &|i| {
-            if let Some(p) = slots[i].lock().unwrap_or_else(|e| e.into_inner()).take() {
-                run(p)
-            }
-        });
+        crate::parallel::for_each_piece(out.chunks_mut(per * k).enumerate().collect(), &run);
     }
     if ok.load(Ordering::Relaxed) {
         Ok(())
