@@ -910,26 +910,35 @@ unsafe fn bf16_arith_part(op: Bin, a: *const u16, b: *const u16, out: *mut u16, 
         };
     }
     // SAFETY: the caller's contract.
-    unsafe { bf16_arith_scalar(op, a, b, out, 0, n) }
+    unsafe { bf16_arith_strided(op, a as *const u8, 2, b as *const u8, 2, out as *mut u8, 2, n) }
 }
 
+/// `out[i] = bf16(a[i] op b[i])` element by element, in order, over byte
+/// strides: computed in f32 and rounded once ([`f32_to_bf16`]). In order, so
+/// reductions and accumulations (the output an input shifted by one step) are
+/// right too.
+///
 /// # Safety
-/// As [`bf16_arith`], for elements `from .. n`.
-#[inline(always)]
-unsafe fn bf16_arith_scalar(op: Bin, a: *const u16, b: *const u16, out: *mut u16, from: usize, n: usize) {
-    let f = |x: f32, y: f32| match op {
-        Bin::Add => x + y,
-        Bin::Sub => x - y,
-        Bin::Mul => x * y,
-        _ => x / y,
-    };
-    for i in from..n {
-        // SAFETY: i < n, inside every array.
-        unsafe {
-            let x = f32::from_bits((a.add(i).read_unaligned() as u32) << 16);
-            let y = f32::from_bits((b.add(i).read_unaligned() as u32) << 16);
-            out.add(i).write_unaligned(f32_to_bf16(f(x, y).to_bits()));
-        }
+/// `a`, `b` and `out` address `n` u16 elements each at strides `sa`, `sb`, `so` bytes.
+pub unsafe fn bf16_arith_strided(op: Bin, a: *const u8, sa: isize, b: *const u8, sb: isize, out: *mut u8, so: isize, n: usize) {
+    macro_rules! go {
+        ($f:expr) => {{
+            let f = $f;
+            for i in 0..n as isize {
+                // SAFETY: element i of each operand lies inside it (the caller's contract).
+                unsafe {
+                    let x = f32::from_bits(((a.offset(i * sa) as *const u16).read_unaligned() as u32) << 16);
+                    let y = f32::from_bits(((b.offset(i * sb) as *const u16).read_unaligned() as u32) << 16);
+                    (out.offset(i * so) as *mut u16).write_unaligned(f32_to_bf16(f(x, y).to_bits()));
+                }
+            }
+        }};
+    }
+    match op {
+        Bin::Add => go!(|x: f32, y: f32| x + y),
+        Bin::Sub => go!(|x: f32, y: f32| x - y),
+        Bin::Mul => go!(|x: f32, y: f32| x * y),
+        _ => go!(|x: f32, y: f32| x / y),
     }
 }
 
@@ -989,5 +998,5 @@ unsafe fn bf16_arith_avx2<const OP: u8>(a: *const u16, b: *const u16, out: *mut 
         _ => Bin::Div,
     };
     // SAFETY: the caller's contract.
-    unsafe { bf16_arith_scalar(bop, a, b, out, i, n) }
+    unsafe { bf16_arith_strided(bop, a.add(i) as *const u8, 2, b.add(i) as *const u8, 2, out.add(i) as *mut u8, 2, n - i) }
 }

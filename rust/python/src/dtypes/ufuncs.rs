@@ -169,25 +169,8 @@ unsafe extern "C" fn loop_bin(args: *mut *mut c_char, dims: *mut npy_intp, steps
             return kernels::bf16_arith(d.op, a as *const u16, b as *const u16, o as *mut u16, n);
         }
         if d.t == kernels::BF16 && matches!(d.op, Bin::Add | Bin::Sub | Bin::Mul | Bin::Div) {
-            // (Element by element in order, so reductions and accumulations are right too.)
-            // bf16 arithmetic in one pass: widen (a shift), compute in f32, round (kernels::f32_to_bf16).
-            macro_rules! go {
-                ($f:expr) => {{
-                    let f = $f;
-                    for i in 0..n as isize {
-                        let x = f32::from_bits(((a.offset(i * sa) as *const u16).read_unaligned() as u32) << 16);
-                        let y = f32::from_bits(((b.offset(i * sb) as *const u16).read_unaligned() as u32) << 16);
-                        (o.offset(i * so) as *mut u16).write_unaligned(kernels::f32_to_bf16(f(x, y).to_bits()));
-                    }
-                }};
-            }
-            match d.op {
-                Bin::Add => go!(|x: f32, y: f32| x + y),
-                Bin::Sub => go!(|x: f32, y: f32| x - y),
-                Bin::Mul => go!(|x: f32, y: f32| x * y),
-                _ => go!(|x: f32, y: f32| x / y),
-            }
-            return;
+            // Strided or overlapping: element by element in order (reductions too).
+            return kernels::bf16_arith_strided(d.op, a, sa, b, sb, o, so, n);
         }
         if overlaps(a, sa, o, so, n, size) || overlaps(b, sb, o, so, n, size) {
             // Reductions and accumulations (`np.add.reduce`, `np.cumsum`) pass the output
