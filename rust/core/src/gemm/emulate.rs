@@ -271,6 +271,20 @@ fn to_odd_nobranch(s: f64, e: f64) -> f64 {
 }
 
 impl<const M: u8> Fast<M> {
+    /// Redo exactly, from their old accumulators `olds`, the lanes `j + l` of the
+    /// vector step flagged in `bm` (inf/NaN sums, values outside the bit routine's range).
+    /// Callers pass the old vector as its lanes (a transmute: any bit pattern is an f64).
+    #[cold]
+    #[inline(never)]
+    #[allow(clippy::too_many_arguments)]
+    fn redo4(&self, row: &mut [f64], j: usize, bm: i32, olds: [f64; 4], av: f64, bp: &[f64], rands: &[u64]) {
+        for (l, &o) in olds.iter().enumerate() {
+            if bm & (1 << l) != 0 {
+                row[j + l] = self.add(o, av * bp[j + l], rands[j + l]);
+            }
+        }
+    }
+
     /// The depth step on 4 f64 lanes with AVX2 intrinsics: the same operations
     /// as `add_fast` (TwoSum, round to odd, the bit-level rounding), lane-wise.
     ///
@@ -341,13 +355,7 @@ impl<const M: u8> Fast<M> {
                     let notfin = _mm256_cmpeq_epi64(_mm256_and_si256(sb, inf), inf);
                     let bm = _mm256_movemask_pd(_mm256_castsi256_pd(notfin));
                     if bm != 0 {
-                        let mut olds = [0f64; 4];
-                        _mm256_storeu_pd(olds.as_mut_ptr(), a);
-                        for (l, &o) in olds.iter().enumerate() {
-                            if bm & (1 << l) != 0 {
-                                row[j + l] = self.add(o, av * bp[j + l], rands[j + l]);
-                            }
-                        }
+                        self.redo4(row, j, bm, std::mem::transmute::<__m256d, [f64; 4]>(a), av, bp, rands);
                     }
                     j += 4;
                     continue;
@@ -373,13 +381,7 @@ impl<const M: u8> Fast<M> {
                     let notfin = _mm256_cmpeq_epi64(_mm256_and_si256(sb, inf), inf);
                     let bm = _mm256_movemask_pd(_mm256_castsi256_pd(notfin));
                     if bm != 0 {
-                        let mut olds = [0f64; 4];
-                        _mm256_storeu_pd(olds.as_mut_ptr(), a);
-                        for (l, &o) in olds.iter().enumerate() {
-                            if bm & (1 << l) != 0 {
-                                row[j + l] = self.add(o, av * bp[j + l], rands[j + l]);
-                            }
-                        }
+                        self.redo4(row, j, bm, std::mem::transmute::<__m256d, [f64; 4]>(a), av, bp, rands);
                     }
                     j += 4;
                     continue;
@@ -427,13 +429,7 @@ impl<const M: u8> Fast<M> {
                 _mm256_storeu_pd(row.as_mut_ptr().add(j), _mm256_castsi256_pd(v));
                 let bm = _mm256_movemask_pd(_mm256_castsi256_pd(bad));
                 if bm != 0 {
-                    let mut olds = [0f64; 4];
-                    _mm256_storeu_pd(olds.as_mut_ptr(), a);
-                    for (l, &o) in olds.iter().enumerate() {
-                        if bm & (1 << l) != 0 {
-                            row[j + l] = self.add(o, av * bp[j + l], rands[j + l]);
-                        }
-                    }
+                    self.redo4(row, j, bm, std::mem::transmute::<__m256d, [f64; 4]>(a), av, bp, rands);
                 }
                 j += 4;
             }
