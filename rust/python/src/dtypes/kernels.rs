@@ -585,21 +585,20 @@ pub fn binary(t: usize, op: Bin, a: &[u32], b: &[u32], out: &mut [u32]) {
     enc_block64(t, x, out);
 }
 
-/// `+ - * /` on posit<n<=16,2> codes in one pass: values from the f32 table
-/// (exact), the result rounded to odd in f64 and carried by an f32 that
-/// rounds alike (`posit16_via_f32`), then the core's vectorized posit kernel.
+/// `+ - * /` on posit<n<=16,2> codes: values from the f32 table (exact, half
+/// the cache footprint of the f64 one), the results rounded to odd in f64,
+/// then [`enc_block64`].
 fn posit16_arith(t: usize, op: Bin, a: &[u32], b: &[u32], out: &mut [u32]) {
     let n = a.len();
     let l = lut32(t).expect("posit<n<=16,2> values are f32s");
     let m = l.len() - 1;
-    let mut y = [0f32; BLOCK];
-    let y = &mut y[..n];
+    let mut x = [0f64; BLOCK];
+    let x = &mut x[..n];
     macro_rules! go {
         ($f:expr) => {{
             let f = $f;
-            for ((o, &ca), &cb) in y.iter_mut().zip(a).zip(b) {
-                let (p, q) = (l[ca as usize & m] as f64, l[cb as usize & m] as f64);
-                *o = super::casts::posit16_via_f32(f(p, q));
+            for ((o, &ca), &cb) in x.iter_mut().zip(a).zip(b) {
+                *o = f(l[ca as usize & m] as f64, l[cb as usize & m] as f64);
             }
         }};
     }
@@ -610,8 +609,7 @@ fn posit16_arith(t: usize, op: Bin, a: &[u32], b: &[u32], out: &mut [u32]) {
         Bin::Mul => go!(|p: f64, q: f64| p * q),
         _ => go!(div_odd),
     }
-    // Cannot fail (valid options, u32 codes); the flags of NaN lanes are not the caller's.
-    let _ = super::casts::with_fp_flags_kept(|| convert::encode(&TYPES[t].fmt, &*y, out, &rne(), 0));
+    enc_block64(t, x, out);
 }
 
 pub fn unary(t: usize, op: Un, a: &[u32], out: &mut [u32]) {
