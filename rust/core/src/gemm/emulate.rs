@@ -1256,6 +1256,9 @@ const MR_FMA: usize = 6;
 const MR_ODD: usize = 4;
 /// Rows a task covers (a multiple of both MRs).
 const RB16: usize = 48;
+/// Columns of a B panel: B is packed (decoded to f32) once per panel and shared
+/// by every row task; a task keeps `RB16 x NP16` accumulators.
+const NP16: usize = 256;
 
 /// [`drive`] for fp16 nearest-even accumulation on the tile kernels; the
 /// results are exactly those of the f64 path. Depth blocks whose values could
@@ -1272,113 +1275,141 @@ fn drive16(kind: Kind16, a: &Operand, b: &Operand, c: OutMat<f64>, spec: &AccumS
     // Chunk totals into fp16 nearest-even run vectorized too.
     let flush_vec = spec.chunk.is_some_and(|(_, f2)| is_f16_ne(&f2, &spec.opts));
     let (pa, pb) = (profile(&a.format().expect("kind16 checked")).0, profile(&b.format().expect("kind16 checked")).0);
+    let kbs = KB.min(k.max(1));
+    let kblocks = k.div_ceil(KB);
     let rblocks = m.div_ceil(RB16);
-    let cblocks = n.div_ceil(JB);
-    let task = |t: usize| {
-        let (ib, jbk) = (t / cblocks, t % cblocks);
-        let (i0, j0) = (ib * RB16, jbk * JB);
-        let rb = RB16.min(m - i0);
-        let jb = JB.min(n - j0);
-        let groups = rb.div_ceil(mr);
+    let threads = parallel::num_threads();
+    // Kind Odd: every product of a depth block must be exact in f32 (no underflow
+    // below 2^-149, none reaching 2^127, so no sum overflows f32 either).
+    let fits = |x: Option<(i32, i32)>, y: Option<(i32, i32)>| match (x, y) {
+        (Some((la, ha)), Some((lb, hb))) => la + lb >= -149 && ha + hb <= 126,
+        _ => true,
+    };
+    let pstrips = NP16.min(n).div_ceil(16);
+    // B panel: block kbi, strip s at (kbi * strips + s) * kbs * 16, [kk*16 + j].
+    let mut bpanel = vec![0f32; kblocks * pstrips * kbs * 16];
+    let mut bbounds: Vec<Option<(i32, i32)>> = vec![None; kblocks];
+    for j0 in (0..n).step_by(NP16) {
+        let jb = NP16.min(n - j0);
         let strips = jb.div_ceil(16);
-        let tile = mr * 16;
-        // Tile (g, s) holds rows i0+g*mr.., columns j0+16s.., row-major mr x 16.
-        let mut acc = vec![0f32; groups * strips * tile];
-        let mut tot32 = vec![0f32; if outer.is_some() && flush_vec { acc.len() } else { 0 }];
-        let mut tot64 = vec![0f64; if outer.is_some() && !flush_vec { acc.len() } else { 0 }];
-        let kbs = KB.min(k.max(1));
-        let mut apack = vec![0f32; groups * kbs * mr];
-        let mut bpack = vec![0f32; strips * kbs * 16];
-        for kb in (0..k).step_by(KB) {
-            let kn = KB.min(k - kb);
-            for s in 0..strips {
-                let base = kb as isize * b.rs + (j0 + 16 * s) as isize * b.cs;
-                // SAFETY: rows kb..kb+kn, columns j0+16s.. (at most 16, inside b);
-                // bpack[s][kk*16 + j] = b[kb+kk, j0+16s+j], zeros past the last column.
-                unsafe { super::kernels::pack_real::<f32>(b, base, b.cs, b.rs, 16.min(jb - 16 * s), 16, kn, &mut bpack[s * kbs * 16..]) };
+        let pack_b = |q: usize, dst: &mut [f32]| {
+            let (kbi, s) = (q / strips, q % strips);
+            let (kb, kn) = (kbi * KB, KB.min(k - kbi * KB));
+            let base = kb as isize * b.rs + (j0 + 16 * s) as isize * b.cs;
+            // SAFETY: rows kb..kb+kn, columns j0+16s.. (at most 16, inside b);
+            // dst[kk*16 + j] = b[kb+kk, j0+16s+j], zeros past the last column.
+            unsafe { super::kernels::pack_real::<f32>(b, base, b.cs, b.rs, 16.min(jb - 16 * s), 16, kn, dst) };
+            if kind == Kind16::Odd {
+                exp_bounds(&dst[..kn * 16], pb)
+            } else {
+                None
             }
-            for g in 0..groups {
-                let base = (i0 + g * mr) as isize * a.rs + kb as isize * a.cs;
-                // SAFETY: rows i0+g*mr.. (at most mr, inside a), columns kb..kb+kn;
-                // apack[g][kk*mr + r] = a[i0+g*mr+r, kb+kk], zeros past the last row.
-                unsafe { super::kernels::pack_real::<f32>(a, base, a.rs, a.cs, mr.min(rb - g * mr), mr, kn, &mut apack[g * kbs * mr..]) };
-            }
-            // Kind Odd: every product of this block must be exact in f32 (no underflow
-            // below 2^-149, none reaching 2^127, so no sum overflows f32 either).
-            // Bounds over the kn depth steps of each packed group / strip (the rest of
-            // a buffer may hold an earlier block).
-            let bounds = |buf: &[f32], parts: usize, w: usize, prec: i32| {
-                (0..parts).filter_map(|q| exp_bounds(&buf[q * kbs * w..q * kbs * w + kn * w], prec)).reduce(|x, y| (x.0.min(y.0), x.1.max(y.1)))
-            };
-            let fast = kind == Kind16::Fma
-                || match (bounds(&apack, groups, mr, pa), bounds(&bpack, strips, 16, pb)) {
-                    (Some((la, ha)), Some((lb, hb))) => la + lb >= -149 && ha + hb <= 126,
-                    _ => true,
-                };
-            let mut k0 = kb;
-            while k0 < kb + kn {
-                let k1 = (kb + kn).min(if chunk == usize::MAX { usize::MAX } else { (k0 / chunk + 1) * chunk });
-                let (o0, len) = (k0 - kb, k1 - k0);
+        };
+        let used = &mut bpanel[..kblocks * strips * kbs * 16];
+        let sb: Vec<Option<(i32, i32)>> = if threads > 1 && kblocks * strips > 1 {
+            parallel::pool().install(|| used.par_chunks_mut(kbs * 16).enumerate().map(|(q, d)| pack_b(q, d)).collect())
+        } else {
+            used.chunks_mut(kbs * 16).enumerate().map(|(q, d)| pack_b(q, d)).collect()
+        };
+        for (kbi, bb) in bbounds.iter_mut().enumerate() {
+            *bb = sb[kbi * strips..(kbi + 1) * strips].iter().flatten().copied().reduce(|x, y| (x.0.min(y.0), x.1.max(y.1)));
+        }
+        let (bpanel, bbounds) = (&bpanel, &bbounds);
+        // Few row blocks (a short A): the strips of the panel are split too.
+        let csplit = if rblocks >= 2 * threads { 1 } else { (2 * threads).div_ceil(rblocks).min(strips) };
+        let task = |t: usize| {
+            let (ib, cs) = (t / csplit, t % csplit);
+            let (s0, s1) = (cs * strips / csplit, (cs + 1) * strips / csplit);
+            let ns = s1 - s0;
+            let i0 = ib * RB16;
+            let rb = RB16.min(m - i0);
+            let groups = rb.div_ceil(mr);
+            let tile = mr * 16;
+            // Tile (g, s) holds rows i0+g*mr.., columns j0+16(s0+s).., row-major mr x 16.
+            let mut acc = vec![0f32; groups * ns * tile];
+            let mut tot32 = vec![0f32; if outer.is_some() && flush_vec { acc.len() } else { 0 }];
+            let mut tot64 = vec![0f64; if outer.is_some() && !flush_vec { acc.len() } else { 0 }];
+            let mut apack = vec![0f32; groups * kbs * mr];
+            for kbi in 0..kblocks {
+                let (kb, kn) = (kbi * KB, KB.min(k - kbi * KB));
                 for g in 0..groups {
-                    let ap = &apack[g * kbs * mr + o0 * mr..g * kbs * mr + (o0 + len) * mr];
-                    for s in 0..strips {
-                        let bp = &bpack[s * kbs * 16 + o0 * 16..s * kbs * 16 + (o0 + len) * 16];
-                        let t = &mut acc[(g * strips + s) * tile..(g * strips + s + 1) * tile];
-                        if fast {
-                            // SAFETY: kind16 checked avx2/fma/f16c (simd); slices sized as required.
-                            unsafe {
-                                match (kind, mr) {
-                                    (Kind16::Fma, MR_FMA) => tile16::<MR_FMA, false>(t, ap, bp, len),
-                                    _ => tile16::<MR_ODD, true>(t, ap, bp, len),
+                    let base = (i0 + g * mr) as isize * a.rs + kb as isize * a.cs;
+                    // SAFETY: rows i0+g*mr.. (at most mr, inside a), columns kb..kb+kn;
+                    // apack[g][kk*mr + r] = a[i0+g*mr+r, kb+kk], zeros past the last row.
+                    unsafe { super::kernels::pack_real::<f32>(a, base, a.rs, a.cs, mr.min(rb - g * mr), mr, kn, &mut apack[g * kbs * mr..]) };
+                }
+                let fast = kind == Kind16::Fma || {
+                    let ab = (0..groups).filter_map(|g| exp_bounds(&apack[g * kbs * mr..g * kbs * mr + kn * mr], pa)).reduce(|x, y| (x.0.min(y.0), x.1.max(y.1)));
+                    fits(ab, bbounds[kbi])
+                };
+                let mut k0 = kb;
+                while k0 < kb + kn {
+                    let k1 = (kb + kn).min(if chunk == usize::MAX { usize::MAX } else { (k0 / chunk + 1) * chunk });
+                    let (o0, len) = (k0 - kb, k1 - k0);
+                    // Strip-major: one packed B strip (L1-resident) meets every row group.
+                    for s in s0..s1 {
+                        let q = (kbi * strips + s) * kbs * 16;
+                        let bp = &bpanel[q + o0 * 16..q + (o0 + len) * 16];
+                        for g in 0..groups {
+                            let ap = &apack[g * kbs * mr + o0 * mr..g * kbs * mr + (o0 + len) * mr];
+                            let t = &mut acc[(g * ns + s - s0) * tile..(g * ns + s - s0 + 1) * tile];
+                            if fast {
+                                // SAFETY: kind16 checked avx2/fma/f16c (simd); slices sized as required.
+                                unsafe {
+                                    match (kind, mr) {
+                                        (Kind16::Fma, MR_FMA) => tile16::<MR_FMA, false>(t, ap, bp, len),
+                                        _ => tile16::<MR_ODD, true>(t, ap, bp, len),
+                                    }
                                 }
-                            }
-                        } else {
-                            for kk in 0..len {
-                                for r in 0..mr {
-                                    let av = ap[kk * mr + r] as f64;
-                                    for j in 0..16 {
-                                        // The product of two f32 values of <= 24 bits together is exact in f64.
-                                        t[r * 16 + j] = exact.add(t[r * 16 + j] as f64, av * bp[kk * 16 + j] as f64, 0) as f32;
+                            } else {
+                                for kk in 0..len {
+                                    for r in 0..mr {
+                                        let av = ap[kk * mr + r] as f64;
+                                        for j in 0..16 {
+                                            // The product of two f32 values of <= 24 bits together is exact in f64.
+                                            t[r * 16 + j] = exact.add(t[r * 16 + j] as f64, av * bp[kk * 16 + j] as f64, 0) as f32;
+                                        }
                                     }
                                 }
                             }
                         }
                     }
-                }
-                if let Some(o) = outer {
-                    if k1 % chunk == 0 || k1 == k {
-                        if flush_vec {
-                            // SAFETY: simd was checked (avx2/fma/f16c); lengths are multiples of 16.
-                            unsafe { flush16(&mut tot32, &mut acc) };
-                        } else {
-                            for (tv, av) in tot64.iter_mut().zip(acc.iter_mut()) {
-                                *tv = o.add(*tv, *av as f64, 0);
-                                *av = 0.0;
+                    if let Some(o) = outer {
+                        if k1 % chunk == 0 || k1 == k {
+                            if flush_vec {
+                                // SAFETY: simd was checked (avx2/fma/f16c); lengths are multiples of 16.
+                                unsafe { flush16(&mut tot32, &mut acc) };
+                            } else {
+                                for (tv, av) in tot64.iter_mut().zip(acc.iter_mut()) {
+                                    *tv = o.add(*tv, *av as f64, 0);
+                                    *av = 0.0;
+                                }
                             }
                         }
                     }
+                    k0 = k1;
                 }
-                k0 = k1;
             }
-        }
-        for i in 0..rb {
-            for j in 0..jb {
-                let idx = ((i / mr) * strips + j / 16) * tile + (i % mr) * 16 + j % 16;
-                let v = match outer {
-                    Some(_) if flush_vec => tot32[idx] as f64,
-                    Some(_) => tot64[idx],
-                    None => acc[idx] as f64,
-                };
-                // SAFETY: (i0+i, j0+j) is inside c and only this task writes it.
-                unsafe { *c.at(i0 + i, j0 + j) = v };
+            let (jl, jh) = (16 * s0, jb.min(16 * s1));
+            for i in 0..rb {
+                for j in jl..jh {
+                    let idx = ((i / mr) * ns + j / 16 - s0) * tile + (i % mr) * 16 + j % 16;
+                    let v = match outer {
+                        Some(_) if flush_vec => tot32[idx] as f64,
+                        Some(_) => tot64[idx],
+                        None => acc[idx] as f64,
+                    };
+                    // SAFETY: (i0+i, j0+j) is inside c and only this task writes it.
+                    unsafe { *c.at(i0 + i, j0 + j) = v };
+                }
             }
+        };
+        let ntasks = rblocks * csplit;
+        if threads > 1 && ntasks > 1 {
+            parallel::pool().install(|| (0..ntasks).into_par_iter().for_each(task));
+        } else {
+            (0..ntasks).for_each(task);
         }
-    };
-    let ntasks = rblocks * cblocks;
-    if parallel::num_threads() > 1 && ntasks > 1 {
-        parallel::pool().install(|| (0..ntasks).into_par_iter().for_each(task));
-    } else {
-        (0..ntasks).for_each(task);
     }
     Ok(())
 }
