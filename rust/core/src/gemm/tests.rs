@@ -368,7 +368,8 @@ fn fp8_codes(g: &mut Lcg, len: usize, specials: &[u8]) -> Vec<u8> {
 fn emulated_fp16_tile_paths_match_f64_lanes() {
     let mut g = Lcg(21);
     let f16 = Format::Float(FLOAT16);
-    let shapes = [(1, 1, 1), (7, 17, 5), (13, 37, 300), (50, 70, 129)];
+    // (9, 530, 33): several B panels, one row block (columns split across threads).
+    let shapes = [(1, 1, 1), (7, 17, 5), (13, 37, 300), (50, 70, 129), (9, 530, 33), (100, 300, 20)];
     for (m, n, k) in shapes {
         for case in 0..4 {
             // 0, 1: fp8 (e4m3fn, e5m2 with inf), 2: bf16 normal, 3: bf16 with extreme values.
