@@ -1289,7 +1289,9 @@ fn drive16(kind: Kind16, a: &Operand, b: &Operand, c: OutMat<f64>, spec: &AccumS
     // B panel: block kbi, strip s at (kbi * strips + s) * kbs * 16, [kk*16 + j].
     let mut bpanel = vec![0f32; kblocks * pstrips * kbs * 16];
     let mut bbounds: Vec<Option<(i32, i32)>> = vec![None; kblocks];
-    for j0 in (0..n).step_by(NP16) {
+    // One entry into the pool for the whole call (each entry may have to wake a
+    // sleeping worker); the panels' parallel loops run inside it.
+    let mut all = || for j0 in (0..n).step_by(NP16) {
         let jb = NP16.min(n - j0);
         let strips = jb.div_ceil(16);
         let pack_b = |q: usize, dst: &mut [f32]| {
@@ -1307,7 +1309,7 @@ fn drive16(kind: Kind16, a: &Operand, b: &Operand, c: OutMat<f64>, spec: &AccumS
         };
         let used = &mut bpanel[..kblocks * strips * kbs * 16];
         let sb: Vec<Option<(i32, i32)>> = if threads > 1 && kblocks * strips > 1 {
-            parallel::pool().install(|| used.par_chunks_mut(kbs * 16).enumerate().map(|(q, d)| pack_b(q, d)).collect())
+            used.par_chunks_mut(kbs * 16).enumerate().map(|(q, d)| pack_b(q, d)).collect()
         } else {
             used.chunks_mut(kbs * 16).enumerate().map(|(q, d)| pack_b(q, d)).collect()
         };
@@ -1406,10 +1408,15 @@ fn drive16(kind: Kind16, a: &Operand, b: &Operand, c: OutMat<f64>, spec: &AccumS
         };
         let ntasks = rblocks * csplit;
         if threads > 1 && ntasks > 1 {
-            parallel::pool().install(|| (0..ntasks).into_par_iter().for_each(task));
+            (0..ntasks).into_par_iter().for_each(task);
         } else {
             (0..ntasks).for_each(task);
         }
+    };
+    if threads > 1 {
+        parallel::pool().install(all);
+    } else {
+        all();
     }
     Ok(())
 }
