@@ -893,21 +893,26 @@ pub fn sum_emulated(x: &Operand, c: OutMat<f64>, spec: &AccumSpec) -> Result<()>
     run(&ones, x, c, spec)
 }
 
+/// The rounding options of chunk totals: those of the products' adds with a
+/// distinct random stream (their step indices differ anyway).
+fn chunk_opts(opts: RoundOpts) -> RoundOpts {
+    let mut o2 = opts;
+    o2.key.c ^= 0x5bd1_e995;
+    o2
+}
+
+/// The rounder of chunk totals into `chunk_accumulate`, if chunks are asked for.
+fn chunk_rounder(spec: &AccumSpec) -> Result<Option<Dyn>> {
+    spec.chunk.map(|(_, f2)| Dyn::new(f2, chunk_opts(spec.opts))).transpose()
+}
+
 fn run(a: &Operand, b: &Operand, c: OutMat<f64>, spec: &AccumSpec) -> Result<()> {
     if let Some((cs, _)) = spec.chunk {
         if cs == 0 {
             return Err(Error::value("chunk: must be a positive integer"));
         }
     }
-    let outer = match spec.chunk {
-        Some((_, f2)) => {
-            let mut o2 = spec.opts;
-            // A distinct stream for chunk totals (their step indices differ anyway).
-            o2.key.c ^= 0x5bd1_e995;
-            Some(Dyn::new(f2, o2)?)
-        }
-        None => None,
-    };
+    let outer = chunk_rounder(spec)?;
     let fmt = spec.fmt;
     let opts = spec.opts;
     // Validate the inner format (and get the errors right) before dispatching.
@@ -1429,11 +1434,7 @@ fn drive<R: Round>(r: &R, a: &Operand, b: &Operand, c: OutMat<f64>, spec: &Accum
     let stochastic = spec.opts.mode == Mode::Stochastic && (R::STOCHASTIC || outer.is_some());
     let sum_exact = sums_exact_f64(&spec.fmt, a, b);
     let rng = Rng::new(spec.opts.key);
-    let rng2 = {
-        let mut k2 = spec.opts.key;
-        k2.c ^= 0x5bd1_e995;
-        Rng::new(k2)
-    };
+    let rng2 = Rng::new(chunk_opts(spec.opts).key);
     let rbits = spec.opts.rbits;
     let chunk = spec.chunk.map(|(cs, _)| cs).unwrap_or(usize::MAX);
     let nchunks = if outer.is_some() { k.div_ceil(chunk) } else { 0 };
@@ -1566,14 +1567,7 @@ pub(crate) mod testing {
 
     /// The emulated matmul through the f64 lanes only (no f32 tile kernels).
     pub fn matmul_f64_lanes(a: &Operand, b: &Operand, c: OutMat<f64>, spec: &AccumSpec) -> Result<()> {
-        let outer = match spec.chunk {
-            Some((_, f2)) => {
-                let mut o2 = spec.opts;
-                o2.key.c ^= 0x5bd1_e995;
-                Some(Dyn::new(f2, o2)?)
-            }
-            None => None,
-        };
+        let outer = chunk_rounder(spec)?;
         assert!(fast_ok(&spec.fmt) && spec.opts.mode == Mode::NearestEven);
         drive(&Fast::<M_NE>::new(spec.fmt, spec.opts), a, b, c, spec, outer.as_ref())
     }
