@@ -1165,6 +1165,11 @@ fn exp_bounds(v: &[f32], prec: i32) -> Option<(i32, i32)> {
     Some((low, (hi >> 23) as i32 - 127 + 1))
 }
 
+/// Bounds (as [`exp_bounds`]) of the union of two blocks.
+fn merge_bounds(x: (i32, i32), y: (i32, i32)) -> (i32, i32) {
+    (x.0.min(y.0), x.1.max(y.1))
+}
+
 /// One nearest-even fp16 add on 8 lanes, `acc = RN_fp16(acc + a*b)`.
 ///
 /// # Safety
@@ -1319,7 +1324,7 @@ fn drive16(kind: Kind16, a: &Operand, b: &Operand, c: OutMat<f64>, spec: &AccumS
             used.chunks_mut(kbs * 16).enumerate().map(|(q, d)| pack_b(q, d)).collect()
         };
         for (kbi, bb) in bbounds.iter_mut().enumerate() {
-            *bb = sb[kbi * strips..(kbi + 1) * strips].iter().flatten().copied().reduce(|x, y| (x.0.min(y.0), x.1.max(y.1)));
+            *bb = sb[kbi * strips..(kbi + 1) * strips].iter().flatten().copied().reduce(merge_bounds);
         }
         let (bpanel, bbounds) = (&bpanel, &bbounds);
         // Few row blocks (a short A): the strips of the panel are split too.
@@ -1337,7 +1342,7 @@ fn drive16(kind: Kind16, a: &Operand, b: &Operand, c: OutMat<f64>, spec: &AccumS
             let mut tot32 = vec![0f32; if outer.is_some() && flush_vec { acc.len() } else { 0 }];
             let mut tot64 = vec![0f64; if outer.is_some() && !flush_vec { acc.len() } else { 0 }];
             let mut apack = vec![0f32; groups * kbs * mr];
-            for kbi in 0..kblocks {
+            for (kbi, &bbk) in bbounds.iter().enumerate() {
                 let (kb, kn) = (kbi * KB, KB.min(k - kbi * KB));
                 for g in 0..groups {
                     let base = (i0 + g * mr) as isize * a.rs + kb as isize * a.cs;
@@ -1346,8 +1351,8 @@ fn drive16(kind: Kind16, a: &Operand, b: &Operand, c: OutMat<f64>, spec: &AccumS
                     unsafe { super::kernels::pack_real::<f32>(a, base, a.rs, a.cs, mr.min(rb - g * mr), mr, kn, &mut apack[g * kbs * mr..]) };
                 }
                 let fast = kind == Kind16::Fma || {
-                    let ab = (0..groups).filter_map(|g| exp_bounds(&apack[g * kbs * mr..g * kbs * mr + kn * mr], pa)).reduce(|x, y| (x.0.min(y.0), x.1.max(y.1)));
-                    fits(ab, bbounds[kbi])
+                    let ab = (0..groups).filter_map(|g| exp_bounds(&apack[g * kbs * mr..g * kbs * mr + kn * mr], pa)).reduce(merge_bounds);
+                    fits(ab, bbk)
                 };
                 let mut k0 = kb;
                 while k0 < kb + kn {
