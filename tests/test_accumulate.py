@@ -349,14 +349,17 @@ def test_fp16_tile_kernels_specials_and_fallback(dtype):
 
 
 @pytest.mark.parametrize("rbits", [None, 5, 32, 40])
-def test_stochastic_vector_step_threads_and_scalar(rbits):
-    # Stochastic fp16 / e5m2 accumulation with the random bits drawn in vector lanes:
-    # identical at 1 and 2 threads and on the scalar path, for many columns
-    # (vector body and tail) and rbits up to and past 32 (the latter falls back).
-    a, b = data(20, 70, 83, ml_dtypes.float8_e4m3fn, 31, scale=3.0)
+@pytest.mark.parametrize("chunk", [None, 16])
+@pytest.mark.parametrize("dtype", [ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e5m2, ml_dtypes.bfloat16], ids=lambda d: np.dtype(d).name)
+def test_stochastic_vector_step_threads_and_scalar(rbits, chunk, dtype):
+    # Stochastic fp16 / e5m2 accumulation with the random bits drawn in vector lanes
+    # (register tiles of 8 columns, the step path for the tail and for tiles whose
+    # sums leave the normal range): identical at 1 and 2 threads and on the scalar
+    # path, for many columns and rbits up to and past 32 (the latter falls back).
+    a, b = data(21, 70, 83, dtype, 31, scale=3.0)
     n0 = lowp.get_num_threads()
     for acc in ("float16", ACC_FORMATS["e5m2"]):
-        kw = dict(accumulate=acc, rounding="stochastic", seed=9, rbits=rbits)
+        kw = dict(accumulate=acc, rounding="stochastic", seed=9, rbits=rbits, chunk=chunk)
         try:
             lowp.set_num_threads(2)
             two = lowp.matmul(a, b, **kw)
@@ -369,8 +372,8 @@ def test_stochastic_vector_step_threads_and_scalar(rbits):
             lowp.set_num_threads(n0)
         assert same(one, two) and same(one, scalar)
         # Every result lies between the round-down and round-up accumulations.
-        lo = lowp.matmul(a, b, accumulate=acc, rounding="down")
-        hi = lowp.matmul(a, b, accumulate=acc, rounding="up")
+        lo = lowp.matmul(a, b, accumulate=acc, chunk=chunk, rounding="down")
+        hi = lowp.matmul(a, b, accumulate=acc, chunk=chunk, rounding="up")
         fin = np.isfinite(lo) & np.isfinite(hi)
         assert np.all((one[fin] >= lo[fin]) & (one[fin] <= hi[fin]))
 

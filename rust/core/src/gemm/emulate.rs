@@ -33,8 +33,16 @@
 //!   Chunk totals into float16 use the TwoSum kernel too.
 //! - other formats, nearest-even, products exact in f32: 8 f32 lanes
 //!   ([`drive32`]).
-//! - stochastic into [`Fast`] formats with `rbits <= 32`: f64 lanes with the
-//!   random bits drawn in 8 u32 lanes inside the step (`step_st_avx2`).
+//! - stochastic into [`Fast`] formats of at most 21 bits with `rbits <= 32`:
+//!   register tiles of 2 rows x 8 columns of f64 accumulators over the steps
+//!   up to the next chunk end (`tile_st_avx2`), the random stream of each
+//!   lane advanced in a register. The sum is the FMA when the formats or the
+//!   block's values (exponent scan) make every sum exact in f64, else TwoSum
+//!   and round to odd. A tile where some sum leaves the format's normal range
+//!   (or overflows, or meets inf/NaN) is redone by the step path: f64 lanes
+//!   with the random bits drawn in 8 u32 lanes inside the step
+//!   (`step_st_avx2`), which also takes `rbits` up to 32 for wider formats.
+//!   Stochastic chunk totals run through the same tile, one step at a time.
 //! - everything else: 4 f64 lanes (`step_avx2`) or the scalar f64 code.
 
 use rayon::prelude::*;
@@ -107,6 +115,16 @@ trait Round: Sync {
     #[allow(clippy::too_many_arguments)]
     /// `exact`: every `acc + a*b` is exact in f64 (see [`sums_exact_f64`]).
     fn step_st(&self, _simd: bool, _row: &mut [f64], _bp: &[f64], _av: f64, _rng: &Rng, _base: u64, _stride: u64, _rbits: u32, _exact: bool) -> bool {
+        false
+    }
+    /// Is the stochastic register tile ([`Round::tile_st`]) available?
+    fn has_tile_st(&self, _simd: bool, _rbits: u32) -> bool {
+        false
+    }
+    /// Stochastic depth steps on a tile of `nr` rows x 8 columns (see
+    /// [`Fast::tile_st_run`]); `false` leaves `acc` untouched for the step path.
+    #[allow(clippy::too_many_arguments)]
+    fn tile_st(&self, _simd: bool, _nr: usize, _acc: &mut [f64], _ldc: usize, _ap: &[f64], _bp: &[f64], _ldb: usize, _kn: usize, _rng: &Rng, _e0s: [u64; ST_ROWS], _steps: u64, _t0: u64, _rbits: u32, _exact: bool) -> bool {
         false
     }
 }
@@ -580,8 +598,194 @@ impl<const M: u8> Fast<M> {
     }
 }
 
+/// Rows of the stochastic register tile ([`Fast::tile_st_avx2`]): 2 rows x 8
+/// columns of f64 accumulators.
+const ST_ROWS: usize = 2;
+/// The column each u32 random lane of the tile serves (the unpacks' order).
+const ST_LANES: [usize; 8] = [0, 1, 4, 5, 2, 3, 6, 7];
+
+impl<const M: u8> Fast<M> {
+    /// Can the stochastic register tile round into this format? The unit of a
+    /// normal value sits `d = 52 - man >= 32` bits below the f64 leading bit, so
+    /// the 32-bit random word, shifted left by `d - 32`, lands right below it.
+    fn tile_st_ok(&self, rbits: u32) -> bool {
+        M == M_ST && rbits <= 32 && self.man <= 20
+    }
+
+    /// Stochastic depth steps on a register tile of `NR` rows x 8 columns:
+    /// `acc[r*ldc + l] = SR(acc[r*ldc + l] + ap[kk*ST_ROWS + r] * bp[kk*ldb + l])`
+    /// for kk in `0..kn`, the decision made as in [`Fast::step_st_avx2`] (the
+    /// complement of the random bits added just below the unit, then a
+    /// truncation). `v0[r]` is row r's random stream at the first step: lane l
+    /// holds `lo * GAMMA + (a0 ^ hi)` ([`Rng::word0`] before mixing) for the
+    /// index of element (r, l); each step's index is one more, so its state is
+    /// GAMMA more. Only sums in the format's normal range (or zero) round
+    /// here; if any other sum occurs (below the smallest normal, overflow,
+    /// inf/NaN) the tile returns `false` and leaves `acc` untouched.
+    ///
+    /// # Safety
+    /// The CPU must support avx2 and fma; `tile_st_ok(rbits)`; `EXACT` only when
+    /// every `acc + a*b` is exact in f64.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,fma")]
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn tile_st_avx2<const NR: usize, const EXACT: bool>(
+        &self,
+        acc: &mut [f64],
+        ldc: usize,
+        ap: &[f64],
+        bp: &[f64],
+        ldb: usize,
+        kn: usize,
+        v0: &[[u32; 8]; ST_ROWS],
+        rbits: u32,
+    ) -> bool {
+        use std::arch::x86_64::*;
+        assert!(NR <= ST_ROWS && (1..=32).contains(&rbits) && self.man <= 20);
+        assert!(acc.len() >= (NR - 1) * ldc + 8);
+        if kn == 0 {
+            return true;
+        }
+        assert!(ap.len() >= (kn - 1) * ST_ROWS + NR && bp.len() >= (kn - 1) * ldb + 8);
+        let d = 52 - self.man;
+        let lowb = ((self.emin + 1023) as u64) << 52;
+        // SAFETY: every offset is inside the slices (asserted above); CPU features per the contract.
+        unsafe {
+            let absm = _mm256_set1_epi64x(!SIGN as i64);
+            // Keeps the sign, the exponent and the bits down to the format's unit.
+            let himask = _mm256_set1_epi64x(!((1u64 << d) - 1) as i64);
+            let topmask = _mm256_set1_epi32((u32::MAX << (32 - rbits)) as i32);
+            let (cnt_lo, cnt_hi) = (_mm_cvtsi32_si128(d as i32 - 32), _mm_cvtsi32_si128(64 - d as i32));
+            let gamma = _mm256_set1_epi32(crate::round::GAMMA as i32);
+            // mag + (2^63 - 1), read as an f64: NaN for mag = 0 (ignored by the
+            // maximum below), else -(mag - 1) in bits, above -(lowb - 1) exactly
+            // when 0 < mag < lowb.
+            let shift0 = _mm256_set1_epi64x(i64::MAX);
+            let one = _mm256_set1_epi64x(1);
+            let zero = _mm256_setzero_si256();
+            let mut c = [[_mm256_setzero_pd(); 2]; NR];
+            let mut v = [_mm256_setzero_si256(); NR];
+            for r in 0..NR {
+                c[r][0] = _mm256_loadu_pd(acc.as_ptr().add(r * ldc));
+                c[r][1] = _mm256_loadu_pd(acc.as_ptr().add(r * ldc + 4));
+                v[r] = _mm256_loadu_si256(v0[r].as_ptr() as *const __m256i);
+            }
+            let mut tiny = _mm256_set1_pd(f64::NEG_INFINITY);
+            let mut mx = _mm256_setzero_pd();
+            let (mut pa, mut pb) = (ap.as_ptr(), bp.as_ptr());
+            for _ in 0..kn {
+                let b = [_mm256_loadu_pd(pb), _mm256_loadu_pd(pb.add(4))];
+                for r in 0..NR {
+                    let av = _mm256_broadcast_sd(&*pa.add(r));
+                    let w = mix32_v(v[r]);
+                    v[r] = _mm256_add_epi32(v[r], gamma);
+                    // (2^R - 1 - rand) = the top R bits of !w, moved to just below the
+                    // unit: 64-bit lanes of (nw << (d - 32)) built from two 32-bit
+                    // shifts. The unpacks give the lanes in the order of ST_LANES.
+                    let nw = _mm256_andnot_si256(w, topmask);
+                    let (lo, hi) = (_mm256_sll_epi32(nw, cnt_lo), _mm256_srl_epi32(nw, cnt_hi));
+                    let comp = [_mm256_unpacklo_epi32(lo, hi), _mm256_unpackhi_epi32(lo, hi)];
+                    for h in 0..2 {
+                        let x = if EXACT {
+                            _mm256_castpd_si256(_mm256_fmadd_pd(av, b[h], c[r][h]))
+                        } else {
+                            // TwoSum and round to odd at 53 bits (as step_st_avx2).
+                            let a = c[r][h];
+                            let p = _mm256_mul_pd(av, b[h]);
+                            let s = _mm256_add_pd(a, p);
+                            let bb = _mm256_sub_pd(s, a);
+                            let e = _mm256_add_pd(_mm256_sub_pd(a, _mm256_sub_pd(s, bb)), _mm256_sub_pd(p, bb));
+                            let sb = _mm256_castpd_si256(s);
+                            let enz = _mm256_castpd_si256(_mm256_cmp_pd::<_CMP_NEQ_UQ>(e, _mm256_setzero_pd()));
+                            let even = _mm256_cmpeq_epi64(_mm256_and_si256(sb, one), zero);
+                            let diff = _mm256_cmpgt_epi64(zero, _mm256_xor_si256(sb, _mm256_castpd_si256(e)));
+                            _mm256_add_epi64(sb, _mm256_and_si256(_mm256_or_si256(diff, one), _mm256_and_si256(enz, even)))
+                        };
+                        // On the signed bit pattern: the add grows the magnitude and
+                        // carries into the exponent; the mask truncates below the unit.
+                        c[r][h] = _mm256_castsi256_pd(_mm256_and_si256(_mm256_add_epi64(x, comp[h]), himask));
+                        let mag = _mm256_and_si256(x, absm);
+                        tiny = _mm256_max_pd(_mm256_castsi256_pd(_mm256_add_epi64(mag, shift0)), tiny);
+                        // The rounded magnitude exceeds the largest value exactly when mag does.
+                        mx = _mm256_max_pd(mx, _mm256_castsi256_pd(mag));
+                    }
+                }
+                pa = pa.add(ST_ROWS);
+                pb = pb.add(ldb);
+            }
+            // Overflow or inf shows in the running maximum; NaN stays NaN to the end.
+            let maxv = _mm256_set1_pd(f64::from_bits(self.max_bits));
+            let mut out = _mm256_or_pd(_mm256_cmp_pd::<_CMP_GT_OQ>(mx, maxv), _mm256_cmp_pd::<_CMP_GT_OQ>(tiny, _mm256_castsi256_pd(_mm256_set1_epi64x((SIGN + lowb - 1) as i64))));
+            for cr in c.iter() {
+                for &ch in cr {
+                    out = _mm256_or_pd(out, _mm256_cmp_pd::<_CMP_UNORD_Q>(ch, ch));
+                }
+            }
+            if _mm256_movemask_pd(out) != 0 {
+                return false;
+            }
+            for (r, cr) in c.iter().enumerate() {
+                _mm256_storeu_pd(acc.as_mut_ptr().add(r * ldc), cr[0]);
+                _mm256_storeu_pd(acc.as_mut_ptr().add(r * ldc + 4), cr[1]);
+            }
+            true
+        }
+    }
+
+    /// [`Fast::tile_st_avx2`] for `nr` rows whose first elements are `e0s`
+    /// (element index e = row * n + col), from step `t0`: `false` when the tile
+    /// is not available or did not run (the caller then takes the step path).
+    #[allow(clippy::too_many_arguments)]
+    fn tile_st_run(&self, simd: bool, nr: usize, acc: &mut [f64], ldc: usize, ap: &[f64], bp: &[f64], ldb: usize, kn: usize, rng: &Rng, e0s: [u64; ST_ROWS], steps: u64, t0: u64, rbits: u32, exact: bool) -> bool {
+        if !simd || !self.tile_st_ok(rbits) || nr == 0 || nr > ST_ROWS {
+            return false;
+        }
+        let mut v0 = [[0u32; 8]; ST_ROWS];
+        for r in 0..nr {
+            // The tile's indices of row r run from e*steps + t0 to (e+7)*steps + t0 + kn - 1;
+            // they must share their upper 32 bits (one hi word, no wrap of the low word).
+            let idx = |e: u64, t: u64| e.checked_mul(steps).and_then(|x| x.checked_add(t));
+            let (Some(first), Some(last)) = (idx(e0s[r], t0), idx(e0s[r] + 7, t0 + kn as u64)) else { return false };
+            if first >> 32 != (last - 1) >> 32 {
+                return false;
+            }
+            let key = rng.key.a0 ^ rng.hi_word(first);
+            for (x, &l) in v0[r].iter_mut().zip(ST_LANES.iter()) {
+                let lo = ((e0s[r] + l as u64) * steps + t0) as u32;
+                *x = lo.wrapping_mul(crate::round::GAMMA).wrapping_add(key);
+            }
+        }
+        #[cfg(target_arch = "x86_64")]
+        {
+            macro_rules! go {
+                ($nr:expr, $ex:expr) => {
+                    // SAFETY: `simd` is only true when avx2 and fma were detected; tile_st_ok holds.
+                    unsafe { self.tile_st_avx2::<$nr, $ex>(acc, ldc, ap, bp, ldb, kn, &v0, rbits) }
+                };
+            }
+            match (nr, exact) {
+                (1, true) => go!(1, true),
+                (1, false) => go!(1, false),
+                (_, true) => go!(ST_ROWS, true),
+                (_, false) => go!(ST_ROWS, false),
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            let _ = (acc, ldc, ap, bp, ldb, kn, v0);
+            false
+        }
+    }
+}
+
 impl<const M: u8> Round for Fast<M> {
     const STOCHASTIC: bool = M == M_ST;
+    fn has_tile_st(&self, simd: bool, rbits: u32) -> bool {
+        simd && self.tile_st_ok(rbits)
+    }
+    fn tile_st(&self, simd: bool, nr: usize, acc: &mut [f64], ldc: usize, ap: &[f64], bp: &[f64], ldb: usize, kn: usize, rng: &Rng, e0s: [u64; ST_ROWS], steps: u64, t0: u64, rbits: u32, exact: bool) -> bool {
+        self.tile_st_run(simd, nr, acc, ldc, ap, bp, ldb, kn, rng, e0s, steps, t0, rbits, exact)
+    }
     fn step_st(&self, simd: bool, row: &mut [f64], bp: &[f64], av: f64, rng: &Rng, base: u64, stride: u64, rbits: u32, exact: bool) -> bool {
         #[cfg(target_arch = "x86_64")]
         if simd && M == M_ST && rbits <= 32 && 52 - self.man >= rbits {
@@ -726,6 +930,14 @@ impl Dyn {
         }
     }
 
+    /// The stochastic rounder, when this is a [`Fast`] format in stochastic mode.
+    fn stochastic(&self) -> Option<Fast<M_ST>> {
+        match self {
+            Dyn::Fast(f, M_ST) => Some(Fast::<M_ST> { man: f.man, emin: f.emin, max_bits: f.max_bits, ovf: f.ovf, rbits: f.rbits, fmt: f.fmt, opts: f.opts }),
+            _ => None,
+        }
+    }
+
     fn add(&self, a: f64, b: f64, rand: u64) -> f64 {
         match self {
             Dyn::Fast(f, m) => {
@@ -766,6 +978,32 @@ fn profile(f: &Format) -> (i32, i32, i32) {
         }
         Format::Int(i) => (i.bits as i32, 0, i.bits as i32),
     }
+}
+
+/// Bounds of a block of f64 values (as [`exp_bounds`]), each value of `prec` bits.
+fn exp_bounds64<'a>(v: impl IntoIterator<Item = &'a f64>, prec: i32) -> Option<(i32, i32)> {
+    let (mut lo, mut hi) = (u64::MAX, 0u64);
+    for &x in v {
+        let m = x.to_bits() & !SIGN;
+        let ok = m != 0 && m < INF_BITS;
+        lo = lo.min(if ok { m } else { u64::MAX });
+        hi = hi.max(if ok { m } else { 0 });
+    }
+    if hi == 0 {
+        return None;
+    }
+    // f64 values of these inputs are normal: the exponent field is the binade.
+    Some(((lo >> 52) as i32 - 1023 - (prec - 1), (hi >> 52) as i32 - 1023 + 1))
+}
+
+/// Is every `acc + a*b` exact in f64, for accumulator values with bounds `f`
+/// (last bits from 2^f.0, |acc| < 2^f.1) and products of values with bounds `a`
+/// and `b`? A sum spans at most `max(hi) + 1 - min(lo)` bits. A block without a
+/// nonzero finite value has zero products (or inf/NaN ones, which the kernels
+/// redo exactly).
+fn block_exact(f: (i32, i32), a: Option<(i32, i32)>, b: Option<(i32, i32)>) -> bool {
+    let (Some(a), Some(b)) = (a, b) else { return true };
+    f.1.max(a.1 + b.1) + 1 - f.0.min(a.0 + b.0) <= 53
 }
 
 /// Is every `acc + a*b` exact in f64, from the formats alone? Accumulator values
@@ -1445,12 +1683,20 @@ fn drive<R: Round>(r: &R, a: &Operand, b: &Operand, c: OutMat<f64>, spec: &Accum
     let nchunks = if outer.is_some() { k.div_ceil(chunk) } else { 0 };
     let steps = (k + nchunks) as u64;
     let simd = super::simd();
-    let rblocks = m.div_ceil(RB);
+    let tiled = stochastic && R::STOCHASTIC && r.has_tile_st(simd, rbits);
+    let (prec_a, prec_b) = (a.format().map_or(53, |f| profile(&f).0), b.format().map_or(53, |f| profile(&f).0));
+    let fbounds = {
+        let (_, lo, hi) = profile(&spec.fmt);
+        (lo, hi)
+    };
+    // Register tiles reuse a packed B panel over more rows.
+    let rbs = if tiled { 4 * RB } else { RB };
+    let rblocks = m.div_ceil(rbs);
     let cblocks = n.div_ceil(JB);
     let task = |t: usize| {
         let (ib, jbk) = (t / cblocks, t % cblocks);
-        let (i0, j0) = (ib * RB, jbk * JB);
-        let rb = RB.min(m - i0);
+        let (i0, j0) = (ib * rbs, jbk * JB);
+        let rb = rbs.min(m - i0);
         let jb = JB.min(n - j0);
         let mut acc = vec![0f64; rb * jb];
         let mut tot = vec![0f64; if outer.is_some() { rb * jb } else { 0 }];
@@ -1458,16 +1704,92 @@ fn drive<R: Round>(r: &R, a: &Operand, b: &Operand, c: OutMat<f64>, spec: &Accum
         let mut rands = vec![0u64; jb];
         let mut old = vec![0f64; jb];
         let mut bad = vec![0u8; jb];
+        let mut apk = vec![0f64; if tiled { KB.min(k.max(1)) * ST_ROWS } else { 0 }];
+        // Chunk totals of row i (of this task) after step kidx, when a chunk ends there.
+        let flush = |acc: &mut [f64], tot: &mut [f64], i: usize, kidx: usize| {
+            let Some(o) = outer else { return };
+            if (kidx + 1) % chunk != 0 && kidx + 1 != k {
+                return;
+            }
+            let ridx = kidx / chunk;
+            let e0 = ((i0 + i) * n + j0) as u64;
+            let (row, trow) = (&mut acc[i * jb..(i + 1) * jb], &mut tot[i * jb..(i + 1) * jb]);
+            // Stochastic totals: 8 columns at a time through the register tile (one step, a = 1).
+            let mut j = 0;
+            if stochastic {
+                if let Some(f) = o.stochastic() {
+                    while j + 8 <= jb {
+                        let e0s = std::array::from_fn(|r| if r == 0 { e0 + j as u64 } else { 0 });
+                        if !f.tile_st_run(simd, 1, &mut trow[j..], 8, &[1.0], &row[j..], 8, 1, &rng2, e0s, steps, (k + ridx) as u64, rbits, false) {
+                            break;
+                        }
+                        j += 8;
+                    }
+                }
+            }
+            for j in j..jb {
+                let rd = if stochastic { rng2.bits((e0 + j as u64).wrapping_mul(steps).wrapping_add((k + ridx) as u64), rbits) } else { 0 };
+                trow[j] = o.add(trow[j], row[j], rd);
+            }
+            row.fill(0.0);
+        };
         for kb in (0..k).step_by(KB) {
             let kn = KB.min(k - kb);
             let base = kb as isize * b.rs + j0 as isize * b.cs;
             // SAFETY: rows kb..kb+kn and columns j0..j0+jb are inside b; the panel
             // holds kn rows of jb values, panel[kk*jb + j] = b[kb+kk, j0+j].
             unsafe { super::kernels::pack_real::<f64>(b, base, b.cs, b.rs, jb, jb, kn, &mut panel) };
+            if tiled {
+                // Sums exact in f64 for this block's values (see `block_exact`)?
+                let pbounds = exp_bounds64(&panel[..kn * jb], prec_b);
+                // Stochastic register tiles: row pairs, 8 columns, the steps up to the next chunk end.
+                for i in (0..rb).step_by(ST_ROWS) {
+                    let nr = ST_ROWS.min(rb - i);
+                    for kk in 0..kn {
+                        for r in 0..nr {
+                            // SAFETY: (i0+i+r, kb+kk) is inside a.
+                            apk[kk * ST_ROWS + r] = unsafe { a.get_f64(i0 + i + r, kb + kk) };
+                        }
+                    }
+                    let abounds = exp_bounds64((0..kn).flat_map(|kk| &apk[kk * ST_ROWS..kk * ST_ROWS + nr]), prec_a);
+                    let exact = sum_exact || block_exact(fbounds, abounds, pbounds);
+                    let mut kk0 = 0;
+                    while kk0 < kn {
+                        let kidx0 = kb + kk0;
+                        let seg = if outer.is_some() { (chunk - kidx0 % chunk).min(kn - kk0) } else { kn - kk0 };
+                        let (ap, bp) = (&apk[kk0 * ST_ROWS..], &panel[kk0 * jb..]);
+                        let mut j = 0;
+                        while j < jb {
+                            let w = if j + 8 <= jb { 8 } else { jb - j };
+                            let e0s: [u64; ST_ROWS] = std::array::from_fn(|r| ((i0 + i + r) * n + j0 + j) as u64);
+                            if w < 8 || !r.tile_st(simd, nr, &mut acc[i * jb + j..], jb, ap, &bp[j..], jb, seg, &rng, e0s, steps, kidx0 as u64, rbits, exact) {
+                                for rr in 0..nr {
+                                    let row = &mut acc[(i + rr) * jb + j..(i + rr) * jb + j + w];
+                                    for kk in 0..seg {
+                                        let base = e0s[rr].wrapping_mul(steps).wrapping_add((kidx0 + kk) as u64);
+                                        let bpk = &bp[kk * jb + j..kk * jb + j + w];
+                                        let av = ap[kk * ST_ROWS + rr];
+                                        if !r.step_st(simd, row, bpk, av, &rng, base, steps, rbits, sum_exact) {
+                                            fill_rands(simd, &rng, base, steps, rbits, &mut rands[..w]);
+                                            r.step(simd, row, bpk, av, &rands, &mut old, &mut bad);
+                                        }
+                                    }
+                                }
+                            }
+                            j += w;
+                        }
+                        kk0 += seg;
+                        for rr in 0..nr {
+                            flush(&mut acc, &mut tot, i + rr, kb + kk0 - 1);
+                        }
+                    }
+                }
+                continue;
+            }
             for i in 0..rb {
-                let row = &mut acc[i * jb..(i + 1) * jb];
                 for kk in 0..kn {
                     let kidx = kb + kk;
+                    let row = &mut acc[i * jb..(i + 1) * jb];
                     // SAFETY: (i0+i, kidx) is inside a.
                     let av = unsafe { a.get_f64(i0 + i, kidx) };
                     let bp = &panel[kk * jb..(kk + 1) * jb];
@@ -1481,22 +1803,7 @@ fn drive<R: Round>(r: &R, a: &Operand, b: &Operand, c: OutMat<f64>, spec: &Accum
                     } else {
                         r.step(simd, row, bp, av, &rands, &mut old, &mut bad);
                     }
-                    if let Some(o) = outer {
-                        if (kidx + 1) % chunk == 0 || kidx + 1 == k {
-                            let ridx = kidx / chunk;
-                            let e0 = ((i0 + i) * n + j0) as u64;
-                            let trow = &mut tot[i * jb..(i + 1) * jb];
-                            for j in 0..jb {
-                                let rd = if stochastic {
-                                    rng2.bits((e0 + j as u64).wrapping_mul(steps).wrapping_add((k + ridx) as u64), rbits)
-                                } else {
-                                    0
-                                };
-                                trow[j] = o.add(trow[j], row[j], rd);
-                                row[j] = 0.0;
-                            }
-                        }
-                    }
+                    flush(&mut acc, &mut tot, i, kidx);
                 }
             }
         }
@@ -1569,6 +1876,37 @@ pub(crate) mod testing {
         let w = (0..row.len()).map(|j| f.add(row[j], av * bp[j], rng.bits(base.wrapping_add(j as u64 * stride), rbits))).collect();
         Some((v, w))
     }
+
+    /// The stochastic register tile on `nr` rows x 8 columns over `kn` steps
+    /// (`None` when it does not apply or declines the tile), and the same steps
+    /// element by element through `Fast::add` with `Rng::bits`: element (r, l)
+    /// has index `(e0s[r] + l) * steps + t0 + kk` at step kk.
+    #[allow(clippy::too_many_arguments, clippy::type_complexity)]
+    pub fn st_tile_both(fmt: Format, rbits: u32, nr: usize, acc: &[f64], ap: &[f64], bp: &[f64], kn: usize, e0s: [u64; ST_ROWS], steps: u64, t0: u64, exact: bool) -> Option<(Vec<f64>, Vec<f64>)> {
+        let mut opts = RoundOpts::new(Mode::Stochastic);
+        opts.rbits = rbits;
+        opts.key = crate::round::SeedKey::from_seed(7);
+        let f = Fast::<M_ST>::new(fmt, opts);
+        let rng = Rng::new(opts.key);
+        let mut got = acc.to_vec();
+        let simd = crate::convert::detected_isa() >= crate::convert::Isa::Avx2;
+        if !f.tile_st_run(simd, nr, &mut got, 8, ap, bp, 8, kn, &rng, e0s, steps, t0, rbits, exact) {
+            return None;
+        }
+        let mut want = acc.to_vec();
+        for r in 0..nr {
+            for l in 0..8 {
+                for kk in 0..kn {
+                    let idx = (e0s[r] + l as u64) * steps + t0 + kk as u64;
+                    want[r * 8 + l] = f.add(want[r * 8 + l], ap[kk * ST_ROWS + r] * bp[kk * 8 + l], rng.bits(idx, rbits));
+                }
+            }
+        }
+        Some((got, want))
+    }
+
+    /// Rows of the stochastic register tile.
+    pub const TILE_ROWS: usize = ST_ROWS;
 
     /// The emulated matmul through the f64 lanes only (no f32 tile kernels).
     pub fn matmul_f64_lanes(a: &Operand, b: &Operand, c: OutMat<f64>, spec: &AccumSpec) -> Result<()> {

@@ -515,3 +515,78 @@ fn stochastic_step_exact_sums() {
         }
     }
 }
+
+/// The stochastic register tile equals `Fast::add` with `Rng::bits` step by
+/// step, or declines the tile: sums in the normal range round in the tile;
+/// subnormal-range sums, overflow and inf/NaN make it decline (the step path
+/// redoes them). Exact-sum and TwoSum variants, 1 and 2 rows, indices near 2^32.
+#[test]
+fn stochastic_tile_matches_scalar() {
+    use super::emulate::testing::{st_tile_both, TILE_ROWS};
+    let mut g = Lcg(53);
+    let fmts = [
+        Format::Float(FLOAT16),
+        Format::Float(BFLOAT16),
+        Format::Float(FLOAT8_E5M2),
+        Format::Float(FloatFormat::new(6, 9, None, true, crate::format::NanPolicy::Ieee, true).unwrap()),
+        Format::Float(FloatFormat::new(8, 20, None, true, crate::format::NanPolicy::Ieee, true).unwrap()),
+    ];
+    let (mut ran, mut declined, mut exact_runs) = (0, 0, 0);
+    for f in fmts {
+        let Format::Float(ff) = f else { unreachable!() };
+        let q = |x: f64| f.decode(f.encode(x, &RoundOpts::new(Mode::NearestEven), 0));
+        for rbits in [1, 9, 32] {
+            for rep in 0..60 {
+                let nr = 1 + rep % TILE_ROWS;
+                let kn = 1 + (g.next() % 40) as usize;
+                // Accumulators and products around 2^e; some cases push sums out of
+                // the normal range (tiny products from zero, huge ones, inf/NaN).
+                let e = ff.emin() + (g.next() % ((ff.emax() - ff.emin()) as u64)) as i32;
+                let acc: Vec<f64> = (0..TILE_ROWS * 8).map(|_| if g.next() % 5 == 0 { 0.0 } else { q(g.unit() * 2f64.powi(e)) }).collect();
+                let ap: Vec<f64> = (0..kn * TILE_ROWS).map(|_| q(g.unit() * 2f64.powi((g.next() % 4) as i32))).collect();
+                let bp: Vec<f64> = (0..kn * 8)
+                    .map(|_| match (rep % 6, g.next() % 50) {
+                        (0, 0) => 2f64.powi(ff.emin() - 3),
+                        (1, 0) => ff.max_value(),
+                        (2, 0) => [f64::INFINITY, f64::NAN][(g.next() % 2) as usize],
+                        (3, _) => 0.0,
+                        (4, _) => q(g.unit() * 2f64.powi(e - 3 - (g.next() % 30) as i32)),
+                        _ => q(g.unit() * 2f64.powi(e - 2)),
+                    })
+                    .collect();
+                let steps = 1 + g.next() % 600;
+                let base_e = if rep % 3 == 0 { ((1u64 << 32) - g.next() % 4000) / steps } else { g.next() % 100_000 };
+                let e0s = std::array::from_fn(|r| base_e + r as u64 * (8 + g.next() % 5));
+                let t0 = g.next() % steps.saturating_sub(kn as u64).max(1);
+                // Products of two format values are exact in f64 (man <= 20). The exact-sum
+                // variant also needs every sum exact: products on the format's grid and
+                // in its range, and a format whose grid spans few enough bits.
+                let grid = 2f64.powi(ff.emin() - ff.man_bits as i32);
+                let on_grid = ap.iter().take(kn * TILE_ROWS).all(|x| {
+                    bp.iter().all(|y| {
+                        let p = x * y;
+                        p.is_finite() && (p / grid).fract() == 0.0 && p.abs() < 2f64.powi(ff.emax() + 1)
+                    })
+                });
+                for exact in [false, true] {
+                    if exact && !(on_grid && ff.emax() + 2 - ff.emin() + ff.man_bits as i32 <= 53) {
+                        continue;
+                    }
+                    exact_runs += exact as usize;
+                    match st_tile_both(f, rbits, nr, &acc, &ap, &bp, kn, e0s, steps, t0, exact) {
+                        None => declined += 1,
+                        Some((got, want)) => {
+                            ran += 1;
+                            for (idx, (x, y)) in got.iter().zip(&want).enumerate().take(nr * 8) {
+                                assert!(x.to_bits() == y.to_bits(), "{f:?} rbits {rbits} rep {rep} [{idx}]: {x:e} vs {y:e}");
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    if crate::convert::detected_isa() >= crate::convert::Isa::Avx2 {
+        assert!(ran > 300 && declined > 20 && exact_runs > 30, "ran {ran}, declined {declined}, exact {exact_runs}");
+    }
+}
