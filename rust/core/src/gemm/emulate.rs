@@ -20,17 +20,18 @@
 //! `K + r` for the r-th chunk total. Results do not depend on the thread count.
 //!
 //! Paths (all give the same bits; `LOWP_ISA=scalar` runs the f64 path):
-//! - float16 accumulators, nearest-even, not saturating, AVX2+FMA+F16C
-//!   ([`drive16`]): register tiles of `MR x 16` f32 accumulators over a depth
-//!   block, A and B packed to f32. The fp16 rounding is `vcvtps2ph` (RNE,
-//!   overflow to inf) and back. Products of two named fp8 formats
-//!   ([`FMA16_INPUTS`], at most 8 bits): `fma(a, b, acc)` then fp16, a double
-//!   rounding that is innocuous (11-bit operands, 24 >= 2*11 + 1 bits; checked
-//!   exhaustively by the tests). Other inputs whose products fit 24 bits
+//! - float16 and bfloat16 accumulators, nearest-even, not saturating,
+//!   AVX2+FMA+F16C ([`drive16`]): register tiles of `MR x 16` f32
+//!   accumulators over a depth block, A and B packed to f32. The fp16 rounding
+//!   is `vcvtps2ph` (RNE, overflow to inf) and back; the bf16 rounding is the
+//!   integer nearest-even of the f32 bit pattern's top 16 bits. Products of two
+//!   named fp8 formats ([`FMA16_INPUTS`], at most 8 bits): `fma(a, b, acc)`
+//!   then the rounding, a double rounding that is innocuous (11- or 8-bit
+//!   operands, 24 >= 2*11 + 1 bits; checked exhaustively by the tests). Other inputs whose products fit 24 bits
 //!   (bfloat16, float16, mixed): TwoSum in f32 and round-to-odd, when the
 //!   values of the depth block keep every product exact in f32 (exponent scan
 //!   of the packed block); otherwise that block runs through the f64 rounding.
-//!   Chunk totals into float16 use the TwoSum kernel too.
+//!   Chunk totals into the same format use the TwoSum kernel too.
 //! - other formats, nearest-even, products exact in f32: 8 f32 lanes
 //!   ([`drive32`]).
 //! - stochastic into [`Fast`] formats of at most 21 bits with `rbits <= 32`:
@@ -1167,8 +1168,8 @@ fn run(a: &Operand, b: &Operand, c: OutMat<f64>, spec: &AccumSpec) -> Result<()>
         };
     }
     #[cfg(target_arch = "x86_64")]
-    if let Some(kind) = kind16(&fmt, &opts, a, b) {
-        return drive16(kind, a, b, c, spec, outer.as_ref());
+    if let Some((kind, bf)) = kind16(&fmt, &opts, a, b) {
+        return drive16(kind, bf, a, b, c, spec, outer.as_ref());
     }
     #[cfg(target_arch = "x86_64")]
     if opts.mode == Mode::NearestEven && super::simd() && lanes32_ok(&fmt, a, b) {
@@ -1340,8 +1341,8 @@ fn drive32(r: &Fast<M_NE>, a: &Operand, b: &Operand, c: OutMat<f64>, spec: &Accu
 }
 
 /// The fp8 formats whose products feed [`Kind16::Fma`]: for every pair of
-/// them, `RN_fp16(fl32(acc + a*b)) == RN_fp16(acc + a*b)` for every fp16 `acc`
-/// (checked exhaustively by the tests).
+/// them, `RN(fl32(acc + a*b)) == RN(acc + a*b)` for every float16 or bfloat16
+/// `acc` (checked exhaustively by the tests).
 pub(crate) const FMA16_INPUTS: [crate::format::FloatFormat; 5] =
     [named::FLOAT8_E5M2, named::FLOAT8_E4M3FN, named::FLOAT8_E4M3, named::FLOAT8_E4M3FNUZ, named::FLOAT8_E5M2FNUZ];
 
@@ -1350,7 +1351,8 @@ pub(crate) const FMA16_INPUTS: [crate::format::FloatFormat; 5] =
 pub(crate) enum Kind16 {
     /// `cvt_fp16(fma(a, b, acc))`: products of at most 8 bits, exact in f32;
     /// the double rounding f32 -> fp16 is innocuous (the exact sum of two
-    /// 11-bit numbers rounded to 24 >= 2*11 + 1 bits, then to 11 bits).
+    /// 11-bit numbers rounded to 24 >= 2*11 + 1 bits, then to 11 bits); the
+    /// same for bfloat16 (8-bit operands).
     Fma,
     /// TwoSum in f32 (products exact in f32, checked per depth block from the
     /// values), the sum rounded to odd at 24 bits, then `cvt_fp16`.
@@ -1363,22 +1365,30 @@ fn is_f16_ne(fmt: &Format, opts: &RoundOpts) -> bool {
     *fmt == Format::Float(named::FLOAT16) && opts.mode == Mode::NearestEven && !opts.saturate
 }
 
-/// Which tile kernel (if any) runs `fmt` accumulation of `a @ b`.
-pub(crate) fn kind16(fmt: &Format, opts: &RoundOpts, a: &Operand, b: &Operand) -> Option<Kind16> {
-    if !super::simd() || !is_f16_ne(fmt, opts) {
+/// Is `fmt` bfloat16 with nearest-even, non-saturating rounding (the integer
+/// round-to-nearest-even of an f32's top 16 bits, overflow to infinity included)?
+fn is_bf16_ne(fmt: &Format, opts: &RoundOpts) -> bool {
+    *fmt == Format::Float(named::BFLOAT16) && opts.mode == Mode::NearestEven && !opts.saturate
+}
+
+/// Which tile kernel (if any) runs `fmt` accumulation of `a @ b`, and whether
+/// it rounds into bfloat16 (else float16).
+pub(crate) fn kind16(fmt: &Format, opts: &RoundOpts, a: &Operand, b: &Operand) -> Option<(Kind16, bool)> {
+    let bf = is_bf16_ne(fmt, opts);
+    if !super::simd() || !(bf || is_f16_ne(fmt, opts)) {
         return None;
     }
     let (Some(fa), Some(fb)) = (a.format(), b.format()) else { return None };
     if let (Format::Float(x), Format::Float(y)) = (fa, fb) {
         if FMA16_INPUTS.contains(&x) && FMA16_INPUTS.contains(&y) {
-            return Some(Kind16::Fma);
+            return Some((Kind16::Fma, bf));
         }
     }
     let (pa, _, _) = profile(&fa);
     let (pb, _, _) = profile(&fb);
     // The product of the significands must fit in 24 bits; the exponents are
     // checked on the values of each depth block.
-    (pa + pb <= 24 && a.fits_f32() && b.fits_f32()).then_some(Kind16::Odd)
+    (pa + pb <= 24 && a.fits_f32() && b.fits_f32()).then_some((Kind16::Odd, bf))
 }
 
 /// Bounds of a block of f32 values: (lowest exponent of any nonzero finite
@@ -1408,13 +1418,14 @@ fn merge_bounds(x: (i32, i32), y: (i32, i32)) -> (i32, i32) {
     (x.0.min(y.0), x.1.max(y.1))
 }
 
-/// One nearest-even fp16 add on 8 lanes, `acc = RN_fp16(acc + a*b)`.
+/// One nearest-even add on 8 lanes, `acc = RN(acc + a*b)` into float16, or
+/// into bfloat16 with `BF` (kind Odd only).
 ///
 /// # Safety
 /// The CPU must support avx2, fma and f16c; see [`Kind16`] for when each kind is exact.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-unsafe fn add16<const ODD: bool>(acc: std::arch::x86_64::__m256, a: std::arch::x86_64::__m256, b: std::arch::x86_64::__m256) -> std::arch::x86_64::__m256 {
+unsafe fn add16<const ODD: bool, const BF: bool>(acc: std::arch::x86_64::__m256, a: std::arch::x86_64::__m256, b: std::arch::x86_64::__m256) -> std::arch::x86_64::__m256 {
     use std::arch::x86_64::*;
     // SAFETY: the caller guarantees the CPU features.
     unsafe {
@@ -1435,8 +1446,18 @@ unsafe fn add16<const ODD: bool>(acc: std::arch::x86_64::__m256, a: std::arch::x
         } else {
             _mm256_fmadd_ps(a, b, acc)
         };
-        // To fp16 with nearest-even (overflow -> inf, NaN stays NaN) and back, exactly.
-        _mm256_cvtph_ps(_mm256_cvtps_ph::<{ _MM_FROUND_TO_NEAREST_INT }>(x))
+        if BF {
+            // To bfloat16: nearest-even on the bit pattern, keeping the top 16 bits
+            // (the carry reaches the exponent, and inf at the top; inf and the
+            // quiet NaNs of arithmetic keep their bits).
+            let xb = _mm256_castps_si256(x);
+            let lsb = _mm256_and_si256(_mm256_srli_epi32::<16>(xb), _mm256_set1_epi32(1));
+            let r = _mm256_add_epi32(_mm256_add_epi32(xb, _mm256_set1_epi32(0x7fff)), lsb);
+            _mm256_castsi256_ps(_mm256_and_si256(r, _mm256_set1_epi32(0xffff_0000_u32 as i32)))
+        } else {
+            // To fp16 with nearest-even (overflow -> inf, NaN stays NaN) and back, exactly.
+            _mm256_cvtph_ps(_mm256_cvtps_ph::<{ _MM_FROUND_TO_NEAREST_INT }>(x))
+        }
     }
 }
 
@@ -1447,7 +1468,7 @@ unsafe fn add16<const ODD: bool>(acc: std::arch::x86_64::__m256, a: std::arch::x
 /// The CPU must support avx2, fma and f16c; `ap` holds kn*MR values, `bp` kn*16.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn tile16<const MR: usize, const ODD: bool>(acc: &mut [f32], ap: &[f32], bp: &[f32], kn: usize) {
+unsafe fn tile16<const MR: usize, const ODD: bool, const BF: bool>(acc: &mut [f32], ap: &[f32], bp: &[f32], kn: usize) {
     use std::arch::x86_64::*;
     assert!(acc.len() >= MR * 16 && ap.len() >= kn * MR && bp.len() >= kn * 16);
     // SAFETY: every offset is inside the slices (asserted above); the CPU features are the caller's contract.
@@ -1463,8 +1484,8 @@ unsafe fn tile16<const MR: usize, const ODD: bool>(acc: &mut [f32], ap: &[f32], 
             let b1 = _mm256_loadu_ps(pb.add(8));
             for (r, cr) in c.iter_mut().enumerate() {
                 let av = _mm256_broadcast_ss(&*pa.add(r));
-                cr[0] = add16::<ODD>(cr[0], av, b0);
-                cr[1] = add16::<ODD>(cr[1], av, b1);
+                cr[0] = add16::<ODD, BF>(cr[0], av, b0);
+                cr[1] = add16::<ODD, BF>(cr[1], av, b1);
             }
             pa = pa.add(MR);
             pb = pb.add(16);
@@ -1484,7 +1505,7 @@ unsafe fn tile16<const MR: usize, const ODD: bool>(acc: &mut [f32], ap: &[f32], 
 /// The CPU must support avx2, fma and f16c; both slices have a multiple of 8 values.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn flush16(tot: &mut [f32], row: &mut [f32]) {
+unsafe fn flush16<const BF: bool>(tot: &mut [f32], row: &mut [f32]) {
     use std::arch::x86_64::*;
     assert!(tot.len() == row.len() && tot.len() % 8 == 0);
     // SAFETY: j + 8 <= len for every access; CPU features per the contract.
@@ -1493,7 +1514,7 @@ unsafe fn flush16(tot: &mut [f32], row: &mut [f32]) {
         for j in (0..tot.len()).step_by(8) {
             let t = _mm256_loadu_ps(tot.as_ptr().add(j));
             let r = _mm256_loadu_ps(row.as_ptr().add(j));
-            _mm256_storeu_ps(tot.as_mut_ptr().add(j), add16::<true>(t, r, one));
+            _mm256_storeu_ps(tot.as_mut_ptr().add(j), add16::<true, BF>(t, r, one));
             _mm256_storeu_ps(row.as_mut_ptr().add(j), _mm256_setzero_ps());
         }
     }
@@ -1512,7 +1533,7 @@ const NP16: usize = 256;
 /// results are exactly those of the f64 path. Depth blocks whose values could
 /// make an f32 product inexact (kind `Odd` only) run through the f64 rounding.
 #[cfg(target_arch = "x86_64")]
-fn drive16(kind: Kind16, a: &Operand, b: &Operand, c: OutMat<f64>, spec: &AccumSpec, outer: Option<&Dyn>) -> Result<()> {
+fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: OutMat<f64>, spec: &AccumSpec, outer: Option<&Dyn>) -> Result<()> {
     let (m, n, k) = (a.rows, b.cols, a.cols);
     if m == 0 || n == 0 {
         return Ok(());
@@ -1520,8 +1541,8 @@ fn drive16(kind: Kind16, a: &Operand, b: &Operand, c: OutMat<f64>, spec: &AccumS
     let exact = Fast::<M_NE>::new(spec.fmt, spec.opts);
     let mr = if kind == Kind16::Fma { MR_FMA } else { MR_ODD };
     let chunk = spec.chunk.map(|(cs, _)| cs).unwrap_or(usize::MAX);
-    // Chunk totals into fp16 nearest-even run vectorized too.
-    let flush_vec = spec.chunk.is_some_and(|(_, f2)| is_f16_ne(&f2, &spec.opts));
+    // Chunk totals into the same format, nearest-even, run vectorized too.
+    let flush_vec = spec.chunk.is_some_and(|(_, f2)| f2 == spec.fmt);
     let (pa, pb) = (profile(&a.format().expect("kind16 checked")).0, profile(&b.format().expect("kind16 checked")).0);
     let kbs = KB.min(k.max(1));
     let kblocks = k.div_ceil(KB);
@@ -1606,9 +1627,11 @@ fn drive16(kind: Kind16, a: &Operand, b: &Operand, c: OutMat<f64>, spec: &AccumS
                             if fast {
                                 // SAFETY: kind16 checked avx2/fma/f16c (simd); slices sized as required.
                                 unsafe {
-                                    match (kind, mr) {
-                                        (Kind16::Fma, MR_FMA) => tile16::<MR_FMA, false>(t, ap, bp, len),
-                                        _ => tile16::<MR_ODD, true>(t, ap, bp, len),
+                                    match (kind, mr, bf) {
+                                        (Kind16::Fma, MR_FMA, false) => tile16::<MR_FMA, false, false>(t, ap, bp, len),
+                                        (Kind16::Fma, MR_FMA, true) => tile16::<MR_FMA, false, true>(t, ap, bp, len),
+                                        (_, _, false) => tile16::<MR_ODD, true, false>(t, ap, bp, len),
+                                        (_, _, true) => tile16::<MR_ODD, true, true>(t, ap, bp, len),
                                     }
                                 }
                             } else {
@@ -1628,7 +1651,13 @@ fn drive16(kind: Kind16, a: &Operand, b: &Operand, c: OutMat<f64>, spec: &AccumS
                         if k1 % chunk == 0 || k1 == k {
                             if flush_vec {
                                 // SAFETY: simd was checked (avx2/fma/f16c); lengths are multiples of 16.
-                                unsafe { flush16(&mut tot32, &mut acc) };
+                                unsafe {
+                                    if bf {
+                                        flush16::<true>(&mut tot32, &mut acc)
+                                    } else {
+                                        flush16::<false>(&mut tot32, &mut acc)
+                                    }
+                                };
                             } else {
                                 for (tv, av) in tot64.iter_mut().zip(acc.iter_mut()) {
                                     *tv = o.add(*tv, *av as f64, 0);
@@ -1828,35 +1857,41 @@ fn drive<R: Round>(r: &R, a: &Operand, b: &Operand, c: OutMat<f64>, spec: &Accum
 pub(crate) mod testing {
     use super::*;
 
-    /// One 8-lane fp16 nearest-even add of the tile kernel (`odd`: kind Odd,
-    /// else Fma); `None` without avx2/fma/f16c.
-    pub fn add16_lanes(odd: bool, acc: [f32; 8], a: f32, b: [f32; 8]) -> Option<[f32; 8]> {
+    /// One 8-lane nearest-even add of the tile kernel into float16 (`bf`:
+    /// bfloat16), `odd`: kind Odd, else Fma; `None` without avx2/fma/f16c.
+    pub fn add16_lanes(odd: bool, bf: bool, acc: [f32; 8], a: f32, b: [f32; 8]) -> Option<[f32; 8]> {
         #[cfg(target_arch = "x86_64")]
         {
             #[target_feature(enable = "avx2,fma,f16c")]
-            unsafe fn go(odd: bool, acc: [f32; 8], a: f32, b: [f32; 8]) -> [f32; 8] {
+            unsafe fn go(odd: bool, bf: bool, acc: [f32; 8], a: f32, b: [f32; 8]) -> [f32; 8] {
                 use std::arch::x86_64::*;
                 let mut out = [0f32; 8];
                 // SAFETY: 8-lane loads and stores of 8-element arrays; features per the caller.
                 unsafe {
                     let (c, av, bv) = (_mm256_loadu_ps(acc.as_ptr()), _mm256_set1_ps(a), _mm256_loadu_ps(b.as_ptr()));
-                    let r = if odd { add16::<true>(c, av, bv) } else { add16::<false>(c, av, bv) };
+                    let r = match (odd, bf) {
+                        (true, false) => add16::<true, false>(c, av, bv),
+                        (false, false) => add16::<false, false>(c, av, bv),
+                        (true, true) => add16::<true, true>(c, av, bv),
+                        (false, true) => add16::<false, true>(c, av, bv),
+                    };
                     _mm256_storeu_ps(out.as_mut_ptr(), r);
                 }
                 out
             }
             if crate::convert::detected_isa() >= crate::convert::Isa::Avx2 {
                 // SAFETY: avx2, fma and f16c were detected.
-                return Some(unsafe { go(odd, acc, a, b) });
+                return Some(unsafe { go(odd, bf, acc, a, b) });
             }
         }
-        let _ = (odd, acc, a, b);
+        let _ = (odd, bf, acc, a, b);
         None
     }
 
-    /// `RN_fp16(acc + p)` of the exact sum, by the f64 path.
-    pub fn exact16() -> impl Fn(f64, f64) -> f64 {
-        let f = Fast::<M_NE>::new(Format::Float(named::FLOAT16), RoundOpts::new(Mode::NearestEven));
+    /// `RN(acc + p)` of the exact sum into float16 (`bf`: bfloat16), by the f64 path.
+    pub fn exact16(bf: bool) -> impl Fn(f64, f64) -> f64 {
+        let fmt = if bf { named::BFLOAT16 } else { named::FLOAT16 };
+        let f = Fast::<M_NE>::new(Format::Float(fmt), RoundOpts::new(Mode::NearestEven));
         move |acc, p| f.add(acc, p, 0)
     }
 

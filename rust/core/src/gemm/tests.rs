@@ -254,22 +254,28 @@ fn fp16_values() -> Vec<f32> {
     (0u16..0x7c00).flat_map(|c| [f16_to_f32(c), f16_to_f32(c | 0x8000)]).collect()
 }
 
-/// Compare the 8-lane kernel with the exact f64 rounding for every fp16 accumulator
-/// and each of `prods` (NaN results must agree as NaN, others bit for bit).
-fn check_add16(odd: bool, prods: &[f32]) {
-    let exact = super::emulate::testing::exact16();
-    let accs = fp16_values();
+/// Every finite bfloat16 value.
+fn bf16_values() -> Vec<f32> {
+    (0u32..0x7f80).flat_map(|c| [f32::from_bits(c << 16), f32::from_bits((c | 0x8000) << 16)]).collect()
+}
+
+/// Compare the 8-lane kernel with the exact f64 rounding for every fp16 (`bf`:
+/// bfloat16) accumulator and each of `prods` (NaN results must agree as NaN,
+/// others bit for bit).
+fn check_add16(odd: bool, bf: bool, prods: &[f32]) {
+    let exact = super::emulate::testing::exact16(bf);
+    let accs = if bf { bf16_values() } else { fp16_values() };
     for &p in prods {
         for acc in accs.chunks(8) {
             let mut a8 = [0f32; 8];
             a8[..acc.len()].copy_from_slice(acc);
-            let Some(got) = super::emulate::testing::add16_lanes(odd, a8, p, [1.0; 8]) else { return };
+            let Some(got) = super::emulate::testing::add16_lanes(odd, bf, a8, p, [1.0; 8]) else { return };
             for l in 0..8 {
                 let want = exact(a8[l] as f64, p as f64);
                 let g = got[l] as f64;
                 assert!(
                     g.to_bits() == want.to_bits() || (g.is_nan() && want.is_nan()),
-                    "odd={odd}: acc {:e} + p {p:e}: got {g:e}, want {want:e}",
+                    "odd={odd} bf={bf}: acc {:e} + p {p:e}: got {g:e}, want {want:e}",
                     a8[l]
                 );
             }
@@ -277,8 +283,8 @@ fn check_add16(odd: bool, prods: &[f32]) {
     }
 }
 
-/// The fp16 FMA path (f32 sum, then fp16) is exact for every fp16 accumulator and
-/// every product of two values of the fp8 formats it is used for.
+/// The FMA path (f32 sum, then fp16 or bf16) is exact for every fp16 and bf16
+/// accumulator and every product of two values of the fp8 formats it is used for.
 #[test]
 #[cfg_attr(debug_assertions, ignore = "exhaustive: run in release mode")]
 fn fp16_fma_path_exhaustive() {
@@ -303,7 +309,8 @@ fn fp16_fma_path_exhaustive() {
     // Both signs and zeros of both signs are in the list (the formats have signed values).
     assert!(prods.len() > 3000);
     let prods: Vec<f32> = prods.iter().map(|&b| f64::from_bits(b) as f32).collect();
-    check_add16(false, &prods);
+    check_add16(false, false, &prods);
+    check_add16(false, true, &prods);
 }
 
 /// The TwoSum / round-to-odd path is exact for any f32 product: random values over
@@ -329,17 +336,29 @@ fn fp16_odd_path_adversarial() {
         prods.push(if g.next() & 1 == 1 { -v } else { v });
     }
     prods.extend([0.0, -0.0, f32::MIN_POSITIVE, -1e-45, 65504.0, 65519.99, 65520.0, -65520.0, 1e30, f32::INFINITY, f32::NEG_INFINITY, f32::NAN]);
-    check_add16(true, &prods);
+    check_add16(true, false, &prods);
+    // bfloat16: the same, with ties of the bf16 grid a hair off, and sums at the top of the range.
+    for _ in 0..400 {
+        let unit_e = (g.next() % 250) as i32 - 133;
+        let m = ((g.next() % 256) | 1) as f64;
+        let tail = [0.0, 2f64.powi(unit_e - 17), -2f64.powi(unit_e - 17), 2f64.powi(unit_e - 15)][(g.next() % 4) as usize];
+        let v = (m * 2f64.powi(unit_e - 1) + tail) as f32;
+        prods.push(if g.next() & 1 == 1 { -v } else { v });
+    }
+    prods.extend([3.3e38, -3.39e38, f32::MAX, 1.7e38, 2f32.powi(-133), -(2f32.powi(-140))]);
+    check_add16(true, true, &prods);
     // Non-finite accumulators.
-    let exact = super::emulate::testing::exact16();
-    let accs = [f32::INFINITY, f32::NEG_INFINITY, f32::NAN, 0.0, -0.0, 1.0, -65504.0, 6e-8];
-    for odd in [false, true] {
-        for &p in &[0.0, -0.0, 1.0, -3.0, 1e30, f32::INFINITY, f32::NEG_INFINITY, f32::NAN] {
-            let Some(got) = super::emulate::testing::add16_lanes(odd, accs, p, [1.0; 8]) else { return };
-            for l in 0..8 {
-                let want = exact(accs[l] as f64, p as f64);
-                let gl = got[l] as f64;
-                assert!(gl.to_bits() == want.to_bits() || (gl.is_nan() && want.is_nan()), "odd={odd} {} + {p}: {gl} vs {want}", accs[l]);
+    for bf in [false, true] {
+        let exact = super::emulate::testing::exact16(bf);
+        let accs = [f32::INFINITY, f32::NEG_INFINITY, f32::NAN, 0.0, -0.0, 1.0, -65504.0, 6e-8];
+        for odd in [false, true] {
+            for &p in &[0.0, -0.0, 1.0, -3.0, 1e30, f32::INFINITY, f32::NEG_INFINITY, f32::NAN] {
+                let Some(got) = super::emulate::testing::add16_lanes(odd, bf, accs, p, [1.0; 8]) else { return };
+                for l in 0..8 {
+                    let want = exact(accs[l] as f64, p as f64);
+                    let gl = got[l] as f64;
+                    assert!(gl.to_bits() == want.to_bits() || (gl.is_nan() && want.is_nan()), "odd={odd} bf={bf} {} + {p}: {gl} vs {want}", accs[l]);
+                }
             }
         }
     }
@@ -362,17 +381,19 @@ fn fp8_codes(g: &mut Lcg, len: usize, specials: &[u8]) -> Vec<u8> {
 }
 
 /// The f32 tile kernels give exactly the f64 lanes' results, for fp8 and bf16
-/// inputs, with and without chunks, including overflow, NaN/inf and blocks that
-/// fall back to f64 (values beyond f32 products).
+/// inputs into float16 and bfloat16 accumulators, with and without chunks,
+/// including overflow, NaN/inf, subnormal sums and blocks that fall back to f64
+/// (values beyond f32 products).
 #[test]
 fn emulated_fp16_tile_paths_match_f64_lanes() {
     let mut g = Lcg(21);
-    let f16 = Format::Float(FLOAT16);
+    let (f16, bf16) = (Format::Float(FLOAT16), Format::Float(BFLOAT16));
     // (9, 530, 33): several B panels, one row block (columns split across threads).
     let shapes = [(1, 1, 1), (7, 17, 5), (13, 37, 300), (50, 70, 129), (9, 530, 33), (100, 300, 20)];
     for (m, n, k) in shapes {
-        for case in 0..4 {
-            // 0, 1: fp8 (e4m3fn, e5m2 with inf), 2: bf16 normal, 3: bf16 with extreme values.
+        for case in 0..5 {
+            // 0, 1: fp8 (e4m3fn, e5m2 with inf), 2: bf16 normal, 3: bf16 with extreme
+            // values, 4: bf16 near the top and bottom of the f32 products' range.
             let (av, bv): (Vec<u16>, Vec<u16>);
             let (sa, fa) = match case {
                 0 => (Storage::U8, FLOAT8_E4M3FN),
@@ -395,6 +416,8 @@ fn emulated_fp16_tile_paths_match_f64_lanes() {
                             let x = (g.unit() * 4.0) as f32;
                             let x = if case == 3 && r % 17 == 0 {
                                 [1e30f32, -3e-39, f32::INFINITY, 7e-45, -65504.0, 1e-30][(r / 17) as usize % 6]
+                            } else if case == 4 {
+                                x * [1.0, 2f32.powi(61), -(2f32.powi(-70))][(r % 3) as usize]
                             } else {
                                 x
                             };
@@ -420,15 +443,18 @@ fn emulated_fp16_tile_paths_match_f64_lanes() {
                     )
                 }
             };
-            for chunk in [None, Some((64, f16)), Some((7, f16)), Some((5, Format::Float(FLOAT32)))] {
-                let spec = AccumSpec { fmt: f16, chunk, opts: RoundOpts::new(Mode::NearestEven) };
+            for (fmt, chunk) in [f16, bf16].into_iter().flat_map(|fmt| {
+                let other = if fmt == f16 { bf16 } else { f16 };
+                [None, Some((64, fmt)), Some((7, fmt)), Some((5, Format::Float(FLOAT32))), Some((9, other))].map(|c| (fmt, c))
+            }) {
+                let spec = AccumSpec { fmt, chunk, opts: RoundOpts::new(Mode::NearestEven) };
                 let mut got = vec![0f64; m * n];
                 let mut want = vec![0f64; m * n];
                 // SAFETY: both hold m x n.
                 matmul_emulated(&a, &b, unsafe { OutMat::from_raw(got.as_mut_ptr(), m, n, n as isize, 1) }, &spec).unwrap();
                 super::emulate::testing::matmul_f64_lanes(&a, &b, unsafe { OutMat::from_raw(want.as_mut_ptr(), m, n, n as isize, 1) }, &spec).unwrap();
                 for (idx, (x, y)) in got.iter().zip(&want).enumerate() {
-                    assert!(x.to_bits() == y.to_bits() || (x.is_nan() && y.is_nan()), "{m}x{n}x{k} case {case} {chunk:?} [{idx}]: {x:e} vs {y:e}");
+                    assert!(x.to_bits() == y.to_bits() || (x.is_nan() && y.is_nan()), "{m}x{n}x{k} case {case} {fmt:?} {chunk:?} [{idx}]: {x:e} vs {y:e}");
                 }
             }
         }
