@@ -20,15 +20,18 @@
 //! `K + r` for the r-th chunk total. Results do not depend on the thread count.
 //!
 //! Paths (all give the same bits; `LOWP_ISA=scalar` runs the f64 path):
-//! - float16 and bfloat16 accumulators, nearest-even, not saturating,
-//!   AVX2+FMA+F16C ([`drive16`]): register tiles of `MR x 16` f32
-//!   accumulators over a depth block, A and B packed to f32. The fp16 rounding
-//!   is `vcvtps2ph` (RNE, overflow to inf) and back; the bf16 rounding is the
-//!   integer nearest-even of the f32 bit pattern's top 16 bits. Products of two
-//!   named fp8 formats ([`FMA16_INPUTS`], at most 8 bits): `fma(a, b, acc)`
-//!   then the rounding, a double rounding that is innocuous (11- or 8-bit
-//!   operands, 24 >= 2*11 + 1 bits; checked exhaustively by the tests). Other inputs whose products fit 24 bits
-//!   (bfloat16, float16, mixed): TwoSum in f32 and round-to-odd, when the
+//! - float16 accumulators in nearest-even, toward zero, up or down, and
+//!   bfloat16 accumulators in nearest-even, not saturating, AVX2+FMA+F16C
+//!   ([`drive16`]): register tiles of `MR x 16` f32 accumulators over a depth
+//!   block, A and B packed to f32. The fp16 rounding is `vcvtps2ph` with the
+//!   mode's rounding control (IEEE overflow) and back; the bf16 rounding is
+//!   the integer nearest-even of the f32 bit pattern's top 16 bits.
+//!   Nearest-even with products of two named fp8 formats ([`FMA16_INPUTS`],
+//!   at most 8 bits): `fma(a, b, acc)` then the rounding, a double rounding
+//!   that is innocuous (11- or 8-bit operands, 24 >= 2*11 + 1 bits; checked
+//!   exhaustively by the tests). The directed modes, and other inputs whose
+//!   products fit 24 bits (bfloat16, float16, mixed): TwoSum in f32 and
+//!   round-to-odd (innocuous before any rounding to <= 22 bits), when the
 //!   values of the depth block keep every product exact in f32 (exponent scan
 //!   of the packed block); otherwise that block runs through the f64 rounding.
 //!   Chunk totals into the same format use the TwoSum kernel too.
@@ -1359,10 +1362,25 @@ pub(crate) enum Kind16 {
     Odd,
 }
 
-/// Is `fmt` IEEE float16 with nearest-even, non-saturating rounding (what
-/// F16C's `vcvtps2ph` does, overflow to infinity included)?
-fn is_f16_ne(fmt: &Format, opts: &RoundOpts) -> bool {
-    *fmt == Format::Float(named::FLOAT16) && opts.mode == Mode::NearestEven && !opts.saturate
+/// Is `fmt` IEEE float16 with non-saturating rounding to nearest-even, toward
+/// zero, up or down (what F16C's `vcvtps2ph` does with those rounding
+/// controls, IEEE overflow included)?
+fn is_f16_cvt(fmt: &Format, opts: &RoundOpts) -> bool {
+    *fmt == Format::Float(named::FLOAT16)
+        && matches!(opts.mode, Mode::NearestEven | Mode::TowardZero | Mode::Up | Mode::Down)
+        && !opts.saturate
+}
+
+/// The `vcvtps2ph` rounding control of a mode ([`is_f16_cvt`] modes).
+#[cfg(target_arch = "x86_64")]
+fn f16_rounding(mode: Mode) -> i32 {
+    use std::arch::x86_64::*;
+    match mode {
+        Mode::TowardZero => _MM_FROUND_TO_ZERO,
+        Mode::Up => _MM_FROUND_TO_POS_INF,
+        Mode::Down => _MM_FROUND_TO_NEG_INF,
+        _ => _MM_FROUND_TO_NEAREST_INT,
+    }
 }
 
 /// Is `fmt` bfloat16 with nearest-even, non-saturating rounding (the integer
@@ -1375,11 +1393,12 @@ fn is_bf16_ne(fmt: &Format, opts: &RoundOpts) -> bool {
 /// it rounds into bfloat16 (else float16).
 pub(crate) fn kind16(fmt: &Format, opts: &RoundOpts, a: &Operand, b: &Operand) -> Option<(Kind16, bool)> {
     let bf = is_bf16_ne(fmt, opts);
-    if !super::simd() || !(bf || is_f16_ne(fmt, opts)) {
+    if !super::simd() || !(bf || is_f16_cvt(fmt, opts)) {
         return None;
     }
     let (Some(fa), Some(fb)) = (a.format(), b.format()) else { return None };
-    if let (Format::Float(x), Format::Float(y)) = (fa, fb) {
+    // The f32 sum rounded to nearest, then to the format, is exact only for nearest-even.
+    if let (Format::Float(x), Format::Float(y), Mode::NearestEven) = (fa, fb, opts.mode) {
         if FMA16_INPUTS.contains(&x) && FMA16_INPUTS.contains(&y) {
             return Some((Kind16::Fma, bf));
         }
@@ -1425,7 +1444,7 @@ fn merge_bounds(x: (i32, i32), y: (i32, i32)) -> (i32, i32) {
 /// The CPU must support avx2, fma and f16c; see [`Kind16`] for when each kind is exact.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-unsafe fn add16<const ODD: bool, const BF: bool>(acc: std::arch::x86_64::__m256, a: std::arch::x86_64::__m256, b: std::arch::x86_64::__m256) -> std::arch::x86_64::__m256 {
+unsafe fn add16<const ODD: bool, const BF: bool, const RM: i32>(acc: std::arch::x86_64::__m256, a: std::arch::x86_64::__m256, b: std::arch::x86_64::__m256) -> std::arch::x86_64::__m256 {
     use std::arch::x86_64::*;
     // SAFETY: the caller guarantees the CPU features.
     unsafe {
@@ -1455,8 +1474,8 @@ unsafe fn add16<const ODD: bool, const BF: bool>(acc: std::arch::x86_64::__m256,
             let r = _mm256_add_epi32(_mm256_add_epi32(xb, _mm256_set1_epi32(0x7fff)), lsb);
             _mm256_castsi256_ps(_mm256_and_si256(r, _mm256_set1_epi32(0xffff_0000_u32 as i32)))
         } else {
-            // To fp16 with nearest-even (overflow -> inf, NaN stays NaN) and back, exactly.
-            _mm256_cvtph_ps(_mm256_cvtps_ph::<{ _MM_FROUND_TO_NEAREST_INT }>(x))
+            // To fp16 in the mode RM (IEEE overflow, NaN stays NaN) and back, exactly.
+            _mm256_cvtph_ps(_mm256_cvtps_ph::<RM>(x))
         }
     }
 }
@@ -1468,7 +1487,7 @@ unsafe fn add16<const ODD: bool, const BF: bool>(acc: std::arch::x86_64::__m256,
 /// The CPU must support avx2, fma and f16c; `ap` holds kn*MR values, `bp` kn*16.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn tile16<const MR: usize, const ODD: bool, const BF: bool>(acc: &mut [f32], ap: &[f32], bp: &[f32], kn: usize) {
+unsafe fn tile16<const MR: usize, const ODD: bool, const BF: bool, const RM: i32>(acc: &mut [f32], ap: &[f32], bp: &[f32], kn: usize) {
     use std::arch::x86_64::*;
     assert!(acc.len() >= MR * 16 && ap.len() >= kn * MR && bp.len() >= kn * 16);
     // SAFETY: every offset is inside the slices (asserted above); the CPU features are the caller's contract.
@@ -1484,8 +1503,8 @@ unsafe fn tile16<const MR: usize, const ODD: bool, const BF: bool>(acc: &mut [f3
             let b1 = _mm256_loadu_ps(pb.add(8));
             for (r, cr) in c.iter_mut().enumerate() {
                 let av = _mm256_broadcast_ss(&*pa.add(r));
-                cr[0] = add16::<ODD, BF>(cr[0], av, b0);
-                cr[1] = add16::<ODD, BF>(cr[1], av, b1);
+                cr[0] = add16::<ODD, BF, RM>(cr[0], av, b0);
+                cr[1] = add16::<ODD, BF, RM>(cr[1], av, b1);
             }
             pa = pa.add(MR);
             pb = pb.add(16);
@@ -1505,7 +1524,7 @@ unsafe fn tile16<const MR: usize, const ODD: bool, const BF: bool>(acc: &mut [f3
 /// The CPU must support avx2, fma and f16c; both slices have a multiple of 8 values.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn flush16<const BF: bool>(tot: &mut [f32], row: &mut [f32]) {
+unsafe fn flush16<const BF: bool, const RM: i32>(tot: &mut [f32], row: &mut [f32]) {
     use std::arch::x86_64::*;
     assert!(tot.len() == row.len() && tot.len() % 8 == 0);
     // SAFETY: j + 8 <= len for every access; CPU features per the contract.
@@ -1514,7 +1533,7 @@ unsafe fn flush16<const BF: bool>(tot: &mut [f32], row: &mut [f32]) {
         for j in (0..tot.len()).step_by(8) {
             let t = _mm256_loadu_ps(tot.as_ptr().add(j));
             let r = _mm256_loadu_ps(row.as_ptr().add(j));
-            _mm256_storeu_ps(tot.as_mut_ptr().add(j), add16::<true, BF>(t, r, one));
+            _mm256_storeu_ps(tot.as_mut_ptr().add(j), add16::<true, BF, RM>(t, r, one));
             _mm256_storeu_ps(row.as_mut_ptr().add(j), _mm256_setzero_ps());
         }
     }
@@ -1534,11 +1553,13 @@ const NP16: usize = 256;
 /// make an f32 product inexact (kind `Odd` only) run through the f64 rounding.
 #[cfg(target_arch = "x86_64")]
 fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: OutMat<f64>, spec: &AccumSpec, outer: Option<&Dyn>) -> Result<()> {
+    use std::arch::x86_64::{_MM_FROUND_TO_NEAREST_INT, _MM_FROUND_TO_NEG_INF, _MM_FROUND_TO_POS_INF, _MM_FROUND_TO_ZERO};
     let (m, n, k) = (a.rows, b.cols, a.cols);
     if m == 0 || n == 0 {
         return Ok(());
     }
-    let exact = Fast::<M_NE>::new(spec.fmt, spec.opts);
+    let exact = Dyn::new(spec.fmt, spec.opts)?;
+    let rm = f16_rounding(spec.opts.mode);
     let mr = if kind == Kind16::Fma { MR_FMA } else { MR_ODD };
     let chunk = spec.chunk.map(|(cs, _)| cs).unwrap_or(usize::MAX);
     // Chunk totals into the same format, nearest-even, run vectorized too.
@@ -1627,11 +1648,18 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: OutMat<f64>, spe
                             if fast {
                                 // SAFETY: kind16 checked avx2/fma/f16c (simd); slices sized as required.
                                 unsafe {
-                                    match (kind, mr, bf) {
-                                        (Kind16::Fma, MR_FMA, false) => tile16::<MR_FMA, false, false>(t, ap, bp, len),
-                                        (Kind16::Fma, MR_FMA, true) => tile16::<MR_FMA, false, true>(t, ap, bp, len),
-                                        (_, _, false) => tile16::<MR_ODD, true, false>(t, ap, bp, len),
-                                        (_, _, true) => tile16::<MR_ODD, true, true>(t, ap, bp, len),
+                                    const NE: i32 = _MM_FROUND_TO_NEAREST_INT;
+                                    const TZ: i32 = _MM_FROUND_TO_ZERO;
+                                    const UP: i32 = _MM_FROUND_TO_POS_INF;
+                                    const DN: i32 = _MM_FROUND_TO_NEG_INF;
+                                    match (kind, mr, bf, rm) {
+                                        (Kind16::Fma, MR_FMA, false, _) => tile16::<MR_FMA, false, false, NE>(t, ap, bp, len),
+                                        (Kind16::Fma, MR_FMA, true, _) => tile16::<MR_FMA, false, true, NE>(t, ap, bp, len),
+                                        (_, _, true, _) => tile16::<MR_ODD, true, true, NE>(t, ap, bp, len),
+                                        (_, _, false, TZ) => tile16::<MR_ODD, true, false, TZ>(t, ap, bp, len),
+                                        (_, _, false, UP) => tile16::<MR_ODD, true, false, UP>(t, ap, bp, len),
+                                        (_, _, false, DN) => tile16::<MR_ODD, true, false, DN>(t, ap, bp, len),
+                                        _ => tile16::<MR_ODD, true, false, NE>(t, ap, bp, len),
                                     }
                                 }
                             } else {
@@ -1652,10 +1680,12 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: OutMat<f64>, spe
                             if flush_vec {
                                 // SAFETY: simd was checked (avx2/fma/f16c); lengths are multiples of 16.
                                 unsafe {
-                                    if bf {
-                                        flush16::<true>(&mut tot32, &mut acc)
-                                    } else {
-                                        flush16::<false>(&mut tot32, &mut acc)
+                                    match (bf, rm) {
+                                        (true, _) => flush16::<true, _MM_FROUND_TO_NEAREST_INT>(&mut tot32, &mut acc),
+                                        (_, _MM_FROUND_TO_ZERO) => flush16::<false, _MM_FROUND_TO_ZERO>(&mut tot32, &mut acc),
+                                        (_, _MM_FROUND_TO_POS_INF) => flush16::<false, _MM_FROUND_TO_POS_INF>(&mut tot32, &mut acc),
+                                        (_, _MM_FROUND_TO_NEG_INF) => flush16::<false, _MM_FROUND_TO_NEG_INF>(&mut tot32, &mut acc),
+                                        _ => flush16::<false, _MM_FROUND_TO_NEAREST_INT>(&mut tot32, &mut acc),
                                     }
                                 };
                             } else {
@@ -1857,23 +1887,27 @@ fn drive<R: Round>(r: &R, a: &Operand, b: &Operand, c: OutMat<f64>, spec: &Accum
 pub(crate) mod testing {
     use super::*;
 
-    /// One 8-lane nearest-even add of the tile kernel into float16 (`bf`:
-    /// bfloat16), `odd`: kind Odd, else Fma; `None` without avx2/fma/f16c.
-    pub fn add16_lanes(odd: bool, bf: bool, acc: [f32; 8], a: f32, b: [f32; 8]) -> Option<[f32; 8]> {
+    /// One 8-lane add of the tile kernel into float16 (`bf`: bfloat16,
+    /// nearest-even) in `mode`, `odd`: kind Odd, else Fma; `None` without avx2/fma/f16c.
+    pub fn add16_lanes(odd: bool, bf: bool, mode: Mode, acc: [f32; 8], a: f32, b: [f32; 8]) -> Option<[f32; 8]> {
         #[cfg(target_arch = "x86_64")]
         {
             #[target_feature(enable = "avx2,fma,f16c")]
-            unsafe fn go(odd: bool, bf: bool, acc: [f32; 8], a: f32, b: [f32; 8]) -> [f32; 8] {
+            unsafe fn go(odd: bool, bf: bool, rm: i32, acc: [f32; 8], a: f32, b: [f32; 8]) -> [f32; 8] {
                 use std::arch::x86_64::*;
                 let mut out = [0f32; 8];
                 // SAFETY: 8-lane loads and stores of 8-element arrays; features per the caller.
                 unsafe {
                     let (c, av, bv) = (_mm256_loadu_ps(acc.as_ptr()), _mm256_set1_ps(a), _mm256_loadu_ps(b.as_ptr()));
-                    let r = match (odd, bf) {
-                        (true, false) => add16::<true, false>(c, av, bv),
-                        (false, false) => add16::<false, false>(c, av, bv),
-                        (true, true) => add16::<true, true>(c, av, bv),
-                        (false, true) => add16::<false, true>(c, av, bv),
+                    const NE: i32 = _MM_FROUND_TO_NEAREST_INT;
+                    let r = match (odd, bf, rm) {
+                        (true, false, _MM_FROUND_TO_ZERO) => add16::<true, false, _MM_FROUND_TO_ZERO>(c, av, bv),
+                        (true, false, _MM_FROUND_TO_POS_INF) => add16::<true, false, _MM_FROUND_TO_POS_INF>(c, av, bv),
+                        (true, false, _MM_FROUND_TO_NEG_INF) => add16::<true, false, _MM_FROUND_TO_NEG_INF>(c, av, bv),
+                        (true, false, _) => add16::<true, false, NE>(c, av, bv),
+                        (false, false, _) => add16::<false, false, NE>(c, av, bv),
+                        (true, true, _) => add16::<true, true, NE>(c, av, bv),
+                        (false, true, _) => add16::<false, true, NE>(c, av, bv),
                     };
                     _mm256_storeu_ps(out.as_mut_ptr(), r);
                 }
@@ -1881,17 +1915,17 @@ pub(crate) mod testing {
             }
             if crate::convert::detected_isa() >= crate::convert::Isa::Avx2 {
                 // SAFETY: avx2, fma and f16c were detected.
-                return Some(unsafe { go(odd, bf, acc, a, b) });
+                return Some(unsafe { go(odd, bf, f16_rounding(mode), acc, a, b) });
             }
         }
-        let _ = (odd, bf, acc, a, b);
+        let _ = (odd, bf, mode, acc, a, b);
         None
     }
 
-    /// `RN(acc + p)` of the exact sum into float16 (`bf`: bfloat16), by the f64 path.
-    pub fn exact16(bf: bool) -> impl Fn(f64, f64) -> f64 {
+    /// `round(acc + p)` of the exact sum into float16 (`bf`: bfloat16) in `mode`, by the f64 path.
+    pub fn exact16(bf: bool, mode: Mode) -> impl Fn(f64, f64) -> f64 {
         let fmt = if bf { named::BFLOAT16 } else { named::FLOAT16 };
-        let f = Fast::<M_NE>::new(Format::Float(fmt), RoundOpts::new(Mode::NearestEven));
+        let f = Dyn::new(Format::Float(fmt), RoundOpts::new(mode)).unwrap();
         move |acc, p| f.add(acc, p, 0)
     }
 
@@ -1946,8 +1980,19 @@ pub(crate) mod testing {
     /// The emulated matmul through the f64 lanes only (no f32 tile kernels).
     pub fn matmul_f64_lanes(a: &Operand, b: &Operand, c: OutMat<f64>, spec: &AccumSpec) -> Result<()> {
         let outer = chunk_rounder(spec)?;
-        assert!(fast_ok(&spec.fmt) && spec.opts.mode == Mode::NearestEven);
-        drive(&Fast::<M_NE>::new(spec.fmt, spec.opts), a, b, c, spec, outer.as_ref())
+        assert!(fast_ok(&spec.fmt));
+        macro_rules! go {
+            ($m:expr) => {
+                drive(&Fast::<$m>::new(spec.fmt, spec.opts), a, b, c, spec, outer.as_ref())
+            };
+        }
+        match mode_code(spec.opts.mode) {
+            M_NE => go!(M_NE),
+            M_TZ => go!(M_TZ),
+            M_UP => go!(M_UP),
+            M_DN => go!(M_DN),
+            m => panic!("mode {m} not covered"),
+        }
     }
 
     /// Round `x` (standing for an exact value) with the fast routine (and its

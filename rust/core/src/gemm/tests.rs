@@ -262,20 +262,20 @@ fn bf16_values() -> Vec<f32> {
 /// Compare the 8-lane kernel with the exact f64 rounding for every fp16 (`bf`:
 /// bfloat16) accumulator and each of `prods` (NaN results must agree as NaN,
 /// others bit for bit).
-fn check_add16(odd: bool, bf: bool, prods: &[f32]) {
-    let exact = super::emulate::testing::exact16(bf);
+fn check_add16(odd: bool, bf: bool, mode: Mode, prods: &[f32]) {
+    let exact = super::emulate::testing::exact16(bf, mode);
     let accs = if bf { bf16_values() } else { fp16_values() };
     for &p in prods {
         for acc in accs.chunks(8) {
             let mut a8 = [0f32; 8];
             a8[..acc.len()].copy_from_slice(acc);
-            let Some(got) = super::emulate::testing::add16_lanes(odd, bf, a8, p, [1.0; 8]) else { return };
+            let Some(got) = super::emulate::testing::add16_lanes(odd, bf, mode, a8, p, [1.0; 8]) else { return };
             for l in 0..8 {
                 let want = exact(a8[l] as f64, p as f64);
                 let g = got[l] as f64;
                 assert!(
                     g.to_bits() == want.to_bits() || (g.is_nan() && want.is_nan()),
-                    "odd={odd} bf={bf}: acc {:e} + p {p:e}: got {g:e}, want {want:e}",
+                    "odd={odd} bf={bf} {mode:?}: acc {:e} + p {p:e}: got {g:e}, want {want:e}",
                     a8[l]
                 );
             }
@@ -309,8 +309,8 @@ fn fp16_fma_path_exhaustive() {
     // Both signs and zeros of both signs are in the list (the formats have signed values).
     assert!(prods.len() > 3000);
     let prods: Vec<f32> = prods.iter().map(|&b| f64::from_bits(b) as f32).collect();
-    check_add16(false, false, &prods);
-    check_add16(false, true, &prods);
+    check_add16(false, false, Mode::NearestEven, &prods);
+    check_add16(false, true, Mode::NearestEven, &prods);
 }
 
 /// The TwoSum / round-to-odd path is exact for any f32 product: random values over
@@ -336,7 +336,9 @@ fn fp16_odd_path_adversarial() {
         prods.push(if g.next() & 1 == 1 { -v } else { v });
     }
     prods.extend([0.0, -0.0, f32::MIN_POSITIVE, -1e-45, 65504.0, 65519.99, 65520.0, -65520.0, 1e30, f32::INFINITY, f32::NEG_INFINITY, f32::NAN]);
-    check_add16(true, false, &prods);
+    for mode in [Mode::NearestEven, Mode::TowardZero, Mode::Up, Mode::Down] {
+        check_add16(true, false, mode, &prods);
+    }
     // bfloat16: the same, with ties of the bf16 grid a hair off, and sums at the top of the range.
     for _ in 0..400 {
         let unit_e = (g.next() % 250) as i32 - 133;
@@ -346,18 +348,21 @@ fn fp16_odd_path_adversarial() {
         prods.push(if g.next() & 1 == 1 { -v } else { v });
     }
     prods.extend([3.3e38, -3.39e38, f32::MAX, 1.7e38, 2f32.powi(-133), -(2f32.powi(-140))]);
-    check_add16(true, true, &prods);
+    check_add16(true, true, Mode::NearestEven, &prods);
     // Non-finite accumulators.
-    for bf in [false, true] {
-        let exact = super::emulate::testing::exact16(bf);
+    for (bf, mode) in [(false, Mode::NearestEven), (true, Mode::NearestEven), (false, Mode::TowardZero), (false, Mode::Up), (false, Mode::Down)] {
+        let exact = super::emulate::testing::exact16(bf, mode);
         let accs = [f32::INFINITY, f32::NEG_INFINITY, f32::NAN, 0.0, -0.0, 1.0, -65504.0, 6e-8];
         for odd in [false, true] {
+            if !odd && mode != Mode::NearestEven {
+                continue;
+            }
             for &p in &[0.0, -0.0, 1.0, -3.0, 1e30, f32::INFINITY, f32::NEG_INFINITY, f32::NAN] {
-                let Some(got) = super::emulate::testing::add16_lanes(odd, bf, accs, p, [1.0; 8]) else { return };
+                let Some(got) = super::emulate::testing::add16_lanes(odd, bf, mode, accs, p, [1.0; 8]) else { return };
                 for l in 0..8 {
                     let want = exact(accs[l] as f64, p as f64);
                     let gl = got[l] as f64;
-                    assert!(gl.to_bits() == want.to_bits() || (gl.is_nan() && want.is_nan()), "odd={odd} bf={bf} {} + {p}: {gl} vs {want}", accs[l]);
+                    assert!(gl.to_bits() == want.to_bits() || (gl.is_nan() && want.is_nan()), "odd={odd} bf={bf} {mode:?} {} + {p}: {gl} vs {want}", accs[l]);
                 }
             }
         }
@@ -443,18 +448,19 @@ fn emulated_fp16_tile_paths_match_f64_lanes() {
                     )
                 }
             };
-            for (fmt, chunk) in [f16, bf16].into_iter().flat_map(|fmt| {
+            let modes = [(f16, Mode::NearestEven), (bf16, Mode::NearestEven), (f16, Mode::TowardZero), (f16, Mode::Up), (f16, Mode::Down)];
+            for (fmt, mode, chunk) in modes.into_iter().flat_map(|(fmt, mode)| {
                 let other = if fmt == f16 { bf16 } else { f16 };
-                [None, Some((64, fmt)), Some((7, fmt)), Some((5, Format::Float(FLOAT32))), Some((9, other))].map(|c| (fmt, c))
+                [None, Some((64, fmt)), Some((7, fmt)), Some((5, Format::Float(FLOAT32))), Some((9, other))].map(|c| (fmt, mode, c))
             }) {
-                let spec = AccumSpec { fmt, chunk, opts: RoundOpts::new(Mode::NearestEven) };
+                let spec = AccumSpec { fmt, chunk, opts: RoundOpts::new(mode) };
                 let mut got = vec![0f64; m * n];
                 let mut want = vec![0f64; m * n];
                 // SAFETY: both hold m x n.
                 matmul_emulated(&a, &b, unsafe { OutMat::from_raw(got.as_mut_ptr(), m, n, n as isize, 1) }, &spec).unwrap();
                 super::emulate::testing::matmul_f64_lanes(&a, &b, unsafe { OutMat::from_raw(want.as_mut_ptr(), m, n, n as isize, 1) }, &spec).unwrap();
                 for (idx, (x, y)) in got.iter().zip(&want).enumerate() {
-                    assert!(x.to_bits() == y.to_bits() || (x.is_nan() && y.is_nan()), "{m}x{n}x{k} case {case} {fmt:?} {chunk:?} [{idx}]: {x:e} vs {y:e}");
+                    assert!(x.to_bits() == y.to_bits() || (x.is_nan() && y.is_nan()), "{m}x{n}x{k} case {case} {fmt:?} {mode:?} {chunk:?} [{idx}]: {x:e} vs {y:e}");
                 }
             }
         }
