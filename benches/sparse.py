@@ -56,6 +56,24 @@ def best(fn, budget=BUDGET):
     return min(ts)
 
 
+def best_interleaved(fns, budget=2 * BUDGET):
+    """Best time of each of ``fns``, called in turn (at least 5 rounds), so that every
+    function sees the same machine state; for ratios between close competitors."""
+    settle()
+    for fn in fns:
+        fn()
+    ts = [[] for _ in fns]
+    t_end = time.perf_counter() + budget
+    while len(ts[0]) < 5 or time.perf_counter() < t_end:
+        for fn, t in zip(fns, ts):
+            t0 = time.perf_counter()
+            fn()
+            t.append(time.perf_counter() - t0)
+        if len(ts[0]) >= 100:
+            break
+    return [min(t) for t in ts]
+
+
 def gflops(flops, t):
     return flops / t / 1e9
 
@@ -81,8 +99,8 @@ def bench_csr(name, s):
         t_sc = best(lambda: s @ x)
         for th in (1, 2):
             set_threads(th)
-            t32 = best(lambda: f32 @ x)
-            t16 = best(lambda: b16 @ x)
+            # f32 and bf16 values are close competitors: timed in alternation.
+            t32, t16 = best_interleaved([lambda: f32 @ x, lambda: b16 @ x])
             op = "SpMV" if k is None else f"SpMM {k}"
             tgt = 1.3 if k is None else (1.5 if th == 1 else 2.7)
             print(f"{op:10s} {th:3d} {gflops(flops, t_sc):9.2f} {gflops(flops, t32):9.2f} {gflops(flops, t16):9.2f}"

@@ -248,6 +248,22 @@ def test_products_match_scipy(vt, fmt, threads, isa):
                            (np.abs(bt.astype(np.float64)) @ np.abs(a)).T, m)
 
 
+@pytest.mark.parametrize("vt", VALUE_TYPES, ids=VT_IDS)
+@pytest.mark.parametrize("blocksize", [(4, 4), (2, 3), (8, 8), (1, 4)], ids=str)
+def test_bsr_block_shapes_match_scipy(vt, blocksize, threads, isa):
+    # 4x4 and 8x8 blocks have their own SpMV kernels; other shapes run the generic one.
+    rng = np.random.default_rng(12)
+    m, n = 48, 72
+    x = _random(rng, (m, n), 0.3, ints=(vt is np.int8))
+    x[8:16] = 0  # empty block rows
+    M = sparse.BSR.from_dense(x, vt, blocksize=blocksize)
+    a = _decoded(M)
+    ref = sp.csr_array(a)
+    for k in (None, 5, 64):
+        b = rng.standard_normal(n if k is None else (n, k)).astype(np.float32)
+        _check_product(M @ b, ref @ b.astype(np.float64), np.abs(a) @ np.abs(b.astype(np.float64)), n)
+
+
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_large_product_thread_invariant(fmt):
     """Big enough to split into many chunks: identical bits at 1 and 2 threads."""

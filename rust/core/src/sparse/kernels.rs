@@ -404,11 +404,15 @@ impl<V: Val, I: Idx, const BC: usize> Gather for Bsr<'_, V, I, BC> {
     }
     #[cfg(target_arch = "x86_64")]
     unsafe fn avx2_chunk(&self, u0: usize, u1: usize, b: Dense<'_>, out: &mut [f32]) -> Option<bool> {
-        if b.cols != 1 || BC != 8 || self.br != 8 {
+        if b.cols != 1 {
             return None;
         }
         // SAFETY: forwarded from the caller (AVX2 available).
-        Some(unsafe { bsr8_spmv(self, u0, u1, b.data, out) })
+        match (BC, self.br) {
+            (8, 8) => Some(unsafe { bsr8_spmv(self, u0, u1, b.data, out) }),
+            (4, 4) => Some(unsafe { bsr4_spmv(self, u0, u1, b.data, out) }),
+            _ => None,
+        }
     }
     fn spmv(&self, u0: usize, u1: usize, x: &[f32], out: &mut [f32]) -> Option<bool> {
         let (br, bc) = (self.br, self.bc());
@@ -1238,6 +1242,54 @@ unsafe fn bsr8_spmv<V: Val, I: Idx, const BC: usize>(g: &Bsr<'_, V, I, BC>, u0: 
             let lo = _mm256_permute2f128_ps::<0x20>(s0123, s4567);
             let hi = _mm256_permute2f128_ps::<0x31>(s0123, s4567);
             _mm256_storeu_ps(out.as_mut_ptr().add((u - u0) * 8), _mm256_add_ps(lo, hi));
+        }
+    }
+    ok
+}
+
+/// SpMV of 4x4 BSR block rows `u0..u1`: each block's 16 values are two vectors
+/// (rows 0-1 and 2-3) against its 4 values of x, repeated in both halves;
+/// partial sums per block row are reduced at the end.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn bsr4_spmv<V: Val, I: Idx, const BC: usize>(g: &Bsr<'_, V, I, BC>, u0: usize, u1: usize, x: &[f32], out: &mut [f32]) -> bool {
+    let mut ok = true;
+    // SAFETY: u < units, so ptr[u + 1] exists; blocks blk < ptr[last] == idx.len() hold 16
+    // values each; j < nbc keeps j * 4 + 4 <= nbc * 4 == x.len(); out holds 4 rows per unit.
+    unsafe {
+        for u in u0..u1 {
+            let (s, e) = (g.ptr.get_unchecked(u).u(), g.ptr.get_unchecked(u + 1).u());
+            // Two accumulators each for rows 0-1 and 2-3 (alternate blocks), for latency.
+            let mut acc = [_mm256_setzero_ps(); 4];
+            let mut blk = s;
+            while blk < e {
+                for h in 0..2 {
+                    if blk + h >= e {
+                        break;
+                    }
+                    let b = blk + h;
+                    let j = g.idx.get_unchecked(b).u();
+                    if j >= g.nbc {
+                        ok = false;
+                        continue;
+                    }
+                    let xv = _mm256_broadcast_ps(&*(x.as_ptr().add(j * 4) as *const __m128));
+                    let (v01, v23) = (g.v.at8(b * 16), g.v.at8(b * 16 + 8));
+                    acc[2 * h] = _mm256_fmadd_ps(v01, xv, acc[2 * h]);
+                    acc[2 * h + 1] = _mm256_fmadd_ps(v23, xv, acc[2 * h + 1]);
+                }
+                blk += 2;
+            }
+            // Lanes: [r0 c0..c3 | r1 c0..c3] and [r2 .. | r3 ..]; hadd twice leaves row sums.
+            let a01 = _mm256_add_ps(acc[0], acc[2]);
+            let a23 = _mm256_add_ps(acc[1], acc[3]);
+            let h = _mm256_hadd_ps(a01, a23); // [r0 c01, r0 c23, r2 c01, r2 c23 | r1.., r1.., r3.., r3..]
+            let h = _mm256_hadd_ps(h, h); // [r0, r2, r0, r2 | r1, r3, r1, r3]
+            let lo = _mm256_castps256_ps128(h);
+            let hi = _mm256_extractf128_ps::<1>(h);
+            // [r0, r1, r2, r3]
+            let rows = _mm_unpacklo_ps(lo, hi);
+            _mm_storeu_ps(out.as_mut_ptr().add((u - u0) * 4), rows);
         }
     }
     ok
