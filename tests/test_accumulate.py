@@ -135,10 +135,11 @@ def test_simd_and_scalar_paths_agree(acc, mode):
 @pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e5m2], ids=lambda d: np.dtype(d).name)
 @pytest.mark.parametrize("chunk", [None, 8])
 def test_narrow_inputs_many_columns(acc, dtype, chunk):
-    # fp16 / fp8 inputs have products exact in float32: nearest-even may run on f32 lanes.
+    # fp16 / fp8 inputs: the f32 tile kernels (fp16, bf16) or the f64 register tiles
+    # (2 rows x 8 columns: a row pair, a single row, two tiles and a tail), every mode.
     f = ACC_FORMATS[acc]
     a, b = data(3, 45, 21, dtype, zlib.crc32(f"{acc}{np.dtype(dtype).name}".encode()) % 1000, scale=4.0)
-    for mode in ("nearest_even", "up"):
+    for mode in DETERMINISTIC:
         got = lowp.matmul(a, b, accumulate=f, chunk=chunk, rounding=mode)
         assert same(got, ref_matmul(a, b, f, mode, chunk)), mode
         lowp._lowp.set_isa("scalar")

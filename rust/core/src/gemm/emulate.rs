@@ -35,19 +35,19 @@
 //!   values of the depth block keep every product exact in f32 (exponent scan
 //!   of the packed block); otherwise that block runs through the f64 rounding.
 //!   Chunk totals into the same format use the TwoSum kernel too.
-//! - other formats, nearest-even, products exact in f32: 8 f32 lanes
-//!   ([`drive32`]).
-//! - stochastic into [`Fast`] formats of at most 21 bits with `rbits <= 32`:
-//!   register tiles of 2 rows x 8 columns of f64 accumulators over the steps
-//!   up to the next chunk end (`tile_st_avx2`), the random stream of each
-//!   lane advanced in a register. The sum is the FMA when the formats or the
-//!   block's values (exponent scan) make every sum exact in f64, else TwoSum
-//!   and round to odd. A tile where some sum leaves the format's normal range
-//!   (or overflows, or meets inf/NaN) is redone by the step path: f64 lanes
-//!   with the random bits drawn in 8 u32 lanes inside the step
-//!   (`step_st_avx2`), which also takes `rbits` up to 32 for wider formats.
-//!   Stochastic chunk totals run through the same tile, one step at a time.
-//! - everything else: 4 f64 lanes (`step_avx2`) or the scalar f64 code.
+//! - every other [`Fast`] format and mode (stochastic: formats of at most 21
+//!   bits, `rbits <= 32`): register tiles of 2 rows x 8 columns of f64
+//!   accumulators over the steps up to the next chunk end (`tile_avx2`). The
+//!   sum is the FMA when the formats or the block's values (exponent scan)
+//!   make every sum exact in f64, else TwoSum and round to odd; in the normal
+//!   range each mode is an integer add below the unit and a truncation, the
+//!   stochastic one with each lane's random stream advanced in a register. A
+//!   tile where some sum leaves the normal range (or overflows, or meets
+//!   inf/NaN) is redone by the step path below. Chunk totals into a [`Fast`]
+//!   format run through the same tile, one step at a time.
+//! - everything else, and tiles redone: 4 f64 lanes per step (`step_avx2`;
+//!   stochastic: `step_st_avx2`, the random bits drawn in 8 u32 lanes), or the
+//!   scalar f64 code.
 
 use rayon::prelude::*;
 
@@ -122,13 +122,13 @@ trait Round: Sync {
         false
     }
     /// Is the stochastic register tile ([`Round::tile_st`]) available?
-    fn has_tile_st(&self, _simd: bool, _rbits: u32) -> bool {
+    fn has_tile(&self, _simd: bool, _rbits: u32) -> bool {
         false
     }
     /// Stochastic depth steps on a tile of `nr` rows x 8 columns (see
-    /// [`Fast::tile_st_run`]); `false` leaves `acc` untouched for the step path.
+    /// [`Fast::tile_run`]); `false` leaves `acc` untouched for the step path.
     #[allow(clippy::too_many_arguments)]
-    fn tile_st(&self, _simd: bool, _nr: usize, _acc: &mut [f64], _ldc: usize, _ap: &[f64], _bp: &[f64], _ldb: usize, _kn: usize, _rng: &Rng, _e0s: [u64; ST_ROWS], _steps: u64, _t0: u64, _rbits: u32, _exact: bool) -> bool {
+    fn tile(&self, _simd: bool, _nr: usize, _acc: &mut [f64], _ldc: usize, _ap: &[f64], _bp: &[f64], _ldb: usize, _kn: usize, _rng: &Rng, _e0s: [u64; TILE_ROWS], _steps: u64, _t0: u64, _rbits: u32, _exact: bool) -> bool {
         false
     }
 }
@@ -181,12 +181,6 @@ fn fast_ok(fmt: &Format) -> bool {
 }
 
 impl<const M: u8> Fast<M> {
-    /// The largest finite value's f32 bits (formats that fit in f32).
-    #[cfg(target_arch = "x86_64")]
-    fn max_bits_f32(&self) -> u32 {
-        (f64::from_bits(self.max_bits) as f32).to_bits()
-    }
-
     fn new(fmt: Format, opts: RoundOpts) -> Self {
         let Format::Float(f) = fmt else { unreachable!("fast_ok checked") };
         let big = f.max_value() * 4.0;
@@ -602,38 +596,44 @@ impl<const M: u8> Fast<M> {
     }
 }
 
-/// Rows of the stochastic register tile ([`Fast::tile_st_avx2`]): 2 rows x 8
-/// columns of f64 accumulators.
-const ST_ROWS: usize = 2;
+/// Rows of the register tile of f64 accumulators ([`Fast::tile_avx2`]): 2
+/// rows x 8 columns.
+pub(crate) const TILE_ROWS: usize = 2;
 /// The column each u32 random lane of the tile serves (the unpacks' order).
-const ST_LANES: [usize; 8] = [0, 1, 4, 5, 2, 3, 6, 7];
+const TILE_LANES: [usize; 8] = [0, 1, 4, 5, 2, 3, 6, 7];
 
 impl<const M: u8> Fast<M> {
-    /// Can the stochastic register tile round into this format? The unit of a
-    /// normal value sits `d = 52 - man >= 32` bits below the f64 leading bit, so
-    /// the 32-bit random word, shifted left by `d - 32`, lands right below it.
-    fn tile_st_ok(&self, rbits: u32) -> bool {
-        M == M_ST && rbits <= 32 && self.man <= 20
+    /// Can the register tile round into this format? Any mode but stochastic
+    /// (every [`Fast`] format); stochastic when the unit of a normal value sits
+    /// `d = 52 - man >= 32` bits below the f64 leading bit, so the 32-bit
+    /// random word, shifted left by `d - 32`, lands right below it.
+    fn tile_ok(&self, rbits: u32) -> bool {
+        M != M_ST || (rbits <= 32 && self.man <= 20)
     }
 
-    /// Stochastic depth steps on a register tile of `NR` rows x 8 columns:
-    /// `acc[r*ldc + l] = SR(acc[r*ldc + l] + ap[kk*ST_ROWS + r] * bp[kk*ldb + l])`
-    /// for kk in `0..kn`, the decision made as in [`Fast::step_st_avx2`] (the
-    /// complement of the random bits added just below the unit, then a
-    /// truncation). `v0[r]` is row r's random stream at the first step: lane l
-    /// holds `lo * GAMMA + (a0 ^ hi)` ([`Rng::word0`] before mixing) for the
-    /// index of element (r, l); each step's index is one more, so its state is
-    /// GAMMA more. Only sums in the format's normal range (or zero) round
-    /// here; if any other sum occurs (below the smallest normal, overflow,
-    /// inf/NaN) the tile returns `false` and leaves `acc` untouched.
+    /// Depth steps on a register tile of `NR` rows x 8 columns:
+    /// `acc[r*ldc + l] = round(acc[r*ldc + l] + ap[kk*TILE_ROWS + r] * bp[kk*ldb + l])`
+    /// for kk in `0..kn`. In the normal range the format's unit sits a fixed
+    /// `d` bits up the f64 pattern, and every mode is an integer add below the
+    /// unit (carrying into it) and a truncation: nearest-even adds half a unit
+    /// minus one plus the unit bit, nearest-away half a unit, up or down a unit
+    /// minus one for positive or negative values; odd truncates and sets the
+    /// unit bit of inexact values. Stochastic adds the complement of the random
+    /// bits just below the unit, as [`Fast::step_st_avx2`]: `v0[r]` is row r's
+    /// random stream at the first step, lane l holding `lo * GAMMA + (a0 ^ hi)`
+    /// ([`Rng::word0`] before mixing) for the index of element (r, l); each
+    /// step's index is one more, so its state is GAMMA more. Only sums in the
+    /// format's normal range (or zero) round here; if any other sum occurs
+    /// (below the smallest normal, beyond the largest value, inf/NaN) the tile
+    /// returns `false` and leaves `acc` untouched.
     ///
     /// # Safety
-    /// The CPU must support avx2 and fma; `tile_st_ok(rbits)`; `EXACT` only when
+    /// The CPU must support avx2 and fma; `tile_ok(rbits)`; `EXACT` only when
     /// every `acc + a*b` is exact in f64.
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2,fma")]
     #[allow(clippy::too_many_arguments)]
-    unsafe fn tile_st_avx2<const NR: usize, const EXACT: bool>(
+    unsafe fn tile_avx2<const NR: usize, const EXACT: bool>(
         &self,
         acc: &mut [f64],
         ldc: usize,
@@ -641,16 +641,16 @@ impl<const M: u8> Fast<M> {
         bp: &[f64],
         ldb: usize,
         kn: usize,
-        v0: &[[u32; 8]; ST_ROWS],
+        v0: &[[u32; 8]; TILE_ROWS],
         rbits: u32,
     ) -> bool {
         use std::arch::x86_64::*;
-        assert!(NR <= ST_ROWS && (1..=32).contains(&rbits) && self.man <= 20);
+        assert!(NR <= TILE_ROWS && self.tile_ok(rbits) && self.man <= 50);
         assert!(acc.len() >= (NR - 1) * ldc + 8);
         if kn == 0 {
             return true;
         }
-        assert!(ap.len() >= (kn - 1) * ST_ROWS + NR && bp.len() >= (kn - 1) * ldb + 8);
+        assert!(ap.len() >= (kn - 1) * TILE_ROWS + NR && bp.len() >= (kn - 1) * ldb + 8);
         let d = 52 - self.man;
         let lowb = ((self.emin + 1023) as u64) << 52;
         // SAFETY: every offset is inside the slices (asserted above); CPU features per the contract.
@@ -658,8 +658,12 @@ impl<const M: u8> Fast<M> {
             let absm = _mm256_set1_epi64x(!SIGN as i64);
             // Keeps the sign, the exponent and the bits down to the format's unit.
             let himask = _mm256_set1_epi64x(!((1u64 << d) - 1) as i64);
-            let topmask = _mm256_set1_epi32((u32::MAX << (32 - rbits)) as i32);
+            let topmask = _mm256_set1_epi32((u32::MAX << (32 - rbits.clamp(1, 32))) as i32);
             let (cnt_lo, cnt_hi) = (_mm_cvtsi32_si128(d as i32 - 32), _mm_cvtsi32_si128(64 - d as i32));
+            let cnt_d = _mm_cvtsi32_si128(d as i32);
+            let lowmask = _mm256_set1_epi64x(((1u64 << d) - 1) as i64);
+            let half = _mm256_set1_epi64x((1u64 << (d - 1)) as i64);
+            let unit = _mm256_set1_epi64x((1u64 << d) as i64);
             let gamma = _mm256_set1_epi32(crate::round::GAMMA as i32);
             // mag + (2^63 - 1), read as an f64: NaN for mag = 0 (ignored by the
             // maximum below), else -(mag - 1) in bits, above -(lowb - 1) exactly
@@ -675,20 +679,25 @@ impl<const M: u8> Fast<M> {
                 v[r] = _mm256_loadu_si256(v0[r].as_ptr() as *const __m256i);
             }
             let mut tiny = _mm256_set1_pd(f64::NEG_INFINITY);
-            let mut mx = _mm256_setzero_pd();
+            let mut big = _mm256_setzero_pd();
+            let maxv = _mm256_set1_pd(f64::from_bits(self.max_bits));
             let (mut pa, mut pb) = (ap.as_ptr(), bp.as_ptr());
             for _ in 0..kn {
                 let b = [_mm256_loadu_pd(pb), _mm256_loadu_pd(pb.add(4))];
                 for r in 0..NR {
                     let av = _mm256_broadcast_sd(&*pa.add(r));
-                    let w = mix32_v(v[r]);
-                    v[r] = _mm256_add_epi32(v[r], gamma);
-                    // (2^R - 1 - rand) = the top R bits of !w, moved to just below the
-                    // unit: 64-bit lanes of (nw << (d - 32)) built from two 32-bit
-                    // shifts. The unpacks give the lanes in the order of ST_LANES.
-                    let nw = _mm256_andnot_si256(w, topmask);
-                    let (lo, hi) = (_mm256_sll_epi32(nw, cnt_lo), _mm256_srl_epi32(nw, cnt_hi));
-                    let comp = [_mm256_unpacklo_epi32(lo, hi), _mm256_unpackhi_epi32(lo, hi)];
+                    let comp = if M == M_ST {
+                        let w = mix32_v(v[r]);
+                        v[r] = _mm256_add_epi32(v[r], gamma);
+                        // (2^R - 1 - rand) = the top R bits of !w, moved to just below the
+                        // unit: 64-bit lanes of (nw << (d - 32)) built from two 32-bit
+                        // shifts. The unpacks give the lanes in the order of TILE_LANES.
+                        let nw = _mm256_andnot_si256(w, topmask);
+                        let (lo, hi) = (_mm256_sll_epi32(nw, cnt_lo), _mm256_srl_epi32(nw, cnt_hi));
+                        [_mm256_unpacklo_epi32(lo, hi), _mm256_unpackhi_epi32(lo, hi)]
+                    } else {
+                        [zero; 2]
+                    };
                     for h in 0..2 {
                         let x = if EXACT {
                             _mm256_castpd_si256(_mm256_fmadd_pd(av, b[h], c[r][h]))
@@ -707,24 +716,34 @@ impl<const M: u8> Fast<M> {
                         };
                         // On the signed bit pattern: the add grows the magnitude and
                         // carries into the exponent; the mask truncates below the unit.
-                        c[r][h] = _mm256_castsi256_pd(_mm256_and_si256(_mm256_add_epi64(x, comp[h]), himask));
+                        let add = match M {
+                            M_ST => comp[h],
+                            M_NE => _mm256_add_epi64(_mm256_sub_epi64(half, one), _mm256_and_si256(_mm256_srl_epi64(x, cnt_d), one)),
+                            M_NA => half,
+                            M_UP => _mm256_andnot_si256(_mm256_cmpgt_epi64(zero, x), lowmask),
+                            M_DN => _mm256_and_si256(_mm256_cmpgt_epi64(zero, x), lowmask),
+                            _ => zero,
+                        };
+                        let t = _mm256_and_si256(_mm256_add_epi64(x, add), himask);
+                        let t = if M == M_ODD {
+                            // Inexact: the unit bit set (the odd neighbour toward zero or away).
+                            let exact = _mm256_cmpeq_epi64(_mm256_and_si256(x, lowmask), zero);
+                            _mm256_or_si256(t, _mm256_andnot_si256(exact, unit))
+                        } else {
+                            t
+                        };
+                        c[r][h] = _mm256_castsi256_pd(t);
                         let mag = _mm256_and_si256(x, absm);
                         tiny = _mm256_max_pd(_mm256_castsi256_pd(_mm256_add_epi64(mag, shift0)), tiny);
-                        // The rounded magnitude exceeds the largest value exactly when mag does.
-                        mx = _mm256_max_pd(mx, _mm256_castsi256_pd(mag));
+                        // Beyond the largest value (so may the rounded magnitude be), inf or
+                        // NaN: whose bit patterns the integer rounding does not respect.
+                        big = _mm256_or_pd(big, _mm256_cmp_pd::<_CMP_NLE_UQ>(_mm256_castsi256_pd(mag), maxv));
                     }
                 }
-                pa = pa.add(ST_ROWS);
+                pa = pa.add(TILE_ROWS);
                 pb = pb.add(ldb);
             }
-            // Overflow or inf shows in the running maximum; NaN stays NaN to the end.
-            let maxv = _mm256_set1_pd(f64::from_bits(self.max_bits));
-            let mut out = _mm256_or_pd(_mm256_cmp_pd::<_CMP_GT_OQ>(mx, maxv), _mm256_cmp_pd::<_CMP_GT_OQ>(tiny, _mm256_castsi256_pd(_mm256_set1_epi64x((SIGN + lowb - 1) as i64))));
-            for cr in c.iter() {
-                for &ch in cr {
-                    out = _mm256_or_pd(out, _mm256_cmp_pd::<_CMP_UNORD_Q>(ch, ch));
-                }
-            }
+            let out = _mm256_or_pd(big, _mm256_cmp_pd::<_CMP_GT_OQ>(tiny, _mm256_castsi256_pd(_mm256_set1_epi64x((SIGN + lowb - 1) as i64))));
             if _mm256_movemask_pd(out) != 0 {
                 return false;
             }
@@ -736,16 +755,16 @@ impl<const M: u8> Fast<M> {
         }
     }
 
-    /// [`Fast::tile_st_avx2`] for `nr` rows whose first elements are `e0s`
+    /// [`Fast::tile_avx2`] for `nr` rows whose first elements are `e0s`
     /// (element index e = row * n + col), from step `t0`: `false` when the tile
     /// is not available or did not run (the caller then takes the step path).
     #[allow(clippy::too_many_arguments)]
-    fn tile_st_run(&self, simd: bool, nr: usize, acc: &mut [f64], ldc: usize, ap: &[f64], bp: &[f64], ldb: usize, kn: usize, rng: &Rng, e0s: [u64; ST_ROWS], steps: u64, t0: u64, rbits: u32, exact: bool) -> bool {
-        if !simd || !self.tile_st_ok(rbits) || nr == 0 || nr > ST_ROWS {
+    fn tile_run(&self, simd: bool, nr: usize, acc: &mut [f64], ldc: usize, ap: &[f64], bp: &[f64], ldb: usize, kn: usize, rng: &Rng, e0s: [u64; TILE_ROWS], steps: u64, t0: u64, rbits: u32, exact: bool) -> bool {
+        if !simd || !self.tile_ok(rbits) || nr == 0 || nr > TILE_ROWS {
             return false;
         }
-        let mut v0 = [[0u32; 8]; ST_ROWS];
-        for r in 0..nr {
+        let mut v0 = [[0u32; 8]; TILE_ROWS];
+        for r in 0..if M == M_ST { nr } else { 0 } {
             // The tile's indices of row r run from e*steps + t0 to (e+7)*steps + t0 + kn - 1;
             // they must share their upper 32 bits (one hi word, no wrap of the low word).
             let idx = |e: u64, t: u64| e.checked_mul(steps).and_then(|x| x.checked_add(t));
@@ -754,7 +773,7 @@ impl<const M: u8> Fast<M> {
                 return false;
             }
             let key = rng.key.a0 ^ rng.hi_word(first);
-            for (x, &l) in v0[r].iter_mut().zip(ST_LANES.iter()) {
+            for (x, &l) in v0[r].iter_mut().zip(TILE_LANES.iter()) {
                 let lo = ((e0s[r] + l as u64) * steps + t0) as u32;
                 *x = lo.wrapping_mul(crate::round::GAMMA).wrapping_add(key);
             }
@@ -763,15 +782,15 @@ impl<const M: u8> Fast<M> {
         {
             macro_rules! go {
                 ($nr:expr, $ex:expr) => {
-                    // SAFETY: `simd` is only true when avx2 and fma were detected; tile_st_ok holds.
-                    unsafe { self.tile_st_avx2::<$nr, $ex>(acc, ldc, ap, bp, ldb, kn, &v0, rbits) }
+                    // SAFETY: `simd` is only true when avx2 and fma were detected; tile_ok holds.
+                    unsafe { self.tile_avx2::<$nr, $ex>(acc, ldc, ap, bp, ldb, kn, &v0, rbits) }
                 };
             }
             match (nr, exact) {
                 (1, true) => go!(1, true),
                 (1, false) => go!(1, false),
-                (_, true) => go!(ST_ROWS, true),
-                (_, false) => go!(ST_ROWS, false),
+                (_, true) => go!(TILE_ROWS, true),
+                (_, false) => go!(TILE_ROWS, false),
             }
         }
         #[cfg(not(target_arch = "x86_64"))]
@@ -784,11 +803,11 @@ impl<const M: u8> Fast<M> {
 
 impl<const M: u8> Round for Fast<M> {
     const STOCHASTIC: bool = M == M_ST;
-    fn has_tile_st(&self, simd: bool, rbits: u32) -> bool {
-        simd && self.tile_st_ok(rbits)
+    fn has_tile(&self, simd: bool, rbits: u32) -> bool {
+        simd && self.tile_ok(rbits)
     }
-    fn tile_st(&self, simd: bool, nr: usize, acc: &mut [f64], ldc: usize, ap: &[f64], bp: &[f64], ldb: usize, kn: usize, rng: &Rng, e0s: [u64; ST_ROWS], steps: u64, t0: u64, rbits: u32, exact: bool) -> bool {
-        self.tile_st_run(simd, nr, acc, ldc, ap, bp, ldb, kn, rng, e0s, steps, t0, rbits, exact)
+    fn tile(&self, simd: bool, nr: usize, acc: &mut [f64], ldc: usize, ap: &[f64], bp: &[f64], ldb: usize, kn: usize, rng: &Rng, e0s: [u64; TILE_ROWS], steps: u64, t0: u64, rbits: u32, exact: bool) -> bool {
+        self.tile_run(simd, nr, acc, ldc, ap, bp, ldb, kn, rng, e0s, steps, t0, rbits, exact)
     }
     fn step_st(&self, simd: bool, row: &mut [f64], bp: &[f64], av: f64, rng: &Rng, base: u64, stride: u64, rbits: u32, exact: bool) -> bool {
         #[cfg(target_arch = "x86_64")]
@@ -935,10 +954,27 @@ impl Dyn {
     }
 
     /// The stochastic rounder, when this is a [`Fast`] format in stochastic mode.
-    fn stochastic(&self) -> Option<Fast<M_ST>> {
-        match self {
-            Dyn::Fast(f, M_ST) => Some(Fast::<M_ST> { man: f.man, emin: f.emin, max_bits: f.max_bits, ovf: f.ovf, rbits: f.rbits, fmt: f.fmt, opts: f.opts }),
-            _ => None,
+    /// `tot[l] = round(tot[l] + row[l])` for 8 lanes through the register tile
+    /// ([`Fast::tile_run`], one step with a = 1; random stream of element `e0 + l`
+    /// at step `t0`); `false` when it did not run.
+    #[allow(clippy::too_many_arguments)]
+    fn tile_add8(&self, simd: bool, tot: &mut [f64], row: &[f64], rng: &Rng, e0: u64, steps: u64, t0: u64, rbits: u32) -> bool {
+        let Dyn::Fast(f, m) = self else { return false };
+        let e0s = std::array::from_fn(|r| if r == 0 { e0 } else { 0 });
+        macro_rules! via {
+            ($c:expr) => {
+                Fast::<$c> { man: f.man, emin: f.emin, max_bits: f.max_bits, ovf: f.ovf, rbits: f.rbits, fmt: f.fmt, opts: f.opts }
+                    .tile_run(simd, 1, tot, 8, &[1.0], row, 8, 1, rng, e0s, steps, t0, rbits, false)
+            };
+        }
+        match *m {
+            M_NE => via!(M_NE),
+            M_NA => via!(M_NA),
+            M_TZ => via!(M_TZ),
+            M_UP => via!(M_UP),
+            M_DN => via!(M_DN),
+            M_ODD => via!(M_ODD),
+            _ => via!(M_ST),
         }
     }
 
@@ -1174,10 +1210,6 @@ fn run(a: &Operand, b: &Operand, c: OutMat<f64>, spec: &AccumSpec) -> Result<()>
     if let Some((kind, bf)) = kind16(&fmt, &opts, a, b) {
         return drive16(kind, bf, a, b, c, spec, outer.as_ref());
     }
-    #[cfg(target_arch = "x86_64")]
-    if opts.mode == Mode::NearestEven && super::simd() && lanes32_ok(&fmt, a, b) {
-        return drive32(&Fast::<M_NE>::new(fmt, opts), a, b, c, spec, outer.as_ref());
-    }
     match mode_code(opts.mode) {
         M_NE => go!(M_NE),
         M_NA => go!(M_NA),
@@ -1187,160 +1219,6 @@ fn run(a: &Operand, b: &Operand, c: OutMat<f64>, spec: &AccumSpec) -> Result<()>
         M_ODD => go!(M_ODD),
         _ => go!(M_ST),
     }
-}
-
-/// Can nearest-even accumulation into `fmt` run on 8 f32 lanes? Every product
-/// must be exact in f32, the format must have at most 22 bits of precision (so
-/// round-to-odd at 24 bits is innocuous) and an exponent range such that the
-/// rounding constant 1.5 * 2^23 * unit is a normal f32.
-#[cfg(target_arch = "x86_64")]
-fn lanes32_ok(fmt: &Format, a: &Operand, b: &Operand) -> bool {
-    let (Some(fa), Some(fb)) = (a.format(), b.format()) else { return false };
-    let (pa, la, ha) = profile(&fa);
-    let (pb, lb, hb) = profile(&fb);
-    let products = pa + pb <= 24 && la + lb >= -149 && ha + hb <= 127;
-    match fmt {
-        Format::Float(f) => {
-            let m = f.man_bits as i32;
-            // Largest binade a sum can reach (overflowed sums included): below 2^top.
-            let top = (ha + hb).max(f.emax() + 1) + 1;
-            products && fast_ok(fmt) && m <= 21 && top - m + 23 <= 126 && f.emin() - m + 23 >= -125 && f.emin() > -126
-        }
-        _ => false,
-    }
-}
-
-/// Nearest-even depth step on 8 f32 lanes (TwoSum, round to odd at 24 bits,
-/// then the add-and-subtract rounding constant), lanes that meet inf/NaN are
-/// redone exactly in f64.
-///
-/// # Safety
-/// The CPU must support avx2; `lanes32_ok` must hold for the format and inputs.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-unsafe fn step32_ne_avx2(f: &Fast<M_NE>, row: &mut [f32], bp: &[f32], av: f32) {
-    use std::arch::x86_64::*;
-    let n = row.len();
-    let bp = &bp[..n];
-    let sign = _mm256_set1_epi32(i32::MIN);
-    let one = _mm256_set1_epi32(1);
-    let zero = _mm256_setzero_si256();
-    let inf = _mm256_set1_epi32(0x7f80_0000);
-    let emin = _mm256_set1_epi32(f.emin);
-    let cexp = _mm256_set1_epi32(23 + 127 - f.man as i32);
-    let c127 = _mm256_set1_epi32(127);
-    let half_bit = _mm256_set1_epi32(1 << 22);
-    let maxb = _mm256_set1_epi32((f.max_bits_f32()) as i32);
-    let ovp = _mm256_castps_si256(_mm256_set1_ps(f.ovf[0] as f32));
-    let ovn = _mm256_castps_si256(_mm256_set1_ps(f.ovf[1] as f32));
-    let avv = _mm256_set1_ps(av);
-    let mut j = 0;
-    // SAFETY: j + 8 <= n for every vector access.
-    unsafe {
-        while j + 8 <= n {
-            let a = _mm256_loadu_ps(row.as_ptr().add(j));
-            let p = _mm256_mul_ps(avv, _mm256_loadu_ps(bp.as_ptr().add(j))); // exact (lanes32_ok)
-            let s = _mm256_add_ps(a, p);
-            let bb = _mm256_sub_ps(s, a);
-            let e = _mm256_add_ps(_mm256_sub_ps(a, _mm256_sub_ps(s, bb)), _mm256_sub_ps(p, bb));
-            let sb = _mm256_castps_si256(s);
-            let eb = _mm256_castps_si256(e);
-            // Round to odd at 24 bits: +-1 on the bits toward s + e where e != 0 and s is even.
-            let enz = _mm256_castps_si256(_mm256_cmp_ps::<_CMP_NEQ_UQ>(e, _mm256_setzero_ps()));
-            let even = _mm256_cmpeq_epi32(_mm256_and_si256(sb, one), zero);
-            let fix = _mm256_and_si256(enz, even);
-            let diff = _mm256_cmpgt_epi32(zero, _mm256_xor_si256(sb, eb));
-            let x = _mm256_add_epi32(sb, _mm256_and_si256(_mm256_or_si256(diff, one), fix));
-            // C = 1.5 * 2^23 * q, q the unit at max(exponent of x, emin): C/q is even,
-            // so (x + C) - C is x rounded to a multiple of q, ties to even.
-            let mag = _mm256_andnot_si256(sign, x);
-            let ex = _mm256_sub_epi32(_mm256_srli_epi32::<23>(mag), c127);
-            let ee = _mm256_max_epi32(ex, emin);
-            let cc = _mm256_castsi256_ps(_mm256_or_si256(_mm256_slli_epi32::<23>(_mm256_add_epi32(ee, cexp)), half_bit));
-            let r = _mm256_castps_si256(_mm256_sub_ps(_mm256_add_ps(_mm256_castsi256_ps(x), cc), cc));
-            let ovf = _mm256_cmpgt_epi32(_mm256_andnot_si256(sign, r), maxb);
-            let neg = _mm256_cmpgt_epi32(zero, x);
-            let v = _mm256_blendv_epi8(r, _mm256_blendv_epi8(ovp, ovn, neg), ovf);
-            _mm256_storeu_ps(row.as_mut_ptr().add(j), _mm256_castsi256_ps(v));
-            let notfin = _mm256_cmpeq_epi32(_mm256_and_si256(sb, inf), inf);
-            let bm = _mm256_movemask_ps(_mm256_castsi256_ps(notfin));
-            if bm != 0 {
-                let mut olds = [0f32; 8];
-                _mm256_storeu_ps(olds.as_mut_ptr(), a);
-                for (l, &o) in olds.iter().enumerate() {
-                    if bm & (1 << l) != 0 {
-                        row[j + l] = f.add(o as f64, av as f64 * bp[j + l] as f64, 0) as f32;
-                    }
-                }
-            }
-            j += 8;
-        }
-    }
-    while j < n {
-        row[j] = f.add(row[j] as f64, av as f64 * bp[j] as f64, 0) as f32;
-        j += 1;
-    }
-}
-
-/// [`drive`] on f32 accumulators for nearest-even (see [`lanes32_ok`]); the
-/// values, and so the results, are exactly those of the f64 path.
-#[cfg(target_arch = "x86_64")]
-fn drive32(r: &Fast<M_NE>, a: &Operand, b: &Operand, c: OutMat<f64>, spec: &AccumSpec, outer: Option<&Dyn>) -> Result<()> {
-    let (m, n, k) = (a.rows, b.cols, a.cols);
-    if m == 0 || n == 0 {
-        return Ok(());
-    }
-    let chunk = spec.chunk.map(|(cs, _)| cs).unwrap_or(usize::MAX);
-    let rblocks = m.div_ceil(RB);
-    let cblocks = n.div_ceil(JB);
-    let task = |t: usize| {
-        let (ib, jbk) = (t / cblocks, t % cblocks);
-        let (i0, j0) = (ib * RB, jbk * JB);
-        let rb = RB.min(m - i0);
-        let jb = JB.min(n - j0);
-        let mut acc = vec![0f32; rb * jb];
-        let mut tot = vec![0f64; if outer.is_some() { rb * jb } else { 0 }];
-        let mut panel = vec![0f32; KB.min(k.max(1)) * jb];
-        for kb in (0..k).step_by(KB) {
-            let kn = KB.min(k - kb);
-            let base = kb as isize * b.rs + j0 as isize * b.cs;
-            // SAFETY: rows kb..kb+kn and columns j0..j0+jb are inside b.
-            unsafe { super::kernels::pack_real::<f32>(b, base, b.cs, b.rs, jb, jb, kn, &mut panel) };
-            for i in 0..rb {
-                let row = &mut acc[i * jb..(i + 1) * jb];
-                for kk in 0..kn {
-                    let kidx = kb + kk;
-                    // SAFETY: (i0+i, kidx) is inside a; the value is exactly an f32.
-                    let av = unsafe { a.get_f64(i0 + i, kidx) } as f32;
-                    // SAFETY: only called when avx2 was detected and lanes32_ok holds.
-                    unsafe { step32_ne_avx2(r, row, &panel[kk * jb..(kk + 1) * jb], av) };
-                    if let Some(o) = outer {
-                        if (kidx + 1) % chunk == 0 || kidx + 1 == k {
-                            let trow = &mut tot[i * jb..(i + 1) * jb];
-                            for j in 0..jb {
-                                trow[j] = o.add(trow[j], row[j] as f64, 0);
-                                row[j] = 0.0;
-                            }
-                        }
-                    }
-                }
-            }
-        }
-        for i in 0..rb {
-            for j in 0..jb {
-                let v = if outer.is_some() { tot[i * jb + j] } else { acc[i * jb + j] as f64 };
-                // SAFETY: (i0+i, j0+j) is inside c and only this task writes it.
-                unsafe { *c.at(i0 + i, j0 + j) = v };
-            }
-        }
-    };
-    let ntasks = rblocks * cblocks;
-    if parallel::num_threads() > 1 && ntasks > 1 {
-        parallel::pool().install(|| (0..ntasks).into_par_iter().for_each(task));
-    } else {
-        (0..ntasks).for_each(task);
-    }
-    Ok(())
 }
 
 /// The fp8 formats whose products feed [`Kind16::Fma`]: for every pair of
@@ -1742,7 +1620,7 @@ fn drive<R: Round>(r: &R, a: &Operand, b: &Operand, c: OutMat<f64>, spec: &Accum
     let nchunks = if outer.is_some() { k.div_ceil(chunk) } else { 0 };
     let steps = (k + nchunks) as u64;
     let simd = super::simd();
-    let tiled = stochastic && R::STOCHASTIC && r.has_tile_st(simd, rbits);
+    let tiled = r.has_tile(simd, rbits);
     let (prec_a, prec_b) = (a.format().map_or(53, |f| profile(&f).0), b.format().map_or(53, |f| profile(&f).0));
     let fbounds = {
         let (_, lo, hi) = profile(&spec.fmt);
@@ -1763,7 +1641,7 @@ fn drive<R: Round>(r: &R, a: &Operand, b: &Operand, c: OutMat<f64>, spec: &Accum
         let mut rands = vec![0u64; jb];
         let mut old = vec![0f64; jb];
         let mut bad = vec![0u8; jb];
-        let mut apk = vec![0f64; if tiled { KB.min(k.max(1)) * ST_ROWS } else { 0 }];
+        let mut apk = vec![0f64; if tiled { KB.min(k.max(1)) * TILE_ROWS } else { 0 }];
         // Chunk totals of row i (of this task) after step kidx, when a chunk ends there.
         let flush = |acc: &mut [f64], tot: &mut [f64], i: usize, kidx: usize| {
             let Some(o) = outer else { return };
@@ -1773,18 +1651,10 @@ fn drive<R: Round>(r: &R, a: &Operand, b: &Operand, c: OutMat<f64>, spec: &Accum
             let ridx = kidx / chunk;
             let e0 = ((i0 + i) * n + j0) as u64;
             let (row, trow) = (&mut acc[i * jb..(i + 1) * jb], &mut tot[i * jb..(i + 1) * jb]);
-            // Stochastic totals: 8 columns at a time through the register tile (one step, a = 1).
+            // 8 columns at a time through the register tile (one step, a = 1).
             let mut j = 0;
-            if stochastic {
-                if let Some(f) = o.stochastic() {
-                    while j + 8 <= jb {
-                        let e0s = std::array::from_fn(|r| if r == 0 { e0 + j as u64 } else { 0 });
-                        if !f.tile_st_run(simd, 1, &mut trow[j..], 8, &[1.0], &row[j..], 8, 1, &rng2, e0s, steps, (k + ridx) as u64, rbits, false) {
-                            break;
-                        }
-                        j += 8;
-                    }
-                }
+            while j + 8 <= jb && o.tile_add8(simd, &mut trow[j..], &row[j..], &rng2, e0 + j as u64, steps, (k + ridx) as u64, rbits) {
+                j += 8;
             }
             for j in j..jb {
                 let rd = if stochastic { rng2.bits((e0 + j as u64).wrapping_mul(steps).wrapping_add((k + ridx) as u64), rbits) } else { 0 };
@@ -1802,33 +1672,35 @@ fn drive<R: Round>(r: &R, a: &Operand, b: &Operand, c: OutMat<f64>, spec: &Accum
                 // Sums exact in f64 for this block's values (see `block_exact`)?
                 let pbounds = exp_bounds64(&panel[..kn * jb], prec_b);
                 // Stochastic register tiles: row pairs, 8 columns, the steps up to the next chunk end.
-                for i in (0..rb).step_by(ST_ROWS) {
-                    let nr = ST_ROWS.min(rb - i);
+                for i in (0..rb).step_by(TILE_ROWS) {
+                    let nr = TILE_ROWS.min(rb - i);
                     for kk in 0..kn {
                         for r in 0..nr {
                             // SAFETY: (i0+i+r, kb+kk) is inside a.
-                            apk[kk * ST_ROWS + r] = unsafe { a.get_f64(i0 + i + r, kb + kk) };
+                            apk[kk * TILE_ROWS + r] = unsafe { a.get_f64(i0 + i + r, kb + kk) };
                         }
                     }
-                    let abounds = exp_bounds64((0..kn).flat_map(|kk| &apk[kk * ST_ROWS..kk * ST_ROWS + nr]), prec_a);
+                    let abounds = exp_bounds64((0..kn).flat_map(|kk| &apk[kk * TILE_ROWS..kk * TILE_ROWS + nr]), prec_a);
                     let exact = sum_exact || block_exact(fbounds, abounds, pbounds);
                     let mut kk0 = 0;
                     while kk0 < kn {
                         let kidx0 = kb + kk0;
                         let seg = if outer.is_some() { (chunk - kidx0 % chunk).min(kn - kk0) } else { kn - kk0 };
-                        let (ap, bp) = (&apk[kk0 * ST_ROWS..], &panel[kk0 * jb..]);
+                        let (ap, bp) = (&apk[kk0 * TILE_ROWS..], &panel[kk0 * jb..]);
                         let mut j = 0;
                         while j < jb {
                             let w = if j + 8 <= jb { 8 } else { jb - j };
-                            let e0s: [u64; ST_ROWS] = std::array::from_fn(|r| ((i0 + i + r) * n + j0 + j) as u64);
-                            if w < 8 || !r.tile_st(simd, nr, &mut acc[i * jb + j..], jb, ap, &bp[j..], jb, seg, &rng, e0s, steps, kidx0 as u64, rbits, exact) {
+                            let e0s: [u64; TILE_ROWS] = std::array::from_fn(|r| ((i0 + i + r) * n + j0 + j) as u64);
+                            if w < 8 || !r.tile(simd, nr, &mut acc[i * jb + j..], jb, ap, &bp[j..], jb, seg, &rng, e0s, steps, kidx0 as u64, rbits, exact) {
                                 for rr in 0..nr {
                                     let row = &mut acc[(i + rr) * jb + j..(i + rr) * jb + j + w];
                                     for kk in 0..seg {
                                         let base = e0s[rr].wrapping_mul(steps).wrapping_add((kidx0 + kk) as u64);
                                         let bpk = &bp[kk * jb + j..kk * jb + j + w];
-                                        let av = ap[kk * ST_ROWS + rr];
-                                        if !r.step_st(simd, row, bpk, av, &rng, base, steps, rbits, sum_exact) {
+                                        let av = ap[kk * TILE_ROWS + rr];
+                                        if !stochastic {
+                                            r.step(simd, row, bpk, av, &rands, &mut old, &mut bad);
+                                        } else if !r.step_st(simd, row, bpk, av, &rng, base, steps, rbits, sum_exact) {
                                             fill_rands(simd, &rng, base, steps, rbits, &mut rands[..w]);
                                             r.step(simd, row, bpk, av, &rands, &mut old, &mut bad);
                                         }
@@ -1951,31 +1823,45 @@ pub(crate) mod testing {
     /// element by element through `Fast::add` with `Rng::bits`: element (r, l)
     /// has index `(e0s[r] + l) * steps + t0 + kk` at step kk.
     #[allow(clippy::too_many_arguments, clippy::type_complexity)]
-    pub fn st_tile_both(fmt: Format, rbits: u32, nr: usize, acc: &[f64], ap: &[f64], bp: &[f64], kn: usize, e0s: [u64; ST_ROWS], steps: u64, t0: u64, exact: bool) -> Option<(Vec<f64>, Vec<f64>)> {
-        let mut opts = RoundOpts::new(Mode::Stochastic);
+    pub fn tile_both(fmt: Format, mode: Mode, rbits: u32, nr: usize, acc: &[f64], ap: &[f64], bp: &[f64], kn: usize, e0s: [u64; TILE_ROWS], steps: u64, t0: u64, exact: bool) -> Option<(Vec<f64>, Vec<f64>)> {
+        let mut opts = RoundOpts::new(mode);
         opts.rbits = rbits;
         opts.key = crate::round::SeedKey::from_seed(7);
-        let f = Fast::<M_ST>::new(fmt, opts);
         let rng = Rng::new(opts.key);
-        let mut got = acc.to_vec();
         let simd = crate::convert::detected_isa() >= crate::convert::Isa::Avx2;
-        if !f.tile_st_run(simd, nr, &mut got, 8, ap, bp, 8, kn, &rng, e0s, steps, t0, rbits, exact) {
-            return None;
-        }
-        let mut want = acc.to_vec();
-        for r in 0..nr {
-            for l in 0..8 {
-                for kk in 0..kn {
-                    let idx = (e0s[r] + l as u64) * steps + t0 + kk as u64;
-                    want[r * 8 + l] = f.add(want[r * 8 + l], ap[kk * ST_ROWS + r] * bp[kk * 8 + l], rng.bits(idx, rbits));
+        macro_rules! go {
+            ($m:expr) => {{
+                let f = Fast::<$m>::new(fmt, opts);
+                let mut got = acc.to_vec();
+                if !f.tile_run(simd, nr, &mut got, 8, ap, bp, 8, kn, &rng, e0s, steps, t0, rbits, exact) {
+                    return None;
                 }
-            }
+                let mut want = acc.to_vec();
+                for r in 0..nr {
+                    for l in 0..8 {
+                        for kk in 0..kn {
+                            let idx = (e0s[r] + l as u64) * steps + t0 + kk as u64;
+                            let rd = if $m == M_ST { rng.bits(idx, rbits) } else { 0 };
+                            want[r * 8 + l] = f.add(want[r * 8 + l], ap[kk * TILE_ROWS + r] * bp[kk * 8 + l], rd);
+                        }
+                    }
+                }
+                Some((got, want))
+            }};
         }
-        Some((got, want))
+        match mode_code(mode) {
+            M_NE => go!(M_NE),
+            M_NA => go!(M_NA),
+            M_TZ => go!(M_TZ),
+            M_UP => go!(M_UP),
+            M_DN => go!(M_DN),
+            M_ODD => go!(M_ODD),
+            _ => go!(M_ST),
+        }
     }
 
-    /// Rows of the stochastic register tile.
-    pub const TILE_ROWS: usize = ST_ROWS;
+    /// Rows of the register tile.
+    pub(crate) use super::TILE_ROWS;
 
     /// The emulated matmul through the f64 lanes only (no f32 tile kernels).
     pub fn matmul_f64_lanes(a: &Operand, b: &Operand, c: OutMat<f64>, spec: &AccumSpec) -> Result<()> {
