@@ -166,6 +166,7 @@ pub(super) unsafe fn pack_real<T: Real>(op: &Operand, base: isize, sl: isize, sk
             // bf16 is the upper half of an f32.
             Dec::Bf16 => pack_lines(|o| T::from_f32(f32::from_bits((*(p as *const u16).offset(o) as u32) << 16)), base, sl, sk, nv, w, kc, dst),
             Dec::F16 => pack_lines(|o| T::from_f32(super::f16_to_f32(*(p as *const u16).offset(o))), base, sl, sk, nv, w, kc, dst),
+            &Dec::Posit16(es) => pack_lines(|o| T::from_f32(super::posit16_to_f32(*(p as *const u16).offset(o), es)), base, sl, sk, nv, w, kc, dst),
             Dec::Lut8(t) => {
                 let t = t.as_ptr();
                 pack_lines(|o| T::from_f32(*t.add(*p.offset(o) as usize)), base, sl, sk, nv, w, kc, dst)

@@ -60,6 +60,8 @@ pub(crate) enum Dec {
     Bf16,
     /// IEEE half codes, converted arithmetically (vectorizes; no 256 KiB table).
     F16,
+    /// posit<16, es> codes with es <= 3, decoded arithmetically (as F16).
+    Posit16(u32),
     /// 8- or 16-bit codes through a table of every code's f32 value.
     Lut8(Arc<Vec<f32>>),
     Lut16(Arc<Vec<f32>>),
@@ -135,6 +137,8 @@ impl Operand {
                     Dec::Bf16
                 } else if f == Format::Float(named::FLOAT16) {
                     Dec::F16
+                } else if let Format::Posit(p @ crate::format::PositFormat { nbits: 16, es: 0..=3 }) = f {
+                    Dec::Posit16(p.es)
                 } else if f.fits_f32() && storage == Storage::U8 {
                     Dec::Lut8(table(&f))
                 } else if f.fits_f32() && storage == Storage::U16 {
@@ -202,6 +206,7 @@ pub(crate) unsafe fn dec_f64(d: &Dec, p: *const u8, off: isize) -> f64 {
             // bf16 is the upper half of an f32.
             Dec::Bf16 => f32::from_bits((*(p as *const u16).offset(off) as u32) << 16) as f64,
             Dec::F16 => f16_to_f32(*(p as *const u16).offset(off)) as f64,
+            Dec::Posit16(es) => posit16_to_f32(*(p as *const u16).offset(off), *es) as f64,
             Dec::Lut8(t) => *t.get_unchecked(*p.offset(off) as usize) as f64,
             Dec::Lut16(t) => *t.get_unchecked(*(p as *const u16).offset(off) as usize) as f64,
             Dec::Fmt(f, s) => f.decode(match s {
@@ -225,6 +230,39 @@ pub(crate) fn f16_to_f32(h: u16) -> f32 {
     // inf / NaN: all-ones f32 exponent, mantissa (payload) kept.
     let bits = if em >= 0x7c00 { (em << 13) | 0x7f80_0000 } else { v };
     f32::from_bits(bits | sign)
+}
+
+/// posit<16, es> (es <= 3) to f32, exactly, without branches or tables (so
+/// that decode loops vectorize). The code's magnitude (two's complement of
+/// negative codes) after the sign bit is a regime run of m equal bits, its
+/// terminating bit, es exponent bits and the fraction (bits cut off are 0);
+/// the value is 2^(k * 2^es + e) * 1.fraction with k = m - 1 for a run of
+/// ones and -m for a run of zeros.
+#[inline(always)]
+pub(crate) fn posit16_to_f32(c: u16, es: u32) -> f32 {
+    let c = c as u32;
+    let neg = c >> 15;
+    let x = (c ^ 0u32.wrapping_sub(neg)).wrapping_add(neg) & 0xffff;
+    let body = x & 0x7fff;
+    let first = body >> 14;
+    // A run of ones is a run of zeros of the complement; its length is 15 minus
+    // the bit length of what follows, read off an exact f32 conversion (< 2^15).
+    let z = (body ^ 0u32.wrapping_sub(first)) & 0x7fff;
+    let bl = ((z as f32).to_bits() >> 23).saturating_sub(126);
+    let m = 15 - bl;
+    let k = if first == 1 { m as i32 - 1 } else { -(m as i32) };
+    let rest = (body << (m + 1)) & 0x7fff;
+    let e = rest >> (15 - es);
+    let frac = rest & ((1 << (15 - es)) - 1);
+    let scale = (k << es) + e as i32;
+    let v = f32::from_bits((((scale + 127) as u32) << 23) | (frac << (8 + es)) | (neg << 31));
+    // Zero and NaR (the codes whose body is all zeros).
+    let v = if body == 0 { 0.0 } else { v };
+    if c == 0x8000 {
+        f32::NAN
+    } else {
+        v
+    }
 }
 
 /// A strided output matrix.

@@ -628,3 +628,18 @@ fn register_tile_matches_scalar() {
         assert!(ran > 300 && declined > 20 && exact_runs > 30, "ran {ran}, declined {declined}, exact {exact_runs}");
     }
 }
+
+/// The arithmetic posit16 decoder equals `Format::decode` for every code of
+/// posit<16, es>, es = 0..=3 (NaR as NaN).
+#[test]
+fn posit16_decoder_every_code() {
+    for es in 0..=3 {
+        let f = crate::format::PositFormat::new(16, es).unwrap();
+        for c in 0..=u16::MAX {
+            let got = super::posit16_to_f32(c, es);
+            let want = f.decode(c as u64);
+            assert!(got as f64 == want || (got.is_nan() && want.is_nan()), "es {es} code {c:#06x}: {got:e} vs {want:e}");
+            assert!(got.to_bits() != 0x8000_0000, "es {es} code {c:#06x}: negative zero");
+        }
+    }
+}
