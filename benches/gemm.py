@@ -54,6 +54,23 @@ def best(f, reps: int) -> float:
     return min(ts)
 
 
+def best_pair(f, g, reps: int, rounds: int = 4) -> tuple[float, float]:
+    """Best times of ``f`` and ``g`` measured in alternating blocks (``rounds`` blocks
+    each, the ``reps`` calls split among them), so that both are timed over the same
+    stretch of time on this shared machine; each block starts settled."""
+    per = max(1, -(-reps // rounds))
+    tf, tg = [], []
+    for _ in range(rounds):
+        for fn, ts in ((f, tf), (g, tg)):
+            settle()
+            fn()
+            for _ in range(per):
+                t0 = time.perf_counter()
+                fn()
+                ts.append(time.perf_counter() - t0)
+    return min(tf), min(tg)
+
+
 FORMATS = [
     ("float32", np.float32),
     ("float16", np.float16),
@@ -80,10 +97,9 @@ def throughput(sizes, quick: bool) -> None:
             for name, dt in FORMATS:
                 x = x32.astype(dt)
                 y = y32.astype(dt)
-                # sgemm is timed next to each format, so that each ratio compares
-                # measurements taken moments apart on this (shared) machine.
-                t_sgemm = best(lambda: x32 @ y32, reps)
-                t_lowp = best(lambda: lowp.matmul(x, y), reps)
+                # sgemm and lowp are timed in alternating blocks, so that each ratio
+                # compares measurements taken over the same stretch of time.
+                t_sgemm, t_lowp = best_pair(lambda: x32 @ y32, lambda: lowp.matmul(x, y), reps)
                 if dt is np.float32:
                     up = "-"
                 else:
@@ -108,8 +124,7 @@ def int8(sizes) -> None:
         x = g.standard_normal((n, n)).astype(np.float32)
         for t in (1, 2):
             set_threads(t)
-            ts = best(lambda: x @ x, reps)
-            ti = best(lambda: lowp.matmul(a, b), reps)
+            ts, ti = best_pair(lambda: x @ x, lambda: lowp.matmul(a, b), reps)
             op = 2.0 * n**3
             print(f"{n:5d} {t:3d} {op / ti / 1e9:10.1f} {op / ts / 1e9:7.1f} {ts / ti:6.2f}", flush=True)
 
@@ -124,9 +139,10 @@ def emulated(sizes) -> None:
             b = g.standard_normal((n, n)).astype(np.float32).astype(dt)
             for t in (1, 2):
                 set_threads(t)
-                tf = best(lambda: lowp.matmul(a, b), 3)
                 for mode, chunk in (("nearest_even", None), ("nearest_even", 64), ("stochastic", None)):
-                    te = best(lambda: lowp.matmul(a, b, accumulate="float16", chunk=chunk, rounding=mode, seed=1), 3)
+                    tf, te = best_pair(lambda: lowp.matmul(a, b),
+                                       lambda: lowp.matmul(a, b, accumulate="float16", chunk=chunk, rounding=mode, seed=1),
+                                       4, rounds=2)
                     op = 2.0 * n**3
                     print(f"{n:5d} {t:3d} {name:>8} {mode:>12} {str(chunk):>5} {op / te / 1e9:8.2f} {op / tf / 1e9:8.1f} "
                           f"{tf / te:6.3f}", flush=True)
