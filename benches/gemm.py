@@ -5,7 +5,8 @@ Prints, for n x n x n products:
     against numpy float32 matmul (OpenBLAS sgemm), numpy's upcast-then-sgemm on
     ml_dtypes arrays (a.astype(f32) @ b.astype(f32)), and ml_dtypes' own np.dot;
   * int8 x int8 -> int32 GOP/s against numpy sgemm;
-  * emulated accumulation (fp16 accumulator, every add rounded) against lowp's f32 path;
+  * emulated accumulation (fp16 accumulator, every add rounded) against lowp's f32 path,
+    and a table of accumulator formats x rounding modes;
   * peak memory of a 2048^3 bfloat16 matmul (inputs + output + extra);
   * the leading-dimension experiment: an unpacked kernel and lowp.matmul at ld 1024 vs 1040.
 
@@ -148,6 +149,26 @@ def emulated(sizes) -> None:
                           f"{tf / te:6.3f}", flush=True)
 
 
+def emulated_formats(n: int) -> None:
+    """Every add rounded into several accumulator formats and modes (1 thread)."""
+    g = np.random.default_rng(4)
+    accs = ("float16", "bfloat16", "float8_e5m2", lowp.FloatFormat(6, 9), "float32")
+    modes = ("nearest_even", "toward_zero", "stochastic")
+    print(f"\n== emulated accumulation, n = {n}, 1 thread: ratio to lowp's own f32 path (its GFLOP/s in brackets)")
+    print(f"{'inputs':>8} {'accumulator':>18} " + " ".join(f"{m:>13}" for m in modes))
+    set_threads(1)
+    for name, dt in (("bfloat16", ml_dtypes.bfloat16), ("e4m3fn", ml_dtypes.float8_e4m3fn)):
+        a = g.standard_normal((n, n)).astype(np.float32).astype(dt)
+        b = g.standard_normal((n, n)).astype(np.float32).astype(dt)
+        for acc in accs:
+            cells = []
+            for mode in modes:
+                tf, te = best_pair(lambda: lowp.matmul(a, b),
+                                   lambda: lowp.matmul(a, b, accumulate=acc, rounding=mode, seed=1), 2, rounds=2)
+                cells.append(f"{tf / te:6.3f} ({2.0 * n**3 / te / 1e9:4.1f})")
+            print(f"{name:>8} {str(acc):>18} " + " ".join(f"{c:>13}" for c in cells), flush=True)
+
+
 PEAK_SCRIPT = r"""
 import resource, sys
 import numpy as np, ml_dtypes, lowp
@@ -222,6 +243,7 @@ def main() -> None:
         throughput(sizes, args.quick)
         int8(sizes)
         emulated([256] if args.quick else [256, 512])
+        emulated_formats(256 if args.quick else 512)
         peak_memory(2048)
         leading_dimension(args.quick)
     finally:

@@ -118,10 +118,14 @@ def test_bit_exact_vs_fractions(acc, mode, chunk):
 
 
 @pytest.mark.parametrize("mode", DETERMINISTIC + ["stochastic"])
-@pytest.mark.parametrize("acc", ["fp16", "e5m2", "float32"])
-def test_simd_and_scalar_paths_agree(acc, mode):
-    a, b = data(9, 300, 37, ml_dtypes.bfloat16, 21, scale=30.0)
-    kw = dict(accumulate=acc, rounding=mode, seed=77)
+@pytest.mark.parametrize("acc", ["fp16", "bf16", "e5m2", "float32"])
+@pytest.mark.parametrize("chunk", [None, 7])
+def test_simd_and_scalar_paths_agree(acc, mode, chunk, threads):
+    # Register tiles (f32 for fp16/bf16, f64 for the rest), their tails and the step
+    # path against the scalar reference, with chunk totals, at 1 and 2 threads.
+    # 69 x 130 outputs: several row and column tasks of the f64 tiles, row pairs and a single row.
+    a, b = data(69, 120, 130, ml_dtypes.bfloat16, 21, scale=30.0)
+    kw = dict(accumulate=acc, rounding=mode, seed=77, chunk=chunk)
     simd = lowp.matmul(a, b, **kw)
     lowp._lowp.set_isa("scalar")
     try:

@@ -121,11 +121,11 @@ trait Round: Sync {
     fn step_st(&self, _simd: bool, _row: &mut [f64], _bp: &[f64], _av: f64, _rng: &Rng, _base: u64, _stride: u64, _rbits: u32, _exact: bool) -> bool {
         false
     }
-    /// Is the stochastic register tile ([`Round::tile_st`]) available?
+    /// Is the register tile ([`Round::tile`]) available?
     fn has_tile(&self, _simd: bool, _rbits: u32) -> bool {
         false
     }
-    /// Stochastic depth steps on a tile of `nr` rows x 8 columns (see
+    /// Depth steps on a register tile of `nr` rows x 8 columns (see
     /// [`Fast::tile_run`]); `false` leaves `acc` untouched for the step path.
     #[allow(clippy::too_many_arguments)]
     fn tile(&self, _simd: bool, _nr: usize, _acc: &mut [f64], _ldc: usize, _ap: &[f64], _bp: &[f64], _ldb: usize, _kn: usize, _rng: &Rng, _e0s: [u64; TILE_ROWS], _steps: u64, _t0: u64, _rbits: u32, _exact: bool) -> bool {
@@ -181,6 +181,11 @@ fn fast_ok(fmt: &Format) -> bool {
 }
 
 impl<const M: u8> Fast<M> {
+    /// The same format and options, rounding in mode `C`.
+    fn as_mode<const C: u8>(&self) -> Fast<C> {
+        Fast { man: self.man, emin: self.emin, max_bits: self.max_bits, ovf: self.ovf, rbits: self.rbits, fmt: self.fmt, opts: self.opts }
+    }
+
     fn new(fmt: Format, opts: RoundOpts) -> Self {
         let Format::Float(f) = fmt else { unreachable!("fast_ok checked") };
         let big = f.max_value() * 4.0;
@@ -953,7 +958,6 @@ impl Dyn {
         }
     }
 
-    /// The stochastic rounder, when this is a [`Fast`] format in stochastic mode.
     /// `tot[l] = round(tot[l] + row[l])` for 8 lanes through the register tile
     /// ([`Fast::tile_run`], one step with a = 1; random stream of element `e0 + l`
     /// at step `t0`); `false` when it did not run.
@@ -963,8 +967,7 @@ impl Dyn {
         let e0s = std::array::from_fn(|r| if r == 0 { e0 } else { 0 });
         macro_rules! via {
             ($c:expr) => {
-                Fast::<$c> { man: f.man, emin: f.emin, max_bits: f.max_bits, ovf: f.ovf, rbits: f.rbits, fmt: f.fmt, opts: f.opts }
-                    .tile_run(simd, 1, tot, 8, &[1.0], row, 8, 1, rng, e0s, steps, t0, rbits, false)
+                f.as_mode::<$c>().tile_run(simd, 1, tot, 8, &[1.0], row, 8, 1, rng, e0s, steps, t0, rbits, false)
             };
         }
         match *m {
@@ -986,7 +989,7 @@ impl Dyn {
                 // Same fields for every mode; only the const parameter differs.
                 macro_rules! via {
                     ($c:expr) => {
-                        Fast::<$c> { man: f.man, emin: f.emin, max_bits: f.max_bits, ovf: f.ovf, rbits: f.rbits, fmt: f.fmt, opts: f.opts }.round(x, rand)
+                        f.as_mode::<$c>().round(x, rand)
                     };
                 }
                 match *m {
