@@ -29,8 +29,10 @@
 //!   Nearest-even with products of two named fp8 formats ([`FMA16_INPUTS`],
 //!   at most 8 bits): `fma(a, b, acc)` then the rounding, a double rounding
 //!   that is innocuous (11- or 8-bit operands, 24 >= 2*11 + 1 bits; checked
-//!   exhaustively by the tests). The directed modes, and other inputs whose
-//!   products fit 24 bits (bfloat16, float16, mixed): TwoSum in f32 and
+//!   exhaustively by the tests). Nearest-even with products of 20 to 24 bits
+//!   (float16 inputs): the FMA too, except for vectors where a sum could sit
+//!   on a midpoint of the format ([`Kind16::Mid`]). The directed modes, and
+//!   other inputs whose products fit 24 bits (bfloat16): TwoSum in f32 and
 //!   round-to-odd (innocuous before any rounding to <= 22 bits), when the
 //!   values of the depth block keep every product exact in f32 (exponent scan
 //!   of the packed block); otherwise that block runs through the f64 rounding.
@@ -1241,7 +1243,22 @@ pub(crate) enum Kind16 {
     /// TwoSum in f32 (products exact in f32, checked per depth block from the
     /// values), the sum rounded to odd at 24 bits, then `cvt_fp16`.
     Odd,
+    /// Nearest-even, products exact in f32 as for `Odd`: the FMA's sum s, then
+    /// the rounding, except for vectors where a lane's s sits on a midpoint of
+    /// the format (or could: low 12 bits zero for fp16, which also covers the
+    /// midpoints of its subnormal range, low 15 for bf16) and differs from the
+    /// accumulator; those take the `Odd` computation. Only there can rounding
+    /// s differ from rounding the exact sum: s is the exact sum rounded to 24
+    /// bits, and every midpoint of the format is an f32, so the first rounding
+    /// can reach one but never cross it; when s equals the accumulator the
+    /// product was below half an f32 unit of it, far from any midpoint.
+    Mid,
 }
+
+/// [`Kind16`] as the const parameter of the kernels.
+const K_FMA: u8 = 0;
+const K_ODD: u8 = 1;
+const K_MID: u8 = 2;
 
 /// Is `fmt` IEEE float16 with non-saturating rounding to nearest-even, toward
 /// zero, up or down (what F16C's `vcvtps2ph` does with those rounding
@@ -1288,7 +1305,10 @@ pub(crate) fn kind16(fmt: &Format, opts: &RoundOpts, a: &Operand, b: &Operand) -
     let (pb, _, _) = profile(&fb);
     // The product of the significands must fit in 24 bits; the exponents are
     // checked on the values of each depth block.
-    (pa + pb <= 24 && a.fits_f32() && b.fits_f32()).then_some((Kind16::Odd, bf))
+    // Products of few bits (bfloat16 x bfloat16: 16) leave the low bits of most
+    // f32 sums zero, so `Mid` would take its fallback often: `Odd` is faster there.
+    let kind = if opts.mode == Mode::NearestEven && pa + pb >= 20 { Kind16::Mid } else { Kind16::Odd };
+    (pa + pb <= 24 && a.fits_f32() && b.fits_f32()).then_some((kind, bf))
 }
 
 /// Bounds of a block of f32 values: (lowest exponent of any nonzero finite
@@ -1325,11 +1345,21 @@ fn merge_bounds(x: (i32, i32), y: (i32, i32)) -> (i32, i32) {
 /// The CPU must support avx2, fma and f16c; see [`Kind16`] for when each kind is exact.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-unsafe fn add16<const ODD: bool, const BF: bool, const RM: i32>(acc: std::arch::x86_64::__m256, a: std::arch::x86_64::__m256, b: std::arch::x86_64::__m256) -> std::arch::x86_64::__m256 {
+unsafe fn add16<const K: u8, const BF: bool, const RM: i32>(acc: std::arch::x86_64::__m256, a: std::arch::x86_64::__m256, b: std::arch::x86_64::__m256) -> std::arch::x86_64::__m256 {
     use std::arch::x86_64::*;
     // SAFETY: the caller guarantees the CPU features.
     unsafe {
-        let x = if ODD {
+        if K == K_MID {
+            let s = _mm256_fmadd_ps(a, b, acc);
+            let low = _mm256_and_si256(_mm256_castps_si256(s), _mm256_set1_epi32(if BF { 0x7fff } else { 0xfff }));
+            let near = _mm256_castsi256_ps(_mm256_cmpeq_epi32(low, _mm256_setzero_si256()));
+            let flag = _mm256_andnot_ps(_mm256_cmp_ps::<_CMP_EQ_OQ>(s, acc), near);
+            if _mm256_movemask_ps(flag) != 0 {
+                return add16::<K_ODD, BF, RM>(acc, a, b);
+            }
+            return round16::<BF, RM>(s);
+        }
+        let x = if K == K_ODD {
             // TwoSum of acc and the product p = a*b (exact, checked for the block), with
             // the FMA standing in for p: fma(a, b, c) = RN(p + c).
             let s = _mm256_fmadd_ps(a, b, acc);
@@ -1346,6 +1376,20 @@ unsafe fn add16<const ODD: bool, const BF: bool, const RM: i32>(acc: std::arch::
         } else {
             _mm256_fmadd_ps(a, b, acc)
         };
+        round16::<BF, RM>(x)
+    }
+}
+
+/// `x` rounded into float16 in the mode RM (or bfloat16, nearest-even), as f32.
+///
+/// # Safety
+/// The CPU must support avx2 and f16c.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn round16<const BF: bool, const RM: i32>(x: std::arch::x86_64::__m256) -> std::arch::x86_64::__m256 {
+    use std::arch::x86_64::*;
+    // SAFETY: the caller guarantees the CPU features.
+    unsafe {
         if BF {
             // To bfloat16: nearest-even on the bit pattern, keeping the top 16 bits
             // (the carry reaches the exponent, and inf at the top; inf and the
@@ -1368,7 +1412,7 @@ unsafe fn add16<const ODD: bool, const BF: bool, const RM: i32>(acc: std::arch::
 /// The CPU must support avx2, fma and f16c; `ap` holds kn*MR values, `bp` kn*16.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn tile16<const MR: usize, const ODD: bool, const BF: bool, const RM: i32>(acc: &mut [f32], ap: &[f32], bp: &[f32], kn: usize) {
+unsafe fn tile16<const MR: usize, const K: u8, const BF: bool, const RM: i32>(acc: &mut [f32], ap: &[f32], bp: &[f32], kn: usize) {
     use std::arch::x86_64::*;
     assert!(acc.len() >= MR * 16 && ap.len() >= kn * MR && bp.len() >= kn * 16);
     // SAFETY: every offset is inside the slices (asserted above); the CPU features are the caller's contract.
@@ -1384,8 +1428,8 @@ unsafe fn tile16<const MR: usize, const ODD: bool, const BF: bool, const RM: i32
             let b1 = _mm256_loadu_ps(pb.add(8));
             for (r, cr) in c.iter_mut().enumerate() {
                 let av = _mm256_broadcast_ss(&*pa.add(r));
-                cr[0] = add16::<ODD, BF, RM>(cr[0], av, b0);
-                cr[1] = add16::<ODD, BF, RM>(cr[1], av, b1);
+                cr[0] = add16::<K, BF, RM>(cr[0], av, b0);
+                cr[1] = add16::<K, BF, RM>(cr[1], av, b1);
             }
             pa = pa.add(MR);
             pb = pb.add(16);
@@ -1414,7 +1458,7 @@ unsafe fn flush16<const BF: bool, const RM: i32>(tot: &mut [f32], row: &mut [f32
         for j in (0..tot.len()).step_by(8) {
             let t = _mm256_loadu_ps(tot.as_ptr().add(j));
             let r = _mm256_loadu_ps(row.as_ptr().add(j));
-            _mm256_storeu_ps(tot.as_mut_ptr().add(j), add16::<true, BF, RM>(t, r, one));
+            _mm256_storeu_ps(tot.as_mut_ptr().add(j), add16::<K_ODD, BF, RM>(t, r, one));
             _mm256_storeu_ps(row.as_mut_ptr().add(j), _mm256_setzero_ps());
         }
     }
@@ -1472,7 +1516,7 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: OutMat<f64>, spe
             // SAFETY: rows kb..kb+kn, columns j0+16s.. (at most 16, inside b);
             // dst[kk*16 + j] = b[kb+kk, j0+16s+j], zeros past the last column.
             unsafe { super::kernels::pack_real::<f32>(b, base, b.cs, b.rs, 16.min(jb - 16 * s), 16, kn, dst) };
-            if kind == Kind16::Odd {
+            if kind != Kind16::Fma {
                 exp_bounds(&dst[..kn * 16], pb)
             } else {
                 None
@@ -1534,13 +1578,15 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: OutMat<f64>, spe
                                     const UP: i32 = _MM_FROUND_TO_POS_INF;
                                     const DN: i32 = _MM_FROUND_TO_NEG_INF;
                                     match (kind, mr, bf, rm) {
-                                        (Kind16::Fma, MR_FMA, false, _) => tile16::<MR_FMA, false, false, NE>(t, ap, bp, len),
-                                        (Kind16::Fma, MR_FMA, true, _) => tile16::<MR_FMA, false, true, NE>(t, ap, bp, len),
-                                        (_, _, true, _) => tile16::<MR_ODD, true, true, NE>(t, ap, bp, len),
-                                        (_, _, false, TZ) => tile16::<MR_ODD, true, false, TZ>(t, ap, bp, len),
-                                        (_, _, false, UP) => tile16::<MR_ODD, true, false, UP>(t, ap, bp, len),
-                                        (_, _, false, DN) => tile16::<MR_ODD, true, false, DN>(t, ap, bp, len),
-                                        _ => tile16::<MR_ODD, true, false, NE>(t, ap, bp, len),
+                                        (Kind16::Fma, MR_FMA, false, _) => tile16::<MR_FMA, K_FMA, false, NE>(t, ap, bp, len),
+                                        (Kind16::Fma, MR_FMA, true, _) => tile16::<MR_FMA, K_FMA, true, NE>(t, ap, bp, len),
+                                        (Kind16::Mid, _, false, _) => tile16::<MR_ODD, K_MID, false, NE>(t, ap, bp, len),
+                                        (Kind16::Mid, _, true, _) => tile16::<MR_ODD, K_MID, true, NE>(t, ap, bp, len),
+                                        (_, _, true, _) => tile16::<MR_ODD, K_ODD, true, NE>(t, ap, bp, len),
+                                        (_, _, false, TZ) => tile16::<MR_ODD, K_ODD, false, TZ>(t, ap, bp, len),
+                                        (_, _, false, UP) => tile16::<MR_ODD, K_ODD, false, UP>(t, ap, bp, len),
+                                        (_, _, false, DN) => tile16::<MR_ODD, K_ODD, false, DN>(t, ap, bp, len),
+                                        _ => tile16::<MR_ODD, K_ODD, false, NE>(t, ap, bp, len),
                                     }
                                 }
                             } else {
@@ -1764,25 +1810,27 @@ pub(crate) mod testing {
 
     /// One 8-lane add of the tile kernel into float16 (`bf`: bfloat16,
     /// nearest-even) in `mode`, `odd`: kind Odd, else Fma; `None` without avx2/fma/f16c.
-    pub fn add16_lanes(odd: bool, bf: bool, mode: Mode, acc: [f32; 8], a: f32, b: [f32; 8]) -> Option<[f32; 8]> {
+    pub fn add16_lanes(kind: Kind16, bf: bool, mode: Mode, acc: [f32; 8], a: f32, b: [f32; 8]) -> Option<[f32; 8]> {
         #[cfg(target_arch = "x86_64")]
         {
             #[target_feature(enable = "avx2,fma,f16c")]
-            unsafe fn go(odd: bool, bf: bool, rm: i32, acc: [f32; 8], a: f32, b: [f32; 8]) -> [f32; 8] {
+            unsafe fn go(kind: Kind16, bf: bool, rm: i32, acc: [f32; 8], a: f32, b: [f32; 8]) -> [f32; 8] {
                 use std::arch::x86_64::*;
                 let mut out = [0f32; 8];
                 // SAFETY: 8-lane loads and stores of 8-element arrays; features per the caller.
                 unsafe {
                     let (c, av, bv) = (_mm256_loadu_ps(acc.as_ptr()), _mm256_set1_ps(a), _mm256_loadu_ps(b.as_ptr()));
                     const NE: i32 = _MM_FROUND_TO_NEAREST_INT;
-                    let r = match (odd, bf, rm) {
-                        (true, false, _MM_FROUND_TO_ZERO) => add16::<true, false, _MM_FROUND_TO_ZERO>(c, av, bv),
-                        (true, false, _MM_FROUND_TO_POS_INF) => add16::<true, false, _MM_FROUND_TO_POS_INF>(c, av, bv),
-                        (true, false, _MM_FROUND_TO_NEG_INF) => add16::<true, false, _MM_FROUND_TO_NEG_INF>(c, av, bv),
-                        (true, false, _) => add16::<true, false, NE>(c, av, bv),
-                        (false, false, _) => add16::<false, false, NE>(c, av, bv),
-                        (true, true, _) => add16::<true, true, NE>(c, av, bv),
-                        (false, true, _) => add16::<false, true, NE>(c, av, bv),
+                    let r = match (kind, bf, rm) {
+                        (Kind16::Odd, false, _MM_FROUND_TO_ZERO) => add16::<K_ODD, false, _MM_FROUND_TO_ZERO>(c, av, bv),
+                        (Kind16::Odd, false, _MM_FROUND_TO_POS_INF) => add16::<K_ODD, false, _MM_FROUND_TO_POS_INF>(c, av, bv),
+                        (Kind16::Odd, false, _MM_FROUND_TO_NEG_INF) => add16::<K_ODD, false, _MM_FROUND_TO_NEG_INF>(c, av, bv),
+                        (Kind16::Odd, false, _) => add16::<K_ODD, false, NE>(c, av, bv),
+                        (Kind16::Fma, false, _) => add16::<K_FMA, false, NE>(c, av, bv),
+                        (Kind16::Mid, false, _) => add16::<K_MID, false, NE>(c, av, bv),
+                        (Kind16::Odd, true, _) => add16::<K_ODD, true, NE>(c, av, bv),
+                        (Kind16::Fma, true, _) => add16::<K_FMA, true, NE>(c, av, bv),
+                        (Kind16::Mid, true, _) => add16::<K_MID, true, NE>(c, av, bv),
                     };
                     _mm256_storeu_ps(out.as_mut_ptr(), r);
                 }
@@ -1790,10 +1838,10 @@ pub(crate) mod testing {
             }
             if crate::convert::detected_isa() >= crate::convert::Isa::Avx2 {
                 // SAFETY: avx2, fma and f16c were detected.
-                return Some(unsafe { go(odd, bf, f16_rounding(mode), acc, a, b) });
+                return Some(unsafe { go(kind, bf, f16_rounding(mode), acc, a, b) });
             }
         }
-        let _ = (odd, bf, mode, acc, a, b);
+        let _ = (kind, bf, mode, acc, a, b);
         None
     }
 

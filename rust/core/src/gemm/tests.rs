@@ -1,4 +1,5 @@
 use super::emulate::testing::fast_round;
+use super::emulate::Kind16;
 use super::*;
 use crate::convert::set_isa;
 use crate::format::{named::*, FloatFormat, Format};
@@ -262,20 +263,20 @@ fn bf16_values() -> Vec<f32> {
 /// Compare the 8-lane kernel with the exact f64 rounding for every fp16 (`bf`:
 /// bfloat16) accumulator and each of `prods` (NaN results must agree as NaN,
 /// others bit for bit).
-fn check_add16(odd: bool, bf: bool, mode: Mode, prods: &[f32]) {
+fn check_add16(kind: Kind16, bf: bool, mode: Mode, prods: &[f32]) {
     let exact = super::emulate::testing::exact16(bf, mode);
     let accs = if bf { bf16_values() } else { fp16_values() };
     for &p in prods {
         for acc in accs.chunks(8) {
             let mut a8 = [0f32; 8];
             a8[..acc.len()].copy_from_slice(acc);
-            let Some(got) = super::emulate::testing::add16_lanes(odd, bf, mode, a8, p, [1.0; 8]) else { return };
+            let Some(got) = super::emulate::testing::add16_lanes(kind, bf, mode, a8, p, [1.0; 8]) else { return };
             for l in 0..8 {
                 let want = exact(a8[l] as f64, p as f64);
                 let g = got[l] as f64;
                 assert!(
                     g.to_bits() == want.to_bits() || (g.is_nan() && want.is_nan()),
-                    "odd={odd} bf={bf} {mode:?}: acc {:e} + p {p:e}: got {g:e}, want {want:e}",
+                    "{kind:?} bf={bf} {mode:?}: acc {:e} + p {p:e}: got {g:e}, want {want:e}",
                     a8[l]
                 );
             }
@@ -309,8 +310,8 @@ fn fp16_fma_path_exhaustive() {
     // Both signs and zeros of both signs are in the list (the formats have signed values).
     assert!(prods.len() > 3000);
     let prods: Vec<f32> = prods.iter().map(|&b| f64::from_bits(b) as f32).collect();
-    check_add16(false, false, Mode::NearestEven, &prods);
-    check_add16(false, true, Mode::NearestEven, &prods);
+    check_add16(Kind16::Fma, false, Mode::NearestEven, &prods);
+    check_add16(Kind16::Fma, true, Mode::NearestEven, &prods);
 }
 
 /// The TwoSum / round-to-odd path is exact for any f32 product: random values over
@@ -335,10 +336,20 @@ fn fp16_odd_path_adversarial() {
         let v = (m * 2f64.powi(unit_e - 1) + tail) as f32;
         prods.push(if g.next() & 1 == 1 { -v } else { v });
     }
+    for _ in 0..300 {
+        // Ties of the fp16 subnormal grid (odd multiples of 2^-25) a hair off, by less
+        // than an f32 unit of sums in [2^-15, 2^-14): with a subnormal accumulator the
+        // f32 sum can land on a tie that the exact sum is not on.
+        let m = ((g.next() % 512) | 1) as f64;
+        let tail = 2f64.powi(-39 - (g.next() % 6) as i32) * if g.next() & 1 == 1 { -1.0 } else { 1.0 };
+        let v = (m * 2f64.powi(-25) + tail) as f32;
+        prods.push(if g.next() & 1 == 1 { -v } else { v });
+    }
     prods.extend([0.0, -0.0, f32::MIN_POSITIVE, -1e-45, 65504.0, 65519.99, 65520.0, -65520.0, 1e30, f32::INFINITY, f32::NEG_INFINITY, f32::NAN]);
     for mode in [Mode::NearestEven, Mode::TowardZero, Mode::Up, Mode::Down] {
-        check_add16(true, false, mode, &prods);
+        check_add16(Kind16::Odd, false, mode, &prods);
     }
+    check_add16(Kind16::Mid, false, Mode::NearestEven, &prods);
     // bfloat16: the same, with ties of the bf16 grid a hair off, and sums at the top of the range.
     for _ in 0..400 {
         let unit_e = (g.next() % 250) as i32 - 133;
@@ -348,21 +359,22 @@ fn fp16_odd_path_adversarial() {
         prods.push(if g.next() & 1 == 1 { -v } else { v });
     }
     prods.extend([3.3e38, -3.39e38, f32::MAX, 1.7e38, 2f32.powi(-133), -(2f32.powi(-140))]);
-    check_add16(true, true, Mode::NearestEven, &prods);
+    check_add16(Kind16::Odd, true, Mode::NearestEven, &prods);
+    check_add16(Kind16::Mid, true, Mode::NearestEven, &prods);
     // Non-finite accumulators.
     for (bf, mode) in [(false, Mode::NearestEven), (true, Mode::NearestEven), (false, Mode::TowardZero), (false, Mode::Up), (false, Mode::Down)] {
         let exact = super::emulate::testing::exact16(bf, mode);
         let accs = [f32::INFINITY, f32::NEG_INFINITY, f32::NAN, 0.0, -0.0, 1.0, -65504.0, 6e-8];
-        for odd in [false, true] {
-            if !odd && mode != Mode::NearestEven {
+        for kind in [Kind16::Fma, Kind16::Odd, Kind16::Mid] {
+            if kind != Kind16::Odd && mode != Mode::NearestEven {
                 continue;
             }
             for &p in &[0.0, -0.0, 1.0, -3.0, 1e30, f32::INFINITY, f32::NEG_INFINITY, f32::NAN] {
-                let Some(got) = super::emulate::testing::add16_lanes(odd, bf, mode, accs, p, [1.0; 8]) else { return };
+                let Some(got) = super::emulate::testing::add16_lanes(kind, bf, mode, accs, p, [1.0; 8]) else { return };
                 for l in 0..8 {
                     let want = exact(accs[l] as f64, p as f64);
                     let gl = got[l] as f64;
-                    assert!(gl.to_bits() == want.to_bits() || (gl.is_nan() && want.is_nan()), "odd={odd} bf={bf} {mode:?} {} + {p}: {gl} vs {want}", accs[l]);
+                    assert!(gl.to_bits() == want.to_bits() || (gl.is_nan() && want.is_nan()), "{kind:?} bf={bf} {mode:?} {} + {p}: {gl} vs {want}", accs[l]);
                 }
             }
         }
@@ -396,13 +408,16 @@ fn emulated_fp16_tile_paths_match_f64_lanes() {
     // (9, 530, 33): several B panels, one row block (columns split across threads).
     let shapes = [(1, 1, 1), (7, 17, 5), (13, 37, 300), (50, 70, 129), (9, 530, 33), (100, 300, 20)];
     for (m, n, k) in shapes {
-        for case in 0..5 {
+        for case in 0..7 {
             // 0, 1: fp8 (e4m3fn, e5m2 with inf), 2: bf16 normal, 3: bf16 with extreme
-            // values, 4: bf16 near the top and bottom of the f32 products' range.
+            // values, 4: bf16 near the top and bottom of the f32 products' range,
+            // 5, 6: fp16 (products of 22 bits: the midpoint-checking kernel) with
+            // values spread over its range, and with subnormals and extremes.
             let (av, bv): (Vec<u16>, Vec<u16>);
             let (sa, fa) = match case {
                 0 => (Storage::U8, FLOAT8_E4M3FN),
                 1 => (Storage::U8, FLOAT8_E5M2),
+                5 | 6 => (Storage::U16, FLOAT16),
                 _ => (Storage::U16, BFLOAT16),
             };
             let mut a8 = Vec::new();
@@ -423,10 +438,18 @@ fn emulated_fp16_tile_paths_match_f64_lanes() {
                                 [1e30f32, -3e-39, f32::INFINITY, 7e-45, -65504.0, 1e-30][(r / 17) as usize % 6]
                             } else if case == 4 {
                                 x * [1.0, 2f32.powi(61), -(2f32.powi(-70))][(r % 3) as usize]
+                            } else if case == 5 {
+                                x * 2f32.powi((r % 13) as i32 - 6)
+                            } else if case == 6 {
+                                x * [1.0, 2f32.powi(-14), -(2f32.powi(-20)), 2f32.powi(7), 65504.0, f32::INFINITY][(r % 6) as usize]
                             } else {
                                 x
                             };
-                            (x.to_bits() >> 16) as u16
+                            if case >= 5 {
+                                FLOAT16.encode(x as f64, &RoundOpts::new(Mode::NearestEven), 0) as u16
+                            } else {
+                                (x.to_bits() >> 16) as u16
+                            }
                         })
                         .collect()
                 };
