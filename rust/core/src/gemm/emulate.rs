@@ -168,6 +168,43 @@ fn mode_code(m: Mode) -> u8 {
     }
 }
 
+/// `$body` with the const `$c` set to the mode code `$m` (one arm per mode, so
+/// that `$body` can name `Fast::<$c>`).
+macro_rules! by_mode {
+    ($m:expr, $c:ident => $body:expr) => {
+        match $m {
+            M_NE => {
+                const $c: u8 = M_NE;
+                $body
+            }
+            M_NA => {
+                const $c: u8 = M_NA;
+                $body
+            }
+            M_TZ => {
+                const $c: u8 = M_TZ;
+                $body
+            }
+            M_UP => {
+                const $c: u8 = M_UP;
+                $body
+            }
+            M_DN => {
+                const $c: u8 = M_DN;
+                $body
+            }
+            M_ODD => {
+                const $c: u8 = M_ODD;
+                $body
+            }
+            _ => {
+                const $c: u8 = M_ST;
+                $body
+            }
+        }
+    };
+}
+
 /// Can [`Fast`] round into `fmt`? (Otherwise the generic path does.)
 fn fast_ok(fmt: &Format) -> bool {
     match fmt {
@@ -967,20 +1004,7 @@ impl Dyn {
     fn tile_add8(&self, simd: bool, tot: &mut [f64], row: &[f64], rng: &Rng, e0: u64, steps: u64, t0: u64, rbits: u32) -> bool {
         let Dyn::Fast(f, m) = self else { return false };
         let e0s = std::array::from_fn(|r| if r == 0 { e0 } else { 0 });
-        macro_rules! via {
-            ($c:expr) => {
-                f.as_mode::<$c>().tile_run(simd, 1, tot, 8, &[1.0], row, 8, 1, rng, e0s, steps, t0, rbits, false)
-            };
-        }
-        match *m {
-            M_NE => via!(M_NE),
-            M_NA => via!(M_NA),
-            M_TZ => via!(M_TZ),
-            M_UP => via!(M_UP),
-            M_DN => via!(M_DN),
-            M_ODD => via!(M_ODD),
-            _ => via!(M_ST),
-        }
+        by_mode!(*m, C => f.as_mode::<C>().tile_run(simd, 1, tot, 8, &[1.0], row, 8, 1, rng, e0s, steps, t0, rbits, false))
     }
 
     fn add(&self, a: f64, b: f64, rand: u64) -> f64 {
@@ -988,21 +1012,7 @@ impl Dyn {
             Dyn::Fast(f, m) => {
                 let (s, e) = two_sum(a, b);
                 let x = to_odd(s, e);
-                // Same fields for every mode; only the const parameter differs.
-                macro_rules! via {
-                    ($c:expr) => {
-                        f.as_mode::<$c>().round(x, rand)
-                    };
-                }
-                match *m {
-                    M_NE => via!(M_NE),
-                    M_NA => via!(M_NA),
-                    M_TZ => via!(M_TZ),
-                    M_UP => via!(M_UP),
-                    M_DN => via!(M_DN),
-                    M_ODD => via!(M_ODD),
-                    _ => via!(M_ST),
-                }
+                by_mode!(*m, C => f.as_mode::<C>().round(x, rand))
             }
             Dyn::F64(g) => g.add(a, b, rand),
             Dyn::Generic(g) => g.add(a, b, rand),
@@ -1206,24 +1216,11 @@ fn run(a: &Operand, b: &Operand, c: OutMat<f64>, spec: &AccumSpec) -> Result<()>
     if !fast_ok(&fmt) {
         return drive(&Generic { fmt, opts }, a, b, c, spec, outer.as_ref());
     }
-    macro_rules! go {
-        ($m:expr) => {
-            drive(&Fast::<$m>::new(fmt, opts), a, b, c, spec, outer.as_ref())
-        };
-    }
     #[cfg(target_arch = "x86_64")]
     if let Some((kind, bf)) = kind16(&fmt, &opts, a, b) {
         return drive16(kind, bf, a, b, c, spec, outer.as_ref());
     }
-    match mode_code(opts.mode) {
-        M_NE => go!(M_NE),
-        M_NA => go!(M_NA),
-        M_TZ => go!(M_TZ),
-        M_UP => go!(M_UP),
-        M_DN => go!(M_DN),
-        M_ODD => go!(M_ODD),
-        _ => go!(M_ST),
-    }
+    by_mode!(mode_code(opts.mode), C => drive(&Fast::<C>::new(fmt, opts), a, b, c, spec, outer.as_ref()))
 }
 
 /// The fp8 formats whose products feed [`Kind16::Fma`]: for every pair of
@@ -1880,9 +1877,8 @@ pub(crate) mod testing {
         opts.key = crate::round::SeedKey::from_seed(7);
         let rng = Rng::new(opts.key);
         let simd = crate::convert::detected_isa() >= crate::convert::Isa::Avx2;
-        macro_rules! go {
-            ($m:expr) => {{
-                let f = Fast::<$m>::new(fmt, opts);
+        by_mode!(mode_code(mode), C => {
+                let f = Fast::<C>::new(fmt, opts);
                 let mut got = acc.to_vec();
                 if !f.tile_run(simd, nr, &mut got, 8, ap, bp, 8, kn, &rng, e0s, steps, t0, rbits, exact) {
                     return None;
@@ -1892,23 +1888,13 @@ pub(crate) mod testing {
                     for l in 0..8 {
                         for kk in 0..kn {
                             let idx = (e0s[r] + l as u64) * steps + t0 + kk as u64;
-                            let rd = if $m == M_ST { rng.bits(idx, rbits) } else { 0 };
+                            let rd = if C == M_ST { rng.bits(idx, rbits) } else { 0 };
                             want[r * 8 + l] = f.add(want[r * 8 + l], ap[kk * TILE_ROWS + r] * bp[kk * 8 + l], rd);
                         }
                     }
                 }
                 Some((got, want))
-            }};
-        }
-        match mode_code(mode) {
-            M_NE => go!(M_NE),
-            M_NA => go!(M_NA),
-            M_TZ => go!(M_TZ),
-            M_UP => go!(M_UP),
-            M_DN => go!(M_DN),
-            M_ODD => go!(M_ODD),
-            _ => go!(M_ST),
-        }
+        })
     }
 
     /// Rows of the register tile.
@@ -1918,18 +1904,7 @@ pub(crate) mod testing {
     pub fn matmul_f64_lanes(a: &Operand, b: &Operand, c: OutMat<f64>, spec: &AccumSpec) -> Result<()> {
         let outer = chunk_rounder(spec)?;
         assert!(fast_ok(&spec.fmt));
-        macro_rules! go {
-            ($m:expr) => {
-                drive(&Fast::<$m>::new(spec.fmt, spec.opts), a, b, c, spec, outer.as_ref())
-            };
-        }
-        match mode_code(spec.opts.mode) {
-            M_NE => go!(M_NE),
-            M_TZ => go!(M_TZ),
-            M_UP => go!(M_UP),
-            M_DN => go!(M_DN),
-            m => panic!("mode {m} not covered"),
-        }
+        by_mode!(mode_code(spec.opts.mode), C => drive(&Fast::<C>::new(spec.fmt, spec.opts), a, b, c, spec, outer.as_ref()))
     }
 
     /// Round `x` (standing for an exact value) with the fast routine (and its
@@ -1938,23 +1913,12 @@ pub(crate) mod testing {
         if !fast_ok(&fmt) {
             return None;
         }
-        macro_rules! go {
-            ($m:expr) => {{
-                let f = Fast::<$m>::new(fmt, opts);
-                let v = f.round(x, rand);
-                let (w, bad) = f.round_nobranch(x, rand);
-                assert!(bad || w.to_bits() == v.to_bits() || (w == 0.0 && v == 0.0), "nobranch {x:e}: {w:e} vs {v:e}");
-                v
-            }};
-        }
-        Some(match mode_code(opts.mode) {
-            M_NE => go!(M_NE),
-            M_NA => go!(M_NA),
-            M_TZ => go!(M_TZ),
-            M_UP => go!(M_UP),
-            M_DN => go!(M_DN),
-            M_ODD => go!(M_ODD),
-            _ => go!(M_ST),
-        })
+        Some(by_mode!(mode_code(opts.mode), C => {
+            let f = Fast::<C>::new(fmt, opts);
+            let v = f.round(x, rand);
+            let (w, bad) = f.round_nobranch(x, rand);
+            assert!(bad || w.to_bits() == v.to_bits() || (w == 0.0 && v == 0.0), "nobranch {x:e}: {w:e} vs {v:e}");
+            v
+        }))
     }
 }
