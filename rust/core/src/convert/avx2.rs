@@ -36,9 +36,6 @@ struct K {
     ovf_x: __m256i,
     rmask: __m256i,
     a0: u32,
-    gamma: __m256i,
-    c1: __m256i,
-    c2: __m256i,
     step: __m256i,
     // Decoding.
     mag_mask: __m256i,
@@ -95,9 +92,6 @@ fn consts(p: &Params) -> K {
         // The top `rbits` bits: comparing them is comparing the shifted values.
         rmask: s(if p.rbits >= 32 { u32::MAX } else { !(u32::MAX >> p.rbits) }),
         a0: p.rng.key.a0,
-        gamma: s(crate::round::GAMMA),
-        c1: s(0x7feb_352d),
-        c2: s(0x846c_a68b),
         step: _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
         mag_mask: s(p.mag_mask),
         m_unit: s(p.sub_below),
@@ -133,31 +127,22 @@ fn consts(p: &Params) -> K {
     }
 }
 
-/// `mix32` of the random generator on 8 lanes (same constants, same order).
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-fn mix8(k: &K, x: __m256i) -> __m256i {
-    let x = _mm256_xor_si256(x, _mm256_srli_epi32::<16>(x));
-    let x = _mm256_mullo_epi32(x, k.c1);
-    let x = _mm256_xor_si256(x, _mm256_srli_epi32::<15>(x));
-    let x = _mm256_mullo_epi32(x, k.c2);
-    _mm256_xor_si256(x, _mm256_srli_epi32::<16>(x))
-}
-
 /// The Weyl values of elements lo0 .. lo0 + 8 (`Rng::word0` before the mixer:
 /// lo * GAMMA + (a0 ^ hi)); element lo0 + j + lane has `weyl8 + j * GAMMA`.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 fn weyl8(k: &K, lo0: u32, hi: u32) -> __m256i {
     let lo = _mm256_add_epi32(_mm256_set1_epi32(lo0 as i32), k.step);
-    _mm256_add_epi32(_mm256_mullo_epi32(lo, k.gamma), _mm256_set1_epi32((k.a0 ^ hi) as i32))
+    // SAFETY: avx2 is enabled for this function.
+    unsafe { crate::round::weyl_x8(lo, k.a0 ^ hi) }
 }
 
 /// The low random words of the 8 elements `j ..` after the base of [`weyl8`].
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn rand8(k: &K, weyl: __m256i, j: usize) -> __m256i {
-    mix8(k, _mm256_add_epi32(weyl, _mm256_set1_epi32((j as u32).wrapping_mul(crate::round::GAMMA) as i32)))
+fn rand8(weyl: __m256i, j: usize) -> __m256i {
+    // SAFETY: avx2 is enabled for this function.
+    unsafe { crate::round::mix32_x8(_mm256_add_epi32(weyl, _mm256_set1_epi32((j as u32).wrapping_mul(crate::round::GAMMA) as i32))) }
 }
 
 /// `pos` where the lane is non-negative, `pos ^ x` where `neg` is all ones.
@@ -460,7 +445,7 @@ fn encode_loop<C: Code, const MODE: u8>(p: &Params, src: &[f32], dst: &mut [C], 
     let weyl = weyl8(&k, lo0, hi_s);
     let n = src.len();
     // Random words for the 8 lanes starting at element j.
-    let rand_at = |j: usize| if is_sr(MODE) { rand8(&k, weyl, j) } else { k.zero };
+    let rand_at = |j: usize| if is_sr(MODE) { rand8(weyl, j) } else { k.zero };
     let mut j = 0;
     match C::BYTES {
         1 => {
@@ -579,7 +564,7 @@ fn round_loop<const MODE: u8>(p: &Params, src: &[f32], dst: &mut [f32], i0: u64,
     let n = src.len();
     let mut j = 0;
     while j + 8 <= n {
-        let rand = if is_sr(MODE) { rand8(&k, weyl, j) } else { k.zero };
+        let rand = if is_sr(MODE) { rand8(weyl, j) } else { k.zero };
         let v = dec8(&k, lane8::<MODE>(&k, load8(&src[j..]), rand));
         // SAFETY: j + 8 <= n = dst.len(); aligned when nt (see `streamed`).
         unsafe { put(dst.as_mut_ptr().add(j) as *mut __m256i, v, nt) };

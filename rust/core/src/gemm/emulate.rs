@@ -118,8 +118,8 @@ trait Round: Sync {
     /// A stochastic depth step that draws its own random bits (element `j`
     /// uses `rng.bits(base + j*stride, rbits)`); `false` if not available, and
     /// then the caller fills the bits and calls [`Round::step`].
-    #[allow(clippy::too_many_arguments)]
     /// `exact`: every `acc + a*b` is exact in f64 (see [`sums_exact_f64`]).
+    #[allow(clippy::too_many_arguments)]
     fn step_st(&self, _simd: bool, _row: &mut [f64], _bp: &[f64], _av: f64, _rng: &Rng, _base: u64, _stride: u64, _rbits: u32, _exact: bool) -> bool {
         false
     }
@@ -172,31 +172,14 @@ fn mode_code(m: Mode) -> u8 {
 /// that `$body` can name `Fast::<$c>`).
 macro_rules! by_mode {
     ($m:expr, $c:ident => $body:expr) => {
+        by_mode!(@arms $m, $c, $body; M_NE, M_NA, M_TZ, M_UP, M_DN, M_ODD)
+    };
+    (@arms $m:expr, $c:ident, $body:expr; $($k:ident),*) => {
         match $m {
-            M_NE => {
-                const $c: u8 = M_NE;
+            $($k => {
+                const $c: u8 = $k;
                 $body
-            }
-            M_NA => {
-                const $c: u8 = M_NA;
-                $body
-            }
-            M_TZ => {
-                const $c: u8 = M_TZ;
-                $body
-            }
-            M_UP => {
-                const $c: u8 = M_UP;
-                $body
-            }
-            M_DN => {
-                const $c: u8 = M_DN;
-                $body
-            }
-            M_ODD => {
-                const $c: u8 = M_ODD;
-                $body
-            }
+            })*
             _ => {
                 const $c: u8 = M_ST;
                 $body
@@ -330,6 +313,32 @@ fn to_odd_nobranch(s: f64, e: f64) -> f64 {
     f64::from_bits(if fix { bits.wrapping_add(delta) } else { bits })
 }
 
+/// `a + p` on 4 f64 lanes: the nearest sum `s`, and `x`, the exact sum rounded
+/// to odd at 53 bits (TwoSum, then where the error is nonzero and `s` even one
+/// unit toward the exact sum: +1 on the bits grows |s|, -1 shrinks it), both
+/// as bits. Lanes where `s` is inf/NaN come out unspecified in `x`.
+///
+/// # Safety
+/// The CPU must support avx2.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn sum_odd_x4(a: std::arch::x86_64::__m256d, p: std::arch::x86_64::__m256d) -> (std::arch::x86_64::__m256i, std::arch::x86_64::__m256i) {
+    use std::arch::x86_64::*;
+    // SAFETY: avx2 per the caller.
+    unsafe {
+        let (one, zero) = (_mm256_set1_epi64x(1), _mm256_setzero_si256());
+        let s = _mm256_add_pd(a, p);
+        let bb = _mm256_sub_pd(s, a);
+        let e = _mm256_add_pd(_mm256_sub_pd(a, _mm256_sub_pd(s, bb)), _mm256_sub_pd(p, bb));
+        let sb = _mm256_castpd_si256(s);
+        let enz = _mm256_castpd_si256(_mm256_cmp_pd::<_CMP_NEQ_UQ>(e, _mm256_setzero_pd()));
+        let even = _mm256_cmpeq_epi64(_mm256_and_si256(sb, one), zero);
+        let diff = _mm256_cmpgt_epi64(zero, _mm256_xor_si256(sb, _mm256_castpd_si256(e))); // signs differ
+        let delta = _mm256_or_si256(diff, one); // -1 or +1
+        (sb, _mm256_add_epi64(sb, _mm256_and_si256(delta, _mm256_and_si256(enz, even))))
+    }
+}
+
 impl<const M: u8> Fast<M> {
     /// Redo exactly, from their old accumulators `olds`, the lanes `j + l` of the
     /// vector step flagged in `bm` (inf/NaN sums, values outside the bit routine's range).
@@ -378,20 +387,7 @@ impl<const M: u8> Fast<M> {
             while j + 4 <= n {
                 let a = _mm256_loadu_pd(row.as_ptr().add(j));
                 let p = _mm256_mul_pd(avv, _mm256_loadu_pd(bp.as_ptr().add(j)));
-                // TwoSum.
-                let s = _mm256_add_pd(a, p);
-                let bb = _mm256_sub_pd(s, a);
-                let e = _mm256_add_pd(_mm256_sub_pd(a, _mm256_sub_pd(s, bb)), _mm256_sub_pd(p, bb));
-                // Round to odd: where e != 0 and s is even, step one unit toward s + e
-                // (+1 on the bits grows |s|, -1 shrinks it).
-                let sb = _mm256_castpd_si256(s);
-                let eb = _mm256_castpd_si256(e);
-                let enz = _mm256_castpd_si256(_mm256_cmp_pd::<_CMP_NEQ_UQ>(e, _mm256_setzero_pd()));
-                let even = _mm256_cmpeq_epi64(_mm256_and_si256(sb, one), zero);
-                let fix = _mm256_and_si256(enz, even);
-                let diff = _mm256_cmpgt_epi64(zero, _mm256_xor_si256(sb, eb)); // signs differ
-                let delta = _mm256_or_si256(diff, one); // -1 or +1
-                let x = _mm256_add_epi64(sb, _mm256_and_si256(delta, fix));
+                let (sb, x) = sum_odd_x4(a, p);
                 if M == M_TZ || M == M_UP || M == M_DN {
                     // Directed modes in hardware: scale x so the format's unit is 1
                     // (exact, a power of two), round to an integer, scale back.
@@ -501,24 +497,6 @@ impl<const M: u8> Fast<M> {
     }
 }
 
-/// `mix32` on 8 u32 lanes (the same xor-shift-multiply steps; `vpmulld` keeps the low 32 bits).
-///
-/// # Safety
-/// The CPU must support avx2.
-#[cfg(target_arch = "x86_64")]
-#[inline(always)]
-unsafe fn mix32_v(x: std::arch::x86_64::__m256i) -> std::arch::x86_64::__m256i {
-    use std::arch::x86_64::*;
-    // SAFETY: avx2 per the caller.
-    unsafe {
-        let x = _mm256_xor_si256(x, _mm256_srli_epi32::<16>(x));
-        let x = _mm256_mullo_epi32(x, _mm256_set1_epi32(0x7feb_352d));
-        let x = _mm256_xor_si256(x, _mm256_srli_epi32::<15>(x));
-        let x = _mm256_mullo_epi32(x, _mm256_set1_epi32(0x846c_a68b_u32 as i32));
-        _mm256_xor_si256(x, _mm256_srli_epi32::<16>(x))
-    }
-}
-
 impl<const M: u8> Fast<M> {
     /// Stochastic depth step on f64 lanes with the random bits drawn in 8 u32
     /// lanes (`rng.bits(base + j*stride, rbits)`, `rbits <= 32`). The sum is
@@ -536,11 +514,9 @@ impl<const M: u8> Fast<M> {
         use std::arch::x86_64::*;
         let n = row.len();
         let bp = &bp[..n];
-        let key = rng.key;
         // SAFETY: vector accesses stay below n (j + 8 <= n); avx2 per the contract.
         unsafe {
             let sign = _mm256_set1_epi64x(SIGN as i64);
-            let one = _mm256_set1_epi64x(1);
             let zero = _mm256_setzero_si256();
             let inf = _mm256_set1_epi64x(INF_BITS as i64);
             let eminb = _mm256_set1_epi64x(self.emin as i64 + 1023);
@@ -565,8 +541,7 @@ impl<const M: u8> Fast<M> {
                     // lanes; word0 = mix32(lo * GAMMA + (a0 ^ hi)), as Rng::word0.
                     let hi = rng.hi_word(i0);
                     let lo = _mm256_add_epi32(_mm256_set1_epi32(i0 as u32 as i32), lane_step);
-                    let weyl = _mm256_mullo_epi32(lo, _mm256_set1_epi32(crate::round::GAMMA as i32));
-                    let w = mix32_v(_mm256_add_epi32(weyl, _mm256_set1_epi32((key.a0 ^ hi) as i32)));
+                    let w = crate::round::mix32_x8(crate::round::weyl_x8(lo, rng.key.a0 ^ hi));
                     _mm256_srl_epi32(w, rsh)
                 } else {
                     for (l, r) in rs.iter_mut().enumerate() {
@@ -580,18 +555,12 @@ impl<const M: u8> Fast<M> {
                     let rd = _mm256_cvtepu32_epi64(if h == 0 { _mm256_castsi256_si128(rv) } else { _mm256_extracti128_si256::<1>(rv) });
                     let a = _mm256_loadu_pd(row.as_ptr().add(jj));
                     let p = _mm256_mul_pd(avv, _mm256_loadu_pd(bp.as_ptr().add(jj)));
-                    let s = _mm256_add_pd(a, p);
-                    let sb = _mm256_castpd_si256(s);
-                    let x = if EXACT {
-                        sb // the sum itself is exact
+                    let (sb, x) = if EXACT {
+                        // The sum itself is exact.
+                        let sb = _mm256_castpd_si256(_mm256_add_pd(a, p));
+                        (sb, sb)
                     } else {
-                        // TwoSum and round to odd at 53 bits (as step_avx2).
-                        let bb = _mm256_sub_pd(s, a);
-                        let e = _mm256_add_pd(_mm256_sub_pd(a, _mm256_sub_pd(s, bb)), _mm256_sub_pd(p, bb));
-                        let enz = _mm256_castpd_si256(_mm256_cmp_pd::<_CMP_NEQ_UQ>(e, _mm256_setzero_pd()));
-                        let even = _mm256_cmpeq_epi64(_mm256_and_si256(sb, one), zero);
-                        let diff = _mm256_cmpgt_epi64(zero, _mm256_xor_si256(sb, _mm256_castpd_si256(e)));
-                        _mm256_add_epi64(sb, _mm256_and_si256(_mm256_or_si256(diff, one), _mm256_and_si256(enz, even)))
+                        sum_odd_x4(a, p)
                     };
                     let mag = _mm256_andnot_si256(sign, x);
                     // d = bits below the unit: 52 - man, plus the distance below emin.
@@ -731,7 +700,7 @@ impl<const M: u8> Fast<M> {
                 for r in 0..NR {
                     let av = _mm256_broadcast_sd(&*pa.add(r));
                     let comp = if M == M_ST {
-                        let w = mix32_v(v[r]);
+                        let w = crate::round::mix32_x8(v[r]);
                         v[r] = _mm256_add_epi32(v[r], gamma);
                         // (2^R - 1 - rand) = the top R bits of !w, moved to just below the
                         // unit: 64-bit lanes of (nw << (d - 32)) built from two 32-bit
@@ -746,17 +715,7 @@ impl<const M: u8> Fast<M> {
                         let x = if EXACT {
                             _mm256_castpd_si256(_mm256_fmadd_pd(av, b[h], c[r][h]))
                         } else {
-                            // TwoSum and round to odd at 53 bits (as step_st_avx2).
-                            let a = c[r][h];
-                            let p = _mm256_mul_pd(av, b[h]);
-                            let s = _mm256_add_pd(a, p);
-                            let bb = _mm256_sub_pd(s, a);
-                            let e = _mm256_add_pd(_mm256_sub_pd(a, _mm256_sub_pd(s, bb)), _mm256_sub_pd(p, bb));
-                            let sb = _mm256_castpd_si256(s);
-                            let enz = _mm256_castpd_si256(_mm256_cmp_pd::<_CMP_NEQ_UQ>(e, _mm256_setzero_pd()));
-                            let even = _mm256_cmpeq_epi64(_mm256_and_si256(sb, one), zero);
-                            let diff = _mm256_cmpgt_epi64(zero, _mm256_xor_si256(sb, _mm256_castpd_si256(e)));
-                            _mm256_add_epi64(sb, _mm256_and_si256(_mm256_or_si256(diff, one), _mm256_and_si256(enz, even)))
+                            sum_odd_x4(c[r][h], _mm256_mul_pd(av, b[h])).1
                         };
                         // On the signed bit pattern: the add grows the magnitude and
                         // carries into the exponent; the mask truncates below the unit.
@@ -816,10 +775,9 @@ impl<const M: u8> Fast<M> {
             if first >> 32 != (last - 1) >> 32 {
                 return false;
             }
-            let key = rng.key.a0 ^ rng.hi_word(first);
+            let hi = rng.hi_word(first);
             for (x, &l) in v0[r].iter_mut().zip(TILE_LANES.iter()) {
-                let lo = ((e0s[r] + l as u64) * steps + t0) as u32;
-                *x = lo.wrapping_mul(crate::round::GAMMA).wrapping_add(key);
+                *x = rng.weyl0(((e0s[r] + l as u64) * steps + t0) as u32, hi);
             }
         }
         #[cfg(target_arch = "x86_64")]
@@ -1035,6 +993,12 @@ fn profile(f: &Format) -> (i32, i32, i32) {
     }
 }
 
+/// The bounds (as [`exp_bounds`]) of every value of a format: `profile` without the precision.
+fn value_bounds(f: &Format) -> (i32, i32) {
+    let (_, lo, hi) = profile(f);
+    (lo, hi)
+}
+
 /// Bounds of a block of f64 values (as [`exp_bounds`]), each value of `prec` bits.
 fn exp_bounds64<'a>(v: impl IntoIterator<Item = &'a f64>, prec: i32) -> Option<(i32, i32)> {
     let (mut lo, mut hi) = (u64::MAX, 0u64);
@@ -1061,17 +1025,11 @@ fn block_exact(f: (i32, i32), a: Option<(i32, i32)>, b: Option<(i32, i32)>) -> b
     f.1.max(a.1 + b.1) + 1 - f.0.min(a.0 + b.0) <= 53
 }
 
-/// Is every `acc + a*b` exact in f64, from the formats alone? Accumulator values
-/// are multiples of the format's smallest subnormal and below 2^(emax+1), products
-/// multiples of 2^(la+lb) and below 2^(ha+hb): a sum of such values spans at most
-/// `hi + 1 - lo` bits.
+/// Is every `acc + a*b` exact in f64, from the formats alone ([`block_exact`]
+/// with the bounds of the formats' values)?
 fn sums_exact_f64(fmt: &Format, a: &Operand, b: &Operand) -> bool {
-    let (Some(fa), Some(fb), Format::Float(f)) = (a.format(), b.format(), fmt) else { return false };
-    let (_, la, ha) = profile(&fa);
-    let (_, lb, hb) = profile(&fb);
-    let lo = (la + lb).min(f.emin() - f.man_bits as i32);
-    let hi = (ha + hb).max(f.emax() + 1);
-    products_exact(&fa, &fb) && hi + 1 - lo <= 53
+    let (Some(fa), Some(fb), Format::Float(_)) = (a.format(), b.format(), fmt) else { return false };
+    products_exact(&fa, &fb) && block_exact(value_bounds(fmt), Some(value_bounds(&fa)), Some(value_bounds(&fb)))
 }
 
 /// Are all products of values of `a` and `b` exact in f64?
@@ -1229,16 +1187,17 @@ fn run(a: &Operand, b: &Operand, c: OutMat<f64>, spec: &AccumSpec) -> Result<()>
 pub(crate) const FMA16_INPUTS: [crate::format::FloatFormat; 5] =
     [named::FLOAT8_E5M2, named::FLOAT8_E4M3FN, named::FLOAT8_E4M3, named::FLOAT8_E4M3FNUZ, named::FLOAT8_E5M2FNUZ];
 
-/// How the 8-lane f32 tile kernel computes one nearest-even fp16 add.
+/// How the 8-lane f32 tile kernel computes one add into float16 or bfloat16.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Kind16 {
-    /// `cvt_fp16(fma(a, b, acc))`: products of at most 8 bits, exact in f32;
+    /// Nearest-even, the rounding of `fma(a, b, acc)`: products of at most 8 bits, exact in f32;
     /// the double rounding f32 -> fp16 is innocuous (the exact sum of two
     /// 11-bit numbers rounded to 24 >= 2*11 + 1 bits, then to 11 bits); the
     /// same for bfloat16 (8-bit operands).
     Fma,
     /// TwoSum in f32 (products exact in f32, checked per depth block from the
-    /// values), the sum rounded to odd at 24 bits, then `cvt_fp16`.
+    /// values), the sum rounded to odd at 24 bits, then rounded in any of the
+    /// tile kernels' modes.
     Odd,
     /// Nearest-even, products exact in f32 as for `Odd`: the FMA's sum s, then
     /// the rounding, except for vectors where a lane's s sits on a midpoint of
@@ -1278,6 +1237,28 @@ fn f16_rounding(mode: Mode) -> i32 {
     }
 }
 
+/// `$body` with the const `$c` set to the `vcvtps2ph` rounding control `$rm`
+/// (one of [`f16_rounding`]'s), so that `$body` can pass it as a const parameter.
+#[cfg(target_arch = "x86_64")]
+macro_rules! by_f16_rounding {
+    ($rm:expr, $c:ident => $body:expr) => {{
+        use std::arch::x86_64::{_MM_FROUND_TO_NEAREST_INT, _MM_FROUND_TO_NEG_INF, _MM_FROUND_TO_POS_INF, _MM_FROUND_TO_ZERO};
+        by_f16_rounding!(@arms $rm, $c, $body; _MM_FROUND_TO_ZERO, _MM_FROUND_TO_POS_INF, _MM_FROUND_TO_NEG_INF)
+    }};
+    (@arms $rm:expr, $c:ident, $body:expr; $($k:ident),*) => {
+        match $rm {
+            $($k => {
+                const $c: i32 = $k;
+                $body
+            })*
+            _ => {
+                const $c: i32 = _MM_FROUND_TO_NEAREST_INT;
+                $body
+            }
+        }
+    };
+}
+
 /// Is `fmt` bfloat16 with nearest-even, non-saturating rounding (the integer
 /// round-to-nearest-even of an f32's top 16 bits, overflow to infinity included)?
 fn is_bf16_ne(fmt: &Format, opts: &RoundOpts) -> bool {
@@ -1300,11 +1281,11 @@ pub(crate) fn kind16(fmt: &Format, opts: &RoundOpts, a: &Operand, b: &Operand) -
     }
     let (pa, _, _) = profile(&fa);
     let (pb, _, _) = profile(&fb);
-    // The product of the significands must fit in 24 bits; the exponents are
-    // checked on the values of each depth block.
     // Products of few bits (bfloat16 x bfloat16: 16) leave the low bits of most
     // f32 sums zero, so `Mid` would take its fallback often: `Odd` is faster there.
     let kind = if opts.mode == Mode::NearestEven && pa + pb >= 20 { Kind16::Mid } else { Kind16::Odd };
+    // The product of the significands must fit in 24 bits; the exponents are
+    // checked on the values of each depth block.
     (pa + pb <= 24 && a.fits_f32() && b.fits_f32()).then_some((kind, bf))
 }
 
@@ -1335,8 +1316,9 @@ fn merge_bounds(x: (i32, i32), y: (i32, i32)) -> (i32, i32) {
     (x.0.min(y.0), x.1.max(y.1))
 }
 
-/// One nearest-even add on 8 lanes, `acc = RN(acc + a*b)` into float16, or
-/// into bfloat16 with `BF` (kind Odd only).
+/// One add on 8 lanes, `acc = round(acc + a*b)` into float16 in the mode of
+/// the rounding control `RM`, or into bfloat16 (nearest-even) with `BF`, as
+/// kernel kind `K` computes it.
 ///
 /// # Safety
 /// The CPU must support avx2, fma and f16c; see [`Kind16`] for when each kind is exact.
@@ -1403,7 +1385,8 @@ unsafe fn round16<const BF: bool, const RM: i32>(x: std::arch::x86_64::__m256) -
 }
 
 /// `MR x 16` accumulators (row-major in `acc`) over `kn` depth steps:
-/// `acc[r][j] = RN_fp16(acc[r][j] + ap[kk*MR + r] * bp[kk*16 + j])` for kk in order.
+/// `acc[r][j] = round(acc[r][j] + ap[kk*MR + r] * bp[kk*16 + j])` for kk in
+/// order, each add as [`add16`] with `K`, `BF`, `RM`.
 ///
 /// # Safety
 /// The CPU must support avx2, fma and f16c; `ap` holds kn*MR values, `bp` kn*16.
@@ -1438,9 +1421,10 @@ unsafe fn tile16<const MR: usize, const K: u8, const BF: bool, const RM: i32>(ac
     }
 }
 
-/// `tot = RN_fp16(tot + row)` lane-wise (chunk totals into an fp16 accumulator),
-/// then `row = 0`. Both hold fp16 values, so the sum is exact in f64 and the
-/// TwoSum / round-to-odd kernel rounds it exactly.
+/// `tot = round(tot + row)` lane-wise (chunk totals into the accumulator's
+/// format, rounded as [`add16`] with `BF`, `RM`), then `row = 0`. Both hold
+/// values of that format, so the sum is exact in f64 and the TwoSum /
+/// round-to-odd kernel rounds it exactly.
 ///
 /// # Safety
 /// The CPU must support avx2, fma and f16c; both slices have a multiple of 8 values.
@@ -1470,12 +1454,13 @@ const RB16: usize = 48;
 /// by every row task; a task keeps `RB16 x NP16` accumulators.
 const NP16: usize = 256;
 
-/// [`drive`] for fp16 nearest-even accumulation on the tile kernels; the
-/// results are exactly those of the f64 path. Depth blocks whose values could
-/// make an f32 product inexact (kind `Odd` only) run through the f64 rounding.
+/// [`drive`] for the float16 and bfloat16 accumulation [`kind16`] picks, on the
+/// tile kernels; the results are exactly those of the f64 path. Depth blocks
+/// whose values could make an f32 product inexact (kinds `Odd` and `Mid`) run
+/// through the f64 rounding.
 #[cfg(target_arch = "x86_64")]
 fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: OutMat<f64>, spec: &AccumSpec, outer: Option<&Dyn>) -> Result<()> {
-    use std::arch::x86_64::{_MM_FROUND_TO_NEAREST_INT, _MM_FROUND_TO_NEG_INF, _MM_FROUND_TO_POS_INF, _MM_FROUND_TO_ZERO};
+    use std::arch::x86_64::_MM_FROUND_TO_NEAREST_INT;
     let (m, n, k) = (a.rows, b.cols, a.cols);
     if m == 0 || n == 0 {
         return Ok(());
@@ -1571,19 +1556,13 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: OutMat<f64>, spe
                                 // SAFETY: kind16 checked avx2/fma/f16c (simd); slices sized as required.
                                 unsafe {
                                     const NE: i32 = _MM_FROUND_TO_NEAREST_INT;
-                                    const TZ: i32 = _MM_FROUND_TO_ZERO;
-                                    const UP: i32 = _MM_FROUND_TO_POS_INF;
-                                    const DN: i32 = _MM_FROUND_TO_NEG_INF;
-                                    match (kind, mr, bf, rm) {
-                                        (Kind16::Fma, MR_FMA, false, _) => tile16::<MR_FMA, K_FMA, false, NE>(t, ap, bp, len),
-                                        (Kind16::Fma, MR_FMA, true, _) => tile16::<MR_FMA, K_FMA, true, NE>(t, ap, bp, len),
-                                        (Kind16::Mid, _, false, _) => tile16::<MR_ODD, K_MID, false, NE>(t, ap, bp, len),
-                                        (Kind16::Mid, _, true, _) => tile16::<MR_ODD, K_MID, true, NE>(t, ap, bp, len),
-                                        (_, _, true, _) => tile16::<MR_ODD, K_ODD, true, NE>(t, ap, bp, len),
-                                        (_, _, false, TZ) => tile16::<MR_ODD, K_ODD, false, TZ>(t, ap, bp, len),
-                                        (_, _, false, UP) => tile16::<MR_ODD, K_ODD, false, UP>(t, ap, bp, len),
-                                        (_, _, false, DN) => tile16::<MR_ODD, K_ODD, false, DN>(t, ap, bp, len),
-                                        _ => tile16::<MR_ODD, K_ODD, false, NE>(t, ap, bp, len),
+                                    match (kind, bf) {
+                                        (Kind16::Fma, false) => tile16::<MR_FMA, K_FMA, false, NE>(t, ap, bp, len),
+                                        (Kind16::Fma, true) => tile16::<MR_FMA, K_FMA, true, NE>(t, ap, bp, len),
+                                        (Kind16::Mid, false) => tile16::<MR_ODD, K_MID, false, NE>(t, ap, bp, len),
+                                        (Kind16::Mid, true) => tile16::<MR_ODD, K_MID, true, NE>(t, ap, bp, len),
+                                        (Kind16::Odd, true) => tile16::<MR_ODD, K_ODD, true, NE>(t, ap, bp, len),
+                                        (Kind16::Odd, false) => by_f16_rounding!(rm, R => tile16::<MR_ODD, K_ODD, false, R>(t, ap, bp, len)),
                                     }
                                 }
                             } else {
@@ -1604,12 +1583,10 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: OutMat<f64>, spe
                             if flush_vec {
                                 // SAFETY: simd was checked (avx2/fma/f16c); lengths are multiples of 16.
                                 unsafe {
-                                    match (bf, rm) {
-                                        (true, _) => flush16::<true, _MM_FROUND_TO_NEAREST_INT>(&mut tot32, &mut acc),
-                                        (_, _MM_FROUND_TO_ZERO) => flush16::<false, _MM_FROUND_TO_ZERO>(&mut tot32, &mut acc),
-                                        (_, _MM_FROUND_TO_POS_INF) => flush16::<false, _MM_FROUND_TO_POS_INF>(&mut tot32, &mut acc),
-                                        (_, _MM_FROUND_TO_NEG_INF) => flush16::<false, _MM_FROUND_TO_NEG_INF>(&mut tot32, &mut acc),
-                                        _ => flush16::<false, _MM_FROUND_TO_NEAREST_INT>(&mut tot32, &mut acc),
+                                    if bf {
+                                        flush16::<true, _MM_FROUND_TO_NEAREST_INT>(&mut tot32, &mut acc)
+                                    } else {
+                                        by_f16_rounding!(rm, R => flush16::<false, R>(&mut tot32, &mut acc))
                                     }
                                 };
                             } else {
@@ -1668,10 +1645,7 @@ fn drive<R: Round>(r: &R, a: &Operand, b: &Operand, c: OutMat<f64>, spec: &Accum
     let simd = super::simd();
     let tiled = r.has_tile(simd, rbits);
     let (prec_a, prec_b) = (a.format().map_or(53, |f| profile(&f).0), b.format().map_or(53, |f| profile(&f).0));
-    let fbounds = {
-        let (_, lo, hi) = profile(&spec.fmt);
-        (lo, hi)
-    };
+    let fbounds = value_bounds(&spec.fmt);
     // Register tiles reuse a packed B panel over more rows.
     let rbs = if tiled { 4 * RB } else { RB };
     let rblocks = m.div_ceil(rbs);
@@ -1684,9 +1658,19 @@ fn drive<R: Round>(r: &R, a: &Operand, b: &Operand, c: OutMat<f64>, spec: &Accum
         let mut acc = vec![0f64; rb * jb];
         let mut tot = vec![0f64; if outer.is_some() { rb * jb } else { 0 }];
         let mut panel = vec![0f64; KB.min(k.max(1)) * jb];
-        let mut rands = vec![0u64; jb];
-        let mut old = vec![0f64; jb];
-        let mut bad = vec![0u8; jb];
+        let (mut rands, mut old, mut bad) = (vec![0u64; jb], vec![0f64; jb], vec![0u8; jb]);
+        // One depth step of a row segment, `row[j] = round(row[j] + av*bp[j])`; its first
+        // element has step index `base` (random bits drawn when stochastic).
+        let mut step_row = |row: &mut [f64], bp: &[f64], av: f64, base: u64| {
+            if stochastic && R::STOCHASTIC {
+                if !r.step_st(simd, row, bp, av, &rng, base, steps, rbits, sum_exact) {
+                    fill_rands(simd, &rng, base, steps, rbits, &mut rands[..row.len()]);
+                    r.step(simd, row, bp, av, &rands, &mut old, &mut bad);
+                }
+            } else {
+                r.step(simd, row, bp, av, &rands, &mut old, &mut bad);
+            }
+        };
         let mut apk = vec![0f64; if tiled { KB.min(k.max(1)) * TILE_ROWS } else { 0 }];
         // Chunk totals of row i (of this task) after step kidx, when a chunk ends there.
         let flush = |acc: &mut [f64], tot: &mut [f64], i: usize, kidx: usize| {
@@ -1717,7 +1701,7 @@ fn drive<R: Round>(r: &R, a: &Operand, b: &Operand, c: OutMat<f64>, spec: &Accum
             if tiled {
                 // Sums exact in f64 for this block's values (see `block_exact`)?
                 let pbounds = exp_bounds64(&panel[..kn * jb], prec_b);
-                // Stochastic register tiles: row pairs, 8 columns, the steps up to the next chunk end.
+                // Register tiles: row pairs, 8 columns, the steps up to the next chunk end.
                 for i in (0..rb).step_by(TILE_ROWS) {
                     let nr = TILE_ROWS.min(rb - i);
                     for kk in 0..kn {
@@ -1743,13 +1727,7 @@ fn drive<R: Round>(r: &R, a: &Operand, b: &Operand, c: OutMat<f64>, spec: &Accum
                                     for kk in 0..seg {
                                         let base = e0s[rr].wrapping_mul(steps).wrapping_add((kidx0 + kk) as u64);
                                         let bpk = &bp[kk * jb + j..kk * jb + j + w];
-                                        let av = ap[kk * TILE_ROWS + rr];
-                                        if !stochastic {
-                                            r.step(simd, row, bpk, av, &rands, &mut old, &mut bad);
-                                        } else if !r.step_st(simd, row, bpk, av, &rng, base, steps, rbits, sum_exact) {
-                                            fill_rands(simd, &rng, base, steps, rbits, &mut rands[..w]);
-                                            r.step(simd, row, bpk, av, &rands, &mut old, &mut bad);
-                                        }
+                                        step_row(row, bpk, ap[kk * TILE_ROWS + rr], base);
                                     }
                                 }
                             }
@@ -1769,17 +1747,8 @@ fn drive<R: Round>(r: &R, a: &Operand, b: &Operand, c: OutMat<f64>, spec: &Accum
                     let row = &mut acc[i * jb..(i + 1) * jb];
                     // SAFETY: (i0+i, kidx) is inside a.
                     let av = unsafe { a.get_f64(i0 + i, kidx) };
-                    let bp = &panel[kk * jb..(kk + 1) * jb];
-                    if stochastic && R::STOCHASTIC {
-                        let e0 = ((i0 + i) * n + j0) as u64;
-                        let base = e0.wrapping_mul(steps).wrapping_add(kidx as u64);
-                        if !r.step_st(simd, row, bp, av, &rng, base, steps, rbits, sum_exact) {
-                            fill_rands(simd, &rng, base, steps, rbits, &mut rands);
-                            r.step(simd, row, bp, av, &rands, &mut old, &mut bad);
-                        }
-                    } else {
-                        r.step(simd, row, bp, av, &rands, &mut old, &mut bad);
-                    }
+                    let base = (((i0 + i) * n + j0) as u64).wrapping_mul(steps).wrapping_add(kidx as u64);
+                    step_row(row, &panel[kk * jb..(kk + 1) * jb], av, base);
                     flush(&mut acc, &mut tot, i, kidx);
                 }
             }
@@ -1805,8 +1774,8 @@ fn drive<R: Round>(r: &R, a: &Operand, b: &Operand, c: OutMat<f64>, spec: &Accum
 pub(crate) mod testing {
     use super::*;
 
-    /// One 8-lane add of the tile kernel into float16 (`bf`: bfloat16,
-    /// nearest-even) in `mode`, `odd`: kind Odd, else Fma; `None` without avx2/fma/f16c.
+    /// One 8-lane add of the tile kernel of `kind` into float16 in `mode` (`bf`:
+    /// bfloat16, nearest-even); `None` without avx2/fma/f16c.
     pub fn add16_lanes(kind: Kind16, bf: bool, mode: Mode, acc: [f32; 8], a: f32, b: [f32; 8]) -> Option<[f32; 8]> {
         #[cfg(target_arch = "x86_64")]
         {
@@ -1818,16 +1787,13 @@ pub(crate) mod testing {
                 unsafe {
                     let (c, av, bv) = (_mm256_loadu_ps(acc.as_ptr()), _mm256_set1_ps(a), _mm256_loadu_ps(b.as_ptr()));
                     const NE: i32 = _MM_FROUND_TO_NEAREST_INT;
-                    let r = match (kind, bf, rm) {
-                        (Kind16::Odd, false, _MM_FROUND_TO_ZERO) => add16::<K_ODD, false, _MM_FROUND_TO_ZERO>(c, av, bv),
-                        (Kind16::Odd, false, _MM_FROUND_TO_POS_INF) => add16::<K_ODD, false, _MM_FROUND_TO_POS_INF>(c, av, bv),
-                        (Kind16::Odd, false, _MM_FROUND_TO_NEG_INF) => add16::<K_ODD, false, _MM_FROUND_TO_NEG_INF>(c, av, bv),
-                        (Kind16::Odd, false, _) => add16::<K_ODD, false, NE>(c, av, bv),
-                        (Kind16::Fma, false, _) => add16::<K_FMA, false, NE>(c, av, bv),
-                        (Kind16::Mid, false, _) => add16::<K_MID, false, NE>(c, av, bv),
-                        (Kind16::Odd, true, _) => add16::<K_ODD, true, NE>(c, av, bv),
-                        (Kind16::Fma, true, _) => add16::<K_FMA, true, NE>(c, av, bv),
-                        (Kind16::Mid, true, _) => add16::<K_MID, true, NE>(c, av, bv),
+                    let r = match (kind, bf) {
+                        (Kind16::Odd, false) => by_f16_rounding!(rm, R => add16::<K_ODD, false, R>(c, av, bv)),
+                        (Kind16::Fma, false) => add16::<K_FMA, false, NE>(c, av, bv),
+                        (Kind16::Mid, false) => add16::<K_MID, false, NE>(c, av, bv),
+                        (Kind16::Odd, true) => add16::<K_ODD, true, NE>(c, av, bv),
+                        (Kind16::Fma, true) => add16::<K_FMA, true, NE>(c, av, bv),
+                        (Kind16::Mid, true) => add16::<K_MID, true, NE>(c, av, bv),
                     };
                     _mm256_storeu_ps(out.as_mut_ptr(), r);
                 }
@@ -1866,10 +1832,10 @@ pub(crate) mod testing {
         Some((v, w))
     }
 
-    /// The stochastic register tile on `nr` rows x 8 columns over `kn` steps
+    /// The register tile in `mode` on `nr` rows x 8 columns over `kn` steps
     /// (`None` when it does not apply or declines the tile), and the same steps
-    /// element by element through `Fast::add` with `Rng::bits`: element (r, l)
-    /// has index `(e0s[r] + l) * steps + t0 + kk` at step kk.
+    /// element by element through `Fast::add` (with `Rng::bits` when
+    /// stochastic): element (r, l) has index `(e0s[r] + l) * steps + t0 + kk` at step kk.
     #[allow(clippy::too_many_arguments, clippy::type_complexity)]
     pub fn tile_both(fmt: Format, mode: Mode, rbits: u32, nr: usize, acc: &[f64], ap: &[f64], bp: &[f64], kn: usize, e0s: [u64; TILE_ROWS], steps: u64, t0: u64, exact: bool) -> Option<(Vec<f64>, Vec<f64>)> {
         let mut opts = RoundOpts::new(mode);

@@ -9,6 +9,8 @@
 mod rng;
 
 pub use rng::{Rng, SeedKey, GAMMA};
+#[cfg(target_arch = "x86_64")]
+pub(crate) use rng::{mix32_x8, weyl_x8};
 
 use std::fmt;
 use std::str::FromStr;

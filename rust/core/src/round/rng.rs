@@ -55,6 +55,36 @@ pub fn mix32(mut x: u32) -> u32 {
     x
 }
 
+/// `mix32` on 8 u32 lanes: the same steps (`vpmulld` keeps the low 32 bits).
+///
+/// # Safety
+/// The CPU must support avx2.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+pub(crate) unsafe fn mix32_x8(x: std::arch::x86_64::__m256i) -> std::arch::x86_64::__m256i {
+    use std::arch::x86_64::*;
+    // SAFETY: avx2 per the caller.
+    unsafe {
+        let x = _mm256_xor_si256(x, _mm256_srli_epi32::<16>(x));
+        let x = _mm256_mullo_epi32(x, _mm256_set1_epi32(0x7feb_352d));
+        let x = _mm256_xor_si256(x, _mm256_srli_epi32::<15>(x));
+        let x = _mm256_mullo_epi32(x, _mm256_set1_epi32(0x846c_a68b_u32 as i32));
+        _mm256_xor_si256(x, _mm256_srli_epi32::<16>(x))
+    }
+}
+
+/// [`Rng::weyl0`] on 8 u32 lanes of low index words, `key = a0 ^ hi`.
+///
+/// # Safety
+/// The CPU must support avx2.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+pub(crate) unsafe fn weyl_x8(lo: std::arch::x86_64::__m256i, key: u32) -> std::arch::x86_64::__m256i {
+    use std::arch::x86_64::*;
+    // SAFETY: avx2 per the caller.
+    unsafe { _mm256_add_epi32(_mm256_mullo_epi32(lo, _mm256_set1_epi32(GAMMA as i32)), _mm256_set1_epi32(key as i32)) }
+}
+
 /// The random stream of one call.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Rng {
@@ -73,10 +103,17 @@ impl Rng {
         mix32(((i >> 32) as u32) ^ self.key.c)
     }
 
+    /// The Weyl value behind [`Rng::word0`]: `lo * GAMMA + (a0 ^ hi)`. The next
+    /// element's is GAMMA more, so vector loops advance it with an add.
+    #[inline(always)]
+    pub fn weyl0(&self, lo: u32, hi: u32) -> u32 {
+        lo.wrapping_mul(GAMMA).wrapping_add(self.key.a0 ^ hi)
+    }
+
     /// The low random word of element `i`, given `lo = i as u32` and `hi = self.hi_word(i)`.
     #[inline(always)]
     pub fn word0(&self, lo: u32, hi: u32) -> u32 {
-        mix32(lo.wrapping_mul(GAMMA).wrapping_add(self.key.a0 ^ hi))
+        mix32(self.weyl0(lo, hi))
     }
 
     /// The high random word: [`Rng::word0`] with key `a1`.
