@@ -75,6 +75,20 @@ struct Cache {
     limit: usize,
 }
 
+impl Cache {
+    /// Take out the oldest blocks until `room` more bytes fit under the limit and
+    /// fewer than `max_blocks` blocks remain; the caller frees them outside the lock.
+    fn evict(&mut self, room: usize, max_blocks: usize) -> Vec<Block> {
+        let mut out = Vec::new();
+        while !self.free.is_empty() && (self.bytes + room > self.limit || self.free.len() >= max_blocks) {
+            let old = self.free.remove(0);
+            self.bytes -= old.cap;
+            out.push(old);
+        }
+        out
+    }
+}
+
 static CACHE: Mutex<Cache> = Mutex::new(Cache { free: Vec::new(), bytes: 0, limit: DEFAULT_LIMIT });
 
 fn cache() -> std::sync::MutexGuard<'static, Cache> {
@@ -99,11 +113,7 @@ fn give(b: Block) {
         if b.cap > c.limit {
             evicted.push(b);
         } else {
-            while c.bytes + b.cap > c.limit || c.free.len() >= MAX_BLOCKS {
-                let old = c.free.remove(0);
-                c.bytes -= old.cap;
-                evicted.push(old);
-            }
+            evicted = c.evict(b.cap, MAX_BLOCKS);
             c.bytes += b.cap;
             c.free.push(b);
         }
@@ -190,19 +200,13 @@ fn cached_empty<'py>(py: Python<'py>, shape: Vec<usize>, dtype: Bound<'py, PyArr
 /// Set the cache limit in bytes (0: no cache) and return the previous one.
 #[pyfunction]
 fn set_buffer_cache(limit: usize) -> usize {
-    let mut evicted = Vec::new();
-    let old = {
+    let (old, evicted) = {
         let mut c = cache();
         let old = c.limit;
         c.limit = limit;
-        while c.bytes > c.limit {
-            let b = c.free.remove(0);
-            c.bytes -= b.cap;
-            evicted.push(b);
-        }
-        old
+        (old, c.evict(0, usize::MAX))
     };
-    drop(evicted);
+    drop(evicted); // freed outside the lock
     old
 }
 

@@ -890,8 +890,6 @@ pub unsafe fn bf16_arith(op: Bin, a: *const u16, b: *const u16, out: *mut u16, n
     }
 }
 
-
-
 /// # Safety
 /// As [`bf16_arith`].
 unsafe fn bf16_arith_part(op: Bin, a: *const u16, b: *const u16, out: *mut u16, n: usize) {
@@ -918,6 +916,7 @@ unsafe fn bf16_arith_part(op: Bin, a: *const u16, b: *const u16, out: *mut u16, 
 ///
 /// # Safety
 /// `a`, `b` and `out` address `n` u16 elements each at strides `sa`, `sb`, `so` bytes.
+#[allow(clippy::too_many_arguments)]
 pub unsafe fn bf16_arith_strided(op: Bin, a: *const u8, sa: isize, b: *const u8, sb: isize, out: *mut u8, so: isize, n: usize) {
     macro_rules! go {
         ($f:expr) => {{
