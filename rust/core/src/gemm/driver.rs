@@ -14,8 +14,16 @@
 //! directly (`parallel::hot`), as BLAS threads do. Every element of C sees the
 //! same sequence of depth blocks and the same kernel whatever the thread count,
 //! so results do not depend on it.
+//!
+//! When the threads split the rows of C, each needs all of B. Up to
+//! `SHARED_B_MAX` bytes of packed B, they pack it once into one buffer kept
+//! between calls: each group of strips of each block is packed by whichever
+//! thread reaches it first (an atomic claim) and read by the others once it is
+//! ready; a thread waits only on a group another thread is packing at that
+//! moment. Each thread starts on different groups, so they rarely wait.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
+use std::sync::Mutex;
 
 use super::kernels::Kernel;
 use super::{padded_ld, OutMat, Operand};
@@ -26,6 +34,17 @@ const PB: usize = 16;
 
 /// Fewest multiply-adds (m*n*k) worth splitting across threads.
 const PAR_MIN: usize = 1 << 22;
+
+/// Largest packed B (bytes) that the threads of a row split share; above it
+/// each thread packs its own blocks of B.
+const SHARED_B_MAX: usize = 32 << 20;
+
+/// B strips packed per claim of a shared B (a band-wise packing unit).
+const GROUP: usize = 4;
+
+/// The buffer of the shared packed B, kept between calls (no fresh pages to
+/// fault in on every call). A call that finds it taken allocates its own.
+static SHARED_B: Mutex<Vec<u64>> = Mutex::new(Vec::new());
 
 thread_local! {
     /// Per-thread packing buffers for A and B, reused across calls (no fresh
@@ -91,17 +110,35 @@ pub(crate) fn gemm<K: Kernel>(kern: &K, a: &Operand, b: &Operand, c: OutMat<K::C
     // Below about 160^3 multiply-adds waking a second thread costs more than it saves.
     let parts = if threads > 1 && m * n * k >= PAR_MIN { threads.min(strips) } else { 1 };
     if parts <= 1 {
-        serial(kern, a, b, c);
+        serial(kern, a, b, c, None);
         return;
     }
+    // A row split has every thread use all of B: the threads pack it once,
+    // together, into one buffer (each group of strips by whichever thread
+    // needs it first), rather than each packing all of it.
+    let layout = SharedLayout::new::<K>(n, k);
+    let use_shared = split_m && layout.len * std::mem::size_of::<K::P>() <= SHARED_B_MAX;
+    let mut cached = if use_shared { SHARED_B.try_lock().ok() } else { None };
+    // When another call holds the cached buffer, this call packs into its own.
+    let mut own = Vec::new();
+    let shared = use_shared.then(|| {
+        let buf = match cached.as_mut() {
+            Some(g) => &mut **g,
+            None => &mut own,
+        };
+        SharedB::<K::P>::new(layout, buf)
+    });
     let part = |t: usize| {
         let (s0, s1) = (strips * t / parts, strips * (t + 1) / parts);
         if split_m {
             let (i0, i1) = (s0 * mr, (s1 * mr).min(m));
-            serial(kern, &rows_of(a, i0, i1), b, sub_out(c, i0, i1, 0, n));
+            // Each thread starts on its own groups of strips, so that the first
+            // claims of the threads do not collide.
+            let src = shared.as_ref().map(|sh| (sh, t * layout.groups / parts));
+            serial(kern, &rows_of(a, i0, i1), b, sub_out(c, i0, i1, 0, n), src);
         } else {
             let (j0, j1) = (s0 * nr, (s1 * nr).min(n));
-            serial(kern, a, &cols_of(b, j0, j1), sub_out(c, 0, m, j0, j1));
+            serial(kern, a, &cols_of(b, j0, j1), sub_out(c, 0, m, j0, j1), None);
         }
     };
     // The calling thread computes part 0 while the pool takes the rest: one
@@ -170,10 +207,141 @@ fn sub_out<T>(c: OutMat<T>, i0: usize, i1: usize, j0: usize, j1: usize) -> OutMa
     OutMat { ptr: c.at(i0, j0), rows: i1 - i0, cols: j1 - j0, rs: c.rs, cs: c.cs }
 }
 
-/// The loop nest on one thread. Every element of C sees the same sequence of
+/// Where the packed blocks of B live: `(jc block, pc block)` at
+/// `(jcb * npc + pcb) * nstrips * sb` elements, strip `s` of a block `s * sb`
+/// further; claims are per group of [`GROUP`] strips.
+#[derive(Clone, Copy)]
+struct SharedLayout {
+    npc: usize,
+    /// Strips of a full jc block.
+    nstrips: usize,
+    /// Strip stride.
+    sb: usize,
+    /// Groups of a full jc block.
+    groups: usize,
+    /// Elements of the whole packed B.
+    len: usize,
+    /// Claims (one per group of every block).
+    claims: usize,
+}
+
+impl SharedLayout {
+    fn new<K: Kernel>(n: usize, k: usize) -> Self {
+        let nstrips = K::NC.min(n.div_ceil(K::NR) * K::NR).div_ceil(K::NR);
+        let sb = strip_stride::<K>(K::NR, K::KC.min(k));
+        let (njc, npc) = (n.div_ceil(K::NC), k.div_ceil(K::KC));
+        let groups = nstrips.div_ceil(GROUP);
+        SharedLayout { npc, nstrips, sb, groups, len: njc * npc * nstrips * sb, claims: njc * npc * groups }
+    }
+}
+
+/// Claim states of a group of B strips.
+const FREE: u8 = 0;
+const PACKING: u8 = 1;
+const READY: u8 = 2;
+const FAILED: u8 = 3;
+
+/// All of B, packed once for the threads of a row split.
+struct SharedB<P> {
+    lay: SharedLayout,
+    buf: *mut P,
+    state: Box<[AtomicU8]>,
+}
+
+// SAFETY: a group's elements are written only by the thread whose claim moved
+// its state FREE -> PACKING, and read only after its READY (release/acquire).
+unsafe impl<P: Send> Sync for SharedB<P> {}
+
+impl<P: Copy> SharedB<P> {
+    /// Over `store` (grown as needed, 64-byte aligned start).
+    fn new(lay: SharedLayout, store: &mut Vec<u64>) -> Self {
+        let words = (lay.len * std::mem::size_of::<P>()).div_ceil(8) + 8;
+        if store.len() < words {
+            store.resize(words, 0);
+        }
+        let addr = store.as_mut_ptr() as usize;
+        let buf = (addr + (64 - addr % 64) % 64) as *mut P;
+        SharedB { lay, buf, state: (0..lay.claims).map(|_| AtomicU8::new(FREE)).collect() }
+    }
+
+    /// Start of block (jcb, pcb).
+    fn block(&self, jcb: usize, pcb: usize) -> *mut P {
+        // SAFETY: the offset is inside the lay.len elements of the buffer.
+        unsafe { self.buf.add((jcb * self.lay.npc + pcb) * self.lay.nstrips * self.lay.sb) }
+    }
+
+    /// Make group `g` of block (jcb, pcb) ready: pack it with `pack` if no
+    /// thread has claimed it, else wait for the thread packing it (which is
+    /// running, so the wait ends).
+    fn ensure(&self, jcb: usize, pcb: usize, g: usize, pack: impl FnOnce()) {
+        let st = &self.state[(jcb * self.lay.npc + pcb) * self.lay.groups + g];
+        if st.load(Ordering::Acquire) == READY {
+            return;
+        }
+        if st.compare_exchange(FREE, PACKING, Ordering::Acquire, Ordering::Acquire).is_ok() {
+            // Marks the group failed if packing panics, so that no thread waits forever.
+            struct Fail<'a>(&'a AtomicU8);
+            impl Drop for Fail<'_> {
+                fn drop(&mut self) {
+                    self.0.store(FAILED, Ordering::Release);
+                }
+            }
+            let guard = Fail(st);
+            pack();
+            std::mem::forget(guard);
+            st.store(READY, Ordering::Release);
+            return;
+        }
+        let mut spins = 0u32;
+        loop {
+            match st.load(Ordering::Acquire) {
+                READY => return,
+                FAILED => panic!("packing a block of B failed on another thread"),
+                _ => {}
+            }
+            spins += 1;
+            if spins < 1 << 12 {
+                std::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
+            }
+        }
+    }
+}
+
+/// Pack strips `s0..s1` of the B block at (jc, pc) of depth `kc` into `bs`
+/// (the block's start; strip s at `s * sb`), a band of PB rows at a time across
+/// the strips, so that the rows of B are read as a few sequential streams.
+///
+/// # Safety
+/// `bs` addresses `s1 * sb` writable elements, and no other thread touches
+/// strips `s0..s1` meanwhile.
+#[allow(clippy::too_many_arguments)]
+unsafe fn pack_b<K: Kernel>(b: &Operand, jc: usize, pc: usize, kc: usize, s0: usize, s1: usize, bs: *mut K::P, sb: usize) {
+    let (n, nr) = (b.cols, K::NR);
+    for p0 in (0..kc).step_by(PB) {
+        let pk = PB.min(kc - p0);
+        let off = K::strip_len(nr, p0);
+        for s in s0..s1 {
+            let j0 = jc + s * nr;
+            let nv = nr.min(n - j0);
+            let base = (pc + p0) as isize * b.rs + j0 as isize * b.cs;
+            // SAFETY: strip s of the block lies within the caller's range, which
+            // only this thread writes; rows pc+p0..pc+p0+pk and columns j0..j0+nv are inside b.
+            unsafe {
+                let d = std::slice::from_raw_parts_mut(bs.add(s * sb + off), K::strip_len(nr, pk));
+                K::pack(b, base, b.cs, b.rs, nv, nr, pk, d);
+            }
+        }
+    }
+}
+
+/// The loop nest on one thread, with B packed into this thread's own buffer
+/// or, with `shared = Some((b, g0))`, into the shared one (visiting the groups
+/// of strips from `g0` on). Every element of C sees the same sequence of
 /// depth blocks and the same kernel whichever part of C it lies in, so results
 /// do not depend on how C is split across threads.
-fn serial<K: Kernel>(kern: &K, a: &Operand, b: &Operand, c: OutMat<K::C>) {
+fn serial<K: Kernel>(kern: &K, a: &Operand, b: &Operand, c: OutMat<K::C>, shared: Option<(&SharedB<K::P>, usize)>) {
     let (m, n, k) = (a.rows, b.cols, a.cols);
     let (mr, nr) = (K::MR, K::NR);
     let kc_max = K::KC.min(k);
@@ -184,29 +352,24 @@ fn serial<K: Kernel>(kern: &K, a: &Operand, b: &Operand, c: OutMat<K::C>) {
     let mb = m.div_ceil(K::MC).max(1);
     let mc = m.div_ceil(mb).div_ceil(mr) * mr;
 
-    with_scratch::<K::P, ()>(&BPACK, nc_max.div_ceil(nr) * sb, |bpack| {
-        for jc in (0..n).step_by(K::NC) {
+    let body = |own: Option<&mut [K::P]>| {
+        let mut own = own;
+        for (jcb, jc) in (0..n).step_by(K::NC).enumerate() {
             let nc = K::NC.min(n - jc);
             let nstrips = nc.div_ceil(nr);
-            for pc in (0..k).step_by(K::KC) {
+            let groups = nstrips.div_ceil(GROUP);
+            for (pcb, pc) in (0..k).step_by(K::KC).enumerate() {
                 let kc = K::KC.min(k - pc);
-                // Pack B[pc..pc+kc, jc..jc+nc] into KC x NR strips, a band of PB rows
-                // at a time across all strips, so that the rows of B are read as a
-                // few sequential streams.
-                let bs = &mut bpack[..nstrips * sb];
-                for p0 in (0..kc).step_by(PB) {
-                    let pk = PB.min(kc - p0);
-                    let off = K::strip_len(nr, p0);
-                    for s in 0..nstrips {
-                        let j0 = jc + s * nr;
-                        let nv = nr.min(n - j0);
-                        let base = (pc + p0) as isize * b.rs + j0 as isize * b.cs;
-                        let d = &mut bs[s * sb + off..s * sb + off + K::strip_len(nr, pk)];
-                        // SAFETY: rows pc+p0..pc+p0+pk and columns j0..j0+nv are inside b.
-                        unsafe { K::pack(b, base, b.cs, b.rs, nv, nr, pk, d) };
+                let bs: *mut K::P = match (&mut own, shared) {
+                    (Some(buf), _) => {
+                        // SAFETY: the thread's own buffer holds nstrips strips.
+                        unsafe { pack_b::<K>(b, jc, pc, kc, 0, nstrips, buf.as_mut_ptr(), sb) };
+                        buf.as_mut_ptr()
                     }
-                }
-                let bs: &[K::P] = &bpack[..nstrips * sb];
+                    (None, Some((sh, _))) => sh.block(jcb, pcb),
+                    (None, None) => unreachable!("a buffer of one kind or the other"),
+                };
+                let g0 = shared.map_or(0, |(_, g)| g % groups);
                 for ic in (0..m).step_by(mc) {
                     let mcb = mc.min(m - ic);
                     let astrips = mcb.div_ceil(mr);
@@ -219,17 +382,25 @@ fn serial<K: Kernel>(kern: &K, a: &Operand, b: &Operand, c: OutMat<K::C>) {
                             unsafe { K::pack(a, base, a.rs, a.cs, nv, mr, kc, d) };
                         }
                         let ap = apack.as_ptr();
-                        for js in 0..nstrips {
-                            let j0 = jc + js * nr;
-                            let nrv = nr.min(n - j0);
-                            for is in 0..astrips {
-                                let i0 = ic + is * mr;
-                                let mrv = mr.min(m - i0);
-                                // SAFETY: packed strips hold kc steps; the tile (i0, j0) of
-                                // size mrv x nrv is inside C and only this thread writes it.
-                                unsafe {
-                                    let cp = c.at(i0, j0);
-                                    kern.run(kc, ap.add(is * sa), bs.as_ptr().add(js * sb), cp, c.rs, c.cs, mrv, nrv, pc > 0);
+                        for gi in 0..groups {
+                            let g = (g0 + gi) % groups;
+                            let (s0, s1) = (g * GROUP, ((g + 1) * GROUP).min(nstrips));
+                            if let Some((sh, _)) = shared {
+                                // SAFETY: the claim gives this thread alone strips s0..s1 of the block.
+                                sh.ensure(jcb, pcb, g, || unsafe { pack_b::<K>(b, jc, pc, kc, s0, s1, bs, sb) });
+                            }
+                            for js in s0..s1 {
+                                let j0 = jc + js * nr;
+                                let nrv = nr.min(n - j0);
+                                for is in 0..astrips {
+                                    let i0 = ic + is * mr;
+                                    let mrv = mr.min(m - i0);
+                                    // SAFETY: packed strips hold kc steps; the tile (i0, j0) of
+                                    // size mrv x nrv is inside C and only this thread writes it.
+                                    unsafe {
+                                        let cp = c.at(i0, j0);
+                                        kern.run(kc, ap.add(is * sa), bs.add(js * sb), cp, c.rs, c.cs, mrv, nrv, pc > 0);
+                                    }
                                 }
                             }
                         }
@@ -237,5 +408,10 @@ fn serial<K: Kernel>(kern: &K, a: &Operand, b: &Operand, c: OutMat<K::C>) {
                 }
             }
         }
-    });
+    };
+    if shared.is_some() {
+        body(None);
+    } else {
+        with_scratch::<K::P, ()>(&BPACK, nc_max.div_ceil(nr) * sb, |bpack| body(Some(bpack)));
+    }
 }
