@@ -647,7 +647,7 @@ fn register_tile_matches_scalar() {
         Format::Float(FLOAT32),
     ];
     let modes = [Mode::Stochastic, Mode::NearestEven, Mode::NearestAway, Mode::TowardZero, Mode::Up, Mode::Down, Mode::Odd];
-    let (mut ran, mut declined, mut exact_runs) = (0, 0, 0);
+    let (mut ran, mut declined, mut exact_runs, mut quiet_runs) = (0, 0, 0, 0);
     for f in fmts {
         let Format::Float(ff) = f else { unreachable!() };
         let q = |x: f64| f.decode(f.encode(x, &RoundOpts::new(Mode::NearestEven), 0));
@@ -692,10 +692,11 @@ fn register_tile_matches_scalar() {
                         continue;
                     }
                     exact_runs += exact as usize;
-                    match tile_both(f, mode, rbits, nr, &acc, &ap, &bp, kn, e0s, steps, t0, exact) {
+                    match tile_both(f, mode, rbits, nr, &acc, &ap, &bp, kn, e0s, steps, t0, exact, ff.man_bits as i32 + 1) {
                         None => declined += 1,
-                        Some((got, want)) => {
+                        Some((got, want, quiet)) => {
                             ran += 1;
+                            quiet_runs += quiet as usize;
                             for (idx, (x, y)) in got.iter().zip(&want).enumerate().take(nr * 8) {
                                 assert!(x.to_bits() == y.to_bits(), "{f:?} {mode:?} rbits {rbits} rep {rep} [{idx}]: {x:e} vs {y:e}; acc {:?} ap {:?} bp {:?}", acc[idx], (0..kn).map(|kk| ap[kk * TILE_ROWS + idx / 8]).collect::<Vec<_>>(), (0..kn).map(|kk| bp[kk * 8 + idx % 8]).collect::<Vec<_>>());
                             }
@@ -706,12 +707,81 @@ fn register_tile_matches_scalar() {
         }
     }
     if crate::convert::detected_isa() >= crate::convert::Isa::Avx2 {
-        assert!(ran > 300 && declined > 20 && exact_runs > 30, "ran {ran}, declined {declined}, exact {exact_runs}");
+        assert!(ran > 300 && declined > 20 && exact_runs > 30 && quiet_runs > 100, "ran {ran}, declined {declined}, exact {exact_runs}, quiet {quiet_runs}");
     }
 }
 
 /// The arithmetic posit16 decoder equals `Format::decode` for every code of
 /// posit<16, es>, es = 0..=3 (NaR as NaN).
+/// The register tile without watching its sums ([`tile_both`] runs it whenever
+/// `quiet_ok` allows): sums in the subnormal range, on and off the format's
+/// grid, and sums near the largest value.
+#[test]
+fn register_tile_untracked_edges() {
+    use super::emulate::testing::{tile_both, TILE_ROWS};
+    let mut g = Lcg(91);
+    let fmts = [
+        Format::Float(FLOAT16),
+        Format::Float(BFLOAT16),
+        Format::Float(FLOAT8_E5M2),
+        Format::Float(FloatFormat::new(6, 9, None, true, crate::format::NanPolicy::Ieee, true).unwrap()),
+    ];
+    let modes = [Mode::Stochastic, Mode::NearestEven, Mode::NearestAway, Mode::TowardZero, Mode::Up, Mode::Down, Mode::Odd];
+    let mut quiet_runs = [0usize; 3];
+    for f in fmts {
+        let Format::Float(ff) = f else { unreachable!() };
+        let q = |x: f64| f.decode(f.encode(x, &RoundOpts::new(Mode::NearestEven), 0));
+        let (grid, top) = (2f64.powi(ff.emin() - ff.man_bits as i32), ff.max_value());
+        for mode in modes {
+            for rep in 0..60 {
+                let case = rep % 3;
+                let nr = 1 + rep % TILE_ROWS;
+                let kn = 1 + (g.next() % 12) as usize;
+                let sub = |g: &mut Lcg| q(g.unit() * 2f64.powi(ff.emin()));
+                let acc: Vec<f64> = (0..TILE_ROWS * 8)
+                    .map(|_| match case {
+                        2 => q(top * (0.5 + 0.5 * g.unit().abs()) * if g.next() % 2 == 0 { 1.0 } else { -1.0 }),
+                        _ => sub(&mut g),
+                    })
+                    .collect();
+                let ap: Vec<f64> = (0..kn * TILE_ROWS)
+                    .map(|_| match case {
+                        // Halves and quarters put products below the grid.
+                        1 => [0.5, 0.25, 1.0, -0.75][(g.next() % 4) as usize],
+                        _ => [1.0, -1.0, 2.0, 3.0][(g.next() % 4) as usize],
+                    })
+                    .collect();
+                let bp: Vec<f64> = (0..kn * 8)
+                    .map(|_| match case {
+                        2 => q(top * 2f64.powi(-((g.next() % 6) as i32)) * g.unit()),
+                        // Zero products keep subnormal accumulators where they are; the
+                        // others are no smaller than the bounds of quiet_ok allow.
+                        0 if g.next() % 4 != 0 => 0.0,
+                        0 => q(2f64.powi(ff.emin() + ff.man_bits as i32 + (g.next() % 4) as i32) * (1.0 + g.unit().abs() / 2.0)),
+                        _ => {
+                            let v = sub(&mut g);
+                            if v == 0.0 { grid } else { v }
+                        }
+                    })
+                    .collect();
+                let e0s = std::array::from_fn(|r| 1000 + r as u64 * 8);
+                if let Some((got, want, quiet)) = tile_both(f, mode, 32, nr, &acc, &ap, &bp, kn, e0s, 64, 3, true, ff.man_bits as i32 + 1) {
+                    assert!(got.iter().zip(&want).all(|(x, y)| x.to_bits() == y.to_bits()), "{f:?} {mode:?}");
+                    quiet_runs[case] += quiet as usize;
+                } else {
+                    // Declined by the watching tile: quiet_ok must not have allowed it either
+                    // (tile_both checked the unwatched tile against the scalar path).
+                }
+                let _ = grid;
+            }
+        }
+    }
+    if crate::convert::detected_isa() >= crate::convert::Isa::Avx2 {
+        // Subnormal sums on the grid and small accumulators near the top run unwatched.
+        assert!(quiet_runs[0] > 50, "{quiet_runs:?}");
+    }
+}
+
 #[test]
 fn posit16_decoder_every_code() {
     for es in 0..=3 {
