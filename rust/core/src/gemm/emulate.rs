@@ -1494,11 +1494,16 @@ unsafe fn flush16<const BF: bool, const RM: i32>(tot: &mut [f32], row: &mut [f32
 /// Row-group height of the tile kernels (registers: 2*MR accumulators).
 const MR_FMA: usize = 6;
 const MR_ODD: usize = 4;
-/// Rows a task covers (a multiple of both MRs).
-const RB16: usize = 48;
+/// Rows a task covers (a multiple of both MRs; small, so that the pool's
+/// threads get near-equal shares of the tasks).
+const RB16: usize = 24;
 /// Columns of a B panel: B is packed (decoded to f32) once per panel and shared
-/// by every row task; a task keeps `RB16 x NP16` accumulators.
+/// by every row task; a task keeps `RB16 x` panel-width accumulators. The
+/// panel is all of B when its f32 copy takes at most `NP16_BYTES` (one
+/// parallel packing and one parallel loop for the whole product), else
+/// `NP16` columns.
 const NP16: usize = 256;
+const NP16_BYTES: usize = 16 << 20;
 
 /// [`drive`] for the float16 and bfloat16 accumulation [`kind16`] picks, on the
 /// tile kernels; the results are exactly those of the f64 path. Depth blocks
@@ -1528,14 +1533,15 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: OutMat<f64>, spe
         (Some((la, ha)), Some((lb, hb))) => la + lb >= -149 && ha + hb <= 126,
         _ => true,
     };
-    let pstrips = NP16.min(n).div_ceil(16);
+    let np = if k.max(1) * n.div_ceil(16) * 16 * 4 <= NP16_BYTES { n } else { NP16 };
+    let pstrips = np.min(n).div_ceil(16);
     // B panel: block kbi, strip s at (kbi * strips + s) * kbs * 16, [kk*16 + j].
     let mut bpanel = vec![0f32; kblocks * pstrips * kbs * 16];
     let mut bbounds: Vec<Option<(i32, i32)>> = vec![None; kblocks];
     // One entry into the pool for the whole call (each entry may have to wake a
     // sleeping worker); the panels' parallel loops run inside it.
-    let mut all = || for j0 in (0..n).step_by(NP16) {
-        let jb = NP16.min(n - j0);
+    let mut all = || for j0 in (0..n).step_by(np) {
+        let jb = np.min(n - j0);
         let strips = jb.div_ceil(16);
         let pack_b = |q: usize, dst: &mut [f32]| {
             let (kbi, s) = (q / strips, q % strips);
