@@ -423,6 +423,31 @@ unsafe fn pack_i8(op: &Operand, base: isize, sl: isize, sk: isize, nv: usize, w:
     let d = dst.as_mut_ptr();
     // SAFETY: offsets are inside the operand (caller) and indices < 2*w*kp.
     unsafe {
+        #[cfg(target_arch = "x86_64")]
+        if sl == 1 && w == 16 && nv == 16 && super::simd() {
+            // Lines contiguous (B row-major, a full strip): 16 values of a depth per load.
+            pack_i8_16_avx2(src, base, sk, kc, d);
+            return;
+        }
+        if sk == 1 && sl != 1 {
+            // Depth contiguous (A row-major): each line's pairs read in order.
+            for l in 0..w {
+                if l >= nv {
+                    for q in 0..kp {
+                        *d.add(q * 2 * w + 2 * l) = 0;
+                        *d.add(q * 2 * w + 2 * l + 1) = 0;
+                    }
+                    continue;
+                }
+                let row = src.offset(base + l as isize * sl);
+                for q in 0..kp {
+                    let p = 2 * q;
+                    *d.add(q * 2 * w + 2 * l) = *row.add(p) as i16;
+                    *d.add(q * 2 * w + 2 * l + 1) = if p + 1 < kc { *row.add(p + 1) as i16 } else { 0 };
+                }
+            }
+            return;
+        }
         for q in 0..kp {
             let dq = d.add(q * 2 * w);
             for h in 0..2 {
@@ -466,6 +491,30 @@ macro_rules! i8_kernel {
             $run
         }
     };
+}
+
+/// [`pack_i8`] of 16 contiguous lines (`sl = 1`, all inside the operand):
+/// each depth's 16 values widened with one `vpmovsxbw`, interleaved with the
+/// next depth's.
+///
+/// # Safety
+/// The CPU must support avx2; as [`pack_i8`], with `dst` holding `32 * ceil(kc/2)` values.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn pack_i8_16_avx2(src: *const i8, base: isize, sk: isize, kc: usize, d: *mut i16) {
+    use std::arch::x86_64::*;
+    // SAFETY: rows base + p*sk (p < kc) hold 16 readable values; dst per the contract.
+    unsafe {
+        let row = |p: usize| _mm256_cvtepi8_epi16(_mm_loadu_si128(src.offset(base + p as isize * sk) as *const __m128i));
+        for q in 0..kc.div_ceil(2) {
+            let x0 = row(2 * q);
+            let x1 = if 2 * q + 1 < kc { row(2 * q + 1) } else { _mm256_setzero_si256() };
+            // Pairs (x0[l], x1[l]): lines 0-3 and 8-11, then 4-7 and 12-15.
+            let (lo, hi) = (_mm256_unpacklo_epi16(x0, x1), _mm256_unpackhi_epi16(x0, x1));
+            _mm256_storeu_si256(d.add(32 * q) as *mut __m256i, _mm256_permute2x128_si256::<0x20>(lo, hi));
+            _mm256_storeu_si256(d.add(32 * q + 16) as *mut __m256i, _mm256_permute2x128_si256::<0x31>(lo, hi));
+        }
+    }
 }
 
 i8_kernel!(I8Avx2,
