@@ -166,6 +166,8 @@ pub(super) unsafe fn pack_real<T: Real>(op: &Operand, base: isize, sl: isize, sk
             // bf16 is the upper half of an f32.
             Dec::Bf16 => pack_lines(|o| T::from_f32(f32::from_bits((*(p as *const u16).offset(o) as u32) << 16)), base, sl, sk, nv, w, kc, dst),
             Dec::F16 => pack_lines(|o| T::from_f32(super::f16_to_f32(*(p as *const u16).offset(o))), base, sl, sk, nv, w, kc, dst),
+            #[cfg(target_arch = "x86_64")]
+            &Dec::Posit16(es) if super::simd() && (sl == 1 || sk == 1) => pack_posit16_avx2(p as *const u16, es, base, sl, sk, nv, w, kc, dst),
             &Dec::Posit16(es) => pack_lines(|o| T::from_f32(super::posit16_to_f32(*(p as *const u16).offset(o), es)), base, sl, sk, nv, w, kc, dst),
             Dec::Lut8(t) => {
                 let t = t.as_ptr();
@@ -178,6 +180,117 @@ pub(super) unsafe fn pack_real<T: Real>(op: &Operand, base: isize, sl: isize, sk
             Dec::Fmt(..) => {
                 let d = &op.dec;
                 pack_lines(|o| T::from_f64(super::dec_f64(d, p, o)), base, sl, sk, nv, w, kc, dst)
+            }
+        }
+    }
+}
+
+/// [`super::posit16_to_f32`] on 8 u32 lanes holding codes: the same integer
+/// steps, the run length read off an exact i32 -> f32 conversion.
+///
+/// # Safety
+/// The CPU must support avx2.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn posit16_x8(c: std::arch::x86_64::__m256i, es: u32) -> std::arch::x86_64::__m256 {
+    use std::arch::x86_64::*;
+    // SAFETY: avx2 per the caller.
+    unsafe {
+        let zero = _mm256_setzero_si256();
+        let m7 = _mm256_set1_epi32(0x7fff);
+        let neg = _mm256_srli_epi32::<15>(c);
+        let nm = _mm256_sub_epi32(zero, neg);
+        let x = _mm256_and_si256(_mm256_add_epi32(_mm256_xor_si256(c, nm), neg), _mm256_set1_epi32(0xffff));
+        let body = _mm256_and_si256(x, m7);
+        let first = _mm256_srli_epi32::<14>(body);
+        let z = _mm256_and_si256(_mm256_xor_si256(body, _mm256_sub_epi32(zero, first)), m7);
+        let zf = _mm256_castps_si256(_mm256_cvtepi32_ps(z));
+        let bl = _mm256_max_epi32(_mm256_sub_epi32(_mm256_srli_epi32::<23>(zf), _mm256_set1_epi32(126)), zero);
+        let m = _mm256_sub_epi32(_mm256_set1_epi32(15), bl);
+        let one = _mm256_set1_epi32(1);
+        // k = m - 1 after a run of ones, -m after a run of zeros.
+        let k = _mm256_blendv_epi8(_mm256_sub_epi32(zero, m), _mm256_sub_epi32(m, one), _mm256_cmpeq_epi32(first, one));
+        let rest = _mm256_and_si256(_mm256_sllv_epi32(body, _mm256_add_epi32(m, one)), m7);
+        let e = _mm256_srl_epi32(rest, _mm_cvtsi32_si128(15 - es as i32));
+        let frac = _mm256_and_si256(rest, _mm256_set1_epi32((1 << (15 - es)) - 1));
+        let scale = _mm256_add_epi32(_mm256_sll_epi32(k, _mm_cvtsi32_si128(es as i32)), e);
+        let bits = _mm256_or_si256(
+            _mm256_or_si256(_mm256_slli_epi32::<23>(_mm256_add_epi32(scale, _mm256_set1_epi32(127))), _mm256_sll_epi32(frac, _mm_cvtsi32_si128(8 + es as i32))),
+            _mm256_slli_epi32::<31>(neg),
+        );
+        // Zero and NaR: the codes whose body is all zeros.
+        let v = _mm256_andnot_si256(_mm256_cmpeq_epi32(body, zero), bits);
+        let nar = _mm256_cmpeq_epi32(c, _mm256_set1_epi32(0x8000));
+        _mm256_castsi256_ps(_mm256_blendv_epi8(v, _mm256_set1_epi32(0x7fc0_0000), nar))
+    }
+}
+
+/// Decode `n` contiguous posit<16, es> codes from `src` into `out`.
+///
+/// # Safety
+/// The CPU must support avx2; `src` holds `n` readable codes, `out` `n` writable values.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+pub(super) unsafe fn posit16_run_avx2(src: *const u16, n: usize, es: u32, out: *mut f32) {
+    use std::arch::x86_64::*;
+    // SAFETY: i + 8 <= n for the vector loads and stores; the tail stays below n.
+    unsafe {
+        let mut i = 0;
+        while i + 8 <= n {
+            let c = _mm256_cvtepu16_epi32(_mm_loadu_si128(src.add(i) as *const __m128i));
+            _mm256_storeu_ps(out.add(i), posit16_x8(c, es));
+            i += 8;
+        }
+        for j in i..n {
+            *out.add(j) = super::posit16_to_f32(*src.add(j), es);
+        }
+    }
+}
+
+/// [`pack_real`] of posit<16, es> codes when the lines (`sl == 1`) or the
+/// depth (`sk == 1`) are contiguous: runs of codes decoded 8 at a time.
+///
+/// # Safety
+/// The CPU must support avx2; as [`Kernel::pack`].
+#[cfg(target_arch = "x86_64")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn pack_posit16_avx2<T: Real>(src: *const u16, es: u32, base: isize, sl: isize, sk: isize, nv: usize, w: usize, kc: usize, dst: &mut [T]) {
+    assert!(dst.len() >= w * kc && nv <= w && es <= 3);
+    const RUN: usize = 64;
+    let mut tmp = [0f32; RUN];
+    let d = dst.as_mut_ptr();
+    // SAFETY: the runs read lie inside the operand (caller); indices p*w + l < kc*w.
+    unsafe {
+        if sl == 1 {
+            for p in 0..kc {
+                let row = src.offset(base + p as isize * sk);
+                for l0 in (0..nv).step_by(RUN) {
+                    let len = RUN.min(nv - l0);
+                    posit16_run_avx2(row.add(l0), len, es, tmp.as_mut_ptr());
+                    for (l, &v) in tmp[..len].iter().enumerate() {
+                        *d.add(p * w + l0 + l) = T::from_f32(v);
+                    }
+                }
+                for l in nv..w {
+                    *d.add(p * w + l) = T::default();
+                }
+            }
+        } else {
+            for l in 0..w {
+                if l >= nv {
+                    for p in 0..kc {
+                        *d.add(p * w + l) = T::default();
+                    }
+                    continue;
+                }
+                let line = src.offset(base + l as isize * sl);
+                for p0 in (0..kc).step_by(RUN) {
+                    let len = RUN.min(kc - p0);
+                    posit16_run_avx2(line.add(p0), len, es, tmp.as_mut_ptr());
+                    for (q, &v) in tmp[..len].iter().enumerate() {
+                        *d.add((p0 + q) * w + l) = T::from_f32(v);
+                    }
+                }
             }
         }
     }

@@ -792,5 +792,16 @@ fn posit16_decoder_every_code() {
             assert!(got as f64 == want || (got.is_nan() && want.is_nan()), "es {es} code {c:#06x}: {got:e} vs {want:e}");
             assert!(got.to_bits() != 0x8000_0000, "es {es} code {c:#06x}: negative zero");
         }
+        // The 8-lane decoder of the packing, on every code (odd length: the scalar tail too).
+        #[cfg(target_arch = "x86_64")]
+        if crate::convert::detected_isa() >= crate::convert::Isa::Avx2 {
+            let codes: Vec<u16> = (0..=u16::MAX).chain([0x8000, 0x0001, 0x7fff]).collect();
+            let mut out = vec![0f32; codes.len()];
+            // SAFETY: avx2 was detected; both buffers hold codes.len() values.
+            unsafe { super::kernels::posit16_run_avx2(codes.as_ptr(), codes.len(), es, out.as_mut_ptr()) };
+            for (&c, &v) in codes.iter().zip(&out) {
+                assert_eq!(v.to_bits(), super::posit16_to_f32(c, es).to_bits(), "es {es} code {c:#06x}");
+            }
+        }
     }
 }
