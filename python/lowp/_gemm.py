@@ -287,7 +287,9 @@ def matmul(a: Any, b: Any, *, accumulate: Any = "float32", chunk: Optional[int] 
 #: Results and temporaries of at least this many bytes come from the buffer cache
 #: (lowp._memory): a fresh array costs a page fault and a page zeroing per page, a
 #: tenth of a millisecond per megabyte, comparable with a 512^3 product on two threads.
-_SCRATCH_MIN = 1 << 18
+#: The cache hands out blocks of whole 2 MiB pages, reused for requests of at least
+#: half a block: smaller arrays come from numpy's allocator.
+_SCRATCH_MIN = 1 << 20
 
 
 def _scratch(shape: tuple, dtype: Any) -> np.ndarray:
