@@ -53,6 +53,21 @@ thread_local! {
     static BPACK: std::cell::RefCell<Vec<u64>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
+/// A 64-byte aligned slice of `len` elements of `P` (contents unspecified) in
+/// `store`, which grows as needed.
+fn aligned<P: Copy>(store: &mut Vec<u64>, len: usize) -> &mut [P] {
+    let words = (len * std::mem::size_of::<P>()).div_ceil(8) + 8;
+    if store.len() < words {
+        store.resize(words, 0);
+    }
+    let addr = store.as_mut_ptr() as usize;
+    let off = (64 - addr % 64) % 64;
+    // SAFETY: the buffer holds len*size_of::<P>() bytes past the aligned start
+    // (8 spare words cover the alignment); P is a plain number type with
+    // alignment <= 8 for which any bit pattern is valid.
+    unsafe { std::slice::from_raw_parts_mut((addr + off) as *mut P, len) }
+}
+
 /// Run `f` on a 64-byte aligned scratch slice of `len` elements of `P` (contents unspecified)
 /// taken from the thread-local buffer `key`.
 fn with_scratch<P: Copy, R>(
@@ -60,20 +75,7 @@ fn with_scratch<P: Copy, R>(
     len: usize,
     f: impl FnOnce(&mut [P]) -> R,
 ) -> R {
-    key.with(|cell| {
-        let mut v = cell.borrow_mut();
-        let words = (len * std::mem::size_of::<P>()).div_ceil(8) + 8;
-        if v.len() < words {
-            v.resize(words, 0);
-        }
-        let addr = v.as_mut_ptr() as usize;
-        let off = (64 - addr % 64) % 64;
-        // SAFETY: the buffer holds len*size_of::<P>() bytes past the aligned start
-        // (8 spare words cover the alignment); P is a plain number type with
-        // alignment <= 8 for which any bit pattern is valid.
-        let s = unsafe { std::slice::from_raw_parts_mut((addr + off) as *mut P, len) };
-        f(s)
-    })
+    key.with(|cell| f(aligned(&mut cell.borrow_mut(), len)))
 }
 
 /// Stride between packed strips: the strip length, padded so that consecutive
@@ -255,12 +257,7 @@ unsafe impl<P: Send> Sync for SharedB<P> {}
 impl<P: Copy> SharedB<P> {
     /// Over `store` (grown as needed, 64-byte aligned start).
     fn new(lay: SharedLayout, store: &mut Vec<u64>) -> Self {
-        let words = (lay.len * std::mem::size_of::<P>()).div_ceil(8) + 8;
-        if store.len() < words {
-            store.resize(words, 0);
-        }
-        let addr = store.as_mut_ptr() as usize;
-        let buf = (addr + (64 - addr % 64) % 64) as *mut P;
+        let buf = aligned::<P>(store, lay.len).as_mut_ptr();
         SharedB { lay, buf, state: (0..lay.claims).map(|_| AtomicU8::new(FREE)).collect() }
     }
 
