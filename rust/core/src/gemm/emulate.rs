@@ -136,7 +136,7 @@ trait Round: Sync {
         false
     }
     /// May a tile run without watching its sums (see [`Fast::quiet_ok`])?
-    fn quiet(&self, _a: Option<(i32, i32)>, _b: Option<(i32, i32)>, _acc_max: f64, _kn: usize) -> bool {
+    fn quiet(&self, _a: Bounds64, _b: Bounds64, _acc_max: f64, _kn: usize) -> bool {
         false
     }
 }
@@ -174,23 +174,29 @@ fn mode_code(m: Mode) -> u8 {
     }
 }
 
-/// `$body` with the const `$c` set to the mode code `$m` (one arm per mode, so
-/// that `$body` can name `Fast::<$c>`).
-macro_rules! by_mode {
-    ($m:expr, $c:ident => $body:expr) => {
-        by_mode!(@arms $m, $c, $body; M_NE, M_NA, M_TZ, M_UP, M_DN, M_ODD)
-    };
-    (@arms $m:expr, $c:ident, $body:expr; $($k:ident),*) => {
-        match $m {
+/// `$body` with the const `$c: $t` set to the value `$v`: one arm per listed
+/// constant, `$d` for any other value, so that `$body` can pass `$c` as a
+/// const parameter.
+macro_rules! by_const {
+    ($v:expr, $c:ident: $t:ty, [$($k:path),*], $d:path => $body:expr) => {
+        match $v {
             $($k => {
-                const $c: u8 = $k;
+                const $c: $t = $k;
                 $body
             })*
             _ => {
-                const $c: u8 = M_ST;
+                const $c: $t = $d;
                 $body
             }
         }
+    };
+}
+
+/// `$body` with the const `$c` set to the mode code `$m` (so that `$body` can
+/// name `Fast::<$c>`).
+macro_rules! by_mode {
+    ($m:expr, $c:ident => $body:expr) => {
+        by_const!($m, $c: u8, [M_NE, M_NA, M_TZ, M_UP, M_DN, M_ODD], M_ST => $body)
     };
 }
 
@@ -615,7 +621,7 @@ impl<const M: u8> Fast<M> {
     }
 }
 
-/// Rows of the register tile of f64 accumulators ([`Fast::tile_avx2`]): 2
+/// Rows of the register tile of f64 accumulators ([`Fast::tile_avx2`]): 4
 /// rows x 8 columns.
 pub(crate) const TILE_ROWS: usize = 4;
 /// The column each u32 random lane of the tile serves (the unpacks' order).
@@ -748,11 +754,11 @@ impl<const M: u8> Fast<M> {
                         };
                         c[r][h] = _mm256_castsi256_pd(t);
                         if TRACK {
-                        let mag = _mm256_and_si256(x, absm);
-                        tiny = _mm256_max_pd(_mm256_castsi256_pd(_mm256_add_epi64(mag, shift0)), tiny);
-                        // Beyond the largest value (so may the rounded magnitude be), inf or
-                        // NaN: whose bit patterns the integer rounding does not respect.
-                        big = _mm256_or_pd(big, _mm256_cmp_pd::<_CMP_NLE_UQ>(_mm256_castsi256_pd(mag), maxv));
+                            let mag = _mm256_and_si256(x, absm);
+                            tiny = _mm256_max_pd(_mm256_castsi256_pd(_mm256_add_epi64(mag, shift0)), tiny);
+                            // Beyond the largest value (so may the rounded magnitude be), inf or
+                            // NaN: whose bit patterns the integer rounding does not respect.
+                            big = _mm256_or_pd(big, _mm256_cmp_pd::<_CMP_NLE_UQ>(_mm256_castsi256_pd(mag), maxv));
                         }
                     }
                 }
@@ -772,16 +778,20 @@ impl<const M: u8> Fast<M> {
     }
 
     /// Can a tile skip watching its sums ([`Fast::tile_avx2`] without `TRACK`)?
-    /// `a`, `b`: bounds ([`exp_bounds64`]) of its A and B values, all finite;
-    /// `acc_max`: the largest accumulator magnitude at its start; `kn` steps.
+    /// `a`, `b`: [`exp_bounds64`] of its A and B values (never with an inf or
+    /// NaN); `acc_max`: the largest accumulator magnitude at its start
+    /// ([`abs_max`]); `kn` steps.
     /// Every product then lies on the format's grid (its last bit no lower than
     /// the format's smallest subnormal), so every sum of an accumulator value
     /// and a product does, and sums below the smallest normal are exact; and
     /// no sum can pass the largest value: each step adds at most `2^(ha+hb)`
     /// and its rounding grows the magnitude by at most one unit, a factor
     /// `1 + 2^-man`.
-    fn quiet_ok(&self, a: Option<(i32, i32)>, b: Option<(i32, i32)>, acc_max: f64, kn: usize) -> bool {
-        let (grid, p) = match (a, b) {
+    fn quiet_ok(&self, a: Bounds64, b: Bounds64, acc_max: f64, kn: usize) -> bool {
+        if a.1 || b.1 {
+            return false;
+        }
+        let (grid, p) = match (a.0, b.0) {
             (Some(a), Some(b)) => (a.0 + b.0 >= self.emin - self.man as i32, 2f64.powi(a.1 + b.1)),
             _ => (true, 0.0),
         };
@@ -851,7 +861,7 @@ impl<const M: u8> Round for Fast<M> {
     fn tile(&self, simd: bool, nr: usize, acc: &mut [f64], ldc: usize, ap: &[f64], bp: &[f64], ldb: usize, kn: usize, rng: &Rng, e0s: [u64; TILE_ROWS], steps: u64, t0: u64, rbits: u32, exact: bool, track: bool) -> bool {
         self.tile_run(simd, nr, acc, ldc, ap, bp, ldb, kn, rng, e0s, steps, t0, rbits, exact, track)
     }
-    fn quiet(&self, a: Option<(i32, i32)>, b: Option<(i32, i32)>, acc_max: f64, kn: usize) -> bool {
+    fn quiet(&self, a: Bounds64, b: Bounds64, acc_max: f64, kn: usize) -> bool {
         self.quiet_ok(a, b, acc_max, kn)
     }
     fn step_st(&self, simd: bool, row: &mut [f64], bp: &[f64], av: f64, rng: &Rng, base: u64, stride: u64, rbits: u32, exact: bool) -> bool {
@@ -1042,9 +1052,12 @@ fn value_bounds(f: &Format) -> (i32, i32) {
     (lo, hi)
 }
 
+/// [`exp_bounds64`]'s result: the bounds, and whether the block holds an inf or NaN.
+type Bounds64 = (Option<(i32, i32)>, bool);
+
 /// Bounds of a block of f64 values (as [`exp_bounds`]), each value of `prec`
 /// bits, and whether the block holds an inf or NaN.
-fn exp_bounds64<'a>(v: impl IntoIterator<Item = &'a f64>, prec: i32) -> (Option<(i32, i32)>, bool) {
+fn exp_bounds64<'a>(v: impl IntoIterator<Item = &'a f64>, prec: i32) -> Bounds64 {
     let (mut lo, mut hi, mut top) = (u64::MAX, 0u64, 0u64);
     for &x in v {
         let m = x.to_bits() & !SIGN;
@@ -1059,6 +1072,11 @@ fn exp_bounds64<'a>(v: impl IntoIterator<Item = &'a f64>, prec: i32) -> (Option<
     }
     // f64 values of these inputs are normal: the exponent field is the binade.
     (Some(((lo >> 52) as i32 - 1023 - (prec - 1), (hi >> 52) as i32 - 1023 + 1)), nonfinite)
+}
+
+/// The largest magnitude of `v`; NaN if `v` holds a NaN.
+fn abs_max<'a>(v: impl IntoIterator<Item = &'a f64>) -> f64 {
+    v.into_iter().fold(0f64, |m, &x| if x.abs() > m || x.is_nan() { x.abs() } else { m })
 }
 
 /// Is every `acc + a*b` exact in f64, for accumulator values with bounds `f`
@@ -1289,20 +1307,8 @@ fn f16_rounding(mode: Mode) -> i32 {
 macro_rules! by_f16_rounding {
     ($rm:expr, $c:ident => $body:expr) => {{
         use std::arch::x86_64::{_MM_FROUND_TO_NEAREST_INT, _MM_FROUND_TO_NEG_INF, _MM_FROUND_TO_POS_INF, _MM_FROUND_TO_ZERO};
-        by_f16_rounding!(@arms $rm, $c, $body; _MM_FROUND_TO_ZERO, _MM_FROUND_TO_POS_INF, _MM_FROUND_TO_NEG_INF)
+        by_const!($rm, $c: i32, [_MM_FROUND_TO_ZERO, _MM_FROUND_TO_POS_INF, _MM_FROUND_TO_NEG_INF], _MM_FROUND_TO_NEAREST_INT => $body)
     }};
-    (@arms $rm:expr, $c:ident, $body:expr; $($k:ident),*) => {
-        match $rm {
-            $($k => {
-                const $c: i32 = $k;
-                $body
-            })*
-            _ => {
-                const $c: i32 = _MM_FROUND_TO_NEAREST_INT;
-                $body
-            }
-        }
-    };
 }
 
 /// Is `fmt` bfloat16 with nearest-even, non-saturating rounding (the integer
@@ -1752,16 +1758,16 @@ fn drive<R: Round>(r: &R, a: &Operand, b: &Operand, c: OutMat<f64>, spec: &Accum
             unsafe { super::kernels::pack_real::<f64>(b, base, b.cs, b.rs, jb, jb, kn, &mut panel) };
             if tiled {
                 // Sums exact in f64 for this block's values (see `block_exact`)?
-                let (pbounds, pinf) = exp_bounds64(&panel[..kn * jb], prec_b);
-                // Register tiles: row pairs, 8 columns, the steps up to the next chunk end.
+                let pb64 = exp_bounds64(&panel[..kn * jb], prec_b);
+                // Register tiles: TILE_ROWS rows, 8 columns, the steps up to the next chunk end.
                 for i in (0..rb).step_by(TILE_ROWS) {
                     let nr = TILE_ROWS.min(rb - i);
                     let abase = (i0 + i) as isize * a.rs + kb as isize * a.cs;
                     // SAFETY: rows i0+i..i0+i+nr and columns kb..kb+kn are inside a;
                     // apk[kk*TILE_ROWS + r] = a[i0+i+r, kb+kk], zeros past row nr.
                     unsafe { super::kernels::pack_real::<f64>(a, abase, a.rs, a.cs, nr, TILE_ROWS, kn, &mut apk) };
-                    let (abounds, ainf) = exp_bounds64((0..kn).flat_map(|kk| &apk[kk * TILE_ROWS..kk * TILE_ROWS + nr]), prec_a);
-                    let exact = sum_exact || block_exact(fbounds, abounds, pbounds);
+                    let ab64 = exp_bounds64((0..kn).flat_map(|kk| &apk[kk * TILE_ROWS..kk * TILE_ROWS + nr]), prec_a);
+                    let exact = sum_exact || block_exact(fbounds, ab64.0, pb64.0);
                     let mut kk0 = 0;
                     while kk0 < kn {
                         let kidx0 = kb + kk0;
@@ -1772,10 +1778,7 @@ fn drive<R: Round>(r: &R, a: &Operand, b: &Operand, c: OutMat<f64>, spec: &Accum
                             let w = if j + 8 <= jb { 8 } else { jb - j };
                             let e0s: [u64; TILE_ROWS] = std::array::from_fn(|r| ((i0 + i + r) * n + j0 + j) as u64);
                             // Sums that cannot leave the normal range need no watching.
-                            let track = w < 8 || pinf || ainf || {
-                                let amax = (0..nr).flat_map(|rr| &acc[(i + rr) * jb + j..(i + rr) * jb + j + 8]).fold(0f64, |m, &x| if x.abs() > m || x.is_nan() { x.abs() } else { m });
-                                !r.quiet(abounds, pbounds, amax, seg)
-                            };
+                            let track = w < 8 || !r.quiet(ab64, pb64, abs_max((0..nr).flat_map(|rr| &acc[(i + rr) * jb + j..(i + rr) * jb + j + 8])), seg);
                             if w < 8 || !r.tile(simd, nr, &mut acc[i * jb + j..], jb, ap, &bp[j..], jb, seg, &rng, e0s, steps, kidx0 as u64, rbits, exact, track) {
                                 for rr in 0..nr {
                                     let row = &mut acc[(i + rr) * jb + j..(i + rr) * jb + j + w];
@@ -1914,10 +1917,7 @@ pub(crate) mod testing {
                     }
                 }
                 let same = |x: &[f64]| x.iter().zip(&want).all(|(x, y)| x.to_bits() == y.to_bits());
-                let (ab, ainf) = exp_bounds64(&ap[..kn * TILE_ROWS], prec);
-                let (bb, binf) = exp_bounds64(&bp[..kn * 8], prec);
-                let amax = acc[..nr * 8].iter().fold(0f64, |m, &x| if x.abs() > m || x.is_nan() { x.abs() } else { m });
-                let quiet = !ainf && !binf && f.quiet_ok(ab, bb, amax, kn);
+                let quiet = f.quiet_ok(exp_bounds64(&ap[..kn * TILE_ROWS], prec), exp_bounds64(&bp[..kn * 8], prec), abs_max(&acc[..nr * 8]), kn);
                 let mut free = acc.to_vec();
                 let quiet = quiet && f.tile_run(simd, nr, &mut free, 8, ap, bp, 8, kn, &rng, e0s, steps, t0, rbits, exact, false);
                 if quiet {
