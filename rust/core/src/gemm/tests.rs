@@ -629,23 +629,28 @@ fn stochastic_step_exact_sums() {
     }
 }
 
-/// The register tile equals `Fast::add` (with `Rng::bits` when stochastic)
-/// step by step in every mode, or declines the tile: sums in the normal range
-/// round in the tile; subnormal-range sums, overflow and inf/NaN make it
-/// decline (the step path redoes them). Exact-sum and TwoSum variants, 1 and 2
-/// rows, indices near 2^32, formats up to float32.
-#[test]
-fn register_tile_matches_scalar() {
-    use super::emulate::testing::{tile_both, TILE_ROWS};
-    let mut g = Lcg(53);
-    let fmts = [
+/// Accumulator formats of the register-tile tests: fp16, bf16, e5m2 and a (6, 9) float.
+fn tile_formats() -> Vec<Format> {
+    vec![
         Format::Float(FLOAT16),
         Format::Float(BFLOAT16),
         Format::Float(FLOAT8_E5M2),
         Format::Float(FloatFormat::new(6, 9, None, true, crate::format::NanPolicy::Ieee, true).unwrap()),
-        Format::Float(FloatFormat::new(8, 20, None, true, crate::format::NanPolicy::Ieee, true).unwrap()),
-        Format::Float(FLOAT32),
-    ];
+    ]
+}
+
+/// The register tile equals `Fast::add` (with `Rng::bits` when stochastic)
+/// step by step in every mode, or declines the tile: sums in the normal range
+/// round in the tile; subnormal-range sums, overflow and inf/NaN make it
+/// decline (the step path redoes them). Exact-sum and TwoSum variants, 1 to
+/// TILE_ROWS rows, indices near 2^32, formats up to float32.
+#[test]
+fn register_tile_matches_scalar() {
+    use super::emulate::testing::{tile_both, TILE_ROWS};
+    let mut g = Lcg(53);
+    let mut fmts = tile_formats();
+    fmts.push(Format::Float(FloatFormat::new(8, 20, None, true, crate::format::NanPolicy::Ieee, true).unwrap()));
+    fmts.push(Format::Float(FLOAT32));
     let modes = [Mode::Stochastic, Mode::NearestEven, Mode::NearestAway, Mode::TowardZero, Mode::Up, Mode::Down, Mode::Odd];
     let (mut ran, mut declined, mut exact_runs, mut quiet_runs) = (0, 0, 0, 0);
     for f in fmts {
@@ -711,8 +716,6 @@ fn register_tile_matches_scalar() {
     }
 }
 
-/// The arithmetic posit16 decoder equals `Format::decode` for every code of
-/// posit<16, es>, es = 0..=3 (NaR as NaN).
 /// The register tile without watching its sums ([`tile_both`] runs it whenever
 /// `quiet_ok` allows): sums in the subnormal range, on and off the format's
 /// grid, and sums near the largest value.
@@ -720,19 +723,12 @@ fn register_tile_matches_scalar() {
 fn register_tile_untracked_edges() {
     use super::emulate::testing::{tile_both, TILE_ROWS};
     let mut g = Lcg(91);
-    let fmts = [
-        Format::Float(FLOAT16),
-        Format::Float(BFLOAT16),
-        Format::Float(FLOAT8_E5M2),
-        Format::Float(FloatFormat::new(6, 9, None, true, crate::format::NanPolicy::Ieee, true).unwrap()),
-    ];
-    let modes = [Mode::Stochastic, Mode::NearestEven, Mode::NearestAway, Mode::TowardZero, Mode::Up, Mode::Down, Mode::Odd];
     let mut quiet_runs = [0usize; 3];
-    for f in fmts {
+    for f in tile_formats() {
         let Format::Float(ff) = f else { unreachable!() };
         let q = |x: f64| f.decode(f.encode(x, &RoundOpts::new(Mode::NearestEven), 0));
         let (grid, top) = (2f64.powi(ff.emin() - ff.man_bits as i32), ff.max_value());
-        for mode in modes {
+        for mode in Mode::ALL {
             for rep in 0..60 {
                 let case = rep % 3;
                 let nr = 1 + rep % TILE_ROWS;
@@ -765,14 +761,12 @@ fn register_tile_untracked_edges() {
                     })
                     .collect();
                 let e0s = std::array::from_fn(|r| 1000 + r as u64 * 8);
+                // tile_both checks the unwatched tile against the scalar path whenever
+                // quiet_ok allows it; None: neither tile ran.
                 if let Some((got, want, quiet)) = tile_both(f, mode, 32, nr, &acc, &ap, &bp, kn, e0s, 64, 3, true, ff.man_bits as i32 + 1) {
                     assert!(got.iter().zip(&want).all(|(x, y)| x.to_bits() == y.to_bits()), "{f:?} {mode:?}");
                     quiet_runs[case] += quiet as usize;
-                } else {
-                    // Declined by the watching tile: quiet_ok must not have allowed it either
-                    // (tile_both checked the unwatched tile against the scalar path).
                 }
-                let _ = grid;
             }
         }
     }
@@ -782,6 +776,8 @@ fn register_tile_untracked_edges() {
     }
 }
 
+/// The arithmetic posit16 decoder equals `Format::decode` for every code of
+/// posit<16, es>, es = 0..=3 (NaR as NaN).
 #[test]
 fn posit16_decoder_every_code() {
     for es in 0..=3 {
