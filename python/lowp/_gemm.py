@@ -12,7 +12,6 @@ the float32 accumulators rounded once into the input dtype.
 
 from __future__ import annotations
 
-import math
 from typing import Any, Optional, Union
 
 import numpy as np
@@ -20,6 +19,7 @@ import numpy as np
 from . import _lowp
 from ._convert import SeedLike, _check_rounding, _seed_word, encode
 from ._formats import Format, IntFormat, _NAMED, format as _format
+from ._memory import result_empty
 from ._quant import QuantizedArray
 
 __all__ = ["matmul", "qmatmul", "sum", "padded_ld", "empty"]
@@ -243,7 +243,7 @@ def matmul(a: Any, b: Any, *, accumulate: Any = "float32", chunk: Optional[int] 
         out = _check_out(out, shape)
         result = out
     else:
-        result = _scratch(tuple(shape), target)
+        result = result_empty(tuple(shape), target, _SCRATCH_MIN)
 
     direct = (target == natural and path != "emu"
               and not np.may_share_memory(result, a) and not np.may_share_memory(result, b))
@@ -253,7 +253,7 @@ def matmul(a: Any, b: Any, *, accumulate: Any = "float32", chunk: Optional[int] 
     else:
         # A temporary: from the buffer cache when large, so that repeated products do
         # not fault in and zero fresh pages on the calling thread.
-        res_core = _scratch(tuple(shape), core_dtype)
+        res_core = result_empty(tuple(shape), core_dtype, _SCRATCH_MIN)
     # 2-D views of the result.
     if a.ndim == 1 and b.ndim == 1:
         r2 = res_core.reshape(1, 1)
@@ -290,13 +290,6 @@ def matmul(a: Any, b: Any, *, accumulate: Any = "float32", chunk: Optional[int] 
 #: The cache hands out blocks of whole 2 MiB pages, reused for requests of at least
 #: half a block: smaller arrays come from numpy's allocator.
 _SCRATCH_MIN = 1 << 20
-
-
-def _scratch(shape: tuple, dtype: Any) -> np.ndarray:
-    dt = np.dtype(dtype)
-    if math.prod(shape) * dt.itemsize < _SCRATCH_MIN:
-        return np.empty(shape, dt)
-    return _lowp.cached_empty(list(shape), dt)
 
 
 def _scale_vec(p: Any, axis: Optional[int], ndim: int, want_axis: int, size: int, arg: str) -> Optional[np.ndarray]:

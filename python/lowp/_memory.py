@@ -23,10 +23,11 @@ __all__ = ["set_buffer_cache", "buffer_cache_info", "result_empty"]
 MIN_BYTES = 1 << 22
 
 
-def result_empty(shape: tuple, dtype: Any) -> np.ndarray:
-    """An uninitialized C-contiguous array; large ones take their memory from the cache."""
+def result_empty(shape: tuple, dtype: Any, min_bytes: int = MIN_BYTES) -> np.ndarray:
+    """An uninitialized C-contiguous array; those of ``min_bytes`` or more take their
+    memory from the cache."""
     dt = np.dtype(dtype)
-    if dt.hasobject or math.prod(shape) * dt.itemsize < MIN_BYTES:
+    if dt.hasobject or math.prod(shape) * dt.itemsize < min_bytes:
         return np.empty(shape, dt)
     return _lowp.cached_empty(list(shape), dt)
 
