@@ -10,6 +10,7 @@ from lowp import _lowp
 FLOAT_DTYPES = [
     np.float32, np.float16, ml_dtypes.bfloat16, ml_dtypes.float8_e5m2, ml_dtypes.float8_e4m3fn,
     ml_dtypes.float8_e4m3, ml_dtypes.float8_e4m3fnuz, ml_dtypes.float8_e5m2fnuz,
+    lowp.posit8, lowp.posit16,
 ]
 MR, NR = 6, 16
 SHAPES = [(0, 5, 3), (5, 0, 3), (4, 3, 0), (1, 1, 1), (MR - 1, NR - 1, 7), (MR + 1, NR + 1, 5), (MR, NR, 1),

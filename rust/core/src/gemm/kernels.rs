@@ -264,6 +264,15 @@ unsafe fn pack_posit16_avx2<T: Real>(src: *const u16, es: u32, base: isize, sl: 
         if sl == 1 {
             for p in 0..kc {
                 let row = src.offset(base + p as isize * sk);
+                if std::mem::size_of::<T>() == 4 {
+                    // T is f32: decode straight into the strip. (Through `tmp`, the
+                    // copy's wide loads would wait on the decoder's narrower stores.)
+                    posit16_run_avx2(row, nv, es, d.add(p * w) as *mut f32);
+                    for l in nv..w {
+                        *d.add(p * w + l) = T::default();
+                    }
+                    continue;
+                }
                 for l0 in (0..nv).step_by(RUN) {
                     let len = RUN.min(nv - l0);
                     posit16_run_avx2(row.add(l0), len, es, tmp.as_mut_ptr());
