@@ -41,6 +41,8 @@ const SHARED_B_MAX: usize = 32 << 20;
 
 /// B strips packed per claim of a shared B (a band-wise packing unit).
 const GROUP: usize = 4;
+/// The smallest unit of rows (in strips of MR rows) a thread claims with B shared.
+const UNIT_MIN: usize = 4;
 
 /// The buffer of the shared packed B, kept between calls (no fresh pages to
 /// fault in on every call). A call that finds it taken allocates its own.
@@ -130,14 +132,39 @@ pub(crate) fn gemm<K: Kernel>(kern: &K, a: &Operand, b: &Operand, c: OutMat<K::C
         };
         SharedB::<K::P>::new(layout, buf)
     });
+    // With B shared, the threads take the rows of C in units claimed as they go
+    // (guided: each a share of what is left, the last ones small), so that a
+    // thread slowed down or woken late leaves its rows to the others.
+    let next = AtomicUsize::new(0);
+    let claim = || {
+        let mut s0 = next.load(Ordering::Relaxed);
+        loop {
+            if s0 >= strips {
+                return None;
+            }
+            let left = strips - s0;
+            let take = (left / (2 * parts)).max(UNIT_MIN).min(left);
+            match next.compare_exchange_weak(s0, s0 + take, Ordering::Relaxed, Ordering::Relaxed) {
+                Ok(_) => return Some((s0, s0 + take)),
+                Err(now) => s0 = now,
+            }
+        }
+    };
     let part = |t: usize| {
+        if let Some(sh) = shared.as_ref() {
+            // Each thread starts on its own groups of strips, so that the first
+            // claims of the threads do not collide.
+            let g0 = t * layout.groups / parts;
+            while let Some((s0, s1)) = claim() {
+                let (i0, i1) = (s0 * mr, (s1 * mr).min(m));
+                serial(kern, &rows_of(a, i0, i1), b, sub_out(c, i0, i1, 0, n), Some((sh, g0)));
+            }
+            return;
+        }
         let (s0, s1) = (strips * t / parts, strips * (t + 1) / parts);
         if split_m {
             let (i0, i1) = (s0 * mr, (s1 * mr).min(m));
-            // Each thread starts on its own groups of strips, so that the first
-            // claims of the threads do not collide.
-            let src = shared.as_ref().map(|sh| (sh, t * layout.groups / parts));
-            serial(kern, &rows_of(a, i0, i1), b, sub_out(c, i0, i1, 0, n), src);
+            serial(kern, &rows_of(a, i0, i1), b, sub_out(c, i0, i1, 0, n), None);
         } else {
             let (j0, j1) = (s0 * nr, (s1 * nr).min(n));
             serial(kern, a, &cols_of(b, j0, j1), sub_out(c, 0, m, j0, j1), None);
@@ -323,6 +350,10 @@ unsafe fn pack_b<K: Kernel>(b: &Operand, jc: usize, pc: usize, kc: usize, s0: us
             let j0 = jc + s * nr;
             let nv = nr.min(n - j0);
             let base = (pc + p0) as isize * b.rs + j0 as isize * b.cs;
+            if p0 + PB < kc {
+                // The strip's part of the next band: the band's rows are read side by side.
+                prefetch_rows(b, base + PB as isize * b.rs, b.rs, nv, PB.min(kc - p0 - PB));
+            }
             // SAFETY: strip s of the block lies within the caller's range, which
             // only this thread writes; rows pc+p0..pc+p0+pk and columns j0..j0+nv are inside b.
             unsafe {
@@ -331,6 +362,30 @@ unsafe fn pack_b<K: Kernel>(b: &Operand, jc: usize, pc: usize, kc: usize, s0: us
             }
         }
     }
+}
+
+/// Prefetch `len` elements from element offset `base` on in each of `rows`
+/// rows `rs` elements apart, when the elements of a row are contiguous
+/// (`op.cs == 1`): the next part of an operand to pack, so that its loads do
+/// not wait on the memory. A hint: no effect on results, nothing is read.
+#[inline(always)]
+fn prefetch_rows(op: &Operand, base: isize, rs: isize, len: usize, rows: usize) {
+    #[cfg(target_arch = "x86_64")]
+    if op.cs == 1 && len > 0 {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        let bytes = op.storage.bytes() as isize;
+        let span = len * bytes as usize;
+        for r in 0..rows as isize {
+            let p = op.ptr.wrapping_offset((base + r * rs) * bytes);
+            let first = p as usize & !63;
+            for line in (first..p as usize + span).step_by(64) {
+                // SAFETY: a prefetch is a hint; it reads nothing and cannot fault.
+                unsafe { _mm_prefetch::<_MM_HINT_T0>(line as *const i8) };
+            }
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (op, base, rs, len, rows);
 }
 
 /// The loop nest on one thread, with B packed into this thread's own buffer
@@ -375,6 +430,10 @@ fn serial<K: Kernel>(kern: &K, a: &Operand, b: &Operand, c: OutMat<K::C>, shared
                             let i0 = ic + s * mr;
                             let nv = mr.min(m - i0);
                             let base = i0 as isize * a.rs + pc as isize * a.cs;
+                            if i0 + mr < m {
+                                // The next strip's rows.
+                                prefetch_rows(a, base + (mr as isize) * a.rs, a.rs, kc, mr.min(m - i0 - mr));
+                            }
                             // SAFETY: rows i0..i0+nv and depth pc..pc+kc are inside a.
                             unsafe { K::pack(a, base, a.rs, a.cs, nv, mr, kc, d) };
                         }

@@ -229,9 +229,21 @@ unsafe fn posit16_x8(c: std::arch::x86_64::__m256i, es: u32) -> std::arch::x86_6
 ///
 /// # Safety
 /// The CPU must support avx2; `src` holds `n` readable codes, `out` `n` writable values.
-#[cfg(target_arch = "x86_64")]
+#[cfg(all(test, target_arch = "x86_64"))]
 #[target_feature(enable = "avx2")]
 pub(super) unsafe fn posit16_run_avx2(src: *const u16, n: usize, es: u32, out: *mut f32) {
+    // SAFETY: forwarded contract.
+    unsafe { posit16_run(src, n, es, out) }
+}
+
+/// [`posit16_run_avx2`], inlined into its caller (which enables avx2), so that
+/// short runs pay no call and no set-up of constants.
+///
+/// # Safety
+/// As [`posit16_run_avx2`].
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn posit16_run(src: *const u16, n: usize, es: u32, out: *mut f32) {
     use std::arch::x86_64::*;
     // SAFETY: i + 8 <= n for the vector loads and stores; the tail stays below n.
     unsafe {
@@ -253,6 +265,7 @@ pub(super) unsafe fn posit16_run_avx2(src: *const u16, n: usize, es: u32, out: *
 /// # Safety
 /// The CPU must support avx2; as [`Kernel::pack`].
 #[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
 #[allow(clippy::too_many_arguments)]
 unsafe fn pack_posit16_avx2<T: Real>(src: *const u16, es: u32, base: isize, sl: isize, sk: isize, nv: usize, w: usize, kc: usize, dst: &mut [T]) {
     assert!(dst.len() >= w * kc && nv <= w && es <= 3);
@@ -267,7 +280,7 @@ unsafe fn pack_posit16_avx2<T: Real>(src: *const u16, es: u32, base: isize, sl: 
                 if std::mem::size_of::<T>() == 4 {
                     // T is f32: decode straight into the strip. (Through `tmp`, the
                     // copy's wide loads would wait on the decoder's narrower stores.)
-                    posit16_run_avx2(row, nv, es, d.add(p * w) as *mut f32);
+                    posit16_run(row, nv, es, d.add(p * w) as *mut f32);
                     for l in nv..w {
                         *d.add(p * w + l) = T::default();
                     }
@@ -275,7 +288,7 @@ unsafe fn pack_posit16_avx2<T: Real>(src: *const u16, es: u32, base: isize, sl: 
                 }
                 for l0 in (0..nv).step_by(RUN) {
                     let len = RUN.min(nv - l0);
-                    posit16_run_avx2(row.add(l0), len, es, tmp.as_mut_ptr());
+                    posit16_run(row.add(l0), len, es, tmp.as_mut_ptr());
                     for (l, &v) in tmp[..len].iter().enumerate() {
                         *d.add(p * w + l0 + l) = T::from_f32(v);
                     }
@@ -295,7 +308,7 @@ unsafe fn pack_posit16_avx2<T: Real>(src: *const u16, es: u32, base: isize, sl: 
                 let line = src.offset(base + l as isize * sl);
                 for p0 in (0..kc).step_by(RUN) {
                     let len = RUN.min(kc - p0);
-                    posit16_run_avx2(line.add(p0), len, es, tmp.as_mut_ptr());
+                    posit16_run(line.add(p0), len, es, tmp.as_mut_ptr());
                     for (q, &v) in tmp[..len].iter().enumerate() {
                         *d.add((p0 + q) * w + l) = T::from_f32(v);
                     }
