@@ -44,9 +44,23 @@ def settle() -> None:
     time.sleep(0.3)
 
 
+#: Seconds of untimed calls before each timed block.
+WARM = 0.03
+
+
+def warm(f) -> None:
+    """Call ``f`` (at least once) for WARM seconds: after settle()'s sleep the cores
+    run slower for the first tens of milliseconds, and a block timed from its first
+    call would measure that, not the library."""
+    t0 = time.perf_counter()
+    f()
+    while time.perf_counter() - t0 < WARM:
+        f()
+
+
 def best(f, reps: int) -> float:
     settle()
-    f()
+    warm(f)
     ts = []
     for _ in range(reps):
         t0 = time.perf_counter()
@@ -58,13 +72,13 @@ def best(f, reps: int) -> float:
 def best_pair(f, g, reps: int, rounds: int = 4) -> tuple[float, float]:
     """Best times of ``f`` and ``g`` measured in alternating blocks (``rounds`` blocks
     each, the ``reps`` calls split among them), so that both are timed over the same
-    stretch of time on this shared machine; each block starts settled."""
+    stretch of time on this shared machine; each block starts settled and warm."""
     per = max(1, -(-reps // rounds))
     tf, tg = [], []
     for _ in range(rounds):
         for fn, ts in ((f, tf), (g, tg)):
             settle()
-            fn()
+            warm(fn)
             for _ in range(per):
                 t0 = time.perf_counter()
                 fn()
