@@ -245,9 +245,11 @@ def matmul(a: Any, b: Any, *, accumulate: Any = "float32", chunk: Optional[int] 
     else:
         result = result_empty(tuple(shape), target, _SCRATCH_MIN)
 
-    direct = (target == natural and path != "emu"
+    # Emulated products are written as float64, or straight as float32 when the
+    # accumulators fit in it (their values are then exact in float32).
+    direct = (target == natural
               and not np.may_share_memory(result, a) and not np.may_share_memory(result, b))
-    core_dtype = np.float64 if path == "emu" else natural
+    core_dtype = natural
     if direct:
         res_core = result
     else:
@@ -275,7 +277,7 @@ def matmul(a: Any, b: Any, *, accumulate: Any = "float32", chunk: Optional[int] 
             else:
                 _lowp.matmul_into(x, aspec, y, bspec, o)
     if not direct:
-        if path == "emu" and target == natural and natural == np.float32:
+        if path == "emu" and target == natural:
             result[...] = res_core  # exact: the values are in the accumulator format
         else:
             _convert_into(res_core, result, "out_dtype")
@@ -397,12 +399,12 @@ def sum(x: Any, axis: Any = None, *, accumulate: Any = "float32", chunk: Optiona
     mdim = int(np.prod(rshape, dtype=np.int64))
     x2 = moved.reshape(kdim, mdim)
     fits = acc._fits_f32() and (cacc is None or cacc._fits_f32())
-    res = np.zeros((1, mdim), dtype=np.float64)
+    res = np.zeros((1, mdim), dtype=np.float32 if fits else np.float64)
     seed_w = _seed_word(seed, rounding)
     if mdim > 0:
         _lowp.sum_into(x2, spec, res, acc._spec, chunk, cacc._spec if cacc is not None else None,
                        rounding, seed_w, rbits_v)
-    r = res.reshape(rshape).astype(np.float32 if fits else np.float64)
+    r = res.reshape(rshape)
     return r[()] if r.ndim == 0 else r
 
 

@@ -134,14 +134,16 @@ fn accum_spec(acc: Spec, chunk: Option<usize>, chunk_acc: Option<Spec>, rounding
     Ok(AccumSpec { fmt: acc.0, chunk, opts })
 }
 
-fn f64_out<'a, 'py>(out: &'a mut OutArr<'py>) -> PyResult<&'a mut PyReadwriteArray2<'py, f64>> {
+/// The output of an emulated product: float64, or float32 (accumulator formats inside float32).
+fn emu_out(out: &mut OutArr<'_>) -> PyResult<gemm::EmuOut> {
     match out {
-        OutArr::F64(o) => Ok(o),
-        _ => Err(PyTypeError::new_err("out: emulated accumulation writes float64")),
+        OutArr::F64(o) => Ok(out_mat(o).into()),
+        OutArr::F32(o) => Ok(out_mat(o).into()),
+        OutArr::I32(_) => Err(PyTypeError::new_err("out: emulated accumulation writes float64 or float32, got int32")),
     }
 }
 
-/// `out = a @ b` (float64 out) with every add rounded into `acc`.
+/// `out = a @ b` (float64 or float32 out) with every add rounded into `acc`.
 #[pyfunction]
 #[pyo3(signature = (a, a_fmt, b, b_fmt, out, acc, chunk, chunk_acc, rounding, seed, rbits))]
 #[allow(clippy::too_many_arguments)]
@@ -163,11 +165,11 @@ fn matmul_emulated_into<'py>(
     let (a, b, mut out) = (in_mat(&a, "a")?, in_mat(&b, "b")?, out_arr(&out)?);
     let oa = operand(&a, a_fmt.as_ref(), "a")?;
     let ob = operand(&b, b_fmt.as_ref(), "b")?;
-    let c = out_mat(f64_out(&mut out)?);
+    let c = emu_out(&mut out)?;
     py.detach(|| gemm::matmul_emulated(&oa, &ob, c, &spec)).py_err()
 }
 
-/// Column sums of `x` (k x m) into `out` (1 x m, float64), every add rounded into `acc`.
+/// Column sums of `x` (k x m) into `out` (1 x m, float64 or float32), every add rounded into `acc`.
 #[pyfunction]
 #[pyo3(signature = (x, x_fmt, out, acc, chunk, chunk_acc, rounding, seed, rbits))]
 #[allow(clippy::too_many_arguments)]
@@ -186,7 +188,7 @@ fn sum_into<'py>(
     let spec = accum_spec(acc, chunk, chunk_acc, rounding, seed, rbits)?;
     let (x, mut out) = (in_mat(&x, "x")?, out_arr(&out)?);
     let ox = operand(&x, x_fmt.as_ref(), "x")?;
-    let c = out_mat(f64_out(&mut out)?);
+    let c = emu_out(&mut out)?;
     py.detach(|| gemm::sum_emulated(&ox, c, &spec)).py_err()
 }
 

@@ -1181,9 +1181,65 @@ const RB: usize = 16;
 const JB: usize = 64;
 const KB: usize = 256;
 
-/// `c = a @ b` with every add rounded as `spec` says; c is written as f64.
-pub fn matmul_emulated(a: &Operand, b: &Operand, c: OutMat<f64>, spec: &AccumSpec) -> Result<()> {
-    super::check_shapes(a, b, c.rows, c.cols)?;
+/// Where emulated results go: float64, or float32 when every accumulator
+/// format fits in it (each result is an accumulator value, so exact).
+#[derive(Clone, Copy, Debug)]
+pub enum EmuOut {
+    F64(OutMat<f64>),
+    F32(OutMat<f32>),
+}
+
+impl From<OutMat<f64>> for EmuOut {
+    fn from(c: OutMat<f64>) -> Self {
+        EmuOut::F64(c)
+    }
+}
+
+impl From<OutMat<f32>> for EmuOut {
+    fn from(c: OutMat<f32>) -> Self {
+        EmuOut::F32(c)
+    }
+}
+
+impl EmuOut {
+    fn shape(&self) -> (usize, usize) {
+        match self {
+            EmuOut::F64(c) => (c.rows, c.cols),
+            EmuOut::F32(c) => (c.rows, c.cols),
+        }
+    }
+
+    /// Float32 output needs accumulator formats inside float32.
+    fn check(&self, spec: &AccumSpec) -> Result<()> {
+        let fits = spec.fmt.fits_f32() && spec.chunk.is_none_or(|(_, f2)| f2.fits_f32());
+        if matches!(self, EmuOut::F32(_)) && !fits {
+            return Err(Error::type_("out: float32 output needs accumulator formats that fit in float32; use float64"));
+        }
+        Ok(())
+    }
+
+    /// Store `v` at (i, j).
+    ///
+    /// # Safety
+    /// (i, j) is inside the matrix and no other thread writes it.
+    #[inline(always)]
+    unsafe fn put(&self, i: usize, j: usize, v: f64) {
+        // SAFETY: per the caller.
+        unsafe {
+            match self {
+                EmuOut::F64(c) => *c.at(i, j) = v,
+                EmuOut::F32(c) => *c.at(i, j) = v as f32,
+            }
+        }
+    }
+}
+
+/// `c = a @ b` with every add rounded as `spec` says.
+pub fn matmul_emulated(a: &Operand, b: &Operand, c: impl Into<EmuOut>, spec: &AccumSpec) -> Result<()> {
+    let c = c.into();
+    let (rows, cols) = c.shape();
+    super::check_shapes(a, b, rows, cols)?;
+    c.check(spec)?;
     let (fa, fb) = (a.format(), b.format());
     match (fa, fb) {
         (Some(x), Some(y)) if products_exact(&x, &y) => {}
@@ -1197,13 +1253,16 @@ pub fn matmul_emulated(a: &Operand, b: &Operand, c: OutMat<f64>, spec: &AccumSpe
 }
 
 /// Column sums `out[0, j] = sum_k x[k, j]`, every add rounded as `spec` says.
-pub fn sum_emulated(x: &Operand, c: OutMat<f64>, spec: &AccumSpec) -> Result<()> {
+pub fn sum_emulated(x: &Operand, c: impl Into<EmuOut>, spec: &AccumSpec) -> Result<()> {
+    let c = c.into();
     static ONE: f64 = 1.0;
     // SAFETY: a 1 x k view with zero strides of one static f64.
     let ones = unsafe { Operand::from_raw(&ONE as *const f64 as *const u8, super::Storage::F64, None, 1, x.rows, 0, 0, "x")? };
-    if c.rows != 1 || c.cols != x.cols {
-        return Err(Error::value(format!("out: shape {}x{} must be 1x{}", c.rows, c.cols, x.cols)));
+    let (rows, cols) = c.shape();
+    if rows != 1 || cols != x.cols {
+        return Err(Error::value(format!("out: shape {rows}x{cols} must be 1x{}", x.cols)));
     }
+    c.check(spec)?;
     // 1 * x is exact for any input.
     run(&ones, x, c, spec)
 }
@@ -1221,7 +1280,7 @@ fn chunk_rounder(spec: &AccumSpec) -> Result<Option<Dyn>> {
     spec.chunk.map(|(_, f2)| Dyn::new(f2, chunk_opts(spec.opts))).transpose()
 }
 
-fn run(a: &Operand, b: &Operand, c: OutMat<f64>, spec: &AccumSpec) -> Result<()> {
+fn run(a: &Operand, b: &Operand, c: EmuOut, spec: &AccumSpec) -> Result<()> {
     if let Some((cs, _)) = spec.chunk {
         if cs == 0 {
             return Err(Error::value("chunk: must be a positive integer"));
@@ -1516,7 +1575,7 @@ const NP16_BYTES: usize = 16 << 20;
 /// whose values could make an f32 product inexact (kinds `Odd` and `Mid`) run
 /// through the f64 rounding.
 #[cfg(target_arch = "x86_64")]
-fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: OutMat<f64>, spec: &AccumSpec, outer: Option<&Dyn>) -> Result<()> {
+fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &AccumSpec, outer: Option<&Dyn>) -> Result<()> {
     use std::arch::x86_64::_MM_FROUND_TO_NEAREST_INT;
     let (m, n, k) = (a.rows, b.cols, a.cols);
     if m == 0 || n == 0 {
@@ -1668,7 +1727,7 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: OutMat<f64>, spe
                         None => acc[idx] as f64,
                     };
                     // SAFETY: (i0+i, j0+j) is inside c and only this task writes it.
-                    unsafe { *c.at(i0 + i, j0 + j) = v };
+                    unsafe { c.put(i0 + i, j0 + j, v) };
                 }
             }
         };
@@ -1687,7 +1746,7 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: OutMat<f64>, spe
     Ok(())
 }
 
-fn drive<R: Round>(r: &R, a: &Operand, b: &Operand, c: OutMat<f64>, spec: &AccumSpec, outer: Option<&Dyn>) -> Result<()> {
+fn drive<R: Round>(r: &R, a: &Operand, b: &Operand, c: EmuOut, spec: &AccumSpec, outer: Option<&Dyn>) -> Result<()> {
     let (m, n, k) = (a.rows, b.cols, a.cols);
     if m == 0 || n == 0 {
         return Ok(());
@@ -1815,7 +1874,7 @@ fn drive<R: Round>(r: &R, a: &Operand, b: &Operand, c: OutMat<f64>, spec: &Accum
         for i in 0..rb {
             for j in 0..jb {
                 // SAFETY: (i0+i, j0+j) is inside c and only this task writes it.
-                unsafe { *c.at(i0 + i, j0 + j) = res[i * jb + j] };
+                unsafe { c.put(i0 + i, j0 + j, res[i * jb + j]) };
             }
         }
     };
@@ -1937,6 +1996,7 @@ pub(crate) mod testing {
 
     /// The emulated matmul through the f64 lanes only (no f32 tile kernels).
     pub fn matmul_f64_lanes(a: &Operand, b: &Operand, c: OutMat<f64>, spec: &AccumSpec) -> Result<()> {
+        let c = EmuOut::F64(c);
         let outer = chunk_rounder(spec)?;
         assert!(fast_ok(&spec.fmt));
         by_mode!(mode_code(spec.opts.mode), C => drive(&Fast::<C>::new(spec.fmt, spec.opts), a, b, c, spec, outer.as_ref()))

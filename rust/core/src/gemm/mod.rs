@@ -25,7 +25,7 @@ use crate::convert::{isa, Isa};
 use crate::format::{named, Format};
 use crate::{Error, Result};
 
-pub use emulate::{matmul_emulated, products_exact, sum_emulated, AccumSpec};
+pub use emulate::{matmul_emulated, products_exact, sum_emulated, AccumSpec, EmuOut};
 
 /// How the elements of an operand are stored.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -801,3 +801,49 @@ fn posit16_decoder_every_code() {
         }
     }
 }
+
+/// Emulated products written as float32 equal the float64 results (which are
+/// exact in float32 when the accumulators fit in it), through the fp16/bf16
+/// tiles and the f64 lanes alike; accumulators wider than float32 refuse a
+/// float32 output.
+#[test]
+fn emulated_float32_output_matches_float64() {
+    let mut g = Lcg(5);
+    let (m, n, k) = (37, 29, 150);
+    // bf16 codes of values in (-4, 4).
+    let codes = |g: &mut Lcg, len: usize| -> Vec<u16> { (0..len).map(|_| (((g.unit() * 4.0) as f32).to_bits() >> 16) as u16).collect() };
+    let (av, bv) = (codes(&mut g, m * k), codes(&mut g, k * n));
+    let f = Some(Format::Float(BFLOAT16));
+    // SAFETY: views inside the vectors.
+    let (a, b) = unsafe {
+        (
+            Operand::from_raw(av.as_ptr() as *const u8, Storage::U16, f, m, k, k as isize, 1, "a").unwrap(),
+            Operand::from_raw(bv.as_ptr() as *const u8, Storage::U16, f, k, n, n as isize, 1, "b").unwrap(),
+        )
+    };
+    let e5m2 = Format::Float(FLOAT8_E5M2);
+    let f69 = Format::Float(FloatFormat::new(6, 9, None, true, crate::format::NanPolicy::Ieee, true).unwrap());
+    let cases = [
+        (Format::Float(FLOAT16), None, Mode::NearestEven),
+        (Format::Float(BFLOAT16), Some((16, Format::Float(FLOAT32))), Mode::TowardZero),
+        (e5m2, None, Mode::Stochastic),
+        (f69, Some((8, Format::Float(FLOAT16))), Mode::Up),
+    ];
+    for (fmt, chunk, mode) in cases {
+        let spec = AccumSpec { fmt, chunk, opts: RoundOpts::new(mode) };
+        let (mut c64, mut c32) = (vec![0f64; m * n], vec![0f32; m * n]);
+        // SAFETY: both hold m x n.
+        matmul_emulated(&a, &b, unsafe { OutMat::from_raw(c64.as_mut_ptr(), m, n, n as isize, 1) }, &spec).unwrap();
+        matmul_emulated(&a, &b, unsafe { OutMat::from_raw(c32.as_mut_ptr(), m, n, n as isize, 1) }, &spec).unwrap();
+        for (x, y) in c64.iter().zip(&c32) {
+            assert!(*x == *y as f64 || (x.is_nan() && y.is_nan()), "{fmt:?} {mode:?}: {x:e} vs {y:e}");
+        }
+    }
+    let wide = AccumSpec { fmt: Format::Float(FLOAT64), chunk: None, opts: RoundOpts::new(Mode::NearestEven) };
+    let mut c32 = vec![0f32; m * n];
+    // SAFETY: c32 holds m x n.
+    assert!(matmul_emulated(&a, &b, unsafe { OutMat::from_raw(c32.as_mut_ptr(), m, n, n as isize, 1) }, &wide).is_err());
+    let narrow_then_wide = AccumSpec { fmt: Format::Float(FLOAT16), chunk: Some((4, Format::Float(FLOAT64))), opts: RoundOpts::new(Mode::NearestEven) };
+    // SAFETY: as above.
+    assert!(matmul_emulated(&a, &b, unsafe { OutMat::from_raw(c32.as_mut_ptr(), m, n, n as isize, 1) }, &narrow_then_wide).is_err());
+}
