@@ -251,3 +251,18 @@ def test_element_index_keys_across_high_words(index0):
         _lowp.encode_into(x[i:i + 1], spec, one, "stochastic", False, 77, 32, index0 + i)
         assert one[0] == outs[0][i]
     assert len(set(outs[0].tolist())) == 2  # both neighbours occur
+
+
+@pytest.mark.parametrize("acc", ["float16", "bfloat16", "float8_e5m2", "float32"])
+@pytest.mark.parametrize("chunk", [None, 16])
+def test_one_column_sum_draws_the_same_bits_as_the_lanes(acc, chunk):
+    """A 1-D sum runs the one-column step; the first column of a many-column sum has
+    the same element index, so the same random bits, and must round the same way."""
+    g = np.random.default_rng(21)
+    x = (g.standard_normal((300, 9)) * np.exp2(g.integers(-6, 6, (300, 9)))).astype(np.float32)
+    lanes = lowp.sum(x, axis=0, accumulate=acc, rounding="stochastic", seed=3, chunk=chunk)
+    one = lowp.sum(x[:, 0].copy(), accumulate=acc, rounding="stochastic", seed=3, chunk=chunk)
+    assert lanes[0].tobytes() == np.asarray(one, lanes.dtype).tobytes()
+    # Different seeds do differ (the bits are drawn at all).
+    other = lowp.sum(x[:, 0].copy(), accumulate=acc, rounding="stochastic", seed=4, chunk=chunk)
+    assert acc == "float32" or float(other) != float(one)

@@ -1779,6 +1779,13 @@ fn drive<R: Round>(r: &R, a: &Operand, b: &Operand, c: EmuOut, spec: &AccumSpec,
         // One depth step of a row segment, `row[j] = round(row[j] + av*bp[j])`; its first
         // element has step index `base` (random bits drawn when stochastic).
         let mut step_row = |row: &mut [f64], bp: &[f64], av: f64, base: u64| {
+            if let ([x], [bv]) = (&mut *row, bp) {
+                // One column (a 1-D sum, a matrix-vector product): the scalar add,
+                // which the lanes of `step` equal.
+                let rd = if stochastic && R::STOCHASTIC { rng.bits(base, rbits) } else { 0 };
+                *x = r.add(*x, av * bv, rd);
+                return;
+            }
             if stochastic && R::STOCHASTIC {
                 if !r.step_st(simd, row, bp, av, &rng, base, steps, rbits, sum_exact) {
                     fill_rands(simd, &rng, base, steps, rbits, &mut rands[..row.len()]);
