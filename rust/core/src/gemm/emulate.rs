@@ -53,7 +53,6 @@
 //!   stochastic: `step_st_avx2`, the random bits drawn in 8 u32 lanes), or the
 //!   scalar f64 code.
 
-use rayon::prelude::*;
 
 use super::{Operand, OutMat};
 use crate::format::{named, Format};
@@ -1603,8 +1602,8 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
     // B panel: block kbi, strip s at (kbi * strips + s) * kbs * 16, [kk*16 + j].
     let mut bpanel = vec![0f32; kblocks * pstrips * kbs * 16];
     let mut bbounds: Vec<Option<(i32, i32)>> = vec![None; kblocks];
-    // One entry into the pool for the whole call (each entry may have to wake a
-    // sleeping worker); the panels' parallel loops run inside it.
+    // The panels' parallel loops take a worker still spinning after the previous
+    // loop, if one is (no wake-up; see `parallel::hot`).
     let mut all = || for j0 in (0..n).step_by(np) {
         let jb = np.min(n - j0);
         let strips = jb.div_ceil(16);
@@ -1622,11 +1621,9 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
             }
         };
         let used = &mut bpanel[..kblocks * strips * kbs * 16];
-        let sb: Vec<Option<(i32, i32)>> = if threads > 1 && kblocks * strips > 1 {
-            used.par_chunks_mut(kbs * 16).enumerate().map(|(q, d)| pack_b(q, d)).collect()
-        } else {
-            used.chunks_mut(kbs * 16).enumerate().map(|(q, d)| pack_b(q, d)).collect()
-        };
+        let mut sb: Vec<Option<(i32, i32)>> = vec![None; kblocks * strips];
+        let pieces: Vec<_> = used.chunks_mut(kbs * 16).zip(sb.iter_mut()).enumerate().collect();
+        parallel::for_each_piece(pieces, &|(q, (d, bound))| *bound = pack_b(q, d));
         for (kbi, bb) in bbounds.iter_mut().enumerate() {
             *bb = sb[kbi * strips..(kbi + 1) * strips].iter().flatten().copied().reduce(merge_bounds);
         }
@@ -1731,18 +1728,9 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
                 }
             }
         };
-        let ntasks = rblocks * csplit;
-        if threads > 1 && ntasks > 1 {
-            (0..ntasks).into_par_iter().for_each(task);
-        } else {
-            (0..ntasks).for_each(task);
-        }
+        parallel::for_each_item(rblocks * csplit, &task);
     };
-    if threads > 1 {
-        parallel::pool().install(all);
-    } else {
-        all();
-    }
+    all();
     Ok(())
 }
 
@@ -1885,12 +1873,7 @@ fn drive<R: Round>(r: &R, a: &Operand, b: &Operand, c: EmuOut, spec: &AccumSpec,
             }
         }
     };
-    let ntasks = rblocks * cblocks;
-    if parallel::num_threads() > 1 && ntasks > 1 {
-        parallel::pool().install(|| (0..ntasks).into_par_iter().for_each(task));
-    } else {
-        (0..ntasks).for_each(task);
-    }
+    parallel::for_each_item(rblocks * cblocks, &task);
     Ok(())
 }
 
