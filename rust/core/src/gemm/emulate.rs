@@ -30,9 +30,10 @@
 //!   at most 8 bits): `fma(a, b, acc)` then the rounding, a double rounding
 //!   that is innocuous (11- or 8-bit operands, 24 >= 2*11 + 1 bits; checked
 //!   exhaustively by the tests). Nearest-even with products of 20 to 24 bits
-//!   (float16 inputs): the FMA too, except for vectors where a sum could sit
-//!   on a midpoint of the format ([`Kind16::Mid`]). The directed modes, and
-//!   other inputs whose products fit 24 bits (bfloat16): TwoSum in f32 and
+//!   (float16 inputs), or of any other inputs into bfloat16: the FMA too,
+//!   except for vectors where a sum could sit on a midpoint of the format
+//!   ([`Kind16::Mid`]). The directed modes, and other inputs whose products
+//!   fit 24 bits (bfloat16 into float16): TwoSum in f32 and
 //!   round-to-odd (innocuous before any rounding to <= 22 bits), when the
 //!   values of the depth block keep every product exact in f32 (exponent scan
 //!   of the packed block); otherwise that block runs through the f64 rounding.
@@ -1323,9 +1324,9 @@ pub(crate) enum Kind16 {
     Odd,
     /// Nearest-even, products exact in f32 as for `Odd`: the FMA's sum s, then
     /// the rounding, except for vectors where a lane's s sits on a midpoint of
-    /// the format (or could: low 12 bits zero for fp16, which also covers the
-    /// midpoints of its subnormal range, low 15 for bf16) and differs from the
-    /// accumulator; those take the `Odd` computation. Only there can rounding
+    /// the format (bf16: exactly, the low 16 bits 0x8000; fp16: or could, the
+    /// low 12 bits zero, which also covers the midpoints of its subnormal
+    /// range, and s differs from the accumulator); those take the `Odd` computation. Only there can rounding
     /// s differ from rounding the exact sum: s is the exact sum rounded to 24
     /// bits, and every midpoint of the format is an f32, so the first rounding
     /// can reach one but never cross it; when s equals the accumulator the
@@ -1391,9 +1392,10 @@ pub(crate) fn kind16(fmt: &Format, opts: &RoundOpts, a: &Operand, b: &Operand) -
     }
     let (pa, _, _) = profile(&fa);
     let (pb, _, _) = profile(&fb);
-    // Products of few bits (bfloat16 x bfloat16: 16) leave the low bits of most
-    // f32 sums zero, so `Mid` would take its fallback often: `Odd` is faster there.
-    let kind = if opts.mode == Mode::NearestEven && pa + pb >= 20 { Kind16::Mid } else { Kind16::Odd };
+    // Into float16, products of few bits (bfloat16 x bfloat16: 16) leave the low
+    // bits of most f32 sums zero, so `Mid` would take its fallback often: `Odd` is
+    // faster there. Into bfloat16, `Mid` tests for the midpoint exactly: rare.
+    let kind = if opts.mode == Mode::NearestEven && (bf || pa + pb >= 20) { Kind16::Mid } else { Kind16::Odd };
     // The product of the significands must fit in 24 bits; the exponents are
     // checked on the values of each depth block.
     (pa + pb <= 24 && a.fits_f32() && b.fits_f32()).then_some((kind, bf))
@@ -1440,10 +1442,18 @@ unsafe fn add16<const K: u8, const BF: bool, const RM: i32>(acc: std::arch::x86_
     unsafe {
         if K == K_MID {
             let s = _mm256_fmadd_ps(a, b, acc);
-            let low = _mm256_and_si256(_mm256_castps_si256(s), _mm256_set1_epi32(if BF { 0x7fff } else { 0xfff }));
-            let near = _mm256_castsi256_ps(_mm256_cmpeq_epi32(low, _mm256_setzero_si256()));
-            let flag = _mm256_andnot_ps(_mm256_cmp_ps::<_CMP_EQ_OQ>(s, acc), near);
-            if _mm256_movemask_ps(flag) != 0 {
+            let sb = _mm256_castps_si256(s);
+            let flag = if BF {
+                // Exactly on a midpoint: the bits below bf16's unit are its half
+                // (the subnormals too: their unit is f32's).
+                _mm256_cmpeq_epi32(_mm256_and_si256(sb, _mm256_set1_epi32(0xffff)), _mm256_set1_epi32(0x8000))
+            } else {
+                // Could be on a midpoint, normal or subnormal (low 12 bits zero), and moved.
+                let low = _mm256_and_si256(sb, _mm256_set1_epi32(0xfff));
+                let near = _mm256_cmpeq_epi32(low, _mm256_setzero_si256());
+                _mm256_andnot_si256(_mm256_castps_si256(_mm256_cmp_ps::<_CMP_EQ_OQ>(s, acc)), near)
+            };
+            if _mm256_movemask_ps(_mm256_castsi256_ps(flag)) != 0 {
                 return add16::<K_ODD, BF, RM>(acc, a, b);
             }
             return round16::<BF, RM>(s);
