@@ -240,19 +240,23 @@ def test_stochastic_reproducible_and_unbiased():
 
 
 @pytest.mark.parametrize("mode", DETERMINISTIC)
-@pytest.mark.parametrize("acc", ["fp16", "bf16"])
-def test_sum_vs_fractions(acc, mode):
+@pytest.mark.parametrize("acc", list(ACC_FORMATS))
+@pytest.mark.parametrize("dt", [ml_dtypes.bfloat16, np.float16, ml_dtypes.float8_e4m3fn])
+@pytest.mark.parametrize("cols", [3, 5, 17])
+def test_sum_vs_fractions(acc, mode, dt, cols):
+    # Few columns take the f64 path, 4 and more the tile kernels where the
+    # accumulator and inputs allow.
     f = ACC_FORMATS[acc]
     g = np.random.default_rng(13)
-    x = g.standard_normal((40, 3)).astype(ml_dtypes.bfloat16)
+    x = (g.standard_normal((40, cols)) * 8).astype(dt)
     got = lowp.sum(x, axis=0, accumulate=f, rounding=mode)
-    ones = np.ones((1, 40), ml_dtypes.bfloat16)
+    ones = np.ones((1, 40), dt)
     assert same(got, ref_matmul(ones, x, f, mode)[0])
     got = lowp.sum(x, axis=1, accumulate=f, rounding=mode, chunk=2)
-    assert same(got, ref_matmul(ones[:, :3], x.T, f, mode, 2)[0])
+    assert same(got, ref_matmul(ones[:, :cols], x.T, f, mode, 2)[0])
     got = lowp.sum(x, accumulate=f, rounding=mode)
     assert np.ndim(got) == 0
-    assert same(got, ref_matmul(np.ones((1, 120), ml_dtypes.bfloat16), x.reshape(120, 1), f, mode)[0, 0])
+    assert same(got, ref_matmul(np.ones((1, 40 * cols), dt), x.reshape(40 * cols, 1), f, mode)[0, 0])
 
 
 def test_sum_stalls_and_chunking():

@@ -1255,9 +1255,20 @@ pub fn matmul_emulated(a: &Operand, b: &Operand, c: impl Into<EmuOut>, spec: &Ac
 /// Column sums `out[0, j] = sum_k x[k, j]`, every add rounded as `spec` says.
 pub fn sum_emulated(x: &Operand, c: impl Into<EmuOut>, spec: &AccumSpec) -> Result<()> {
     let c = c.into();
-    static ONE: f64 = 1.0;
-    // SAFETY: a 1 x k view with zero strides of one static f64.
-    let ones = unsafe { Operand::from_raw(&ONE as *const f64 as *const u8, super::Storage::F64, None, 1, x.rows, 0, 0, "x")? };
+    // With 4 columns or more, 1.0 as an E4M3FN code: a format of few bits, so
+    // that the f32 tile kernels ([`kind16`]) take the sums their inputs allow.
+    // Fewer columns would leave most of their 16-column strips empty: 1.0 as an
+    // f64 there, for the f64 path.
+    static ONE8: u8 = 0x38;
+    static ONE64: f64 = 1.0;
+    // SAFETY: a 1 x k view with zero strides of one static value.
+    let ones = unsafe {
+        if x.cols >= 4 {
+            Operand::from_raw(&ONE8, super::Storage::U8, Some(Format::Float(named::FLOAT8_E4M3FN)), 1, x.rows, 0, 0, "x")?
+        } else {
+            Operand::from_raw(&ONE64 as *const f64 as *const u8, super::Storage::F64, None, 1, x.rows, 0, 0, "x")?
+        }
+    };
     let (rows, cols) = c.shape();
     if rows != 1 || cols != x.cols {
         return Err(Error::value(format!("out: shape {rows}x{cols} must be 1x{}", x.cols)));
@@ -1592,7 +1603,8 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
     }
     let exact = Dyn::new(spec.fmt, spec.opts)?;
     let rm = f16_rounding(spec.opts.mode);
-    let mr = if kind == Kind16::Fma { MR_FMA } else { MR_ODD };
+    // One row (sums, vector-matrix products): tiles of one row, no padding rows.
+    let mr = if m == 1 { 1 } else if kind == Kind16::Fma { MR_FMA } else { MR_ODD };
     let chunk = spec.chunk.map(|(cs, _)| cs).unwrap_or(usize::MAX);
     // Chunk totals into the same format, nearest-even, run vectorized too.
     let flush_vec = spec.chunk.is_some_and(|(_, f2)| f2 == spec.fmt);
@@ -1681,6 +1693,14 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
                                 unsafe {
                                     const NE: i32 = _MM_FROUND_TO_NEAREST_INT;
                                     match (kind, bf) {
+                                        _ if mr == 1 => match (kind, bf) {
+                                            (Kind16::Fma, false) => tile16::<1, K_FMA, false, NE>(t, ap, bp, len),
+                                            (Kind16::Fma, true) => tile16::<1, K_FMA, true, NE>(t, ap, bp, len),
+                                            (Kind16::Mid, false) => tile16::<1, K_MID, false, NE>(t, ap, bp, len),
+                                            (Kind16::Mid, true) => tile16::<1, K_MID, true, NE>(t, ap, bp, len),
+                                            (Kind16::Odd, true) => tile16::<1, K_ODD, true, NE>(t, ap, bp, len),
+                                            (Kind16::Odd, false) => by_f16_rounding!(rm, R => tile16::<1, K_ODD, false, R>(t, ap, bp, len)),
+                                        },
                                         (Kind16::Fma, false) => tile16::<MR_FMA, K_FMA, false, NE>(t, ap, bp, len),
                                         (Kind16::Fma, true) => tile16::<MR_FMA, K_FMA, true, NE>(t, ap, bp, len),
                                         (Kind16::Mid, false) => tile16::<MR_ODD, K_MID, false, NE>(t, ap, bp, len),
