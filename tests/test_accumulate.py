@@ -257,6 +257,11 @@ def test_sum_vs_fractions(acc, mode, dt, cols):
     got = lowp.sum(x, accumulate=f, rounding=mode)
     assert np.ndim(got) == 0
     assert same(got, ref_matmul(np.ones((1, 40 * cols), dt), x.reshape(40 * cols, 1), f, mode)[0, 0])
+    # One column, chunked, and a matrix-vector product (one-column chains).
+    got = lowp.sum(x.reshape(-1), accumulate=f, rounding=mode, chunk=7)
+    assert same(got, ref_matmul(np.ones((1, 40 * cols), dt), x.reshape(40 * cols, 1), f, mode, 7)[0, 0])
+    got = lowp.matmul(x.T, x[:, :1], accumulate=f, rounding=mode)
+    assert same(got[:, 0], ref_matmul(x.T, x[:, :1], f, mode)[:, 0])
 
 
 def test_sum_stalls_and_chunking():

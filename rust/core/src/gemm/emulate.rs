@@ -1834,12 +1834,42 @@ fn drive<R: Round>(r: &R, a: &Operand, b: &Operand, c: EmuOut, spec: &AccumSpec,
             }
             row.fill(0.0);
         };
+        // One column (1-D sums, matrix-vector products): per row, a chain of
+        // dependent adds over packed segments of A and B, the same adds and
+        // random bits as `step_row` and `flush`.
+        let mut arow = vec![0f64; if n == 1 { KB.min(k.max(1)) } else { 0 }];
         for kb in (0..k).step_by(KB) {
             let kn = KB.min(k - kb);
             let base = kb as isize * b.rs + j0 as isize * b.cs;
             // SAFETY: rows kb..kb+kn and columns j0..j0+jb are inside b; the panel
             // holds kn rows of jb values, panel[kk*jb + j] = b[kb+kk, j0+j].
             unsafe { super::kernels::pack_real::<f64>(b, base, b.cs, b.rs, jb, jb, kn, &mut panel) };
+            if n == 1 {
+                for i in 0..rb {
+                    // SAFETY: row i0+i and columns kb..kb+kn are inside a; arow[kk] = a[i0+i, kb+kk].
+                    unsafe { super::kernels::pack_real::<f64>(a, (i0 + i) as isize * a.rs + kb as isize * a.cs, a.rs, a.cs, 1, 1, kn, &mut arow) };
+                    let e = (i0 + i) as u64;
+                    let mut x = acc[i];
+                    for (kk, (&av, &bv)) in arow[..kn].iter().zip(&panel[..kn]).enumerate() {
+                        let kidx = kb + kk;
+                        let rd = if stochastic && R::STOCHASTIC { rng.bits(e.wrapping_mul(steps).wrapping_add(kidx as u64), rbits) } else { 0 };
+                        // Without branches on the data: each mispredicted rounding
+                        // direction would stall the chain. Rare cases redone.
+                        let (v, bad) = r.add_fast(x, av * bv, rd);
+                        x = if bad { r.add(x, av * bv, rd) } else { v };
+                        if let Some(o) = outer {
+                            if (kidx + 1) % chunk == 0 || kidx + 1 == k {
+                                let ridx = (kidx / chunk) as u64;
+                                let rd = if stochastic { rng2.bits(e.wrapping_mul(steps).wrapping_add(k as u64 + ridx), rbits) } else { 0 };
+                                tot[i] = o.add(tot[i], x, rd);
+                                x = 0.0;
+                            }
+                        }
+                    }
+                    acc[i] = x;
+                }
+                continue;
+            }
             if tiled {
                 // Sums exact in f64 for this block's values (see `block_exact`)?
                 let pb64 = exp_bounds64(&panel[..kn * jb], prec_b);
