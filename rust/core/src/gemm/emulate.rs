@@ -38,8 +38,7 @@
 //!   values of the depth block keep every product exact in f32 (exponent scan
 //!   of the packed block); otherwise that block runs through the f64 rounding.
 //!   Chunk totals into the same format use the TwoSum kernel too.
-//! - every other [`Fast`] format and mode (stochastic: formats of at most 21
-//!   bits, `rbits <= 32`): register tiles of 4 rows x 8 columns of f64
+//! - every other [`Fast`] format and mode (stochastic: `rbits <= 32`): register tiles of 4 rows x 8 columns of f64
 //!   accumulators over the steps up to the next chunk end (`tile_avx2`). The
 //!   sum is the FMA when the formats or the block's values (exponent scan)
 //!   make every sum exact in f64, else TwoSum and round to odd; in the normal
@@ -138,6 +137,14 @@ trait Round: Sync {
     /// May a tile run without watching its sums (see [`Fast::quiet_ok`])?
     fn quiet(&self, _a: Bounds64, _b: Bounds64, _acc_max: f64, _kn: usize) -> bool {
         false
+    }
+    /// Are a tile's sums exact in f64, from its values (see [`Fast::exact_ok`])?
+    fn exact_vals(&self, _acc: Bounds64, _acc_max: f64, _a: Bounds64, _b: Bounds64, _kn: usize) -> bool {
+        false
+    }
+    /// The precision of the accumulator's values (bits).
+    fn prec(&self) -> i32 {
+        53
     }
 }
 
@@ -628,12 +635,14 @@ pub(crate) const TILE_ROWS: usize = 4;
 const TILE_LANES: [usize; 8] = [0, 1, 4, 5, 2, 3, 6, 7];
 
 impl<const M: u8> Fast<M> {
-    /// Can the register tile round into this format? Any mode but stochastic
-    /// (every [`Fast`] format); stochastic when the unit of a normal value sits
-    /// `d = 52 - man >= 32` bits below the f64 leading bit, so the 32-bit
-    /// random word, shifted left by `d - 32`, lands right below it.
+    /// Can the register tile round into this format? Any mode; stochastic with
+    /// at most 32 random bits, shifted to land right below the unit of a normal
+    /// value, `d = 52 - man` bits up the f64 pattern: left by `d - 32`, or
+    /// right by `32 - d` (float32: the word's last 3 bits fall below the f64
+    /// remainder's last bit and cannot change `rand < remainder`, as in
+    /// [`Fast::round`]).
     fn tile_ok(&self, rbits: u32) -> bool {
-        M != M_ST || (rbits <= 32 && self.man <= 20)
+        M != M_ST || rbits <= 32
     }
 
     /// Depth steps on a register tile of `NR` rows x 8 columns:
@@ -689,7 +698,13 @@ impl<const M: u8> Fast<M> {
             // Keeps the sign, the exponent and the bits down to the format's unit.
             let himask = _mm256_set1_epi64x(!((1u64 << d) - 1) as i64);
             let topmask = _mm256_set1_epi32((u32::MAX << (32 - rbits.clamp(1, 32))) as i32);
-            let (cnt_lo, cnt_hi) = (_mm_cvtsi32_si128(d as i32 - 32), _mm_cvtsi32_si128(64 - d as i32));
+            // d >= 32: nw << (d - 32) as 64-bit lanes from two 32-bit shifts; d < 32: nw >> (32 - d).
+            let narrow = d < 32;
+            let (cnt_lo, cnt_hi) = if narrow {
+                (_mm_cvtsi32_si128(32 - d as i32), _mm_cvtsi32_si128(0))
+            } else {
+                (_mm_cvtsi32_si128(d as i32 - 32), _mm_cvtsi32_si128(64 - d as i32))
+            };
             let cnt_d = _mm_cvtsi32_si128(d as i32);
             let lowmask = _mm256_set1_epi64x(((1u64 << d) - 1) as i64);
             let half = _mm256_set1_epi64x((1u64 << (d - 1)) as i64);
@@ -723,7 +738,7 @@ impl<const M: u8> Fast<M> {
                         // unit: 64-bit lanes of (nw << (d - 32)) built from two 32-bit
                         // shifts. The unpacks give the lanes in the order of TILE_LANES.
                         let nw = _mm256_andnot_si256(w, topmask);
-                        let (lo, hi) = (_mm256_sll_epi32(nw, cnt_lo), _mm256_srl_epi32(nw, cnt_hi));
+                        let (lo, hi) = if narrow { (_mm256_srl_epi32(nw, cnt_lo), zero) } else { (_mm256_sll_epi32(nw, cnt_lo), _mm256_srl_epi32(nw, cnt_hi)) };
                         [_mm256_unpacklo_epi32(lo, hi), _mm256_unpackhi_epi32(lo, hi)]
                     } else {
                         [zero; 2]
@@ -775,6 +790,26 @@ impl<const M: u8> Fast<M> {
             }
             true
         }
+    }
+
+    /// Are all of a tile's sums exact in f64 (the FMA kernel, [`Fast::tile_avx2`]
+    /// with `EXACT`), from its values? `acc`: [`exp_bounds64`] of its
+    /// accumulators at the start (values of `man + 1` bits), `acc_max` their
+    /// largest magnitude; `a`, `b`: those of its A and B values; `kn` steps.
+    /// Every sum then spans at most 53 bits ([`block_exact`]): each accumulator
+    /// stays below the bound of [`Fast::quiet_ok`], and a rounded sum is the
+    /// exact sum or a multiple of a unit above its last bit, so no accumulator's
+    /// last bit falls below those of the operands.
+    fn exact_ok(&self, acc: Bounds64, acc_max: f64, a: Bounds64, b: Bounds64, kn: usize) -> bool {
+        if a.1 || b.1 || acc.1 || !acc_max.is_finite() {
+            return false;
+        }
+        // Zero products leave every sum exact.
+        let (Some(a), Some(b)) = (a.0, b.0) else { return true };
+        let growth = (1.0 + 2f64.powi(-(self.man as i32))).powi(kn as i32) * (1.0 + 1e-9);
+        let bound = (acc_max + kn as f64 * 2f64.powi(a.1 + b.1)) * growth;
+        let lo = acc.0.map_or(i32::MAX / 2, |x| x.0);
+        block_exact((lo, bound.log2().floor() as i32 + 1), Some(a), Some(b))
     }
 
     /// Can a tile skip watching its sums ([`Fast::tile_avx2`] without `TRACK`)?
@@ -863,6 +898,12 @@ impl<const M: u8> Round for Fast<M> {
     }
     fn quiet(&self, a: Bounds64, b: Bounds64, acc_max: f64, kn: usize) -> bool {
         self.quiet_ok(a, b, acc_max, kn)
+    }
+    fn exact_vals(&self, acc: Bounds64, acc_max: f64, a: Bounds64, b: Bounds64, kn: usize) -> bool {
+        self.exact_ok(acc, acc_max, a, b, kn)
+    }
+    fn prec(&self) -> i32 {
+        self.man as i32 + 1
     }
     fn step_st(&self, simd: bool, row: &mut [f64], bp: &[f64], av: f64, rng: &Rng, base: u64, stride: u64, rbits: u32, exact: bool) -> bool {
         #[cfg(target_arch = "x86_64")]
@@ -1891,8 +1932,12 @@ fn drive<R: Round>(r: &R, a: &Operand, b: &Operand, c: EmuOut, spec: &AccumSpec,
                         while j < jb {
                             let w = if j + 8 <= jb { 8 } else { jb - j };
                             let e0s: [u64; TILE_ROWS] = std::array::from_fn(|r| ((i0 + i + r) * n + j0 + j) as u64);
+                            let tile_vals = || (0..nr).flat_map(|rr| &acc[(i + rr) * jb + j..(i + rr) * jb + j + w]);
+                            let amax = if w < 8 { f64::NAN } else { abs_max(tile_vals()) };
                             // Sums that cannot leave the normal range need no watching.
-                            let track = w < 8 || !r.quiet(ab64, pb64, abs_max((0..nr).flat_map(|rr| &acc[(i + rr) * jb + j..(i + rr) * jb + j + 8])), seg);
+                            let track = w < 8 || !r.quiet(ab64, pb64, amax, seg);
+                            // Sums exact for this tile's values, if not for the block's formats.
+                            let exact = exact || (w == 8 && r.exact_vals(exp_bounds64(tile_vals(), r.prec()), amax, ab64, pb64, seg));
                             if w < 8 || !r.tile(simd, nr, &mut acc[i * jb + j..], jb, ap, &bp[j..], jb, seg, &rng, e0s, steps, kidx0 as u64, rbits, exact, track) {
                                 for rr in 0..nr {
                                     let row = &mut acc[(i + rr) * jb + j..(i + rr) * jb + j + w];
@@ -2054,6 +2099,28 @@ pub(crate) mod testing {
 
     /// Round `x` (standing for an exact value) with the fast routine (and its
     /// branch-free twin, which must agree unless it flags the lane), for tests.
+    /// Does [`Fast::exact_ok`] hold for accumulators `acc`, A values `ap` and B
+    /// values `bp` (of `prec` bits) over `kn` steps? And, whether or not, does
+    /// every sum of the steps `acc[l] = round(acc[l] + ap[kk] * bp[kk*w + l])`
+    /// (w = acc.len()), rounded in `mode`, turn out exact in f64?
+    pub fn exact_claim(fmt: Format, mode: Mode, acc: &[f64], ap: &[f64], bp: &[f64], kn: usize, prec: i32) -> (bool, bool) {
+        let opts = RoundOpts::new(mode);
+        by_mode!(mode_code(mode), C => {
+            let f = Fast::<C>::new(fmt, opts);
+            let claim = f.exact_ok(exp_bounds64(acc, f.man as i32 + 1), abs_max(acc), exp_bounds64(&ap[..kn], prec), exp_bounds64(&bp[..kn * acc.len()], prec), kn);
+            let mut all = true;
+            for (l, &a0) in acc.iter().enumerate() {
+                let mut x = a0;
+                for kk in 0..kn {
+                    let p = ap[kk] * bp[kk * acc.len() + l];
+                    all &= two_sum(x, p).1 == 0.0 && p.is_finite();
+                    x = f.add(x, p, 0);
+                }
+            }
+            (claim, all)
+        })
+    }
+
     pub fn fast_round(fmt: Format, opts: RoundOpts, x: f64, rand: u64) -> Option<f64> {
         if !fast_ok(&fmt) {
             return None;
