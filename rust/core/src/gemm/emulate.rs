@@ -38,10 +38,11 @@
 //!   values of the depth block keep every product exact in f32 (exponent scan
 //!   of the packed block); otherwise that block runs through the f64 rounding.
 //!   Chunk totals into the same format use the TwoSum kernel too.
-//! - every other [`Fast`] format and mode (stochastic: `rbits <= 32`): register tiles of 4 rows x 8 columns of f64
-//!   accumulators over the steps up to the next chunk end (`tile_avx2`). The
-//!   sum is the FMA when the formats or the block's values (exponent scan)
-//!   make every sum exact in f64, else TwoSum and round to odd; in the normal
+//! - every other [`Fast`] format and mode (stochastic: `rbits <= 32`):
+//!   register tiles of 4 rows x 8 columns of f64 accumulators over the steps
+//!   up to the next chunk end (`tile_avx2`). The sum is the FMA when the
+//!   formats, the block's values or the tile's own (exponent scans) make every
+//!   sum exact in f64, else TwoSum and round to odd; in the normal
 //!   range each mode is an integer add below the unit and a truncation, the
 //!   stochastic one with each lane's random stream advanced in a register. A
 //!   tile where some sum leaves the normal range (or overflows, or meets
@@ -1378,9 +1379,10 @@ pub(crate) enum Kind16 {
     /// the rounding, except for vectors where a lane's s sits on a midpoint of
     /// the format (bf16: exactly, the low 16 bits 0x8000; fp16: or could, the
     /// low 12 bits zero, which also covers the midpoints of its subnormal
-    /// range, and s differs from the accumulator); those take the `Odd` computation. Only there can rounding
-    /// s differ from rounding the exact sum: s is the exact sum rounded to 24
-    /// bits, and every midpoint of the format is an f32, so the first rounding
+    /// range, and s differs from the accumulator); those take the `Odd`
+    /// computation. Only there can rounding s differ from rounding the exact
+    /// sum: s is the exact sum rounded to 24 bits, and every midpoint of the
+    /// format is an f32, so the first rounding
     /// can reach one but never cross it; when s equals the accumulator the
     /// product was below half an f32 unit of it, far from any midpoint.
     Mid,
@@ -1733,21 +1735,23 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
                                 // SAFETY: kind16 checked avx2/fma/f16c (simd); slices sized as required.
                                 unsafe {
                                     const NE: i32 = _MM_FROUND_TO_NEAREST_INT;
-                                    match (kind, bf) {
-                                        _ if mr == 1 => match (kind, bf) {
-                                            (Kind16::Fma, false) => tile16::<1, K_FMA, false, NE>(t, ap, bp, len),
-                                            (Kind16::Fma, true) => tile16::<1, K_FMA, true, NE>(t, ap, bp, len),
-                                            (Kind16::Mid, false) => tile16::<1, K_MID, false, NE>(t, ap, bp, len),
-                                            (Kind16::Mid, true) => tile16::<1, K_MID, true, NE>(t, ap, bp, len),
-                                            (Kind16::Odd, true) => tile16::<1, K_ODD, true, NE>(t, ap, bp, len),
-                                            (Kind16::Odd, false) => by_f16_rounding!(rm, R => tile16::<1, K_ODD, false, R>(t, ap, bp, len)),
-                                        },
-                                        (Kind16::Fma, false) => tile16::<MR_FMA, K_FMA, false, NE>(t, ap, bp, len),
-                                        (Kind16::Fma, true) => tile16::<MR_FMA, K_FMA, true, NE>(t, ap, bp, len),
-                                        (Kind16::Mid, false) => tile16::<MR_ODD, K_MID, false, NE>(t, ap, bp, len),
-                                        (Kind16::Mid, true) => tile16::<MR_ODD, K_MID, true, NE>(t, ap, bp, len),
-                                        (Kind16::Odd, true) => tile16::<MR_ODD, K_ODD, true, NE>(t, ap, bp, len),
-                                        (Kind16::Odd, false) => by_f16_rounding!(rm, R => tile16::<MR_ODD, K_ODD, false, R>(t, ap, bp, len)),
+                                    // Tiles of MR_FMA (FMA) or MR_ODD rows, or of one row throughout.
+                                    macro_rules! tiles {
+                                        ($mf:expr, $mo:expr) => {
+                                            match (kind, bf) {
+                                                (Kind16::Fma, false) => tile16::<$mf, K_FMA, false, NE>(t, ap, bp, len),
+                                                (Kind16::Fma, true) => tile16::<$mf, K_FMA, true, NE>(t, ap, bp, len),
+                                                (Kind16::Mid, false) => tile16::<$mo, K_MID, false, NE>(t, ap, bp, len),
+                                                (Kind16::Mid, true) => tile16::<$mo, K_MID, true, NE>(t, ap, bp, len),
+                                                (Kind16::Odd, true) => tile16::<$mo, K_ODD, true, NE>(t, ap, bp, len),
+                                                (Kind16::Odd, false) => by_f16_rounding!(rm, R => tile16::<$mo, K_ODD, false, R>(t, ap, bp, len)),
+                                            }
+                                        };
+                                    }
+                                    if mr == 1 {
+                                        tiles!(1, 1)
+                                    } else {
+                                        tiles!(MR_FMA, MR_ODD)
                                     }
                                 }
                             } else {
@@ -2097,8 +2101,6 @@ pub(crate) mod testing {
         by_mode!(mode_code(spec.opts.mode), C => drive(&Fast::<C>::new(spec.fmt, spec.opts), a, b, c, spec, outer.as_ref()))
     }
 
-    /// Round `x` (standing for an exact value) with the fast routine (and its
-    /// branch-free twin, which must agree unless it flags the lane), for tests.
     /// Does [`Fast::exact_ok`] hold for accumulators `acc`, A values `ap` and B
     /// values `bp` (of `prec` bits) over `kn` steps? And, whether or not, does
     /// every sum of the steps `acc[l] = round(acc[l] + ap[kk] * bp[kk*w + l])`
@@ -2121,6 +2123,8 @@ pub(crate) mod testing {
         })
     }
 
+    /// Round `x` (standing for an exact value) with the fast routine (and its
+    /// branch-free twin, which must agree unless it flags the lane), for tests.
     pub fn fast_round(fmt: Format, opts: RoundOpts, x: f64, rand: u64) -> Option<f64> {
         if !fast_ok(&fmt) {
             return None;

@@ -642,10 +642,9 @@ fn tile_formats() -> Vec<Format> {
 /// The register tile equals `Fast::add` (with `Rng::bits` when stochastic)
 /// step by step in every mode, or declines the tile: sums in the normal range
 /// round in the tile; subnormal-range sums, overflow and inf/NaN make it
-/// decline (the step path redoes them); so do inexact sums when stochastic
-/// rounding needs more random bits than the f64 sum holds below the unit
-/// (float32 with rbits 32). Exact-sum and TwoSum variants, 1 to TILE_ROWS rows,
-/// indices near 2^32, formats up to float32.
+/// decline (the step path redoes them). Exact-sum and TwoSum variants, 1 to
+/// TILE_ROWS rows, stochastic with 1, 9 and 32 random bits (float32: the word
+/// shifted right), indices near 2^32, formats up to float32.
 #[test]
 fn register_tile_matches_scalar() {
     use super::emulate::testing::{tile_both, TILE_ROWS};
