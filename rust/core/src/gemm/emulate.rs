@@ -32,8 +32,11 @@
 //!   exhaustively by the tests). Nearest-even with products of 20 to 24 bits
 //!   (float16 inputs), or of any other inputs into bfloat16: the FMA too,
 //!   except for vectors where a sum could sit on a midpoint of the format
-//!   ([`Kind16::Mid`]). The directed modes, and other inputs whose products
-//!   fit 24 bits (bfloat16 into float16): TwoSum in f32 and
+//!   ([`Kind16::Mid`]). The directed modes into float16, any inputs whose
+//!   values are f32: the FMA rounded in the mode itself (MXCSR, inside one
+//!   assembly block), then `vcvtps2ph` in the mode ([`Kind16::Dir`]).
+//!   Nearest-even with other inputs whose products fit 24 bits (bfloat16 into
+//!   float16): TwoSum in f32 and
 //!   round-to-odd (innocuous before any rounding to <= 22 bits), when the
 //!   values of the depth block keep every product exact in f32 (exponent scan
 //!   of the packed block); otherwise that block runs through the f64 rounding.
@@ -1386,6 +1389,9 @@ pub(crate) enum Kind16 {
     /// can reach one but never cross it; when s equals the accumulator the
     /// product was below half an f32 unit of it, far from any midpoint.
     Mid,
+    /// float16 toward zero, up or down: the FMA rounded in the mode itself
+    /// ([`tile16_dir`]), for any inputs whose values are f32.
+    Dir,
 }
 
 /// [`Kind16`] as the const parameter of the kernels.
@@ -1438,6 +1444,9 @@ pub(crate) fn kind16(fmt: &Format, opts: &RoundOpts, a: &Operand, b: &Operand) -
         return None;
     }
     let (Some(fa), Some(fb)) = (a.format(), b.format()) else { return None };
+    if !bf && opts.mode != Mode::NearestEven {
+        return (a.fits_f32() && b.fits_f32()).then_some((Kind16::Dir, false));
+    }
     // The f32 sum rounded to nearest, then to the format, is exact only for nearest-even.
     if let (Format::Float(x), Format::Float(y), Mode::NearestEven) = (fa, fb, opts.mode) {
         if FMA16_INPUTS.contains(&x) && FMA16_INPUTS.contains(&y) {
@@ -1595,6 +1604,197 @@ unsafe fn tile16<const MR: usize, const K: u8, const BF: bool, const RM: i32>(ac
     }
 }
 
+/// MXCSR entry of the directed-rounding kernels: saves MXCSR at `[{csr}]` and
+/// loads it with rounding control `{rc}` (bits 13-14), flush-to-zero and
+/// denormals-are-zero off (`[{csr} + 4]` is scratch).
+#[cfg(target_arch = "x86_64")]
+macro_rules! mxcsr_enter {
+    () => {
+        concat!(
+            "vstmxcsr dword ptr [{csr}]\n",
+            "mov {t:e}, dword ptr [{csr}]\n",
+            "and {t:e}, 0xFFFF1FBF\n",
+            "or {t:e}, {rc:e}\n",
+            "mov dword ptr [{csr} + 4], {t:e}\n",
+            "vldmxcsr dword ptr [{csr} + 4]\n",
+        )
+    };
+}
+
+/// One row of a [`tile16_dir`] step: the broadcast `a` at byte `$off` of the
+/// strip, two FMAs (rounded by MXCSR), each sum to float16 in `{rm}` and back.
+#[cfg(target_arch = "x86_64")]
+macro_rules! dir_row {
+    ($off:literal, $c0:literal, $c1:literal) => {
+        concat!(
+            "vbroadcastss ymm14, dword ptr [{pa} + ",
+            $off,
+            "]\n",
+            "vfmadd231ps ",
+            $c0,
+            ", ymm14, ymm12\n",
+            "vfmadd231ps ",
+            $c1,
+            ", ymm14, ymm13\n",
+            "vcvtps2ph xmm15, ",
+            $c0,
+            ", {rm}\n",
+            "vcvtph2ps ",
+            $c0,
+            ", xmm15\n",
+            "vcvtps2ph xmm14, ",
+            $c1,
+            ", {rm}\n",
+            "vcvtph2ps ",
+            $c1,
+            ", xmm14\n",
+        )
+    };
+}
+
+/// Load (`vmovups`) or store of accumulator `$c` at byte `$off` of the tile, and the
+/// zero fix of [`tile16_dir`] before a store.
+#[cfg(target_arch = "x86_64")]
+macro_rules! dir_load {
+    ($c:literal, $off:literal) => {
+        concat!("vmovups ", $c, ", ymmword ptr [{c} + ", $off, "]\n")
+    };
+}
+#[cfg(target_arch = "x86_64")]
+macro_rules! dir_store {
+    ($c:literal, $off:literal) => {
+        concat!(
+            "vpcmpeqd ymm15, ",
+            $c,
+            ", ymmword ptr [{nz}]\n",
+            "vpandn ",
+            $c,
+            ", ymm15, ",
+            $c,
+            "\n",
+            "vmovups ymmword ptr [{c} + ",
+            $off,
+            "], ",
+            $c,
+            "\n",
+        )
+    };
+}
+
+/// Bit patterns the zero fix of [`tile16_dir`] clears: -0 (rounding down), or
+/// one no add produces (a NaN with every payload bit set: the kernels' NaNs are
+/// the default NaN or widened float16 NaNs, whose low 13 bits are zero).
+#[cfg(target_arch = "x86_64")]
+static DIR_NEG_ZERO: [u32; 8] = [0x8000_0000; 8];
+#[cfg(target_arch = "x86_64")]
+static DIR_NO_FIX: [u32; 8] = [u32::MAX; 8];
+
+/// The float16 tile kernel of the directed modes ([`Kind16::Dir`]), `MR` (1 or 6)
+/// rows: as [`tile16`], each add the FMA with MXCSR set to the mode RM, then
+/// `vcvtps2ph` in RM and back. The FMA rounds the exact `acc + a*b` once to f32
+/// in RM, and rounding that to float16 in RM is rounding the exact sum: a
+/// directed rounding into a coarser grid contained in the finer one composes
+/// (every float16, subnormals included, is an f32; past the largest float16
+/// both give what IEEE overflow gives). So any inputs whose values are f32
+/// work, whatever their products. The FMA is the only floating-point
+/// operation that runs under the changed MXCSR, and all of it is in one
+/// assembly block that restores MXCSR before it ends.
+///
+/// Signed zeros follow the f64 path: an exact zero sum there is +0 in every
+/// mode (its sum is rounded to nearest), where the FMA rounding down gives -0;
+/// rounding down never makes a -0 from a nonzero sum, so a -0 left in a
+/// tile when it is stored is set to +0 (an intermediate -0 changes no later
+/// nonzero sum, and makes the next exact zero -0 again). This needs the
+/// accumulators entering a tile rounding down to be no -0: they start at +0
+/// and come from earlier tiles' stores.
+///
+/// # Safety
+/// The CPU must support avx2, fma and f16c; `ap` holds kn*MR values, `bp` kn*16.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn tile16_dir<const MR: usize, const RM: i32>(acc: &mut [f32], ap: &[f32], bp: &[f32], kn: usize) {
+    use std::arch::asm;
+    use std::arch::x86_64::_MM_FROUND_TO_NEG_INF;
+    assert!((MR == 1 || MR == 6) && (0..4).contains(&RM));
+    assert!(acc.len() >= MR * 16 && ap.len() >= kn * MR && bp.len() >= kn * 16);
+    if kn == 0 {
+        return;
+    }
+    // The vcvtps2ph rounding controls 0-3 are the MXCSR rounding-control codes.
+    let rc = (RM as u32) << 13;
+    let nz = if RM == _MM_FROUND_TO_NEG_INF { DIR_NEG_ZERO.as_ptr() } else { DIR_NO_FIX.as_ptr() };
+    let mut csr = [0u32; 2];
+    // SAFETY: the loads and stores stay inside acc (MR*16 values), ap (kn*MR) and
+    // bp (kn*16), asserted above; MXCSR is restored before the block ends; the
+    // clobbered vector registers are declared.
+    unsafe {
+        if MR == 6 {
+            asm!(
+                mxcsr_enter!(),
+                dir_load!("ymm0", "0"), dir_load!("ymm1", "32"), dir_load!("ymm2", "64"), dir_load!("ymm3", "96"),
+                dir_load!("ymm4", "128"), dir_load!("ymm5", "160"), dir_load!("ymm6", "192"), dir_load!("ymm7", "224"),
+                dir_load!("ymm8", "256"), dir_load!("ymm9", "288"), dir_load!("ymm10", "320"), dir_load!("ymm11", "352"),
+                "2:",
+                "vmovups ymm12, ymmword ptr [{pb}]",
+                "vmovups ymm13, ymmword ptr [{pb} + 32]",
+                dir_row!("0", "ymm0", "ymm1"),
+                dir_row!("4", "ymm2", "ymm3"),
+                dir_row!("8", "ymm4", "ymm5"),
+                dir_row!("12", "ymm6", "ymm7"),
+                dir_row!("16", "ymm8", "ymm9"),
+                dir_row!("20", "ymm10", "ymm11"),
+                "add {pa}, 24",
+                "add {pb}, 64",
+                "dec {k}",
+                "jnz 2b",
+                dir_store!("ymm0", "0"), dir_store!("ymm1", "32"), dir_store!("ymm2", "64"), dir_store!("ymm3", "96"),
+                dir_store!("ymm4", "128"), dir_store!("ymm5", "160"), dir_store!("ymm6", "192"), dir_store!("ymm7", "224"),
+                dir_store!("ymm8", "256"), dir_store!("ymm9", "288"), dir_store!("ymm10", "320"), dir_store!("ymm11", "352"),
+                "vldmxcsr dword ptr [{csr}]",
+                c = in(reg) acc.as_mut_ptr(),
+                pa = inout(reg) ap.as_ptr() => _,
+                pb = inout(reg) bp.as_ptr() => _,
+                k = inout(reg) kn => _,
+                csr = in(reg) csr.as_mut_ptr(),
+                rc = in(reg) rc,
+                nz = in(reg) nz,
+                t = out(reg) _,
+                rm = const RM,
+                out("ymm0") _, out("ymm1") _, out("ymm2") _, out("ymm3") _, out("ymm4") _, out("ymm5") _,
+                out("ymm6") _, out("ymm7") _, out("ymm8") _, out("ymm9") _, out("ymm10") _, out("ymm11") _,
+                out("ymm12") _, out("ymm13") _, out("ymm14") _, out("ymm15") _,
+                options(nostack),
+            );
+        } else {
+            asm!(
+                mxcsr_enter!(),
+                dir_load!("ymm0", "0"), dir_load!("ymm1", "32"),
+                "2:",
+                "vmovups ymm12, ymmword ptr [{pb}]",
+                "vmovups ymm13, ymmword ptr [{pb} + 32]",
+                dir_row!("0", "ymm0", "ymm1"),
+                "add {pa}, 4",
+                "add {pb}, 64",
+                "dec {k}",
+                "jnz 2b",
+                dir_store!("ymm0", "0"), dir_store!("ymm1", "32"),
+                "vldmxcsr dword ptr [{csr}]",
+                c = in(reg) acc.as_mut_ptr(),
+                pa = inout(reg) ap.as_ptr() => _,
+                pb = inout(reg) bp.as_ptr() => _,
+                k = inout(reg) kn => _,
+                csr = in(reg) csr.as_mut_ptr(),
+                rc = in(reg) rc,
+                nz = in(reg) nz,
+                t = out(reg) _,
+                rm = const RM,
+                out("ymm0") _, out("ymm1") _, out("ymm12") _, out("ymm13") _, out("ymm14") _, out("ymm15") _,
+                options(nostack),
+            );
+        }
+    }
+}
+
 /// `tot = round(tot + row)` lane-wise (chunk totals into the accumulator's
 /// format, rounded as [`add16`] with `BF`, `RM`), then `row = 0`. Both hold
 /// values of that format, so the sum is exact in f64 and the TwoSum /
@@ -1647,7 +1847,15 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
     let exact = Dyn::new(spec.fmt, spec.opts)?;
     let rm = f16_rounding(spec.opts.mode);
     // One row (sums, vector-matrix products): tiles of one row, no padding rows.
-    let mr = if m == 1 { 1 } else if kind == Kind16::Fma { MR_FMA } else { MR_ODD };
+    let mr = if m == 1 {
+        1
+    } else if matches!(kind, Kind16::Fma | Kind16::Dir) {
+        MR_FMA
+    } else {
+        MR_ODD
+    };
+    // Kinds Odd and Mid need every product of a depth block exact in f32.
+    let scan = matches!(kind, Kind16::Odd | Kind16::Mid);
     let chunk = spec.chunk.map(|(cs, _)| cs).unwrap_or(usize::MAX);
     // Chunk totals into the same format, nearest-even, run vectorized too.
     let flush_vec = spec.chunk.is_some_and(|(_, f2)| f2 == spec.fmt);
@@ -1679,7 +1887,7 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
             // SAFETY: rows kb..kb+kn, columns j0+16s.. (at most 16, inside b);
             // dst[kk*16 + j] = b[kb+kk, j0+16s+j], zeros past the last column.
             unsafe { super::kernels::pack_real::<f32>(b, base, b.cs, b.rs, 16.min(jb - 16 * s), 16, kn, dst) };
-            if kind != Kind16::Fma {
+            if scan {
                 exp_bounds(&dst[..kn * 16], pb)
             } else {
                 None
@@ -1716,7 +1924,7 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
                     // apack[g][kk*mr + r] = a[i0+g*mr+r, kb+kk], zeros past the last row.
                     unsafe { super::kernels::pack_real::<f32>(a, base, a.rs, a.cs, mr.min(rb - g * mr), mr, kn, &mut apack[g * kbs * mr..]) };
                 }
-                let fast = kind == Kind16::Fma || {
+                let fast = !scan || {
                     let ab = (0..groups).filter_map(|g| exp_bounds(&apack[g * kbs * mr..g * kbs * mr + kn * mr], pa)).reduce(merge_bounds);
                     fits(ab, bbk)
                 };
@@ -1745,6 +1953,7 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
                                                 (Kind16::Mid, true) => tile16::<$mo, K_MID, true, NE>(t, ap, bp, len),
                                                 (Kind16::Odd, true) => tile16::<$mo, K_ODD, true, NE>(t, ap, bp, len),
                                                 (Kind16::Odd, false) => by_f16_rounding!(rm, R => tile16::<$mo, K_ODD, false, R>(t, ap, bp, len)),
+                                                (Kind16::Dir, _) => by_f16_rounding!(rm, R => tile16_dir::<$mf, R>(t, ap, bp, len)),
                                             }
                                         };
                                     }
@@ -2010,6 +2219,14 @@ pub(crate) mod testing {
                         (Kind16::Odd, true) => add16::<K_ODD, true, NE>(c, av, bv),
                         (Kind16::Fma, true) => add16::<K_FMA, true, NE>(c, av, bv),
                         (Kind16::Mid, true) => add16::<K_MID, true, NE>(c, av, bv),
+                        (Kind16::Dir, _) => {
+                            let mut t = [0f32; 16];
+                            t[..8].copy_from_slice(&acc);
+                            let mut bp = [0f32; 16];
+                            bp[..8].copy_from_slice(&b);
+                            by_f16_rounding!(rm, R => tile16_dir::<1, R>(&mut t, &[a], &bp, 1));
+                            _mm256_loadu_ps(t.as_ptr())
+                        }
                     };
                     _mm256_storeu_ps(out.as_mut_ptr(), r);
                 }

@@ -318,6 +318,12 @@ fn bf16_values() -> Vec<f32> {
     (0u32..0x7f80).flat_map(|c| [f32::from_bits(c << 16), f32::from_bits((c | 0x8000) << 16)]).collect()
 }
 
+/// The directed kernel rounding down never starts from a -0 accumulator (tiles
+/// start at +0 and it stores none; see `tile16_dir`): such lanes are not compared.
+fn dir_skips(kind: Kind16, mode: Mode, acc: f32) -> bool {
+    kind == Kind16::Dir && mode == Mode::Down && acc.to_bits() == 0x8000_0000
+}
+
 /// Compare the 8-lane kernel with the exact f64 rounding for every fp16 (`bf`:
 /// bfloat16) accumulator and each of `prods` (NaN results must agree as NaN,
 /// others bit for bit).
@@ -330,6 +336,9 @@ fn check_add16(kind: Kind16, bf: bool, mode: Mode, prods: &[f32]) {
             a8[..acc.len()].copy_from_slice(acc);
             let Some(got) = super::emulate::testing::add16_lanes(kind, bf, mode, a8, p, [1.0; 8]) else { return };
             for l in 0..8 {
+                if dir_skips(kind, mode, a8[l]) {
+                    continue;
+                }
                 let want = exact(a8[l] as f64, p as f64);
                 let g = got[l] as f64;
                 assert!(
@@ -370,6 +379,9 @@ fn fp16_fma_path_exhaustive() {
     let prods: Vec<f32> = prods.iter().map(|&b| f64::from_bits(b) as f32).collect();
     check_add16(Kind16::Fma, false, Mode::NearestEven, &prods);
     check_add16(Kind16::Fma, true, Mode::NearestEven, &prods);
+    for mode in [Mode::TowardZero, Mode::Up, Mode::Down] {
+        check_add16(Kind16::Dir, false, mode, &prods);
+    }
 }
 
 /// The TwoSum / round-to-odd path is exact for any f32 product: random values over
@@ -406,6 +418,9 @@ fn fp16_odd_path_adversarial() {
     prods.extend([0.0, -0.0, f32::MIN_POSITIVE, -1e-45, 65504.0, 65519.99, 65520.0, -65520.0, 1e30, f32::INFINITY, f32::NEG_INFINITY, f32::NAN]);
     for mode in [Mode::NearestEven, Mode::TowardZero, Mode::Up, Mode::Down] {
         check_add16(Kind16::Odd, false, mode, &prods);
+        if mode != Mode::NearestEven {
+            check_add16(Kind16::Dir, false, mode, &prods);
+        }
     }
     check_add16(Kind16::Mid, false, Mode::NearestEven, &prods);
     // bfloat16: the same, with ties of the bf16 grid a hair off, and sums at the top of the range.
@@ -423,16 +438,66 @@ fn fp16_odd_path_adversarial() {
     for (bf, mode) in [(false, Mode::NearestEven), (true, Mode::NearestEven), (false, Mode::TowardZero), (false, Mode::Up), (false, Mode::Down)] {
         let exact = super::emulate::testing::exact16(bf, mode);
         let accs = [f32::INFINITY, f32::NEG_INFINITY, f32::NAN, 0.0, -0.0, 1.0, -65504.0, 6e-8];
-        for kind in [Kind16::Fma, Kind16::Odd, Kind16::Mid] {
-            if kind != Kind16::Odd && mode != Mode::NearestEven {
+        for kind in [Kind16::Fma, Kind16::Odd, Kind16::Mid, Kind16::Dir] {
+            if (kind == Kind16::Dir) != (mode != Mode::NearestEven) && (kind != Kind16::Odd || bf) {
                 continue;
             }
             for &p in &[0.0, -0.0, 1.0, -3.0, 1e30, f32::INFINITY, f32::NEG_INFINITY, f32::NAN] {
                 let Some(got) = super::emulate::testing::add16_lanes(kind, bf, mode, accs, p, [1.0; 8]) else { return };
-                for l in 0..8 {
+                for l in (0..8).filter(|&l| !dir_skips(kind, mode, accs[l])) {
                     let want = exact(accs[l] as f64, p as f64);
                     let gl = got[l] as f64;
                     assert!(gl.to_bits() == want.to_bits() || (gl.is_nan() && want.is_nan()), "{kind:?} bf={bf} {mode:?} {} + {p}: {gl} vs {want}", accs[l]);
+                }
+            }
+        }
+    }
+}
+
+/// The directed-mode kernel rounds products that are not exact in f32 (two 24-bit
+/// significands) correctly, for every float16 accumulator: random products over
+/// the f32 range, products a hair off float16 grid points and off zero, specials.
+#[test]
+#[cfg_attr(debug_assertions, ignore = "exhaustive over the accumulator: run in release mode")]
+fn fp16_directed_path_inexact_products() {
+    let mut g = Lcg(31);
+    let sig = |g: &mut Lcg| 1.0 + (g.next() % (1 << 23)) as f32 / (1u32 << 23) as f32;
+    let mut pairs: Vec<(f32, [f32; 8])> = Vec::new();
+    for _ in 0..300 {
+        let a = sig(&mut g) * 2f32.powi((g.next() % 60) as i32 - 40);
+        let b: [f32; 8] = std::array::from_fn(|_| {
+            let v = sig(&mut g) * 2f32.powi((g.next() % 60) as i32 - 40);
+            if g.next() & 1 == 1 { -v } else { v }
+        });
+        pairs.push((a, b));
+    }
+    for _ in 0..300 {
+        // a*b = (grid point of float16 at unit 2^ue) * (1 + tiny), tiny = +-2^-30 .. 2^-46:
+        // the f32 sum lands on or next to the grid point.
+        let ue = (g.next() % 40) as i32 - 24;
+        let m = (g.next() % 2048) as f64 + 1.0;
+        let tail = 2f64.powi(-30 - (g.next() % 17) as i32);
+        let b: [f32; 8] = std::array::from_fn(|l| {
+            let t = if l % 2 == 0 { 1.0 + tail } else { 1.0 - tail };
+            ((if l >= 4 { -t } else { t }) as f32).max(f32::MIN_POSITIVE)
+        });
+        pairs.push(((m * 2f64.powi(ue)) as f32, b));
+    }
+    pairs.push((1e-30, [1e-20, -1e-20, 3e-25, -7e-26, 1e30, -1e38, f32::INFINITY, f32::NAN]));
+    pairs.push((-3.0, [0.0, -0.0, 1.0 / 3.0, 65504.0 / 3.0, 21845.334, 1e-8, -1e-8, f32::MAX]));
+    let accs = fp16_values();
+    for mode in [Mode::TowardZero, Mode::Up, Mode::Down] {
+        let exact = super::emulate::testing::exact16(false, mode);
+        for (a, b) in &pairs {
+            for acc in accs.chunks(8) {
+                let mut a8 = [0f32; 8];
+                a8[..acc.len()].copy_from_slice(acc);
+                let Some(got) = super::emulate::testing::add16_lanes(Kind16::Dir, false, mode, a8, *a, *b) else { return };
+                for l in (0..8).filter(|&l| !dir_skips(Kind16::Dir, mode, a8[l])) {
+                    // The product of two f32 values is exact in f64.
+                    let want = exact(a8[l] as f64, *a as f64 * b[l] as f64);
+                    let gl = got[l] as f64;
+                    assert!(gl.to_bits() == want.to_bits() || (gl.is_nan() && want.is_nan()), "{mode:?} {} + {a:e}*{:e}: {gl:e} vs {want:e}", a8[l], b[l]);
                 }
             }
         }
@@ -466,20 +531,33 @@ fn emulated_fp16_tile_paths_match_f64_lanes() {
     // (9, 530, 33): several B panels, one row block (columns split across threads).
     let shapes = [(1, 1, 1), (7, 17, 5), (13, 37, 300), (50, 70, 129), (9, 530, 33), (100, 300, 20)];
     for (m, n, k) in shapes {
-        for case in 0..7 {
+        for case in 0..8 {
             // 0, 1: fp8 (e4m3fn, e5m2 with inf), 2: bf16 normal, 3: bf16 with extreme
             // values, 4: bf16 near the top and bottom of the f32 products' range,
             // 5, 6: fp16 (products of 22 bits: the midpoint-checking kernel) with
-            // values spread over its range, and with subnormals and extremes.
+            // values spread over its range, and with subnormals and extremes,
+            // 7: float32 (products inexact in f32: the directed modes' kernel only).
             let (av, bv): (Vec<u16>, Vec<u16>);
             let (sa, fa) = match case {
                 0 => (Storage::U8, FLOAT8_E4M3FN),
                 1 => (Storage::U8, FLOAT8_E5M2),
+                7 => (Storage::U32, FLOAT32),
                 5 | 6 => (Storage::U16, FLOAT16),
                 _ => (Storage::U16, BFLOAT16),
             };
             let mut a8 = Vec::new();
             let mut b8 = Vec::new();
+            let f32s = |g: &mut Lcg, len: usize| -> Vec<u32> {
+                (0..len)
+                    .map(|_| {
+                        let r = g.next();
+                        let x = (g.unit() * 4.0 - 2.0) as f32 * 2f32.powi((r % 9) as i32 - 4);
+                        let x = if r % 29 == 0 { [65504.0, -1e-7, 3e-5, 1e20, -f32::MIN_POSITIVE, 0.0][(r / 29) as usize % 6] } else { x };
+                        x.to_bits()
+                    })
+                    .collect()
+            };
+            let (a32, b32) = if case == 7 { (f32s(&mut g, m * k), f32s(&mut g, k * n)) } else { (Vec::new(), Vec::new()) };
             if case < 2 {
                 let specials: &[u8] = if case == 0 { &[0x7e, 0xfe, 0x7f, 0x80, 0x00, 0x01, 0x81] } else { &[0x7b, 0xfb, 0x7c, 0xfc, 0x7f, 0x80, 0x01] };
                 a8 = fp8_codes(&mut g, m * k, specials);
@@ -517,7 +595,12 @@ fn emulated_fp16_tile_paths_match_f64_lanes() {
             let f = Some(Format::Float(fa));
             // SAFETY: views inside the vectors.
             let (a, b) = unsafe {
-                if case < 2 {
+                if case == 7 {
+                    (
+                        Operand::from_raw(a32.as_ptr() as *const u8, sa, f, m, k, k as isize, 1, "a").unwrap(),
+                        Operand::from_raw(b32.as_ptr() as *const u8, sa, f, k, n, n as isize, 1, "b").unwrap(),
+                    )
+                } else if case < 2 {
                     (
                         Operand::from_raw(a8.as_ptr(), sa, f, m, k, k as isize, 1, "a").unwrap(),
                         Operand::from_raw(b8.as_ptr(), sa, f, k, n, n as isize, 1, "b").unwrap(),
