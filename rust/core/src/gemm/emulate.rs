@@ -1795,6 +1795,138 @@ unsafe fn tile16_dir<const MR: usize, const RM: i32>(acc: &mut [f32], ap: &[f32]
     }
 }
 
+/// One accumulator of a [`tile16_oddz`] step: `$c += a * $b` rounded to odd
+/// (the FMA toward zero, its last bit set when the sum was inexact), then to
+/// float16 to nearest-even and back. ymm10 holds `a`, ymm14 ones, ymm15 zeros.
+#[cfg(target_arch = "x86_64")]
+macro_rules! oddz_acc {
+    ($c:literal, $b:literal) => {
+        concat!(
+            "vmovaps ymm12, ", $c, "\n",
+            "vfmadd231ps ymm12, ymm10, ", $b, "\n",
+            "vsubps ymm13, ", $c, ", ymm12\n",
+            "vfmadd231ps ymm13, ymm10, ", $b, "\n",
+            "vcmpps ymm13, ymm13, ymm15, 12\n",
+            "vandps ymm13, ymm13, ymm14\n",
+            "vorps ", $c, ", ymm12, ymm13\n",
+            "vcvtps2ph xmm13, ", $c, ", 0\n",
+            "vcvtph2ps ", $c, ", xmm13\n",
+        )
+    };
+}
+
+/// The float16 nearest-even tile kernel of [`Kind16::Odd`], `MR` (1 or 4) rows:
+/// as [`tile16`] with `K_ODD`, the round-to-odd computed with MXCSR rounding
+/// toward zero. With `p = a*b` exact in f32 (the exponent scan of the block)
+/// and `x = acc + p`: `y = RZ(x)` by the FMA, `t = RZ(acc - y)`, `d = RZ(p + t)`
+/// by the FMA again; `d != 0` exactly when `x != y`. If `x == y`, `acc - y = -p`
+/// is an f32, so `t = -p` and `d = 0`. If not, `t = -p` would need
+/// `RZ(err - p) = -p` with `err = x - y` of the sign of x: with p of that sign
+/// too, `|err - p| < |p|`; with p of the other sign, either
+/// `|p| > |acc| / 2` and the sum is exact (Sterbenz), or `|y| >= |p|`, so
+/// `err` is a nonzero multiple of p's unit and `|err - p|` reaches the next
+/// f32 above `|p|`. A nonzero `p + t` of two f32 values never truncates to 0.
+/// So `y` with its last bit set when `d != 0` is the sum rounded to odd at 24
+/// bits, and rounding it to float16 to nearest-even is exact. An infinite or
+/// NaN `d` (infinite operands) leaves `y` alone; exact zero sums are +0 as
+/// to nearest. All of it runs in one assembly block that restores MXCSR.
+///
+/// # Safety
+/// The CPU must support avx2, fma and f16c; `ap` holds kn*MR values, `bp` kn*16.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn tile16_oddz<const MR: usize>(acc: &mut [f32], ap: &[f32], bp: &[f32], kn: usize) {
+    use std::arch::asm;
+    assert!(MR == 1 || MR == 4);
+    assert!(acc.len() >= MR * 16 && ap.len() >= kn * MR && bp.len() >= kn * 16);
+    if kn == 0 {
+        return;
+    }
+    // Toward zero.
+    let rc = 3u32 << 13;
+    let mut csr = [0u32; 2];
+    // SAFETY: the loads and stores stay inside acc (MR*16 values), ap (kn*MR) and
+    // bp (kn*16), asserted above; MXCSR is restored before the block ends; the
+    // clobbered vector registers are declared.
+    unsafe {
+        if MR == 4 {
+            asm!(
+                mxcsr_enter!(),
+                "vpcmpeqd ymm14, ymm14, ymm14",
+                "vpsrld ymm14, ymm14, 31",
+                "vxorps ymm15, ymm15, ymm15",
+                dir_load!("ymm0", "0"), dir_load!("ymm1", "32"), dir_load!("ymm2", "64"), dir_load!("ymm3", "96"),
+                dir_load!("ymm4", "128"), dir_load!("ymm5", "160"), dir_load!("ymm6", "192"), dir_load!("ymm7", "224"),
+                "2:",
+                "vmovups ymm8, ymmword ptr [{pb}]",
+                "vmovups ymm9, ymmword ptr [{pb} + 32]",
+                "vbroadcastss ymm10, dword ptr [{pa}]",
+                oddz_acc!("ymm0", "ymm8"), oddz_acc!("ymm1", "ymm9"),
+                "vbroadcastss ymm10, dword ptr [{pa} + 4]",
+                oddz_acc!("ymm2", "ymm8"), oddz_acc!("ymm3", "ymm9"),
+                "vbroadcastss ymm10, dword ptr [{pa} + 8]",
+                oddz_acc!("ymm4", "ymm8"), oddz_acc!("ymm5", "ymm9"),
+                "vbroadcastss ymm10, dword ptr [{pa} + 12]",
+                oddz_acc!("ymm6", "ymm8"), oddz_acc!("ymm7", "ymm9"),
+                "add {pa}, 16",
+                "add {pb}, 64",
+                "dec {k}",
+                "jnz 2b",
+                "vmovups ymmword ptr [{c}], ymm0",
+                "vmovups ymmword ptr [{c} + 32], ymm1",
+                "vmovups ymmword ptr [{c} + 64], ymm2",
+                "vmovups ymmword ptr [{c} + 96], ymm3",
+                "vmovups ymmword ptr [{c} + 128], ymm4",
+                "vmovups ymmword ptr [{c} + 160], ymm5",
+                "vmovups ymmword ptr [{c} + 192], ymm6",
+                "vmovups ymmword ptr [{c} + 224], ymm7",
+                "vldmxcsr dword ptr [{csr}]",
+                c = in(reg) acc.as_mut_ptr(),
+                pa = inout(reg) ap.as_ptr() => _,
+                pb = inout(reg) bp.as_ptr() => _,
+                k = inout(reg) kn => _,
+                csr = in(reg) csr.as_mut_ptr(),
+                rc = in(reg) rc,
+                t = out(reg) _,
+                out("ymm0") _, out("ymm1") _, out("ymm2") _, out("ymm3") _, out("ymm4") _, out("ymm5") _,
+                out("ymm6") _, out("ymm7") _, out("ymm8") _, out("ymm9") _, out("ymm10") _, out("ymm11") _,
+                out("ymm12") _, out("ymm13") _, out("ymm14") _, out("ymm15") _,
+                options(nostack),
+            );
+        } else {
+            asm!(
+                mxcsr_enter!(),
+                "vpcmpeqd ymm14, ymm14, ymm14",
+                "vpsrld ymm14, ymm14, 31",
+                "vxorps ymm15, ymm15, ymm15",
+                dir_load!("ymm0", "0"), dir_load!("ymm1", "32"),
+                "2:",
+                "vmovups ymm8, ymmword ptr [{pb}]",
+                "vmovups ymm9, ymmword ptr [{pb} + 32]",
+                "vbroadcastss ymm10, dword ptr [{pa}]",
+                oddz_acc!("ymm0", "ymm8"), oddz_acc!("ymm1", "ymm9"),
+                "add {pa}, 4",
+                "add {pb}, 64",
+                "dec {k}",
+                "jnz 2b",
+                "vmovups ymmword ptr [{c}], ymm0",
+                "vmovups ymmword ptr [{c} + 32], ymm1",
+                "vldmxcsr dword ptr [{csr}]",
+                c = in(reg) acc.as_mut_ptr(),
+                pa = inout(reg) ap.as_ptr() => _,
+                pb = inout(reg) bp.as_ptr() => _,
+                k = inout(reg) kn => _,
+                csr = in(reg) csr.as_mut_ptr(),
+                rc = in(reg) rc,
+                t = out(reg) _,
+                out("ymm0") _, out("ymm1") _, out("ymm8") _, out("ymm9") _, out("ymm10") _,
+                out("ymm12") _, out("ymm13") _, out("ymm14") _, out("ymm15") _,
+                options(nostack),
+            );
+        }
+    }
+}
+
 /// `tot = round(tot + row)` lane-wise (chunk totals into the accumulator's
 /// format, rounded as [`add16`] with `BF`, `RM`), then `row = 0`. Both hold
 /// values of that format, so the sum is exact in f64 and the TwoSum /
@@ -1952,7 +2084,7 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
                                                 (Kind16::Mid, false) => tile16::<$mo, K_MID, false, NE>(t, ap, bp, len),
                                                 (Kind16::Mid, true) => tile16::<$mo, K_MID, true, NE>(t, ap, bp, len),
                                                 (Kind16::Odd, true) => tile16::<$mo, K_ODD, true, NE>(t, ap, bp, len),
-                                                (Kind16::Odd, false) => by_f16_rounding!(rm, R => tile16::<$mo, K_ODD, false, R>(t, ap, bp, len)),
+                                                (Kind16::Odd, false) => tile16_oddz::<$mo>(t, ap, bp, len),
                                                 (Kind16::Dir, _) => by_f16_rounding!(rm, R => tile16_dir::<$mf, R>(t, ap, bp, len)),
                                             }
                                         };
@@ -2213,6 +2345,14 @@ pub(crate) mod testing {
                     let (c, av, bv) = (_mm256_loadu_ps(acc.as_ptr()), _mm256_set1_ps(a), _mm256_loadu_ps(b.as_ptr()));
                     const NE: i32 = _MM_FROUND_TO_NEAREST_INT;
                     let r = match (kind, bf) {
+                        (Kind16::Odd, false) if rm == NE => {
+                            let mut t = [0f32; 16];
+                            t[..8].copy_from_slice(&acc);
+                            let mut bp = [0f32; 16];
+                            bp[..8].copy_from_slice(&b);
+                            tile16_oddz::<1>(&mut t, &[a], &bp, 1);
+                            _mm256_loadu_ps(t.as_ptr())
+                        }
                         (Kind16::Odd, false) => by_f16_rounding!(rm, R => add16::<K_ODD, false, R>(c, av, bv)),
                         (Kind16::Fma, false) => add16::<K_FMA, false, NE>(c, av, bv),
                         (Kind16::Mid, false) => add16::<K_MID, false, NE>(c, av, bv),
