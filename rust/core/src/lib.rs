@@ -42,3 +42,20 @@ impl fmt::Display for Error {
 impl std::error::Error for Error {}
 
 pub type Result<T> = std::result::Result<T, Error>;
+
+/// Process-wide settings (the SIMD path, the thread count) under test: tests
+/// that change them hold the write lock, tests whose outcome depends on them
+/// the read lock, so that tests running in parallel never see each other's
+/// settings.
+#[cfg(test)]
+static SETTINGS: std::sync::RwLock<()> = std::sync::RwLock::new(());
+
+#[cfg(test)]
+pub(crate) fn settings_write() -> std::sync::RwLockWriteGuard<'static, ()> {
+    SETTINGS.write().unwrap_or_else(|e| e.into_inner())
+}
+
+#[cfg(test)]
+pub(crate) fn settings_read() -> std::sync::RwLockReadGuard<'static, ()> {
+    SETTINGS.read().unwrap_or_else(|e| e.into_inner())
+}

@@ -256,6 +256,7 @@ mod hot_tests {
     /// (cold starts) and from several threads at once.
     #[test]
     fn every_item_once() {
+        let _settings = crate::settings_write();
         let old = super::num_threads();
         super::set_num_threads(2).unwrap();
         let check = |n: usize| {

@@ -72,6 +72,7 @@ fn run_plan<C: Code>(plan: &mut fast::EncodePlan, xs: &[f32], i0: u64) -> Vec<u3
 
 #[test]
 fn fast_paths_match_reference() {
+    let _settings = crate::settings_read();
     let mut xs = probe_inputs();
     // A length that is no multiple of any vector width, so tails run too.
     xs.extend([1.5f32, -2.75, 3.0e-5, -7.0e-9, 65519.0]);
@@ -128,6 +129,7 @@ fn fast_paths_match_reference() {
 
 #[test]
 fn index_blocks_cross_2_pow_32() {
+    let _settings = crate::settings_read();
     let opts = RoundOpts { mode: Mode::Stochastic, saturate: false, rbits: 32, key: SeedKey::from_seed(3) };
     let fmt = Format::Float(named::BFLOAT16);
     let xs: Vec<f32> = (0..100).map(|i| 1.0 + i as f32 * 1e-4).collect();
@@ -183,6 +185,7 @@ fn check_decode<C: Code>(fmt: &Format, codes: &[C]) {
 
 #[test]
 fn decode_paths_agree() {
+    let _settings = crate::settings_read();
     for fmt in formats().into_iter().chain([Format::Posit(named::POSIT8), Format::Posit(named::POSIT16)]) {
         if fmt.bits() > 16 {
             continue;
@@ -229,6 +232,7 @@ fn probe_inputs64() -> Vec<f64> {
 
 #[test]
 fn fast64_paths_match_reference() {
+    let _settings = crate::settings_read();
     let xs = probe_inputs64();
     for fmt in formats() {
         for mode in Mode::ALL {
@@ -272,6 +276,7 @@ fn fast64_paths_match_reference() {
 
 #[test]
 fn f64_rounds_once() {
+    let _settings = crate::settings_read();
     // 1 + 2^-8 + 2^-30 is above the midpoint 1 + 2^-8 of bf16's neighbours 1 and 1 + 2^-7.
     let x = [1.0 + 2f64.powi(-8) + 2f64.powi(-30)];
     let mut c = [0u16];
@@ -281,6 +286,7 @@ fn f64_rounds_once() {
 
 #[test]
 fn special_kernels_are_chosen() {
+    let _settings = crate::settings_read();
     use fast::Kind;
     let kind = |f: FloatFormat, mode: Mode, saturate: bool| {
         let opts = RoundOpts { mode, saturate, rbits: 32, key: SeedKey::from_seed(1) };
@@ -301,6 +307,7 @@ fn special_kernels_are_chosen() {
 
 #[test]
 fn posit_fast_path_matches_reference() {
+    let _settings = crate::settings_read();
     let xs = probe_inputs();
     let posits = [
         named::POSIT8,
@@ -342,6 +349,7 @@ fn posit_fast_path_matches_reference() {
 
 #[test]
 fn posit_round_matches_reference() {
+    let _settings = crate::settings_read();
     let xs = probe_inputs();
     for pf in [named::POSIT8, named::POSIT16, crate::format::PositFormat::new(12, 1).unwrap()] {
         let fmt = Format::Posit(pf);

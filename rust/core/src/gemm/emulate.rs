@@ -20,8 +20,9 @@
 //! `K + r` for the r-th chunk total. Results do not depend on the thread count.
 //!
 //! Paths (all give the same bits; `LOWP_ISA=scalar` runs the f64 path):
-//! - float16 accumulators in nearest-even, toward zero, up or down, and
-//!   bfloat16 accumulators in nearest-even, not saturating, AVX2+FMA+F16C
+//! - float16 accumulators in nearest-even, bfloat16 accumulators in
+//!   nearest-even, and float16, bfloat16 or float32 accumulators toward zero,
+//!   up or down, not saturating, AVX2+FMA+F16C
 //!   ([`drive16`]): register tiles of `MR x 16` f32 accumulators over a depth
 //!   block, A and B packed to f32. The fp16 rounding is `vcvtps2ph` with the
 //!   mode's rounding control (IEEE overflow) and back; the bf16 rounding is
@@ -32,9 +33,11 @@
 //!   exhaustively by the tests). Nearest-even with products of 20 to 24 bits
 //!   (float16 inputs), or of any other inputs into bfloat16: the FMA too,
 //!   except for vectors where a sum could sit on a midpoint of the format
-//!   ([`Kind16::Mid`]). The directed modes into float16, any inputs whose
-//!   values are f32: the FMA rounded in the mode itself (MXCSR, inside one
-//!   assembly block), then `vcvtps2ph` in the mode ([`Kind16::Dir`]).
+//!   ([`Kind16::Mid`]). The directed modes, any inputs whose values are f32:
+//!   the FMA rounded in the mode itself (MXCSR, inside one assembly block),
+//!   then `vcvtps2ph` in the mode, the integer rounding of the top 16 bits, or
+//!   nothing for float32 ([`Kind16::Dir`]); chunk totals into those formats
+//!   (and into float32 to nearest) by the same rounding of an f32 add.
 //!   Nearest-even with other inputs whose products fit 24 bits (bfloat16 into
 //!   float16): TwoSum in f32 and
 //!   round-to-odd (innocuous before any rounding to <= 22 bits), when the
@@ -1389,9 +1392,10 @@ pub(crate) enum Kind16 {
     /// can reach one but never cross it; when s equals the accumulator the
     /// product was below half an f32 unit of it, far from any midpoint.
     Mid,
-    /// float16 toward zero, up or down: the FMA rounded in the mode itself
-    /// ([`tile16_dir`]), for any inputs whose values are f32.
-    Dir,
+    /// Toward zero, up or down into float16, bfloat16 or float32: the FMA
+    /// rounded in the mode itself ([`tile16_dir`]), for any inputs whose values
+    /// are f32.
+    Dir(DirTo),
 }
 
 /// [`Kind16`] as the const parameter of the kernels.
@@ -1439,13 +1443,16 @@ fn is_bf16_ne(fmt: &Format, opts: &RoundOpts) -> bool {
 /// Which tile kernel (if any) runs `fmt` accumulation of `a @ b`, and whether
 /// it rounds into bfloat16 (else float16).
 pub(crate) fn kind16(fmt: &Format, opts: &RoundOpts, a: &Operand, b: &Operand) -> Option<(Kind16, bool)> {
-    let bf = is_bf16_ne(fmt, opts);
-    if !super::simd() || !(bf || is_f16_cvt(fmt, opts)) {
+    if !super::simd() {
         return None;
     }
     let (Some(fa), Some(fb)) = (a.format(), b.format()) else { return None };
-    if !bf && opts.mode != Mode::NearestEven {
-        return (a.fits_f32() && b.fits_f32()).then_some((Kind16::Dir, false));
+    if let Some(to) = dir_to(fmt, opts) {
+        return (a.fits_f32() && b.fits_f32()).then_some((Kind16::Dir(to), to == DirTo::Bf16));
+    }
+    let bf = is_bf16_ne(fmt, opts);
+    if !(bf || is_f16_cvt(fmt, opts)) {
+        return None;
     }
     // The f32 sum rounded to nearest, then to the format, is exact only for nearest-even.
     if let (Format::Float(x), Format::Float(y), Mode::NearestEven) = (fa, fb, opts.mode) {
@@ -1621,82 +1628,195 @@ macro_rules! mxcsr_enter {
     };
 }
 
-/// One row of a [`tile16_dir`] step: the broadcast `a` at byte `$off` of the
-/// strip, two FMAs (rounded by MXCSR), each sum to float16 in `{rm}` and back.
+/// The rounding step of [`tile16_dir`] on accumulator `$c` (the FMA's sum, f32
+/// rounded in the mode) into the target format in the mode, `$x`/`$y` a scratch
+/// register as xmm/ymm. float16: `vcvtps2ph` in `{rm}` and back.
 #[cfg(target_arch = "x86_64")]
-macro_rules! dir_row {
-    ($off:literal, $c0:literal, $c1:literal) => {
+macro_rules! dir_f16 {
+    ($c:literal, $x:literal, $y:literal) => {
+        concat!("vcvtps2ph ", $x, ", ", $c, ", {rm}\n", "vcvtph2ps ", $c, ", ", $x, "\n")
+    };
+}
+/// float32: the FMA's rounding is the rounding.
+#[cfg(target_arch = "x86_64")]
+macro_rules! dir_f32 {
+    ($c:literal, $x:literal, $y:literal) => {
+        ""
+    };
+}
+/// bfloat16 toward zero: the top 16 bits (`[{k}]` holds 0xffff0000 words).
+#[cfg(target_arch = "x86_64")]
+macro_rules! dir_bf_tz {
+    ($c:literal, $x:literal, $y:literal) => {
+        concat!("vpand ", $c, ", ", $c, ", ymmword ptr [{k}]\n")
+    };
+}
+/// bfloat16 up: positive values add 0xffff below the top 16 bits first (a nonzero
+/// remainder carries one unit, into the exponent and to infinity too; `[{k} + 32]`
+/// holds 0xffff words); negative ones are truncated.
+#[cfg(target_arch = "x86_64")]
+macro_rules! dir_bf_up {
+    ($c:literal, $x:literal, $y:literal) => {
         concat!(
-            "vbroadcastss ymm14, dword ptr [{pa} + ",
-            $off,
-            "]\n",
-            "vfmadd231ps ",
-            $c0,
-            ", ymm14, ymm12\n",
-            "vfmadd231ps ",
-            $c1,
-            ", ymm14, ymm13\n",
-            "vcvtps2ph xmm15, ",
-            $c0,
-            ", {rm}\n",
-            "vcvtph2ps ",
-            $c0,
-            ", xmm15\n",
-            "vcvtps2ph xmm14, ",
-            $c1,
-            ", {rm}\n",
-            "vcvtph2ps ",
-            $c1,
-            ", xmm14\n",
+            "vpsrad ", $y, ", ", $c, ", 31\n",
+            "vpandn ", $y, ", ", $y, ", ymmword ptr [{k} + 32]\n",
+            "vpaddd ", $c, ", ", $c, ", ", $y, "\n",
+            "vpand ", $c, ", ", $c, ", ymmword ptr [{k}]\n",
+        )
+    };
+}
+/// bfloat16 down: the same with the signs exchanged.
+#[cfg(target_arch = "x86_64")]
+macro_rules! dir_bf_dn {
+    ($c:literal, $x:literal, $y:literal) => {
+        concat!(
+            "vpsrad ", $y, ", ", $c, ", 31\n",
+            "vpand ", $y, ", ", $y, ", ymmword ptr [{k} + 32]\n",
+            "vpaddd ", $c, ", ", $c, ", ", $y, "\n",
+            "vpand ", $c, ", ", $c, ", ymmword ptr [{k}]\n",
         )
     };
 }
 
-/// Load (`vmovups`) or store of accumulator `$c` at byte `$off` of the tile, and the
-/// zero fix of [`tile16_dir`] before a store.
+/// One row of a [`tile16_dir`] step: the broadcast `a` at byte `$off` of the
+/// strip, two FMAs (rounded by MXCSR), each sum rounded by `$r`.
+#[cfg(target_arch = "x86_64")]
+macro_rules! dir_row {
+    ($r:ident, $off:literal, $c0:literal, $c1:literal) => {
+        concat!(
+            "vbroadcastss ymm14, dword ptr [{pa} + ", $off, "]\n",
+            "vfmadd231ps ", $c0, ", ymm14, ymm12\n",
+            "vfmadd231ps ", $c1, ", ymm14, ymm13\n",
+            $r!($c0, "xmm15", "ymm15"),
+            $r!($c1, "xmm14", "ymm14"),
+        )
+    };
+}
+
+/// Load of accumulator `$c` from byte `$off` of the tile.
 #[cfg(target_arch = "x86_64")]
 macro_rules! dir_load {
     ($c:literal, $off:literal) => {
         concat!("vmovups ", $c, ", ymmword ptr [{c} + ", $off, "]\n")
     };
 }
+/// Store of accumulator `$c` at byte `$off` of the tile, after the zero fix of
+/// [`tile16_dir`] (`[{nz}]`: the pattern to clear).
 #[cfg(target_arch = "x86_64")]
 macro_rules! dir_store {
     ($c:literal, $off:literal) => {
         concat!(
-            "vpcmpeqd ymm15, ",
-            $c,
-            ", ymmword ptr [{nz}]\n",
-            "vpandn ",
-            $c,
-            ", ymm15, ",
-            $c,
-            "\n",
-            "vmovups ymmword ptr [{c} + ",
-            $off,
-            "], ",
-            $c,
-            "\n",
+            "vpcmpeqd ymm15, ", $c, ", ymmword ptr [{nz}]\n",
+            "vpandn ", $c, ", ymm15, ", $c, "\n",
+            "vmovups ymmword ptr [{c} + ", $off, "], ", $c, "\n",
         )
     };
 }
 
+/// The assembly block of [`tile16_dir`] for `MR` = 6 or 1 rows, rounding with `$r`.
+#[cfg(target_arch = "x86_64")]
+macro_rules! dir_asm {
+    (6, $r:ident, $($ops:tt)*) => {
+        asm!(
+            "# constants at {k}, rounding control {rm}",
+            mxcsr_enter!(),
+            dir_load!("ymm0", "0"), dir_load!("ymm1", "32"), dir_load!("ymm2", "64"), dir_load!("ymm3", "96"),
+            dir_load!("ymm4", "128"), dir_load!("ymm5", "160"), dir_load!("ymm6", "192"), dir_load!("ymm7", "224"),
+            dir_load!("ymm8", "256"), dir_load!("ymm9", "288"), dir_load!("ymm10", "320"), dir_load!("ymm11", "352"),
+            "2:",
+            "vmovups ymm12, ymmword ptr [{pb}]",
+            "vmovups ymm13, ymmword ptr [{pb} + 32]",
+            dir_row!($r, "0", "ymm0", "ymm1"),
+            dir_row!($r, "4", "ymm2", "ymm3"),
+            dir_row!($r, "8", "ymm4", "ymm5"),
+            dir_row!($r, "12", "ymm6", "ymm7"),
+            dir_row!($r, "16", "ymm8", "ymm9"),
+            dir_row!($r, "20", "ymm10", "ymm11"),
+            "add {pa}, 24",
+            "add {pb}, 64",
+            "dec {kn}",
+            "jnz 2b",
+            dir_store!("ymm0", "0"), dir_store!("ymm1", "32"), dir_store!("ymm2", "64"), dir_store!("ymm3", "96"),
+            dir_store!("ymm4", "128"), dir_store!("ymm5", "160"), dir_store!("ymm6", "192"), dir_store!("ymm7", "224"),
+            dir_store!("ymm8", "256"), dir_store!("ymm9", "288"), dir_store!("ymm10", "320"), dir_store!("ymm11", "352"),
+            "vldmxcsr dword ptr [{csr}]",
+            $($ops)*
+            out("ymm0") _, out("ymm1") _, out("ymm2") _, out("ymm3") _, out("ymm4") _, out("ymm5") _,
+            out("ymm6") _, out("ymm7") _, out("ymm8") _, out("ymm9") _, out("ymm10") _, out("ymm11") _,
+            out("ymm12") _, out("ymm13") _, out("ymm14") _, out("ymm15") _,
+            options(nostack),
+        )
+    };
+    (1, $r:ident, $($ops:tt)*) => {
+        asm!(
+            "# constants at {k}, rounding control {rm}",
+            mxcsr_enter!(),
+            dir_load!("ymm0", "0"), dir_load!("ymm1", "32"),
+            "2:",
+            "vmovups ymm12, ymmword ptr [{pb}]",
+            "vmovups ymm13, ymmword ptr [{pb} + 32]",
+            dir_row!($r, "0", "ymm0", "ymm1"),
+            "add {pa}, 4",
+            "add {pb}, 64",
+            "dec {kn}",
+            "jnz 2b",
+            dir_store!("ymm0", "0"), dir_store!("ymm1", "32"),
+            "vldmxcsr dword ptr [{csr}]",
+            $($ops)*
+            out("ymm0") _, out("ymm1") _, out("ymm12") _, out("ymm13") _, out("ymm14") _, out("ymm15") _,
+            options(nostack),
+        )
+    };
+}
+
+/// The format a [`Kind16::Dir`] kernel rounds into.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum DirTo {
+    F16,
+    Bf16,
+    F32,
+}
+
+/// Which [`Kind16::Dir`] target `fmt` is, when `opts` round it toward zero, up or
+/// down with IEEE overflow (not saturating).
+fn dir_to(fmt: &Format, opts: &RoundOpts) -> Option<DirTo> {
+    if opts.saturate || !matches!(opts.mode, Mode::TowardZero | Mode::Up | Mode::Down) {
+        return None;
+    }
+    match fmt {
+        Format::Float(f) if *f == named::FLOAT16 => Some(DirTo::F16),
+        Format::Float(f) if *f == named::BFLOAT16 => Some(DirTo::Bf16),
+        Format::Float(f) if *f == named::FLOAT32 => Some(DirTo::F32),
+        _ => None,
+    }
+}
+
+/// Constants of the bfloat16 rounding in [`tile16_dir`]: 0xffff0000, 0xffff words.
+#[cfg(target_arch = "x86_64")]
+#[repr(C, align(32))]
+struct DirConsts([u32; 16]);
+#[cfg(target_arch = "x86_64")]
+static DIR_CONSTS: DirConsts = DirConsts([0xffff_0000, 0xffff_0000, 0xffff_0000, 0xffff_0000, 0xffff_0000, 0xffff_0000, 0xffff_0000, 0xffff_0000, 0xffff, 0xffff, 0xffff, 0xffff, 0xffff, 0xffff, 0xffff, 0xffff]);
+
 /// Bit patterns the zero fix of [`tile16_dir`] clears: -0 (rounding down), or
 /// one no add produces (a NaN with every payload bit set: the kernels' NaNs are
-/// the default NaN or widened float16 NaNs, whose low 13 bits are zero).
+/// the default NaN, widened float16 NaNs or NaNs with the low 16 bits cleared).
 #[cfg(target_arch = "x86_64")]
 static DIR_NEG_ZERO: [u32; 8] = [0x8000_0000; 8];
 #[cfg(target_arch = "x86_64")]
 static DIR_NO_FIX: [u32; 8] = [u32::MAX; 8];
 
-/// The float16 tile kernel of the directed modes ([`Kind16::Dir`]), `MR` (1 or 6)
-/// rows: as [`tile16`], each add the FMA with MXCSR set to the mode RM, then
-/// `vcvtps2ph` in RM and back. The FMA rounds the exact `acc + a*b` once to f32
-/// in RM, and rounding that to float16 in RM is rounding the exact sum: a
-/// directed rounding into a coarser grid contained in the finer one composes
-/// (every float16, subnormals included, is an f32; past the largest float16
-/// both give what IEEE overflow gives). So any inputs whose values are f32
-/// work, whatever their products. The FMA is the only floating-point
+/// The tile kernel of the directed modes ([`Kind16::Dir`]) into float16
+/// (`T` = 0), bfloat16 (1) or float32 (2), `MR` (1 or 6) rows: as [`tile16`],
+/// each add the FMA with MXCSR set to the mode RM (one of the `vcvtps2ph`
+/// rounding controls, which are MXCSR's codes), then the rounding into the
+/// format in RM: `vcvtps2ph` and back, the integer rounding of the top 16 bits,
+/// or nothing. The FMA rounds the exact `acc + a*b` once to f32 in RM, and
+/// rounding that into the format in RM is rounding the exact sum: a directed
+/// rounding into a coarser grid contained in the finer one composes (every
+/// float16 and bfloat16, subnormals included, is an f32; past the largest
+/// value both give what IEEE overflow gives). So any inputs whose values are
+/// f32 work, whatever their products. The FMA is the only floating-point
 /// operation that runs under the changed MXCSR, and all of it is in one
 /// assembly block that restores MXCSR before it ends.
 ///
@@ -1712,85 +1832,167 @@ static DIR_NO_FIX: [u32; 8] = [u32::MAX; 8];
 /// The CPU must support avx2, fma and f16c; `ap` holds kn*MR values, `bp` kn*16.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn tile16_dir<const MR: usize, const RM: i32>(acc: &mut [f32], ap: &[f32], bp: &[f32], kn: usize) {
+unsafe fn tile16_dir<const MR: usize, const T: u8, const RM: i32>(acc: &mut [f32], ap: &[f32], bp: &[f32], kn: usize) {
     use std::arch::asm;
-    use std::arch::x86_64::_MM_FROUND_TO_NEG_INF;
-    assert!((MR == 1 || MR == 6) && (0..4).contains(&RM));
+    use std::arch::x86_64::{_MM_FROUND_TO_NEG_INF, _MM_FROUND_TO_POS_INF, _MM_FROUND_TO_ZERO};
+    assert!((MR == 1 || MR == 6) && T <= 2 && (1..4).contains(&RM));
     assert!(acc.len() >= MR * 16 && ap.len() >= kn * MR && bp.len() >= kn * 16);
     if kn == 0 {
         return;
     }
-    // The vcvtps2ph rounding controls 0-3 are the MXCSR rounding-control codes.
     let rc = (RM as u32) << 13;
     let nz = if RM == _MM_FROUND_TO_NEG_INF { DIR_NEG_ZERO.as_ptr() } else { DIR_NO_FIX.as_ptr() };
     let mut csr = [0u32; 2];
+    macro_rules! go {
+        ($mr:tt, $r:ident) => {
+            dir_asm!($mr, $r,
+                c = in(reg) acc.as_mut_ptr(),
+                pa = inout(reg) ap.as_ptr() => _,
+                pb = inout(reg) bp.as_ptr() => _,
+                kn = inout(reg) kn => _,
+                csr = in(reg) csr.as_mut_ptr(),
+                rc = in(reg) rc,
+                nz = in(reg) nz,
+                k = in(reg) DIR_CONSTS.0.as_ptr(),
+                t = out(reg) _,
+                rm = const RM,
+            )
+        };
+    }
+    macro_rules! by_target {
+        ($mr:tt) => {
+            match (T, RM) {
+                (0, _) => go!($mr, dir_f16),
+                (2, _) => go!($mr, dir_f32),
+                (_, _MM_FROUND_TO_ZERO) => go!($mr, dir_bf_tz),
+                (_, _MM_FROUND_TO_POS_INF) => go!($mr, dir_bf_up),
+                _ => go!($mr, dir_bf_dn),
+            }
+        };
+    }
     // SAFETY: the loads and stores stay inside acc (MR*16 values), ap (kn*MR) and
-    // bp (kn*16), asserted above; MXCSR is restored before the block ends; the
-    // clobbered vector registers are declared.
+    // bp (kn*16), asserted above, and the 32-byte constants; MXCSR is restored
+    // before the block ends; the clobbered vector registers are declared.
     unsafe {
         if MR == 6 {
-            asm!(
-                mxcsr_enter!(),
-                dir_load!("ymm0", "0"), dir_load!("ymm1", "32"), dir_load!("ymm2", "64"), dir_load!("ymm3", "96"),
-                dir_load!("ymm4", "128"), dir_load!("ymm5", "160"), dir_load!("ymm6", "192"), dir_load!("ymm7", "224"),
-                dir_load!("ymm8", "256"), dir_load!("ymm9", "288"), dir_load!("ymm10", "320"), dir_load!("ymm11", "352"),
-                "2:",
-                "vmovups ymm12, ymmword ptr [{pb}]",
-                "vmovups ymm13, ymmword ptr [{pb} + 32]",
-                dir_row!("0", "ymm0", "ymm1"),
-                dir_row!("4", "ymm2", "ymm3"),
-                dir_row!("8", "ymm4", "ymm5"),
-                dir_row!("12", "ymm6", "ymm7"),
-                dir_row!("16", "ymm8", "ymm9"),
-                dir_row!("20", "ymm10", "ymm11"),
-                "add {pa}, 24",
-                "add {pb}, 64",
-                "dec {k}",
-                "jnz 2b",
-                dir_store!("ymm0", "0"), dir_store!("ymm1", "32"), dir_store!("ymm2", "64"), dir_store!("ymm3", "96"),
-                dir_store!("ymm4", "128"), dir_store!("ymm5", "160"), dir_store!("ymm6", "192"), dir_store!("ymm7", "224"),
-                dir_store!("ymm8", "256"), dir_store!("ymm9", "288"), dir_store!("ymm10", "320"), dir_store!("ymm11", "352"),
-                "vldmxcsr dword ptr [{csr}]",
-                c = in(reg) acc.as_mut_ptr(),
-                pa = inout(reg) ap.as_ptr() => _,
-                pb = inout(reg) bp.as_ptr() => _,
-                k = inout(reg) kn => _,
-                csr = in(reg) csr.as_mut_ptr(),
-                rc = in(reg) rc,
-                nz = in(reg) nz,
-                t = out(reg) _,
-                rm = const RM,
-                out("ymm0") _, out("ymm1") _, out("ymm2") _, out("ymm3") _, out("ymm4") _, out("ymm5") _,
-                out("ymm6") _, out("ymm7") _, out("ymm8") _, out("ymm9") _, out("ymm10") _, out("ymm11") _,
-                out("ymm12") _, out("ymm13") _, out("ymm14") _, out("ymm15") _,
-                options(nostack),
-            );
+            by_target!(6)
         } else {
-            asm!(
-                mxcsr_enter!(),
-                dir_load!("ymm0", "0"), dir_load!("ymm1", "32"),
-                "2:",
-                "vmovups ymm12, ymmword ptr [{pb}]",
-                "vmovups ymm13, ymmword ptr [{pb} + 32]",
-                dir_row!("0", "ymm0", "ymm1"),
-                "add {pa}, 4",
-                "add {pb}, 64",
-                "dec {k}",
-                "jnz 2b",
-                dir_store!("ymm0", "0"), dir_store!("ymm1", "32"),
-                "vldmxcsr dword ptr [{csr}]",
-                c = in(reg) acc.as_mut_ptr(),
-                pa = inout(reg) ap.as_ptr() => _,
-                pb = inout(reg) bp.as_ptr() => _,
-                k = inout(reg) kn => _,
+            by_target!(1)
+        }
+    }
+}
+
+/// [`tile16_dir`] for target `to` and rounding control `rm` (toward zero, up or down).
+///
+/// # Safety
+/// As [`tile16_dir`].
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn tile16_dir_to<const MR: usize>(to: DirTo, rm: i32, acc: &mut [f32], ap: &[f32], bp: &[f32], kn: usize) {
+    // SAFETY: per the caller.
+    unsafe {
+        match to {
+            DirTo::F16 => by_f16_rounding!(rm, R => tile16_dir::<MR, 0, R>(acc, ap, bp, kn)),
+            DirTo::Bf16 => by_f16_rounding!(rm, R => tile16_dir::<MR, 1, R>(acc, ap, bp, kn)),
+            DirTo::F32 => by_f16_rounding!(rm, R => tile16_dir::<MR, 2, R>(acc, ap, bp, kn)),
+        }
+    }
+}
+
+/// The assembly block of [`flush_dir`], rounding with `$r`.
+#[cfg(target_arch = "x86_64")]
+macro_rules! flush_asm {
+    ($r:ident, $($ops:tt)*) => {
+        asm!(
+            "# constants at {k}, rounding control {rm}",
+            mxcsr_enter!(),
+            "vxorps ymm12, ymm12, ymm12",
+            "2:",
+            "vmovups ymm0, ymmword ptr [{c}]",
+            "vmovups ymm1, ymmword ptr [{c} + 32]",
+            "vaddps ymm0, ymm0, ymmword ptr [{pb}]",
+            "vaddps ymm1, ymm1, ymmword ptr [{pb} + 32]",
+            $r!("ymm0", "xmm15", "ymm15"),
+            $r!("ymm1", "xmm14", "ymm14"),
+            dir_store!("ymm0", "0"),
+            dir_store!("ymm1", "32"),
+            "vmovups ymmword ptr [{pb}], ymm12",
+            "vmovups ymmword ptr [{pb} + 32], ymm12",
+            "add {c}, 64",
+            "add {pb}, 64",
+            "dec {kn}",
+            "jnz 2b",
+            "vldmxcsr dword ptr [{csr}]",
+            $($ops)*
+            out("ymm0") _, out("ymm1") _, out("ymm12") _, out("ymm14") _, out("ymm15") _,
+            options(nostack),
+        )
+    };
+}
+
+/// Chunk totals into a [`tile16_dir`] target `T` in the mode RM (0-3; to
+/// nearest-even only into float32, the correctly rounded `vaddps`):
+/// `tot = round(tot + row)` lane by lane with the rounding of [`tile16_dir`]
+/// (the sum of two f32 values rounded once in RM, then into the format), then
+/// `row = 0`. The rounding down sets a -0 total to +0 as [`tile16_dir`] does.
+///
+/// # Safety
+/// The CPU must support avx2, fma and f16c.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn flush_dir<const T: u8, const RM: i32>(tot: &mut [f32], row: &mut [f32]) {
+    use std::arch::asm;
+    use std::arch::x86_64::{_MM_FROUND_TO_NEG_INF, _MM_FROUND_TO_POS_INF, _MM_FROUND_TO_ZERO};
+    assert!(T <= 2 && (0..4).contains(&RM) && (RM != 0 || T == 2));
+    assert!(tot.len() == row.len() && tot.len() % 16 == 0);
+    if tot.is_empty() {
+        return;
+    }
+    let rc = (RM as u32) << 13;
+    let nz = if RM == _MM_FROUND_TO_NEG_INF { DIR_NEG_ZERO.as_ptr() } else { DIR_NO_FIX.as_ptr() };
+    let mut csr = [0u32; 2];
+    macro_rules! go {
+        ($r:ident) => {
+            flush_asm!($r,
+                c = inout(reg) tot.as_mut_ptr() => _,
+                pb = inout(reg) row.as_mut_ptr() => _,
+                kn = inout(reg) tot.len() / 16 => _,
                 csr = in(reg) csr.as_mut_ptr(),
                 rc = in(reg) rc,
                 nz = in(reg) nz,
+                k = in(reg) DIR_CONSTS.0.as_ptr(),
                 t = out(reg) _,
                 rm = const RM,
-                out("ymm0") _, out("ymm1") _, out("ymm12") _, out("ymm13") _, out("ymm14") _, out("ymm15") _,
-                options(nostack),
-            );
+            )
+        };
+    }
+    // SAFETY: the loads and stores stay inside tot and row (equal lengths, a
+    // multiple of 16, asserted above) and the 32-byte constants; MXCSR is restored
+    // before the block ends; the clobbered vector registers are declared.
+    unsafe {
+        match (T, RM) {
+            (0, _) => go!(dir_f16),
+            (2, _) => go!(dir_f32),
+            (_, _MM_FROUND_TO_ZERO) => go!(dir_bf_tz),
+            (_, _MM_FROUND_TO_POS_INF) => go!(dir_bf_up),
+            _ => go!(dir_bf_dn),
+        }
+    }
+}
+
+/// [`flush_dir`] for target `to` and rounding control `rm`.
+///
+/// # Safety
+/// As [`flush_dir`].
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn flush_dir_to(to: DirTo, rm: i32, tot: &mut [f32], row: &mut [f32]) {
+    // SAFETY: per the caller.
+    unsafe {
+        match to {
+            DirTo::F16 => by_f16_rounding!(rm, R => flush_dir::<0, R>(tot, row)),
+            DirTo::Bf16 => by_f16_rounding!(rm, R => flush_dir::<1, R>(tot, row)),
+            DirTo::F32 => by_f16_rounding!(rm, R => flush_dir::<2, R>(tot, row)),
         }
     }
 }
@@ -1981,7 +2183,7 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
     // One row (sums, vector-matrix products): tiles of one row, no padding rows.
     let mr = if m == 1 {
         1
-    } else if matches!(kind, Kind16::Fma | Kind16::Dir) {
+    } else if matches!(kind, Kind16::Fma | Kind16::Dir(_)) {
         MR_FMA
     } else {
         MR_ODD
@@ -1990,7 +2192,19 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
     let scan = matches!(kind, Kind16::Odd | Kind16::Mid);
     let chunk = spec.chunk.map(|(cs, _)| cs).unwrap_or(usize::MAX);
     // Chunk totals into the same format, nearest-even, run vectorized too.
-    let flush_vec = spec.chunk.is_some_and(|(_, f2)| f2 == spec.fmt);
+    let same = spec.chunk.is_some_and(|(_, f2)| f2 == spec.fmt) && !matches!(kind, Kind16::Dir(_));
+    // Or into a target of the directed kernels, or float32 to nearest-even:
+    // `flush_dir` (MXCSR rounding).
+    let outer_dir = spec.chunk.and_then(|(_, f2)| {
+        let o2 = chunk_opts(spec.opts);
+        let f32_ne = f2 == Format::Float(named::FLOAT32) && o2.mode == Mode::NearestEven && !o2.saturate;
+        if f32_ne {
+            Some((DirTo::F32, _MM_FROUND_TO_NEAREST_INT))
+        } else {
+            dir_to(&f2, &o2).map(|to| (to, f16_rounding(o2.mode)))
+        }
+    });
+    let flush_vec = same || outer_dir.is_some();
     let (pa, pb) = (profile(&a.format().expect("kind16 checked")).0, profile(&b.format().expect("kind16 checked")).0);
     let kbs = KB.min(k.max(1));
     let kblocks = k.div_ceil(KB);
@@ -2085,7 +2299,7 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
                                                 (Kind16::Mid, true) => tile16::<$mo, K_MID, true, NE>(t, ap, bp, len),
                                                 (Kind16::Odd, true) => tile16::<$mo, K_ODD, true, NE>(t, ap, bp, len),
                                                 (Kind16::Odd, false) => tile16_oddz::<$mo>(t, ap, bp, len),
-                                                (Kind16::Dir, _) => by_f16_rounding!(rm, R => tile16_dir::<$mf, R>(t, ap, bp, len)),
+                                                (Kind16::Dir(to), _) => tile16_dir_to::<$mf>(to, rm, t, ap, bp, len),
                                             }
                                         };
                                     }
@@ -2113,7 +2327,9 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
                             if flush_vec {
                                 // SAFETY: simd was checked (avx2/fma/f16c); lengths are multiples of 16.
                                 unsafe {
-                                    if bf {
+                                    if let Some((to, rm2)) = outer_dir {
+                                        flush_dir_to(to, rm2, &mut tot32, &mut acc)
+                                    } else if bf {
                                         flush16::<true, _MM_FROUND_TO_NEAREST_INT>(&mut tot32, &mut acc)
                                     } else {
                                         by_f16_rounding!(rm, R => flush16::<false, R>(&mut tot32, &mut acc))
@@ -2359,12 +2575,12 @@ pub(crate) mod testing {
                         (Kind16::Odd, true) => add16::<K_ODD, true, NE>(c, av, bv),
                         (Kind16::Fma, true) => add16::<K_FMA, true, NE>(c, av, bv),
                         (Kind16::Mid, true) => add16::<K_MID, true, NE>(c, av, bv),
-                        (Kind16::Dir, _) => {
+                        (Kind16::Dir(to), _) => {
                             let mut t = [0f32; 16];
                             t[..8].copy_from_slice(&acc);
                             let mut bp = [0f32; 16];
                             bp[..8].copy_from_slice(&b);
-                            by_f16_rounding!(rm, R => tile16_dir::<1, R>(&mut t, &[a], &bp, 1));
+                            tile16_dir_to::<1>(to, rm, &mut t, &[a], &bp, 1);
                             _mm256_loadu_ps(t.as_ptr())
                         }
                     };
@@ -2383,7 +2599,11 @@ pub(crate) mod testing {
 
     /// `round(acc + p)` of the exact sum into float16 (`bf`: bfloat16) in `mode`, by the f64 path.
     pub fn exact16(bf: bool, mode: Mode) -> impl Fn(f64, f64) -> f64 {
-        let fmt = if bf { named::BFLOAT16 } else { named::FLOAT16 };
+        exact_in(if bf { named::BFLOAT16 } else { named::FLOAT16 }, mode)
+    }
+
+    /// `round(acc + p)` of the exact sum into `fmt` in `mode`, by the f64 path.
+    pub fn exact_in(fmt: crate::format::FloatFormat, mode: Mode) -> impl Fn(f64, f64) -> f64 {
         let f = Dyn::new(Format::Float(fmt), RoundOpts::new(mode)).unwrap();
         move |acc, p| f.add(acc, p, 0)
     }

@@ -1,5 +1,5 @@
 use super::emulate::testing::fast_round;
-use super::emulate::Kind16;
+use super::emulate::{DirTo, Kind16};
 use super::*;
 use crate::convert::set_isa;
 use crate::format::{named::*, FloatFormat, Format};
@@ -64,6 +64,7 @@ fn check_f32(m: usize, n: usize, k: usize, transpose_a: bool) {
 
 #[test]
 fn f32_shapes_both_paths() {
+    let _settings = crate::settings_write();
     for isa in [None, Some(crate::convert::Isa::Scalar)] {
         set_isa(isa).unwrap();
         for &(m, n, k) in &[(1, 1, 1), (5, 15, 7), (7, 17, 3), (6, 16, 256), (13, 33, 300), (64, 65, 257), (150, 20, 9)] {
@@ -77,6 +78,7 @@ fn f32_shapes_both_paths() {
 
 #[test]
 fn int8_exact_extremes() {
+    let _settings = crate::settings_write();
     for isa in [None, Some(crate::convert::Isa::Scalar)] {
         set_isa(isa).unwrap();
         for &(m, n, k) in &[(7, 17, 513), (6, 16, 1), (1, 1, 1025)] {
@@ -104,6 +106,7 @@ fn int8_exact_extremes() {
 /// (n > NC), and for the f32, f64 and int8 kernels.
 #[test]
 fn shared_b_packing_matches_one_thread() {
+    let _settings = crate::settings_write();
     let old = crate::parallel::num_threads();
     let run = |threads: usize, f: &dyn Fn() -> Vec<f64>| {
         crate::parallel::set_num_threads(threads).unwrap();
@@ -158,6 +161,7 @@ fn shared_b_packing_matches_one_thread() {
 
 #[test]
 fn padded_ld_rule() {
+    let _settings = crate::settings_read();
     assert_eq!(padded_ld(1024, 4).unwrap(), 1040);
     assert_eq!(padded_ld(1008, 4).unwrap(), 1008);
     assert_eq!(padded_ld(1000, 4).unwrap(), 1008);
@@ -174,6 +178,7 @@ fn padded_ld_rule() {
 /// The fast accumulator rounding equals `Format::encode` for every mode.
 #[test]
 fn fast_round_matches_encode() {
+    let _settings = crate::settings_read();
     let fmts = [
         Format::Float(FLOAT16),
         Format::Float(BFLOAT16),
@@ -217,6 +222,7 @@ fn fast_round_matches_encode() {
 
 #[test]
 fn emulated_fp16_is_sequential_rounding() {
+    let _settings = crate::settings_read();
     // k products of 1 into fp16: the sum stalls at 2048 with nearest-even.
     let k = 3000;
     let av = vec![1f32; k];
@@ -237,6 +243,7 @@ fn emulated_fp16_is_sequential_rounding() {
 #[test]
 #[ignore]
 fn time_emulated() {
+    let _settings = crate::settings_read();
     let k = 4_000_000;
     let xv: Vec<f32> = (0..k).map(|i| ((i * 7919) % 1000) as f32 / 1000.0 - 0.5).collect();
     let x = op_f32(&xv, k, 1, 1, 1);
@@ -252,6 +259,7 @@ fn time_emulated() {
 
 #[test]
 fn f16_conversion_every_code() {
+    let _settings = crate::settings_read();
     for c in 0..=u16::MAX {
         let want = FLOAT16.decode(c as u64);
         let got = f16_to_f32(c) as f64;
@@ -264,6 +272,7 @@ fn f16_conversion_every_code() {
 
 #[test]
 fn posit_inputs_decode_while_packing() {
+    let _settings = crate::settings_read();
     // posit16 codes (table path) and posit32 codes (f64 path).
     let mut g = Lcg(5);
     let (m, n, k) = (9, 20, 33);
@@ -321,7 +330,7 @@ fn bf16_values() -> Vec<f32> {
 /// The directed kernel rounding down never starts from a -0 accumulator (tiles
 /// start at +0 and it stores none; see `tile16_dir`): such lanes are not compared.
 fn dir_skips(kind: Kind16, mode: Mode, acc: f32) -> bool {
-    kind == Kind16::Dir && mode == Mode::Down && acc.to_bits() == 0x8000_0000
+    matches!(kind, Kind16::Dir(_)) && mode == Mode::Down && acc.to_bits() == 0x8000_0000
 }
 
 /// Compare the 8-lane kernel with the exact f64 rounding for every fp16 (`bf`:
@@ -356,6 +365,7 @@ fn check_add16(kind: Kind16, bf: bool, mode: Mode, prods: &[f32]) {
 #[test]
 #[cfg_attr(debug_assertions, ignore = "exhaustive: run in release mode")]
 fn fp16_fma_path_exhaustive() {
+    let _settings = crate::settings_read();
     let mut prods: Vec<u64> = Vec::new();
     for fa in super::emulate::FMA16_INPUTS {
         for fb in super::emulate::FMA16_INPUTS {
@@ -380,7 +390,8 @@ fn fp16_fma_path_exhaustive() {
     check_add16(Kind16::Fma, false, Mode::NearestEven, &prods);
     check_add16(Kind16::Fma, true, Mode::NearestEven, &prods);
     for mode in [Mode::TowardZero, Mode::Up, Mode::Down] {
-        check_add16(Kind16::Dir, false, mode, &prods);
+        check_add16(Kind16::Dir(DirTo::F16), false, mode, &prods);
+        check_add16(Kind16::Dir(DirTo::Bf16), true, mode, &prods);
     }
 }
 
@@ -389,6 +400,7 @@ fn fp16_fma_path_exhaustive() {
 #[test]
 #[cfg_attr(debug_assertions, ignore = "exhaustive over the accumulator: run in release mode")]
 fn fp16_odd_path_adversarial() {
+    let _settings = crate::settings_read();
     let mut g = Lcg(11);
     let mut prods: Vec<f32> = Vec::new();
     for _ in 0..600 {
@@ -419,7 +431,7 @@ fn fp16_odd_path_adversarial() {
     for mode in [Mode::NearestEven, Mode::TowardZero, Mode::Up, Mode::Down] {
         check_add16(Kind16::Odd, false, mode, &prods);
         if mode != Mode::NearestEven {
-            check_add16(Kind16::Dir, false, mode, &prods);
+            check_add16(Kind16::Dir(DirTo::F16), false, mode, &prods);
         }
     }
     check_add16(Kind16::Mid, false, Mode::NearestEven, &prods);
@@ -434,14 +446,20 @@ fn fp16_odd_path_adversarial() {
     prods.extend([3.3e38, -3.39e38, f32::MAX, 1.7e38, 2f32.powi(-133), -(2f32.powi(-140))]);
     check_add16(Kind16::Odd, true, Mode::NearestEven, &prods);
     check_add16(Kind16::Mid, true, Mode::NearestEven, &prods);
+    for mode in [Mode::TowardZero, Mode::Up, Mode::Down] {
+        check_add16(Kind16::Dir(DirTo::Bf16), true, mode, &prods);
+    }
     // Non-finite accumulators.
-    for (bf, mode) in [(false, Mode::NearestEven), (true, Mode::NearestEven), (false, Mode::TowardZero), (false, Mode::Up), (false, Mode::Down)] {
+    let directed = [Mode::TowardZero, Mode::Up, Mode::Down];
+    for (bf, mode) in [(false, Mode::NearestEven), (true, Mode::NearestEven)].into_iter().chain(directed.iter().flat_map(|&m| [(false, m), (true, m)])) {
         let exact = super::emulate::testing::exact16(bf, mode);
         let accs = [f32::INFINITY, f32::NEG_INFINITY, f32::NAN, 0.0, -0.0, 1.0, -65504.0, 6e-8];
-        for kind in [Kind16::Fma, Kind16::Odd, Kind16::Mid, Kind16::Dir] {
-            if (kind == Kind16::Dir) != (mode != Mode::NearestEven) && (kind != Kind16::Odd || bf) {
-                continue;
-            }
+        let kinds = match (bf, mode) {
+            (_, Mode::NearestEven) => vec![Kind16::Fma, Kind16::Odd, Kind16::Mid],
+            (false, _) => vec![Kind16::Odd, Kind16::Dir(DirTo::F16)],
+            (true, _) => vec![Kind16::Dir(DirTo::Bf16)],
+        };
+        for kind in kinds {
             for &p in &[0.0, -0.0, 1.0, -3.0, 1e30, f32::INFINITY, f32::NEG_INFINITY, f32::NAN] {
                 let Some(got) = super::emulate::testing::add16_lanes(kind, bf, mode, accs, p, [1.0; 8]) else { return };
                 for l in (0..8).filter(|&l| !dir_skips(kind, mode, accs[l])) {
@@ -454,12 +472,14 @@ fn fp16_odd_path_adversarial() {
     }
 }
 
-/// The directed-mode kernel rounds products that are not exact in f32 (two 24-bit
-/// significands) correctly, for every float16 accumulator: random products over
-/// the f32 range, products a hair off float16 grid points and off zero, specials.
+/// The directed-mode kernels round products that are not exact in f32 (two 24-bit
+/// significands) correctly, for every float16 and bfloat16 accumulator and random
+/// float32 ones: random products over the f32 range, products a hair off grid
+/// points of float16 and off zero, specials.
 #[test]
 #[cfg_attr(debug_assertions, ignore = "exhaustive over the accumulator: run in release mode")]
-fn fp16_directed_path_inexact_products() {
+fn directed_path_inexact_products() {
+    let _settings = crate::settings_read();
     let mut g = Lcg(31);
     let sig = |g: &mut Lcg| 1.0 + (g.next() % (1 << 23)) as f32 / (1u32 << 23) as f32;
     let mut pairs: Vec<(f32, [f32; 8])> = Vec::new();
@@ -479,27 +499,37 @@ fn fp16_directed_path_inexact_products() {
         let tail = 2f64.powi(-30 - (g.next() % 17) as i32);
         let b: [f32; 8] = std::array::from_fn(|l| {
             let t = if l % 2 == 0 { 1.0 + tail } else { 1.0 - tail };
-            ((if l >= 4 { -t } else { t }) as f32).max(f32::MIN_POSITIVE)
+            (if l >= 4 { -t } else { t }) as f32
         });
         pairs.push(((m * 2f64.powi(ue)) as f32, b));
     }
     pairs.push((1e-30, [1e-20, -1e-20, 3e-25, -7e-26, 1e30, -1e38, f32::INFINITY, f32::NAN]));
     pairs.push((-3.0, [0.0, -0.0, 1.0 / 3.0, 65504.0 / 3.0, 21845.334, 1e-8, -1e-8, f32::MAX]));
-    let accs = fp16_values();
+    // float32 accumulators: every float16 value, values over the f32 range, the extremes.
+    let mut acc32 = fp16_values();
+    for _ in 0..20000 {
+        let v = sig(&mut g) * 2f32.powi((g.next() % 120) as i32 - 60);
+        acc32.push(if g.next() & 1 == 1 { -v } else { v });
+    }
+    acc32.extend([f32::MAX, -f32::MAX, f32::MIN_POSITIVE, -1e-45, 1e-40]);
+    let targets = [(DirTo::F16, FLOAT16, fp16_values()), (DirTo::Bf16, BFLOAT16, bf16_values()), (DirTo::F32, FLOAT32, acc32)];
     for mode in [Mode::TowardZero, Mode::Up, Mode::Down] {
-        let exact = super::emulate::testing::exact16(false, mode);
+        for (to, fmt, accs) in &targets {
+        let kind = Kind16::Dir(*to);
+        let exact = super::emulate::testing::exact_in(*fmt, mode);
         for (a, b) in &pairs {
             for acc in accs.chunks(8) {
                 let mut a8 = [0f32; 8];
                 a8[..acc.len()].copy_from_slice(acc);
-                let Some(got) = super::emulate::testing::add16_lanes(Kind16::Dir, false, mode, a8, *a, *b) else { return };
-                for l in (0..8).filter(|&l| !dir_skips(Kind16::Dir, mode, a8[l])) {
+                let Some(got) = super::emulate::testing::add16_lanes(kind, *to == DirTo::Bf16, mode, a8, *a, *b) else { return };
+                for l in (0..8).filter(|&l| !dir_skips(kind, mode, a8[l])) {
                     // The product of two f32 values is exact in f64.
                     let want = exact(a8[l] as f64, *a as f64 * b[l] as f64);
                     let gl = got[l] as f64;
-                    assert!(gl.to_bits() == want.to_bits() || (gl.is_nan() && want.is_nan()), "{mode:?} {} + {a:e}*{:e}: {gl:e} vs {want:e}", a8[l], b[l]);
+                    assert!(gl.to_bits() == want.to_bits() || (gl.is_nan() && want.is_nan()), "{to:?} {mode:?} {} + {a:e}*{:e}: {gl:e} vs {want:e}", a8[l], b[l]);
                 }
             }
+        }
         }
     }
 }
@@ -526,6 +556,7 @@ fn fp8_codes(g: &mut Lcg, len: usize, specials: &[u8]) -> Vec<u8> {
 /// (values beyond f32 products).
 #[test]
 fn emulated_fp16_tile_paths_match_f64_lanes() {
+    let _settings = crate::settings_read();
     let mut g = Lcg(21);
     let (f16, bf16) = (Format::Float(FLOAT16), Format::Float(BFLOAT16));
     // (9, 530, 33): several B panels, one row block (columns split across threads).
@@ -612,7 +643,11 @@ fn emulated_fp16_tile_paths_match_f64_lanes() {
                     )
                 }
             };
-            let modes = [(f16, Mode::NearestEven), (bf16, Mode::NearestEven), (f16, Mode::TowardZero), (f16, Mode::Up), (f16, Mode::Down)];
+            let f32f = Format::Float(FLOAT32);
+            let mut modes = vec![(f16, Mode::NearestEven), (bf16, Mode::NearestEven)];
+            for mode in [Mode::TowardZero, Mode::Up, Mode::Down] {
+                modes.extend([(f16, mode), (bf16, mode), (f32f, mode)]);
+            }
             for (fmt, mode, chunk) in modes.into_iter().flat_map(|(fmt, mode)| {
                 let other = if fmt == f16 { bf16 } else { f16 };
                 [None, Some((64, fmt)), Some((7, fmt)), Some((5, Format::Float(FLOAT32))), Some((9, other))].map(|c| (fmt, mode, c))
@@ -637,6 +672,7 @@ fn emulated_fp16_tile_paths_match_f64_lanes() {
 /// smallest subnormal, overflow, inf/NaN, zeros; indices across 2^32.
 #[test]
 fn stochastic_step_matches_scalar() {
+    let _settings = crate::settings_read();
     let mut g = Lcg(31);
     let fmts = [
         Format::Float(FLOAT16),
@@ -693,6 +729,7 @@ fn stochastic_step_matches_scalar() {
 /// every `acc + a*b` exact in f64): fp16 accumulators and e4m3fn x e5m2 products.
 #[test]
 fn stochastic_step_exact_sums() {
+    let _settings = crate::settings_read();
     let mut g = Lcg(41);
     let f = Format::Float(FLOAT16);
     let fp16 = fp16_values();
@@ -730,6 +767,7 @@ fn tile_formats() -> Vec<Format> {
 /// shifted right), indices near 2^32, formats up to float32.
 #[test]
 fn register_tile_matches_scalar() {
+    let _settings = crate::settings_read();
     use super::emulate::testing::{tile_both, TILE_ROWS};
     let mut g = Lcg(53);
     let mut fmts = tile_formats();
@@ -802,6 +840,7 @@ fn register_tile_matches_scalar() {
 /// narrow exponent spreads, zeros, values near the largest, every mode.
 #[test]
 fn exact_claim_from_values_holds() {
+    let _settings = crate::settings_read();
     use super::emulate::testing::exact_claim;
     let mut g = Lcg(71);
     let mut fmts = tile_formats();
@@ -847,6 +886,7 @@ fn exact_claim_from_values_holds() {
 /// remainder is F + 1 at 29 bits, and both round up.
 #[test]
 fn stochastic_float32_tile_decides_as_the_scalar_path() {
+    let _settings = crate::settings_read();
     use super::emulate::testing::{tile_both, TILE_ROWS};
     if crate::convert::detected_isa() < crate::convert::Isa::Avx2 {
         return;
@@ -889,6 +929,7 @@ fn stochastic_float32_tile_decides_as_the_scalar_path() {
 /// grid, and sums near the largest value.
 #[test]
 fn register_tile_untracked_edges() {
+    let _settings = crate::settings_read();
     use super::emulate::testing::{tile_both, TILE_ROWS};
     let mut g = Lcg(91);
     let mut quiet_runs = [0usize; 3];
@@ -948,6 +989,7 @@ fn register_tile_untracked_edges() {
 /// posit<16, es>, es = 0..=3 (NaR as NaN).
 #[test]
 fn posit16_decoder_every_code() {
+    let _settings = crate::settings_read();
     for es in 0..=3 {
         let f = crate::format::PositFormat::new(16, es).unwrap();
         for c in 0..=u16::MAX {
@@ -976,6 +1018,7 @@ fn posit16_decoder_every_code() {
 /// float32 output.
 #[test]
 fn emulated_float32_output_matches_float64() {
+    let _settings = crate::settings_read();
     let mut g = Lcg(5);
     let (m, n, k) = (37, 29, 150);
     // bf16 codes of values in (-4, 4).

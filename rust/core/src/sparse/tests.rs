@@ -63,6 +63,7 @@ fn to_csr(a: &[f32], m: usize, n: usize) -> (Vec<f32>, Vec<i32>, Vec<i32>) {
 
 #[test]
 fn csr_coo_match_dense_on_every_path() {
+    let _settings = crate::settings_write();
     let mut g = Gen(0x9E3779B97F4A7C15);
     for path in [Isa::Scalar, Isa::Avx2] {
         if set_isa(Some(path)).is_err() {
@@ -94,6 +95,7 @@ fn csr_coo_match_dense_on_every_path() {
 
 #[test]
 fn bsr_and_nm_match_dense() {
+    let _settings = crate::settings_write();
     let mut g = Gen(12345);
     for path in [Isa::Scalar, Isa::Avx2] {
         if set_isa(Some(path)).is_err() {
@@ -176,6 +178,7 @@ fn bsr_and_nm_match_dense() {
 
 #[test]
 fn malformed_input_is_an_error() {
+    let _settings = crate::settings_read();
     let v = [1f32, 2.0, 3.0];
     let b = [1f32; 4];
     let d = Dense { data: &b, rows: 4, cols: 1 };
@@ -221,6 +224,7 @@ fn random_24(g: &mut Gen, rows: usize, cols: usize) -> (Vec<f32>, Vec<u8>, Vec<f
 
 #[test]
 fn nm24_panels_match_dense() {
+    let _settings = crate::settings_write();
     let mut g = Gen(0xDEADBEEF12345);
     let old = crate::parallel::num_threads();
     for path in [Isa::Avx2, Isa::Scalar] {
@@ -268,6 +272,7 @@ fn nm24_panels_match_dense() {
 
 #[test]
 fn nm24_bad_position_in_partial_group() {
+    let _settings = crate::settings_write();
     // 1 x 6: two groups, the second covers columns 4..6 only; position 3 points at column 7.
     let vals = [1f32, 2.0, 3.0, 4.0];
     for path in [Isa::Avx2, Isa::Scalar] {
