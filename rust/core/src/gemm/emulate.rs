@@ -31,19 +31,19 @@
 //!   at most 8 bits): `fma(a, b, acc)` then the rounding, a double rounding
 //!   that is innocuous (11- or 8-bit operands, 24 >= 2*11 + 1 bits; checked
 //!   exhaustively by the tests). Nearest-even with products of 20 to 24 bits
-//!   (float16 inputs), or of any other inputs into bfloat16: the FMA too,
-//!   except for vectors where a sum could sit on a midpoint of the format
-//!   ([`Kind16::Mid`]). The directed modes, any inputs whose values are f32:
+//!   (float16 inputs): the FMA too, except for vectors where a sum could sit
+//!   on a midpoint of the format ([`Kind16::Mid`]). The directed modes, any inputs whose values are f32:
 //!   the FMA rounded in the mode itself (MXCSR, inside one assembly block),
 //!   then `vcvtps2ph` in the mode, the integer rounding of the top 16 bits, or
 //!   nothing for float32 ([`Kind16::Dir`]); chunk totals into those formats
 //!   (and into float32 to nearest) by the same rounding of an f32 add.
-//!   Nearest-even with other inputs whose products fit 24 bits (bfloat16 into
-//!   float16): TwoSum in f32 and
-//!   round-to-odd (innocuous before any rounding to <= 22 bits), when the
-//!   values of the depth block keep every product exact in f32 (exponent scan
-//!   of the packed block); otherwise that block runs through the f64 rounding.
-//!   Chunk totals into the same format use the TwoSum kernel too.
+//!   Nearest-even with other inputs whose products fit 24 bits (bfloat16
+//!   inputs): the sum rounded to odd at 24 bits, from the FMA toward zero and
+//!   a second FMA for the residual ([`tile16_oddz`]; innocuous before any
+//!   rounding to <= 22 bits), when the values of the depth block keep every
+//!   product exact in f32 (exponent scan of the packed block); otherwise that
+//!   block runs through the f64 rounding. Chunk totals into the same format,
+//!   to nearest, use TwoSum in f32 and round to odd.
 //! - every other [`Fast`] format and mode (stochastic: `rbits <= 32`):
 //!   register tiles of 4 rows x 8 columns of f64 accumulators over the steps
 //!   up to the next chunk end (`tile_avx2`). The sum is the FMA when the
@@ -1377,9 +1377,9 @@ pub(crate) enum Kind16 {
     /// 11-bit numbers rounded to 24 >= 2*11 + 1 bits, then to 11 bits); the
     /// same for bfloat16 (8-bit operands).
     Fma,
-    /// TwoSum in f32 (products exact in f32, checked per depth block from the
-    /// values), the sum rounded to odd at 24 bits, then rounded in any of the
-    /// tile kernels' modes.
+    /// Nearest-even: the sum rounded to odd at 24 bits ([`tile16_oddz`];
+    /// products exact in f32, checked per depth block from the values), then
+    /// rounded into the format.
     Odd,
     /// Nearest-even, products exact in f32 as for `Odd`: the FMA's sum s, then
     /// the rounding, except for vectors where a lane's s sits on a midpoint of
@@ -1462,10 +1462,10 @@ pub(crate) fn kind16(fmt: &Format, opts: &RoundOpts, a: &Operand, b: &Operand) -
     }
     let (pa, _, _) = profile(&fa);
     let (pb, _, _) = profile(&fb);
-    // Into float16, products of few bits (bfloat16 x bfloat16: 16) leave the low
-    // bits of most f32 sums zero, so `Mid` would take its fallback often: `Odd` is
-    // faster there. Into bfloat16, `Mid` tests for the midpoint exactly: rare.
-    let kind = if opts.mode == Mode::NearestEven && (bf || pa + pb >= 20) { Kind16::Mid } else { Kind16::Odd };
+    // Products of few bits (bfloat16 x bfloat16: 16) leave the low bits of many
+    // f32 sums zero, on a midpoint or near one, so `Mid` would take its fallback
+    // often: `Odd` (round to odd from the FMA toward zero) is faster there.
+    let kind = if opts.mode == Mode::NearestEven && pa + pb >= 20 { Kind16::Mid } else { Kind16::Odd };
     // The product of the significands must fit in 24 bits; the exponents are
     // checked on the values of each depth block.
     (pa + pb <= 24 && a.fits_f32() && b.fits_f32()).then_some((kind, bf))
@@ -1791,12 +1791,21 @@ fn dir_to(fmt: &Format, opts: &RoundOpts) -> Option<DirTo> {
     }
 }
 
-/// Constants of the bfloat16 rounding in [`tile16_dir`]: 0xffff0000, 0xffff words.
+/// Constants of the bfloat16 roundings in [`tile16_dir`] and [`tile16_oddz`]:
+/// 8 words each of 0xffff0000, 0xffff and 0x7fff.
 #[cfg(target_arch = "x86_64")]
 #[repr(C, align(32))]
-struct DirConsts([u32; 16]);
+struct DirConsts([u32; 24]);
 #[cfg(target_arch = "x86_64")]
-static DIR_CONSTS: DirConsts = DirConsts([0xffff_0000, 0xffff_0000, 0xffff_0000, 0xffff_0000, 0xffff_0000, 0xffff_0000, 0xffff_0000, 0xffff_0000, 0xffff, 0xffff, 0xffff, 0xffff, 0xffff, 0xffff, 0xffff, 0xffff]);
+static DIR_CONSTS: DirConsts = DirConsts({
+    let mut w = [0xffff_0000u32; 24];
+    let mut i = 8;
+    while i < 24 {
+        w[i] = if i < 16 { 0xffff } else { 0x7fff };
+        i += 1;
+    }
+    w
+});
 
 /// Bit patterns the zero fix of [`tile16_dir`] clears: -0 (rounding down), or
 /// one no add produces (a NaN with every payload bit set: the kernels' NaNs are
@@ -1999,10 +2008,10 @@ unsafe fn flush_dir_to(to: DirTo, rm: i32, tot: &mut [f32], row: &mut [f32]) {
 
 /// One accumulator of a [`tile16_oddz`] step: `$c += a * $b` rounded to odd
 /// (the FMA toward zero, its last bit set when the sum was inexact), then to
-/// float16 to nearest-even and back. ymm10 holds `a`, ymm14 ones, ymm15 zeros.
+/// the format by `$r` to nearest-even. ymm10 holds `a`, ymm14 ones, ymm15 zeros.
 #[cfg(target_arch = "x86_64")]
 macro_rules! oddz_acc {
-    ($c:literal, $b:literal) => {
+    ($r:ident, $c:literal, $b:literal) => {
         concat!(
             "vmovaps ymm12, ", $c, "\n",
             "vfmadd231ps ymm12, ymm10, ", $b, "\n",
@@ -2011,14 +2020,105 @@ macro_rules! oddz_acc {
             "vcmpps ymm13, ymm13, ymm15, 12\n",
             "vandps ymm13, ymm13, ymm14\n",
             "vorps ", $c, ", ymm12, ymm13\n",
-            "vcvtps2ph xmm13, ", $c, ", 0\n",
-            "vcvtph2ps ", $c, ", xmm13\n",
+            $r!($c),
+        )
+    };
+}
+/// float16: `vcvtps2ph` to nearest-even and back.
+#[cfg(target_arch = "x86_64")]
+macro_rules! oddz_f16 {
+    ($c:literal) => {
+        concat!("vcvtps2ph xmm13, ", $c, ", 0\n", "vcvtph2ps ", $c, ", xmm13\n")
+    };
+}
+/// bfloat16: nearest-even on the top 16 bits (add 0x7fff and the parity of bit
+/// 16, keep the top 16 bits; `[{k}]` holds 0xffff0000 words, `[{k} + 64]` 0x7fff).
+#[cfg(target_arch = "x86_64")]
+macro_rules! oddz_bf {
+    ($c:literal) => {
+        concat!(
+            "vpsrld ymm13, ", $c, ", 16\n",
+            "vpand ymm13, ymm13, ymm14\n",
+            "vpaddd ", $c, ", ", $c, ", ymm13\n",
+            "vpaddd ", $c, ", ", $c, ", ymmword ptr [{k} + 64]\n",
+            "vpand ", $c, ", ", $c, ", ymmword ptr [{k}]\n",
         )
     };
 }
 
-/// The float16 nearest-even tile kernel of [`Kind16::Odd`], `MR` (1 or 4) rows:
-/// as [`tile16`] with `K_ODD`, the round-to-odd computed with MXCSR rounding
+/// The assembly block of [`tile16_oddz`] for `MR` = 4 or 1 rows, rounding with `$r`.
+#[cfg(target_arch = "x86_64")]
+macro_rules! oddz_asm {
+    (4, $r:ident, $($ops:tt)*) => {
+        asm!(
+            "# constants at {k}",
+            mxcsr_enter!(),
+            "vpcmpeqd ymm14, ymm14, ymm14",
+            "vpsrld ymm14, ymm14, 31",
+            "vxorps ymm15, ymm15, ymm15",
+            dir_load!("ymm0", "0"), dir_load!("ymm1", "32"), dir_load!("ymm2", "64"), dir_load!("ymm3", "96"),
+            dir_load!("ymm4", "128"), dir_load!("ymm5", "160"), dir_load!("ymm6", "192"), dir_load!("ymm7", "224"),
+            "2:",
+            "vmovups ymm8, ymmword ptr [{pb}]",
+            "vmovups ymm9, ymmword ptr [{pb} + 32]",
+            "vbroadcastss ymm10, dword ptr [{pa}]",
+            oddz_acc!($r, "ymm0", "ymm8"), oddz_acc!($r, "ymm1", "ymm9"),
+            "vbroadcastss ymm10, dword ptr [{pa} + 4]",
+            oddz_acc!($r, "ymm2", "ymm8"), oddz_acc!($r, "ymm3", "ymm9"),
+            "vbroadcastss ymm10, dword ptr [{pa} + 8]",
+            oddz_acc!($r, "ymm4", "ymm8"), oddz_acc!($r, "ymm5", "ymm9"),
+            "vbroadcastss ymm10, dword ptr [{pa} + 12]",
+            oddz_acc!($r, "ymm6", "ymm8"), oddz_acc!($r, "ymm7", "ymm9"),
+            "add {pa}, 16",
+            "add {pb}, 64",
+            "dec {kn}",
+            "jnz 2b",
+            "vmovups ymmword ptr [{c}], ymm0",
+            "vmovups ymmword ptr [{c} + 32], ymm1",
+            "vmovups ymmword ptr [{c} + 64], ymm2",
+            "vmovups ymmword ptr [{c} + 96], ymm3",
+            "vmovups ymmword ptr [{c} + 128], ymm4",
+            "vmovups ymmword ptr [{c} + 160], ymm5",
+            "vmovups ymmword ptr [{c} + 192], ymm6",
+            "vmovups ymmword ptr [{c} + 224], ymm7",
+            "vldmxcsr dword ptr [{csr}]",
+            $($ops)*
+            out("ymm0") _, out("ymm1") _, out("ymm2") _, out("ymm3") _, out("ymm4") _, out("ymm5") _,
+            out("ymm6") _, out("ymm7") _, out("ymm8") _, out("ymm9") _, out("ymm10") _, out("ymm11") _,
+            out("ymm12") _, out("ymm13") _, out("ymm14") _, out("ymm15") _,
+            options(nostack),
+        )
+    };
+    (1, $r:ident, $($ops:tt)*) => {
+        asm!(
+            "# constants at {k}",
+            mxcsr_enter!(),
+            "vpcmpeqd ymm14, ymm14, ymm14",
+            "vpsrld ymm14, ymm14, 31",
+            "vxorps ymm15, ymm15, ymm15",
+            dir_load!("ymm0", "0"), dir_load!("ymm1", "32"),
+            "2:",
+            "vmovups ymm8, ymmword ptr [{pb}]",
+            "vmovups ymm9, ymmword ptr [{pb} + 32]",
+            "vbroadcastss ymm10, dword ptr [{pa}]",
+            oddz_acc!($r, "ymm0", "ymm8"), oddz_acc!($r, "ymm1", "ymm9"),
+            "add {pa}, 4",
+            "add {pb}, 64",
+            "dec {kn}",
+            "jnz 2b",
+            "vmovups ymmword ptr [{c}], ymm0",
+            "vmovups ymmword ptr [{c} + 32], ymm1",
+            "vldmxcsr dword ptr [{csr}]",
+            $($ops)*
+            out("ymm0") _, out("ymm1") _, out("ymm8") _, out("ymm9") _, out("ymm10") _,
+            out("ymm12") _, out("ymm13") _, out("ymm14") _, out("ymm15") _,
+            options(nostack),
+        )
+    };
+}
+
+/// The nearest-even tile kernel of [`Kind16::Odd`] into float16 (or bfloat16,
+/// `BF`), `MR` (1 or 4) rows: as [`tile16`] with `K_ODD`, the round-to-odd computed with MXCSR rounding
 /// toward zero. With `p = a*b` exact in f32 (the exponent scan of the block)
 /// and `x = acc + p`: `y = RZ(x)` by the FMA, `t = RZ(acc - y)`, `d = RZ(p + t)`
 /// by the FMA again; `d != 0` exactly when `x != y`. If `x == y`, `acc - y = -p`
@@ -2037,7 +2137,7 @@ macro_rules! oddz_acc {
 /// The CPU must support avx2, fma and f16c; `ap` holds kn*MR values, `bp` kn*16.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn tile16_oddz<const MR: usize>(acc: &mut [f32], ap: &[f32], bp: &[f32], kn: usize) {
+unsafe fn tile16_oddz<const MR: usize, const BF: bool>(acc: &mut [f32], ap: &[f32], bp: &[f32], kn: usize) {
     use std::arch::asm;
     assert!(MR == 1 || MR == 4);
     assert!(acc.len() >= MR * 16 && ap.len() >= kn * MR && bp.len() >= kn * 16);
@@ -2047,84 +2147,29 @@ unsafe fn tile16_oddz<const MR: usize>(acc: &mut [f32], ap: &[f32], bp: &[f32], 
     // Toward zero.
     let rc = 3u32 << 13;
     let mut csr = [0u32; 2];
+    macro_rules! go {
+        ($mr:tt, $r:ident) => {
+            oddz_asm!($mr, $r,
+                c = in(reg) acc.as_mut_ptr(),
+                pa = inout(reg) ap.as_ptr() => _,
+                pb = inout(reg) bp.as_ptr() => _,
+                kn = inout(reg) kn => _,
+                csr = in(reg) csr.as_mut_ptr(),
+                rc = in(reg) rc,
+                k = in(reg) DIR_CONSTS.0.as_ptr(),
+                t = out(reg) _,
+            )
+        };
+    }
     // SAFETY: the loads and stores stay inside acc (MR*16 values), ap (kn*MR) and
-    // bp (kn*16), asserted above; MXCSR is restored before the block ends; the
-    // clobbered vector registers are declared.
+    // bp (kn*16), asserted above, and the constants; MXCSR is restored before the
+    // block ends; the clobbered vector registers are declared.
     unsafe {
-        if MR == 4 {
-            asm!(
-                mxcsr_enter!(),
-                "vpcmpeqd ymm14, ymm14, ymm14",
-                "vpsrld ymm14, ymm14, 31",
-                "vxorps ymm15, ymm15, ymm15",
-                dir_load!("ymm0", "0"), dir_load!("ymm1", "32"), dir_load!("ymm2", "64"), dir_load!("ymm3", "96"),
-                dir_load!("ymm4", "128"), dir_load!("ymm5", "160"), dir_load!("ymm6", "192"), dir_load!("ymm7", "224"),
-                "2:",
-                "vmovups ymm8, ymmword ptr [{pb}]",
-                "vmovups ymm9, ymmword ptr [{pb} + 32]",
-                "vbroadcastss ymm10, dword ptr [{pa}]",
-                oddz_acc!("ymm0", "ymm8"), oddz_acc!("ymm1", "ymm9"),
-                "vbroadcastss ymm10, dword ptr [{pa} + 4]",
-                oddz_acc!("ymm2", "ymm8"), oddz_acc!("ymm3", "ymm9"),
-                "vbroadcastss ymm10, dword ptr [{pa} + 8]",
-                oddz_acc!("ymm4", "ymm8"), oddz_acc!("ymm5", "ymm9"),
-                "vbroadcastss ymm10, dword ptr [{pa} + 12]",
-                oddz_acc!("ymm6", "ymm8"), oddz_acc!("ymm7", "ymm9"),
-                "add {pa}, 16",
-                "add {pb}, 64",
-                "dec {k}",
-                "jnz 2b",
-                "vmovups ymmword ptr [{c}], ymm0",
-                "vmovups ymmword ptr [{c} + 32], ymm1",
-                "vmovups ymmword ptr [{c} + 64], ymm2",
-                "vmovups ymmword ptr [{c} + 96], ymm3",
-                "vmovups ymmword ptr [{c} + 128], ymm4",
-                "vmovups ymmword ptr [{c} + 160], ymm5",
-                "vmovups ymmword ptr [{c} + 192], ymm6",
-                "vmovups ymmword ptr [{c} + 224], ymm7",
-                "vldmxcsr dword ptr [{csr}]",
-                c = in(reg) acc.as_mut_ptr(),
-                pa = inout(reg) ap.as_ptr() => _,
-                pb = inout(reg) bp.as_ptr() => _,
-                k = inout(reg) kn => _,
-                csr = in(reg) csr.as_mut_ptr(),
-                rc = in(reg) rc,
-                t = out(reg) _,
-                out("ymm0") _, out("ymm1") _, out("ymm2") _, out("ymm3") _, out("ymm4") _, out("ymm5") _,
-                out("ymm6") _, out("ymm7") _, out("ymm8") _, out("ymm9") _, out("ymm10") _, out("ymm11") _,
-                out("ymm12") _, out("ymm13") _, out("ymm14") _, out("ymm15") _,
-                options(nostack),
-            );
-        } else {
-            asm!(
-                mxcsr_enter!(),
-                "vpcmpeqd ymm14, ymm14, ymm14",
-                "vpsrld ymm14, ymm14, 31",
-                "vxorps ymm15, ymm15, ymm15",
-                dir_load!("ymm0", "0"), dir_load!("ymm1", "32"),
-                "2:",
-                "vmovups ymm8, ymmword ptr [{pb}]",
-                "vmovups ymm9, ymmword ptr [{pb} + 32]",
-                "vbroadcastss ymm10, dword ptr [{pa}]",
-                oddz_acc!("ymm0", "ymm8"), oddz_acc!("ymm1", "ymm9"),
-                "add {pa}, 4",
-                "add {pb}, 64",
-                "dec {k}",
-                "jnz 2b",
-                "vmovups ymmword ptr [{c}], ymm0",
-                "vmovups ymmword ptr [{c} + 32], ymm1",
-                "vldmxcsr dword ptr [{csr}]",
-                c = in(reg) acc.as_mut_ptr(),
-                pa = inout(reg) ap.as_ptr() => _,
-                pb = inout(reg) bp.as_ptr() => _,
-                k = inout(reg) kn => _,
-                csr = in(reg) csr.as_mut_ptr(),
-                rc = in(reg) rc,
-                t = out(reg) _,
-                out("ymm0") _, out("ymm1") _, out("ymm8") _, out("ymm9") _, out("ymm10") _,
-                out("ymm12") _, out("ymm13") _, out("ymm14") _, out("ymm15") _,
-                options(nostack),
-            );
+        match (MR, BF) {
+            (4, false) => go!(4, oddz_f16),
+            (4, true) => go!(4, oddz_bf),
+            (_, false) => go!(1, oddz_f16),
+            (_, true) => go!(1, oddz_bf),
         }
     }
 }
@@ -2297,8 +2342,8 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
                                                 (Kind16::Fma, true) => tile16::<$mf, K_FMA, true, NE>(t, ap, bp, len),
                                                 (Kind16::Mid, false) => tile16::<$mo, K_MID, false, NE>(t, ap, bp, len),
                                                 (Kind16::Mid, true) => tile16::<$mo, K_MID, true, NE>(t, ap, bp, len),
-                                                (Kind16::Odd, true) => tile16::<$mo, K_ODD, true, NE>(t, ap, bp, len),
-                                                (Kind16::Odd, false) => tile16_oddz::<$mo>(t, ap, bp, len),
+                                                (Kind16::Odd, true) => tile16_oddz::<$mo, true>(t, ap, bp, len),
+                                                (Kind16::Odd, false) => tile16_oddz::<$mo, false>(t, ap, bp, len),
                                                 (Kind16::Dir(to), _) => tile16_dir_to::<$mf>(to, rm, t, ap, bp, len),
                                             }
                                         };
@@ -2566,13 +2611,20 @@ pub(crate) mod testing {
                             t[..8].copy_from_slice(&acc);
                             let mut bp = [0f32; 16];
                             bp[..8].copy_from_slice(&b);
-                            tile16_oddz::<1>(&mut t, &[a], &bp, 1);
+                            tile16_oddz::<1, false>(&mut t, &[a], &bp, 1);
                             _mm256_loadu_ps(t.as_ptr())
                         }
                         (Kind16::Odd, false) => by_f16_rounding!(rm, R => add16::<K_ODD, false, R>(c, av, bv)),
                         (Kind16::Fma, false) => add16::<K_FMA, false, NE>(c, av, bv),
                         (Kind16::Mid, false) => add16::<K_MID, false, NE>(c, av, bv),
-                        (Kind16::Odd, true) => add16::<K_ODD, true, NE>(c, av, bv),
+                        (Kind16::Odd, true) => {
+                            let mut t = [0f32; 16];
+                            t[..8].copy_from_slice(&acc);
+                            let mut bp = [0f32; 16];
+                            bp[..8].copy_from_slice(&b);
+                            tile16_oddz::<1, true>(&mut t, &[a], &bp, 1);
+                            _mm256_loadu_ps(t.as_ptr())
+                        }
                         (Kind16::Fma, true) => add16::<K_FMA, true, NE>(c, av, bv),
                         (Kind16::Mid, true) => add16::<K_MID, true, NE>(c, av, bv),
                         (Kind16::Dir(to), _) => {
