@@ -117,6 +117,23 @@ def test_bit_exact_vs_fractions(acc, mode, chunk):
     assert same(got, ref_matmul(a, b, f, mode, chunk))
 
 
+@pytest.mark.parametrize("mode", DETERMINISTIC)
+@pytest.mark.parametrize("dtype", [ml_dtypes.bfloat16, np.float16, ml_dtypes.float8_e4m3fn, np.float32], ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("chunk", [None, 5])
+def test_float32_accumulator_vs_fractions(mode, dtype, chunk):
+    # float32 accumulators (the directed modes run on the FMA rounded in the mode),
+    # with chunk totals into float16 and float32; values spread over many binades so
+    # that sums lose bits and cancel.
+    f = lowp.format("float32")
+    g = np.random.default_rng(zlib.crc32(f"{mode}{np.dtype(dtype).name}{chunk}".encode()))
+    a = (g.standard_normal((5, 40)) * 2.0 ** g.integers(-6, 7, (5, 40))).astype(np.float32).astype(dtype)
+    b = (g.standard_normal((40, 18)) * 2.0 ** g.integers(-6, 7, (40, 18))).astype(np.float32).astype(dtype)
+    a[0, :8] = 0
+    for cf in ([None] if chunk is None else [lowp.format("float16"), f]):
+        got = lowp.matmul(a, b, accumulate=f, chunk=chunk, chunk_accumulate=cf, rounding=mode)
+        assert same(got, ref_matmul(a, b, f, mode, chunk, cf))
+
+
 @pytest.mark.parametrize("mode", DETERMINISTIC + ["stochastic"])
 @pytest.mark.parametrize("acc", ["fp16", "bf16", "e5m2", "float32"])
 @pytest.mark.parametrize("chunk", [None, 7])
