@@ -2118,8 +2118,8 @@ macro_rules! oddz_asm {
 }
 
 /// The nearest-even tile kernel of [`Kind16::Odd`] into float16 (or bfloat16,
-/// `BF`), `MR` (1 or 4) rows: as [`tile16`] with `K_ODD`, the round-to-odd computed with MXCSR rounding
-/// toward zero. With `p = a*b` exact in f32 (the exponent scan of the block)
+/// `BF`), `MR` (1 or 4) rows: as [`tile16`] with `K_ODD`, the round-to-odd
+/// computed with MXCSR rounding toward zero. With `p = a*b` exact in f32 (the exponent scan of the block)
 /// and `x = acc + p`: `y = RZ(x)` by the FMA, `t = RZ(acc - y)`, `d = RZ(p + t)`
 /// by the FMA again; `d != 0` exactly when `x != y`. If `x == y`, `acc - y = -p`
 /// is an f32, so `t = -p` and `d = 0`. If not, `t = -p` would need
@@ -2129,7 +2129,7 @@ macro_rules! oddz_asm {
 /// `err` is a nonzero multiple of p's unit and `|err - p|` reaches the next
 /// f32 above `|p|`. A nonzero `p + t` of two f32 values never truncates to 0.
 /// So `y` with its last bit set when `d != 0` is the sum rounded to odd at 24
-/// bits, and rounding it to float16 to nearest-even is exact. An infinite or
+/// bits, and rounding it to the format to nearest-even is exact. An infinite or
 /// NaN `d` (infinite operands) leaves `y` alone; exact zero sums are +0 as
 /// to nearest. All of it runs in one assembly block that restores MXCSR.
 ///
@@ -2377,7 +2377,8 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
                                     } else if bf {
                                         flush16::<true, _MM_FROUND_TO_NEAREST_INT>(&mut tot32, &mut acc)
                                     } else {
-                                        by_f16_rounding!(rm, R => flush16::<false, R>(&mut tot32, &mut acc))
+                                        // Into float16 to nearest (the directed modes are outer_dir's).
+                                        flush16::<false, _MM_FROUND_TO_NEAREST_INT>(&mut tot32, &mut acc)
                                     }
                                 };
                             } else {
