@@ -1633,21 +1633,21 @@ macro_rules! mxcsr_enter {
 /// register as xmm/ymm. float16: `vcvtps2ph` in `{rm}` and back.
 #[cfg(target_arch = "x86_64")]
 macro_rules! dir_f16 {
-    ($c:literal, $x:literal, $y:literal) => {
+    ($c:literal, $x:literal, $y:literal, $x2:literal) => {
         concat!("vcvtps2ph ", $x, ", ", $c, ", {rm}\n", "vcvtph2ps ", $c, ", ", $x, "\n")
     };
 }
 /// float32: the FMA's rounding is the rounding.
 #[cfg(target_arch = "x86_64")]
 macro_rules! dir_f32 {
-    ($c:literal, $x:literal, $y:literal) => {
+    ($c:literal, $x:literal, $y:literal, $x2:literal) => {
         ""
     };
 }
 /// bfloat16 toward zero: the top 16 bits (`[{k}]` holds 0xffff0000 words).
 #[cfg(target_arch = "x86_64")]
 macro_rules! dir_bf_tz {
-    ($c:literal, $x:literal, $y:literal) => {
+    ($c:literal, $x:literal, $y:literal, $x2:literal) => {
         concat!("vpand ", $c, ", ", $c, ", ymmword ptr [{k}]\n")
     };
 }
@@ -1656,7 +1656,7 @@ macro_rules! dir_bf_tz {
 /// holds 0xffff words); negative ones are truncated.
 #[cfg(target_arch = "x86_64")]
 macro_rules! dir_bf_up {
-    ($c:literal, $x:literal, $y:literal) => {
+    ($c:literal, $x:literal, $y:literal, $x2:literal) => {
         concat!(
             "vpsrad ", $y, ", ", $c, ", 31\n",
             "vpandn ", $y, ", ", $y, ", ymmword ptr [{k} + 32]\n",
@@ -1668,12 +1668,56 @@ macro_rules! dir_bf_up {
 /// bfloat16 down: the same with the signs exchanged.
 #[cfg(target_arch = "x86_64")]
 macro_rules! dir_bf_dn {
-    ($c:literal, $x:literal, $y:literal) => {
+    ($c:literal, $x:literal, $y:literal, $x2:literal) => {
         concat!(
             "vpsrad ", $y, ", ", $c, ", 31\n",
             "vpand ", $y, ", ", $y, ", ymmword ptr [{k} + 32]\n",
             "vpaddd ", $c, ", ", $c, ", ", $y, "\n",
             "vpand ", $c, ", ", $c, ", ymmword ptr [{k}]\n",
+        )
+    };
+}
+
+/// float8_e5m2 (the top 8 bits of float16's pattern, the same exponent field):
+/// to float16 in `{rm}`, then the directed rounding of the top 8 bits of the
+/// pattern in 16-bit lanes (`[{k} + 96]` holds 0xff00 halves, `[{k} + 112]`
+/// 0x00ff), and back. Toward zero keeps the top 8 bits.
+#[cfg(target_arch = "x86_64")]
+macro_rules! dir_e5_tz {
+    ($c:literal, $x:literal, $y:literal, $x2:literal) => {
+        concat!(
+            "vcvtps2ph ", $x, ", ", $c, ", {rm}\n",
+            "vpand ", $x, ", ", $x, ", xmmword ptr [{k} + 96]\n",
+            "vcvtph2ps ", $c, ", ", $x, "\n",
+        )
+    };
+}
+/// float8_e5m2 up: positive patterns add 0x00ff first (a nonzero remainder carries
+/// one unit, into the exponent and to infinity too); negative ones are truncated.
+#[cfg(target_arch = "x86_64")]
+macro_rules! dir_e5_up {
+    ($c:literal, $x:literal, $y:literal, $x2:literal) => {
+        concat!(
+            "vcvtps2ph ", $x, ", ", $c, ", {rm}\n",
+            "vpsraw ", $x2, ", ", $x, ", 15\n",
+            "vpandn ", $x2, ", ", $x2, ", xmmword ptr [{k} + 112]\n",
+            "vpaddw ", $x, ", ", $x, ", ", $x2, "\n",
+            "vpand ", $x, ", ", $x, ", xmmword ptr [{k} + 96]\n",
+            "vcvtph2ps ", $c, ", ", $x, "\n",
+        )
+    };
+}
+/// float8_e5m2 down: the same with the signs exchanged.
+#[cfg(target_arch = "x86_64")]
+macro_rules! dir_e5_dn {
+    ($c:literal, $x:literal, $y:literal, $x2:literal) => {
+        concat!(
+            "vcvtps2ph ", $x, ", ", $c, ", {rm}\n",
+            "vpsraw ", $x2, ", ", $x, ", 15\n",
+            "vpand ", $x2, ", ", $x2, ", xmmword ptr [{k} + 112]\n",
+            "vpaddw ", $x, ", ", $x, ", ", $x2, "\n",
+            "vpand ", $x, ", ", $x, ", xmmword ptr [{k} + 96]\n",
+            "vcvtph2ps ", $c, ", ", $x, "\n",
         )
     };
 }
@@ -1687,8 +1731,8 @@ macro_rules! dir_row {
             "vbroadcastss ymm14, dword ptr [{pa} + ", $off, "]\n",
             "vfmadd231ps ", $c0, ", ymm14, ymm12\n",
             "vfmadd231ps ", $c1, ", ymm14, ymm13\n",
-            $r!($c0, "xmm15", "ymm15"),
-            $r!($c1, "xmm14", "ymm14"),
+            $r!($c0, "xmm15", "ymm15", "xmm14"),
+            $r!($c1, "xmm14", "ymm14", "xmm15"),
         )
     };
 }
@@ -1775,6 +1819,7 @@ pub(crate) enum DirTo {
     F16,
     Bf16,
     F32,
+    E5m2,
 }
 
 /// Which [`Kind16::Dir`] target `fmt` is, when `opts` round it toward zero, up or
@@ -1787,21 +1832,28 @@ fn dir_to(fmt: &Format, opts: &RoundOpts) -> Option<DirTo> {
         Format::Float(f) if *f == named::FLOAT16 => Some(DirTo::F16),
         Format::Float(f) if *f == named::BFLOAT16 => Some(DirTo::Bf16),
         Format::Float(f) if *f == named::FLOAT32 => Some(DirTo::F32),
+        Format::Float(f) if *f == named::FLOAT8_E5M2 => Some(DirTo::E5m2),
         _ => None,
     }
 }
 
-/// Constants of the bfloat16 roundings in [`tile16_dir`] and [`tile16_oddz`]:
-/// 8 words each of 0xffff0000, 0xffff and 0x7fff.
+/// Constants of the bfloat16 and float8_e5m2 roundings in [`tile16_dir`] and
+/// [`tile16_oddz`]: 8 words each of 0xffff0000, 0xffff and 0x7fff, then 4 words
+/// each of 0xff00ff00 and 0x00ff00ff (16-bit halves 0xff00, 0x00ff).
 #[cfg(target_arch = "x86_64")]
 #[repr(C, align(32))]
-struct DirConsts([u32; 24]);
+struct DirConsts([u32; 32]);
 #[cfg(target_arch = "x86_64")]
 static DIR_CONSTS: DirConsts = DirConsts({
-    let mut w = [0xffff_0000u32; 24];
+    let mut w = [0xffff_0000u32; 32];
     let mut i = 8;
-    while i < 24 {
-        w[i] = if i < 16 { 0xffff } else { 0x7fff };
+    while i < 32 {
+        w[i] = match i / 8 {
+            1 => 0xffff,
+            2 => 0x7fff,
+            _ if i < 28 => 0xff00_ff00,
+            _ => 0x00ff_00ff,
+        };
         i += 1;
     }
     w
@@ -1816,15 +1868,17 @@ static DIR_NEG_ZERO: [u32; 8] = [0x8000_0000; 8];
 static DIR_NO_FIX: [u32; 8] = [u32::MAX; 8];
 
 /// The tile kernel of the directed modes ([`Kind16::Dir`]) into float16
-/// (`T` = 0), bfloat16 (1) or float32 (2), `MR` (1 or 6) rows: as [`tile16`],
-/// each add the FMA with MXCSR set to the mode RM (one of the `vcvtps2ph`
-/// rounding controls, which are MXCSR's codes), then the rounding into the
-/// format in RM: `vcvtps2ph` and back, the integer rounding of the top 16 bits,
-/// or nothing. The FMA rounds the exact `acc + a*b` once to f32 in RM, and
-/// rounding that into the format in RM is rounding the exact sum: a directed
-/// rounding into a coarser grid contained in the finer one composes (every
-/// float16 and bfloat16, subnormals included, is an f32; past the largest
-/// value both give what IEEE overflow gives). So any inputs whose values are
+/// (`T` = 0), bfloat16 (1), float32 (2) or float8_e5m2 (3), `MR` (1 or 6)
+/// rows: as [`tile16`], each add the FMA with MXCSR set to the mode RM (one of
+/// the `vcvtps2ph` rounding controls, which are MXCSR's codes), then the
+/// rounding into the format in RM: `vcvtps2ph` and back, the integer rounding
+/// of the top 16 bits, nothing, or `vcvtps2ph`, the integer rounding of the
+/// float16 pattern's top 8 bits and back. The FMA rounds the exact `acc + a*b`
+/// once to f32 in RM, and rounding that into the format in RM is rounding the
+/// exact sum: a directed rounding into a coarser grid contained in the finer
+/// one composes (every float8_e5m2 is a float16, every float16 and bfloat16 an
+/// f32, subnormals included; past the largest value each gives what IEEE
+/// overflow gives). So any inputs whose values are
 /// f32 work, whatever their products. The FMA is the only floating-point
 /// operation that runs under the changed MXCSR, and all of it is in one
 /// assembly block that restores MXCSR before it ends.
@@ -1844,7 +1898,7 @@ static DIR_NO_FIX: [u32; 8] = [u32::MAX; 8];
 unsafe fn tile16_dir<const MR: usize, const T: u8, const RM: i32>(acc: &mut [f32], ap: &[f32], bp: &[f32], kn: usize) {
     use std::arch::asm;
     use std::arch::x86_64::{_MM_FROUND_TO_NEG_INF, _MM_FROUND_TO_POS_INF, _MM_FROUND_TO_ZERO};
-    assert!((MR == 1 || MR == 6) && T <= 2 && (1..4).contains(&RM));
+    assert!((MR == 1 || MR == 6) && T <= 3 && (1..4).contains(&RM));
     assert!(acc.len() >= MR * 16 && ap.len() >= kn * MR && bp.len() >= kn * 16);
     if kn == 0 {
         return;
@@ -1873,9 +1927,12 @@ unsafe fn tile16_dir<const MR: usize, const T: u8, const RM: i32>(acc: &mut [f32
             match (T, RM) {
                 (0, _) => go!($mr, dir_f16),
                 (2, _) => go!($mr, dir_f32),
-                (_, _MM_FROUND_TO_ZERO) => go!($mr, dir_bf_tz),
-                (_, _MM_FROUND_TO_POS_INF) => go!($mr, dir_bf_up),
-                _ => go!($mr, dir_bf_dn),
+                (1, _MM_FROUND_TO_ZERO) => go!($mr, dir_bf_tz),
+                (1, _MM_FROUND_TO_POS_INF) => go!($mr, dir_bf_up),
+                (1, _) => go!($mr, dir_bf_dn),
+                (_, _MM_FROUND_TO_ZERO) => go!($mr, dir_e5_tz),
+                (_, _MM_FROUND_TO_POS_INF) => go!($mr, dir_e5_up),
+                _ => go!($mr, dir_e5_dn),
             }
         };
     }
@@ -1904,6 +1961,7 @@ unsafe fn tile16_dir_to<const MR: usize>(to: DirTo, rm: i32, acc: &mut [f32], ap
             DirTo::F16 => by_f16_rounding!(rm, R => tile16_dir::<MR, 0, R>(acc, ap, bp, kn)),
             DirTo::Bf16 => by_f16_rounding!(rm, R => tile16_dir::<MR, 1, R>(acc, ap, bp, kn)),
             DirTo::F32 => by_f16_rounding!(rm, R => tile16_dir::<MR, 2, R>(acc, ap, bp, kn)),
+            DirTo::E5m2 => by_f16_rounding!(rm, R => tile16_dir::<MR, 3, R>(acc, ap, bp, kn)),
         }
     }
 }
@@ -1921,8 +1979,8 @@ macro_rules! flush_asm {
             "vmovups ymm1, ymmword ptr [{c} + 32]",
             "vaddps ymm0, ymm0, ymmword ptr [{pb}]",
             "vaddps ymm1, ymm1, ymmword ptr [{pb} + 32]",
-            $r!("ymm0", "xmm15", "ymm15"),
-            $r!("ymm1", "xmm14", "ymm14"),
+            $r!("ymm0", "xmm15", "ymm15", "xmm14"),
+            $r!("ymm1", "xmm14", "ymm14", "xmm15"),
             dir_store!("ymm0", "0"),
             dir_store!("ymm1", "32"),
             "vmovups ymmword ptr [{pb}], ymm12",
@@ -1952,7 +2010,7 @@ macro_rules! flush_asm {
 unsafe fn flush_dir<const T: u8, const RM: i32>(tot: &mut [f32], row: &mut [f32]) {
     use std::arch::asm;
     use std::arch::x86_64::{_MM_FROUND_TO_NEG_INF, _MM_FROUND_TO_POS_INF, _MM_FROUND_TO_ZERO};
-    assert!(T <= 2 && (0..4).contains(&RM) && (RM != 0 || T == 2));
+    assert!(T <= 3 && (0..4).contains(&RM) && (RM != 0 || T == 2));
     assert!(tot.len() == row.len() && tot.len() % 16 == 0);
     if tot.is_empty() {
         return;
@@ -1982,9 +2040,12 @@ unsafe fn flush_dir<const T: u8, const RM: i32>(tot: &mut [f32], row: &mut [f32]
         match (T, RM) {
             (0, _) => go!(dir_f16),
             (2, _) => go!(dir_f32),
-            (_, _MM_FROUND_TO_ZERO) => go!(dir_bf_tz),
-            (_, _MM_FROUND_TO_POS_INF) => go!(dir_bf_up),
-            _ => go!(dir_bf_dn),
+            (1, _MM_FROUND_TO_ZERO) => go!(dir_bf_tz),
+            (1, _MM_FROUND_TO_POS_INF) => go!(dir_bf_up),
+            (1, _) => go!(dir_bf_dn),
+            (_, _MM_FROUND_TO_ZERO) => go!(dir_e5_tz),
+            (_, _MM_FROUND_TO_POS_INF) => go!(dir_e5_up),
+            _ => go!(dir_e5_dn),
         }
     }
 }
@@ -2002,6 +2063,7 @@ unsafe fn flush_dir_to(to: DirTo, rm: i32, tot: &mut [f32], row: &mut [f32]) {
             DirTo::F16 => by_f16_rounding!(rm, R => flush_dir::<0, R>(tot, row)),
             DirTo::Bf16 => by_f16_rounding!(rm, R => flush_dir::<1, R>(tot, row)),
             DirTo::F32 => by_f16_rounding!(rm, R => flush_dir::<2, R>(tot, row)),
+            DirTo::E5m2 => by_f16_rounding!(rm, R => flush_dir::<3, R>(tot, row)),
         }
     }
 }

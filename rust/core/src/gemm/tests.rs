@@ -322,6 +322,11 @@ fn fp16_values() -> Vec<f32> {
     (0u16..0x7c00).flat_map(|c| [f16_to_f32(c), f16_to_f32(c | 0x8000)]).collect()
 }
 
+/// Every finite float8_e5m2 value.
+fn e5m2_values() -> Vec<f32> {
+    (0u64..256).map(|c| FLOAT8_E5M2.decode(c) as f32).filter(|x| x.is_finite()).collect()
+}
+
 /// Every finite bfloat16 value.
 fn bf16_values() -> Vec<f32> {
     (0u32..0x7f80).flat_map(|c| [f32::from_bits(c << 16), f32::from_bits((c | 0x8000) << 16)]).collect()
@@ -337,8 +342,11 @@ fn dir_skips(kind: Kind16, mode: Mode, acc: f32) -> bool {
 /// bfloat16) accumulator and each of `prods` (NaN results must agree as NaN,
 /// others bit for bit).
 fn check_add16(kind: Kind16, bf: bool, mode: Mode, prods: &[f32]) {
-    let exact = super::emulate::testing::exact16(bf, mode);
-    let accs = if bf { bf16_values() } else { fp16_values() };
+    let (accs, exact): (Vec<f32>, Box<dyn Fn(f64, f64) -> f64>) = if kind == Kind16::Dir(DirTo::E5m2) {
+        (e5m2_values(), Box::new(super::emulate::testing::exact_in(FLOAT8_E5M2, mode)))
+    } else {
+        (if bf { bf16_values() } else { fp16_values() }, Box::new(super::emulate::testing::exact16(bf, mode)))
+    };
     for &p in prods {
         for acc in accs.chunks(8) {
             let mut a8 = [0f32; 8];
@@ -392,6 +400,7 @@ fn fp16_fma_path_exhaustive() {
     for mode in [Mode::TowardZero, Mode::Up, Mode::Down] {
         check_add16(Kind16::Dir(DirTo::F16), false, mode, &prods);
         check_add16(Kind16::Dir(DirTo::Bf16), true, mode, &prods);
+        check_add16(Kind16::Dir(DirTo::E5m2), false, mode, &prods);
     }
 }
 
@@ -432,6 +441,7 @@ fn fp16_odd_path_adversarial() {
         check_add16(Kind16::Odd, false, mode, &prods);
         if mode != Mode::NearestEven {
             check_add16(Kind16::Dir(DirTo::F16), false, mode, &prods);
+            check_add16(Kind16::Dir(DirTo::E5m2), false, mode, &prods);
         }
     }
     check_add16(Kind16::Mid, false, Mode::NearestEven, &prods);
@@ -512,7 +522,9 @@ fn directed_path_inexact_products() {
         acc32.push(if g.next() & 1 == 1 { -v } else { v });
     }
     acc32.extend([f32::MAX, -f32::MAX, f32::MIN_POSITIVE, -1e-45, 1e-40]);
-    let targets = [(DirTo::F16, FLOAT16, fp16_values()), (DirTo::Bf16, BFLOAT16, bf16_values()), (DirTo::F32, FLOAT32, acc32)];
+    let mut acc_e5 = e5m2_values();
+    acc_e5.extend([f32::INFINITY, f32::NEG_INFINITY, f32::NAN]);
+    let targets = [(DirTo::F16, FLOAT16, fp16_values()), (DirTo::Bf16, BFLOAT16, bf16_values()), (DirTo::F32, FLOAT32, acc32), (DirTo::E5m2, FLOAT8_E5M2, acc_e5)];
     for mode in [Mode::TowardZero, Mode::Up, Mode::Down] {
         for (to, fmt, accs) in &targets {
         let kind = Kind16::Dir(*to);
@@ -646,7 +658,7 @@ fn emulated_fp16_tile_paths_match_f64_lanes() {
             let f32f = Format::Float(FLOAT32);
             let mut modes = vec![(f16, Mode::NearestEven), (bf16, Mode::NearestEven)];
             for mode in [Mode::TowardZero, Mode::Up, Mode::Down] {
-                modes.extend([(f16, mode), (bf16, mode), (f32f, mode)]);
+                modes.extend([(f16, mode), (bf16, mode), (f32f, mode), (Format::Float(FLOAT8_E5M2), mode)]);
             }
             for (fmt, mode, chunk) in modes.into_iter().flat_map(|(fmt, mode)| {
                 let other = if fmt == f16 { bf16 } else { f16 };
