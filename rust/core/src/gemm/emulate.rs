@@ -2656,7 +2656,8 @@ pub(crate) mod testing {
     use super::*;
 
     /// One 8-lane add of the tile kernel of `kind` into float16 in `mode` (`bf`:
-    /// bfloat16, nearest-even); `None` without avx2/fma/f16c.
+    /// bfloat16; [`Kind16::Dir`]: into its own format), `acc + a * b` lane by
+    /// lane; `None` without avx2/fma/f16c.
     pub fn add16_lanes(kind: Kind16, bf: bool, mode: Mode, acc: [f32; 8], a: f32, b: [f32; 8]) -> Option<[f32; 8]> {
         #[cfg(target_arch = "x86_64")]
         {

@@ -342,11 +342,9 @@ fn dir_skips(kind: Kind16, mode: Mode, acc: f32) -> bool {
 /// bfloat16) accumulator and each of `prods` (NaN results must agree as NaN,
 /// others bit for bit).
 fn check_add16(kind: Kind16, bf: bool, mode: Mode, prods: &[f32]) {
-    let (accs, exact): (Vec<f32>, Box<dyn Fn(f64, f64) -> f64>) = if kind == Kind16::Dir(DirTo::E5m2) {
-        (e5m2_values(), Box::new(super::emulate::testing::exact_in(FLOAT8_E5M2, mode)))
-    } else {
-        (if bf { bf16_values() } else { fp16_values() }, Box::new(super::emulate::testing::exact16(bf, mode)))
-    };
+    let fmt = if kind == Kind16::Dir(DirTo::E5m2) { FLOAT8_E5M2 } else if bf { BFLOAT16 } else { FLOAT16 };
+    let exact = super::emulate::testing::exact_in(fmt, mode);
+    let accs = if fmt == FLOAT8_E5M2 { e5m2_values() } else if bf { bf16_values() } else { fp16_values() };
     for &p in prods {
         for acc in accs.chunks(8) {
             let mut a8 = [0f32; 8];
@@ -527,21 +525,21 @@ fn directed_path_inexact_products() {
     let targets = [(DirTo::F16, FLOAT16, fp16_values()), (DirTo::Bf16, BFLOAT16, bf16_values()), (DirTo::F32, FLOAT32, acc32), (DirTo::E5m2, FLOAT8_E5M2, acc_e5)];
     for mode in [Mode::TowardZero, Mode::Up, Mode::Down] {
         for (to, fmt, accs) in &targets {
-        let kind = Kind16::Dir(*to);
-        let exact = super::emulate::testing::exact_in(*fmt, mode);
-        for (a, b) in &pairs {
-            for acc in accs.chunks(8) {
-                let mut a8 = [0f32; 8];
-                a8[..acc.len()].copy_from_slice(acc);
-                let Some(got) = super::emulate::testing::add16_lanes(kind, *to == DirTo::Bf16, mode, a8, *a, *b) else { return };
-                for l in (0..8).filter(|&l| !dir_skips(kind, mode, a8[l])) {
-                    // The product of two f32 values is exact in f64.
-                    let want = exact(a8[l] as f64, *a as f64 * b[l] as f64);
-                    let gl = got[l] as f64;
-                    assert!(gl.to_bits() == want.to_bits() || (gl.is_nan() && want.is_nan()), "{to:?} {mode:?} {} + {a:e}*{:e}: {gl:e} vs {want:e}", a8[l], b[l]);
+            let kind = Kind16::Dir(*to);
+            let exact = super::emulate::testing::exact_in(*fmt, mode);
+            for (a, b) in &pairs {
+                for acc in accs.chunks(8) {
+                    let mut a8 = [0f32; 8];
+                    a8[..acc.len()].copy_from_slice(acc);
+                    let Some(got) = super::emulate::testing::add16_lanes(kind, *to == DirTo::Bf16, mode, a8, *a, *b) else { return };
+                    for l in (0..8).filter(|&l| !dir_skips(kind, mode, a8[l])) {
+                        // The product of two f32 values is exact in f64.
+                        let want = exact(a8[l] as f64, *a as f64 * b[l] as f64);
+                        let gl = got[l] as f64;
+                        assert!(gl.to_bits() == want.to_bits() || (gl.is_nan() && want.is_nan()), "{to:?} {mode:?} {} + {a:e}*{:e}: {gl:e} vs {want:e}", a8[l], b[l]);
+                    }
                 }
             }
-        }
         }
     }
 }
