@@ -1392,7 +1392,10 @@ pub(crate) enum Kind16 {
     /// can reach one but never cross it; when s equals the accumulator the
     /// product was below half an f32 unit of it, far from any midpoint.
     Mid,
-    /// Toward zero, up or down into float16, bfloat16 or float32: the FMA
+    /// Nearest-even into float8_e5m2, products exact in f32 as for `Odd`: the
+    /// sum rounded to odd at 24 bits, then at 11 (float16), then rounded.
+    OddE5m2,
+    /// Toward zero, up or down into float16, bfloat16, float32 or float8_e5m2: the FMA
     /// rounded in the mode itself ([`tile16_dir`]), for any inputs whose values
     /// are f32.
     Dir(DirTo),
@@ -1450,6 +1453,16 @@ pub(crate) fn kind16(fmt: &Format, opts: &RoundOpts, a: &Operand, b: &Operand) -
     if let Some(to) = dir_to(fmt, opts) {
         return (a.fits_f32() && b.fits_f32()).then_some((Kind16::Dir(to), to == DirTo::Bf16));
     }
+    let (pa, _, _) = profile(&fa);
+    let (pb, _, _) = profile(&fb);
+    // Products of at most 24 bits (their exponents are checked per depth block).
+    let fit24 = pa + pb <= 24 && a.fits_f32() && b.fits_f32();
+    // Into float8_e5m2 to nearest, products of more than 8 bits: fp8 x fp8 products
+    // make every sum exact in f64, where the f64 tiles' FMA is faster than this
+    // kernel's three conversions an add.
+    if *fmt == Format::Float(named::FLOAT8_E5M2) && opts.mode == Mode::NearestEven && !opts.saturate {
+        return (fit24 && pa + pb > 8).then_some((Kind16::OddE5m2, false));
+    }
     let bf = is_bf16_ne(fmt, opts);
     if !(bf || is_f16_cvt(fmt, opts)) {
         return None;
@@ -1460,15 +1473,11 @@ pub(crate) fn kind16(fmt: &Format, opts: &RoundOpts, a: &Operand, b: &Operand) -
             return Some((Kind16::Fma, bf));
         }
     }
-    let (pa, _, _) = profile(&fa);
-    let (pb, _, _) = profile(&fb);
     // Products of few bits (bfloat16 x bfloat16: 16) leave the low bits of many
     // f32 sums zero, on a midpoint or near one, so `Mid` would take its fallback
     // often: `Odd` (round to odd from the FMA toward zero) is faster there.
     let kind = if opts.mode == Mode::NearestEven && pa + pb >= 20 { Kind16::Mid } else { Kind16::Odd };
-    // The product of the significands must fit in 24 bits; the exponents are
-    // checked on the values of each depth block.
-    (pa + pb <= 24 && a.fits_f32() && b.fits_f32()).then_some((kind, bf))
+    fit24.then_some((kind, bf))
 }
 
 /// Bounds of a block of f32 values: (lowest exponent of any nonzero finite
@@ -1839,20 +1848,23 @@ fn dir_to(fmt: &Format, opts: &RoundOpts) -> Option<DirTo> {
 
 /// Constants of the bfloat16 and float8_e5m2 roundings in [`tile16_dir`] and
 /// [`tile16_oddz`]: 8 words each of 0xffff0000, 0xffff and 0x7fff, then 4 words
-/// each of 0xff00ff00 and 0x00ff00ff (16-bit halves 0xff00, 0x00ff).
+/// each of 0xff00ff00, 0x00ff00ff, 0x00010001 and 0x007f007f (16-bit halves
+/// 0xff00, 0x00ff, 0x0001, 0x007f).
 #[cfg(target_arch = "x86_64")]
 #[repr(C, align(32))]
-struct DirConsts([u32; 32]);
+struct DirConsts([u32; 40]);
 #[cfg(target_arch = "x86_64")]
 static DIR_CONSTS: DirConsts = DirConsts({
-    let mut w = [0xffff_0000u32; 32];
+    let mut w = [0xffff_0000u32; 40];
     let mut i = 8;
-    while i < 32 {
-        w[i] = match i / 8 {
-            1 => 0xffff,
-            2 => 0x7fff,
-            _ if i < 28 => 0xff00_ff00,
-            _ => 0x00ff_00ff,
+    while i < 40 {
+        w[i] = match i / 4 {
+            2 | 3 => 0xffff,
+            4 | 5 => 0x7fff,
+            6 => 0xff00_ff00,
+            7 => 0x00ff_00ff,
+            8 => 0x0001_0001,
+            _ => 0x007f_007f,
         };
         i += 1;
     }
@@ -2108,6 +2120,32 @@ macro_rules! oddz_bf {
     };
 }
 
+/// float8_e5m2: the sum rounded to odd again, at float16 (toward zero, the last
+/// bit set when that was inexact; round to odd composes), then nearest-even on
+/// the top 8 bits of the float16 pattern (`[{k} + 128]`: 0x0001 halves,
+/// `[{k} + 144]` 0x007f, `[{k} + 96]` 0xff00), and back. 11 >= 3 + 2 bits,
+/// in e5m2's subnormal range too (float16's has 8 more bits there as well).
+#[cfg(target_arch = "x86_64")]
+macro_rules! oddz_e5 {
+    ($c:literal) => {
+        concat!(
+            "vcvtps2ph xmm13, ", $c, ", 3\n",
+            "vcvtph2ps ymm12, xmm13\n",
+            "vcmpps ymm12, ymm12, ", $c, ", 12\n",
+            "vextracti128 xmm11, ymm12, 1\n",
+            "vpackssdw xmm12, xmm12, xmm11\n",
+            "vpsrlw xmm12, xmm12, 15\n",
+            "vpor xmm13, xmm13, xmm12\n",
+            "vpsrlw xmm12, xmm13, 8\n",
+            "vpand xmm12, xmm12, xmmword ptr [{k} + 128]\n",
+            "vpaddw xmm13, xmm13, xmm12\n",
+            "vpaddw xmm13, xmm13, xmmword ptr [{k} + 144]\n",
+            "vpand xmm13, xmm13, xmmword ptr [{k} + 96]\n",
+            "vcvtph2ps ", $c, ", xmm13\n",
+        )
+    };
+}
+
 /// The assembly block of [`tile16_oddz`] for `MR` = 4 or 1 rows, rounding with `$r`.
 #[cfg(target_arch = "x86_64")]
 macro_rules! oddz_asm {
@@ -2172,15 +2210,20 @@ macro_rules! oddz_asm {
             "vmovups ymmword ptr [{c} + 32], ymm1",
             "vldmxcsr dword ptr [{csr}]",
             $($ops)*
-            out("ymm0") _, out("ymm1") _, out("ymm8") _, out("ymm9") _, out("ymm10") _,
+            out("ymm0") _, out("ymm1") _, out("ymm8") _, out("ymm9") _, out("ymm10") _, out("ymm11") _,
             out("ymm12") _, out("ymm13") _, out("ymm14") _, out("ymm15") _,
             options(nostack),
         )
     };
 }
 
-/// The nearest-even tile kernel of [`Kind16::Odd`] into float16 (or bfloat16,
-/// `BF`), `MR` (1 or 4) rows: as [`tile16`] with `K_ODD`, the round-to-odd
+/// The targets of [`tile16_oddz`].
+const ODD_F16: u8 = 0;
+const ODD_BF16: u8 = 1;
+const ODD_E5M2: u8 = 2;
+
+/// The nearest-even tile kernel of [`Kind16::Odd`] into float16, bfloat16 or
+/// float8_e5m2 (`T`: [`ODD_F16`], [`ODD_BF16`], [`ODD_E5M2`]), `MR` (1 or 4) rows: as [`tile16`] with `K_ODD`, the round-to-odd
 /// computed with MXCSR rounding toward zero. With `p = a*b` exact in f32 (the exponent scan of the block)
 /// and `x = acc + p`: `y = RZ(x)` by the FMA, `t = RZ(acc - y)`, `d = RZ(p + t)`
 /// by the FMA again; `d != 0` exactly when `x != y`. If `x == y`, `acc - y = -p`
@@ -2199,7 +2242,7 @@ macro_rules! oddz_asm {
 /// The CPU must support avx2, fma and f16c; `ap` holds kn*MR values, `bp` kn*16.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn tile16_oddz<const MR: usize, const BF: bool>(acc: &mut [f32], ap: &[f32], bp: &[f32], kn: usize) {
+unsafe fn tile16_oddz<const MR: usize, const T: u8>(acc: &mut [f32], ap: &[f32], bp: &[f32], kn: usize) {
     use std::arch::asm;
     assert!(MR == 1 || MR == 4);
     assert!(acc.len() >= MR * 16 && ap.len() >= kn * MR && bp.len() >= kn * 16);
@@ -2227,11 +2270,13 @@ unsafe fn tile16_oddz<const MR: usize, const BF: bool>(acc: &mut [f32], ap: &[f3
     // bp (kn*16), asserted above, and the constants; MXCSR is restored before the
     // block ends; the clobbered vector registers are declared.
     unsafe {
-        match (MR, BF) {
-            (4, false) => go!(4, oddz_f16),
-            (4, true) => go!(4, oddz_bf),
-            (_, false) => go!(1, oddz_f16),
-            (_, true) => go!(1, oddz_bf),
+        match (MR, T) {
+            (4, ODD_F16) => go!(4, oddz_f16),
+            (4, ODD_BF16) => go!(4, oddz_bf),
+            (4, _) => go!(4, oddz_e5),
+            (_, ODD_F16) => go!(1, oddz_f16),
+            (_, ODD_BF16) => go!(1, oddz_bf),
+            _ => go!(1, oddz_e5),
         }
     }
 }
@@ -2296,10 +2341,11 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
         MR_ODD
     };
     // Kinds Odd and Mid need every product of a depth block exact in f32.
-    let scan = matches!(kind, Kind16::Odd | Kind16::Mid);
+    let scan = matches!(kind, Kind16::Odd | Kind16::Mid | Kind16::OddE5m2);
     let chunk = spec.chunk.map(|(cs, _)| cs).unwrap_or(usize::MAX);
     // Chunk totals into the same format, nearest-even, run vectorized too.
-    let same = spec.chunk.is_some_and(|(_, f2)| f2 == spec.fmt) && !matches!(kind, Kind16::Dir(_));
+    // (flush16 rounds into float16 and bfloat16 only.)
+    let same = spec.chunk.is_some_and(|(_, f2)| f2 == spec.fmt) && !matches!(kind, Kind16::Dir(_) | Kind16::OddE5m2);
     // Or into a target of the directed kernels, or float32 to nearest-even:
     // `flush_dir` (MXCSR rounding).
     let outer_dir = spec.chunk.and_then(|(_, f2)| {
@@ -2404,8 +2450,9 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
                                                 (Kind16::Fma, true) => tile16::<$mf, K_FMA, true, NE>(t, ap, bp, len),
                                                 (Kind16::Mid, false) => tile16::<$mo, K_MID, false, NE>(t, ap, bp, len),
                                                 (Kind16::Mid, true) => tile16::<$mo, K_MID, true, NE>(t, ap, bp, len),
-                                                (Kind16::Odd, true) => tile16_oddz::<$mo, true>(t, ap, bp, len),
-                                                (Kind16::Odd, false) => tile16_oddz::<$mo, false>(t, ap, bp, len),
+                                                (Kind16::Odd, true) => tile16_oddz::<$mo, ODD_BF16>(t, ap, bp, len),
+                                                (Kind16::Odd, false) => tile16_oddz::<$mo, ODD_F16>(t, ap, bp, len),
+                                                (Kind16::OddE5m2, _) => tile16_oddz::<$mo, ODD_E5M2>(t, ap, bp, len),
                                                 (Kind16::Dir(to), _) => tile16_dir_to::<$mf>(to, rm, t, ap, bp, len),
                                             }
                                         };
@@ -2675,7 +2722,7 @@ pub(crate) mod testing {
                             t[..8].copy_from_slice(&acc);
                             let mut bp = [0f32; 16];
                             bp[..8].copy_from_slice(&b);
-                            tile16_oddz::<1, false>(&mut t, &[a], &bp, 1);
+                            tile16_oddz::<1, ODD_F16>(&mut t, &[a], &bp, 1);
                             _mm256_loadu_ps(t.as_ptr())
                         }
                         (Kind16::Odd, false) => by_f16_rounding!(rm, R => add16::<K_ODD, false, R>(c, av, bv)),
@@ -2686,11 +2733,19 @@ pub(crate) mod testing {
                             t[..8].copy_from_slice(&acc);
                             let mut bp = [0f32; 16];
                             bp[..8].copy_from_slice(&b);
-                            tile16_oddz::<1, true>(&mut t, &[a], &bp, 1);
+                            tile16_oddz::<1, ODD_BF16>(&mut t, &[a], &bp, 1);
                             _mm256_loadu_ps(t.as_ptr())
                         }
                         (Kind16::Fma, true) => add16::<K_FMA, true, NE>(c, av, bv),
                         (Kind16::Mid, true) => add16::<K_MID, true, NE>(c, av, bv),
+                        (Kind16::OddE5m2, _) => {
+                            let mut t = [0f32; 16];
+                            t[..8].copy_from_slice(&acc);
+                            let mut bp = [0f32; 16];
+                            bp[..8].copy_from_slice(&b);
+                            tile16_oddz::<1, ODD_E5M2>(&mut t, &[a], &bp, 1);
+                            _mm256_loadu_ps(t.as_ptr())
+                        }
                         (Kind16::Dir(to), _) => {
                             let mut t = [0f32; 16];
                             t[..8].copy_from_slice(&acc);

@@ -342,7 +342,8 @@ fn dir_skips(kind: Kind16, mode: Mode, acc: f32) -> bool {
 /// bfloat16) accumulator and each of `prods` (NaN results must agree as NaN,
 /// others bit for bit).
 fn check_add16(kind: Kind16, bf: bool, mode: Mode, prods: &[f32]) {
-    let fmt = if kind == Kind16::Dir(DirTo::E5m2) { FLOAT8_E5M2 } else if bf { BFLOAT16 } else { FLOAT16 };
+    let e5 = matches!(kind, Kind16::Dir(DirTo::E5m2) | Kind16::OddE5m2);
+    let fmt = if e5 { FLOAT8_E5M2 } else if bf { BFLOAT16 } else { FLOAT16 };
     let exact = super::emulate::testing::exact_in(fmt, mode);
     let accs = if fmt == FLOAT8_E5M2 { e5m2_values() } else if bf { bf16_values() } else { fp16_values() };
     for &p in prods {
@@ -395,6 +396,7 @@ fn fp16_fma_path_exhaustive() {
     let prods: Vec<f32> = prods.iter().map(|&b| f64::from_bits(b) as f32).collect();
     check_add16(Kind16::Fma, false, Mode::NearestEven, &prods);
     check_add16(Kind16::Fma, true, Mode::NearestEven, &prods);
+    check_add16(Kind16::OddE5m2, false, Mode::NearestEven, &prods);
     for mode in [Mode::TowardZero, Mode::Up, Mode::Down] {
         check_add16(Kind16::Dir(DirTo::F16), false, mode, &prods);
         check_add16(Kind16::Dir(DirTo::Bf16), true, mode, &prods);
@@ -443,6 +445,7 @@ fn fp16_odd_path_adversarial() {
         }
     }
     check_add16(Kind16::Mid, false, Mode::NearestEven, &prods);
+    check_add16(Kind16::OddE5m2, false, Mode::NearestEven, &prods);
     // bfloat16: the same, with ties of the bf16 grid a hair off, and sums at the top of the range.
     for _ in 0..400 {
         let unit_e = (g.next() % 250) as i32 - 133;
@@ -654,7 +657,7 @@ fn emulated_fp16_tile_paths_match_f64_lanes() {
                 }
             };
             let f32f = Format::Float(FLOAT32);
-            let mut modes = vec![(f16, Mode::NearestEven), (bf16, Mode::NearestEven)];
+            let mut modes = vec![(f16, Mode::NearestEven), (bf16, Mode::NearestEven), (Format::Float(FLOAT8_E5M2), Mode::NearestEven)];
             for mode in [Mode::TowardZero, Mode::Up, Mode::Down] {
                 modes.extend([(f16, mode), (bf16, mode), (f32f, mode), (Format::Float(FLOAT8_E5M2), mode)]);
             }
