@@ -20,9 +20,10 @@
 //! `K + r` for the r-th chunk total. Results do not depend on the thread count.
 //!
 //! Paths (all give the same bits; `LOWP_ISA=scalar` runs the f64 path):
-//! - float16 accumulators in nearest-even, bfloat16 accumulators in
-//!   nearest-even, and float16, bfloat16 or float32 accumulators toward zero,
-//!   up or down, not saturating, AVX2+FMA+F16C
+//! - float16 and bfloat16 accumulators in nearest-even, float8_e5m2 in
+//!   nearest-even from products of 9 to 24 bits, and float16, bfloat16,
+//!   float32 or float8_e5m2 accumulators toward zero, up or down, not
+//!   saturating, AVX2+FMA+F16C
 //!   ([`drive16`]): register tiles of `MR x 16` f32 accumulators over a depth
 //!   block, A and B packed to f32. The fp16 rounding is `vcvtps2ph` with the
 //!   mode's rounding control (IEEE overflow) and back; the bf16 rounding is
@@ -34,16 +35,18 @@
 //!   (float16 inputs): the FMA too, except for vectors where a sum could sit
 //!   on a midpoint of the format ([`Kind16::Mid`]). The directed modes, any inputs whose values are f32:
 //!   the FMA rounded in the mode itself (MXCSR, inside one assembly block),
-//!   then `vcvtps2ph` in the mode, the integer rounding of the top 16 bits, or
-//!   nothing for float32 ([`Kind16::Dir`]); chunk totals into those formats
-//!   (and into float32 to nearest) by the same rounding of an f32 add.
+//!   then `vcvtps2ph` in the mode, the integer rounding of the top 16 bits,
+//!   nothing for float32, or through float16 for float8_e5m2 ([`Kind16::Dir`]);
+//!   chunk totals into those formats (and into float32 to nearest) by the same
+//!   rounding of an f32 add.
 //!   Nearest-even with other inputs whose products fit 24 bits (bfloat16
 //!   inputs): the sum rounded to odd at 24 bits, from the FMA toward zero and
 //!   a second FMA for the residual ([`tile16_oddz`]; innocuous before any
 //!   rounding to <= 22 bits), when the values of the depth block keep every
 //!   product exact in f32 (exponent scan of the packed block); otherwise that
-//!   block runs through the f64 rounding. Chunk totals into the same format,
-//!   to nearest, use TwoSum in f32 and round to odd.
+//!   block runs through the f64 rounding; into float8_e5m2, rounded to odd
+//!   again at float16 ([`Kind16::OddE5m2`]). Chunk totals into float16 or
+//!   bfloat16, to nearest, use TwoSum in f32 and round to odd.
 //! - every other [`Fast`] format and mode (stochastic: `rbits <= 32`):
 //!   register tiles of 4 rows x 8 columns of f64 accumulators over the steps
 //!   up to the next chunk end (`tile_avx2`). The sum is the FMA when the
