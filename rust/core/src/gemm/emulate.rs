@@ -1663,30 +1663,32 @@ macro_rules! dir_bf_tz {
         concat!("vpand ", $c, ", ", $c, ", ymmword ptr [{k}]\n")
     };
 }
-/// bfloat16 up: positive values add 0xffff below the top 16 bits first (a nonzero
-/// remainder carries one unit, into the exponent and to infinity too; `[{k} + 32]`
-/// holds 0xffff words); negative ones are truncated.
+/// bfloat16 up or down: the values rounded away from zero (up: the positive
+/// ones, `$sel` = "vpandn" of the sign mask; down: the negative ones, "vpand")
+/// add 0xffff below the top 16 bits first (a nonzero remainder carries one unit,
+/// into the exponent and to infinity too; `[{k} + 32]` holds 0xffff words); the
+/// others are truncated.
 #[cfg(target_arch = "x86_64")]
-macro_rules! dir_bf_up {
-    ($c:literal, $x:literal, $y:literal, $x2:literal) => {
+macro_rules! dir_bf_carry {
+    ($sel:literal, $c:literal, $y:literal) => {
         concat!(
             "vpsrad ", $y, ", ", $c, ", 31\n",
-            "vpandn ", $y, ", ", $y, ", ymmword ptr [{k} + 32]\n",
+            $sel, " ", $y, ", ", $y, ", ymmword ptr [{k} + 32]\n",
             "vpaddd ", $c, ", ", $c, ", ", $y, "\n",
             "vpand ", $c, ", ", $c, ", ymmword ptr [{k}]\n",
         )
     };
 }
-/// bfloat16 down: the same with the signs exchanged.
+#[cfg(target_arch = "x86_64")]
+macro_rules! dir_bf_up {
+    ($c:literal, $x:literal, $y:literal, $x2:literal) => {
+        dir_bf_carry!("vpandn", $c, $y)
+    };
+}
 #[cfg(target_arch = "x86_64")]
 macro_rules! dir_bf_dn {
     ($c:literal, $x:literal, $y:literal, $x2:literal) => {
-        concat!(
-            "vpsrad ", $y, ", ", $c, ", 31\n",
-            "vpand ", $y, ", ", $y, ", ymmword ptr [{k} + 32]\n",
-            "vpaddd ", $c, ", ", $c, ", ", $y, "\n",
-            "vpand ", $c, ", ", $c, ", ymmword ptr [{k}]\n",
-        )
+        dir_bf_carry!("vpand", $c, $y)
     };
 }
 
@@ -1704,33 +1706,50 @@ macro_rules! dir_e5_tz {
         )
     };
 }
-/// float8_e5m2 up: positive patterns add 0x00ff first (a nonzero remainder carries
-/// one unit, into the exponent and to infinity too); negative ones are truncated.
+/// float8_e5m2 up or down: the patterns rounded away from zero (selected by
+/// `$sel` as in [`dir_bf_carry`]) add 0x00ff first (a nonzero remainder carries
+/// one unit, into the exponent and to infinity too); the others are truncated.
 #[cfg(target_arch = "x86_64")]
-macro_rules! dir_e5_up {
-    ($c:literal, $x:literal, $y:literal, $x2:literal) => {
+macro_rules! dir_e5_carry {
+    ($sel:literal, $c:literal, $x:literal, $x2:literal) => {
         concat!(
             "vcvtps2ph ", $x, ", ", $c, ", {rm}\n",
             "vpsraw ", $x2, ", ", $x, ", 15\n",
-            "vpandn ", $x2, ", ", $x2, ", xmmword ptr [{k} + 112]\n",
+            $sel, " ", $x2, ", ", $x2, ", xmmword ptr [{k} + 112]\n",
             "vpaddw ", $x, ", ", $x, ", ", $x2, "\n",
             "vpand ", $x, ", ", $x, ", xmmword ptr [{k} + 96]\n",
             "vcvtph2ps ", $c, ", ", $x, "\n",
         )
     };
 }
-/// float8_e5m2 down: the same with the signs exchanged.
+#[cfg(target_arch = "x86_64")]
+macro_rules! dir_e5_up {
+    ($c:literal, $x:literal, $y:literal, $x2:literal) => {
+        dir_e5_carry!("vpandn", $c, $x, $x2)
+    };
+}
 #[cfg(target_arch = "x86_64")]
 macro_rules! dir_e5_dn {
     ($c:literal, $x:literal, $y:literal, $x2:literal) => {
-        concat!(
-            "vcvtps2ph ", $x, ", ", $c, ", {rm}\n",
-            "vpsraw ", $x2, ", ", $x, ", 15\n",
-            "vpand ", $x2, ", ", $x2, ", xmmword ptr [{k} + 112]\n",
-            "vpaddw ", $x, ", ", $x, ", ", $x2, "\n",
-            "vpand ", $x, ", ", $x, ", xmmword ptr [{k} + 96]\n",
-            "vcvtph2ps ", $c, ", ", $x, "\n",
-        )
+        dir_e5_carry!("vpand", $c, $x, $x2)
+    };
+}
+
+/// `$go!($($pre)* r)` with `r` the rounding macro of [`tile16_dir`] target `$t`
+/// in the mode of rounding control `$rm` (the `_MM_FROUND_*` constants in scope).
+#[cfg(target_arch = "x86_64")]
+macro_rules! by_dir_rounding {
+    ($t:expr, $rm:expr, $go:ident!($($pre:tt)*)) => {
+        match ($t, $rm) {
+            (0, _) => $go!($($pre)* dir_f16),
+            (2, _) => $go!($($pre)* dir_f32),
+            (1, _MM_FROUND_TO_ZERO) => $go!($($pre)* dir_bf_tz),
+            (1, _MM_FROUND_TO_POS_INF) => $go!($($pre)* dir_bf_up),
+            (1, _) => $go!($($pre)* dir_bf_dn),
+            (_, _MM_FROUND_TO_ZERO) => $go!($($pre)* dir_e5_tz),
+            (_, _MM_FROUND_TO_POS_INF) => $go!($($pre)* dir_e5_up),
+            _ => $go!($($pre)* dir_e5_dn),
+        }
     };
 }
 
@@ -1773,53 +1792,34 @@ macro_rules! dir_store {
 #[cfg(target_arch = "x86_64")]
 macro_rules! dir_asm {
     (6, $r:ident, $($ops:tt)*) => {
-        asm!(
-            "# constants at {k}, rounding control {rm}",
-            mxcsr_enter!(),
-            dir_load!("ymm0", "0"), dir_load!("ymm1", "32"), dir_load!("ymm2", "64"), dir_load!("ymm3", "96"),
-            dir_load!("ymm4", "128"), dir_load!("ymm5", "160"), dir_load!("ymm6", "192"), dir_load!("ymm7", "224"),
-            dir_load!("ymm8", "256"), dir_load!("ymm9", "288"), dir_load!("ymm10", "320"), dir_load!("ymm11", "352"),
-            "2:",
-            "vmovups ymm12, ymmword ptr [{pb}]",
-            "vmovups ymm13, ymmword ptr [{pb} + 32]",
-            dir_row!($r, "0", "ymm0", "ymm1"),
-            dir_row!($r, "4", "ymm2", "ymm3"),
-            dir_row!($r, "8", "ymm4", "ymm5"),
-            dir_row!($r, "12", "ymm6", "ymm7"),
-            dir_row!($r, "16", "ymm8", "ymm9"),
-            dir_row!($r, "20", "ymm10", "ymm11"),
-            "add {pa}, 24",
-            "add {pb}, 64",
-            "dec {kn}",
-            "jnz 2b",
-            dir_store!("ymm0", "0"), dir_store!("ymm1", "32"), dir_store!("ymm2", "64"), dir_store!("ymm3", "96"),
-            dir_store!("ymm4", "128"), dir_store!("ymm5", "160"), dir_store!("ymm6", "192"), dir_store!("ymm7", "224"),
-            dir_store!("ymm8", "256"), dir_store!("ymm9", "288"), dir_store!("ymm10", "320"), dir_store!("ymm11", "352"),
-            "vldmxcsr dword ptr [{csr}]",
-            $($ops)*
-            out("ymm0") _, out("ymm1") _, out("ymm2") _, out("ymm3") _, out("ymm4") _, out("ymm5") _,
-            out("ymm6") _, out("ymm7") _, out("ymm8") _, out("ymm9") _, out("ymm10") _, out("ymm11") _,
-            out("ymm12") _, out("ymm13") _, out("ymm14") _, out("ymm15") _,
-            options(nostack),
-        )
+        dir_asm!(@rows $r, "24", [
+            ("0", "ymm0", "0", "ymm1", "32"), ("4", "ymm2", "64", "ymm3", "96"),
+            ("8", "ymm4", "128", "ymm5", "160"), ("12", "ymm6", "192", "ymm7", "224"),
+            ("16", "ymm8", "256", "ymm9", "288"), ("20", "ymm10", "320", "ymm11", "352")
+        ], $($ops)*)
     };
     (1, $r:ident, $($ops:tt)*) => {
+        dir_asm!(@rows $r, "4", [("0", "ymm0", "0", "ymm1", "32")], $($ops)*)
+    };
+    // Rows: (byte of `a` in the strip, accumulators and their bytes in the tile).
+    (@rows $r:ident, $stride:literal, [$(($off:literal, $c0:tt, $o0:literal, $c1:tt, $o1:literal)),*], $($ops:tt)*) => {
         asm!(
             "# constants at {k}, rounding control {rm}",
             mxcsr_enter!(),
-            dir_load!("ymm0", "0"), dir_load!("ymm1", "32"),
+            $(dir_load!($c0, $o0), dir_load!($c1, $o1),)*
             "2:",
             "vmovups ymm12, ymmword ptr [{pb}]",
             "vmovups ymm13, ymmword ptr [{pb} + 32]",
-            dir_row!($r, "0", "ymm0", "ymm1"),
-            "add {pa}, 4",
+            $(dir_row!($r, $off, $c0, $c1),)*
+            concat!("add {pa}, ", $stride),
             "add {pb}, 64",
             "dec {kn}",
             "jnz 2b",
-            dir_store!("ymm0", "0"), dir_store!("ymm1", "32"),
+            $(dir_store!($c0, $o0), dir_store!($c1, $o1),)*
             "vldmxcsr dword ptr [{csr}]",
             $($ops)*
-            out("ymm0") _, out("ymm1") _, out("ymm12") _, out("ymm13") _, out("ymm14") _, out("ymm15") _,
+            $(out($c0) _, out($c1) _,)*
+            out("ymm12") _, out("ymm13") _, out("ymm14") _, out("ymm15") _,
             options(nostack),
         )
     };
@@ -1937,28 +1937,14 @@ unsafe fn tile16_dir<const MR: usize, const T: u8, const RM: i32>(acc: &mut [f32
             )
         };
     }
-    macro_rules! by_target {
-        ($mr:tt) => {
-            match (T, RM) {
-                (0, _) => go!($mr, dir_f16),
-                (2, _) => go!($mr, dir_f32),
-                (1, _MM_FROUND_TO_ZERO) => go!($mr, dir_bf_tz),
-                (1, _MM_FROUND_TO_POS_INF) => go!($mr, dir_bf_up),
-                (1, _) => go!($mr, dir_bf_dn),
-                (_, _MM_FROUND_TO_ZERO) => go!($mr, dir_e5_tz),
-                (_, _MM_FROUND_TO_POS_INF) => go!($mr, dir_e5_up),
-                _ => go!($mr, dir_e5_dn),
-            }
-        };
-    }
     // SAFETY: the loads and stores stay inside acc (MR*16 values), ap (kn*MR) and
     // bp (kn*16), asserted above, and the 32-byte constants; MXCSR is restored
     // before the block ends; the clobbered vector registers are declared.
     unsafe {
         if MR == 6 {
-            by_target!(6)
+            by_dir_rounding!(T, RM, go!(6,))
         } else {
-            by_target!(1)
+            by_dir_rounding!(T, RM, go!(1,))
         }
     }
 }
@@ -2052,16 +2038,7 @@ unsafe fn flush_dir<const T: u8, const RM: i32>(tot: &mut [f32], row: &mut [f32]
     // multiple of 16, asserted above) and the 32-byte constants; MXCSR is restored
     // before the block ends; the clobbered vector registers are declared.
     unsafe {
-        match (T, RM) {
-            (0, _) => go!(dir_f16),
-            (2, _) => go!(dir_f32),
-            (1, _MM_FROUND_TO_ZERO) => go!(dir_bf_tz),
-            (1, _MM_FROUND_TO_POS_INF) => go!(dir_bf_up),
-            (1, _) => go!(dir_bf_dn),
-            (_, _MM_FROUND_TO_ZERO) => go!(dir_e5_tz),
-            (_, _MM_FROUND_TO_POS_INF) => go!(dir_e5_up),
-            _ => go!(dir_e5_dn),
-        }
+        by_dir_rounding!(T, RM, go!())
     }
 }
 
@@ -2153,67 +2130,42 @@ macro_rules! oddz_e5 {
 #[cfg(target_arch = "x86_64")]
 macro_rules! oddz_asm {
     (4, $r:ident, $($ops:tt)*) => {
-        asm!(
-            "# constants at {k}",
-            mxcsr_enter!(),
-            "vpcmpeqd ymm14, ymm14, ymm14",
-            "vpsrld ymm14, ymm14, 31",
-            "vxorps ymm15, ymm15, ymm15",
-            dir_load!("ymm0", "0"), dir_load!("ymm1", "32"), dir_load!("ymm2", "64"), dir_load!("ymm3", "96"),
-            dir_load!("ymm4", "128"), dir_load!("ymm5", "160"), dir_load!("ymm6", "192"), dir_load!("ymm7", "224"),
-            "2:",
-            "vmovups ymm8, ymmword ptr [{pb}]",
-            "vmovups ymm9, ymmword ptr [{pb} + 32]",
-            "vbroadcastss ymm10, dword ptr [{pa}]",
-            oddz_acc!($r, "ymm0", "ymm8"), oddz_acc!($r, "ymm1", "ymm9"),
-            "vbroadcastss ymm10, dword ptr [{pa} + 4]",
-            oddz_acc!($r, "ymm2", "ymm8"), oddz_acc!($r, "ymm3", "ymm9"),
-            "vbroadcastss ymm10, dword ptr [{pa} + 8]",
-            oddz_acc!($r, "ymm4", "ymm8"), oddz_acc!($r, "ymm5", "ymm9"),
-            "vbroadcastss ymm10, dword ptr [{pa} + 12]",
-            oddz_acc!($r, "ymm6", "ymm8"), oddz_acc!($r, "ymm7", "ymm9"),
-            "add {pa}, 16",
-            "add {pb}, 64",
-            "dec {kn}",
-            "jnz 2b",
-            "vmovups ymmword ptr [{c}], ymm0",
-            "vmovups ymmword ptr [{c} + 32], ymm1",
-            "vmovups ymmword ptr [{c} + 64], ymm2",
-            "vmovups ymmword ptr [{c} + 96], ymm3",
-            "vmovups ymmword ptr [{c} + 128], ymm4",
-            "vmovups ymmword ptr [{c} + 160], ymm5",
-            "vmovups ymmword ptr [{c} + 192], ymm6",
-            "vmovups ymmword ptr [{c} + 224], ymm7",
-            "vldmxcsr dword ptr [{csr}]",
-            $($ops)*
-            out("ymm0") _, out("ymm1") _, out("ymm2") _, out("ymm3") _, out("ymm4") _, out("ymm5") _,
-            out("ymm6") _, out("ymm7") _, out("ymm8") _, out("ymm9") _, out("ymm10") _, out("ymm11") _,
-            out("ymm12") _, out("ymm13") _, out("ymm14") _, out("ymm15") _,
-            options(nostack),
-        )
+        oddz_asm!(@rows $r, "16", [
+            ("0", "ymm0", "0", "ymm1", "32"), ("4", "ymm2", "64", "ymm3", "96"),
+            ("8", "ymm4", "128", "ymm5", "160"), ("12", "ymm6", "192", "ymm7", "224")
+        ], $($ops)*)
     };
     (1, $r:ident, $($ops:tt)*) => {
+        oddz_asm!(@rows $r, "4", [("0", "ymm0", "0", "ymm1", "32")], $($ops)*)
+    };
+    // Rows: (byte of `a` in the strip, accumulators and their bytes in the tile).
+    (@rows $r:ident, $stride:literal, [$(($off:literal, $c0:tt, $o0:literal, $c1:tt, $o1:literal)),*], $($ops:tt)*) => {
         asm!(
             "# constants at {k}",
             mxcsr_enter!(),
             "vpcmpeqd ymm14, ymm14, ymm14",
             "vpsrld ymm14, ymm14, 31",
             "vxorps ymm15, ymm15, ymm15",
-            dir_load!("ymm0", "0"), dir_load!("ymm1", "32"),
+            $(dir_load!($c0, $o0), dir_load!($c1, $o1),)*
             "2:",
             "vmovups ymm8, ymmword ptr [{pb}]",
             "vmovups ymm9, ymmword ptr [{pb} + 32]",
-            "vbroadcastss ymm10, dword ptr [{pa}]",
-            oddz_acc!($r, "ymm0", "ymm8"), oddz_acc!($r, "ymm1", "ymm9"),
-            "add {pa}, 4",
+            $(
+                concat!("vbroadcastss ymm10, dword ptr [{pa} + ", $off, "]"),
+                oddz_acc!($r, $c0, "ymm8"), oddz_acc!($r, $c1, "ymm9"),
+            )*
+            concat!("add {pa}, ", $stride),
             "add {pb}, 64",
             "dec {kn}",
             "jnz 2b",
-            "vmovups ymmword ptr [{c}], ymm0",
-            "vmovups ymmword ptr [{c} + 32], ymm1",
+            $(
+                concat!("vmovups ymmword ptr [{c} + ", $o0, "], ", $c0),
+                concat!("vmovups ymmword ptr [{c} + ", $o1, "], ", $c1),
+            )*
             "vldmxcsr dword ptr [{csr}]",
             $($ops)*
-            out("ymm0") _, out("ymm1") _, out("ymm8") _, out("ymm9") _, out("ymm10") _, out("ymm11") _,
+            $(out($c0) _, out($c1) _,)*
+            out("ymm8") _, out("ymm9") _, out("ymm10") _, out("ymm11") _,
             out("ymm12") _, out("ymm13") _, out("ymm14") _, out("ymm15") _,
             options(nostack),
         )
@@ -2719,44 +2671,27 @@ pub(crate) mod testing {
                 unsafe {
                     let (c, av, bv) = (_mm256_loadu_ps(acc.as_ptr()), _mm256_set1_ps(a), _mm256_loadu_ps(b.as_ptr()));
                     const NE: i32 = _MM_FROUND_TO_NEAREST_INT;
+                    // A one-row tile kernel on the 8 lanes (padded to 16 columns).
+                    macro_rules! one_row {
+                        ($t:ident, $bp:ident => $call:expr) => {{
+                            let mut $t = [0f32; 16];
+                            $t[..8].copy_from_slice(&acc);
+                            let mut $bp = [0f32; 16];
+                            $bp[..8].copy_from_slice(&b);
+                            $call;
+                            _mm256_loadu_ps($t.as_ptr())
+                        }};
+                    }
                     let r = match (kind, bf) {
-                        (Kind16::Odd, false) if rm == NE => {
-                            let mut t = [0f32; 16];
-                            t[..8].copy_from_slice(&acc);
-                            let mut bp = [0f32; 16];
-                            bp[..8].copy_from_slice(&b);
-                            tile16_oddz::<1, ODD_F16>(&mut t, &[a], &bp, 1);
-                            _mm256_loadu_ps(t.as_ptr())
-                        }
+                        (Kind16::Odd, false) if rm == NE => one_row!(t, bp => tile16_oddz::<1, ODD_F16>(&mut t, &[a], &bp, 1)),
                         (Kind16::Odd, false) => by_f16_rounding!(rm, R => add16::<K_ODD, false, R>(c, av, bv)),
                         (Kind16::Fma, false) => add16::<K_FMA, false, NE>(c, av, bv),
                         (Kind16::Mid, false) => add16::<K_MID, false, NE>(c, av, bv),
-                        (Kind16::Odd, true) => {
-                            let mut t = [0f32; 16];
-                            t[..8].copy_from_slice(&acc);
-                            let mut bp = [0f32; 16];
-                            bp[..8].copy_from_slice(&b);
-                            tile16_oddz::<1, ODD_BF16>(&mut t, &[a], &bp, 1);
-                            _mm256_loadu_ps(t.as_ptr())
-                        }
+                        (Kind16::Odd, true) => one_row!(t, bp => tile16_oddz::<1, ODD_BF16>(&mut t, &[a], &bp, 1)),
                         (Kind16::Fma, true) => add16::<K_FMA, true, NE>(c, av, bv),
                         (Kind16::Mid, true) => add16::<K_MID, true, NE>(c, av, bv),
-                        (Kind16::OddE5m2, _) => {
-                            let mut t = [0f32; 16];
-                            t[..8].copy_from_slice(&acc);
-                            let mut bp = [0f32; 16];
-                            bp[..8].copy_from_slice(&b);
-                            tile16_oddz::<1, ODD_E5M2>(&mut t, &[a], &bp, 1);
-                            _mm256_loadu_ps(t.as_ptr())
-                        }
-                        (Kind16::Dir(to), _) => {
-                            let mut t = [0f32; 16];
-                            t[..8].copy_from_slice(&acc);
-                            let mut bp = [0f32; 16];
-                            bp[..8].copy_from_slice(&b);
-                            tile16_dir_to::<1>(to, rm, &mut t, &[a], &bp, 1);
-                            _mm256_loadu_ps(t.as_ptr())
-                        }
+                        (Kind16::OddE5m2, _) => one_row!(t, bp => tile16_oddz::<1, ODD_E5M2>(&mut t, &[a], &bp, 1)),
+                        (Kind16::Dir(to), _) => one_row!(t, bp => tile16_dir_to::<1>(to, rm, &mut t, &[a], &bp, 1)),
                     };
                     _mm256_storeu_ps(out.as_mut_ptr(), r);
                 }
