@@ -1409,16 +1409,13 @@ const K_FMA: u8 = 0;
 const K_ODD: u8 = 1;
 const K_MID: u8 = 2;
 
-/// Is `fmt` IEEE float16 with non-saturating rounding to nearest-even, toward
-/// zero, up or down (what F16C's `vcvtps2ph` does with those rounding
-/// controls, IEEE overflow included)?
-fn is_f16_cvt(fmt: &Format, opts: &RoundOpts) -> bool {
-    *fmt == Format::Float(named::FLOAT16)
-        && matches!(opts.mode, Mode::NearestEven | Mode::TowardZero | Mode::Up | Mode::Down)
-        && !opts.saturate
+/// Is `fmt` IEEE float16 with nearest-even, non-saturating rounding (what F16C's
+/// `vcvtps2ph` does to nearest, IEEE overflow included)?
+fn is_f16_ne(fmt: &Format, opts: &RoundOpts) -> bool {
+    *fmt == Format::Float(named::FLOAT16) && opts.mode == Mode::NearestEven && !opts.saturate
 }
 
-/// The `vcvtps2ph` rounding control of a mode ([`is_f16_cvt`] modes).
+/// The `vcvtps2ph` rounding control of a mode (nearest-even, toward zero, up or down).
 #[cfg(target_arch = "x86_64")]
 fn f16_rounding(mode: Mode) -> i32 {
     use std::arch::x86_64::*;
@@ -1466,12 +1463,12 @@ pub(crate) fn kind16(fmt: &Format, opts: &RoundOpts, a: &Operand, b: &Operand) -
     if *fmt == Format::Float(named::FLOAT8_E5M2) && opts.mode == Mode::NearestEven && !opts.saturate {
         return (fit24 && pa + pb > 8).then_some((Kind16::OddE5m2, false));
     }
+    // From here on: nearest-even into float16 or bfloat16.
     let bf = is_bf16_ne(fmt, opts);
-    if !(bf || is_f16_cvt(fmt, opts)) {
+    if !(bf || is_f16_ne(fmt, opts)) {
         return None;
     }
-    // The f32 sum rounded to nearest, then to the format, is exact only for nearest-even.
-    if let (Format::Float(x), Format::Float(y), Mode::NearestEven) = (fa, fb, opts.mode) {
+    if let (Format::Float(x), Format::Float(y)) = (fa, fb) {
         if FMA16_INPUTS.contains(&x) && FMA16_INPUTS.contains(&y) {
             return Some((Kind16::Fma, bf));
         }
@@ -1479,7 +1476,7 @@ pub(crate) fn kind16(fmt: &Format, opts: &RoundOpts, a: &Operand, b: &Operand) -
     // Products of few bits (bfloat16 x bfloat16: 16) leave the low bits of many
     // f32 sums zero, on a midpoint or near one, so `Mid` would take its fallback
     // often: `Odd` (round to odd from the FMA toward zero) is faster there.
-    let kind = if opts.mode == Mode::NearestEven && pa + pb >= 20 { Kind16::Mid } else { Kind16::Odd };
+    let kind = if pa + pb >= 20 { Kind16::Mid } else { Kind16::Odd };
     fit24.then_some((kind, bf))
 }
 
@@ -1510,15 +1507,14 @@ fn merge_bounds(x: (i32, i32), y: (i32, i32)) -> (i32, i32) {
     (x.0.min(y.0), x.1.max(y.1))
 }
 
-/// One add on 8 lanes, `acc = round(acc + a*b)` into float16 in the mode of
-/// the rounding control `RM`, or into bfloat16 (nearest-even) with `BF`, as
-/// kernel kind `K` computes it.
+/// One add on 8 lanes, `acc = round(acc + a*b)` to nearest-even into float16,
+/// or into bfloat16 with `BF`, as kernel kind `K` computes it.
 ///
 /// # Safety
 /// The CPU must support avx2, fma and f16c; see [`Kind16`] for when each kind is exact.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-unsafe fn add16<const K: u8, const BF: bool, const RM: i32>(acc: std::arch::x86_64::__m256, a: std::arch::x86_64::__m256, b: std::arch::x86_64::__m256) -> std::arch::x86_64::__m256 {
+unsafe fn add16<const K: u8, const BF: bool>(acc: std::arch::x86_64::__m256, a: std::arch::x86_64::__m256, b: std::arch::x86_64::__m256) -> std::arch::x86_64::__m256 {
     use std::arch::x86_64::*;
     // SAFETY: the caller guarantees the CPU features.
     unsafe {
@@ -1536,9 +1532,9 @@ unsafe fn add16<const K: u8, const BF: bool, const RM: i32>(acc: std::arch::x86_
                 _mm256_andnot_si256(_mm256_castps_si256(_mm256_cmp_ps::<_CMP_EQ_OQ>(s, acc)), near)
             };
             if _mm256_movemask_ps(_mm256_castsi256_ps(flag)) != 0 {
-                return add16::<K_ODD, BF, RM>(acc, a, b);
+                return add16::<K_ODD, BF>(acc, a, b);
             }
-            return round16::<BF, RM>(s);
+            return round16::<BF>(s);
         }
         let x = if K == K_ODD {
             // TwoSum of acc and the product p = a*b (exact, checked for the block), with
@@ -1557,17 +1553,17 @@ unsafe fn add16<const K: u8, const BF: bool, const RM: i32>(acc: std::arch::x86_
         } else {
             _mm256_fmadd_ps(a, b, acc)
         };
-        round16::<BF, RM>(x)
+        round16::<BF>(x)
     }
 }
 
-/// `x` rounded into float16 in the mode RM (or bfloat16, nearest-even), as f32.
+/// `x` rounded into float16 (or bfloat16) to nearest-even, as f32.
 ///
 /// # Safety
 /// The CPU must support avx2 and f16c.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-unsafe fn round16<const BF: bool, const RM: i32>(x: std::arch::x86_64::__m256) -> std::arch::x86_64::__m256 {
+unsafe fn round16<const BF: bool>(x: std::arch::x86_64::__m256) -> std::arch::x86_64::__m256 {
     use std::arch::x86_64::*;
     // SAFETY: the caller guarantees the CPU features.
     unsafe {
@@ -1580,21 +1576,21 @@ unsafe fn round16<const BF: bool, const RM: i32>(x: std::arch::x86_64::__m256) -
             let r = _mm256_add_epi32(_mm256_add_epi32(xb, _mm256_set1_epi32(0x7fff)), lsb);
             _mm256_castsi256_ps(_mm256_and_si256(r, _mm256_set1_epi32(0xffff_0000_u32 as i32)))
         } else {
-            // To fp16 in the mode RM (IEEE overflow, NaN stays NaN) and back, exactly.
-            _mm256_cvtph_ps(_mm256_cvtps_ph::<RM>(x))
+            // To fp16 (IEEE overflow, NaN stays NaN) and back, exactly.
+            _mm256_cvtph_ps(_mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(x))
         }
     }
 }
 
 /// `MR x 16` accumulators (row-major in `acc`) over `kn` depth steps:
 /// `acc[r][j] = round(acc[r][j] + ap[kk*MR + r] * bp[kk*16 + j])` for kk in
-/// order, each add as [`add16`] with `K`, `BF`, `RM`.
+/// order, each add as [`add16`] with `K`, `BF`.
 ///
 /// # Safety
 /// The CPU must support avx2, fma and f16c; `ap` holds kn*MR values, `bp` kn*16.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn tile16<const MR: usize, const K: u8, const BF: bool, const RM: i32>(acc: &mut [f32], ap: &[f32], bp: &[f32], kn: usize) {
+unsafe fn tile16<const MR: usize, const K: u8, const BF: bool>(acc: &mut [f32], ap: &[f32], bp: &[f32], kn: usize) {
     use std::arch::x86_64::*;
     assert!(acc.len() >= MR * 16 && ap.len() >= kn * MR && bp.len() >= kn * 16);
     // SAFETY: every offset is inside the slices (asserted above); the CPU features are the caller's contract.
@@ -1610,8 +1606,8 @@ unsafe fn tile16<const MR: usize, const K: u8, const BF: bool, const RM: i32>(ac
             let b1 = _mm256_loadu_ps(pb.add(8));
             for (r, cr) in c.iter_mut().enumerate() {
                 let av = _mm256_broadcast_ss(&*pa.add(r));
-                cr[0] = add16::<K, BF, RM>(cr[0], av, b0);
-                cr[1] = add16::<K, BF, RM>(cr[1], av, b1);
+                cr[0] = add16::<K, BF>(cr[0], av, b0);
+                cr[1] = add16::<K, BF>(cr[1], av, b1);
             }
             pa = pa.add(MR);
             pb = pb.add(16);
@@ -2237,7 +2233,7 @@ unsafe fn tile16_oddz<const MR: usize, const T: u8>(acc: &mut [f32], ap: &[f32],
 }
 
 /// `tot = round(tot + row)` lane-wise (chunk totals into the accumulator's
-/// format, rounded as [`add16`] with `BF`, `RM`), then `row = 0`. Both hold
+/// format, rounded as [`add16`] with `BF`), then `row = 0`. Both hold
 /// values of that format, so the sum is exact in f64 and the TwoSum /
 /// round-to-odd kernel rounds it exactly.
 ///
@@ -2245,7 +2241,7 @@ unsafe fn tile16_oddz<const MR: usize, const T: u8>(acc: &mut [f32], ap: &[f32],
 /// The CPU must support avx2, fma and f16c; both slices have a multiple of 8 values.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn flush16<const BF: bool, const RM: i32>(tot: &mut [f32], row: &mut [f32]) {
+unsafe fn flush16<const BF: bool>(tot: &mut [f32], row: &mut [f32]) {
     use std::arch::x86_64::*;
     assert!(tot.len() == row.len() && tot.len() % 8 == 0);
     // SAFETY: j + 8 <= len for every access; CPU features per the contract.
@@ -2254,7 +2250,7 @@ unsafe fn flush16<const BF: bool, const RM: i32>(tot: &mut [f32], row: &mut [f32
         for j in (0..tot.len()).step_by(8) {
             let t = _mm256_loadu_ps(tot.as_ptr().add(j));
             let r = _mm256_loadu_ps(row.as_ptr().add(j));
-            _mm256_storeu_ps(tot.as_mut_ptr().add(j), add16::<K_ODD, BF, RM>(t, r, one));
+            _mm256_storeu_ps(tot.as_mut_ptr().add(j), add16::<K_ODD, BF>(t, r, one));
             _mm256_storeu_ps(row.as_mut_ptr().add(j), _mm256_setzero_ps());
         }
     }
@@ -2396,15 +2392,14 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
                             if fast {
                                 // SAFETY: kind16 checked avx2/fma/f16c (simd); slices sized as required.
                                 unsafe {
-                                    const NE: i32 = _MM_FROUND_TO_NEAREST_INT;
                                     // Tiles of MR_FMA (FMA) or MR_ODD rows, or of one row throughout.
                                     macro_rules! tiles {
                                         ($mf:expr, $mo:expr) => {
                                             match (kind, bf) {
-                                                (Kind16::Fma, false) => tile16::<$mf, K_FMA, false, NE>(t, ap, bp, len),
-                                                (Kind16::Fma, true) => tile16::<$mf, K_FMA, true, NE>(t, ap, bp, len),
-                                                (Kind16::Mid, false) => tile16::<$mo, K_MID, false, NE>(t, ap, bp, len),
-                                                (Kind16::Mid, true) => tile16::<$mo, K_MID, true, NE>(t, ap, bp, len),
+                                                (Kind16::Fma, false) => tile16::<$mf, K_FMA, false>(t, ap, bp, len),
+                                                (Kind16::Fma, true) => tile16::<$mf, K_FMA, true>(t, ap, bp, len),
+                                                (Kind16::Mid, false) => tile16::<$mo, K_MID, false>(t, ap, bp, len),
+                                                (Kind16::Mid, true) => tile16::<$mo, K_MID, true>(t, ap, bp, len),
                                                 (Kind16::Odd, true) => tile16_oddz::<$mo, ODD_BF16>(t, ap, bp, len),
                                                 (Kind16::Odd, false) => tile16_oddz::<$mo, ODD_F16>(t, ap, bp, len),
                                                 (Kind16::OddE5m2, _) => tile16_oddz::<$mo, ODD_E5M2>(t, ap, bp, len),
@@ -2439,10 +2434,10 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
                                     if let Some((to, rm2)) = outer_dir {
                                         flush_dir_to(to, rm2, &mut tot32, &mut acc)
                                     } else if bf {
-                                        flush16::<true, _MM_FROUND_TO_NEAREST_INT>(&mut tot32, &mut acc)
+                                        flush16::<true>(&mut tot32, &mut acc)
                                     } else {
                                         // Into float16 to nearest (the directed modes are outer_dir's).
-                                        flush16::<false, _MM_FROUND_TO_NEAREST_INT>(&mut tot32, &mut acc)
+                                        flush16::<false>(&mut tot32, &mut acc)
                                     }
                                 };
                             } else {
@@ -2661,6 +2656,8 @@ pub(crate) mod testing {
     /// bfloat16; [`Kind16::Dir`]: into its own format), `acc + a * b` lane by
     /// lane; `None` without avx2/fma/f16c.
     pub fn add16_lanes(kind: Kind16, bf: bool, mode: Mode, acc: [f32; 8], a: f32, b: [f32; 8]) -> Option<[f32; 8]> {
+        // Only the directed kernels round in other modes than nearest-even.
+        assert!(matches!(kind, Kind16::Dir(_)) == (mode != Mode::NearestEven), "{kind:?} does not round {mode:?}");
         #[cfg(target_arch = "x86_64")]
         {
             #[target_feature(enable = "avx2,fma,f16c")]
@@ -2670,7 +2667,6 @@ pub(crate) mod testing {
                 // SAFETY: 8-lane loads and stores of 8-element arrays; features per the caller.
                 unsafe {
                     let (c, av, bv) = (_mm256_loadu_ps(acc.as_ptr()), _mm256_set1_ps(a), _mm256_loadu_ps(b.as_ptr()));
-                    const NE: i32 = _MM_FROUND_TO_NEAREST_INT;
                     // A one-row tile kernel on the 8 lanes (padded to 16 columns).
                     macro_rules! one_row {
                         ($t:ident, $bp:ident => $call:expr) => {{
@@ -2683,13 +2679,12 @@ pub(crate) mod testing {
                         }};
                     }
                     let r = match (kind, bf) {
-                        (Kind16::Odd, false) if rm == NE => one_row!(t, bp => tile16_oddz::<1, ODD_F16>(&mut t, &[a], &bp, 1)),
-                        (Kind16::Odd, false) => by_f16_rounding!(rm, R => add16::<K_ODD, false, R>(c, av, bv)),
-                        (Kind16::Fma, false) => add16::<K_FMA, false, NE>(c, av, bv),
-                        (Kind16::Mid, false) => add16::<K_MID, false, NE>(c, av, bv),
+                        (Kind16::Odd, false) => one_row!(t, bp => tile16_oddz::<1, ODD_F16>(&mut t, &[a], &bp, 1)),
+                        (Kind16::Fma, false) => add16::<K_FMA, false>(c, av, bv),
+                        (Kind16::Mid, false) => add16::<K_MID, false>(c, av, bv),
                         (Kind16::Odd, true) => one_row!(t, bp => tile16_oddz::<1, ODD_BF16>(&mut t, &[a], &bp, 1)),
-                        (Kind16::Fma, true) => add16::<K_FMA, true, NE>(c, av, bv),
-                        (Kind16::Mid, true) => add16::<K_MID, true, NE>(c, av, bv),
+                        (Kind16::Fma, true) => add16::<K_FMA, true>(c, av, bv),
+                        (Kind16::Mid, true) => add16::<K_MID, true>(c, av, bv),
                         (Kind16::OddE5m2, _) => one_row!(t, bp => tile16_oddz::<1, ODD_E5M2>(&mut t, &[a], &bp, 1)),
                         (Kind16::Dir(to), _) => one_row!(t, bp => tile16_dir_to::<1>(to, rm, &mut t, &[a], &bp, 1)),
                     };

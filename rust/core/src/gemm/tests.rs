@@ -437,12 +437,10 @@ fn fp16_odd_path_adversarial() {
         prods.push(if g.next() & 1 == 1 { -v } else { v });
     }
     prods.extend([0.0, -0.0, f32::MIN_POSITIVE, -1e-45, 65504.0, 65519.99, 65520.0, -65520.0, 1e30, f32::INFINITY, f32::NEG_INFINITY, f32::NAN]);
-    for mode in [Mode::NearestEven, Mode::TowardZero, Mode::Up, Mode::Down] {
-        check_add16(Kind16::Odd, false, mode, &prods);
-        if mode != Mode::NearestEven {
-            check_add16(Kind16::Dir(DirTo::F16), false, mode, &prods);
-            check_add16(Kind16::Dir(DirTo::E5m2), false, mode, &prods);
-        }
+    check_add16(Kind16::Odd, false, Mode::NearestEven, &prods);
+    for mode in [Mode::TowardZero, Mode::Up, Mode::Down] {
+        check_add16(Kind16::Dir(DirTo::F16), false, mode, &prods);
+        check_add16(Kind16::Dir(DirTo::E5m2), false, mode, &prods);
     }
     check_add16(Kind16::Mid, false, Mode::NearestEven, &prods);
     check_add16(Kind16::OddE5m2, false, Mode::NearestEven, &prods);
@@ -467,7 +465,7 @@ fn fp16_odd_path_adversarial() {
         let accs = [f32::INFINITY, f32::NEG_INFINITY, f32::NAN, 0.0, -0.0, 1.0, -65504.0, 6e-8];
         let kinds = match (bf, mode) {
             (_, Mode::NearestEven) => vec![Kind16::Fma, Kind16::Odd, Kind16::Mid],
-            (false, _) => vec![Kind16::Odd, Kind16::Dir(DirTo::F16)],
+            (false, _) => vec![Kind16::Dir(DirTo::F16)],
             (true, _) => vec![Kind16::Dir(DirTo::Bf16)],
         };
         for kind in kinds {
