@@ -99,6 +99,13 @@ def same(x, y):
     return np.array_equal(x, y, equal_nan=True)
 
 
+def same_bits(x, y):
+    """Equal bit for bit as float64 (zeros' signs too), NaNs of any payload equal."""
+    x = np.asarray(x, np.float64)
+    y = np.asarray(y, np.float64)
+    return x.shape == y.shape and bool(np.all((x.view(np.uint64) == y.view(np.uint64)) | (np.isnan(x) & np.isnan(y))))
+
+
 def data(m, k, n, dtype, seed, scale=1.0):
     g = np.random.default_rng(seed)
     a = (g.standard_normal((m, k)) * scale).astype(np.float32).astype(dtype)
@@ -149,7 +156,7 @@ def test_simd_and_scalar_paths_agree(acc, mode, chunk, threads):
         scalar = lowp.matmul(a, b, **kw)
     finally:
         lowp._lowp.set_isa(None)
-    assert same(simd, scalar)
+    assert same_bits(simd, scalar)
 
 
 @pytest.mark.parametrize("acc", ["fp16", "e5m2", "f6m9", "bf16"])
@@ -165,7 +172,7 @@ def test_narrow_inputs_many_columns(acc, dtype, chunk):
         assert same(got, ref_matmul(a, b, f, mode, chunk)), mode
         lowp._lowp.set_isa("scalar")
         try:
-            assert same(lowp.matmul(a, b, accumulate=f, chunk=chunk, rounding=mode), got)
+            assert same_bits(lowp.matmul(a, b, accumulate=f, chunk=chunk, rounding=mode), got)
         finally:
             lowp._lowp.set_isa(None)
     # Overflow into inf on the fast lanes (e5m2 inputs, large products).
@@ -184,6 +191,30 @@ def test_fp8_inputs_and_mixed_chunk_format(mode):
     a, b = data(2, 40, 3, np.float16, 8)
     got = lowp.matmul(a, b, accumulate="fp16", chunk=4, chunk_accumulate="float32", rounding=mode)
     assert same(got, ref_matmul(a, b, ACC_FORMATS["fp16"], mode, 4, lowp.format("float32")))
+
+
+@pytest.mark.parametrize("acc", list(ACC_FORMATS), ids=str)
+@pytest.mark.parametrize("shape", [(1, 1), (1, 16), (8, 16), (4, 32)], ids=str)
+@pytest.mark.parametrize("dtype", [np.float32, ml_dtypes.bfloat16], ids=lambda d: np.dtype(d).name)
+def test_negative_sum_rounded_to_zero_keeps_its_sign(acc, shape, dtype):
+    # p then -1.25 p with p the format's smallest subnormal: the exact sum -p/4
+    # rounds to -0 to nearest, toward zero and up (IEEE: a result rounded to zero
+    # keeps the sign of the exact value), on every path.
+    f = ACC_FORMATS[acc]
+    e = f.emin - f.man_bits
+    qa, qb = 2.0 ** (e // 2), 2.0 ** (e - e // 2)
+    m, n = shape
+    a = np.array([[qa, -1.25 * qa]] * m, np.float32).astype(dtype)
+    b = np.full((2, n), qb, np.float32).astype(dtype)
+    assert np.all(a.astype(np.float64) @ b.astype(np.float64) == -0.25 * 2.0**e)
+    for mode in ["nearest_even", "nearest_away", "toward_zero", "up"]:
+        got = lowp.matmul(a, b, accumulate=f, rounding=mode)
+        assert np.all(got == 0) and np.all(np.signbit(got)), (mode, got)
+        lowp._lowp.set_isa("scalar")
+        try:
+            assert same_bits(lowp.matmul(a, b, accumulate=f, rounding=mode), got)
+        finally:
+            lowp._lowp.set_isa(None)
 
 
 @pytest.mark.parametrize("mode", DETERMINISTIC)

@@ -459,6 +459,9 @@ impl<const M: u8> Fast<M> {
                     let cc = _mm256_castsi256_pd(cb);
                     let xd = _mm256_castsi256_pd(x);
                     let r = _mm256_castpd_si256(_mm256_sub_pd(_mm256_add_pd(xd, cc), cc));
+                    // A negative x that rounds to zero gives +0 there: it keeps x's sign
+                    // (r is never positive for a negative x).
+                    let r = _mm256_or_si256(r, _mm256_and_si256(x, sign));
                     let ovf = _mm256_cmpgt_epi64(_mm256_andnot_si256(sign, r), maxb);
                     let neg = _mm256_cmpgt_epi64(zero, x);
                     let v = _mm256_blendv_epi8(r, _mm256_blendv_epi8(ovp, ovn, neg), ovf);
