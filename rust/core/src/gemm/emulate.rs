@@ -31,7 +31,9 @@
 //!   Nearest-even with products of two named fp8 formats ([`FMA16_INPUTS`],
 //!   at most 8 bits): `fma(a, b, acc)` then the rounding, a double rounding
 //!   that is innocuous (11- or 8-bit operands, 24 >= 2*11 + 1 bits; checked
-//!   exhaustively by the tests). Nearest-even with products of 20 to 24 bits
+//!   exhaustively by the tests); the rounding is Veltkamp's split (three float
+//!   operations, [`Kind16::Split`]) in depth blocks whose values keep every sum
+//!   in its range ([`split_ok`]), else the conversion. Nearest-even with products of 20 to 24 bits
 //!   (float16 inputs): the FMA too, except for vectors where a sum could sit
 //!   on a midpoint of the format ([`Kind16::Mid`]). The directed modes, any inputs whose values are f32:
 //!   the FMA rounded in the mode itself (MXCSR, inside one assembly block),
@@ -1383,6 +1385,15 @@ pub(crate) enum Kind16 {
     /// 11-bit numbers rounded to 24 >= 2*11 + 1 bits, then to 11 bits); the
     /// same for bfloat16 (8-bit operands).
     Fma,
+    /// `Fma`'s sum, rounded by Veltkamp's split instead: `t = s * (2^q + 1)`,
+    /// `s' = t - (t - s)` is `s` rounded to nearest-even at `24 - q` bits (q = 13:
+    /// float16's 11, q = 16: bfloat16's 8), three float operations where the
+    /// conversions cost more. It holds for normal `s` whose `t` stays finite, so
+    /// a depth block runs it only when its values show ([`split_ok`]) that no sum
+    /// can overflow the format (or f32 in `t`), none meets inf, and every sum in
+    /// the format's subnormal range is exact there (products on its grid);
+    /// other blocks run `Fma`.
+    Split,
     /// Nearest-even: the sum rounded to odd at 24 bits ([`tile16_oddz`];
     /// products exact in f32, checked per depth block from the values), then
     /// rounded into the format.
@@ -1411,6 +1422,7 @@ pub(crate) enum Kind16 {
 const K_FMA: u8 = 0;
 const K_ODD: u8 = 1;
 const K_MID: u8 = 2;
+const K_SPLIT: u8 = 3;
 
 /// Is `fmt` IEEE float16 with nearest-even, non-saturating rounding (what F16C's
 /// `vcvtps2ph` does to nearest, IEEE overflow included)?
@@ -1473,7 +1485,7 @@ pub(crate) fn kind16(fmt: &Format, opts: &RoundOpts, a: &Operand, b: &Operand) -
     }
     if let (Format::Float(x), Format::Float(y)) = (fa, fb) {
         if FMA16_INPUTS.contains(&x) && FMA16_INPUTS.contains(&y) {
-            return Some((Kind16::Fma, bf));
+            return Some((Kind16::Split, bf));
         }
     }
     // Products of few bits (bfloat16 x bfloat16: 16) leave the low bits of many
@@ -1503,6 +1515,30 @@ fn exp_bounds(v: &[f32], prec: i32) -> Option<(i32, i32)> {
     // Subnormal f32 values have their last bit at 2^-149 at worst.
     let low = if be == 0 { -149 } else { (be - 127 - (prec - 1)).max(-149) };
     Some((low, (hi >> 23) as i32 - 127 + 1))
+}
+
+/// The largest magnitude in `v`, inf included (NaN ignored).
+fn abs_max32(v: &[f32]) -> f32 {
+    v.iter().fold(0f32, |m, x| m.max(x.abs()))
+}
+
+/// May a depth block of `kn` steps run [`Kind16::Split`] into float16 (`bf`:
+/// bfloat16)? `acc_max` is the largest accumulator magnitude at its start,
+/// `row_max` the largest sum of |a| over the block of any row of A, `b_max` the
+/// largest |b| (each inf when a value is), `lo` the lowest exponent of any
+/// product's last bit (`None`: no nonzero finite product).
+///
+/// An add to nearest grows a magnitude by at most a factor 1 + 2^-p (p bits),
+/// so every exact sum stays below `(acc_max + row_max * b_max) * (1 + 2^-p)^kn`:
+/// below float16's overflow threshold 65520 (bfloat16: far below 2^128 / 65537,
+/// where `t` overflows). Products with last bits at or above the format's
+/// smallest subnormal (2^-24, 2^-133) and accumulators on its grid make every
+/// sum in its subnormal range exact: the split returns it unchanged.
+fn split_ok(bf: bool, acc_max: f32, row_max: f64, b_max: f32, lo: Option<i32>, kn: usize) -> bool {
+    let (p, limit, sub) = if bf { (8, 2f64.powi(100), -133) } else { (11, 65520.0, -24) };
+    let growth = (1.0 + 2f64.powi(-p)).powi(kn as i32);
+    // NaN compares false: refused.
+    (acc_max as f64 + row_max * b_max as f64) * growth < limit && lo.is_none_or(|l| l >= sub)
 }
 
 /// Bounds (as [`exp_bounds`]) of the union of two blocks.
@@ -1538,6 +1574,12 @@ unsafe fn add16<const K: u8, const BF: bool>(acc: std::arch::x86_64::__m256, a: 
                 return add16::<K_ODD, BF>(acc, a, b);
             }
             return round16::<BF>(s);
+        }
+        if K == K_SPLIT {
+            // Veltkamp's split of the FMA's sum: t - (t - s) keeps its top 11 (8) bits, to nearest-even.
+            let s = _mm256_fmadd_ps(a, b, acc);
+            let t = _mm256_mul_ps(s, _mm256_set1_ps(if BF { 65537.0 } else { 8193.0 }));
+            return _mm256_sub_ps(t, _mm256_sub_ps(t, s));
         }
         let x = if K == K_ODD {
             // TwoSum of acc and the product p = a*b (exact, checked for the block), with
@@ -2289,13 +2331,15 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
     // One row (sums, vector-matrix products): tiles of one row, no padding rows.
     let mr = if m == 1 {
         1
-    } else if matches!(kind, Kind16::Fma | Kind16::Dir(_)) {
+    } else if matches!(kind, Kind16::Fma | Kind16::Split | Kind16::Dir(_)) {
         MR_FMA
     } else {
         MR_ODD
     };
     // Kinds Odd and Mid need every product of a depth block exact in f32.
     let scan = matches!(kind, Kind16::Odd | Kind16::Mid | Kind16::OddE5m2);
+    // Kind Split checks each depth block's values ([`split_ok`]).
+    let split = kind == Kind16::Split;
     let chunk = spec.chunk.map(|(cs, _)| cs).unwrap_or(usize::MAX);
     // Chunk totals into the same format, nearest-even, run vectorized too.
     // (flush16 rounds into float16 and bfloat16 only.)
@@ -2328,6 +2372,8 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
     // B panel: block kbi, strip s at (kbi * strips + s) * kbs * 16, [kk*16 + j].
     let mut bpanel = vec![0f32; kblocks * pstrips * kbs * 16];
     let mut bbounds: Vec<Option<(i32, i32)>> = vec![None; kblocks];
+    // Kind Split: the largest |b| of each depth block (inf included).
+    let mut bmaxes = vec![0f32; kblocks];
     // The panels' parallel loops take a worker still spinning after the previous
     // loop, if one is (no wake-up; see `parallel::hot`).
     let mut all = || for j0 in (0..n).step_by(np) {
@@ -2340,20 +2386,20 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
             // SAFETY: rows kb..kb+kn, columns j0+16s.. (at most 16, inside b);
             // dst[kk*16 + j] = b[kb+kk, j0+16s+j], zeros past the last column.
             unsafe { super::kernels::pack_real::<f32>(b, base, b.cs, b.rs, 16.min(jb - 16 * s), 16, kn, dst) };
-            if scan {
-                exp_bounds(&dst[..kn * 16], pb)
-            } else {
-                None
-            }
+            let v = &dst[..kn * 16];
+            let bounds = if scan || split { exp_bounds(v, pb) } else { None };
+            (bounds, if split { abs_max32(v) } else { 0.0 })
         };
         let used = &mut bpanel[..kblocks * strips * kbs * 16];
-        let mut sb: Vec<Option<(i32, i32)>> = vec![None; kblocks * strips];
+        let mut sb: Vec<(Option<(i32, i32)>, f32)> = vec![(None, 0.0); kblocks * strips];
         let pieces: Vec<_> = used.chunks_mut(kbs * 16).zip(sb.iter_mut()).enumerate().collect();
         parallel::for_each_piece(pieces, &|(q, (d, bound))| *bound = pack_b(q, d));
-        for (kbi, bb) in bbounds.iter_mut().enumerate() {
-            *bb = sb[kbi * strips..(kbi + 1) * strips].iter().flatten().copied().reduce(merge_bounds);
+        for (kbi, (bb, bm)) in bbounds.iter_mut().zip(bmaxes.iter_mut()).enumerate() {
+            let blk = &sb[kbi * strips..(kbi + 1) * strips];
+            *bb = blk.iter().filter_map(|x| x.0).reduce(merge_bounds);
+            *bm = blk.iter().map(|x| x.1).fold(0.0, f32::max);
         }
-        let (bpanel, bbounds) = (&bpanel, &bbounds);
+        let (bpanel, bbounds, bmaxes) = (&bpanel, &bbounds, &bmaxes);
         // Few row blocks (a short A): the strips of the panel are split too.
         let csplit = if rblocks >= 2 * threads { 1 } else { (2 * threads).div_ceil(rblocks).min(strips) };
         let task = |t: usize| {
@@ -2377,9 +2423,20 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
                     // apack[g][kk*mr + r] = a[i0+g*mr+r, kb+kk], zeros past the last row.
                     unsafe { super::kernels::pack_real::<f32>(a, base, a.rs, a.cs, mr.min(rb - g * mr), mr, kn, &mut apack[g * kbs * mr..]) };
                 }
-                let fast = !scan || {
-                    let ab = (0..groups).filter_map(|g| exp_bounds(&apack[g * kbs * mr..g * kbs * mr + kn * mr], pa)).reduce(merge_bounds);
-                    fits(ab, bbk)
+                let ablock = |g: usize| &apack[g * kbs * mr..g * kbs * mr + kn * mr];
+                let abounds = || (0..groups).filter_map(|g| exp_bounds(ablock(g), pa)).reduce(merge_bounds);
+                let fast = !scan || fits(abounds(), bbk);
+                // Kind Split on this block, else its fallback Fma.
+                let kind = if split {
+                    let row_max = (0..groups).flat_map(|g| (0..mr).map(move |r| ablock(g).iter().skip(r).step_by(mr).map(|x| x.abs() as f64).sum::<f64>())).fold(0.0, f64::max);
+                    let lo = abounds().zip(bbk).map(|(x, y)| x.0 + y.0);
+                    if split_ok(bf, abs_max32(&acc), row_max, bmaxes[kbi], lo, kn) {
+                        Kind16::Split
+                    } else {
+                        Kind16::Fma
+                    }
+                } else {
+                    kind
                 };
                 let mut k0 = kb;
                 while k0 < kb + kn {
@@ -2401,6 +2458,8 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
                                             match (kind, bf) {
                                                 (Kind16::Fma, false) => tile16::<$mf, K_FMA, false>(t, ap, bp, len),
                                                 (Kind16::Fma, true) => tile16::<$mf, K_FMA, true>(t, ap, bp, len),
+                                                (Kind16::Split, false) => tile16::<$mf, K_SPLIT, false>(t, ap, bp, len),
+                                                (Kind16::Split, true) => tile16::<$mf, K_SPLIT, true>(t, ap, bp, len),
                                                 (Kind16::Mid, false) => tile16::<$mo, K_MID, false>(t, ap, bp, len),
                                                 (Kind16::Mid, true) => tile16::<$mo, K_MID, true>(t, ap, bp, len),
                                                 (Kind16::Odd, true) => tile16_oddz::<$mo, ODD_BF16>(t, ap, bp, len),
@@ -2684,6 +2743,8 @@ pub(crate) mod testing {
                     let r = match (kind, bf) {
                         (Kind16::Odd, false) => one_row!(t, bp => tile16_oddz::<1, ODD_F16>(&mut t, &[a], &bp, 1)),
                         (Kind16::Fma, false) => add16::<K_FMA, false>(c, av, bv),
+                        (Kind16::Split, false) => add16::<K_SPLIT, false>(c, av, bv),
+                        (Kind16::Split, true) => add16::<K_SPLIT, true>(c, av, bv),
                         (Kind16::Mid, false) => add16::<K_MID, false>(c, av, bv),
                         (Kind16::Odd, true) => one_row!(t, bp => tile16_oddz::<1, ODD_BF16>(&mut t, &[a], &bp, 1)),
                         (Kind16::Fma, true) => add16::<K_FMA, true>(c, av, bv),

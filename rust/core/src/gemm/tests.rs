@@ -338,6 +338,15 @@ fn dir_skips(kind: Kind16, mode: Mode, acc: f32) -> bool {
     matches!(kind, Kind16::Dir(_)) && mode == Mode::Down && acc.to_bits() == 0x8000_0000
 }
 
+/// The split kernel runs only on blocks whose values keep every sum finite and
+/// below the format's overflow threshold, with products on the grid of its
+/// subnormals (`split_ok`): lanes outside that are not compared.
+fn split_skips(kind: Kind16, bf: bool, acc: f32, p: f32) -> bool {
+    let (limit, unit) = if bf { (2f64.powi(100), 2f64.powi(-133)) } else { (65520.0, 2f64.powi(-24)) };
+    let sum = acc as f64 + p as f64;
+    kind == Kind16::Split && !(sum.abs() < limit && (p as f64 / unit).fract() == 0.0 && acc.is_finite())
+}
+
 /// Compare the 8-lane kernel with the exact f64 rounding for every fp16 (`bf`:
 /// bfloat16) accumulator and each of `prods` (NaN results must agree as NaN,
 /// others bit for bit).
@@ -352,7 +361,7 @@ fn check_add16(kind: Kind16, bf: bool, mode: Mode, prods: &[f32]) {
             a8[..acc.len()].copy_from_slice(acc);
             let Some(got) = super::emulate::testing::add16_lanes(kind, bf, mode, a8, p, [1.0; 8]) else { return };
             for l in 0..8 {
-                if dir_skips(kind, mode, a8[l]) {
+                if dir_skips(kind, mode, a8[l]) || split_skips(kind, bf, a8[l], p) {
                     continue;
                 }
                 let want = exact(a8[l] as f64, p as f64);
@@ -396,12 +405,53 @@ fn fp16_fma_path_exhaustive() {
     let prods: Vec<f32> = prods.iter().map(|&b| f64::from_bits(b) as f32).collect();
     check_add16(Kind16::Fma, false, Mode::NearestEven, &prods);
     check_add16(Kind16::Fma, true, Mode::NearestEven, &prods);
+    check_add16(Kind16::Split, false, Mode::NearestEven, &prods);
+    check_add16(Kind16::Split, true, Mode::NearestEven, &prods);
     check_add16(Kind16::OddE5m2, false, Mode::NearestEven, &prods);
     for mode in [Mode::TowardZero, Mode::Up, Mode::Down] {
         check_add16(Kind16::Dir(DirTo::F16), false, mode, &prods);
         check_add16(Kind16::Dir(DirTo::Bf16), true, mode, &prods);
         check_add16(Kind16::Dir(DirTo::E5m2), false, mode, &prods);
     }
+}
+
+/// Veltkamp's split `t - (t - s)`, `t = s * (2^q + 1)`, rounds every f32 `s` of
+/// float16's normal range (and every bfloat16-range f32 below 2^100) to
+/// nearest-even at 11 (8) bits: the `Kind16::Split` kernel against `vcvtps2ph`
+/// and the integer rounding of the top 16 bits, for every f32 pattern from
+/// 2^-14 up to float16's overflow threshold and a sweep of the bfloat16 range.
+#[test]
+#[cfg_attr(debug_assertions, ignore = "exhaustive: run in release mode")]
+fn split_rounds_to_nearest_even() {
+    let _settings = crate::settings_read();
+    let (lo, hi) = (2f32.powi(-14).to_bits(), 65520f32.to_bits());
+    let fp16 = |x: f32| half::f16::from_f32(x).to_f32();
+    let bf16 = |x: f32| {
+        let b = x.to_bits();
+        f32::from_bits((b + 0x7fff + ((b >> 16) & 1)) & 0xffff_0000)
+    };
+    let mut checked = 0u64;
+    for (bf, step, top) in [(false, 1u32, hi), (true, 61, 2f32.powi(100).to_bits())] {
+        let first = if bf { 2f32.powi(-126).to_bits() } else { lo };
+        let mut x = first;
+        while x < top {
+            let mut s = [0f32; 8];
+            for (l, v) in s.iter_mut().enumerate() {
+                // Four patterns, each with both signs.
+                let b = (x + (l / 2) as u32 * step).min(top - 1);
+                *v = if l % 2 == 1 { -f32::from_bits(b) } else { f32::from_bits(b) };
+            }
+            // fma(0, 0, s) = s: the kernel's rounding of s.
+            let Some(got) = super::emulate::testing::add16_lanes(Kind16::Split, bf, Mode::NearestEven, s, 0.0, [0.0; 8]) else { return };
+            for l in 0..8 {
+                let want = if bf { bf16(s[l]) } else { fp16(s[l]) };
+                assert_eq!(got[l].to_bits(), want.to_bits(), "bf={bf}: split of {:e}", s[l]);
+            }
+            checked += 8;
+            x += 4 * step;
+        }
+    }
+    assert!(checked > 30 * (1 << 23));
 }
 
 /// The TwoSum / round-to-odd path is exact for any f32 product: random values over
@@ -546,19 +596,55 @@ fn directed_path_inexact_products() {
 }
 
 /// Codes of `fmt` for a matrix: mostly ordinary values, with the extremes mixed in
-/// (largest values, subnormals, zeros of both signs, NaN / inf where the format has them).
-fn fp8_codes(g: &mut Lcg, len: usize, specials: &[u8]) -> Vec<u8> {
+/// (largest values, subnormals, zeros of both signs, NaN / inf where the format
+/// has them), one in `every` codes.
+fn fp8_codes(g: &mut Lcg, len: usize, specials: &[u8], every: u64) -> Vec<u8> {
     (0..len)
         .map(|_| {
             let r = g.next();
-            if r % 23 == 0 {
-                specials[(r / 23) as usize % specials.len()]
+            if r % every == 0 {
+                specials[(r / every) as usize % specials.len()]
             } else {
                 // Exponent field biased toward the middle of the range.
                 (r >> 8) as u8 & 0x8f | (((r >> 20) % 6 + 5) as u8) << 3
             }
         })
         .collect()
+}
+
+/// A depth block runs the split kernel only while the accumulators it starts
+/// from leave room: ones times 224 (e4m3fn) over 300 steps fill a float16
+/// accumulator to 57344 in the first depth block, whose own bound holds; the
+/// second would carry it past 65504 and must overflow to inf as the exact
+/// rounding does. With 208 the sums stay finite (62400) on the split kernel.
+#[test]
+fn split_blocks_count_the_accumulators() {
+    let _settings = crate::settings_read();
+    let (m, n, k) = (6, 16, 300);
+    let one = FLOAT8_E4M3FN.encode(1.0, &RoundOpts::new(Mode::NearestEven), 0) as u8;
+    let a8 = vec![one; m * k];
+    for (bv, want_inf) in [(224.0, true), (208.0, false)] {
+        let code = FLOAT8_E4M3FN.encode(bv, &RoundOpts::new(Mode::NearestEven), 0) as u8;
+        let b8 = vec![code; k * n];
+        let f = Some(Format::Float(FLOAT8_E4M3FN));
+        // SAFETY: views inside the vectors.
+        let (a, b) = unsafe {
+            (
+                Operand::from_raw(a8.as_ptr(), Storage::U8, f, m, k, k as isize, 1, "a").unwrap(),
+                Operand::from_raw(b8.as_ptr(), Storage::U8, f, k, n, n as isize, 1, "b").unwrap(),
+            )
+        };
+        for chunk in [None, Some((280, Format::Float(FLOAT16)))] {
+            let spec = AccumSpec { fmt: Format::Float(FLOAT16), chunk, opts: RoundOpts::new(Mode::NearestEven) };
+            let mut got = vec![0f64; m * n];
+            let mut want = vec![0f64; m * n];
+            // SAFETY: both hold m x n.
+            matmul_emulated(&a, &b, unsafe { OutMat::from_raw(got.as_mut_ptr(), m, n, n as isize, 1) }, &spec).unwrap();
+            super::emulate::testing::matmul_f64_lanes(&a, &b, unsafe { OutMat::from_raw(want.as_mut_ptr(), m, n, n as isize, 1) }, &spec).unwrap();
+            assert!(want.iter().all(|w| w.is_infinite() == want_inf), "{bv} {chunk:?}: {want:?}");
+            assert_eq!(got, want, "{bv} {chunk:?}");
+        }
+    }
 }
 
 /// The f32 tile kernels give exactly the f64 lanes' results, for fp8 and bf16
@@ -573,16 +659,19 @@ fn emulated_fp16_tile_paths_match_f64_lanes() {
     // (9, 530, 33): several B panels, one row block (columns split across threads).
     let shapes = [(1, 1, 1), (7, 17, 5), (13, 37, 300), (50, 70, 129), (9, 530, 33), (100, 300, 20)];
     for (m, n, k) in shapes {
-        for case in 0..8 {
-            // 0, 1: fp8 (e4m3fn, e5m2 with inf), 2: bf16 normal, 3: bf16 with extreme
+        for case in 0..11 {
+            // 0, 1: fp8 (e4m3fn, e5m2 with inf), 8, 9: the same with the extremes
+            // rare (the split kernel's blocks, and the blocks that an extreme value
+            // sends back to the conversions), 10: small e5m2 values (2^-14 to
+            // 2^-7: sums in float16's subnormal range, off its grid), 2: bf16 normal, 3: bf16 with extreme
             // values, 4: bf16 near the top and bottom of the f32 products' range,
             // 5, 6: fp16 (products of 22 bits: the midpoint-checking kernel) with
             // values spread over its range, and with subnormals and extremes,
             // 7: float32 (products inexact in f32: the directed modes' kernel only).
             let (av, bv): (Vec<u16>, Vec<u16>);
             let (sa, fa) = match case {
-                0 => (Storage::U8, FLOAT8_E4M3FN),
-                1 => (Storage::U8, FLOAT8_E5M2),
+                0 | 8 => (Storage::U8, FLOAT8_E4M3FN),
+                1 | 9 | 10 => (Storage::U8, FLOAT8_E5M2),
                 7 => (Storage::U32, FLOAT32),
                 5 | 6 => (Storage::U16, FLOAT16),
                 _ => (Storage::U16, BFLOAT16),
@@ -600,10 +689,17 @@ fn emulated_fp16_tile_paths_match_f64_lanes() {
                     .collect()
             };
             let (a32, b32) = if case == 7 { (f32s(&mut g, m * k), f32s(&mut g, k * n)) } else { (Vec::new(), Vec::new()) };
-            if case < 2 {
-                let specials: &[u8] = if case == 0 { &[0x7e, 0xfe, 0x7f, 0x80, 0x00, 0x01, 0x81] } else { &[0x7b, 0xfb, 0x7c, 0xfc, 0x7f, 0x80, 0x01] };
-                a8 = fp8_codes(&mut g, m * k, specials);
-                b8 = fp8_codes(&mut g, k * n, specials);
+            if case == 10 {
+                let small = |g: &mut Lcg, len: usize| -> Vec<u8> { (0..len).map(|_| (g.next() >> 8) as u8 & 0x83 | (((g.next() % 8) + 1) as u8) << 2).collect() };
+                a8 = small(&mut g, m * k);
+                b8 = small(&mut g, k * n);
+                av = Vec::new();
+                bv = Vec::new();
+            } else if case < 2 || case >= 8 {
+                let specials: &[u8] = if case % 8 == 0 { &[0x7e, 0xfe, 0x7f, 0x80, 0x00, 0x01, 0x81] } else { &[0x7b, 0xfb, 0x7c, 0xfc, 0x7f, 0x80, 0x01] };
+                let every = if case < 2 { 23 } else { 1500 };
+                a8 = fp8_codes(&mut g, m * k, specials, every);
+                b8 = fp8_codes(&mut g, k * n, specials, every);
                 av = Vec::new();
                 bv = Vec::new();
             } else {
@@ -642,7 +738,7 @@ fn emulated_fp16_tile_paths_match_f64_lanes() {
                         Operand::from_raw(a32.as_ptr() as *const u8, sa, f, m, k, k as isize, 1, "a").unwrap(),
                         Operand::from_raw(b32.as_ptr() as *const u8, sa, f, k, n, n as isize, 1, "b").unwrap(),
                     )
-                } else if case < 2 {
+                } else if case < 2 || case >= 8 {
                     (
                         Operand::from_raw(a8.as_ptr(), sa, f, m, k, k as isize, 1, "a").unwrap(),
                         Operand::from_raw(b8.as_ptr(), sa, f, k, n, n as isize, 1, "b").unwrap(),
