@@ -147,19 +147,24 @@ def int8(sizes) -> None:
 def emulated(sizes) -> None:
     g = np.random.default_rng(2)
     print("\n== emulated accumulation (fp16 accumulator, every add rounded) vs lowp's own f32 path, same inputs")
-    print(f"{'n':>5} {'thr':>3} {'inputs':>8} {'mode':>12} {'chunk':>5} {'GFLOP/s':>8} {'f32 path':>8} {'ratio':>6}")
+    print(f"{'n':>5} {'thr':>3} {'inputs':>8} {'mode/rbits':>13} {'chunk':>5} {'GFLOP/s':>8} {'f32 path':>8} {'ratio':>6}")
     for n in sizes:
         for name, dt in (("bfloat16", ml_dtypes.bfloat16), ("e4m3fn", ml_dtypes.float8_e4m3fn)):
             a = g.standard_normal((n, n)).astype(np.float32).astype(dt)
             b = g.standard_normal((n, n)).astype(np.float32).astype(dt)
             for t in (1, 2):
                 set_threads(t)
-                for mode, chunk in (("nearest_even", None), ("nearest_even", 64), ("stochastic", None)):
+                # Stochastic with the default 32 random bits, and with 13 (the bits a
+                # float32 sum keeps below float16's unit).
+                for mode, chunk, rbits in (("nearest_even", None, None), ("nearest_even", 64, None),
+                                           ("stochastic", None, None), ("stochastic", None, 13)):
                     tf, te = best_pair(lambda: lowp.matmul(a, b),
-                                       lambda: lowp.matmul(a, b, accumulate="float16", chunk=chunk, rounding=mode, seed=1),
+                                       lambda: lowp.matmul(a, b, accumulate="float16", chunk=chunk, rounding=mode,
+                                                           seed=1, rbits=rbits),
                                        4, rounds=2)
                     op = 2.0 * n**3
-                    print(f"{n:5d} {t:3d} {name:>8} {mode:>12} {str(chunk):>5} {op / te / 1e9:8.2f} {op / tf / 1e9:8.1f} "
+                    label = mode if rbits is None else f"{mode[:10]}/{rbits}"
+                    print(f"{n:5d} {t:3d} {name:>8} {label:>13} {str(chunk):>5} {op / te / 1e9:8.2f} {op / tf / 1e9:8.1f} "
                           f"{tf / te:6.3f}", flush=True)
 
 

@@ -410,17 +410,19 @@ def test_fp16_tile_kernels_specials_and_fallback(dtype):
     assert same(res[0][rows][:, cols], ref_matmul(a[rows], b[:, cols], ACC_FORMATS["fp16"], "nearest_even"))
 
 
-@pytest.mark.parametrize("rbits", [None, 5, 32, 40])
+@pytest.mark.parametrize("rbits", [None, 5, 13, 16, 32, 40])
 @pytest.mark.parametrize("chunk", [None, 16])
 @pytest.mark.parametrize("dtype", [ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e5m2, ml_dtypes.bfloat16], ids=lambda d: np.dtype(d).name)
 def test_stochastic_vector_step_threads_and_scalar(rbits, chunk, dtype):
-    # Stochastic fp16 / e5m2 accumulation with the random bits drawn in vector lanes
-    # (register tiles of 8 columns, the step path for the tail and for tiles whose
-    # sums leave the normal range): identical at 1 and 2 threads and on the scalar
-    # path, for many columns and rbits up to and past 32 (the latter falls back).
+    # Stochastic fp16 / bf16 / e5m2 accumulation with the random bits drawn in vector
+    # lanes (float64 register tiles of 8 columns, the step path for the tail and for
+    # tiles whose sums leave the normal range; with at most 13 (bf16: 16) bits and
+    # fp8 products on the format's grid, the float32 tiles of 16 columns whose FMA
+    # truncates): identical at 1 and 2 threads and on the scalar path, for many
+    # columns and rbits up to and past 32 (the latter falls back).
     a, b = data(21, 70, 83, dtype, 31, scale=3.0)
     n0 = lowp.get_num_threads()
-    for acc in ("float16", ACC_FORMATS["e5m2"]):
+    for acc in ("float16", "bfloat16", ACC_FORMATS["e5m2"]):
         kw = dict(accumulate=acc, rounding="stochastic", seed=9, rbits=rbits, chunk=chunk)
         try:
             lowp.set_num_threads(2)
@@ -438,6 +440,26 @@ def test_stochastic_vector_step_threads_and_scalar(rbits, chunk, dtype):
         hi = lowp.matmul(a, b, accumulate=acc, chunk=chunk, rounding="up")
         fin = np.isfinite(lo) & np.isfinite(hi)
         assert np.all((one[fin] >= lo[fin]) & (one[fin] <= hi[fin]))
+
+
+@pytest.mark.parametrize("acc, rbits, tol", [("float16", 13, 0.7), ("float16", 4, 0.7), ("bfloat16", 16, 2.5)])
+def test_stochastic_few_bits_unbiased(acc, rbits, tol):
+    # The float32 stochastic tiles (fp8 products, few random bits): 16 columns of
+    # 256 rows of the same 4096-term dot product, whose addend 5 * 2^-9 lies far
+    # below half a unit of the final sum (2^-5 in float16, 2^-2 in bfloat16), where
+    # nearest-even stalls. Each step's error is zero-mean (the addend is a whole
+    # number of 2^-rbits units) with |err| < ulp: the std of the mean of the 4096
+    # sums is at most 64 * ulp / 64, and `tol` is 10 times that.
+    k = 4096
+    a = np.ones((256, k), dtype=ml_dtypes.float8_e4m3fn)
+    b = np.full((k, 16), 5 * 2.0**-9, dtype=ml_dtypes.float8_e4m3fn)
+    exact = k * 5 * 2.0**-9
+    rne = lowp.matmul(a[:1], b, accumulate=acc)
+    assert abs(float(rne[0, 0]) - exact) > 5
+    s1 = lowp.matmul(a, b, accumulate=acc, rounding="stochastic", seed=3, rbits=rbits)
+    assert len(np.unique(s1)) > 5
+    assert abs(float(np.mean(s1.astype(np.float64))) - exact) < tol
+    assert np.array_equal(s1, lowp.matmul(a, b, accumulate=acc, rounding="stochastic", seed=3, rbits=rbits))
 
 
 @pytest.mark.parametrize("dtype", [ml_dtypes.float8_e5m2, ml_dtypes.bfloat16], ids=lambda d: np.dtype(d).name)

@@ -49,6 +49,12 @@
 //!   block runs through the f64 rounding; into float8_e5m2, rounded to odd
 //!   again at float16 ([`Kind16::OddE5m2`]). Chunk totals into float16 or
 //!   bfloat16, to nearest, use TwoSum in f32 and round to odd.
+//!   Stochastic into float16 or bfloat16 with at most 13 (16) random bits,
+//!   from fp8 products on the format's grid ([`Kind16::Sr`]): the FMA toward
+//!   zero truncates the exact sum to 24 bits, which keeps the bits the
+//!   decision reads; the random word of each lane is drawn in the registers
+//!   ([`tile16_sr`]). Depth blocks whose values could take a sum past the
+//!   largest value run through the f64 rounding.
 //! - every other [`Fast`] format and mode (stochastic: `rbits <= 32`):
 //!   register tiles of 4 rows x 8 columns of f64 accumulators over the steps
 //!   up to the next chunk end (`tile_avx2`). The sum is the FMA when the
@@ -1416,6 +1422,13 @@ pub(crate) enum Kind16 {
     /// rounded in the mode itself ([`tile16_dir`]), for any inputs whose values
     /// are f32.
     Dir(DirTo),
+    /// Stochastic into float16 or bfloat16 with `rbits` at most the 13 (16) bits
+    /// f32 keeps below the format's unit, products of two fp8 formats on the
+    /// format's grid ([`tile16_sr`]): the FMA toward zero is the exact sum
+    /// truncated to 24 bits, whose bits below the unit decide as the f64 path's
+    /// `rbits` top bits of the remainder do. Depth blocks whose values could
+    /// take a sum past the largest value (or meet inf/NaN) run the f64 rounding.
+    Sr,
 }
 
 /// [`Kind16`] as the const parameter of the kernels.
@@ -1468,6 +1481,9 @@ pub(crate) fn kind16(fmt: &Format, opts: &RoundOpts, a: &Operand, b: &Operand) -
     if let Some(to) = dir_to(fmt, opts) {
         return (a.fits_f32() && b.fits_f32()).then_some((Kind16::Dir(to), to == DirTo::Bf16));
     }
+    if opts.mode == Mode::Stochastic {
+        return sr_kind(fmt, opts, &fa, &fb);
+    }
     let (pa, _, _) = profile(&fa);
     let (pb, _, _) = profile(&fb);
     // Products of at most 24 bits (their exponents are checked per depth block).
@@ -1493,6 +1509,30 @@ pub(crate) fn kind16(fmt: &Format, opts: &RoundOpts, a: &Operand, b: &Operand) -
     // often: `Odd` (round to odd from the FMA toward zero) is faster there.
     let kind = if pa + pb >= 20 { Kind16::Mid } else { Kind16::Odd };
     fit24.then_some((kind, bf))
+}
+
+/// [`kind16`] for stochastic rounding: [`Kind16::Sr`] into float16 or
+/// bfloat16 (not saturating) with 1 to 13 (bfloat16: 16) random bits. The
+/// FMA truncates any sum exactly; the kernel needs the products on the
+/// format's grid (last bits at or above its smallest subnormal: sums in its
+/// subnormal range are exact, and the truncation at its normal unit leaves
+/// them alone), which each depth block checks from its values ([`split_ok`])
+/// and which float16 gets from fp8 formats whose products are on it by their
+/// formats (the e4m3 family); bfloat16's reaches 2^-133, below the products of
+/// fp8, fp16 and all but extreme bfloat16 values.
+fn sr_kind(fmt: &Format, opts: &RoundOpts, fa: &Format, fb: &Format) -> Option<(Kind16, bool)> {
+    let bf = *fmt == Format::Float(named::BFLOAT16);
+    if opts.saturate || !(bf || *fmt == Format::Float(named::FLOAT16)) {
+        return None;
+    }
+    let (Format::Float(x), Format::Float(y)) = (fa, fb) else { return None };
+    let (unit, sub) = if bf { (16, -133) } else { (13, -24) };
+    let inputs = if bf {
+        [x, y].iter().all(|f| FMA16_INPUTS.contains(f) || **f == named::BFLOAT16 || **f == named::FLOAT16)
+    } else {
+        FMA16_INPUTS.contains(x) && FMA16_INPUTS.contains(y) && value_bounds(fa).0 + value_bounds(fb).0 >= sub
+    };
+    (inputs && (1..=unit).contains(&opts.rbits)).then_some((Kind16::Sr, bf))
 }
 
 /// Bounds of a block of f32 values: (lowest exponent of any nonzero finite
@@ -1534,9 +1574,18 @@ fn abs_max32(v: &[f32]) -> f32 {
 /// where `t` overflows). Products with last bits at or above the format's
 /// smallest subnormal (2^-24, 2^-133) and accumulators on its grid make every
 /// sum in its subnormal range exact: the split returns it unchanged.
-fn split_ok(bf: bool, acc_max: f32, row_max: f64, b_max: f32, lo: Option<i32>, kn: usize) -> bool {
-    let (p, limit, sub) = if bf { (8, 2f64.powi(100), -133) } else { (11, 65520.0, -24) };
-    let growth = (1.0 + 2f64.powi(-p)).powi(kn as i32);
+///
+/// With `sr` (kind [`Kind16::Sr`]) the bound is the one stochastic rounding
+/// needs: a rounding moves a sum by less than a unit, 2^(1-p) of it, and every
+/// sum must stay at or below float16's largest value (65504), which no rounding
+/// of it then passes.
+fn split_ok(bf: bool, acc_max: f32, row_max: f64, b_max: f32, lo: Option<i32>, kn: usize, sr: bool) -> bool {
+    let (p, limit, sub) = match (bf, sr) {
+        (true, _) => (8, 2f64.powi(100), -133),
+        (false, false) => (11, 65520.0, -24),
+        (false, true) => (11, 65504.0, -24),
+    };
+    let growth = (1.0 + 2f64.powi(if sr { 1 - p } else { -p })).powi(kn as i32);
     // NaN compares false: refused.
     (acc_max as f64 + row_max * b_max as f64) * growth < limit && lo.is_none_or(|l| l >= sub)
 }
@@ -2277,6 +2326,152 @@ unsafe fn tile16_oddz<const MR: usize, const T: u8>(acc: &mut [f32], ap: &[f32],
     }
 }
 
+/// One accumulator of a [`tile16_sr`] step: the random word of its 8 lanes,
+/// `mix32` of the Weyl state (`[{v} + $v]` at the call's first step plus ymm11,
+/// GAMMA times the steps since) without its last xor-shift, which leaves the
+/// top 16 bits alone; the complement of its top `rbits` bits placed just below
+/// the format's unit (`[{k} + 64]` keeps them, a shift right by `{sh}` = 32 -
+/// the unit's bit); then `$c += a * $b` by the FMA toward zero, the complement
+/// added to the bit pattern and the bits below the unit cleared (`[{k} + 96]`).
+/// ymm10 holds `a`; `$t`, `$u` are scratch.
+#[cfg(target_arch = "x86_64")]
+macro_rules! sr_acc {
+    ($c:literal, $b:literal, $v:literal, $t:literal, $u:literal) => {
+        concat!(
+            "vpaddd ", $t, ", ymm11, ymmword ptr [{v} + ", $v, "]\n",
+            "vpsrld ", $u, ", ", $t, ", 16\n",
+            "vpxor ", $t, ", ", $t, ", ", $u, "\n",
+            "vpmulld ", $t, ", ", $t, ", ymmword ptr [{k}]\n",
+            "vpsrld ", $u, ", ", $t, ", 15\n",
+            "vpxor ", $t, ", ", $t, ", ", $u, "\n",
+            "vpmulld ", $t, ", ", $t, ", ymmword ptr [{k} + 32]\n",
+            "vpandn ", $t, ", ", $t, ", ymmword ptr [{k} + 64]\n",
+            "vpsrld ", $t, ", ", $t, ", {sh}\n",
+            "vfmadd231ps ", $c, ", ymm10, ", $b, "\n",
+            "vpaddd ", $c, ", ", $c, ", ", $t, "\n",
+            "vpand ", $c, ", ", $c, ", ymmword ptr [{k} + 96]\n",
+        )
+    };
+}
+
+/// The assembly block of [`tile16_sr`] for `MR` = 4 or 1 rows.
+#[cfg(target_arch = "x86_64")]
+macro_rules! sr_asm {
+    (4, $($ops:tt)*) => {
+        sr_asm!(@rows "16", [
+            ("0", "ymm0", "0", "ymm1", "32"), ("4", "ymm2", "64", "ymm3", "96"),
+            ("8", "ymm4", "128", "ymm5", "160"), ("12", "ymm6", "192", "ymm7", "224")
+        ], $($ops)*)
+    };
+    (1, $($ops:tt)*) => {
+        sr_asm!(@rows "4", [("0", "ymm0", "0", "ymm1", "32")], $($ops)*)
+    };
+    // Rows: (byte of `a` in the strip, accumulators and their bytes in the tile
+    // and in the Weyl states).
+    (@rows $stride:literal, [$(($off:literal, $c0:tt, $o0:literal, $c1:tt, $o1:literal)),*], $($ops:tt)*) => {
+        asm!(
+            "# constants at {k}, states at {v}",
+            mxcsr_enter!(),
+            "vpxor ymm11, ymm11, ymm11",
+            $(dir_load!($c0, $o0), dir_load!($c1, $o1),)*
+            "2:",
+            "vmovups ymm8, ymmword ptr [{pb}]",
+            "vmovups ymm9, ymmword ptr [{pb} + 32]",
+            $(
+                concat!("vbroadcastss ymm10, dword ptr [{pa} + ", $off, "]"),
+                sr_acc!($c0, "ymm8", $o0, "ymm12", "ymm13"), sr_acc!($c1, "ymm9", $o1, "ymm14", "ymm15"),
+            )*
+            concat!("add {pa}, ", $stride),
+            "add {pb}, 64",
+            "vpaddd ymm11, ymm11, ymmword ptr [{k} + 128]",
+            "dec {kn}",
+            "jnz 2b",
+            $(
+                concat!("vmovups ymmword ptr [{c} + ", $o0, "], ", $c0),
+                concat!("vmovups ymmword ptr [{c} + ", $o1, "], ", $c1),
+            )*
+            "vldmxcsr dword ptr [{csr}]",
+            $($ops)*
+            $(out($c0) _, out($c1) _,)*
+            out("ymm8") _, out("ymm9") _, out("ymm10") _, out("ymm11") _,
+            out("ymm12") _, out("ymm13") _, out("ymm14") _, out("ymm15") _,
+            options(nostack),
+        )
+    };
+}
+
+/// The stochastic tile kernel of [`Kind16::Sr`] into float16 (bfloat16 with
+/// `BF`), `MR` (1 or 4) rows, `rbits` (1 to 13, bfloat16 16) random bits: as
+/// [`tile16`], each add `acc = SR(acc + a*b)`. `v0[2r + h][l]` is the Weyl
+/// state ([`Rng::weyl0`]) of the element of row r, column 8h + l at the first
+/// step; each step's is GAMMA more (the caller checks that no lane's index
+/// changes its upper 32 bits over the `kn` steps).
+///
+/// The FMA toward zero (MXCSR, inside the assembly block) is the exact sum
+/// `x` truncated to 24 bits, so its bits below the format's unit (13 in the
+/// normal range of float16, 16 of bfloat16) are the top bits of x's remainder
+/// there: adding `2^R - 1 - rand` (R = rbits, placed just below the unit) to
+/// the pattern carries into the unit exactly when `rand` is below the top R
+/// bits of the remainder, the f64 path's decision ([`Fast::round`]), and the
+/// truncation that follows keeps the unit. On the signed pattern the carry
+/// grows the magnitude, to the neighbour away from zero. Sums in float16's
+/// subnormal range are exact there (products on its grid, [`sr_kind`]) and
+/// their bits below the normal unit are zero, so the add-and-truncate leaves
+/// them alone, as the f64 path's rounding does. Exact zero sums are +0 toward
+/// zero, as in the f64 path; a nonzero sum is at least the smallest
+/// subnormal, so no truncation makes a -0. The caller keeps every sum at or
+/// below the largest value ([`split_ok`] with `sr`): the carry never reaches
+/// the exponent's top.
+///
+/// # Safety
+/// The CPU must support avx2 and fma; `ap` holds kn*MR values, `bp` kn*16.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn tile16_sr<const MR: usize, const BF: bool>(acc: &mut [f32], ap: &[f32], bp: &[f32], kn: usize, v0: &[[u32; 8]; 8], rbits: u32) {
+    use std::arch::asm;
+    assert!(MR == 1 || MR == 4);
+    assert!(acc.len() >= MR * 16 && ap.len() >= kn * MR && bp.len() >= kn * 16);
+    let unit = if BF { 16 } else { 13 };
+    assert!((1..=unit).contains(&rbits));
+    if kn == 0 {
+        return;
+    }
+    // mix32's multipliers, the top rbits bits, the bits from the unit up, GAMMA.
+    #[repr(C, align(32))]
+    struct Consts([[u32; 8]; 5]);
+    let k = Consts([[0x7feb_352d; 8], [0x846c_a68b; 8], [u32::MAX << (32 - rbits); 8], [u32::MAX << unit; 8], [crate::round::GAMMA; 8]]);
+    // Toward zero.
+    let rc = 3u32 << 13;
+    let mut csr = [0u32; 2];
+    macro_rules! go {
+        ($mr:tt, $sh:expr) => {
+            sr_asm!($mr,
+                c = in(reg) acc.as_mut_ptr(),
+                pa = inout(reg) ap.as_ptr() => _,
+                pb = inout(reg) bp.as_ptr() => _,
+                kn = inout(reg) kn => _,
+                csr = in(reg) csr.as_mut_ptr(),
+                rc = in(reg) rc,
+                k = in(reg) k.0.as_ptr(),
+                v = in(reg) v0.as_ptr(),
+                t = out(reg) _,
+                sh = const $sh,
+            )
+        };
+    }
+    // SAFETY: the loads and stores stay inside acc (MR*16 values), ap (kn*MR),
+    // bp (kn*16), v0 (2*MR vectors) and the constants; MXCSR is restored before
+    // the block ends; the clobbered vector registers are declared.
+    unsafe {
+        match (MR, BF) {
+            (4, false) => go!(4, 19),
+            (4, true) => go!(4, 16),
+            (_, false) => go!(1, 19),
+            (_, true) => go!(1, 16),
+        }
+    }
+}
+
 /// `tot = round(tot + row)` lane-wise (chunk totals into the accumulator's
 /// format, rounded as [`add16`] with `BF`), then `row = 0`. Both hold
 /// values of that format, so the sum is exact in f64 and the TwoSum /
@@ -2340,10 +2535,17 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
     let scan = matches!(kind, Kind16::Odd | Kind16::Mid | Kind16::OddE5m2);
     // Kind Split checks each depth block's values ([`split_ok`]).
     let split = kind == Kind16::Split;
+    // Kind Sr checks each depth block's values too (the bound of `split_ok`),
+    // and draws random bits keyed by (element, step) as `drive` does: element
+    // e = row * n + column, step t (chunk total r: step k + r), index e*steps + t.
+    let sr = kind == Kind16::Sr;
     let chunk = spec.chunk.map(|(cs, _)| cs).unwrap_or(usize::MAX);
+    let steps = (k + if outer.is_some() { k.div_ceil(chunk) } else { 0 }) as u64;
+    let (rng, rng2, rbits) = (Rng::new(spec.opts.key), Rng::new(chunk_opts(spec.opts).key), spec.opts.rbits);
+    let index = |row: usize, col: usize, t: usize| ((row * n + col) as u64).wrapping_mul(steps).wrapping_add(t as u64);
     // Chunk totals into the same format, nearest-even, run vectorized too.
     // (flush16 rounds into float16 and bfloat16 only.)
-    let same = spec.chunk.is_some_and(|(_, f2)| f2 == spec.fmt) && !matches!(kind, Kind16::Dir(_) | Kind16::OddE5m2);
+    let same = spec.chunk.is_some_and(|(_, f2)| f2 == spec.fmt) && !matches!(kind, Kind16::Dir(_) | Kind16::OddE5m2 | Kind16::Sr);
     // Or into a target of the directed kernels, or float32 to nearest-even:
     // `flush_dir` (MXCSR rounding).
     let outer_dir = spec.chunk.and_then(|(_, f2)| {
@@ -2387,8 +2589,8 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
             // dst[kk*16 + j] = b[kb+kk, j0+16s+j], zeros past the last column.
             unsafe { super::kernels::pack_real::<f32>(b, base, b.cs, b.rs, 16.min(jb - 16 * s), 16, kn, dst) };
             let v = &dst[..kn * 16];
-            let bounds = if scan || split { exp_bounds(v, pb) } else { None };
-            (bounds, if split { abs_max32(v) } else { 0.0 })
+            let bounds = if scan || split || sr { exp_bounds(v, pb) } else { None };
+            (bounds, if split || sr { abs_max32(v) } else { 0.0 })
         };
         let used = &mut bpanel[..kblocks * strips * kbs * 16];
         let mut sb: Vec<(Option<(i32, i32)>, f32)> = vec![(None, 0.0); kblocks * strips];
@@ -2425,18 +2627,18 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
                 }
                 let ablock = |g: usize| &apack[g * kbs * mr..g * kbs * mr + kn * mr];
                 let abounds = || (0..groups).filter_map(|g| exp_bounds(ablock(g), pa)).reduce(merge_bounds);
-                let fast = !scan || fits(abounds(), bbk);
-                // Kind Split on this block, else its fallback Fma.
-                let kind = if split {
+                // Kinds Split and Sr: may this block run them (`split_ok`)?
+                let bounded = (split || sr) && {
                     let row_max = (0..groups).flat_map(|g| (0..mr).map(move |r| ablock(g).iter().skip(r).step_by(mr).map(|x| x.abs() as f64).sum::<f64>())).fold(0.0, f64::max);
                     let lo = abounds().zip(bbk).map(|(x, y)| x.0 + y.0);
-                    if split_ok(bf, abs_max32(&acc), row_max, bmaxes[kbi], lo, kn) {
-                        Kind16::Split
-                    } else {
-                        Kind16::Fma
-                    }
-                } else {
-                    kind
+                    split_ok(bf, abs_max32(&acc), row_max, bmaxes[kbi], lo, kn, sr)
+                };
+                // Kind Sr's blocks outside the bound run the f64 rounding.
+                let fast = (!scan || fits(abounds(), bbk)) && (!sr || bounded);
+                // Kind Split on this block, else its fallback Fma.
+                let kind = match kind {
+                    Kind16::Split if !bounded => Kind16::Fma,
+                    kind => kind,
                 };
                 let mut k0 = kb;
                 while k0 < kb + kn {
@@ -2449,12 +2651,33 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
                         for g in 0..groups {
                             let ap = &apack[g * kbs * mr + o0 * mr..g * kbs * mr + (o0 + len) * mr];
                             let t = &mut acc[(g * ns + s - s0) * tile..(g * ns + s - s0 + 1) * tile];
-                            if fast {
+                            let (row0, col0) = (i0 + g * mr, j0 + 16 * s);
+                            // Kind Sr: the Weyl states of the tile's lanes at its first step, when
+                            // no lane's index changes its upper 32 bits over the steps.
+                            let states = || -> Option<[[u32; 8]; 8]> {
+                                let mut v = [[0u32; 8]; 8];
+                                let mut hi = (u64::MAX, 0);
+                                for r in 0..mr {
+                                    for l in 0..16 {
+                                        let idx = index(row0 + r, col0 + l, kb + o0);
+                                        if idx >> 32 != idx.wrapping_add(len as u64 - 1) >> 32 {
+                                            return None;
+                                        }
+                                        if hi.0 != idx >> 32 {
+                                            hi = (idx >> 32, rng.hi_word(idx));
+                                        }
+                                        v[2 * r + l / 8][l % 8] = rng.weyl0(idx as u32, hi.1);
+                                    }
+                                }
+                                Some(v)
+                            };
+                            // The kernel ran (kind Sr's needs the states).
+                            let done = fast && {
                                 // SAFETY: kind16 checked avx2/fma/f16c (simd); slices sized as required.
                                 unsafe {
                                     // Tiles of MR_FMA (FMA) or MR_ODD rows, or of one row throughout.
                                     macro_rules! tiles {
-                                        ($mf:expr, $mo:expr) => {
+                                        ($mf:expr, $mo:expr, $v:expr) => {
                                             match (kind, bf) {
                                                 (Kind16::Fma, false) => tile16::<$mf, K_FMA, false>(t, ap, bp, len),
                                                 (Kind16::Fma, true) => tile16::<$mf, K_FMA, true>(t, ap, bp, len),
@@ -2466,22 +2689,30 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
                                                 (Kind16::Odd, false) => tile16_oddz::<$mo, ODD_F16>(t, ap, bp, len),
                                                 (Kind16::OddE5m2, _) => tile16_oddz::<$mo, ODD_E5M2>(t, ap, bp, len),
                                                 (Kind16::Dir(to), _) => tile16_dir_to::<$mf>(to, rm, t, ap, bp, len),
+                                                (Kind16::Sr, false) => tile16_sr::<$mo, false>(t, ap, bp, len, $v, rbits),
+                                                (Kind16::Sr, true) => tile16_sr::<$mo, true>(t, ap, bp, len, $v, rbits),
                                             }
                                         };
                                     }
-                                    if mr == 1 {
-                                        tiles!(1, 1)
-                                    } else {
-                                        tiles!(MR_FMA, MR_ODD)
+                                    let sv = if sr { states() } else { Some([[0; 8]; 8]) };
+                                    if let Some(v) = &sv {
+                                        if mr == 1 {
+                                            tiles!(1, 1, v)
+                                        } else {
+                                            tiles!(MR_FMA, MR_ODD, v)
+                                        }
                                     }
+                                    sv.is_some()
                                 }
-                            } else {
+                            };
+                            if !done {
                                 for kk in 0..len {
                                     for r in 0..mr {
                                         let av = ap[kk * mr + r] as f64;
                                         for j in 0..16 {
+                                            let rd = if sr { rng.bits(index(row0 + r, col0 + j, kb + o0 + kk), rbits) } else { 0 };
                                             // The product of two f32 values of <= 24 bits together is exact in f64.
-                                            t[r * 16 + j] = exact.add(t[r * 16 + j] as f64, av * bp[kk * 16 + j] as f64, 0) as f32;
+                                            t[r * 16 + j] = exact.add(t[r * 16 + j] as f64, av * bp[kk * 16 + j] as f64, rd) as f32;
                                         }
                                     }
                                 }
@@ -2503,8 +2734,15 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
                                     }
                                 };
                             } else {
-                                for (tv, av) in tot64.iter_mut().zip(acc.iter_mut()) {
-                                    *tv = o.add(*tv, *av as f64, 0);
+                                for (q, (tv, av)) in tot64.iter_mut().zip(acc.iter_mut()).enumerate() {
+                                    // Tile (g, s) at (g * ns + s - s0) * tile, row-major mr x 16.
+                                    let rd = if sr {
+                                        let (g, s, r, j) = (q / (ns * tile), s0 + q / tile % ns, q % tile / 16, q % 16);
+                                        rng2.bits(index(i0 + g * mr + r, j0 + 16 * s + j, k + (k1 - 1) / chunk), rbits)
+                                    } else {
+                                        0
+                                    };
+                                    *tv = o.add(*tv, *av as f64, rd);
                                     *av = 0.0;
                                 }
                             }
@@ -2751,6 +2989,7 @@ pub(crate) mod testing {
                         (Kind16::Mid, true) => add16::<K_MID, true>(c, av, bv),
                         (Kind16::OddE5m2, _) => one_row!(t, bp => tile16_oddz::<1, ODD_E5M2>(&mut t, &[a], &bp, 1)),
                         (Kind16::Dir(to), _) => one_row!(t, bp => tile16_dir_to::<1>(to, rm, &mut t, &[a], &bp, 1)),
+                        (Kind16::Sr, _) => panic!("the stochastic kernel draws bits per element: it is checked through matmul_emulated"),
                     };
                     _mm256_storeu_ps(out.as_mut_ptr(), r);
                 }

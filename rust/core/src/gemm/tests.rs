@@ -751,15 +751,23 @@ fn emulated_fp16_tile_paths_match_f64_lanes() {
                 }
             };
             let f32f = Format::Float(FLOAT32);
-            let mut modes = vec![(f16, Mode::NearestEven), (bf16, Mode::NearestEven), (Format::Float(FLOAT8_E5M2), Mode::NearestEven)];
+            let opts = RoundOpts::new;
+            let mut modes = vec![(f16, opts(Mode::NearestEven)), (bf16, opts(Mode::NearestEven)), (Format::Float(FLOAT8_E5M2), opts(Mode::NearestEven))];
             for mode in [Mode::TowardZero, Mode::Up, Mode::Down] {
-                modes.extend([(f16, mode), (bf16, mode), (f32f, mode), (Format::Float(FLOAT8_E5M2), mode)]);
+                modes.extend([(f16, opts(mode)), (bf16, opts(mode)), (f32f, opts(mode)), (Format::Float(FLOAT8_E5M2), opts(mode))]);
             }
-            for (fmt, mode, chunk) in modes.into_iter().flat_map(|(fmt, mode)| {
+            // Stochastic with few random bits: the stochastic tile kernel (fp16 from
+            // e4m3fn products, bf16 from fp8 products), up to the bits f32 keeps.
+            for (fmt, rbits) in [(f16, 1), (f16, 9), (f16, 13), (bf16, 5), (bf16, 16)] {
+                let key = crate::round::SeedKey::from_seed(rbits as u64 + 7);
+                modes.push((fmt, RoundOpts { rbits, key, ..opts(Mode::Stochastic) }));
+            }
+            for (fmt, o, chunk) in modes.into_iter().flat_map(|(fmt, o)| {
                 let other = if fmt == f16 { bf16 } else { f16 };
-                [None, Some((64, fmt)), Some((7, fmt)), Some((5, Format::Float(FLOAT32))), Some((9, other))].map(|c| (fmt, mode, c))
+                [None, Some((64, fmt)), Some((7, fmt)), Some((5, Format::Float(FLOAT32))), Some((9, other))].map(|c| (fmt, o, c))
             }) {
-                let spec = AccumSpec { fmt, chunk, opts: RoundOpts::new(mode) };
+                let mode = o.mode;
+                let spec = AccumSpec { fmt, chunk, opts: o };
                 let mut got = vec![0f64; m * n];
                 let mut want = vec![0f64; m * n];
                 // SAFETY: both hold m x n.
