@@ -462,6 +462,25 @@ def test_stochastic_few_bits_unbiased(acc, rbits, tol):
     assert np.array_equal(s1, lowp.matmul(a, b, accumulate=acc, rounding="stochastic", seed=3, rbits=rbits))
 
 
+@pytest.mark.parametrize("acc, rbits", [("float16", 13), ("float16", 5), ("bfloat16", 16), ("bfloat16", 7)])
+@pytest.mark.parametrize("dtype", [ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e5m2, ml_dtypes.bfloat16], ids=lambda d: np.dtype(d).name)
+def test_stochastic_few_bits_sums_match_scalar(acc, rbits, dtype):
+    # lowp.sum over many columns runs on the float32 tiles too (a product with a row
+    # of ones): the same bits as the scalar path, whole and chunked, over each axis.
+    g = np.random.default_rng(rbits)
+    for shape, axis in (((300, 37), 0), ((37, 300), 1), ((1000,), None), ((5, 700, 20), 1)):
+        x = (g.standard_normal(shape) * 3).astype(np.float32).astype(dtype)
+        for chunk in (None, 16):
+            kw = dict(axis=axis, accumulate=acc, rounding="stochastic", seed=3, rbits=rbits, chunk=chunk)
+            simd = lowp.sum(x, **kw)
+            lowp._lowp.set_isa("scalar")
+            try:
+                scalar = lowp.sum(x, **kw)
+            finally:
+                lowp._lowp.set_isa(None)
+            assert same_bits(simd, scalar), (shape, axis, chunk)
+
+
 @pytest.mark.parametrize("dtype", [ml_dtypes.float8_e5m2, ml_dtypes.bfloat16], ids=lambda d: np.dtype(d).name)
 def test_fp16_tile_kernels_strided_views(dtype):
     # Transposed and strided operands pack through the same kernels.
