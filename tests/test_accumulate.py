@@ -414,15 +414,15 @@ def test_fp16_tile_kernels_specials_and_fallback(dtype):
 @pytest.mark.parametrize("chunk", [None, 16])
 @pytest.mark.parametrize("dtype", [ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e5m2, ml_dtypes.bfloat16], ids=lambda d: np.dtype(d).name)
 def test_stochastic_vector_step_threads_and_scalar(rbits, chunk, dtype):
-    # Stochastic fp16 / bf16 / e5m2 accumulation with the random bits drawn in vector
-    # lanes (float64 register tiles of 8 columns, the step path for the tail and for
-    # tiles whose sums leave the normal range; with at most 13 (bf16: 16) bits and
-    # fp8 products on the format's grid, the float32 tiles of 16 columns whose FMA
-    # truncates): identical at 1 and 2 threads and on the scalar path, for many
-    # columns and rbits up to and past 32 (the latter falls back).
+    # Stochastic fp16 / bf16 / e5m2 / FloatFormat(6, 9) accumulation with the random
+    # bits drawn in vector lanes (float64 register tiles of 8 columns, the step path
+    # for the tail and for tiles whose sums leave the normal range; with at most
+    # 23 - man bits and products on the format's grid, the float32 tiles of 16 columns
+    # whose FMA truncates): identical at 1 and 2 threads and on the scalar path, for
+    # many columns and rbits up to and past 32 (the latter falls back).
     a, b = data(21, 70, 83, dtype, 31, scale=3.0)
     n0 = lowp.get_num_threads()
-    for acc in ("float16", "bfloat16", ACC_FORMATS["e5m2"]):
+    for acc in ("float16", "bfloat16", ACC_FORMATS["e5m2"], ACC_FORMATS["f6m9"]):
         kw = dict(accumulate=acc, rounding="stochastic", seed=9, rbits=rbits, chunk=chunk)
         try:
             lowp.set_num_threads(2)
@@ -462,7 +462,7 @@ def test_stochastic_few_bits_unbiased(acc, rbits, tol):
     assert np.array_equal(s1, lowp.matmul(a, b, accumulate=acc, rounding="stochastic", seed=3, rbits=rbits))
 
 
-@pytest.mark.parametrize("acc, rbits", [("float16", 13), ("float16", 5), ("bfloat16", 16), ("bfloat16", 7)])
+@pytest.mark.parametrize("acc, rbits", [("float16", 13), ("float16", 5), ("bfloat16", 16), ("bfloat16", 7), ("f6m9", 14)])
 @pytest.mark.parametrize("dtype", [ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e5m2, ml_dtypes.bfloat16], ids=lambda d: np.dtype(d).name)
 def test_stochastic_few_bits_sums_match_scalar(acc, rbits, dtype):
     # lowp.sum over many columns runs on the float32 tiles too (a product with a row
@@ -471,7 +471,7 @@ def test_stochastic_few_bits_sums_match_scalar(acc, rbits, dtype):
     for shape, axis in (((300, 37), 0), ((37, 300), 1), ((1000,), None), ((5, 700, 20), 1)):
         x = (g.standard_normal(shape) * 3).astype(np.float32).astype(dtype)
         for chunk in (None, 16):
-            kw = dict(axis=axis, accumulate=acc, rounding="stochastic", seed=3, rbits=rbits, chunk=chunk)
+            kw = dict(axis=axis, accumulate=ACC_FORMATS.get(acc, acc), rounding="stochastic", seed=3, rbits=rbits, chunk=chunk)
             simd = lowp.sum(x, **kw)
             lowp._lowp.set_isa("scalar")
             try:

@@ -166,8 +166,10 @@ def matmul(a: Any, b: Any, *, accumulate: Any = "float32", chunk: Optional[int] 
     seed, rbits: stochastic rounding (random bits keyed by output element and step, so the
         result is the same at any thread count; rbits default 32). An add rounds up when the
         ``rbits`` random bits are below the top ``rbits`` bits of the exact sum's remainder
-        under the unit. float16 (bfloat16) accumulation of fp8 products runs about twice as
-        fast with ``rbits <= 13`` (16): a float32 sum keeps that many bits below the unit.
+        under the unit. With ``rbits`` at most the bits a float32 sum keeps below the
+        accumulator's unit (``23 - man``: 13 for float16, 16 for bfloat16, 14 for
+        FloatFormat(6, 9)), fp8 inputs (bfloat16 accumulators: bf16 and fp16 too) run about
+        twice as fast.
     out_dtype: dtype of the result; default the accumulator's type (float32, float64,
         int32; emulated accumulation: float32 when the formats fit in it). Other dtypes
         (float16, bfloat16, fp8 ...) receive the accumulators rounded once (nearest even).

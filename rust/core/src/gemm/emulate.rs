@@ -49,12 +49,14 @@
 //!   block runs through the f64 rounding; into float8_e5m2, rounded to odd
 //!   again at float16 ([`Kind16::OddE5m2`]). Chunk totals into float16 or
 //!   bfloat16, to nearest, use TwoSum in f32 and round to odd.
-//!   Stochastic into float16 or bfloat16 with at most 13 (16) random bits,
-//!   from fp8 products on the format's grid ([`Kind16::Sr`]): the FMA toward
-//!   zero truncates the exact sum to 24 bits, which keeps the bits the
-//!   decision reads; the random word of each lane is drawn in the registers
-//!   ([`tile16_sr`]). Depth blocks whose values could take a sum past the
-//!   largest value run through the f64 rounding.
+//!   Stochastic into float16, bfloat16 and other IEEE-style formats of 2 to
+//!   10 mantissa bits whose normal range f32 holds, with at most `23 - man`
+//!   random bits (13 for float16, 16 for bfloat16), products on the format's
+//!   grid ([`Kind16::Sr`]): the FMA toward zero truncates the exact sum to 24
+//!   bits, which keeps the bits the decision reads; the random word of each
+//!   lane is drawn in the registers ([`tile16_sr`]). Depth blocks whose values
+//!   could take a sum past the largest value, or a product off the grid, run
+//!   through the f64 rounding.
 //! - every other [`Fast`] format and mode (stochastic: `rbits <= 32`):
 //!   register tiles of 4 rows x 8 columns of f64 accumulators over the steps
 //!   up to the next chunk end (`tile_avx2`). The sum is the FMA when the
@@ -1422,12 +1424,14 @@ pub(crate) enum Kind16 {
     /// rounded in the mode itself ([`tile16_dir`]), for any inputs whose values
     /// are f32.
     Dir(DirTo),
-    /// Stochastic into float16 or bfloat16 with `rbits` at most the 13 (16) bits
-    /// f32 keeps below the format's unit, products of two fp8 formats on the
-    /// format's grid ([`tile16_sr`]): the FMA toward zero is the exact sum
-    /// truncated to 24 bits, whose bits below the unit decide as the f64 path's
-    /// `rbits` top bits of the remainder do. Depth blocks whose values could
-    /// take a sum past the largest value (or meet inf/NaN) run the f64 rounding.
+    /// Stochastic into float16, bfloat16 or another IEEE-style format whose
+    /// normal range f32 holds ([`sr_fmt`]), with `rbits` at most the bits f32
+    /// keeps below the format's unit (`23 - man`: 13 for float16, 16 for
+    /// bfloat16), products on the format's grid ([`tile16_sr`]): the FMA toward
+    /// zero is the exact sum truncated to 24 bits, whose bits below the unit
+    /// decide as the f64 path's `rbits` top bits of the remainder do. Depth
+    /// blocks whose values could take a sum past the largest value (or meet
+    /// inf/NaN) run the f64 rounding.
     Sr,
 }
 
@@ -1482,7 +1486,7 @@ pub(crate) fn kind16(fmt: &Format, opts: &RoundOpts, a: &Operand, b: &Operand) -
         return (a.fits_f32() && b.fits_f32()).then_some((Kind16::Dir(to), to == DirTo::Bf16));
     }
     if opts.mode == Mode::Stochastic {
-        return sr_kind(fmt, opts, &fa, &fb);
+        return sr_kind(fmt, opts, &fa, &fb, a.fits_f32() && b.fits_f32());
     }
     let (pa, _, _) = profile(&fa);
     let (pb, _, _) = profile(&fb);
@@ -1511,28 +1515,46 @@ pub(crate) fn kind16(fmt: &Format, opts: &RoundOpts, a: &Operand, b: &Operand) -
     fit24.then_some((kind, bf))
 }
 
-/// [`kind16`] for stochastic rounding: [`Kind16::Sr`] into float16 or
-/// bfloat16 (not saturating) with 1 to 13 (bfloat16: 16) random bits. The
-/// FMA truncates any sum exactly; the kernel needs the products on the
-/// format's grid (last bits at or above its smallest subnormal: sums in its
-/// subnormal range are exact, and the truncation at its normal unit leaves
-/// them alone), which each depth block checks from its values ([`split_ok`])
-/// and which float16 gets from fp8 formats whose products are on it by their
-/// formats (the e4m3 family); bfloat16's reaches 2^-133, below the products of
-/// fp8, fp16 and all but extreme bfloat16 values.
-fn sr_kind(fmt: &Format, opts: &RoundOpts, fa: &Format, fb: &Format) -> Option<(Kind16, bool)> {
-    let bf = *fmt == Format::Float(named::BFLOAT16);
-    if opts.saturate || !(bf || *fmt == Format::Float(named::FLOAT16)) {
-        return None;
-    }
-    let (Format::Float(x), Format::Float(y)) = (fa, fb) else { return None };
-    let (unit, sub) = if bf { (16, -133) } else { (13, -24) };
-    let inputs = if bf {
-        [x, y].iter().all(|f| FMA16_INPUTS.contains(f) || **f == named::BFLOAT16 || **f == named::FLOAT16)
-    } else {
-        FMA16_INPUTS.contains(x) && FMA16_INPUTS.contains(y) && value_bounds(fa).0 + value_bounds(fb).0 >= sub
-    };
-    (inputs && (1..=unit).contains(&opts.rbits)).then_some((Kind16::Sr, bf))
+/// The format parameters of [`Kind16::Sr`]: the bit of its unit in the f32
+/// pattern of a normal value (`23 - man`), its precision, its largest value and
+/// the exponent of its smallest subnormal.
+#[derive(Clone, Copy, Debug)]
+struct SrFmt {
+    unit: u32,
+    prec: i32,
+    max: f64,
+    sub: i32,
+}
+
+/// [`SrFmt`] of a format [`Kind16::Sr`] can round into: IEEE-style (inf and
+/// NaN as float16), with subnormals, a normal range inside f32's (so that the
+/// unit of every normal value sits `23 - man` bits up its f32 pattern; below
+/// the smallest normal, the format's subnormals and f32's meet at 2^-126 or
+/// lie above it), and 2 to 10 mantissa bits (float16, bfloat16, float8_e5m2,
+/// FloatFormat(6, 9) ...).
+fn sr_fmt(fmt: &Format) -> Option<SrFmt> {
+    let Format::Float(f) = fmt else { return None };
+    let ok = f.subnormals && f.inf && f.nan == crate::format::NanPolicy::Ieee && (2..=10).contains(&f.man_bits) && f.emin() >= -126 && f.emax() <= 127;
+    ok.then(|| SrFmt { unit: 23 - f.man_bits, prec: f.man_bits as i32 + 1, max: f.max_value(), sub: f.emin() - f.man_bits as i32 })
+}
+
+/// [`kind16`] for stochastic rounding: [`Kind16::Sr`] into an [`sr_fmt`]
+/// format (not saturating) with 1 to `23 - man` random bits, from inputs of at
+/// most 11 bits whose values are f32 (`fits`). The FMA truncates any sum
+/// exactly; the kernel needs the products on the format's grid (last bits at
+/// or above its smallest subnormal: sums in its subnormal range are exact, and
+/// the truncation at its normal unit leaves them alone), which each depth
+/// block checks from its values ([`block_ok`]). The kind is taken where the
+/// input formats put every product on the grid (float16 from the e4m3 family,
+/// FloatFormat(6, 9) from every fp8), or where the grid reaches below 2^-100
+/// (bfloat16), which only extreme values leave; elsewhere (float16 from e5m2,
+/// whose small values leave it in most blocks) the f64 path is faster than
+/// the blocks that would fall back.
+fn sr_kind(fmt: &Format, opts: &RoundOpts, fa: &Format, fb: &Format, fits: bool) -> Option<(Kind16, bool)> {
+    let sf = sr_fmt(fmt)?;
+    let narrow = |f: &Format| matches!(f, Format::Float(x) if x.man_bits <= 10);
+    let grid = value_bounds(fa).0 + value_bounds(fb).0 >= sf.sub || sf.sub <= -100;
+    (!opts.saturate && fits && narrow(fa) && narrow(fb) && grid && (1..=sf.unit).contains(&opts.rbits)).then_some((Kind16::Sr, false))
 }
 
 /// Bounds of a block of f32 values: (lowest exponent of any nonzero finite
@@ -1574,20 +1596,20 @@ fn abs_max32(v: &[f32]) -> f32 {
 /// where `t` overflows). Products with last bits at or above the format's
 /// smallest subnormal (2^-24, 2^-133) and accumulators on its grid make every
 /// sum in its subnormal range exact: the split returns it unchanged.
-///
-/// With `sr` (kind [`Kind16::Sr`]) the bound is the one stochastic rounding
-/// needs: a rounding moves a sum by less than a unit, 2^(1-p) of it, and every
-/// sum must stay at or below float16's largest value (65504), which no rounding
-/// of it then passes.
-fn split_ok(bf: bool, acc_max: f32, row_max: f64, b_max: f32, lo: Option<i32>, kn: usize, sr: bool) -> bool {
-    let (p, limit, sub) = match (bf, sr) {
-        (true, _) => (8, 2f64.powi(100), -133),
-        (false, false) => (11, 65520.0, -24),
-        (false, true) => (11, 65504.0, -24),
-    };
-    let growth = (1.0 + 2f64.powi(if sr { 1 - p } else { -p })).powi(kn as i32);
+fn split_ok(bf: bool, acc_max: f32, row_max: f64, b_max: f32, lo: Option<i32>, kn: usize) -> bool {
+    let (p, limit, sub) = if bf { (8, 2f64.powi(100), -133) } else { (11, 65520.0, -24) };
+    block_ok(1.0 + 2f64.powi(-p), limit, sub, acc_max, row_max, b_max, lo, kn)
+}
+
+/// Does every exact sum of a depth block of `kn` steps stay below `limit`, and
+/// does every product's last bit lie at or above 2^sub? Each add grows a
+/// magnitude by at most a factor `growth` (to nearest with p bits: 1 + 2^-p;
+/// stochastically, less than a unit: 1 + 2^(1-p)), so every sum stays below
+/// `(acc_max + row_max * b_max) * growth^kn` ([`split_ok`]'s arguments).
+#[allow(clippy::too_many_arguments)]
+fn block_ok(growth: f64, limit: f64, sub: i32, acc_max: f32, row_max: f64, b_max: f32, lo: Option<i32>, kn: usize) -> bool {
     // NaN compares false: refused.
-    (acc_max as f64 + row_max * b_max as f64) * growth < limit && lo.is_none_or(|l| l >= sub)
+    (acc_max as f64 + row_max * b_max as f64) * growth.powi(kn as i32) < limit && lo.is_none_or(|l| l >= sub)
 }
 
 /// Bounds (as [`exp_bounds`]) of the union of two blocks.
@@ -2400,39 +2422,38 @@ macro_rules! sr_asm {
     };
 }
 
-/// The stochastic tile kernel of [`Kind16::Sr`] into float16 (bfloat16 with
-/// `BF`), `MR` (1 or 4) rows, `rbits` (1 to 13, bfloat16 16) random bits: as
-/// [`tile16`], each add `acc = SR(acc + a*b)`. `v0[2r + h][l]` is the Weyl
+/// The stochastic tile kernel of [`Kind16::Sr`] into a format whose unit sits
+/// `unit` bits up the f32 pattern of its normal values ([`SrFmt`]: 13 to 21),
+/// `MR` (1 or 4) rows, `rbits` (1 to `unit`) random bits: as [`tile16`], each
+/// add `acc = SR(acc + a*b)`. `v0[2r + h][l]` is the Weyl
 /// state ([`Rng::weyl0`]) of the element of row r, column 8h + l at the first
 /// step; each step's is GAMMA more (the caller checks that no lane's index
 /// changes its upper 32 bits over the `kn` steps).
 ///
 /// The FMA toward zero (MXCSR, inside the assembly block) is the exact sum
-/// `x` truncated to 24 bits, so its bits below the format's unit (13 in the
-/// normal range of float16, 16 of bfloat16) are the top bits of x's remainder
-/// there: adding `2^R - 1 - rand` (R = rbits, placed just below the unit) to
+/// `x` truncated to 24 bits, so its bits below the format's unit (in its
+/// normal range) are the top bits of x's remainder there: adding `2^R - 1 - rand` (R = rbits, placed just below the unit) to
 /// the pattern carries into the unit exactly when `rand` is below the top R
 /// bits of the remainder, the f64 path's decision ([`Fast::round`]), and the
 /// truncation that follows keeps the unit. On the signed pattern the carry
-/// grows the magnitude, to the neighbour away from zero. Sums in float16's
-/// subnormal range are exact there (products on its grid, [`sr_kind`]) and
-/// their bits below the normal unit are zero, so the add-and-truncate leaves
-/// them alone, as the f64 path's rounding does. Exact zero sums are +0 toward
+/// grows the magnitude, to the neighbour away from zero. Sums in the format's
+/// subnormal range are exact there (products on its grid, [`block_ok`]) and
+/// their bits below the normal unit are zero (an f32 subnormal's unit bit is
+/// fixed too: bfloat16's subnormals are f32's with their last 16 bits zero),
+/// so the add-and-truncate leaves them alone, as the f64 path's rounding does. Exact zero sums are +0 toward
 /// zero, as in the f64 path; a nonzero sum is at least the smallest
-/// subnormal, so no truncation makes a -0. The caller keeps every sum at or
-/// below the largest value ([`split_ok`] with `sr`): the carry never reaches
-/// the exponent's top.
+/// subnormal, so no truncation makes a -0. The caller keeps every sum below
+/// the largest value ([`block_ok`]), so no rounding passes it.
 ///
 /// # Safety
 /// The CPU must support avx2 and fma; `ap` holds kn*MR values, `bp` kn*16.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn tile16_sr<const MR: usize, const BF: bool>(acc: &mut [f32], ap: &[f32], bp: &[f32], kn: usize, v0: &[[u32; 8]; 8], rbits: u32) {
+unsafe fn tile16_sr<const MR: usize>(acc: &mut [f32], ap: &[f32], bp: &[f32], kn: usize, v0: &[[u32; 8]; 8], rbits: u32, unit: u32) {
     use std::arch::asm;
     assert!(MR == 1 || MR == 4);
     assert!(acc.len() >= MR * 16 && ap.len() >= kn * MR && bp.len() >= kn * 16);
-    let unit = if BF { 16 } else { 13 };
-    assert!((1..=unit).contains(&rbits));
+    assert!((13..=21).contains(&unit) && (1..=unit).contains(&rbits));
     if kn == 0 {
         return;
     }
@@ -2444,7 +2465,7 @@ unsafe fn tile16_sr<const MR: usize, const BF: bool>(acc: &mut [f32], ap: &[f32]
     let rc = 3u32 << 13;
     let mut csr = [0u32; 2];
     macro_rules! go {
-        ($mr:tt, $sh:expr) => {
+        ($mr:tt, $sh:literal) => {
             sr_asm!($mr,
                 c = in(reg) acc.as_mut_ptr(),
                 pa = inout(reg) ap.as_ptr() => _,
@@ -2463,11 +2484,19 @@ unsafe fn tile16_sr<const MR: usize, const BF: bool>(acc: &mut [f32], ap: &[f32]
     // bp (kn*16), v0 (2*MR vectors) and the constants; MXCSR is restored before
     // the block ends; the clobbered vector registers are declared.
     unsafe {
-        match (MR, BF) {
-            (4, false) => go!(4, 19),
-            (4, true) => go!(4, 16),
-            (_, false) => go!(1, 19),
-            (_, true) => go!(1, 16),
+        // The shift right that puts the random bits below the unit, 32 - unit.
+        macro_rules! shifts {
+            ($mr:tt, [$($sh:literal),*]) => {
+                match 32 - unit {
+                    $($sh => go!($mr, $sh),)*
+                    _ => unreachable!("unit asserted above"),
+                }
+            };
+        }
+        if MR == 4 {
+            shifts!(4, [11, 12, 13, 14, 15, 16, 17, 18, 19])
+        } else {
+            shifts!(1, [11, 12, 13, 14, 15, 16, 17, 18, 19])
         }
     }
 }
@@ -2539,6 +2568,7 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
     // and draws random bits keyed by (element, step) as `drive` does: element
     // e = row * n + column, step t (chunk total r: step k + r), index e*steps + t.
     let sr = kind == Kind16::Sr;
+    let sf = if sr { sr_fmt(&spec.fmt) } else { None };
     let chunk = spec.chunk.map(|(cs, _)| cs).unwrap_or(usize::MAX);
     let steps = (k + if outer.is_some() { k.div_ceil(chunk) } else { 0 }) as u64;
     let (rng, rng2, rbits) = (Rng::new(spec.opts.key), Rng::new(chunk_opts(spec.opts).key), spec.opts.rbits);
@@ -2631,7 +2661,11 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
                 let bounded = (split || sr) && {
                     let row_max = (0..groups).flat_map(|g| (0..mr).map(move |r| ablock(g).iter().skip(r).step_by(mr).map(|x| x.abs() as f64).sum::<f64>())).fold(0.0, f64::max);
                     let lo = abounds().zip(bbk).map(|(x, y)| x.0 + y.0);
-                    split_ok(bf, abs_max32(&acc), row_max, bmaxes[kbi], lo, kn, sr)
+                    match sf {
+                        // Stochastic: every sum below the largest value, which no rounding then passes.
+                        Some(f) => block_ok(1.0 + 2f64.powi(1 - f.prec), f.max, f.sub, abs_max32(&acc), row_max, bmaxes[kbi], lo, kn),
+                        None => split_ok(bf, abs_max32(&acc), row_max, bmaxes[kbi], lo, kn),
+                    }
                 };
                 // Kind Sr's blocks outside the bound run the f64 rounding.
                 let fast = (!scan || fits(abounds(), bbk)) && (!sr || bounded);
@@ -2689,8 +2723,7 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
                                                 (Kind16::Odd, false) => tile16_oddz::<$mo, ODD_F16>(t, ap, bp, len),
                                                 (Kind16::OddE5m2, _) => tile16_oddz::<$mo, ODD_E5M2>(t, ap, bp, len),
                                                 (Kind16::Dir(to), _) => tile16_dir_to::<$mf>(to, rm, t, ap, bp, len),
-                                                (Kind16::Sr, false) => tile16_sr::<$mo, false>(t, ap, bp, len, $v, rbits),
-                                                (Kind16::Sr, true) => tile16_sr::<$mo, true>(t, ap, bp, len, $v, rbits),
+                                                (Kind16::Sr, _) => tile16_sr::<$mo>(t, ap, bp, len, $v, rbits, sf.map_or(0, |f| f.unit)),
                                             }
                                         };
                                     }

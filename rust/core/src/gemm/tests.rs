@@ -757,8 +757,10 @@ fn emulated_fp16_tile_paths_match_f64_lanes() {
                 modes.extend([(f16, opts(mode)), (bf16, opts(mode)), (f32f, opts(mode)), (Format::Float(FLOAT8_E5M2), opts(mode))]);
             }
             // Stochastic with few random bits: the stochastic tile kernel (fp16 from
-            // e4m3fn products, bf16 from fp8 products), up to the bits f32 keeps.
-            for (fmt, rbits) in [(f16, 1), (f16, 9), (f16, 13), (bf16, 5), (bf16, 16)] {
+            // e4m3fn products, bf16 from fp8, bf16 and fp16 products, FloatFormat(6, 9)
+            // and (5, 4) from fp8 products), up to the bits f32 keeps below the unit.
+            let custom = |e, m| Format::Float(crate::format::FloatFormat::new(e, m, None, true, crate::format::NanPolicy::Ieee, true).unwrap());
+            for (fmt, rbits) in [(f16, 1), (f16, 9), (f16, 13), (bf16, 5), (bf16, 16), (custom(6, 9), 14), (custom(6, 9), 3), (custom(5, 4), 19)] {
                 let key = crate::round::SeedKey::from_seed(rbits as u64 + 7);
                 modes.push((fmt, RoundOpts { rbits, key, ..opts(Mode::Stochastic) }));
             }
