@@ -1869,7 +1869,7 @@ macro_rules! by_dir_rounding {
 /// strip, two FMAs (rounded by MXCSR), each sum rounded by `$r`.
 #[cfg(target_arch = "x86_64")]
 macro_rules! dir_row {
-    ($r:ident, $off:literal, $c0:literal, $c1:literal) => {
+    ($r:ident, $off:literal, $c0:literal, $o0:literal, $c1:literal, $o1:literal) => {
         concat!(
             "vbroadcastss ymm14, dword ptr [{pa} + ", $off, "]\n",
             "vfmadd231ps ", $c0, ", ymm14, ymm12\n",
@@ -1900,39 +1900,78 @@ macro_rules! dir_store {
     };
 }
 
-/// The assembly block of [`tile16_dir`] for `MR` = 6 or 1 rows, rounding with `$r`.
+/// Store of accumulator `$c` at byte `$off` of the tile.
 #[cfg(target_arch = "x86_64")]
-macro_rules! dir_asm {
-    (6, $r:ident, $($ops:tt)*) => {
-        dir_asm!(@rows $r, "24", [
+macro_rules! tile_store {
+    ($c:literal, $off:literal) => {
+        concat!("vmovups ymmword ptr [{c} + ", $off, "], ", $c, "\n")
+    };
+}
+
+/// The assembly block of the f32 tile kernels that set MXCSR ([`tile16_dir`],
+/// [`tile16_oddz`], [`tile16_sr`]) for `MR` = 6, 4 or 1 rows: MXCSR entered
+/// and `setup`, the accumulators loaded, then `{kn}` steps, each loading 16
+/// values of B into `b`, running `row!(r, off, c0, o0, c1, o1)` for every row
+/// (`a` at byte `off` of the strip, accumulators `c0` and `c1` at bytes `o0`
+/// and `o1` of the tile, `r` the kernel's rounding macro) and `step`; then
+/// `store!(c, o)` for every accumulator and MXCSR restored. The operands
+/// follow; the accumulators, `b` and `clobber` are declared clobbered.
+#[cfg(target_arch = "x86_64")]
+macro_rules! tile_asm {
+    (6, $($rest:tt)*) => {
+        tile_asm!(@rows "24", [
             ("0", "ymm0", "0", "ymm1", "32"), ("4", "ymm2", "64", "ymm3", "96"),
             ("8", "ymm4", "128", "ymm5", "160"), ("12", "ymm6", "192", "ymm7", "224"),
             ("16", "ymm8", "256", "ymm9", "288"), ("20", "ymm10", "320", "ymm11", "352")
-        ], $($ops)*)
+        ], $($rest)*)
     };
-    (1, $r:ident, $($ops:tt)*) => {
-        dir_asm!(@rows $r, "4", [("0", "ymm0", "0", "ymm1", "32")], $($ops)*)
+    (4, $($rest:tt)*) => {
+        tile_asm!(@rows "16", [
+            ("0", "ymm0", "0", "ymm1", "32"), ("4", "ymm2", "64", "ymm3", "96"),
+            ("8", "ymm4", "128", "ymm5", "160"), ("12", "ymm6", "192", "ymm7", "224")
+        ], $($rest)*)
     };
-    // Rows: (byte of `a` in the strip, accumulators and their bytes in the tile).
-    (@rows $r:ident, $stride:literal, [$(($off:literal, $c0:tt, $o0:literal, $c1:tt, $o1:literal)),*], $($ops:tt)*) => {
+    (1, $($rest:tt)*) => {
+        tile_asm!(@rows "4", [("0", "ymm0", "0", "ymm1", "32")], $($rest)*)
+    };
+    (@rows $stride:literal, [$(($off:literal, $c0:tt, $o0:literal, $c1:tt, $o1:literal)),*],
+     setup: [$($setup:expr),*], b: ($b0:tt, $b1:tt), row: $row:ident($r:ident), step: [$($step:expr),*],
+     store: $store:ident, clobber: [$($clob:tt),*], $($ops:tt)*) => {
         asm!(
-            "# constants at {k}, rounding control {rm}",
             mxcsr_enter!(),
+            $($setup,)*
             $(dir_load!($c0, $o0), dir_load!($c1, $o1),)*
             "2:",
-            "vmovups ymm12, ymmword ptr [{pb}]",
-            "vmovups ymm13, ymmword ptr [{pb} + 32]",
-            $(dir_row!($r, $off, $c0, $c1),)*
+            concat!("vmovups ", $b0, ", ymmword ptr [{pb}]"),
+            concat!("vmovups ", $b1, ", ymmword ptr [{pb} + 32]"),
+            $($row!($r, $off, $c0, $o0, $c1, $o1),)*
             concat!("add {pa}, ", $stride),
             "add {pb}, 64",
+            $($step,)*
             "dec {kn}",
             "jnz 2b",
-            $(dir_store!($c0, $o0), dir_store!($c1, $o1),)*
+            $($store!($c0, $o0), $store!($c1, $o1),)*
             "vldmxcsr dword ptr [{csr}]",
             $($ops)*
             $(out($c0) _, out($c1) _,)*
-            out("ymm12") _, out("ymm13") _, out("ymm14") _, out("ymm15") _,
+            out($b0) _, out($b1) _, $(out($clob) _,)*
             options(nostack),
+        )
+    };
+}
+
+/// The assembly block of [`tile16_dir`] for `MR` = 6 or 1 rows, rounding with `$r`.
+#[cfg(target_arch = "x86_64")]
+macro_rules! dir_asm {
+    ($mr:tt, $r:ident, $($ops:tt)*) => {
+        tile_asm!($mr,
+            setup: ["# constants at {k}, rounding control {rm}"],
+            b: ("ymm12", "ymm13"),
+            row: dir_row($r),
+            step: [],
+            store: dir_store,
+            clobber: ["ymm14", "ymm15"],
+            $($ops)*
         )
     };
 }
@@ -2238,48 +2277,32 @@ macro_rules! oddz_e5 {
     };
 }
 
-/// The assembly block of [`tile16_oddz`] for `MR` = 4 or 1 rows, rounding with `$r`.
+/// One row of a [`tile16_oddz`] step: the broadcast `a` at byte `$off` of the
+/// strip (into ymm10), then [`oddz_acc`] on both accumulators.
+#[cfg(target_arch = "x86_64")]
+macro_rules! oddz_row {
+    ($r:ident, $off:literal, $c0:literal, $o0:literal, $c1:literal, $o1:literal) => {
+        concat!(
+            "vbroadcastss ymm10, dword ptr [{pa} + ", $off, "]\n",
+            oddz_acc!($r, $c0, "ymm8"),
+            oddz_acc!($r, $c1, "ymm9"),
+        )
+    };
+}
+
+/// The assembly block of [`tile16_oddz`] for `MR` = 4 or 1 rows, rounding with
+/// `$r` (ymm14: ones, ymm15: zeros).
 #[cfg(target_arch = "x86_64")]
 macro_rules! oddz_asm {
-    (4, $r:ident, $($ops:tt)*) => {
-        oddz_asm!(@rows $r, "16", [
-            ("0", "ymm0", "0", "ymm1", "32"), ("4", "ymm2", "64", "ymm3", "96"),
-            ("8", "ymm4", "128", "ymm5", "160"), ("12", "ymm6", "192", "ymm7", "224")
-        ], $($ops)*)
-    };
-    (1, $r:ident, $($ops:tt)*) => {
-        oddz_asm!(@rows $r, "4", [("0", "ymm0", "0", "ymm1", "32")], $($ops)*)
-    };
-    // Rows: (byte of `a` in the strip, accumulators and their bytes in the tile).
-    (@rows $r:ident, $stride:literal, [$(($off:literal, $c0:tt, $o0:literal, $c1:tt, $o1:literal)),*], $($ops:tt)*) => {
-        asm!(
-            "# constants at {k}",
-            mxcsr_enter!(),
-            "vpcmpeqd ymm14, ymm14, ymm14",
-            "vpsrld ymm14, ymm14, 31",
-            "vxorps ymm15, ymm15, ymm15",
-            $(dir_load!($c0, $o0), dir_load!($c1, $o1),)*
-            "2:",
-            "vmovups ymm8, ymmword ptr [{pb}]",
-            "vmovups ymm9, ymmword ptr [{pb} + 32]",
-            $(
-                concat!("vbroadcastss ymm10, dword ptr [{pa} + ", $off, "]"),
-                oddz_acc!($r, $c0, "ymm8"), oddz_acc!($r, $c1, "ymm9"),
-            )*
-            concat!("add {pa}, ", $stride),
-            "add {pb}, 64",
-            "dec {kn}",
-            "jnz 2b",
-            $(
-                concat!("vmovups ymmword ptr [{c} + ", $o0, "], ", $c0),
-                concat!("vmovups ymmword ptr [{c} + ", $o1, "], ", $c1),
-            )*
-            "vldmxcsr dword ptr [{csr}]",
+    ($mr:tt, $r:ident, $($ops:tt)*) => {
+        tile_asm!($mr,
+            setup: ["# constants at {k}", "vpcmpeqd ymm14, ymm14, ymm14", "vpsrld ymm14, ymm14, 31", "vxorps ymm15, ymm15, ymm15"],
+            b: ("ymm8", "ymm9"),
+            row: oddz_row($r),
+            step: [],
+            store: tile_store,
+            clobber: ["ymm10", "ymm11", "ymm12", "ymm13", "ymm14", "ymm15"],
             $($ops)*
-            $(out($c0) _, out($c1) _,)*
-            out("ymm8") _, out("ymm9") _, out("ymm10") _, out("ymm11") _,
-            out("ymm12") _, out("ymm13") _, out("ymm14") _, out("ymm15") _,
-            options(nostack),
         )
     };
 }
@@ -2376,48 +2399,32 @@ macro_rules! sr_acc {
     };
 }
 
-/// The assembly block of [`tile16_sr`] for `MR` = 4 or 1 rows.
+/// One row of a [`tile16_sr`] step: the broadcast `a` at byte `$off` of the
+/// strip (into ymm10), then [`sr_acc`] on both accumulators (`$r` unused).
+#[cfg(target_arch = "x86_64")]
+macro_rules! sr_row {
+    ($r:ident, $off:literal, $c0:literal, $o0:literal, $c1:literal, $o1:literal) => {
+        concat!(
+            "vbroadcastss ymm10, dword ptr [{pa} + ", $off, "]\n",
+            sr_acc!($c0, "ymm8", $o0, "ymm12", "ymm13"),
+            sr_acc!($c1, "ymm9", $o1, "ymm14", "ymm15"),
+        )
+    };
+}
+
+/// The assembly block of [`tile16_sr`] for `MR` = 4 or 1 rows: ymm11 starts at
+/// zero and grows by GAMMA a step.
 #[cfg(target_arch = "x86_64")]
 macro_rules! sr_asm {
-    (4, $($ops:tt)*) => {
-        sr_asm!(@rows "16", [
-            ("0", "ymm0", "0", "ymm1", "32"), ("4", "ymm2", "64", "ymm3", "96"),
-            ("8", "ymm4", "128", "ymm5", "160"), ("12", "ymm6", "192", "ymm7", "224")
-        ], $($ops)*)
-    };
-    (1, $($ops:tt)*) => {
-        sr_asm!(@rows "4", [("0", "ymm0", "0", "ymm1", "32")], $($ops)*)
-    };
-    // Rows: (byte of `a` in the strip, accumulators and their bytes in the tile
-    // and in the Weyl states).
-    (@rows $stride:literal, [$(($off:literal, $c0:tt, $o0:literal, $c1:tt, $o1:literal)),*], $($ops:tt)*) => {
-        asm!(
-            "# constants at {k}, states at {v}",
-            mxcsr_enter!(),
-            "vpxor ymm11, ymm11, ymm11",
-            $(dir_load!($c0, $o0), dir_load!($c1, $o1),)*
-            "2:",
-            "vmovups ymm8, ymmword ptr [{pb}]",
-            "vmovups ymm9, ymmword ptr [{pb} + 32]",
-            $(
-                concat!("vbroadcastss ymm10, dword ptr [{pa} + ", $off, "]"),
-                sr_acc!($c0, "ymm8", $o0, "ymm12", "ymm13"), sr_acc!($c1, "ymm9", $o1, "ymm14", "ymm15"),
-            )*
-            concat!("add {pa}, ", $stride),
-            "add {pb}, 64",
-            "vpaddd ymm11, ymm11, ymmword ptr [{k} + 128]",
-            "dec {kn}",
-            "jnz 2b",
-            $(
-                concat!("vmovups ymmword ptr [{c} + ", $o0, "], ", $c0),
-                concat!("vmovups ymmword ptr [{c} + ", $o1, "], ", $c1),
-            )*
-            "vldmxcsr dword ptr [{csr}]",
+    ($mr:tt, $($ops:tt)*) => {
+        tile_asm!($mr,
+            setup: ["# constants at {k}, states at {v}", "vpxor ymm11, ymm11, ymm11"],
+            b: ("ymm8", "ymm9"),
+            row: sr_row(sr),
+            step: ["vpaddd ymm11, ymm11, ymmword ptr [{k} + 128]"],
+            store: tile_store,
+            clobber: ["ymm10", "ymm11", "ymm12", "ymm13", "ymm14", "ymm15"],
             $($ops)*
-            $(out($c0) _, out($c1) _,)*
-            out("ymm8") _, out("ymm9") _, out("ymm10") _, out("ymm11") _,
-            out("ymm12") _, out("ymm13") _, out("ymm14") _, out("ymm15") _,
-            options(nostack),
         )
     };
 }
