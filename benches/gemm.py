@@ -155,9 +155,9 @@ def emulated(sizes) -> None:
             for t in (1, 2):
                 set_threads(t)
                 # Stochastic with the default 32 random bits, and with 13 (the bits a
-                # float32 sum keeps below float16's unit).
+                # float32 sum keeps below float16's unit), unchunked and in chunks of 64.
                 for mode, chunk, rbits in (("nearest_even", None, None), ("nearest_even", 64, None),
-                                           ("stochastic", None, None), ("stochastic", None, 13)):
+                                           ("stochastic", None, None), ("stochastic", None, 13), ("stochastic", 64, 13)):
                     tf, te = best_pair(lambda: lowp.matmul(a, b),
                                        lambda: lowp.matmul(a, b, accumulate="float16", chunk=chunk, rounding=mode,
                                                            seed=1, rbits=rbits),

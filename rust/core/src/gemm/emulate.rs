@@ -2375,15 +2375,31 @@ unsafe fn tile16_oddz<const MR: usize, const T: u8>(acc: &mut [f32], ap: &[f32],
 /// `mix32` of the Weyl state (`[{v} + $v]` at the call's first step plus ymm11,
 /// GAMMA times the steps since) without its last xor-shift, which leaves the
 /// top 16 bits alone; the complement of its top `rbits` bits placed just below
-/// the format's unit (`[{k} + 64]` keeps them, a shift right by `{sh}` = 32 -
-/// the unit's bit); then `$c += a * $b` by the FMA toward zero, the complement
-/// added to the bit pattern and the bits below the unit cleared (`[{k} + 96]`).
-/// ymm10 holds `a`; `$t`, `$u` are scratch.
+/// the format's unit ([`sr_comp`], a shift right by `{sh}` = 32 - the unit's
+/// bit); then `$c += a * $b` by the FMA toward zero, the complement added to
+/// the bit pattern and the bits below the unit cleared (`[{k} + 96]`). ymm10
+/// holds `a`; `$t`, `$u` are scratch.
 #[cfg(target_arch = "x86_64")]
 macro_rules! sr_acc {
     ($c:literal, $b:literal, $v:literal, $t:literal, $u:literal) => {
         concat!(
             "vpaddd ", $t, ", ymm11, ymmword ptr [{v} + ", $v, "]\n",
+            sr_comp!($t, $u),
+            "vfmadd231ps ", $c, ", ymm10, ", $b, "\n",
+            "vpaddd ", $c, ", ", $c, ", ", $t, "\n",
+            "vpand ", $c, ", ", $c, ", ymmword ptr [{k} + 96]\n",
+        )
+    };
+}
+
+/// The random bits of [`tile16_sr`] and [`flush_sr`]: from the Weyl states in
+/// `$t`, `mix32` without its last xor-shift (`[{k}]`, `[{k} + 32]`: its
+/// multipliers), then the complement of the top `rbits` bits (`[{k} + 64]`
+/// keeps them) shifted right by `{sh}`, to just below the unit; `$u` scratch.
+#[cfg(target_arch = "x86_64")]
+macro_rules! sr_comp {
+    ($t:literal, $u:literal) => {
+        concat!(
             "vpsrld ", $u, ", ", $t, ", 16\n",
             "vpxor ", $t, ", ", $t, ", ", $u, "\n",
             "vpmulld ", $t, ", ", $t, ", ymmword ptr [{k}]\n",
@@ -2392,9 +2408,6 @@ macro_rules! sr_acc {
             "vpmulld ", $t, ", ", $t, ", ymmword ptr [{k} + 32]\n",
             "vpandn ", $t, ", ", $t, ", ymmword ptr [{k} + 64]\n",
             "vpsrld ", $t, ", ", $t, ", {sh}\n",
-            "vfmadd231ps ", $c, ", ymm10, ", $b, "\n",
-            "vpaddd ", $c, ", ", $c, ", ", $t, "\n",
-            "vpand ", $c, ", ", $c, ", ymmword ptr [{k} + 96]\n",
         )
     };
 }
@@ -2426,6 +2439,39 @@ macro_rules! sr_asm {
             clobber: ["ymm10", "ymm11", "ymm12", "ymm13", "ymm14", "ymm15"],
             $($ops)*
         )
+    };
+}
+
+/// Constants of [`tile16_sr`] and [`flush_sr`] ([`sr_comp`]): mix32's
+/// multipliers, the top `rbits` bits, the bits from the unit up, GAMMA.
+#[cfg(target_arch = "x86_64")]
+#[repr(C, align(32))]
+struct SrConsts([[u32; 8]; 5]);
+
+#[cfg(target_arch = "x86_64")]
+impl SrConsts {
+    fn new(rbits: u32, unit: u32) -> Self {
+        SrConsts([[0x7feb_352d; 8], [0x846c_a68b; 8], [u32::MAX << (32 - rbits); 8], [u32::MAX << unit; 8], [crate::round::GAMMA; 8]])
+    }
+}
+
+/// `$go!($pre, sh)` (or `$go!(sh)`) with the literal `sh` = 32 - `$unit` (11 to 19), the
+/// shift right that puts the random bits just below a unit 13 to 21 bits up.
+#[cfg(target_arch = "x86_64")]
+macro_rules! by_sr_shift {
+    ($unit:expr, $go:ident $(, $pre:tt)?) => {
+        match 32 - $unit {
+            11 => $go!($($pre,)? 11),
+            12 => $go!($($pre,)? 12),
+            13 => $go!($($pre,)? 13),
+            14 => $go!($($pre,)? 14),
+            15 => $go!($($pre,)? 15),
+            16 => $go!($($pre,)? 16),
+            17 => $go!($($pre,)? 17),
+            18 => $go!($($pre,)? 18),
+            19 => $go!($($pre,)? 19),
+            _ => unreachable!("a unit 13 to 21 bits up"),
+        }
     };
 }
 
@@ -2464,10 +2510,7 @@ unsafe fn tile16_sr<const MR: usize>(acc: &mut [f32], ap: &[f32], bp: &[f32], kn
     if kn == 0 {
         return;
     }
-    // mix32's multipliers, the top rbits bits, the bits from the unit up, GAMMA.
-    #[repr(C, align(32))]
-    struct Consts([[u32; 8]; 5]);
-    let k = Consts([[0x7feb_352d; 8], [0x846c_a68b; 8], [u32::MAX << (32 - rbits); 8], [u32::MAX << unit; 8], [crate::round::GAMMA; 8]]);
+    let k = SrConsts::new(rbits, unit);
     // Toward zero.
     let rc = 3u32 << 13;
     let mut csr = [0u32; 2];
@@ -2491,20 +2534,75 @@ unsafe fn tile16_sr<const MR: usize>(acc: &mut [f32], ap: &[f32], bp: &[f32], kn
     // bp (kn*16), v0 (2*MR vectors) and the constants; MXCSR is restored before
     // the block ends; the clobbered vector registers are declared.
     unsafe {
-        // The shift right that puts the random bits below the unit, 32 - unit.
-        macro_rules! shifts {
-            ($mr:tt, [$($sh:literal),*]) => {
-                match 32 - unit {
-                    $($sh => go!($mr, $sh),)*
-                    _ => unreachable!("unit asserted above"),
-                }
-            };
-        }
         if MR == 4 {
-            shifts!(4, [11, 12, 13, 14, 15, 16, 17, 18, 19])
+            by_sr_shift!(unit, go, 4)
         } else {
-            shifts!(1, [11, 12, 13, 14, 15, 16, 17, 18, 19])
+            by_sr_shift!(unit, go, 1)
         }
+    }
+}
+
+/// Chunk totals of [`Kind16::Sr`]: `tot = SR(tot + row)` lane by lane, then
+/// `row = 0`, as [`tile16_sr`] rounds (its `unit` and `rbits`): the add toward
+/// zero (MXCSR) is the exact sum truncated to 24 bits, and lane i's random word
+/// is `mix32(states[i])` (its Weyl state, [`Rng::weyl0`]). The caller keeps
+/// every sum below the largest value and both operands on the format's grid.
+///
+/// # Safety
+/// The CPU must support avx2; `tot`, `row` and `states` have the same length,
+/// a multiple of 8.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn flush_sr(tot: &mut [f32], row: &mut [f32], states: &[u32], rbits: u32, unit: u32) {
+    use std::arch::asm;
+    assert!(tot.len() == row.len() && tot.len() == states.len() && tot.len() % 8 == 0);
+    assert!((13..=21).contains(&unit) && (1..=unit).contains(&rbits));
+    if tot.is_empty() {
+        return;
+    }
+    let k = SrConsts::new(rbits, unit);
+    // Toward zero.
+    let rc = 3u32 << 13;
+    let mut csr = [0u32; 2];
+    macro_rules! go {
+        ($sh:literal) => {
+            asm!(
+                mxcsr_enter!(),
+                "vxorps ymm3, ymm3, ymm3",
+                "2:",
+                "vmovups ymm0, ymmword ptr [{c}]",
+                "vaddps ymm0, ymm0, ymmword ptr [{pb}]",
+                "vmovups ymm1, ymmword ptr [{v}]",
+                sr_comp!("ymm1", "ymm2"),
+                "vpaddd ymm0, ymm0, ymm1",
+                "vpand ymm0, ymm0, ymmword ptr [{k} + 96]",
+                "vmovups ymmword ptr [{c}], ymm0",
+                "vmovups ymmword ptr [{pb}], ymm3",
+                "add {c}, 32",
+                "add {pb}, 32",
+                "add {v}, 32",
+                "dec {kn}",
+                "jnz 2b",
+                "vldmxcsr dword ptr [{csr}]",
+                c = inout(reg) tot.as_mut_ptr() => _,
+                pb = inout(reg) row.as_mut_ptr() => _,
+                v = inout(reg) states.as_ptr() => _,
+                kn = inout(reg) tot.len() / 8 => _,
+                csr = in(reg) csr.as_mut_ptr(),
+                rc = in(reg) rc,
+                k = in(reg) k.0.as_ptr(),
+                t = out(reg) _,
+                sh = const $sh,
+                out("ymm0") _, out("ymm1") _, out("ymm2") _, out("ymm3") _,
+                options(nostack),
+            )
+        };
+    }
+    // SAFETY: the loads and stores stay inside tot, row and states (equal
+    // lengths, a multiple of 8, asserted above) and the constants; MXCSR is
+    // restored before the block ends; the clobbered vector registers are declared.
+    unsafe {
+        by_sr_shift!(unit, go)
     }
 }
 
@@ -2545,6 +2643,28 @@ const RB16: usize = 24;
 /// `NP16` columns.
 const NP16: usize = 256;
 const NP16_BYTES: usize = 16 << 20;
+
+/// The Weyl states ([`Rng::weyl0`]) of a [`tile16_sr`] tile of `rows` rows x
+/// 16 columns at its first step, lane (r, l) of index `index(r, l)`; `None`
+/// when some lane's index changes its upper 32 bits over `len` steps (the
+/// kernel advances the lower word only).
+fn sr_states(rng: &Rng, rows: usize, len: usize, index: impl Fn(usize, usize) -> u64) -> Option<[[u32; 8]; 8]> {
+    let mut v = [[0u32; 8]; 8];
+    let mut hi = (u64::MAX, 0);
+    for r in 0..rows {
+        for l in 0..16 {
+            let idx = index(r, l);
+            if idx >> 32 != idx.wrapping_add(len as u64 - 1) >> 32 {
+                return None;
+            }
+            if hi.0 != idx >> 32 {
+                hi = (idx >> 32, rng.hi_word(idx));
+            }
+            v[2 * r + l / 8][l % 8] = rng.weyl0(idx as u32, hi.1);
+        }
+    }
+    Some(v)
+}
 
 /// [`drive`] for the float16 and bfloat16 accumulation [`kind16`] picks, on the
 /// tile kernels; the results are exactly those of the f64 path. Depth blocks
@@ -2595,6 +2715,13 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
         }
     });
     let flush_vec = same || outer_dir.is_some();
+    // Or, with kind Sr, stochastic chunk totals into a format of the same kind
+    // whose grid holds the accumulator's values (the sum of two values on it,
+    // truncated by the add, decides as for the products): `flush_sr`.
+    let sr2 = spec.chunk.and_then(|(_, f2)| {
+        let (f1, f2) = (sr_fmt(&spec.fmt)?, sr_fmt(&f2)?);
+        (sr && f1.sub >= f2.sub && rbits <= f2.unit).then_some(f2)
+    });
     let (pa, pb) = (profile(&a.format().expect("kind16 checked")).0, profile(&b.format().expect("kind16 checked")).0);
     let kbs = KB.min(k.max(1));
     let kblocks = k.div_ceil(KB);
@@ -2651,8 +2778,11 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
             let tile = mr * 16;
             // Tile (g, s) holds rows i0+g*mr.., columns j0+16(s0+s).., row-major mr x 16.
             let mut acc = vec![0f32; groups * ns * tile];
-            let mut tot32 = vec![0f32; if outer.is_some() && flush_vec { acc.len() } else { 0 }];
-            let mut tot64 = vec![0f64; if outer.is_some() && !flush_vec { acc.len() } else { 0 }];
+            let tot32_used = flush_vec || sr2.is_some();
+            let mut tot32 = vec![0f32; if outer.is_some() && tot32_used { acc.len() } else { 0 }];
+            let mut tot64 = vec![0f64; if outer.is_some() && !tot32_used { acc.len() } else { 0 }];
+            // The Weyl states of the chunk totals' random words (`sr2`).
+            let mut sr_st = vec![0u32; if outer.is_some() && sr2.is_some() { acc.len() } else { 0 }];
             let mut apack = vec![0f32; groups * kbs * mr];
             for (kbi, &bbk) in bbounds.iter().enumerate() {
                 let (kb, kn) = (kbi * KB, KB.min(k - kbi * KB));
@@ -2693,25 +2823,7 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
                             let ap = &apack[g * kbs * mr + o0 * mr..g * kbs * mr + (o0 + len) * mr];
                             let t = &mut acc[(g * ns + s - s0) * tile..(g * ns + s - s0 + 1) * tile];
                             let (row0, col0) = (i0 + g * mr, j0 + 16 * s);
-                            // Kind Sr: the Weyl states of the tile's lanes at its first step, when
-                            // no lane's index changes its upper 32 bits over the steps.
-                            let states = || -> Option<[[u32; 8]; 8]> {
-                                let mut v = [[0u32; 8]; 8];
-                                let mut hi = (u64::MAX, 0);
-                                for r in 0..mr {
-                                    for l in 0..16 {
-                                        let idx = index(row0 + r, col0 + l, kb + o0);
-                                        if idx >> 32 != idx.wrapping_add(len as u64 - 1) >> 32 {
-                                            return None;
-                                        }
-                                        if hi.0 != idx >> 32 {
-                                            hi = (idx >> 32, rng.hi_word(idx));
-                                        }
-                                        v[2 * r + l / 8][l % 8] = rng.weyl0(idx as u32, hi.1);
-                                    }
-                                }
-                                Some(v)
-                            };
+                            let states = || sr_states(&rng, mr, len, |r, l| index(row0 + r, col0 + l, kb + o0));
                             // The kernel ran (kind Sr's needs the states).
                             let done = fast && {
                                 // SAFETY: kind16 checked avx2/fma/f16c (simd); slices sized as required.
@@ -2773,6 +2885,35 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
                                         flush16::<false>(&mut tot32, &mut acc)
                                     }
                                 };
+                            } else if let Some(f2) = sr2 {
+                                let t2 = k + (k1 - 1) / chunk;
+                                // Every sum below the largest value (rounding grows it by less than a unit).
+                                let big = tot32.iter().chain(acc.iter()).fold(0f32, |m, x| m.max(x.abs())) as f64;
+                                // Row r of tile (g, s) at (g * ns + s - s0) * tile + r * 16: (row, first column).
+                                let place = |q: usize| (i0 + q / (ns * mr) * mr + q % mr, j0 + 16 * (s0 + q / mr % ns));
+                                if 2.0 * big * (1.0 + 2f64.powi(1 - f2.prec)) < f2.max {
+                                    let mut hi = (u64::MAX, 0);
+                                    for (q, st) in sr_st.chunks_exact_mut(16).enumerate() {
+                                        let (row, col0) = place(q);
+                                        for (l, x) in st.iter_mut().enumerate() {
+                                            let idx = index(row, col0 + l, t2);
+                                            if hi.0 != idx >> 32 {
+                                                hi = (idx >> 32, rng2.hi_word(idx));
+                                            }
+                                            *x = rng2.weyl0(idx as u32, hi.1);
+                                        }
+                                    }
+                                    // SAFETY: kind16 checked avx2 (simd); equal lengths, a multiple of 16.
+                                    unsafe { flush_sr(&mut tot32, &mut acc, &sr_st, rbits, f2.unit) };
+                                } else {
+                                    for (q, (tr, ar)) in tot32.chunks_exact_mut(16).zip(acc.chunks_exact_mut(16)).enumerate() {
+                                        let (row, col0) = place(q);
+                                        for (l, (tv, av)) in tr.iter_mut().zip(ar.iter_mut()).enumerate() {
+                                            *tv = o.add(*tv as f64, *av as f64, rng2.bits(index(row, col0 + l, t2), rbits)) as f32;
+                                            *av = 0.0;
+                                        }
+                                    }
+                                }
                             } else {
                                 for (q, (tv, av)) in tot64.iter_mut().zip(acc.iter_mut()).enumerate() {
                                     // Tile (g, s) at (g * ns + s - s0) * tile, row-major mr x 16.
@@ -2796,7 +2937,7 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
                 for j in jl..jh {
                     let idx = ((i / mr) * ns + j / 16 - s0) * tile + (i % mr) * 16 + j % 16;
                     let v = match outer {
-                        Some(_) if flush_vec => tot32[idx] as f64,
+                        Some(_) if tot32_used => tot32[idx] as f64,
                         Some(_) => tot64[idx],
                         None => acc[idx] as f64,
                     };
