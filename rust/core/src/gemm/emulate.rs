@@ -2892,16 +2892,12 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
                                 // Row r of tile (g, s) at (g * ns + s - s0) * tile + r * 16: (row, first column).
                                 let place = |q: usize| (i0 + q / (ns * mr) * mr + q % mr, j0 + 16 * (s0 + q / mr % ns));
                                 if 2.0 * big * (1.0 + 2f64.powi(1 - f2.prec)) < f2.max {
-                                    let mut hi = (u64::MAX, 0);
                                     for (q, st) in sr_st.chunks_exact_mut(16).enumerate() {
                                         let (row, col0) = place(q);
-                                        for (l, x) in st.iter_mut().enumerate() {
-                                            let idx = index(row, col0 + l, t2);
-                                            if hi.0 != idx >> 32 {
-                                                hi = (idx >> 32, rng2.hi_word(idx));
-                                            }
-                                            *x = rng2.weyl0(idx as u32, hi.1);
-                                        }
+                                        // One step: no index changes its upper word.
+                                        let v = sr_states(&rng2, 1, 1, |_, l| index(row, col0 + l, t2)).expect("one step");
+                                        st[..8].copy_from_slice(&v[0]);
+                                        st[8..].copy_from_slice(&v[1]);
                                     }
                                     // SAFETY: kind16 checked avx2 (simd); equal lengths, a multiple of 16.
                                     unsafe { flush_sr(&mut tot32, &mut acc, &sr_st, rbits, f2.unit) };
