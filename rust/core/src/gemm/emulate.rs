@@ -1914,8 +1914,11 @@ macro_rules! tile_store {
 /// values of B into `b`, running `row!(r, off, c0, o0, c1, o1)` for every row
 /// (`a` at byte `off` of the strip, accumulators `c0` and `c1` at bytes `o0`
 /// and `o1` of the tile, `r` the kernel's rounding macro) and `step`; then
-/// `store!(c, o)` for every accumulator and MXCSR restored. The operands
-/// follow; the accumulators, `b` and `clobber` are declared clobbered.
+/// `store!(c, o)` for every accumulator and MXCSR restored. `io` names the
+/// tile, the strips of A and B, the step count, MXCSR's save area and the
+/// rounding control (operands `c`, `pa`, `pb`, `kn`, `csr`, `rc`; `t` is
+/// scratch); the kernel's own operands follow; the accumulators, `b` and
+/// `clobber` are declared clobbered.
 #[cfg(target_arch = "x86_64")]
 macro_rules! tile_asm {
     (6, $($rest:tt)*) => {
@@ -1936,7 +1939,7 @@ macro_rules! tile_asm {
     };
     (@rows $stride:literal, [$(($off:literal, $c0:tt, $o0:literal, $c1:tt, $o1:literal)),*],
      setup: [$($setup:expr),*], b: ($b0:tt, $b1:tt), row: $row:ident($r:ident), step: [$($step:expr),*],
-     store: $store:ident, clobber: [$($clob:tt),*], $($ops:tt)*) => {
+     store: $store:ident, clobber: [$($clob:tt),*], io: ($acc:expr, $ap:expr, $bp:expr, $kn:expr, $csr:expr, $rc:expr), $($ops:tt)*) => {
         asm!(
             mxcsr_enter!(),
             $($setup,)*
@@ -1952,6 +1955,13 @@ macro_rules! tile_asm {
             "jnz 2b",
             $($store!($c0, $o0), $store!($c1, $o1),)*
             "vldmxcsr dword ptr [{csr}]",
+            c = in(reg) $acc.as_mut_ptr(),
+            pa = inout(reg) $ap.as_ptr() => _,
+            pb = inout(reg) $bp.as_ptr() => _,
+            kn = inout(reg) $kn => _,
+            csr = in(reg) $csr.as_mut_ptr(),
+            rc = in(reg) $rc,
+            t = out(reg) _,
             $($ops)*
             $(out($c0) _, out($c1) _,)*
             out($b0) _, out($b1) _, $(out($clob) _,)*
@@ -2075,15 +2085,9 @@ unsafe fn tile16_dir<const MR: usize, const T: u8, const RM: i32>(acc: &mut [f32
     macro_rules! go {
         ($mr:tt, $r:ident) => {
             dir_asm!($mr, $r,
-                c = in(reg) acc.as_mut_ptr(),
-                pa = inout(reg) ap.as_ptr() => _,
-                pb = inout(reg) bp.as_ptr() => _,
-                kn = inout(reg) kn => _,
-                csr = in(reg) csr.as_mut_ptr(),
-                rc = in(reg) rc,
+                io: (acc, ap, bp, kn, csr, rc),
                 nz = in(reg) nz,
                 k = in(reg) DIR_CONSTS.0.as_ptr(),
-                t = out(reg) _,
                 rm = const RM,
             )
         };
@@ -2345,14 +2349,8 @@ unsafe fn tile16_oddz<const MR: usize, const T: u8>(acc: &mut [f32], ap: &[f32],
     macro_rules! go {
         ($mr:tt, $r:ident) => {
             oddz_asm!($mr, $r,
-                c = in(reg) acc.as_mut_ptr(),
-                pa = inout(reg) ap.as_ptr() => _,
-                pb = inout(reg) bp.as_ptr() => _,
-                kn = inout(reg) kn => _,
-                csr = in(reg) csr.as_mut_ptr(),
-                rc = in(reg) rc,
+                io: (acc, ap, bp, kn, csr, rc),
                 k = in(reg) DIR_CONSTS.0.as_ptr(),
-                t = out(reg) _,
             )
         };
     }
@@ -2517,15 +2515,9 @@ unsafe fn tile16_sr<const MR: usize>(acc: &mut [f32], ap: &[f32], bp: &[f32], kn
     macro_rules! go {
         ($mr:tt, $sh:literal) => {
             sr_asm!($mr,
-                c = in(reg) acc.as_mut_ptr(),
-                pa = inout(reg) ap.as_ptr() => _,
-                pb = inout(reg) bp.as_ptr() => _,
-                kn = inout(reg) kn => _,
-                csr = in(reg) csr.as_mut_ptr(),
-                rc = in(reg) rc,
+                io: (acc, ap, bp, kn, csr, rc),
                 k = in(reg) k.0.as_ptr(),
                 v = in(reg) v0.as_ptr(),
-                t = out(reg) _,
                 sh = const $sh,
             )
         };
