@@ -2711,8 +2711,8 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
     // whose grid holds the accumulator's values (the sum of two values on it,
     // truncated by the add, decides as for the products): `flush_sr`.
     let sr2 = spec.chunk.and_then(|(_, f2)| {
-        let (f1, f2) = (sr_fmt(&spec.fmt)?, sr_fmt(&f2)?);
-        (sr && f1.sub >= f2.sub && rbits <= f2.unit).then_some(f2)
+        let (f1, f2) = (sf?, sr_fmt(&f2)?);
+        (f1.sub >= f2.sub && rbits <= f2.unit).then_some(f2)
     });
     let (pa, pb) = (profile(&a.format().expect("kind16 checked")).0, profile(&b.format().expect("kind16 checked")).0);
     let kbs = KB.min(k.max(1));
