@@ -5,12 +5,13 @@ Prints, for n x n x n products:
     against numpy float32 matmul (OpenBLAS sgemm), numpy's upcast-then-sgemm on
     ml_dtypes arrays (a.astype(f32) @ b.astype(f32)), and ml_dtypes' own np.dot;
   * int8 x int8 -> int32 GOP/s against numpy sgemm;
-  * emulated accumulation (fp16 accumulator, every add rounded) against lowp's f32 path,
-    and a table of accumulator formats x rounding modes;
+  * emulated accumulation (every add rounded: fp16 accumulators, and e5m2 products into
+    FloatFormat(6, 9) as in Wang et al. 2018) against lowp's f32 path, and a table of
+    accumulator formats x rounding modes;
   * peak memory of a 2048^3 bfloat16 matmul (inputs + output + extra);
   * the leading-dimension experiment: an unpacked kernel and lowp.matmul at ld 1024 vs 1040.
 
-Usage: python benches/gemm.py [--quick] [--sizes 256,512,...]
+Usage: python benches/gemm.py [--quick] [--sizes 256,512,...] [--sections f32,int8,emulated,formats,memory,ld]
 """
 
 from __future__ import annotations
@@ -146,26 +147,34 @@ def int8(sizes) -> None:
 
 def emulated(sizes) -> None:
     g = np.random.default_rng(2)
-    print("\n== emulated accumulation (fp16 accumulator, every add rounded) vs lowp's own f32 path, same inputs")
-    print(f"{'n':>5} {'thr':>3} {'inputs':>8} {'mode/rbits':>13} {'chunk':>5} {'GFLOP/s':>8} {'f32 path':>8} {'ratio':>6}")
+    print("\n== emulated accumulation (every add rounded) vs lowp's own f32 path, same inputs")
+    print("   fp16 accumulators; and e5m2 products into FloatFormat(6, 9) accumulators (acc f6m9),")
+    print("   the configuration of Wang et al. 2018 (chunks of 64)")
+    print(f"{'n':>5} {'thr':>3} {'inputs':>8} {'acc':>5} {'mode/rbits':>13} {'chunk':>5} {'GFLOP/s':>8} {'f32 path':>8} {'ratio':>6}")
+    f6m9 = lowp.FloatFormat(6, 9)
+    # Stochastic with the default 32 random bits, and with 13 (the bits a float32 sum
+    # keeps below float16's unit), unchunked and in chunks of 64.
+    fp16_runs = (("float16", "nearest_even", None, None), ("float16", "nearest_even", 64, None),
+                 ("float16", "stochastic", None, None), ("float16", "stochastic", None, 13),
+                 ("float16", "stochastic", 64, 13))
+    wang_runs = ((f6m9, "nearest_even", None, None), (f6m9, "nearest_even", 64, None))
     for n in sizes:
-        for name, dt in (("bfloat16", ml_dtypes.bfloat16), ("e4m3fn", ml_dtypes.float8_e4m3fn)):
+        for name, dt, runs in (("bfloat16", ml_dtypes.bfloat16, fp16_runs), ("e4m3fn", ml_dtypes.float8_e4m3fn, fp16_runs),
+                               ("e5m2", ml_dtypes.float8_e5m2, wang_runs)):
             a = g.standard_normal((n, n)).astype(np.float32).astype(dt)
             b = g.standard_normal((n, n)).astype(np.float32).astype(dt)
             for t in (1, 2):
                 set_threads(t)
-                # Stochastic with the default 32 random bits, and with 13 (the bits a
-                # float32 sum keeps below float16's unit), unchunked and in chunks of 64.
-                for mode, chunk, rbits in (("nearest_even", None, None), ("nearest_even", 64, None),
-                                           ("stochastic", None, None), ("stochastic", None, 13), ("stochastic", 64, 13)):
+                for acc, mode, chunk, rbits in runs:
                     tf, te = best_pair(lambda: lowp.matmul(a, b),
-                                       lambda: lowp.matmul(a, b, accumulate="float16", chunk=chunk, rounding=mode,
+                                       lambda: lowp.matmul(a, b, accumulate=acc, chunk=chunk, rounding=mode,
                                                            seed=1, rbits=rbits),
                                        4, rounds=2)
                     op = 2.0 * n**3
                     label = mode if rbits is None else f"{mode[:10]}/{rbits}"
-                    print(f"{n:5d} {t:3d} {name:>8} {label:>13} {str(chunk):>5} {op / te / 1e9:8.2f} {op / tf / 1e9:8.1f} "
-                          f"{tf / te:6.3f}", flush=True)
+                    acc_name = "fp16" if acc == "float16" else "f6m9"
+                    print(f"{n:5d} {t:3d} {name:>8} {acc_name:>5} {label:>13} {str(chunk):>5} {op / te / 1e9:8.2f} "
+                          f"{op / tf / 1e9:8.1f} {tf / te:6.3f}", flush=True)
 
 
 def emulated_formats(n: int) -> None:
@@ -177,7 +186,7 @@ def emulated_formats(n: int) -> None:
     print(f"\n== emulated accumulation, n = {n}, 1 thread: ratio to lowp's own f32 path (its GFLOP/s in brackets)")
     print(f"{'inputs':>8} {'accumulator':>18} " + " ".join(f"{m if r is None else f'{m[:10]}/{r}':>13}" for m, r in modes))
     set_threads(1)
-    for name, dt in (("bfloat16", ml_dtypes.bfloat16), ("e4m3fn", ml_dtypes.float8_e4m3fn)):
+    for name, dt in (("bfloat16", ml_dtypes.bfloat16), ("e4m3fn", ml_dtypes.float8_e4m3fn), ("e5m2", ml_dtypes.float8_e5m2)):
         a = g.standard_normal((n, n)).astype(np.float32).astype(dt)
         b = g.standard_normal((n, n)).astype(np.float32).astype(dt)
         for acc in accs:
@@ -265,22 +274,36 @@ def leading_dimension(quick: bool) -> None:
           f"(packing copies the operands into alias-free strips)")
 
 
+SECTIONS = ("f32", "int8", "emulated", "formats", "memory", "ld")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="n = 256, 512, 1024 and shorter side benchmarks")
     ap.add_argument("--sizes", type=str, default=None, help="comma-separated sizes")
+    ap.add_argument("--sections", type=str, default=",".join(SECTIONS),
+                    help=f"comma-separated sections to run (default: all of {','.join(SECTIONS)})")
     args = ap.parse_args()
+    run = args.sections.split(",")
+    if not set(run) <= set(SECTIONS):
+        ap.error(f"--sections: unknown {sorted(set(run) - set(SECTIONS))}; accepted: {','.join(SECTIONS)}")
     sizes = [int(s) for s in args.sizes.split(",")] if args.sizes else ([256, 512, 1024] if args.quick else [256, 512, 1024, 2048])
     print(f"lowp {lowp.__version__}, isa {_lowp.get_isa()}, numpy {np.__version__}, ml_dtypes {ml_dtypes.__version__}; "
           f"numpy BLAS threads {'controlled' if SET_BLAS_THREADS else 'NOT controlled'}")
     n0 = lowp.get_num_threads()
     try:
-        throughput(sizes, args.quick)
-        int8(sizes)
-        emulated([256] if args.quick else [256, 512])
-        emulated_formats(256 if args.quick else 512)
-        peak_memory(2048)
-        leading_dimension(args.quick)
+        if "f32" in run:
+            throughput(sizes, args.quick)
+        if "int8" in run:
+            int8(sizes)
+        if "emulated" in run:
+            emulated([256] if args.quick else [256, 512])
+        if "formats" in run:
+            emulated_formats(256 if args.quick else 512)
+        if "memory" in run:
+            peak_memory(2048)
+        if "ld" in run:
+            leading_dimension(args.quick)
     finally:
         set_threads(n0)
 

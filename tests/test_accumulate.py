@@ -181,6 +181,34 @@ def test_narrow_inputs_many_columns(acc, dtype, chunk):
     assert same(lowp.matmul(big, bigb, accumulate=f), ref_matmul(big, bigb, f, "nearest_even"))
 
 
+@pytest.mark.parametrize("dtype, big", [(ml_dtypes.float8_e5m2, False), (ml_dtypes.float8_e4m3fn, False), (ml_dtypes.float8_e5m2, True)],
+                         ids=["e5m2", "e4m3fn", "e5m2-near-overflow"])
+@pytest.mark.parametrize("chunk", [None, 64, 7])
+def test_f6m9_nearest_even_split_kernel(dtype, big, chunk, threads):
+    # Wang et al.'s configuration: fp8 products, FloatFormat(6, 9) accumulators,
+    # chunks of 64 (the tile kernel rounding by Veltkamp's split at 10 bits and its
+    # vectorized chunk totals) against the scalar path; near-overflow values send
+    # depth blocks and chunk totals to their f64 fallback, and some sums to inf.
+    f = ACC_FORMATS["f6m9"]
+    a, b = data(69, 200, 130, dtype, 5, scale=2.0**13 if big else 1.0)
+    if big:
+        # Positive values up to 2^13: sums pass 2^32 in most columns, not in all.
+        a = np.minimum(np.abs(a.astype(np.float32)), 8192).astype(dtype)
+        b = np.minimum(np.abs(b.astype(np.float32)), 8192).astype(dtype)
+        b[:, :40] /= 64
+    kw = dict(accumulate=f, chunk=chunk, rounding="nearest_even")
+    got = lowp.matmul(a, b, **kw)
+    lowp._lowp.set_isa("scalar")
+    try:
+        assert same_bits(got, lowp.matmul(a, b, **kw))
+    finally:
+        lowp._lowp.set_isa(None)
+    if big:
+        assert np.isinf(got).any() and np.isfinite(got).any()
+    rows, cols = [0, 33, 68], [0, 64, 129]
+    assert same(got[rows][:, cols], ref_matmul(a[rows], b[:, cols], f, "nearest_even", chunk))
+
+
 @pytest.mark.parametrize("mode", DETERMINISTIC)
 def test_fp8_inputs_and_mixed_chunk_format(mode):
     a, b = data(4, 50, 3, ml_dtypes.float8_e4m3fn, 7)

@@ -33,7 +33,13 @@
 //!   that is innocuous (11- or 8-bit operands, 24 >= 2*11 + 1 bits; checked
 //!   exhaustively by the tests); the rounding is Veltkamp's split (three float
 //!   operations, [`Kind16::Split`]) in depth blocks whose values keep every sum
-//!   in its range ([`split_ok`]), else the conversion. Nearest-even with products of 20 to 24 bits
+//!   in its range ([`split_ok`]), else the conversion. The same into other
+//!   IEEE-style formats of at most 11 bits whose subnormals are f32 normals
+//!   (FloatFormat(6, 9): Veltkamp's split at 10 bits), from products of no
+//!   more bits than the format has and on its grid ([`split_fmt`]); depth
+//!   blocks whose values could pass its largest value run through the f64
+//!   rounding; chunk totals into the same format by the f32 add and the split
+//!   ([`flush_split`]). Nearest-even with products of 20 to 24 bits
 //!   (float16 inputs): the FMA too, except for vectors where a sum could sit
 //!   on a midpoint of the format ([`Kind16::Mid`]). The directed modes, any inputs whose values are f32:
 //!   the FMA rounded in the mode itself (MXCSR, inside one assembly block),
@@ -1400,7 +1406,9 @@ pub(crate) enum Kind16 {
     /// a depth block runs it only when its values show ([`split_ok`]) that no sum
     /// can overflow the format (or f32 in `t`), none meets inf, and every sum in
     /// the format's subnormal range is exact there (products on its grid);
-    /// other blocks run `Fma`.
+    /// other blocks run `Fma`. Into a [`split_fmt`] format (FloatFormat(6, 9):
+    /// q = 14) from products of at most its precision (2 * 11 + 1 <= 24 keeps the
+    /// double rounding innocuous), the other blocks run the f64 rounding.
     Split,
     /// Nearest-even: the sum rounded to odd at 24 bits ([`tile16_oddz`];
     /// products exact in f32, checked per depth block from the values), then
@@ -1498,11 +1506,16 @@ pub(crate) fn kind16(fmt: &Format, opts: &RoundOpts, a: &Operand, b: &Operand) -
     if *fmt == Format::Float(named::FLOAT8_E5M2) && opts.mode == Mode::NearestEven && !opts.saturate {
         return (fit24 && pa + pb > 8).then_some((Kind16::OddE5m2, false));
     }
-    // From here on: nearest-even into float16 or bfloat16.
     let bf = is_bf16_ne(fmt, opts);
     if !(bf || is_f16_ne(fmt, opts)) {
-        return None;
+        // Nearest-even into another IEEE-style format of at most 11 bits
+        // ([`split_fmt`]) from products of no more bits than it has, on its grid:
+        // the FMA's double rounding is innocuous (24 >= 2 * 11 + 1), then the split.
+        let f = split_fmt(fmt, opts)?;
+        let grid = value_bounds(&fa).0 + value_bounds(&fb).0 >= f.sub;
+        return (fit24 && pa + pb <= f.prec && grid).then_some((Kind16::Split, false));
     }
+    // From here on: nearest-even into float16 or bfloat16.
     if let (Format::Float(x), Format::Float(y)) = (fa, fb) {
         if FMA16_INPUTS.contains(&x) && FMA16_INPUTS.contains(&y) {
             return Some((Kind16::Split, bf));
@@ -1536,6 +1549,23 @@ fn sr_fmt(fmt: &Format) -> Option<SrFmt> {
     let Format::Float(f) = fmt else { return None };
     let ok = f.subnormals && f.inf && f.nan == crate::format::NanPolicy::Ieee && (2..=10).contains(&f.man_bits) && f.emin() >= -126 && f.emax() <= 127;
     ok.then(|| SrFmt { unit: 23 - f.man_bits, prec: f.man_bits as i32 + 1, max: f.max_value(), sub: f.emin() - f.man_bits as i32 })
+}
+
+/// The format of [`Kind16::Split`] other than float16 and bfloat16: nearest-even,
+/// not saturating, into an [`sr_fmt`] format whose smallest subnormal is an f32
+/// normal (so that every nonzero sum on its grid is one, where Veltkamp's split
+/// holds), such as FloatFormat(6, 9).
+fn split_fmt(fmt: &Format, opts: &RoundOpts) -> Option<SrFmt> {
+    let plain = opts.mode == Mode::NearestEven && !opts.saturate && !is_f16_ne(fmt, opts) && !is_bf16_ne(fmt, opts);
+    sr_fmt(fmt).filter(|f| plain && f.sub >= -126)
+}
+
+/// Veltkamp's multiplier `2^q + 1` of [`Kind16::Split`] into a format of `prec`
+/// bits: q = 24 - prec (float16 8193, bfloat16 65537, FloatFormat(6, 9) 16385);
+/// `t = s * (2^q + 1)`, `t - (t - s)` is the normal f32 `s` rounded to
+/// nearest-even at `prec` bits (checked by the tests for every q it is used with).
+fn split_mult(prec: i32) -> f32 {
+    (2f64.powi(24 - prec) + 1.0) as f32
 }
 
 /// [`kind16`] for stochastic rounding: [`Kind16::Sr`] into an [`sr_fmt`]
@@ -1624,7 +1654,7 @@ fn merge_bounds(x: (i32, i32), y: (i32, i32)) -> (i32, i32) {
 /// The CPU must support avx2, fma and f16c; see [`Kind16`] for when each kind is exact.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-unsafe fn add16<const K: u8, const BF: bool>(acc: std::arch::x86_64::__m256, a: std::arch::x86_64::__m256, b: std::arch::x86_64::__m256) -> std::arch::x86_64::__m256 {
+unsafe fn add16<const K: u8, const BF: bool>(acc: std::arch::x86_64::__m256, a: std::arch::x86_64::__m256, b: std::arch::x86_64::__m256, spl: std::arch::x86_64::__m256) -> std::arch::x86_64::__m256 {
     use std::arch::x86_64::*;
     // SAFETY: the caller guarantees the CPU features.
     unsafe {
@@ -1642,14 +1672,15 @@ unsafe fn add16<const K: u8, const BF: bool>(acc: std::arch::x86_64::__m256, a: 
                 _mm256_andnot_si256(_mm256_castps_si256(_mm256_cmp_ps::<_CMP_EQ_OQ>(s, acc)), near)
             };
             if _mm256_movemask_ps(_mm256_castsi256_ps(flag)) != 0 {
-                return add16::<K_ODD, BF>(acc, a, b);
+                return add16::<K_ODD, BF>(acc, a, b, spl);
             }
             return round16::<BF>(s);
         }
         if K == K_SPLIT {
-            // Veltkamp's split of the FMA's sum: t - (t - s) keeps its top 11 (8) bits, to nearest-even.
+            // Veltkamp's split of the FMA's sum: with `spl` = 2^q + 1, t - (t - s)
+            // keeps its top 24 - q bits, to nearest-even ([`split_mult`]).
             let s = _mm256_fmadd_ps(a, b, acc);
-            let t = _mm256_mul_ps(s, _mm256_set1_ps(if BF { 65537.0 } else { 8193.0 }));
+            let t = _mm256_mul_ps(s, spl);
             return _mm256_sub_ps(t, _mm256_sub_ps(t, s));
         }
         let x = if K == K_ODD {
@@ -1700,13 +1731,14 @@ unsafe fn round16<const BF: bool>(x: std::arch::x86_64::__m256) -> std::arch::x8
 
 /// `MR x 16` accumulators (row-major in `acc`) over `kn` depth steps:
 /// `acc[r][j] = round(acc[r][j] + ap[kk*MR + r] * bp[kk*16 + j])` for kk in
-/// order, each add as [`add16`] with `K`, `BF`.
+/// order, each add as [`add16`] with `K`, `BF` (and Veltkamp's multiplier
+/// `spl`, [`split_mult`], for [`Kind16::Split`]).
 ///
 /// # Safety
 /// The CPU must support avx2, fma and f16c; `ap` holds kn*MR values, `bp` kn*16.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn tile16<const MR: usize, const K: u8, const BF: bool>(acc: &mut [f32], ap: &[f32], bp: &[f32], kn: usize) {
+unsafe fn tile16<const MR: usize, const K: u8, const BF: bool>(acc: &mut [f32], ap: &[f32], bp: &[f32], kn: usize, spl: f32) {
     use std::arch::x86_64::*;
     assert!(acc.len() >= MR * 16 && ap.len() >= kn * MR && bp.len() >= kn * 16);
     // SAFETY: every offset is inside the slices (asserted above); the CPU features are the caller's contract.
@@ -1716,14 +1748,15 @@ unsafe fn tile16<const MR: usize, const K: u8, const BF: bool>(acc: &mut [f32], 
             cr[0] = _mm256_loadu_ps(acc.as_ptr().add(r * 16));
             cr[1] = _mm256_loadu_ps(acc.as_ptr().add(r * 16 + 8));
         }
+        let spl = _mm256_set1_ps(spl);
         let (mut pa, mut pb) = (ap.as_ptr(), bp.as_ptr());
         for _ in 0..kn {
             let b0 = _mm256_loadu_ps(pb);
             let b1 = _mm256_loadu_ps(pb.add(8));
             for (r, cr) in c.iter_mut().enumerate() {
                 let av = _mm256_broadcast_ss(&*pa.add(r));
-                cr[0] = add16::<K, BF>(cr[0], av, b0);
-                cr[1] = add16::<K, BF>(cr[1], av, b1);
+                cr[0] = add16::<K, BF>(cr[0], av, b0, spl);
+                cr[1] = add16::<K, BF>(cr[1], av, b1, spl);
             }
             pa = pa.add(MR);
             pb = pb.add(16);
@@ -2616,7 +2649,43 @@ unsafe fn flush16<const BF: bool>(tot: &mut [f32], row: &mut [f32]) {
         for j in (0..tot.len()).step_by(8) {
             let t = _mm256_loadu_ps(tot.as_ptr().add(j));
             let r = _mm256_loadu_ps(row.as_ptr().add(j));
-            _mm256_storeu_ps(tot.as_mut_ptr().add(j), add16::<K_ODD, BF>(t, r, one));
+            _mm256_storeu_ps(tot.as_mut_ptr().add(j), add16::<K_ODD, BF>(t, r, one, one));
+            _mm256_storeu_ps(row.as_mut_ptr().add(j), _mm256_setzero_ps());
+        }
+    }
+}
+
+/// Chunk totals of [`Kind16::Split`] into its [`split_fmt`] format: `tot =
+/// round(tot + row)` lane by lane to nearest-even, the f32 add then Veltkamp's
+/// split with multiplier `spl` ([`split_mult`]), then `row = 0`. Both operands
+/// are values of the format (at most 11 bits), so the double rounding is
+/// innocuous. A vector with a lane whose f32 sum is not at most `max` (the
+/// format's largest value) in magnitude, where the rounded sum could pass it
+/// (or an inf or NaN), takes `slow(tot, row)` (the exact rounding) lane by lane.
+///
+/// # Safety
+/// The CPU must support avx2 and fma; both slices have the same length, a multiple of 8.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn flush_split(tot: &mut [f32], row: &mut [f32], spl: f32, max: f32, slow: impl Fn(f32, f32) -> f32) {
+    use std::arch::x86_64::*;
+    assert!(tot.len() == row.len() && tot.len() % 8 == 0);
+    // SAFETY: j + 8 <= len for every access; CPU features per the contract.
+    unsafe {
+        let (spl, max) = (_mm256_set1_ps(spl), _mm256_set1_ps(max));
+        let absm = _mm256_castsi256_ps(_mm256_set1_epi32(i32::MAX));
+        for j in (0..tot.len()).step_by(8) {
+            let s = _mm256_add_ps(_mm256_loadu_ps(tot.as_ptr().add(j)), _mm256_loadu_ps(row.as_ptr().add(j)));
+            // |s| > max, or NaN (unordered).
+            let out = _mm256_cmp_ps::<_CMP_NLE_UQ>(_mm256_and_ps(s, absm), max);
+            if _mm256_movemask_ps(out) != 0 {
+                for l in j..j + 8 {
+                    tot[l] = slow(tot[l], row[l]);
+                }
+            } else {
+                let t = _mm256_mul_ps(s, spl);
+                _mm256_storeu_ps(tot.as_mut_ptr().add(j), _mm256_sub_ps(t, _mm256_sub_ps(t, s)));
+            }
             _mm256_storeu_ps(row.as_mut_ptr().add(j), _mm256_setzero_ps());
         }
     }
@@ -2688,13 +2757,20 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
     // e = row * n + column, step t (chunk total r: step k + r), index e*steps + t.
     let sr = kind == Kind16::Sr;
     let sf = if sr { sr_fmt(&spec.fmt) } else { None };
+    // Kind Split into a format other than float16 and bfloat16 ([`split_fmt`]):
+    // its blocks outside the bound run the f64 rounding, as kind Sr's.
+    let gs = if kind == Kind16::Split { split_fmt(&spec.fmt, &spec.opts) } else { None };
+    let spl = split_mult(gs.map_or(if bf { 8 } else { 11 }, |f| f.prec));
     let chunk = spec.chunk.map(|(cs, _)| cs).unwrap_or(usize::MAX);
     let steps = (k + if outer.is_some() { k.div_ceil(chunk) } else { 0 }) as u64;
     let (rng, rng2, rbits) = (Rng::new(spec.opts.key), Rng::new(chunk_opts(spec.opts).key), spec.opts.rbits);
     let index = |row: usize, col: usize, t: usize| ((row * n + col) as u64).wrapping_mul(steps).wrapping_add(t as u64);
     // Chunk totals into the same format, nearest-even, run vectorized too.
     // (flush16 rounds into float16 and bfloat16 only.)
-    let same = spec.chunk.is_some_and(|(_, f2)| f2 == spec.fmt) && !matches!(kind, Kind16::Dir(_) | Kind16::OddE5m2 | Kind16::Sr);
+    let same = spec.chunk.is_some_and(|(_, f2)| f2 == spec.fmt) && !matches!(kind, Kind16::Dir(_) | Kind16::OddE5m2 | Kind16::Sr) && gs.is_none();
+    // Or, with kind Split into another format ([`split_fmt`]), into that format:
+    // the f32 add and the split, as the tiles round (two values of the format).
+    let gs2 = gs.filter(|_| spec.chunk.is_some_and(|(_, f2)| f2 == spec.fmt));
     // Or into a target of the directed kernels, or float32 to nearest-even:
     // `flush_dir` (MXCSR rounding).
     let outer_dir = spec.chunk.and_then(|(_, f2)| {
@@ -2770,7 +2846,7 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
             let tile = mr * 16;
             // Tile (g, s) holds rows i0+g*mr.., columns j0+16(s0+s).., row-major mr x 16.
             let mut acc = vec![0f32; groups * ns * tile];
-            let tot32_used = flush_vec || sr2.is_some();
+            let tot32_used = flush_vec || sr2.is_some() || gs2.is_some();
             let mut tot32 = vec![0f32; if outer.is_some() && tot32_used { acc.len() } else { 0 }];
             let mut tot64 = vec![0f64; if outer.is_some() && !tot32_used { acc.len() } else { 0 }];
             // The Weyl states of the chunk totals' random words (`sr2`).
@@ -2790,14 +2866,16 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
                 let bounded = (split || sr) && {
                     let row_max = (0..groups).flat_map(|g| (0..mr).map(move |r| ablock(g).iter().skip(r).step_by(mr).map(|x| x.abs() as f64).sum::<f64>())).fold(0.0, f64::max);
                     let lo = abounds().zip(bbk).map(|(x, y)| x.0 + y.0);
-                    match sf {
+                    match (sf, gs) {
                         // Stochastic: every sum below the largest value, which no rounding then passes.
-                        Some(f) => block_ok(1.0 + 2f64.powi(1 - f.prec), f.max, f.sub, abs_max32(&acc), row_max, bmaxes[kbi], lo, kn),
-                        None => split_ok(bf, abs_max32(&acc), row_max, bmaxes[kbi], lo, kn),
+                        (Some(f), _) => block_ok(1.0 + 2f64.powi(1 - f.prec), f.max, f.sub, abs_max32(&acc), row_max, bmaxes[kbi], lo, kn),
+                        // To nearest: likewise (a sum below it rounds to at most it).
+                        (_, Some(f)) => block_ok(1.0 + 2f64.powi(-f.prec), f.max, f.sub, abs_max32(&acc), row_max, bmaxes[kbi], lo, kn),
+                        _ => split_ok(bf, abs_max32(&acc), row_max, bmaxes[kbi], lo, kn),
                     }
                 };
-                // Kind Sr's blocks outside the bound run the f64 rounding.
-                let fast = (!scan || fits(abounds(), bbk)) && (!sr || bounded);
+                // Kind Sr's blocks outside the bound run the f64 rounding, and so do kind Split's into a `gs` format.
+                let fast = (!scan || fits(abounds(), bbk)) && (!(sr || gs.is_some()) || bounded);
                 // Kind Split on this block, else its fallback Fma.
                 let kind = match kind {
                     Kind16::Split if !bounded => Kind16::Fma,
@@ -2824,12 +2902,12 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
                                     macro_rules! tiles {
                                         ($mf:expr, $mo:expr, $v:expr) => {
                                             match (kind, bf) {
-                                                (Kind16::Fma, false) => tile16::<$mf, K_FMA, false>(t, ap, bp, len),
-                                                (Kind16::Fma, true) => tile16::<$mf, K_FMA, true>(t, ap, bp, len),
-                                                (Kind16::Split, false) => tile16::<$mf, K_SPLIT, false>(t, ap, bp, len),
-                                                (Kind16::Split, true) => tile16::<$mf, K_SPLIT, true>(t, ap, bp, len),
-                                                (Kind16::Mid, false) => tile16::<$mo, K_MID, false>(t, ap, bp, len),
-                                                (Kind16::Mid, true) => tile16::<$mo, K_MID, true>(t, ap, bp, len),
+                                                (Kind16::Fma, false) => tile16::<$mf, K_FMA, false>(t, ap, bp, len, spl),
+                                                (Kind16::Fma, true) => tile16::<$mf, K_FMA, true>(t, ap, bp, len, spl),
+                                                (Kind16::Split, false) => tile16::<$mf, K_SPLIT, false>(t, ap, bp, len, spl),
+                                                (Kind16::Split, true) => tile16::<$mf, K_SPLIT, true>(t, ap, bp, len, spl),
+                                                (Kind16::Mid, false) => tile16::<$mo, K_MID, false>(t, ap, bp, len, spl),
+                                                (Kind16::Mid, true) => tile16::<$mo, K_MID, true>(t, ap, bp, len, spl),
                                                 (Kind16::Odd, true) => tile16_oddz::<$mo, ODD_BF16>(t, ap, bp, len),
                                                 (Kind16::Odd, false) => tile16_oddz::<$mo, ODD_F16>(t, ap, bp, len),
                                                 (Kind16::OddE5m2, _) => tile16_oddz::<$mo, ODD_E5M2>(t, ap, bp, len),
@@ -2877,6 +2955,9 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
                                         flush16::<false>(&mut tot32, &mut acc)
                                     }
                                 };
+                            } else if let Some(f) = gs2 {
+                                // SAFETY: kind16 checked avx2/fma (simd); equal lengths, a multiple of 16.
+                                unsafe { flush_split(&mut tot32, &mut acc, split_mult(f.prec), f.max as f32, |t, r| o.add(t as f64, r as f64, 0) as f32) };
                             } else if let Some(f2) = sr2 {
                                 let t2 = k + (k1 - 1) / chunk;
                                 // Every sum below the largest value (rounding grows it by less than a unit).
@@ -3124,6 +3205,30 @@ pub(crate) mod testing {
     /// One 8-lane add of the tile kernel of `kind` into float16 in `mode` (`bf`:
     /// bfloat16; [`Kind16::Dir`]: into its own format), `acc + a * b` lane by
     /// lane; `None` without avx2/fma/f16c.
+    /// [`Kind16::Split`]'s rounding of 8 f32 lanes to nearest-even at `prec`
+    /// bits (its add with a zero product); `None` without avx2/fma.
+    pub fn split_lanes(prec: i32, s: [f32; 8]) -> Option<[f32; 8]> {
+        #[cfg(target_arch = "x86_64")]
+        if crate::convert::detected_isa() >= crate::convert::Isa::Avx2 {
+            #[target_feature(enable = "avx2,fma,f16c")]
+            unsafe fn go(prec: i32, s: [f32; 8]) -> [f32; 8] {
+                use std::arch::x86_64::*;
+                let mut out = [0f32; 8];
+                // SAFETY: 8-lane loads and stores of 8-element arrays; features per the caller.
+                unsafe {
+                    let z = _mm256_setzero_ps();
+                    let r = add16::<K_SPLIT, false>(_mm256_loadu_ps(s.as_ptr()), z, z, _mm256_set1_ps(split_mult(prec)));
+                    _mm256_storeu_ps(out.as_mut_ptr(), r);
+                }
+                out
+            }
+            // SAFETY: avx2, fma and f16c were detected.
+            return Some(unsafe { go(prec, s) });
+        }
+        let _ = (prec, s);
+        None
+    }
+
     pub fn add16_lanes(kind: Kind16, bf: bool, mode: Mode, acc: [f32; 8], a: f32, b: [f32; 8]) -> Option<[f32; 8]> {
         // Only the directed kernels round in other modes than nearest-even.
         assert!(matches!(kind, Kind16::Dir(_)) == (mode != Mode::NearestEven), "{kind:?} does not round {mode:?}");
@@ -3149,13 +3254,13 @@ pub(crate) mod testing {
                     }
                     let r = match (kind, bf) {
                         (Kind16::Odd, false) => one_row!(t, bp => tile16_oddz::<1, ODD_F16>(&mut t, &[a], &bp, 1)),
-                        (Kind16::Fma, false) => add16::<K_FMA, false>(c, av, bv),
-                        (Kind16::Split, false) => add16::<K_SPLIT, false>(c, av, bv),
-                        (Kind16::Split, true) => add16::<K_SPLIT, true>(c, av, bv),
-                        (Kind16::Mid, false) => add16::<K_MID, false>(c, av, bv),
+                        (Kind16::Fma, false) => add16::<K_FMA, false>(c, av, bv, av),
+                        (Kind16::Split, false) => add16::<K_SPLIT, false>(c, av, bv, _mm256_set1_ps(split_mult(11))),
+                        (Kind16::Split, true) => add16::<K_SPLIT, true>(c, av, bv, _mm256_set1_ps(split_mult(8))),
+                        (Kind16::Mid, false) => add16::<K_MID, false>(c, av, bv, av),
                         (Kind16::Odd, true) => one_row!(t, bp => tile16_oddz::<1, ODD_BF16>(&mut t, &[a], &bp, 1)),
-                        (Kind16::Fma, true) => add16::<K_FMA, true>(c, av, bv),
-                        (Kind16::Mid, true) => add16::<K_MID, true>(c, av, bv),
+                        (Kind16::Fma, true) => add16::<K_FMA, true>(c, av, bv, av),
+                        (Kind16::Mid, true) => add16::<K_MID, true>(c, av, bv, av),
                         (Kind16::OddE5m2, _) => one_row!(t, bp => tile16_oddz::<1, ODD_E5M2>(&mut t, &[a], &bp, 1)),
                         (Kind16::Dir(to), _) => one_row!(t, bp => tile16_dir_to::<1>(to, rm, &mut t, &[a], &bp, 1)),
                         (Kind16::Sr, _) => panic!("the stochastic kernel draws bits per element: it is checked through matmul_emulated"),

@@ -454,6 +454,44 @@ fn split_rounds_to_nearest_even() {
     assert!(checked > 30 * (1 << 23));
 }
 
+/// Veltkamp's split with `q = 24 - prec` rounds to nearest-even at `prec` bits
+/// for every precision [`Kind16::Split`] may use (3 to 11): every significand of
+/// one binade (the split of a normal f32 depends on its significand only, while
+/// `t` stays finite), and a sweep from 2^-126 to 2^64, against the integer
+/// rounding of the pattern.
+#[test]
+#[cfg_attr(debug_assertions, ignore = "exhaustive: run in release mode")]
+fn split_rounds_to_nearest_even_any_precision() {
+    let _settings = crate::settings_read();
+    let mut checked = 0u64;
+    for prec in 3..=11 {
+        let u = 24 - prec as u32;
+        let want = |x: f32| {
+            let b = x.to_bits();
+            f32::from_bits((b + ((1 << (u - 1)) - 1) + ((b >> u) & 1)) & !((1u32 << u) - 1))
+        };
+        let binade = (1f32.to_bits(), 2f32.to_bits(), 1u32);
+        let sweep = (2f32.powi(-126).to_bits(), 2f32.powi(64).to_bits(), 997u32);
+        for (first, top, step) in [binade, sweep] {
+            let mut x = first;
+            while x < top {
+                let mut s = [0f32; 8];
+                for (l, v) in s.iter_mut().enumerate() {
+                    let b = (x + (l / 2) as u32 * step).min(top - 1);
+                    *v = if l % 2 == 1 { -f32::from_bits(b) } else { f32::from_bits(b) };
+                }
+                let Some(got) = super::emulate::testing::split_lanes(prec, s) else { return };
+                for l in 0..8 {
+                    assert_eq!(got[l].to_bits(), want(s[l]).to_bits(), "prec {prec}: split of {:e}", s[l]);
+                }
+                checked += 8;
+                x += 4 * step;
+            }
+        }
+    }
+    assert!(checked > 9 * (1 << 24));
+}
+
 /// The TwoSum / round-to-odd path is exact for any f32 product: random values over
 /// the whole f32 range, values that put the sum a hair off an fp16 tie, and specials.
 #[test]
@@ -760,6 +798,9 @@ fn emulated_fp16_tile_paths_match_f64_lanes() {
             // e4m3fn products, bf16 from fp8, bf16 and fp16 products, FloatFormat(6, 9)
             // and (5, 4) from fp8 products), up to the bits f32 keeps below the unit.
             let custom = |e, m| Format::Float(crate::format::FloatFormat::new(e, m, None, true, crate::format::NanPolicy::Ieee, true).unwrap());
+            // Nearest-even into FloatFormat(6, 9) and (5, 7) from fp8 products: the
+            // split kernel at 10 and 8 bits, its chunk totals by `flush_split`.
+            modes.extend([(custom(6, 9), opts(Mode::NearestEven)), (custom(5, 7), opts(Mode::NearestEven))]);
             for (fmt, rbits) in [(f16, 1), (f16, 9), (f16, 13), (bf16, 5), (bf16, 16), (custom(6, 9), 14), (custom(6, 9), 3), (custom(5, 4), 19)] {
                 let key = crate::round::SeedKey::from_seed(rbits as u64 + 7);
                 modes.push((fmt, RoundOpts { rbits, key, ..opts(Mode::Stochastic) }));
