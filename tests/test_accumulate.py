@@ -184,11 +184,14 @@ def test_narrow_inputs_many_columns(acc, dtype, chunk):
 @pytest.mark.parametrize("dtype, big", [(ml_dtypes.float8_e5m2, False), (ml_dtypes.float8_e4m3fn, False), (ml_dtypes.float8_e5m2, True)],
                          ids=["e5m2", "e4m3fn", "e5m2-near-overflow"])
 @pytest.mark.parametrize("chunk", [None, 64, 7])
-def test_f6m9_nearest_even_split_kernel(dtype, big, chunk, threads):
+@pytest.mark.parametrize("mode", ["nearest_even", "toward_zero", "up", "down"])
+def test_f6m9_tile_kernels(dtype, big, chunk, mode, threads):
     # Wang et al.'s configuration: fp8 products, FloatFormat(6, 9) accumulators,
-    # chunks of 64 (the tile kernel rounding by Veltkamp's split at 10 bits and its
-    # vectorized chunk totals) against the scalar path; near-overflow values send
-    # depth blocks and chunk totals to their f64 fallback, and some sums to inf.
+    # chunks of 64 (the float32 tile kernels: Veltkamp's split at 10 bits to
+    # nearest, the directed FMA and an integer rounding at the format's unit, and
+    # their vectorized chunk totals) against the scalar path; near-overflow values
+    # send depth blocks and chunk totals to their f64 fallback, and some sums to inf
+    # (or to the largest value).
     f = ACC_FORMATS["f6m9"]
     a, b = data(69, 200, 130, dtype, 5, scale=2.0**13 if big else 1.0)
     if big:
@@ -196,7 +199,7 @@ def test_f6m9_nearest_even_split_kernel(dtype, big, chunk, threads):
         a = np.minimum(np.abs(a.astype(np.float32)), 8192).astype(dtype)
         b = np.minimum(np.abs(b.astype(np.float32)), 8192).astype(dtype)
         b[:, :40] /= 64
-    kw = dict(accumulate=f, chunk=chunk, rounding="nearest_even")
+    kw = dict(accumulate=f, chunk=chunk, rounding=mode)
     got = lowp.matmul(a, b, **kw)
     lowp._lowp.set_isa("scalar")
     try:
@@ -204,9 +207,10 @@ def test_f6m9_nearest_even_split_kernel(dtype, big, chunk, threads):
     finally:
         lowp._lowp.set_isa(None)
     if big:
-        assert np.isinf(got).any() and np.isfinite(got).any()
+        top = np.abs(got).max()
+        assert (np.isinf(top) or top == f.max) and np.isfinite(got).any() and (np.abs(got) < f.max).any()
     rows, cols = [0, 33, 68], [0, 64, 129]
-    assert same(got[rows][:, cols], ref_matmul(a[rows], b[:, cols], f, "nearest_even", chunk))
+    assert same(got[rows][:, cols], ref_matmul(a[rows], b[:, cols], f, mode, chunk))
 
 
 @pytest.mark.parametrize("mode", DETERMINISTIC)

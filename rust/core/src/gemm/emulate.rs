@@ -45,6 +45,11 @@
 //!   the FMA rounded in the mode itself (MXCSR, inside one assembly block),
 //!   then `vcvtps2ph` in the mode, the integer rounding of the top 16 bits,
 //!   nothing for float32, or through float16 for float8_e5m2 ([`Kind16::Dir`]);
+//!   into other IEEE-style formats of at most 10 mantissa bits whose normal
+//!   range f32 holds (FloatFormat(6, 9)), bfloat16's integer rounding at the
+//!   format's unit ([`DirTo::Unit`]) in depth blocks whose values keep every
+//!   sum below its largest value and every product on its grid, the others
+//!   through the f64 rounding;
 //!   chunk totals into those formats (and into float32 to nearest) by the same
 //!   rounding of an f32 add.
 //!   Nearest-even with other inputs whose products fit 24 bits (bfloat16
@@ -1491,7 +1496,11 @@ pub(crate) fn kind16(fmt: &Format, opts: &RoundOpts, a: &Operand, b: &Operand) -
     }
     let (Some(fa), Some(fb)) = (a.format(), b.format()) else { return None };
     if let Some(to) = dir_to(fmt, opts) {
-        return (a.fits_f32() && b.fits_f32()).then_some((Kind16::Dir(to), to == DirTo::Bf16));
+        // A `Unit` format needs the products on its grid (checked per depth block):
+        // where the input formats leave it, the f64 path is faster than the fallback.
+        let grid = || sr_fmt(fmt).is_some_and(|f| value_bounds(&fa).0 + value_bounds(&fb).0 >= f.sub || f.sub <= -100);
+        let ok = a.fits_f32() && b.fits_f32() && (!matches!(to, DirTo::Unit(_)) || grid());
+        return ok.then_some((Kind16::Dir(to), to == DirTo::Bf16));
     }
     if opts.mode == Mode::Stochastic {
         return sr_kind(fmt, opts, &fa, &fb, a.fits_f32() && b.fits_f32());
@@ -2026,6 +2035,12 @@ pub(crate) enum DirTo {
     Bf16,
     F32,
     E5m2,
+    /// An IEEE-style format of at most 10 mantissa bits whose normal range f32
+    /// holds ([`sr_fmt`], such as FloatFormat(6, 9)), its unit this bit of the
+    /// f32 pattern (13 to 21): bfloat16's integer rounding at that bit, in
+    /// depth blocks whose values keep every sum below its largest value and
+    /// every product on its grid ([`block_ok`]; the others run the f64 rounding).
+    Unit(u8),
 }
 
 /// Which [`Kind16::Dir`] target `fmt` is, when `opts` round it toward zero, up or
@@ -2039,7 +2054,7 @@ fn dir_to(fmt: &Format, opts: &RoundOpts) -> Option<DirTo> {
         Format::Float(f) if *f == named::BFLOAT16 => Some(DirTo::Bf16),
         Format::Float(f) if *f == named::FLOAT32 => Some(DirTo::F32),
         Format::Float(f) if *f == named::FLOAT8_E5M2 => Some(DirTo::E5m2),
-        _ => None,
+        _ => sr_fmt(fmt).map(|f| DirTo::Unit(f.unit as u8)),
     }
 }
 
@@ -2050,6 +2065,22 @@ fn dir_to(fmt: &Format, opts: &RoundOpts) -> Option<DirTo> {
 #[cfg(target_arch = "x86_64")]
 #[repr(C, align(32))]
 struct DirConsts([u32; 40]);
+
+#[cfg(target_arch = "x86_64")]
+impl DirConsts {
+    /// The constants of target `to`: [`DIR_CONSTS`], but for [`DirTo::Unit`]
+    /// the masks of bfloat16's rounding at its unit (the bits from the unit up,
+    /// and those below it, in place of 0xffff0000 and 0xffff).
+    fn of(to: DirTo) -> DirConsts {
+        let mut c = DirConsts(DIR_CONSTS.0);
+        if let DirTo::Unit(u) = to {
+            let low = (1u32 << u) - 1;
+            c.0[..8].fill(!low);
+            c.0[8..16].fill(low);
+        }
+        c
+    }
+}
 #[cfg(target_arch = "x86_64")]
 static DIR_CONSTS: DirConsts = DirConsts({
     let mut w = [0xffff_0000u32; 40];
@@ -2104,7 +2135,7 @@ static DIR_NO_FIX: [u32; 8] = [u32::MAX; 8];
 /// The CPU must support avx2, fma and f16c; `ap` holds kn*MR values, `bp` kn*16.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn tile16_dir<const MR: usize, const T: u8, const RM: i32>(acc: &mut [f32], ap: &[f32], bp: &[f32], kn: usize) {
+unsafe fn tile16_dir<const MR: usize, const T: u8, const RM: i32>(acc: &mut [f32], ap: &[f32], bp: &[f32], kn: usize, k: &DirConsts) {
     use std::arch::asm;
     use std::arch::x86_64::{_MM_FROUND_TO_NEG_INF, _MM_FROUND_TO_POS_INF, _MM_FROUND_TO_ZERO};
     assert!((MR == 1 || MR == 6) && T <= 3 && (1..4).contains(&RM));
@@ -2120,7 +2151,7 @@ unsafe fn tile16_dir<const MR: usize, const T: u8, const RM: i32>(acc: &mut [f32
             dir_asm!($mr, $r,
                 io: (acc, ap, bp, kn, csr, rc),
                 nz = in(reg) nz,
-                k = in(reg) DIR_CONSTS.0.as_ptr(),
+                k = in(reg) k.0.as_ptr(),
                 rm = const RM,
             )
         };
@@ -2144,13 +2175,14 @@ unsafe fn tile16_dir<const MR: usize, const T: u8, const RM: i32>(acc: &mut [f32
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn tile16_dir_to<const MR: usize>(to: DirTo, rm: i32, acc: &mut [f32], ap: &[f32], bp: &[f32], kn: usize) {
+    let k = DirConsts::of(to);
     // SAFETY: per the caller.
     unsafe {
         match to {
-            DirTo::F16 => by_f16_rounding!(rm, R => tile16_dir::<MR, 0, R>(acc, ap, bp, kn)),
-            DirTo::Bf16 => by_f16_rounding!(rm, R => tile16_dir::<MR, 1, R>(acc, ap, bp, kn)),
-            DirTo::F32 => by_f16_rounding!(rm, R => tile16_dir::<MR, 2, R>(acc, ap, bp, kn)),
-            DirTo::E5m2 => by_f16_rounding!(rm, R => tile16_dir::<MR, 3, R>(acc, ap, bp, kn)),
+            DirTo::F16 => by_f16_rounding!(rm, R => tile16_dir::<MR, 0, R>(acc, ap, bp, kn, &k)),
+            DirTo::Bf16 | DirTo::Unit(_) => by_f16_rounding!(rm, R => tile16_dir::<MR, 1, R>(acc, ap, bp, kn, &k)),
+            DirTo::F32 => by_f16_rounding!(rm, R => tile16_dir::<MR, 2, R>(acc, ap, bp, kn, &k)),
+            DirTo::E5m2 => by_f16_rounding!(rm, R => tile16_dir::<MR, 3, R>(acc, ap, bp, kn, &k)),
         }
     }
 }
@@ -2196,7 +2228,7 @@ macro_rules! flush_asm {
 /// The CPU must support avx2, fma and f16c.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn flush_dir<const T: u8, const RM: i32>(tot: &mut [f32], row: &mut [f32]) {
+unsafe fn flush_dir<const T: u8, const RM: i32>(tot: &mut [f32], row: &mut [f32], k: &DirConsts) {
     use std::arch::asm;
     use std::arch::x86_64::{_MM_FROUND_TO_NEG_INF, _MM_FROUND_TO_POS_INF, _MM_FROUND_TO_ZERO};
     assert!(T <= 3 && (0..4).contains(&RM) && (RM != 0 || T == 2));
@@ -2216,7 +2248,7 @@ unsafe fn flush_dir<const T: u8, const RM: i32>(tot: &mut [f32], row: &mut [f32]
                 csr = in(reg) csr.as_mut_ptr(),
                 rc = in(reg) rc,
                 nz = in(reg) nz,
-                k = in(reg) DIR_CONSTS.0.as_ptr(),
+                k = in(reg) k.0.as_ptr(),
                 t = out(reg) _,
                 rm = const RM,
             )
@@ -2237,13 +2269,14 @@ unsafe fn flush_dir<const T: u8, const RM: i32>(tot: &mut [f32], row: &mut [f32]
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn flush_dir_to(to: DirTo, rm: i32, tot: &mut [f32], row: &mut [f32]) {
+    let k = DirConsts::of(to);
     // SAFETY: per the caller.
     unsafe {
         match to {
-            DirTo::F16 => by_f16_rounding!(rm, R => flush_dir::<0, R>(tot, row)),
-            DirTo::Bf16 => by_f16_rounding!(rm, R => flush_dir::<1, R>(tot, row)),
-            DirTo::F32 => by_f16_rounding!(rm, R => flush_dir::<2, R>(tot, row)),
-            DirTo::E5m2 => by_f16_rounding!(rm, R => flush_dir::<3, R>(tot, row)),
+            DirTo::F16 => by_f16_rounding!(rm, R => flush_dir::<0, R>(tot, row, &k)),
+            DirTo::Bf16 | DirTo::Unit(_) => by_f16_rounding!(rm, R => flush_dir::<1, R>(tot, row, &k)),
+            DirTo::F32 => by_f16_rounding!(rm, R => flush_dir::<2, R>(tot, row, &k)),
+            DirTo::E5m2 => by_f16_rounding!(rm, R => flush_dir::<3, R>(tot, row, &k)),
         }
     }
 }
@@ -2761,6 +2794,9 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
     // its blocks outside the bound run the f64 rounding, as kind Sr's.
     let gs = if kind == Kind16::Split { split_fmt(&spec.fmt, &spec.opts) } else { None };
     let spl = split_mult(gs.map_or(if bf { 8 } else { 11 }, |f| f.prec));
+    // Kind Dir into a `Unit` format: its blocks outside the bound run the f64 rounding too.
+    let du = if let Kind16::Dir(DirTo::Unit(_)) = kind { sr_fmt(&spec.fmt) } else { None };
+    let bounds_used = split || sr || du.is_some();
     let chunk = spec.chunk.map(|(cs, _)| cs).unwrap_or(usize::MAX);
     let steps = (k + if outer.is_some() { k.div_ceil(chunk) } else { 0 }) as u64;
     let (rng, rng2, rbits) = (Rng::new(spec.opts.key), Rng::new(chunk_opts(spec.opts).key), spec.opts.rbits);
@@ -2779,10 +2815,14 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
         if f32_ne {
             Some((DirTo::F32, _MM_FROUND_TO_NEAREST_INT))
         } else {
-            dir_to(&f2, &o2).map(|to| (to, f16_rounding(o2.mode)))
+            // (A `Unit` target needs its sums checked: `du2` below.)
+            dir_to(&f2, &o2).filter(|to| !matches!(to, DirTo::Unit(_))).map(|to| (to, f16_rounding(o2.mode)))
         }
     });
     let flush_vec = same || outer_dir.is_some();
+    // Or, with kind Dir into a `Unit` format, into that format: the same
+    // rounding of an f32 add when no total can pass the largest value.
+    let du2 = du.filter(|_| spec.chunk.is_some_and(|(_, f2)| f2 == spec.fmt)).map(|f| (f, dir_to(&spec.fmt, &chunk_opts(spec.opts)).expect("kind Dir")));
     // Or, with kind Sr, stochastic chunk totals into a format of the same kind
     // whose grid holds the accumulator's values (the sum of two values on it,
     // truncated by the add, decides as for the products): `flush_sr`.
@@ -2821,8 +2861,8 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
             // dst[kk*16 + j] = b[kb+kk, j0+16s+j], zeros past the last column.
             unsafe { super::kernels::pack_real::<f32>(b, base, b.cs, b.rs, 16.min(jb - 16 * s), 16, kn, dst) };
             let v = &dst[..kn * 16];
-            let bounds = if scan || split || sr { exp_bounds(v, pb) } else { None };
-            (bounds, if split || sr { abs_max32(v) } else { 0.0 })
+            let bounds = if scan || bounds_used { exp_bounds(v, pb) } else { None };
+            (bounds, if bounds_used { abs_max32(v) } else { 0.0 })
         };
         let used = &mut bpanel[..kblocks * strips * kbs * 16];
         let mut sb: Vec<(Option<(i32, i32)>, f32)> = vec![(None, 0.0); kblocks * strips];
@@ -2846,7 +2886,7 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
             let tile = mr * 16;
             // Tile (g, s) holds rows i0+g*mr.., columns j0+16(s0+s).., row-major mr x 16.
             let mut acc = vec![0f32; groups * ns * tile];
-            let tot32_used = flush_vec || sr2.is_some() || gs2.is_some();
+            let tot32_used = flush_vec || sr2.is_some() || gs2.is_some() || du2.is_some();
             let mut tot32 = vec![0f32; if outer.is_some() && tot32_used { acc.len() } else { 0 }];
             let mut tot64 = vec![0f64; if outer.is_some() && !tot32_used { acc.len() } else { 0 }];
             // The Weyl states of the chunk totals' random words (`sr2`).
@@ -2863,11 +2903,11 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
                 let ablock = |g: usize| &apack[g * kbs * mr..g * kbs * mr + kn * mr];
                 let abounds = || (0..groups).filter_map(|g| exp_bounds(ablock(g), pa)).reduce(merge_bounds);
                 // Kinds Split and Sr: may this block run them (`split_ok`)?
-                let bounded = (split || sr) && {
+                let bounded = bounds_used && {
                     let row_max = (0..groups).flat_map(|g| (0..mr).map(move |r| ablock(g).iter().skip(r).step_by(mr).map(|x| x.abs() as f64).sum::<f64>())).fold(0.0, f64::max);
                     let lo = abounds().zip(bbk).map(|(x, y)| x.0 + y.0);
-                    match (sf, gs) {
-                        // Stochastic: every sum below the largest value, which no rounding then passes.
+                    match (sf.or(du), gs) {
+                        // Stochastic or directed: every sum below the largest value, which no rounding then passes.
                         (Some(f), _) => block_ok(1.0 + 2f64.powi(1 - f.prec), f.max, f.sub, abs_max32(&acc), row_max, bmaxes[kbi], lo, kn),
                         // To nearest: likewise (a sum below it rounds to at most it).
                         (_, Some(f)) => block_ok(1.0 + 2f64.powi(-f.prec), f.max, f.sub, abs_max32(&acc), row_max, bmaxes[kbi], lo, kn),
@@ -2875,7 +2915,7 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
                     }
                 };
                 // Kind Sr's blocks outside the bound run the f64 rounding, and so do kind Split's into a `gs` format.
-                let fast = (!scan || fits(abounds(), bbk)) && (!(sr || gs.is_some()) || bounded);
+                let fast = (!scan || fits(abounds(), bbk)) && (!(sr || gs.is_some() || du.is_some()) || bounded);
                 // Kind Split on this block, else its fallback Fma.
                 let kind = match kind {
                     Kind16::Split if !bounded => Kind16::Fma,
@@ -2955,6 +2995,18 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
                                         flush16::<false>(&mut tot32, &mut acc)
                                     }
                                 };
+                            } else if let Some((f, to)) = du2 {
+                                let big = tot32.iter().chain(acc.iter()).fold(0f32, |m, x| m.max(x.abs())) as f64;
+                                // Every sum below the largest value (rounding grows it by less than a unit).
+                                if 2.0 * big * (1.0 + 2f64.powi(1 - f.prec)) < f.max {
+                                    // SAFETY: kind16 checked avx2/fma/f16c (simd); lengths are multiples of 16.
+                                    unsafe { flush_dir_to(to, rm, &mut tot32, &mut acc) };
+                                } else {
+                                    for (tv, av) in tot32.iter_mut().zip(acc.iter_mut()) {
+                                        *tv = o.add(*tv as f64, *av as f64, 0) as f32;
+                                        *av = 0.0;
+                                    }
+                                }
                             } else if let Some(f) = gs2 {
                                 // SAFETY: kind16 checked avx2/fma (simd); equal lengths, a multiple of 16.
                                 unsafe { flush_split(&mut tot32, &mut acc, split_mult(f.prec), f.max as f32, |t, r| o.add(t as f64, r as f64, 0) as f32) };

@@ -801,6 +801,11 @@ fn emulated_fp16_tile_paths_match_f64_lanes() {
             // Nearest-even into FloatFormat(6, 9) and (5, 7) from fp8 products: the
             // split kernel at 10 and 8 bits, its chunk totals by `flush_split`.
             modes.extend([(custom(6, 9), opts(Mode::NearestEven)), (custom(5, 7), opts(Mode::NearestEven))]);
+            // The directed kernel at their units (and float8_e4m3's, IEEE-style):
+            // bfloat16's integer rounding moved down the pattern.
+            for mode in [Mode::TowardZero, Mode::Up, Mode::Down] {
+                modes.extend([(custom(6, 9), opts(mode)), (custom(5, 7), opts(mode)), (Format::Float(FLOAT8_E4M3), opts(mode))]);
+            }
             for (fmt, rbits) in [(f16, 1), (f16, 9), (f16, 13), (bf16, 5), (bf16, 16), (custom(6, 9), 14), (custom(6, 9), 3), (custom(5, 4), 19)] {
                 let key = crate::round::SeedKey::from_seed(rbits as u64 + 7);
                 modes.push((fmt, RoundOpts { rbits, key, ..opts(Mode::Stochastic) }));
