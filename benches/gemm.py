@@ -105,7 +105,9 @@ def throughput(sizes, quick: bool) -> None:
     print(f"{'n':>5} {'thr':>3} {'format':>9} {'lowp':>7} {'sgemm':>7} {'vs sgemm':>8} {'vs upcast':>9} {'vs ml np.dot':>12}")
     for n in sizes:
         flop = 2.0 * n**3
-        reps = 10 if n <= 512 else 5 if n <= 1024 else 3
+        # Small products take a few milliseconds: more of them, in more alternating
+        # blocks, so that a stretch of machine noise does not decide a cell.
+        reps, rounds = (24, 6) if n <= 512 else (5, 4) if n <= 1024 else (3, 4)
         x32 = g.standard_normal((n, n)).astype(np.float32)
         y32 = g.standard_normal((n, n)).astype(np.float32)
         for t in (1, 2):
@@ -115,7 +117,7 @@ def throughput(sizes, quick: bool) -> None:
                 y = y32.astype(dt)
                 # sgemm and lowp are timed in alternating blocks, so that each ratio
                 # compares measurements taken over the same stretch of time.
-                t_sgemm, t_lowp = best_pair(lambda: x32 @ y32, lambda: lowp.matmul(x, y), reps)
+                t_sgemm, t_lowp = best_pair(lambda: x32 @ y32, lambda: lowp.matmul(x, y), reps, rounds)
                 if dt is np.float32:
                     up = "-"
                 else:

@@ -1618,9 +1618,30 @@ fn exp_bounds(v: &[f32], prec: i32) -> Option<(i32, i32)> {
     Some((low, (hi >> 23) as i32 - 127 + 1))
 }
 
-/// The largest magnitude in `v`, inf included (NaN ignored).
+/// The largest magnitude in `v`, inf included; NaN when `v` holds a NaN (the
+/// largest pattern of the magnitudes), which the bounds that read it refuse.
+/// An integer maximum, which vectorizes.
+#[inline(always)]
+fn abs_max32_body(v: &[f32]) -> f32 {
+    f32::from_bits(v.iter().map(|x| (x.to_bits() & 0x7fff_ffff) as i32).max().unwrap_or(0) as u32)
+}
+
+/// # Safety
+/// The CPU must support avx2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn abs_max32_avx2(v: &[f32]) -> f32 {
+    abs_max32_body(v)
+}
+
+/// [`abs_max32_body`], with AVX2 when the CPU has it.
 fn abs_max32(v: &[f32]) -> f32 {
-    v.iter().fold(0f32, |m, x| m.max(x.abs()))
+    #[cfg(target_arch = "x86_64")]
+    if super::simd() {
+        // SAFETY: simd() holds only when avx2 was detected.
+        return unsafe { abs_max32_avx2(v) };
+    }
+    abs_max32_body(v)
 }
 
 /// May a depth block of `kn` steps run [`Kind16::Split`] into float16 (`bf`:
@@ -2871,7 +2892,8 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
         for (kbi, (bb, bm)) in bbounds.iter_mut().zip(bmaxes.iter_mut()).enumerate() {
             let blk = &sb[kbi * strips..(kbi + 1) * strips];
             *bb = blk.iter().filter_map(|x| x.0).reduce(merge_bounds);
-            *bm = blk.iter().map(|x| x.1).fold(0.0, f32::max);
+            // The largest pattern: a strip's NaN ([`abs_max32`]) stays NaN.
+            *bm = f32::from_bits(blk.iter().map(|x| x.1.to_bits()).max().unwrap_or(0));
         }
         let (bpanel, bbounds, bmaxes) = (&bpanel, &bbounds, &bmaxes);
         // Few row blocks (a short A): the strips of the panel are split too.
@@ -2891,6 +2913,11 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
             let mut tot64 = vec![0f64; if outer.is_some() && !tot32_used { acc.len() } else { 0 }];
             // The Weyl states of the chunk totals' random words (`sr2`).
             let mut sr_st = vec![0u32; if outer.is_some() && sr2.is_some() { acc.len() } else { 0 }];
+            // Their states at the first total's step (k), computed at the first
+            // flush; `Some(false)` when some index changes its upper word over the
+            // totals' steps (then each flush computes its own).
+            let mut sr_st0 = vec![0u32; sr_st.len()];
+            let mut sr_st0_ok: Option<bool> = None;
             let mut apack = vec![0f32; groups * kbs * mr];
             for (kbi, &bbk) in bbounds.iter().enumerate() {
                 let (kb, kn) = (kbi * KB, KB.min(k - kbi * KB));
@@ -2921,10 +2948,19 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
                     Kind16::Split if !bounded => Kind16::Fma,
                     kind => kind,
                 };
+                // Kind Sr: each tile's Weyl states at the block's first step, once
+                // for the block (`None`: some index changes its upper word in it);
+                // a chunk starting o0 steps in adds o0 GAMMAs.
+                let tile_states: Vec<Option<[[u32; 8]; 8]>> = if sr && fast {
+                    (s0..s1).flat_map(|s| (0..groups).map(move |g| (i0 + g * mr, j0 + 16 * s))).map(|(row0, col0)| sr_states(&rng, mr, kn, |r, l| index(row0 + r, col0 + l, kb))).collect()
+                } else {
+                    Vec::new()
+                };
                 let mut k0 = kb;
                 while k0 < kb + kn {
                     let k1 = (kb + kn).min(if chunk == usize::MAX { usize::MAX } else { (k0 / chunk + 1) * chunk });
                     let (o0, len) = (k0 - kb, k1 - k0);
+                    let advance = (o0 as u32).wrapping_mul(crate::round::GAMMA);
                     // Strip-major: one packed B strip (L1-resident) meets every row group.
                     for s in s0..s1 {
                         let q = (kbi * strips + s) * kbs * 16;
@@ -2933,7 +2969,12 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
                             let ap = &apack[g * kbs * mr + o0 * mr..g * kbs * mr + (o0 + len) * mr];
                             let t = &mut acc[(g * ns + s - s0) * tile..(g * ns + s - s0 + 1) * tile];
                             let (row0, col0) = (i0 + g * mr, j0 + 16 * s);
-                            let states = || sr_states(&rng, mr, len, |r, l| index(row0 + r, col0 + l, kb + o0));
+                            let states = || {
+                                tile_states[(s - s0) * groups + g].map(|mut v| {
+                                    v.iter_mut().flatten().for_each(|x| *x = x.wrapping_add(advance));
+                                    v
+                                })
+                            };
                             // The kernel ran (kind Sr's needs the states).
                             let done = fast && {
                                 // SAFETY: kind16 checked avx2/fma/f16c (simd); slices sized as required.
@@ -2996,9 +3037,10 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
                                     }
                                 };
                             } else if let Some((f, to)) = du2 {
-                                let big = tot32.iter().chain(acc.iter()).fold(0f32, |m, x| m.max(x.abs())) as f64;
+                                // |tot + row| <= the two largest magnitudes together (NaN: refused).
+                                let big = abs_max32(&tot32) as f64 + abs_max32(&acc) as f64;
                                 // Every sum below the largest value (rounding grows it by less than a unit).
-                                if 2.0 * big * (1.0 + 2f64.powi(1 - f.prec)) < f.max {
+                                if big * (1.0 + 2f64.powi(1 - f.prec)) < f.max {
                                     // SAFETY: kind16 checked avx2/fma/f16c (simd); lengths are multiples of 16.
                                     unsafe { flush_dir_to(to, rm, &mut tot32, &mut acc) };
                                 } else {
@@ -3013,16 +3055,31 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
                             } else if let Some(f2) = sr2 {
                                 let t2 = k + (k1 - 1) / chunk;
                                 // Every sum below the largest value (rounding grows it by less than a unit).
-                                let big = tot32.iter().chain(acc.iter()).fold(0f32, |m, x| m.max(x.abs())) as f64;
+                                // |tot + row| <= the two largest magnitudes together (NaN: refused).
+                                let big = abs_max32(&tot32) as f64 + abs_max32(&acc) as f64;
                                 // Row r of tile (g, s) at (g * ns + s - s0) * tile + r * 16: (row, first column).
                                 let place = |q: usize| (i0 + q / (ns * mr) * mr + q % mr, j0 + 16 * (s0 + q / mr % ns));
-                                if 2.0 * big * (1.0 + 2f64.powi(1 - f2.prec)) < f2.max {
-                                    for (q, st) in sr_st.chunks_exact_mut(16).enumerate() {
-                                        let (row, col0) = place(q);
-                                        // One step: no index changes its upper word.
-                                        let v = sr_states(&rng2, 1, 1, |_, l| index(row, col0 + l, t2)).expect("one step");
-                                        st[..8].copy_from_slice(&v[0]);
-                                        st[8..].copy_from_slice(&v[1]);
+                                if big * (1.0 + 2f64.powi(1 - f2.prec)) < f2.max {
+                                    let ok = *sr_st0_ok.get_or_insert_with(|| {
+                                        sr_st0.chunks_exact_mut(16).enumerate().all(|(q, st)| {
+                                            let (row, col0) = place(q);
+                                            sr_states(&rng2, 1, k.div_ceil(chunk), |_, l| index(row, col0 + l, k)).map(|v| {
+                                                st[..8].copy_from_slice(&v[0]);
+                                                st[8..].copy_from_slice(&v[1]);
+                                            }).is_some()
+                                        })
+                                    });
+                                    if ok {
+                                        let advance = ((t2 - k) as u32).wrapping_mul(crate::round::GAMMA);
+                                        sr_st.iter_mut().zip(&sr_st0).for_each(|(x, &x0)| *x = x0.wrapping_add(advance));
+                                    } else {
+                                        for (q, st) in sr_st.chunks_exact_mut(16).enumerate() {
+                                            let (row, col0) = place(q);
+                                            // One step: no index changes its upper word.
+                                            let v = sr_states(&rng2, 1, 1, |_, l| index(row, col0 + l, t2)).expect("one step");
+                                            st[..8].copy_from_slice(&v[0]);
+                                            st[8..].copy_from_slice(&v[1]);
+                                        }
                                     }
                                     // SAFETY: kind16 checked avx2 (simd); equal lengths, a multiple of 16.
                                     unsafe { flush_sr(&mut tot32, &mut acc, &sr_st, rbits, f2.unit) };
