@@ -2816,7 +2816,7 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
     let gs = if kind == Kind16::Split { split_fmt(&spec.fmt, &spec.opts) } else { None };
     let spl = split_mult(gs.map_or(if bf { 8 } else { 11 }, |f| f.prec));
     // Kind Dir into a `Unit` format: its blocks outside the bound run the f64 rounding too.
-    let du = if let Kind16::Dir(DirTo::Unit(_)) = kind { sr_fmt(&spec.fmt) } else { None };
+    let du = if let Kind16::Dir(to @ DirTo::Unit(_)) = kind { sr_fmt(&spec.fmt).map(|f| (f, to)) } else { None };
     let bounds_used = split || sr || du.is_some();
     let chunk = spec.chunk.map(|(cs, _)| cs).unwrap_or(usize::MAX);
     let steps = (k + if outer.is_some() { k.div_ceil(chunk) } else { 0 }) as u64;
@@ -2843,7 +2843,7 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
     let flush_vec = same || outer_dir.is_some();
     // Or, with kind Dir into a `Unit` format, into that format: the same
     // rounding of an f32 add when no total can pass the largest value.
-    let du2 = du.filter(|_| spec.chunk.is_some_and(|(_, f2)| f2 == spec.fmt)).map(|f| (f, dir_to(&spec.fmt, &chunk_opts(spec.opts)).expect("kind Dir")));
+    let du2 = du.filter(|_| spec.chunk.is_some_and(|(_, f2)| f2 == spec.fmt));
     // Or, with kind Sr, stochastic chunk totals into a format of the same kind
     // whose grid holds the accumulator's values (the sum of two values on it,
     // truncated by the add, decides as for the products): `flush_sr`.
@@ -2933,7 +2933,7 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
                 let bounded = bounds_used && {
                     let row_max = (0..groups).flat_map(|g| (0..mr).map(move |r| ablock(g).iter().skip(r).step_by(mr).map(|x| x.abs() as f64).sum::<f64>())).fold(0.0, f64::max);
                     let lo = abounds().zip(bbk).map(|(x, y)| x.0 + y.0);
-                    match (sf.or(du), gs) {
+                    match (sf.or(du.map(|d| d.0)), gs) {
                         // Stochastic or directed: every sum below the largest value, which no rounding then passes.
                         (Some(f), _) => block_ok(1.0 + 2f64.powi(1 - f.prec), f.max, f.sub, abs_max32(&acc), row_max, bmaxes[kbi], lo, kn),
                         // To nearest: likewise (a sum below it rounds to at most it).
