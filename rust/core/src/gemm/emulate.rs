@@ -83,7 +83,9 @@
 //! - everything else, and tiles redone: 4 f64 lanes per step (`step_avx2`;
 //!   stochastic: `step_st_avx2`, the random bits drawn in 8 u32 lanes), or the
 //!   scalar f64 code.
-
+// The module documentation describes the paths for maintainers (`cargo doc
+// --document-private-items`), naming the private kernels it dispatches to.
+#![allow(rustdoc::private_intra_doc_links)]
 
 use super::{Operand, OutMat};
 use crate::format::{named, Format};

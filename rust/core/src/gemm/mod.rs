@@ -6,7 +6,7 @@
 //! Layout of the module:
 //! - [`Operand`]: a strided view of a matrix in any storage (f32, f64, int8, or
 //!   the codes of a [`Format`]) with the decoder that turns elements into f32/f64.
-//! - `driver`: the five-loop nest, generic over a [`kernels::Kernel`] carrying
+//! - `driver`: the five-loop nest, generic over a `kernels::Kernel` carrying
 //!   MR, NR and the block sizes; packing buffers use cache-friendly strides.
 //! - `kernels`: the AVX2+FMA 6x16 f32 micro-kernel (std::arch intrinsics), the
 //!   f64 and int8 kernels, and portable fallbacks used when `isa()` is below AVX2.

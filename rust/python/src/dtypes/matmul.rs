@@ -128,7 +128,7 @@ unsafe extern "C" fn loop_matmul(args: *mut *mut c_char, dims: *mut npy_intp, st
 
 pub fn register_all(py: Python<'_>) -> PyResult<()> {
     let mm = py.import("numpy")?.getattr("matmul")?;
-    for t in 0..N {
+    for (t, ty) in TYPES.iter().enumerate().take(N) {
         let tn = type_num(t);
         let mut types: [c_int; 3] = [tn, tn, tn];
         // SAFETY: `mm` is numpy's matmul gufunc; `types` has nin + nout entries
@@ -145,7 +145,7 @@ pub fn register_all(py: Python<'_>) -> PyResult<()> {
         };
         if rc < 0 {
             return Err(PyErr::take(py).unwrap_or_else(|| {
-                pyo3::exceptions::PyRuntimeError::new_err(format!("registering matmul for {}", TYPES[t].name))
+                pyo3::exceptions::PyRuntimeError::new_err(format!("registering matmul for {}", ty.name))
             }));
         }
     }
