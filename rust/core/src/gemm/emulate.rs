@@ -3025,6 +3025,20 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
                         }
                     }
                     if let Some(o) = outer {
+                        // Float32 chunk totals `tot = round(tot + row)` lane by lane (`rd(q, l)`: the
+                        // random bits of lane l of the q-th 16-lane row), then `row = 0`.
+                        let scalar_totals = |tot32: &mut [f32], acc: &mut [f32], rd: &dyn Fn(usize, usize) -> u64| {
+                            for (q, (tr, ar)) in tot32.chunks_exact_mut(16).zip(acc.chunks_exact_mut(16)).enumerate() {
+                                for (l, (tv, av)) in tr.iter_mut().zip(ar.iter_mut()).enumerate() {
+                                    *tv = o.add(*tv as f64, *av as f64, rd(q, l)) as f32;
+                                    *av = 0.0;
+                                }
+                            }
+                        };
+                        // Does every sum `tot + row` stay below the largest value of `f` after a
+                        // rounding that grows it by less than a unit? |tot + row| is at most the
+                        // two largest magnitudes together (a NaN refuses).
+                        let totals_fit = |tot32: &[f32], acc: &[f32], f: SrFmt| (abs_max32(tot32) as f64 + abs_max32(acc) as f64) * (1.0 + 2f64.powi(1 - f.prec)) < f.max;
                         if k1 % chunk == 0 || k1 == k {
                             if flush_vec {
                                 // SAFETY: simd was checked (avx2/fma/f16c); lengths are multiples of 16.
@@ -3039,29 +3053,20 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
                                     }
                                 };
                             } else if let Some((f, to)) = du2 {
-                                // |tot + row| <= the two largest magnitudes together (NaN: refused).
-                                let big = abs_max32(&tot32) as f64 + abs_max32(&acc) as f64;
-                                // Every sum below the largest value (rounding grows it by less than a unit).
-                                if big * (1.0 + 2f64.powi(1 - f.prec)) < f.max {
+                                if totals_fit(&tot32, &acc, f) {
                                     // SAFETY: kind16 checked avx2/fma/f16c (simd); lengths are multiples of 16.
                                     unsafe { flush_dir_to(to, rm, &mut tot32, &mut acc) };
                                 } else {
-                                    for (tv, av) in tot32.iter_mut().zip(acc.iter_mut()) {
-                                        *tv = o.add(*tv as f64, *av as f64, 0) as f32;
-                                        *av = 0.0;
-                                    }
+                                    scalar_totals(&mut tot32, &mut acc, &|_, _| 0);
                                 }
                             } else if let Some(f) = gs2 {
                                 // SAFETY: kind16 checked avx2/fma (simd); equal lengths, a multiple of 16.
                                 unsafe { flush_split(&mut tot32, &mut acc, split_mult(f.prec), f.max as f32, |t, r| o.add(t as f64, r as f64, 0) as f32) };
                             } else if let Some(f2) = sr2 {
                                 let t2 = k + (k1 - 1) / chunk;
-                                // Every sum below the largest value (rounding grows it by less than a unit).
-                                // |tot + row| <= the two largest magnitudes together (NaN: refused).
-                                let big = abs_max32(&tot32) as f64 + abs_max32(&acc) as f64;
                                 // Row r of tile (g, s) at (g * ns + s - s0) * tile + r * 16: (row, first column).
                                 let place = |q: usize| (i0 + q / (ns * mr) * mr + q % mr, j0 + 16 * (s0 + q / mr % ns));
-                                if big * (1.0 + 2f64.powi(1 - f2.prec)) < f2.max {
+                                if totals_fit(&tot32, &acc, f2) {
                                     let ok = *sr_st0_ok.get_or_insert_with(|| {
                                         sr_st0.chunks_exact_mut(16).enumerate().all(|(q, st)| {
                                             let (row, col0) = place(q);
@@ -3086,13 +3091,10 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
                                     // SAFETY: kind16 checked avx2 (simd); equal lengths, a multiple of 16.
                                     unsafe { flush_sr(&mut tot32, &mut acc, &sr_st, rbits, f2.unit) };
                                 } else {
-                                    for (q, (tr, ar)) in tot32.chunks_exact_mut(16).zip(acc.chunks_exact_mut(16)).enumerate() {
+                                    scalar_totals(&mut tot32, &mut acc, &|q, l| {
                                         let (row, col0) = place(q);
-                                        for (l, (tv, av)) in tr.iter_mut().zip(ar.iter_mut()).enumerate() {
-                                            *tv = o.add(*tv as f64, *av as f64, rng2.bits(index(row, col0 + l, t2), rbits)) as f32;
-                                            *av = 0.0;
-                                        }
-                                    }
+                                        rng2.bits(index(row, col0 + l, t2), rbits)
+                                    });
                                 }
                             } else {
                                 for (q, (tv, av)) in tot64.iter_mut().zip(acc.iter_mut()).enumerate() {
