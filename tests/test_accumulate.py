@@ -213,6 +213,50 @@ def test_f6m9_tile_kernels(dtype, big, chunk, mode, threads):
     assert same(got[rows][:, cols], ref_matmul(a[rows], b[:, cols], f, mode, chunk))
 
 
+@pytest.mark.parametrize("dtype", [ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e5m2], ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("scale", [1.0, 2.0**-9, 40.0], ids=["unit", "subnormal-sums", "large"])
+@pytest.mark.parametrize("chunk", [None, 64, 7])
+def test_e5m2_nearest_tile_kernel(dtype, scale, chunk, threads):
+    # fp8 products into float8_e5m2 to nearest: the FMA's sum rounded at each
+    # lane's unit by adding and subtracting 1.5 * 2^23 units (its subnormals on
+    # their fixed grid), in depth blocks whose products stay below 128 and whose
+    # sums stay below the largest value; the others (scale 40: products past 128,
+    # sums past 57344) take the f64 rounding. Against the scalar path and the
+    # exact reference.
+    f = ACC_FORMATS["e5m2"]
+    a, b = data(37, 300, 45, dtype, 11, scale=scale)
+    got = lowp.matmul(a, b, accumulate=f, chunk=chunk)
+    lowp._lowp.set_isa("scalar")
+    try:
+        assert same_bits(got, lowp.matmul(a, b, accumulate=f, chunk=chunk))
+    finally:
+        lowp._lowp.set_isa(None)
+    if scale < 1:
+        # Sums in e5m2's subnormal range.
+        assert (np.abs(got) < 2.0**-14).mean() > 0.2
+    rows, cols = [0, 20, 36], [0, 17, 44]
+    assert same_bits(got[rows][:, cols], ref_matmul(a[rows], b[:, cols], f, "nearest_even", chunk))
+
+
+def test_e5m2_nearest_product_past_its_bound():
+    # 2^-16 then 18 * 16 = 288, a midpoint of e5m2 (256, 320): the exact sum is
+    # above it and rounds to 320, but its float32 sum is the tie 288 (2^-16 is
+    # half a float32 unit there), which would round to 256. Products of 128 or
+    # more send the block to the f64 rounding.
+    t = np.float32
+    a = np.array([[2.0**-8, 18.0]] * 8, t).astype(ml_dtypes.float8_e4m3fn)
+    b = np.array([[2.0**-8] * 24, [16.0] * 24], t).astype(ml_dtypes.float8_e4m3fn)
+    got = lowp.matmul(a, b, accumulate="float8_e5m2")
+    assert np.all(np.asarray(got, np.float64) == 320.0)
+    # Below the bound (9 * 8 = 72, a midpoint of (64, 80)), the tile kernel: 80.
+    a[:, 1], b[1] = 9.0, 8.0
+    assert np.all(np.asarray(lowp.matmul(a, b, accumulate="float8_e5m2"), np.float64) == 80.0)
+    # 2^-16 - 1.5 * 2^-16 rounds to -0 there (the sign of the exact sum).
+    a[:, 1], b[1] = -1.5 * 2.0**-8, 2.0**-8
+    got = np.asarray(lowp.matmul(a, b, accumulate="float8_e5m2"), np.float64)
+    assert np.all(got == 0) and np.all(np.signbit(got))
+
+
 @pytest.mark.parametrize("mode", DETERMINISTIC)
 def test_fp8_inputs_and_mixed_chunk_format(mode):
     a, b = data(4, 50, 3, ml_dtypes.float8_e4m3fn, 7)

@@ -21,7 +21,7 @@
 //!
 //! Paths (all give the same bits; `LOWP_ISA=scalar` runs the f64 path):
 //! - float16 and bfloat16 accumulators in nearest-even, float8_e5m2 in
-//!   nearest-even from products of 9 to 24 bits, and float16, bfloat16,
+//!   nearest-even from products of up to 24 bits, and float16, bfloat16,
 //!   float32 or float8_e5m2 accumulators toward zero, up or down, not
 //!   saturating, AVX2+FMA+F16C
 //!   ([`drive16`]): register tiles of `MR x 16` f32 accumulators over a depth
@@ -39,7 +39,13 @@
 //!   more bits than the format has and on its grid ([`split_fmt`]); depth
 //!   blocks whose values could pass its largest value run through the f64
 //!   rounding; chunk totals into the same format by the f32 add and the split
-//!   ([`flush_split`]). Nearest-even with products of 20 to 24 bits
+//!   ([`flush_split`]). Into such a format from products of at most 8 bits
+//!   off its grid (float8_e5m2 from fp8): the FMA, then `(s + C) - C` with
+//!   `C` = 1.5 * 2^23 of the format's units at the sum's exponent (at least
+//!   its smallest normal one), which rounds subnormals on their grid too
+//!   ([`Kind16::Magic`]), in depth blocks whose products stay below
+//!   2^(sub + 23) and whose sums stay below the largest value ([`near_ok`]).
+//!   Nearest-even with products of 20 to 24 bits
 //!   (float16 inputs): the FMA too, except for vectors where a sum could sit
 //!   on a midpoint of the format ([`Kind16::Mid`]). The directed modes, any inputs whose values are f32:
 //!   the FMA rounded in the mode itself (MXCSR, inside one assembly block),
@@ -1417,6 +1423,20 @@ pub(crate) enum Kind16 {
     /// q = 14) from products of at most its precision (2 * 11 + 1 <= 24 keeps the
     /// double rounding innocuous), the other blocks run the f64 rounding.
     Split,
+    /// Nearest-even into an [`split_fmt`] format (float8_e5m2) from products
+    /// of at most 8 bits that leave its grid: the FMA's sum `s`, then
+    /// `(s + C) - C` with `C` = 1.5 * 2^23 of the format's units at s's
+    /// exponent (at least its smallest normal one, so its subnormals round on
+    /// their fixed grid), which f32's own rounding of the add puts at that
+    /// unit ([`magic_consts`]). The FMA's rounding is innocuous when every
+    /// product is below `2^(sub + 23)` (`sub`: the exponent of the smallest
+    /// subnormal): a sum exceeds 24 bits only when a product lies more than
+    /// 15 binades below the accumulator, far from every midpoint of a format
+    /// of at most 11 bits, or when a product above 2^(sub + 23) meets an
+    /// accumulator's last bit at 2^sub. Depth blocks whose values could pass
+    /// that bound or the largest value run the f64 rounding; chunk totals (two
+    /// values of the format) take [`flush_split`].
+    Magic,
     /// Nearest-even: the sum rounded to odd at 24 bits ([`tile16_oddz`];
     /// products exact in f32, checked per depth block from the values), then
     /// rounded into the format.
@@ -1455,6 +1475,7 @@ const K_FMA: u8 = 0;
 const K_ODD: u8 = 1;
 const K_MID: u8 = 2;
 const K_SPLIT: u8 = 3;
+const K_MAGIC: u8 = 4;
 
 /// Is `fmt` IEEE float16 with nearest-even, non-saturating rounding (what F16C's
 /// `vcvtps2ph` does to nearest, IEEE overflow included)?
@@ -1514,8 +1535,8 @@ pub(crate) fn kind16(fmt: &Format, opts: &RoundOpts, a: &Operand, b: &Operand) -
     // Into float8_e5m2 to nearest, products of more than 8 bits: fp8 x fp8 products
     // make every sum exact in f64, where the f64 tiles' FMA is faster than this
     // kernel's three conversions an add.
-    if *fmt == Format::Float(named::FLOAT8_E5M2) && opts.mode == Mode::NearestEven && !opts.saturate {
-        return (fit24 && pa + pb > 8).then_some((Kind16::OddE5m2, false));
+    if *fmt == Format::Float(named::FLOAT8_E5M2) && opts.mode == Mode::NearestEven && !opts.saturate && pa + pb > 8 {
+        return fit24.then_some((Kind16::OddE5m2, false));
     }
     let bf = is_bf16_ne(fmt, opts);
     if !(bf || is_f16_ne(fmt, opts)) {
@@ -1524,7 +1545,11 @@ pub(crate) fn kind16(fmt: &Format, opts: &RoundOpts, a: &Operand, b: &Operand) -
         // the FMA's double rounding is innocuous (24 >= 2 * 11 + 1), then the split.
         let f = split_fmt(fmt, opts)?;
         let grid = value_bounds(&fa).0 + value_bounds(&fb).0 >= f.sub;
-        return (fit24 && pa + pb <= f.prec && grid).then_some((Kind16::Split, false));
+        if fit24 && pa + pb <= f.prec && grid {
+            return Some((Kind16::Split, false));
+        }
+        // Off its grid, products of at most 8 bits below 2^(sub + 23) (float8_e5m2: 2^7).
+        return (fit24 && pa + pb <= 8 && f.sub + 23 >= 4).then_some((Kind16::Magic, false));
     }
     // From here on: nearest-even into float16 or bfloat16.
     if let (Format::Float(x), Format::Float(y)) = (fa, fb) {
@@ -1577,6 +1602,15 @@ fn split_fmt(fmt: &Format, opts: &RoundOpts) -> Option<SrFmt> {
 /// nearest-even at `prec` bits (checked by the tests for every q it is used with).
 fn split_mult(prec: i32) -> f32 {
     (2f64.powi(24 - prec) + 1.0) as f32
+}
+
+/// The constants of [`Kind16::Magic`] into `f`, as f32 lanes: its smallest
+/// normal value 2^emin, and the bits that, added to the pattern of 2^e, make
+/// 1.5 * 2^(e + 23 - man), 1.5 * 2^23 of its units at exponent e.
+fn magic_consts(f: &SrFmt) -> (f32, f32) {
+    let man = f.prec - 1;
+    let emin = f.sub + man;
+    (2f32.powi(emin), f32::from_bits(((23 - man as u32) << 23) | 0x40_0000))
 }
 
 /// [`kind16`] for stochastic rounding: [`Kind16::Sr`] into an [`sr_fmt`]
@@ -1674,6 +1708,18 @@ fn block_ok(growth: f64, limit: f64, sub: i32, acc_max: f32, row_max: f64, b_max
     (acc_max as f64 + row_max * b_max as f64) * growth.powi(kn as i32) < limit && lo.is_none_or(|l| l >= sub)
 }
 
+/// [`block_ok`]'s bound on the sums of a depth block rounded to nearest into a
+/// format of `prec` bits, with the bound that does not grow with the steps:
+/// the rounded `acc + p` is no farther from the exact sum than `acc` is (a
+/// value of the format), so `|round(acc + p)| <= |acc| + 2|p|` and every sum
+/// stays below `acc_max + 2 * row_max * b_max`. It is the tighter one for
+/// few bits (float8_e5m2: the growth bound is 1.125^kn).
+fn near_ok(prec: i32, limit: f64, acc_max: f32, row_max: f64, b_max: f32, kn: usize) -> bool {
+    let growth = (acc_max as f64 + row_max * b_max as f64) * (1.0 + 2f64.powi(-prec)).powi(kn as i32);
+    // NaN compares false: refused.
+    growth.min(acc_max as f64 + 2.0 * row_max * b_max as f64) < limit
+}
+
 /// Bounds (as [`exp_bounds`]) of the union of two blocks.
 fn merge_bounds(x: (i32, i32), y: (i32, i32)) -> (i32, i32) {
     (x.0.min(y.0), x.1.max(y.1))
@@ -1686,7 +1732,7 @@ fn merge_bounds(x: (i32, i32), y: (i32, i32)) -> (i32, i32) {
 /// The CPU must support avx2, fma and f16c; see [`Kind16`] for when each kind is exact.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-unsafe fn add16<const K: u8, const BF: bool>(acc: std::arch::x86_64::__m256, a: std::arch::x86_64::__m256, b: std::arch::x86_64::__m256, spl: std::arch::x86_64::__m256) -> std::arch::x86_64::__m256 {
+unsafe fn add16<const K: u8, const BF: bool>(acc: std::arch::x86_64::__m256, a: std::arch::x86_64::__m256, b: std::arch::x86_64::__m256, spl: std::arch::x86_64::__m256, aux: std::arch::x86_64::__m256) -> std::arch::x86_64::__m256 {
     use std::arch::x86_64::*;
     // SAFETY: the caller guarantees the CPU features.
     unsafe {
@@ -1704,9 +1750,22 @@ unsafe fn add16<const K: u8, const BF: bool>(acc: std::arch::x86_64::__m256, a: 
                 _mm256_andnot_si256(_mm256_castps_si256(_mm256_cmp_ps::<_CMP_EQ_OQ>(s, acc)), near)
             };
             if _mm256_movemask_ps(_mm256_castsi256_ps(flag)) != 0 {
-                return add16::<K_ODD, BF>(acc, a, b, spl);
+                return add16::<K_ODD, BF>(acc, a, b, spl, aux);
             }
             return round16::<BF>(s);
+        }
+        if K == K_MAGIC {
+            // Nearest-even at each lane's unit: C = 1.5 * 2^23 units (`aux` holds the
+            // bits that take 2^e to C, `spl` the smallest normal 2^emin, whose unit
+            // the subnormals keep); s + C has that unit as its f32 unit, so
+            // (s + C) - C is s rounded to it. The sign is s's (a negative sum that
+            // rounds to zero is -0).
+            let s = _mm256_fmadd_ps(a, b, acc);
+            let sb = _mm256_castps_si256(s);
+            let e = _mm256_max_epi32(_mm256_and_si256(sb, _mm256_set1_epi32(0x7f80_0000)), _mm256_castps_si256(spl));
+            let c = _mm256_castsi256_ps(_mm256_add_epi32(e, _mm256_castps_si256(aux)));
+            let h = _mm256_sub_ps(_mm256_add_ps(s, c), c);
+            return _mm256_or_ps(h, _mm256_and_ps(s, _mm256_castsi256_ps(_mm256_set1_epi32(i32::MIN))));
         }
         if K == K_SPLIT {
             // Veltkamp's split of the FMA's sum: with `spl` = 2^q + 1, t - (t - s)
@@ -1770,7 +1829,7 @@ unsafe fn round16<const BF: bool>(x: std::arch::x86_64::__m256) -> std::arch::x8
 /// The CPU must support avx2, fma and f16c; `ap` holds kn*MR values, `bp` kn*16.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn tile16<const MR: usize, const K: u8, const BF: bool>(acc: &mut [f32], ap: &[f32], bp: &[f32], kn: usize, spl: f32) {
+unsafe fn tile16<const MR: usize, const K: u8, const BF: bool>(acc: &mut [f32], ap: &[f32], bp: &[f32], kn: usize, spl: f32, aux: f32) {
     use std::arch::x86_64::*;
     assert!(acc.len() >= MR * 16 && ap.len() >= kn * MR && bp.len() >= kn * 16);
     // SAFETY: every offset is inside the slices (asserted above); the CPU features are the caller's contract.
@@ -1780,15 +1839,15 @@ unsafe fn tile16<const MR: usize, const K: u8, const BF: bool>(acc: &mut [f32], 
             cr[0] = _mm256_loadu_ps(acc.as_ptr().add(r * 16));
             cr[1] = _mm256_loadu_ps(acc.as_ptr().add(r * 16 + 8));
         }
-        let spl = _mm256_set1_ps(spl);
+        let (spl, aux) = (_mm256_set1_ps(spl), _mm256_set1_ps(aux));
         let (mut pa, mut pb) = (ap.as_ptr(), bp.as_ptr());
         for _ in 0..kn {
             let b0 = _mm256_loadu_ps(pb);
             let b1 = _mm256_loadu_ps(pb.add(8));
             for (r, cr) in c.iter_mut().enumerate() {
                 let av = _mm256_broadcast_ss(&*pa.add(r));
-                cr[0] = add16::<K, BF>(cr[0], av, b0, spl);
-                cr[1] = add16::<K, BF>(cr[1], av, b1, spl);
+                cr[0] = add16::<K, BF>(cr[0], av, b0, spl, aux);
+                cr[1] = add16::<K, BF>(cr[1], av, b1, spl, aux);
             }
             pa = pa.add(MR);
             pb = pb.add(16);
@@ -2705,7 +2764,7 @@ unsafe fn flush16<const BF: bool>(tot: &mut [f32], row: &mut [f32]) {
         for j in (0..tot.len()).step_by(8) {
             let t = _mm256_loadu_ps(tot.as_ptr().add(j));
             let r = _mm256_loadu_ps(row.as_ptr().add(j));
-            _mm256_storeu_ps(tot.as_mut_ptr().add(j), add16::<K_ODD, BF>(t, r, one, one));
+            _mm256_storeu_ps(tot.as_mut_ptr().add(j), add16::<K_ODD, BF>(t, r, one, one, one));
             _mm256_storeu_ps(row.as_mut_ptr().add(j), _mm256_setzero_ps());
         }
     }
@@ -2799,7 +2858,7 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
     // One row (sums, vector-matrix products): tiles of one row, no padding rows.
     let mr = if m == 1 {
         1
-    } else if matches!(kind, Kind16::Fma | Kind16::Split | Kind16::Dir(_)) {
+    } else if matches!(kind, Kind16::Fma | Kind16::Split | Kind16::Magic | Kind16::Dir(_)) {
         MR_FMA
     } else {
         MR_ODD
@@ -2807,7 +2866,7 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
     // Kinds Odd and Mid need every product of a depth block exact in f32.
     let scan = matches!(kind, Kind16::Odd | Kind16::Mid | Kind16::OddE5m2);
     // Kind Split checks each depth block's values ([`split_ok`]).
-    let split = kind == Kind16::Split;
+    let split = matches!(kind, Kind16::Split | Kind16::Magic);
     // Kind Sr checks each depth block's values too (the bound of `split_ok`),
     // and draws random bits keyed by (element, step) as `drive` does: element
     // e = row * n + column, step t (chunk total r: step k + r), index e*steps + t.
@@ -2815,8 +2874,12 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
     let sf = if sr { sr_fmt(&spec.fmt) } else { None };
     // Kind Split into a format other than float16 and bfloat16 ([`split_fmt`]):
     // its blocks outside the bound run the f64 rounding, as kind Sr's.
-    let gs = if kind == Kind16::Split { split_fmt(&spec.fmt, &spec.opts) } else { None };
-    let spl = split_mult(gs.map_or(if bf { 8 } else { 11 }, |f| f.prec));
+    let gs = if split { split_fmt(&spec.fmt, &spec.opts) } else { None };
+    let magic = kind == Kind16::Magic;
+    let (spl, aux) = match gs {
+        Some(f) if magic => magic_consts(&f),
+        _ => (split_mult(gs.map_or(if bf { 8 } else { 11 }, |f| f.prec)), 0.0),
+    };
     // Kind Dir into a `Unit` format: its blocks outside the bound run the f64 rounding too.
     let du = if let Kind16::Dir(to @ DirTo::Unit(_)) = kind { sr_fmt(&spec.fmt).map(|f| (f, to)) } else { None };
     let bounds_used = split || sr || du.is_some();
@@ -2938,8 +3001,18 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
                     match (sf.or(du.map(|d| d.0)), gs) {
                         // Stochastic or directed: every sum below the largest value, which no rounding then passes.
                         (Some(f), _) => block_ok(1.0 + 2f64.powi(1 - f.prec), f.max, f.sub, abs_max32(&acc), row_max, bmaxes[kbi], lo, kn),
-                        // To nearest: likewise (a sum below it rounds to at most it).
-                        (_, Some(f)) => block_ok(1.0 + 2f64.powi(-f.prec), f.max, f.sub, abs_max32(&acc), row_max, bmaxes[kbi], lo, kn),
+                        // To nearest: likewise (a sum below it rounds to at most it); kind
+                        // Magic needs no grid but every product below 2^(sub + 23).
+                        (_, Some(f)) => {
+                            let (acc_max, b_max) = (abs_max32(&acc), bmaxes[kbi]);
+                            if magic {
+                                // The largest pattern: a NaN stays NaN ([`abs_max32`]).
+                                let a_max = f32::from_bits((0..groups).map(|g| abs_max32(ablock(g)).to_bits()).max().unwrap_or(0));
+                                (a_max as f64 * b_max as f64) < 2f64.powi(f.sub + 23) && near_ok(f.prec, f.max, acc_max, row_max, b_max, kn)
+                            } else {
+                                near_ok(f.prec, f.max, acc_max, row_max, b_max, kn) && lo.is_none_or(|l| l >= f.sub)
+                            }
+                        }
                         _ => split_ok(bf, abs_max32(&acc), row_max, bmaxes[kbi], lo, kn),
                     }
                 };
@@ -2985,12 +3058,13 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
                                     macro_rules! tiles {
                                         ($mf:expr, $mo:expr, $v:expr) => {
                                             match (kind, bf) {
-                                                (Kind16::Fma, false) => tile16::<$mf, K_FMA, false>(t, ap, bp, len, spl),
-                                                (Kind16::Fma, true) => tile16::<$mf, K_FMA, true>(t, ap, bp, len, spl),
-                                                (Kind16::Split, false) => tile16::<$mf, K_SPLIT, false>(t, ap, bp, len, spl),
-                                                (Kind16::Split, true) => tile16::<$mf, K_SPLIT, true>(t, ap, bp, len, spl),
-                                                (Kind16::Mid, false) => tile16::<$mo, K_MID, false>(t, ap, bp, len, spl),
-                                                (Kind16::Mid, true) => tile16::<$mo, K_MID, true>(t, ap, bp, len, spl),
+                                                (Kind16::Fma, false) => tile16::<$mf, K_FMA, false>(t, ap, bp, len, spl, aux),
+                                                (Kind16::Fma, true) => tile16::<$mf, K_FMA, true>(t, ap, bp, len, spl, aux),
+                                                (Kind16::Split, false) => tile16::<$mf, K_SPLIT, false>(t, ap, bp, len, spl, aux),
+                                                (Kind16::Split, true) => tile16::<$mf, K_SPLIT, true>(t, ap, bp, len, spl, aux),
+                                                (Kind16::Magic, _) => tile16::<$mf, K_MAGIC, false>(t, ap, bp, len, spl, aux),
+                                                (Kind16::Mid, false) => tile16::<$mo, K_MID, false>(t, ap, bp, len, spl, aux),
+                                                (Kind16::Mid, true) => tile16::<$mo, K_MID, true>(t, ap, bp, len, spl, aux),
                                                 (Kind16::Odd, true) => tile16_oddz::<$mo, ODD_BF16>(t, ap, bp, len),
                                                 (Kind16::Odd, false) => tile16_oddz::<$mo, ODD_F16>(t, ap, bp, len),
                                                 (Kind16::OddE5m2, _) => tile16_oddz::<$mo, ODD_E5M2>(t, ap, bp, len),
@@ -3330,7 +3404,7 @@ pub(crate) mod testing {
                 // SAFETY: 8-lane loads and stores of 8-element arrays; features per the caller.
                 unsafe {
                     let z = _mm256_setzero_ps();
-                    let r = add16::<K_SPLIT, false>(_mm256_loadu_ps(s.as_ptr()), z, z, _mm256_set1_ps(split_mult(prec)));
+                    let r = add16::<K_SPLIT, false>(_mm256_loadu_ps(s.as_ptr()), z, z, _mm256_set1_ps(split_mult(prec)), z);
                     _mm256_storeu_ps(out.as_mut_ptr(), r);
                 }
                 out
@@ -3367,15 +3441,19 @@ pub(crate) mod testing {
                     }
                     let r = match (kind, bf) {
                         (Kind16::Odd, false) => one_row!(t, bp => tile16_oddz::<1, ODD_F16>(&mut t, &[a], &bp, 1)),
-                        (Kind16::Fma, false) => add16::<K_FMA, false>(c, av, bv, av),
-                        (Kind16::Split, false) => add16::<K_SPLIT, false>(c, av, bv, _mm256_set1_ps(split_mult(11))),
-                        (Kind16::Split, true) => add16::<K_SPLIT, true>(c, av, bv, _mm256_set1_ps(split_mult(8))),
-                        (Kind16::Mid, false) => add16::<K_MID, false>(c, av, bv, av),
+                        (Kind16::Fma, false) => add16::<K_FMA, false>(c, av, bv, av, av),
+                        (Kind16::Split, false) => add16::<K_SPLIT, false>(c, av, bv, _mm256_set1_ps(split_mult(11)), av),
+                        (Kind16::Split, true) => add16::<K_SPLIT, true>(c, av, bv, _mm256_set1_ps(split_mult(8)), av),
+                        (Kind16::Mid, false) => add16::<K_MID, false>(c, av, bv, av, av),
                         (Kind16::Odd, true) => one_row!(t, bp => tile16_oddz::<1, ODD_BF16>(&mut t, &[a], &bp, 1)),
-                        (Kind16::Fma, true) => add16::<K_FMA, true>(c, av, bv, av),
-                        (Kind16::Mid, true) => add16::<K_MID, true>(c, av, bv, av),
+                        (Kind16::Fma, true) => add16::<K_FMA, true>(c, av, bv, av, av),
+                        (Kind16::Mid, true) => add16::<K_MID, true>(c, av, bv, av, av),
                         (Kind16::OddE5m2, _) => one_row!(t, bp => tile16_oddz::<1, ODD_E5M2>(&mut t, &[a], &bp, 1)),
                         (Kind16::Dir(to), _) => one_row!(t, bp => tile16_dir_to::<1>(to, rm, &mut t, &[a], &bp, 1)),
+                        (Kind16::Magic, _) => {
+                            let (spl, aux) = magic_consts(&sr_fmt(&Format::Float(named::FLOAT8_E5M2)).expect("e5m2"));
+                            add16::<K_MAGIC, false>(c, av, bv, _mm256_set1_ps(spl), _mm256_set1_ps(aux))
+                        }
                         (Kind16::Sr, _) => panic!("the stochastic kernel draws bits per element: it is checked through matmul_emulated"),
                     };
                     _mm256_storeu_ps(out.as_mut_ptr(), r);
