@@ -185,42 +185,43 @@ pub(super) unsafe fn pack_real<T: Real>(op: &Operand, base: isize, sl: isize, sk
     }
 }
 
-/// [`super::posit16_to_f32`] on 8 u32 lanes holding codes: the same integer
-/// steps, the run length read off an exact i32 -> f32 conversion.
+/// [`super::posit16_to_f32`] on 8 codes (16-bit lanes): the same steps, with
+/// the magnitude taken in 16 bits, the run length read off an exact i32 -> f32
+/// conversion, and the exponent bits and fraction after the regime shifted
+/// into place in one variable shift.
 ///
 /// # Safety
 /// The CPU must support avx2.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-unsafe fn posit16_x8(c: std::arch::x86_64::__m256i, es: u32) -> std::arch::x86_64::__m256 {
+unsafe fn posit16_x8(c: std::arch::x86_64::__m128i, es: u32) -> std::arch::x86_64::__m256 {
     use std::arch::x86_64::*;
     // SAFETY: avx2 per the caller.
     unsafe {
         let zero = _mm256_setzero_si256();
-        let m7 = _mm256_set1_epi32(0x7fff);
-        let neg = _mm256_srli_epi32::<15>(c);
-        let nm = _mm256_sub_epi32(zero, neg);
-        let x = _mm256_and_si256(_mm256_add_epi32(_mm256_xor_si256(c, nm), neg), _mm256_set1_epi32(0xffff));
-        let body = _mm256_and_si256(x, m7);
-        let first = _mm256_srli_epi32::<14>(body);
-        let z = _mm256_and_si256(_mm256_xor_si256(body, _mm256_sub_epi32(zero, first)), m7);
-        let zf = _mm256_castps_si256(_mm256_cvtepi32_ps(z));
-        let bl = _mm256_max_epi32(_mm256_sub_epi32(_mm256_srli_epi32::<23>(zf), _mm256_set1_epi32(126)), zero);
-        let m = _mm256_sub_epi32(_mm256_set1_epi32(15), bl);
-        let one = _mm256_set1_epi32(1);
-        // k = m - 1 after a run of ones, -m after a run of zeros.
-        let k = _mm256_blendv_epi8(_mm256_sub_epi32(zero, m), _mm256_sub_epi32(m, one), _mm256_cmpeq_epi32(first, one));
-        let rest = _mm256_and_si256(_mm256_sllv_epi32(body, _mm256_add_epi32(m, one)), m7);
-        let e = _mm256_srl_epi32(rest, _mm_cvtsi32_si128(15 - es as i32));
-        let frac = _mm256_and_si256(rest, _mm256_set1_epi32((1 << (15 - es)) - 1));
-        let scale = _mm256_add_epi32(_mm256_sll_epi32(k, _mm_cvtsi32_si128(es as i32)), e);
-        let bits = _mm256_or_si256(
-            _mm256_or_si256(_mm256_slli_epi32::<23>(_mm256_add_epi32(scale, _mm256_set1_epi32(127))), _mm256_sll_epi32(frac, _mm_cvtsi32_si128(8 + es as i32))),
-            _mm256_slli_epi32::<31>(neg),
-        );
-        // Zero and NaR: the codes whose body is all zeros.
-        let v = _mm256_andnot_si256(_mm256_cmpeq_epi32(body, zero), bits);
-        let nar = _mm256_cmpeq_epi32(c, _mm256_set1_epi32(0x8000));
+        // |code| as 16-bit two's complement, widened: the body (NaR, 0x8000, stays 0x8000).
+        let x = _mm256_cvtepu16_epi32(_mm_abs_epi16(c));
+        let sign = _mm256_and_si256(_mm256_cvtepi16_epi32(c), _mm256_set1_epi32(i32::MIN));
+        // -first: the regime's first bit (bit 14) spread over the lane.
+        let nf = _mm256_srai_epi32::<31>(_mm256_slli_epi32::<17>(x));
+        // A run of ones is a run of zeros of the complement. For a run of m, 2z + 1
+        // has its leading one at bit 15 - m (z = 0: m = 15), so its f32 exponent
+        // field is 142 - m.
+        let z = _mm256_and_si256(_mm256_xor_si256(x, nf), _mm256_set1_epi32(0x7fff));
+        let z2 = _mm256_or_si256(_mm256_add_epi32(z, z), _mm256_set1_epi32(1));
+        let ez = _mm256_srli_epi32::<23>(_mm256_castps_si256(_mm256_cvtepi32_ps(z2)));
+        // k = m - 1 after a run of ones, -m after a run of zeros: d = -m, k = d ^ -first.
+        let k = _mm256_xor_si256(_mm256_sub_epi32(ez, _mm256_set1_epi32(142)), nf);
+        // The bits after the regime's end, body << (m + 1) (15 bits), moved up by 8 + es:
+        // the exponent bits land on the f32 exponent's last bits, the fraction below.
+        let sh = _mm256_sub_epi32(_mm256_set1_epi32(151 + es as i32), ez);
+        let rest = _mm256_and_si256(_mm256_sllv_epi32(x, sh), _mm256_set1_epi32(0x7fff << (8 + es)));
+        // Exponent field (k << es) + 127, plus the exponent bits added in from `rest`.
+        let ex = _mm256_sll_epi32(k, _mm_cvtsi32_si128(23 + es as i32));
+        let bits = _mm256_or_si256(_mm256_add_epi32(_mm256_add_epi32(ex, _mm256_set1_epi32(127 << 23)), rest), sign);
+        // Zero (x = 0) and NaR (x = 0x8000).
+        let v = _mm256_andnot_si256(_mm256_cmpeq_epi32(x, zero), bits);
+        let nar = _mm256_cmpeq_epi32(x, _mm256_set1_epi32(0x8000));
         _mm256_castsi256_ps(_mm256_blendv_epi8(v, _mm256_set1_epi32(0x7fc0_0000), nar))
     }
 }
@@ -249,8 +250,7 @@ unsafe fn posit16_run(src: *const u16, n: usize, es: u32, out: *mut f32) {
     unsafe {
         let mut i = 0;
         while i + 8 <= n {
-            let c = _mm256_cvtepu16_epi32(_mm_loadu_si128(src.add(i) as *const __m128i));
-            _mm256_storeu_ps(out.add(i), posit16_x8(c, es));
+            _mm256_storeu_ps(out.add(i), posit16_x8(_mm_loadu_si128(src.add(i) as *const __m128i), es));
             i += 8;
         }
         for j in i..n {
