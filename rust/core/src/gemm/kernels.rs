@@ -268,6 +268,7 @@ unsafe fn posit16_run(src: *const u16, n: usize, es: u32, out: *mut f32) {
 #[target_feature(enable = "avx2")]
 #[allow(clippy::too_many_arguments)]
 unsafe fn pack_posit16_avx2<T: Real>(src: *const u16, es: u32, base: isize, sl: isize, sk: isize, nv: usize, w: usize, kc: usize, dst: &mut [T]) {
+    use std::arch::x86_64::*;
     assert!(dst.len() >= w * kc && nv <= w && es <= 3);
     const RUN: usize = 64;
     let mut tmp = [0f32; RUN];
@@ -297,6 +298,36 @@ unsafe fn pack_posit16_avx2<T: Real>(src: *const u16, es: u32, base: isize, sl: 
                     *d.add(p * w + l) = T::default();
                 }
             }
+        } else if std::mem::size_of::<T>() == 4 && w == 6 {
+            // T is f32, six lines along the depth (A row-major): 8 depths of every
+            // line decoded at once, transposed in registers, and each depth's six
+            // values stored as 8 (the two extra lanes are rewritten by the next
+            // depth's store; the last depth of the strip stores its six alone).
+            let d = d as *mut f32;
+            let mut p0 = 0;
+            while p0 + 8 <= kc {
+                let mut v = [_mm256_setzero_ps(); 8];
+                for (l, x) in v.iter_mut().enumerate().take(nv) {
+                    *x = posit16_x8(_mm_loadu_si128(src.offset(base + l as isize * sl + p0 as isize) as *const __m128i), es);
+                }
+                let r = transpose8(v);
+                for (q, rq) in r.iter().enumerate() {
+                    let dq = d.add((p0 + q) * 6);
+                    if (p0 + q + 1) * 6 + 2 <= dst.len() {
+                        _mm256_storeu_ps(dq, *rq);
+                    } else {
+                        let mut t = [0f32; 8];
+                        _mm256_storeu_ps(t.as_mut_ptr(), *rq);
+                        std::ptr::copy_nonoverlapping(t.as_ptr(), dq, 6);
+                    }
+                }
+                p0 += 8;
+            }
+            for p in p0..kc {
+                for l in 0..6 {
+                    *d.add(p * 6 + l) = if l < nv { super::posit16_to_f32(*src.offset(base + l as isize * sl + p as isize), es) } else { 0.0 };
+                }
+            }
         } else {
             for l in 0..w {
                 if l >= nv {
@@ -315,6 +346,45 @@ unsafe fn pack_posit16_avx2<T: Real>(src: *const u16, es: u32, base: isize, sl: 
                 }
             }
         }
+    }
+}
+
+/// The 8 x 8 transpose of `v` (row r, lane q) in registers: `out[q][r] = v[r][q]`.
+///
+/// # Safety
+/// The CPU must support avx.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn transpose8(v: [std::arch::x86_64::__m256; 8]) -> [std::arch::x86_64::__m256; 8] {
+    use std::arch::x86_64::*;
+    // SAFETY: avx per the caller.
+    unsafe {
+        let t0 = _mm256_unpacklo_ps(v[0], v[1]);
+        let t1 = _mm256_unpackhi_ps(v[0], v[1]);
+        let t2 = _mm256_unpacklo_ps(v[2], v[3]);
+        let t3 = _mm256_unpackhi_ps(v[2], v[3]);
+        let t4 = _mm256_unpacklo_ps(v[4], v[5]);
+        let t5 = _mm256_unpackhi_ps(v[4], v[5]);
+        let t6 = _mm256_unpacklo_ps(v[6], v[7]);
+        let t7 = _mm256_unpackhi_ps(v[6], v[7]);
+        let u0 = _mm256_shuffle_ps::<0x44>(t0, t2);
+        let u1 = _mm256_shuffle_ps::<0xee>(t0, t2);
+        let u2 = _mm256_shuffle_ps::<0x44>(t1, t3);
+        let u3 = _mm256_shuffle_ps::<0xee>(t1, t3);
+        let u4 = _mm256_shuffle_ps::<0x44>(t4, t6);
+        let u5 = _mm256_shuffle_ps::<0xee>(t4, t6);
+        let u6 = _mm256_shuffle_ps::<0x44>(t5, t7);
+        let u7 = _mm256_shuffle_ps::<0xee>(t5, t7);
+        [
+            _mm256_permute2f128_ps::<0x20>(u0, u4),
+            _mm256_permute2f128_ps::<0x20>(u1, u5),
+            _mm256_permute2f128_ps::<0x20>(u2, u6),
+            _mm256_permute2f128_ps::<0x20>(u3, u7),
+            _mm256_permute2f128_ps::<0x31>(u0, u4),
+            _mm256_permute2f128_ps::<0x31>(u1, u5),
+            _mm256_permute2f128_ps::<0x31>(u2, u6),
+            _mm256_permute2f128_ps::<0x31>(u3, u7),
+        ]
     }
 }
 
