@@ -51,6 +51,7 @@
 //!   the FMA rounded in the mode itself (MXCSR, inside one assembly block),
 //!   then `vcvtps2ph` in the mode, the integer rounding of the top 16 bits,
 //!   nothing for float32, or through float16 for float8_e5m2 ([`Kind16::Dir`]);
+//!   float16 from products on its grid (the e4m3 family) as a `Unit` format below;
 //!   into other IEEE-style formats of at most 10 mantissa bits whose normal
 //!   range f32 holds (FloatFormat(6, 9)), bfloat16's integer rounding at the
 //!   format's unit ([`DirTo::Unit`]) in depth blocks whose values keep every
@@ -1522,6 +1523,9 @@ pub(crate) fn kind16(fmt: &Format, opts: &RoundOpts, a: &Operand, b: &Operand) -
         // A `Unit` format needs the products on its grid (checked per depth block):
         // where the input formats leave it, the f64 path is faster than the fallback.
         let grid = || sr_fmt(fmt).is_some_and(|f| value_bounds(&fa).0 + value_bounds(&fb).0 >= f.sub || f.sub <= -100);
+        // float16 from products on its grid (the e4m3 family): its integer rounding at
+        // bit 13 (toward zero one `and`, where `vcvtps2ph` and back take four).
+        let to = if to == DirTo::F16 && grid() { DirTo::Unit(13) } else { to };
         let ok = a.fits_f32() && b.fits_f32() && (!matches!(to, DirTo::Unit(_)) || grid());
         return ok.then_some((Kind16::Dir(to), to == DirTo::Bf16));
     }
