@@ -1536,9 +1536,9 @@ pub(crate) fn kind16(fmt: &Format, opts: &RoundOpts, a: &Operand, b: &Operand) -
     let (pb, _, _) = profile(&fb);
     // Products of at most 24 bits (their exponents are checked per depth block).
     let fit24 = pa + pb <= 24 && a.fits_f32() && b.fits_f32();
-    // Into float8_e5m2 to nearest, products of more than 8 bits: fp8 x fp8 products
-    // make every sum exact in f64, where the f64 tiles' FMA is faster than this
-    // kernel's three conversions an add.
+    // Into float8_e5m2 to nearest, products of more than 8 bits (bf16, fp16 inputs):
+    // rounded to odd at 24 bits and again at 11; fp8 x fp8 products take
+    // `Magic` below.
     if *fmt == Format::Float(named::FLOAT8_E5M2) && opts.mode == Mode::NearestEven && !opts.saturate && pa + pb > 8 {
         return fit24.then_some((Kind16::OddE5m2, false));
     }
