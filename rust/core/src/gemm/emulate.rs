@@ -1684,40 +1684,42 @@ fn abs_max32(v: &[f32]) -> f32 {
     abs_max32_body(v)
 }
 
-/// May a depth block of `kn` steps run [`Kind16::Split`] into float16 (`bf`:
-/// bfloat16)? `acc_max` is the largest accumulator magnitude at its start,
-/// `row_max` the largest sum of |a| over the block of any row of A, `b_max` the
-/// largest |b| (each inf when a value is), `lo` the lowest exponent of any
-/// product's last bit (`None`: no nonzero finite product).
+/// May a depth block of `kn` steps run [`Kind16::Split`] into a format of
+/// `prec` bits whose sums must stay below `limit` (float16: its overflow
+/// threshold 65520; bfloat16: 2^100, far below 2^128 / 65537, where `t`
+/// overflows; a [`split_fmt`] format: its largest value) and whose smallest
+/// subnormal is 2^sub? `acc_max` is the largest accumulator magnitude at its
+/// start, `row_max` the largest sum of |a| over the block of any row of A,
+/// `b_max` the largest |b| (each inf when a value is), `lo` the lowest exponent
+/// of any product's last bit (`None`: no nonzero finite product).
 ///
-/// An add to nearest grows a magnitude by at most a factor 1 + 2^-p (p bits),
-/// so every exact sum stays below `(acc_max + row_max * b_max) * (1 + 2^-p)^kn`:
-/// below float16's overflow threshold 65520 (bfloat16: far below 2^128 / 65537,
-/// where `t` overflows). Products with last bits at or above the format's
-/// smallest subnormal (2^-24, 2^-133) and accumulators on its grid make every
-/// sum in its subnormal range exact: the split returns it unchanged.
-fn split_ok(bf: bool, acc_max: f32, row_max: f64, b_max: f32, lo: Option<i32>, kn: usize) -> bool {
-    let (p, limit, sub) = if bf { (8, 2f64.powi(100), -133) } else { (11, 65520.0, -24) };
-    block_ok(1.0 + 2f64.powi(-p), limit, sub, acc_max, row_max, b_max, lo, kn)
+/// Every exact sum stays below [`near_ok`]'s bound. Products with last bits at
+/// or above the format's smallest subnormal and accumulators on its grid make
+/// every sum in its subnormal range exact: the split returns it unchanged.
+#[allow(clippy::too_many_arguments)]
+fn split_ok(prec: i32, limit: f64, sub: i32, acc_max: f32, row_max: f64, b_max: f32, lo: Option<i32>, kn: usize) -> bool {
+    near_ok(prec, limit, acc_max, row_max, b_max, kn) && lo.is_none_or(|l| l >= sub)
 }
 
 /// Does every exact sum of a depth block of `kn` steps stay below `limit`, and
 /// does every product's last bit lie at or above 2^sub? Each add grows a
 /// magnitude by at most a factor `growth` (to nearest with p bits: 1 + 2^-p;
 /// stochastically, less than a unit: 1 + 2^(1-p)), so every sum stays below
-/// `(acc_max + row_max * b_max) * growth^kn` ([`split_ok`]'s arguments).
+/// `(acc_max + row_max * b_max) * growth^kn` (the arguments as [`split_ok`]'s).
 #[allow(clippy::too_many_arguments)]
 fn block_ok(growth: f64, limit: f64, sub: i32, acc_max: f32, row_max: f64, b_max: f32, lo: Option<i32>, kn: usize) -> bool {
     // NaN compares false: refused.
     (acc_max as f64 + row_max * b_max as f64) * growth.powi(kn as i32) < limit && lo.is_none_or(|l| l >= sub)
 }
 
-/// [`block_ok`]'s bound on the sums of a depth block rounded to nearest into a
-/// format of `prec` bits, with the bound that does not grow with the steps:
-/// the rounded `acc + p` is no farther from the exact sum than `acc` is (a
-/// value of the format), so `|round(acc + p)| <= |acc| + 2|p|` and every sum
-/// stays below `acc_max + 2 * row_max * b_max`. It is the tighter one for
-/// few bits (float8_e5m2: the growth bound is 1.125^kn).
+/// Do the sums of a depth block rounded to nearest into a format of `prec`
+/// bits stay below `limit`? Each add grows a magnitude by at most a factor
+/// 1 + 2^-p ([`block_ok`]'s bound). A second bound does not grow with the
+/// steps: the rounded `acc + p` is no farther from the exact sum than `acc` is
+/// (a value of the format), so `|round(acc + p)| <= |acc| + 2|p|` and every
+/// sum stays below `acc_max + 2 * row_max * b_max`; it is the tighter one for
+/// few bits (float8_e5m2: the growth factor is 1.125^kn) or a long block
+/// after large accumulators.
 fn near_ok(prec: i32, limit: f64, acc_max: f32, row_max: f64, b_max: f32, kn: usize) -> bool {
     let growth = (acc_max as f64 + row_max * b_max as f64) * (1.0 + 2f64.powi(-prec)).powi(kn as i32);
     // NaN compares false: refused.
@@ -3014,10 +3016,13 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
                                 let a_max = f32::from_bits((0..groups).map(|g| abs_max32(ablock(g)).to_bits()).max().unwrap_or(0));
                                 (a_max as f64 * b_max as f64) < 2f64.powi(f.sub + 23) && near_ok(f.prec, f.max, acc_max, row_max, b_max, kn)
                             } else {
-                                near_ok(f.prec, f.max, acc_max, row_max, b_max, kn) && lo.is_none_or(|l| l >= f.sub)
+                                split_ok(f.prec, f.max, f.sub, acc_max, row_max, b_max, lo, kn)
                             }
                         }
-                        _ => split_ok(bf, abs_max32(&acc), row_max, bmaxes[kbi], lo, kn),
+                        _ => {
+                            let (p, limit, sub) = if bf { (8, 2f64.powi(100), -133) } else { (11, 65520.0, -24) };
+                            split_ok(p, limit, sub, abs_max32(&acc), row_max, bmaxes[kbi], lo, kn)
+                        }
                     }
                 };
                 // Kind Sr's blocks outside the bound run the f64 rounding, and so do kind Split's into a `gs` format.
