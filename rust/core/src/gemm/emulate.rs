@@ -2369,9 +2369,10 @@ unsafe fn flush_dir_to(to: DirTo, rm: i32, tot: &mut [f32], row: &mut [f32]) {
     }
 }
 
-/// One accumulator of a [`tile16_oddz`] step: `$c += a * $b` rounded to odd
-/// (the FMA toward zero, its last bit set when the sum was inexact), then to
-/// the format by `$r` to nearest-even. ymm10 holds `a`, ymm14 ones, ymm15 zeros.
+/// One accumulator of a [`tile16_oddz`] step: `$c += a * $b` by the FMA
+/// toward zero (into ymm12) and the mask of the lanes where that was inexact
+/// (ymm13), then `$r` rounds it to odd (its last bit set there) and to the
+/// format to nearest-even. ymm10 holds `a`, ymm14 ones, ymm15 zeros.
 #[cfg(target_arch = "x86_64")]
 macro_rules! oddz_acc {
     ($r:ident, $c:literal, $b:literal) => {
@@ -2381,28 +2382,38 @@ macro_rules! oddz_acc {
             "vsubps ymm13, ", $c, ", ymm12\n",
             "vfmadd231ps ymm13, ymm10, ", $b, "\n",
             "vcmpps ymm13, ymm13, ymm15, 12\n",
-            "vandps ymm13, ymm13, ymm14\n",
-            "vorps ", $c, ", ymm12, ymm13\n",
             $r!($c),
         )
     };
 }
-/// float16: `vcvtps2ph` to nearest-even and back.
+/// The sum rounded to odd into `$c`: ymm12 with its last bit set where ymm13 is.
+#[cfg(target_arch = "x86_64")]
+macro_rules! oddz_set {
+    ($c:literal) => {
+        concat!("vandps ymm13, ymm13, ymm14\n", "vorps ", $c, ", ymm12, ymm13\n")
+    };
+}
+/// float16: the sum rounded to odd, then `vcvtps2ph` to nearest-even and back.
 #[cfg(target_arch = "x86_64")]
 macro_rules! oddz_f16 {
     ($c:literal) => {
-        concat!("vcvtps2ph xmm13, ", $c, ", 0\n", "vcvtph2ps ", $c, ", xmm13\n")
+        concat!(oddz_set!($c), "vcvtps2ph xmm13, ", $c, ", 0\n", "vcvtph2ps ", $c, ", xmm13\n")
     };
 }
-/// bfloat16: nearest-even on the top 16 bits (add 0x7fff and the parity of bit
-/// 16, keep the top 16 bits; `[{k}]` holds 0xffff0000 words, `[{k} + 64]` 0x7fff).
+/// bfloat16: nearest-even on the top 16 bits of the sum rounded to odd (add
+/// 0x7fff and the parity of bit 16, keep the top 16 bits; `[{k}]` holds
+/// 0xffff0000 words, `[{k} + 64]` 0x7fff). Setting the last bit only matters
+/// when the low 16 bits are 0x8000, where it carries as an odd bit 16 does, so
+/// the inexact mask joins the parity instead: `ymm12 + 0x7fff + (bit 16 |
+/// inexact)`, one operation fewer.
 #[cfg(target_arch = "x86_64")]
 macro_rules! oddz_bf {
     ($c:literal) => {
         concat!(
-            "vpsrld ymm13, ", $c, ", 16\n",
-            "vpand ymm13, ymm13, ymm14\n",
-            "vpaddd ", $c, ", ", $c, ", ymm13\n",
+            "vpsrld ", $c, ", ymm12, 16\n",
+            "vpor ", $c, ", ", $c, ", ymm13\n",
+            "vpand ", $c, ", ", $c, ", ymm14\n",
+            "vpaddd ", $c, ", ", $c, ", ymm12\n",
             "vpaddd ", $c, ", ", $c, ", ymmword ptr [{k} + 64]\n",
             "vpand ", $c, ", ", $c, ", ymmword ptr [{k}]\n",
         )
@@ -2418,6 +2429,7 @@ macro_rules! oddz_bf {
 macro_rules! oddz_e5 {
     ($c:literal) => {
         concat!(
+            oddz_set!($c),
             "vcvtps2ph xmm13, ", $c, ", 3\n",
             "vcvtph2ps ymm12, xmm13\n",
             "vcmpps ymm12, ymm12, ", $c, ", 12\n",
