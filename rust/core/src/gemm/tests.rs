@@ -338,27 +338,25 @@ fn dir_skips(kind: Kind16, mode: Mode, acc: f32) -> bool {
     matches!(kind, Kind16::Dir(_)) && mode == Mode::Down && acc.to_bits() == 0x8000_0000
 }
 
-/// The split kernel runs only on blocks whose values keep every sum finite and
-/// below the format's overflow threshold, with products on the grid of its
-/// subnormals (`split_ok`): lanes outside that are not compared.
-fn split_skips(kind: Kind16, bf: bool, acc: f32, p: f32) -> bool {
-    let (limit, unit) = if bf { (2f64.powi(100), 2f64.powi(-133)) } else { (65520.0, 2f64.powi(-24)) };
-    let sum = acc as f64 + p as f64;
-    kind == Kind16::Split && !(sum.abs() < limit && (p as f64 / unit).fract() == 0.0 && acc.is_finite())
-}
-
-/// The directed kernel at float16's unit (`DirTo::Unit(13)`) runs only on
-/// blocks whose sums stay below its largest value and whose products lie on its
-/// grid: lanes outside that are not compared.
-fn unit_skips(kind: Kind16, acc: f32, p: f32) -> bool {
-    kind == Kind16::Dir(DirTo::Unit(13)) && !((acc as f64 + p as f64).abs() < 65504.0 && (p as f64 / 2f64.powi(-24)).fract() == 0.0 && acc.is_finite())
-}
-
-/// The magic-number kernel into float8_e5m2 runs only on blocks whose sums stay
-/// below its largest value and whose products are below 2^(-16 + 23) = 128
-/// (`Kind16::Magic`): lanes outside that are not compared.
-fn magic_skips(kind: Kind16, acc: f32, p: f32) -> bool {
-    kind == Kind16::Magic && !((acc as f64 + p as f64).abs() < 57344.0 && p.abs() < 128.0 && acc.is_finite())
+/// The kernels that run only on depth blocks passing a bound on their values
+/// (`split_ok`, `near_ok`, `block_ok`) keep every sum finite and below a limit,
+/// and every product on a grid (its last bit at or above `unit`) or below a
+/// bound: the split kernel (float16 below its overflow threshold, bfloat16
+/// below 2^100, products on their subnormal grids), the directed kernel at
+/// float16's unit (`DirTo::Unit(13)`: below its largest value, products on its
+/// grid) and the magic-number kernel into float8_e5m2 (below its largest
+/// value, products below 2^(-16 + 23) = 128). Lanes outside that are not compared.
+fn block_skips(kind: Kind16, bf: bool, acc: f32, p: f32) -> bool {
+    let (limit, unit, pmax) = match kind {
+        Kind16::Split if bf => (2f64.powi(100), 2f64.powi(-133), f64::INFINITY),
+        Kind16::Split => (65520.0, 2f64.powi(-24), f64::INFINITY),
+        Kind16::Dir(DirTo::Unit(13)) => (65504.0, 2f64.powi(-24), f64::INFINITY),
+        Kind16::Magic => (57344.0, 0.0, 128.0),
+        _ => return false,
+    };
+    let (sum, p) = (acc as f64 + p as f64, p as f64);
+    let on_grid = unit == 0.0 || (p / unit).fract() == 0.0;
+    !(sum.abs() < limit && on_grid && p.abs() < pmax && acc.is_finite())
 }
 
 /// Compare the 8-lane kernel with the exact f64 rounding for every fp16 (`bf`:
@@ -375,7 +373,7 @@ fn check_add16(kind: Kind16, bf: bool, mode: Mode, prods: &[f32]) {
             a8[..acc.len()].copy_from_slice(acc);
             let Some(got) = super::emulate::testing::add16_lanes(kind, bf, mode, a8, p, [1.0; 8]) else { return };
             for l in 0..8 {
-                if dir_skips(kind, mode, a8[l]) || split_skips(kind, bf, a8[l], p) || magic_skips(kind, a8[l], p) || unit_skips(kind, a8[l], p) {
+                if dir_skips(kind, mode, a8[l]) || block_skips(kind, bf, a8[l], p) {
                     continue;
                 }
                 let want = exact(a8[l] as f64, p as f64);
