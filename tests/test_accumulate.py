@@ -217,9 +217,9 @@ def test_f6m9_tile_kernels(dtype, big, chunk, mode, threads):
 @pytest.mark.parametrize("scale", [1.0, 2.0**-9, 40.0], ids=["unit", "subnormal-sums", "large"])
 @pytest.mark.parametrize("chunk", [None, 64, 7])
 def test_e5m2_nearest_tile_kernel(dtype, scale, chunk, threads):
-    # fp8 products into float8_e5m2 to nearest: the FMA's sum rounded at each
-    # lane's unit by adding and subtracting 1.5 * 2^23 units (its subnormals on
-    # their fixed grid), in depth blocks whose products stay below 128 and whose
+    # fp8 products into float8_e5m2 to nearest: on values scaled so that e5m2's
+    # subnormals are float32's, the FMA's sum rounded to nearest-even at the unit
+    # bit of the pattern, in depth blocks whose products stay below 128 and whose
     # sums stay below the largest value; the others (scale 40: products past 128,
     # sums past 57344) take the f64 rounding. Against the scalar path and the
     # exact reference.
@@ -236,6 +236,46 @@ def test_e5m2_nearest_tile_kernel(dtype, scale, chunk, threads):
         assert (np.abs(got) < 2.0**-14).mean() > 0.2
     rows, cols = [0, 20, 36], [0, 17, 44]
     assert same_bits(got[rows][:, cols], ref_matmul(a[rows], b[:, cols], f, "nearest_even", chunk))
+
+
+@pytest.mark.parametrize("dtype", [ml_dtypes.bfloat16, ml_dtypes.float8_e5m2], ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("acc", ["fp16", "e5m2", "f6m9"])
+@pytest.mark.parametrize("mode", ["toward_zero", "up", "down", "stochastic"])
+def test_scaled_unit_kernels_subnormal_sums(dtype, acc, mode):
+    # The directed kernels at the accumulator's unit and the stochastic one run on
+    # values scaled so that its subnormals are float32's: products of any bits
+    # (bf16, e5m2 inputs) and sums in its subnormal range (inputs scaled down)
+    # round at its fixed unit there. Against the scalar path at 1 and 2 threads,
+    # and the exact reference for the deterministic modes.
+    f = ACC_FORMATS[acc]
+    # Products of 2^(emin - 3) or so (e5m2, whose few bits make sums stall: 2^(emin - 1)):
+    # sums of 290 of them around the smallest normal. e5m2 inputs cannot reach
+    # FloatFormat(6, 9)'s (2^-30): there, sums above it.
+    want = 2.0 ** ((f.emin - (1 if acc == "e5m2" else 3)) / 2)
+    scale = max(want, 2.0**-12 if dtype == ml_dtypes.float8_e5m2 else 0.0)
+    # Up, down and stochastically, e5m2's sums (3 bits) grow past it anyway.
+    reach = scale == want and (acc != "e5m2" or mode == "toward_zero")
+    a, b = data(23, 290, 37, dtype, zlib.crc32(f"{acc}{mode}".encode()) % 1000, scale=scale)
+    unit_bits = 23 - f.man_bits
+    kw = dict(accumulate=f, rounding=mode, seed=5, rbits=unit_bits if mode == "stochastic" else None)
+    n0 = lowp.get_num_threads()
+    try:
+        lowp.set_num_threads(2)
+        got = lowp.matmul(a, b, **kw)
+        lowp.set_num_threads(1)
+        assert same_bits(got, lowp.matmul(a, b, **kw))
+        lowp._lowp.set_isa("scalar")
+        assert same_bits(got, lowp.matmul(a, b, **kw))
+    finally:
+        lowp._lowp.set_isa(None)
+        lowp.set_num_threads(n0)
+    # Many sums end in the subnormal range, many above it.
+    tiny = np.abs(np.asarray(got, np.float64)) < 2.0**f.emin
+    assert 0.2 < tiny.mean() < 0.9 or not reach
+    if mode != "stochastic":
+        rows, cols = [0, 11, 22], [0, 18, 36]
+        # (The rational reference does not keep the sign of a zero sum.)
+        assert same(got[rows][:, cols], ref_matmul(a[rows], b[:, cols], f, mode))
 
 
 def test_e5m2_nearest_product_past_its_bound():

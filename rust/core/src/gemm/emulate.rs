@@ -40,10 +40,10 @@
 //!   blocks whose values could pass its largest value run through the f64
 //!   rounding; chunk totals into the same format by the f32 add and the split
 //!   ([`flush_split`]). Into such a format from products of at most 8 bits
-//!   off its grid (float8_e5m2 from fp8): the FMA, then `(s + C) - C` with
-//!   `C` = 1.5 * 2^23 of the format's units at the sum's exponent (at least
-//!   its smallest normal one), which rounds subnormals on their grid too
-//!   ([`Kind16::Magic`]), in depth blocks whose products stay below
+//!   off its grid (float8_e5m2 from fp8): on values scaled so that the
+//!   format's subnormals are f32's ([`unit_scale`]), the FMA, then the
+//!   integer nearest-even rounding of the pattern at the format's unit bit
+//!   ([`Kind16::UnitNe`]), in depth blocks whose products stay below
 //!   2^(sub + 23) and whose sums stay below the largest value ([`near_ok`]).
 //!   Nearest-even with products of 20 to 24 bits
 //!   (float16 inputs): the FMA too, except for vectors where a sum could sit
@@ -51,12 +51,13 @@
 //!   the FMA rounded in the mode itself (MXCSR, inside one assembly block),
 //!   then `vcvtps2ph` in the mode, the integer rounding of the top 16 bits,
 //!   nothing for float32, or through float16 for float8_e5m2 ([`Kind16::Dir`]);
-//!   float16 from products on its grid (the e4m3 family) as a `Unit` format below;
-//!   into other IEEE-style formats of at most 10 mantissa bits whose normal
-//!   range f32 holds (FloatFormat(6, 9)), bfloat16's integer rounding at the
-//!   format's unit ([`DirTo::Unit`]) in depth blocks whose values keep every
-//!   sum below its largest value and every product on its grid, the others
-//!   through the f64 rounding;
+//!   into float16, float8_e5m2 and other IEEE-style formats of at most 10
+//!   mantissa bits whose normal range f32 holds (FloatFormat(6, 9)), on values
+//!   scaled so that the format's subnormals are f32's ([`unit_scale`]),
+//!   bfloat16's integer rounding at the format's unit ([`DirTo::Unit`]) in
+//!   depth blocks whose values keep every sum below its largest value and
+//!   whose A values scale exactly, the others through the conversions
+//!   (float16, float8_e5m2) or the f64 rounding;
 //!   chunk totals into those formats (and into float32 to nearest) by the same
 //!   rounding of an f32 add.
 //!   Nearest-even with other inputs whose products fit 24 bits (bfloat16
@@ -69,11 +70,12 @@
 //!   bfloat16, to nearest, use TwoSum in f32 and round to odd.
 //!   Stochastic into float16, bfloat16 and other IEEE-style formats of 2 to
 //!   10 mantissa bits whose normal range f32 holds, with at most `23 - man`
-//!   random bits (13 for float16, 16 for bfloat16), products on the format's
-//!   grid ([`Kind16::Sr`]): the FMA toward zero truncates the exact sum to 24
-//!   bits, which keeps the bits the decision reads; the random word of each
-//!   lane is drawn in the registers ([`tile16_sr`]). Depth blocks whose values
-//!   could take a sum past the largest value, or a product off the grid, run
+//!   random bits (13 for float16, 16 for bfloat16), on values scaled as for
+//!   `Unit` ([`Kind16::Sr`]): the FMA toward zero truncates the exact sum to 24
+//!   bits (or at 2^-149, below the scaled smallest normal), which keeps the
+//!   bits the decision reads; the random word of each lane is drawn in the
+//!   registers ([`tile16_sr`]). Depth blocks whose values could take a sum
+//!   past the largest value, or whose A values do not scale exactly, run
 //!   through the f64 rounding.
 //! - every other [`Fast`] format and mode (stochastic: `rbits <= 32`):
 //!   register tiles of 4 rows x 8 columns of f64 accumulators over the steps
@@ -1425,11 +1427,13 @@ pub(crate) enum Kind16 {
     /// double rounding innocuous), the other blocks run the f64 rounding.
     Split,
     /// Nearest-even into an [`split_fmt`] format (float8_e5m2) from products
-    /// of at most 8 bits that leave its grid: the FMA's sum `s`, then
-    /// `(s + C) - C` with `C` = 1.5 * 2^23 of the format's units at s's
-    /// exponent (at least its smallest normal one, so its subnormals round on
-    /// their fixed grid), which f32's own rounding of the add puts at that
-    /// unit ([`magic_consts`]). The FMA's rounding is innocuous when every
+    /// of at most 8 bits that leave its grid, on values scaled by
+    /// [`unit_scale`] (A's block and the tile): the FMA's sum `s`, then the
+    /// pattern plus 2^(u-1) - 1 plus its bit u, truncated below bit u, the
+    /// format's unit in every scaled pattern, subnormals included
+    /// ([`tile16_une`]). Below the scaled smallest normal the FMA rounds at
+    /// 2^-149, which holds every sum while the products' last bits do
+    /// (checked per block). In the normal range the FMA's rounding is innocuous when every
     /// product is below `2^(sub + 23)` (`sub`: the exponent of the smallest
     /// subnormal): a sum exceeds 24 bits only when a product lies more than
     /// 15 binades below the accumulator, far from every midpoint of a format
@@ -1437,7 +1441,7 @@ pub(crate) enum Kind16 {
     /// accumulator's last bit at 2^sub. Depth blocks whose values could pass
     /// that bound or the largest value run the f64 rounding; chunk totals (two
     /// values of the format) take [`flush_split`].
-    Magic,
+    UnitNe,
     /// Nearest-even: the sum rounded to odd at 24 bits ([`tile16_oddz`];
     /// products exact in f32, checked per depth block from the values), then
     /// rounded into the format.
@@ -1456,6 +1460,15 @@ pub(crate) enum Kind16 {
     /// Nearest-even into float8_e5m2, products exact in f32 as for `Odd`: the
     /// sum rounded to odd at 24 bits, then at 11 (float16), then rounded.
     OddE5m2,
+    /// Nearest-even into an [`split_fmt`] format from products of more bits
+    /// than `UnitNe` takes (bf16 and fp16 inputs), on values scaled by
+    /// [`unit_scale`]: the sum rounded to odd at 24 bits (or at 2^-149, below the
+    /// scaled smallest normal) as [`tile16_oddz`] does, then the integer
+    /// nearest-even rounding at the unit bit ([`tile16_oddu`]). Depth blocks
+    /// whose scaled products are not all exact f32 values, or whose sums could
+    /// pass the largest value, run `OddE5m2` (float8_e5m2, when its own
+    /// condition holds) or the f64 rounding; chunk totals take [`flush_split`].
+    OddUnit,
     /// Toward zero, up or down into float16, bfloat16, float32 or float8_e5m2: the FMA
     /// rounded in the mode itself ([`tile16_dir`]), for any inputs whose values
     /// are f32.
@@ -1463,11 +1476,12 @@ pub(crate) enum Kind16 {
     /// Stochastic into float16, bfloat16 or another IEEE-style format whose
     /// normal range f32 holds ([`sr_fmt`]), with `rbits` at most the bits f32
     /// keeps below the format's unit (`23 - man`: 13 for float16, 16 for
-    /// bfloat16), products on the format's grid ([`tile16_sr`]): the FMA toward
-    /// zero is the exact sum truncated to 24 bits, whose bits below the unit
-    /// decide as the f64 path's `rbits` top bits of the remainder do. Depth
-    /// blocks whose values could take a sum past the largest value (or meet
-    /// inf/NaN) run the f64 rounding.
+    /// bfloat16), on values scaled by [`unit_scale`] ([`tile16_sr`]): the FMA
+    /// toward zero is the exact sum truncated to 24 bits (or at 2^-149, below
+    /// the scaled smallest normal), whose bits below the unit decide as the
+    /// f64 path's `rbits` top bits of the remainder do. Depth blocks whose
+    /// values could take a sum past the largest value (or meet inf/NaN), or
+    /// whose A values do not scale exactly, run the f64 rounding.
     Sr,
 }
 
@@ -1476,7 +1490,6 @@ const K_FMA: u8 = 0;
 const K_ODD: u8 = 1;
 const K_MID: u8 = 2;
 const K_SPLIT: u8 = 3;
-const K_MAGIC: u8 = 4;
 
 /// Is `fmt` IEEE float16 with nearest-even, non-saturating rounding (what F16C's
 /// `vcvtps2ph` does to nearest, IEEE overflow included)?
@@ -1520,14 +1533,20 @@ pub(crate) fn kind16(fmt: &Format, opts: &RoundOpts, a: &Operand, b: &Operand) -
     }
     let (Some(fa), Some(fb)) = (a.format(), b.format()) else { return None };
     if let Some(to) = dir_to(fmt, opts) {
-        // A `Unit` format needs the products on its grid (checked per depth block):
-        // where the input formats leave it, the f64 path is faster than the fallback.
-        let grid = || sr_fmt(fmt).is_some_and(|f| value_bounds(&fa).0 + value_bounds(&fb).0 >= f.sub || f.sub <= -100);
-        // float16 from products on its grid (the e4m3 family): its integer rounding at
-        // bit 13 (toward zero one `and`, where `vcvtps2ph` and back take four).
-        let to = if to == DirTo::F16 && grid() { DirTo::Unit(13) } else { to };
-        let ok = a.fits_f32() && b.fits_f32() && (!matches!(to, DirTo::Unit(_)) || grid());
-        return ok.then_some((Kind16::Dir(to), to == DirTo::Bf16));
+        // float16 and float8_e5m2 too take the integer rounding at their unit (bit 13,
+        // bit 21; toward zero one `and`, where `vcvtps2ph` and back take four), on
+        // values scaled by [`unit_scale`]; their depth blocks that cannot be scaled take
+        // the conversions.
+        let to = match to {
+            DirTo::F16 => DirTo::Unit(13),
+            DirTo::E5m2 => DirTo::Unit(21),
+            to => to,
+        };
+        // Other `Unit` formats run the f64 rounding where a block fails its bound,
+        // which up and down fail in every block with few bits ([`bound_room`]).
+        let other = matches!(to, DirTo::Unit(_)) && !matches!(fmt, Format::Float(f) if *f == named::FLOAT16 || *f == named::FLOAT8_E5M2);
+        let room = opts.mode == Mode::TowardZero || sr_fmt(fmt).is_some_and(|f| bound_room(f.prec));
+        return (a.fits_f32() && b.fits_f32() && (!other || room)).then_some((Kind16::Dir(to), to == DirTo::Bf16));
     }
     if opts.mode == Mode::Stochastic {
         return sr_kind(fmt, opts, &fa, &fb, a.fits_f32() && b.fits_f32());
@@ -1536,12 +1555,6 @@ pub(crate) fn kind16(fmt: &Format, opts: &RoundOpts, a: &Operand, b: &Operand) -
     let (pb, _, _) = profile(&fb);
     // Products of at most 24 bits (their exponents are checked per depth block).
     let fit24 = pa + pb <= 24 && a.fits_f32() && b.fits_f32();
-    // Into float8_e5m2 to nearest, products of more than 8 bits (bf16, fp16 inputs):
-    // rounded to odd at 24 bits and again at 11; fp8 x fp8 products take
-    // `Magic` below.
-    if *fmt == Format::Float(named::FLOAT8_E5M2) && opts.mode == Mode::NearestEven && !opts.saturate && pa + pb > 8 {
-        return fit24.then_some((Kind16::OddE5m2, false));
-    }
     let bf = is_bf16_ne(fmt, opts);
     if !(bf || is_f16_ne(fmt, opts)) {
         // Nearest-even into another IEEE-style format of at most 11 bits
@@ -1553,7 +1566,11 @@ pub(crate) fn kind16(fmt: &Format, opts: &RoundOpts, a: &Operand, b: &Operand) -
             return Some((Kind16::Split, false));
         }
         // Off its grid, products of at most 8 bits below 2^(sub + 23) (float8_e5m2: 2^7).
-        return (fit24 && pa + pb <= 8 && f.sub + 23 >= 4).then_some((Kind16::Magic, false));
+        if fit24 && pa + pb <= 8 && f.sub + 23 >= 4 {
+            return Some((Kind16::UnitNe, false));
+        }
+        // Products of more bits (bf16, fp16 inputs): rounded to odd at 24 bits first.
+        return fit24.then_some((Kind16::OddUnit, false));
     }
     // From here on: nearest-even into float16 or bfloat16.
     if let (Format::Float(x), Format::Float(y)) = (fa, fb) {
@@ -1608,32 +1625,17 @@ fn split_mult(prec: i32) -> f32 {
     (2f64.powi(24 - prec) + 1.0) as f32
 }
 
-/// The constants of [`Kind16::Magic`] into `f`, as f32 lanes: its smallest
-/// normal value 2^emin, and the bits that, added to the pattern of 2^e, make
-/// 1.5 * 2^(e + 23 - man), 1.5 * 2^23 of its units at exponent e.
-fn magic_consts(f: &SrFmt) -> (f32, f32) {
-    let man = f.prec - 1;
-    let emin = f.sub + man;
-    (2f32.powi(emin), f32::from_bits(((23 - man as u32) << 23) | 0x40_0000))
-}
-
 /// [`kind16`] for stochastic rounding: [`Kind16::Sr`] into an [`sr_fmt`]
 /// format (not saturating) with 1 to `23 - man` random bits, from inputs of at
 /// most 11 bits whose values are f32 (`fits`). The FMA truncates any sum
-/// exactly; the kernel needs the products on the format's grid (last bits at
-/// or above its smallest subnormal: sums in its subnormal range are exact, and
-/// the truncation at its normal unit leaves them alone), which each depth
-/// block checks from its values ([`block_ok`]). The kind is taken where the
-/// input formats put every product on the grid (float16 from the e4m3 family,
-/// FloatFormat(6, 9) from every fp8), or where the grid reaches below 2^-100
-/// (bfloat16), which only extreme values leave; elsewhere (float16 from e5m2,
-/// whose small values leave it in most blocks) the f64 path is faster than
-/// the blocks that would fall back.
+/// exactly; on values scaled by [`unit_scale`] the truncation at the unit bit
+/// of the pattern rounds at the format's unit in its subnormal range too, so
+/// the products may have any bits. Formats of few bits whose depth blocks
+/// would always fail the bound on the sums ([`bound_room`]) take the f64 path.
 fn sr_kind(fmt: &Format, opts: &RoundOpts, fa: &Format, fb: &Format, fits: bool) -> Option<(Kind16, bool)> {
     let sf = sr_fmt(fmt)?;
     let narrow = |f: &Format| matches!(f, Format::Float(x) if x.man_bits <= 10);
-    let grid = value_bounds(fa).0 + value_bounds(fb).0 >= sf.sub || sf.sub <= -100;
-    (!opts.saturate && fits && narrow(fa) && narrow(fb) && grid && (1..=sf.unit).contains(&opts.rbits)).then_some((Kind16::Sr, false))
+    (!opts.saturate && fits && narrow(fa) && narrow(fb) && (1..=sf.unit).contains(&opts.rbits) && bound_room(sf.prec)).then_some((Kind16::Sr, false))
 }
 
 /// Bounds of a block of f32 values: (lowest exponent of any nonzero finite
@@ -1701,15 +1703,44 @@ fn split_ok(prec: i32, limit: f64, sub: i32, acc_max: f32, row_max: f64, b_max: 
     near_ok(prec, limit, acc_max, row_max, b_max, kn) && lo.is_none_or(|l| l >= sub)
 }
 
-/// Does every exact sum of a depth block of `kn` steps stay below `limit`, and
-/// does every product's last bit lie at or above 2^sub? Each add grows a
-/// magnitude by at most a factor `growth` (to nearest with p bits: 1 + 2^-p;
-/// stochastically, less than a unit: 1 + 2^(1-p)), so every sum stays below
-/// `(acc_max + row_max * b_max) * growth^kn` (the arguments as [`split_ok`]'s).
-#[allow(clippy::too_many_arguments)]
-fn block_ok(growth: f64, limit: f64, sub: i32, acc_max: f32, row_max: f64, b_max: f32, lo: Option<i32>, kn: usize) -> bool {
+/// Does every exact sum of a depth block of `kn` steps stay below `limit`? Each
+/// add grows a magnitude by at most a factor `growth` (to nearest with p bits:
+/// 1 + 2^-p; stochastically or in a directed mode, less than a unit: 1 +
+/// 2^(1-p)), so every sum stays below `(acc_max + row_max * b_max) *
+/// growth^kn` (the arguments as [`split_ok`]'s).
+fn block_ok(growth: f64, limit: f64, acc_max: f32, row_max: f64, b_max: f32, kn: usize) -> bool {
     // NaN compares false: refused.
-    (acc_max as f64 + row_max * b_max as f64) * growth.powi(kn as i32) < limit && lo.is_none_or(|l| l >= sub)
+    (acc_max as f64 + row_max * b_max as f64) * growth.powi(kn as i32) < limit
+}
+
+/// Does the bound of [`block_ok`] leave room in a full depth block (`KB`
+/// steps) for a format of `prec` bits rounded up, down or stochastically, where
+/// each add can grow a magnitude by a unit? The factor (1 + 2^(1 - prec))^KB
+/// is 1.65 for float16, 53 for bfloat16, but 1.25^256 for float8_e5m2: its
+/// blocks would always fail the bound.
+fn bound_room(prec: i32) -> bool {
+    (1.0 + 2f64.powi(1 - prec)).powi(KB as i32) < 1024.0
+}
+
+/// The power of two [`Kind16::Sr`] and [`DirTo::Unit`] scale their values by:
+/// 2^(-126 - emin), which puts the format's smallest normal value at f32's,
+/// 2^-126, and its smallest subnormal at 2^(-126 - man), bit `23 - man` of
+/// f32's subnormal patterns. Scaled, every value of the format has its unit at
+/// that bit of its f32 pattern, subnormals included: truncating the pattern
+/// there, or adding below it and truncating, rounds at the unit, whatever bits
+/// the products have; the FMA's own rounding (24 bits, or at 2^-149) is onto a
+/// grid that holds the format's. The scaling is exact for the accumulators (on
+/// the format's grid) and for A's values whose last bit stays at or above
+/// 2^-149 ([`scale_ok`]); B's and the products need none (the FMA multiplies
+/// exactly). 0 for bfloat16, whose subnormals are f32's already.
+fn unit_scale(f: &SrFmt) -> i32 {
+    -126 - (f.sub + f.prec - 1)
+}
+
+/// May a depth block's A values be scaled by 2^`sc` ([`unit_scale`]) exactly,
+/// given `lo`, the lowest exponent of any of their last bits ([`exp_bounds`])?
+fn scale_ok(sc: i32, lo: Option<i32>) -> bool {
+    sc == 0 || lo.is_none_or(|l| l + sc >= -149)
 }
 
 /// Do the sums of a depth block rounded to nearest into a format of `prec`
@@ -1738,7 +1769,7 @@ fn merge_bounds(x: (i32, i32), y: (i32, i32)) -> (i32, i32) {
 /// The CPU must support avx2, fma and f16c; see [`Kind16`] for when each kind is exact.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-unsafe fn add16<const K: u8, const BF: bool>(acc: std::arch::x86_64::__m256, a: std::arch::x86_64::__m256, b: std::arch::x86_64::__m256, spl: std::arch::x86_64::__m256, aux: std::arch::x86_64::__m256) -> std::arch::x86_64::__m256 {
+unsafe fn add16<const K: u8, const BF: bool>(acc: std::arch::x86_64::__m256, a: std::arch::x86_64::__m256, b: std::arch::x86_64::__m256, spl: std::arch::x86_64::__m256) -> std::arch::x86_64::__m256 {
     use std::arch::x86_64::*;
     // SAFETY: the caller guarantees the CPU features.
     unsafe {
@@ -1756,22 +1787,9 @@ unsafe fn add16<const K: u8, const BF: bool>(acc: std::arch::x86_64::__m256, a: 
                 _mm256_andnot_si256(_mm256_castps_si256(_mm256_cmp_ps::<_CMP_EQ_OQ>(s, acc)), near)
             };
             if _mm256_movemask_ps(_mm256_castsi256_ps(flag)) != 0 {
-                return add16::<K_ODD, BF>(acc, a, b, spl, aux);
+                return add16::<K_ODD, BF>(acc, a, b, spl);
             }
             return round16::<BF>(s);
-        }
-        if K == K_MAGIC {
-            // Nearest-even at each lane's unit: C = 1.5 * 2^23 units (`aux` holds the
-            // bits that take 2^e to C, `spl` the smallest normal 2^emin, whose unit
-            // the subnormals keep); s + C has that unit as its f32 unit, so
-            // (s + C) - C is s rounded to it. The sign is s's (a negative sum that
-            // rounds to zero is -0).
-            let s = _mm256_fmadd_ps(a, b, acc);
-            let sb = _mm256_castps_si256(s);
-            let e = _mm256_max_epi32(_mm256_and_si256(sb, _mm256_set1_epi32(0x7f80_0000)), _mm256_castps_si256(spl));
-            let c = _mm256_castsi256_ps(_mm256_add_epi32(e, _mm256_castps_si256(aux)));
-            let h = _mm256_sub_ps(_mm256_add_ps(s, c), c);
-            return _mm256_or_ps(h, _mm256_and_ps(s, _mm256_castsi256_ps(_mm256_set1_epi32(i32::MIN))));
         }
         if K == K_SPLIT {
             // Veltkamp's split of the FMA's sum: with `spl` = 2^q + 1, t - (t - s)
@@ -1835,7 +1853,7 @@ unsafe fn round16<const BF: bool>(x: std::arch::x86_64::__m256) -> std::arch::x8
 /// The CPU must support avx2, fma and f16c; `ap` holds kn*MR values, `bp` kn*16.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn tile16<const MR: usize, const K: u8, const BF: bool>(acc: &mut [f32], ap: &[f32], bp: &[f32], kn: usize, spl: f32, aux: f32) {
+unsafe fn tile16<const MR: usize, const K: u8, const BF: bool>(acc: &mut [f32], ap: &[f32], bp: &[f32], kn: usize, spl: f32) {
     use std::arch::x86_64::*;
     assert!(acc.len() >= MR * 16 && ap.len() >= kn * MR && bp.len() >= kn * 16);
     // SAFETY: every offset is inside the slices (asserted above); the CPU features are the caller's contract.
@@ -1845,15 +1863,15 @@ unsafe fn tile16<const MR: usize, const K: u8, const BF: bool>(acc: &mut [f32], 
             cr[0] = _mm256_loadu_ps(acc.as_ptr().add(r * 16));
             cr[1] = _mm256_loadu_ps(acc.as_ptr().add(r * 16 + 8));
         }
-        let (spl, aux) = (_mm256_set1_ps(spl), _mm256_set1_ps(aux));
+        let spl = _mm256_set1_ps(spl);
         let (mut pa, mut pb) = (ap.as_ptr(), bp.as_ptr());
         for _ in 0..kn {
             let b0 = _mm256_loadu_ps(pb);
             let b1 = _mm256_loadu_ps(pb.add(8));
             for (r, cr) in c.iter_mut().enumerate() {
                 let av = _mm256_broadcast_ss(&*pa.add(r));
-                cr[0] = add16::<K, BF>(cr[0], av, b0, spl, aux);
-                cr[1] = add16::<K, BF>(cr[1], av, b1, spl, aux);
+                cr[0] = add16::<K, BF>(cr[0], av, b0, spl);
+                cr[1] = add16::<K, BF>(cr[1], av, b1, spl);
             }
             pa = pa.add(MR);
             pb = pb.add(16);
@@ -2125,9 +2143,11 @@ pub(crate) enum DirTo {
     E5m2,
     /// An IEEE-style format of at most 10 mantissa bits whose normal range f32
     /// holds ([`sr_fmt`], such as FloatFormat(6, 9)), its unit this bit of the
-    /// f32 pattern (13 to 21): bfloat16's integer rounding at that bit, in
-    /// depth blocks whose values keep every sum below its largest value and
-    /// every product on its grid ([`block_ok`]; the others run the f64 rounding).
+    /// f32 pattern (13 to 21): bfloat16's integer rounding at that bit on
+    /// values scaled by [`unit_scale`], in depth blocks whose values keep every
+    /// sum below its largest value ([`block_ok`]) and whose A values scale
+    /// exactly (the others run the conversions for float16 and float8_e5m2,
+    /// else the f64 rounding).
     Unit(u8),
 }
 
@@ -2535,20 +2555,203 @@ unsafe fn tile16_oddz<const MR: usize, const T: u8>(acc: &mut [f32], ap: &[f32],
     }
 }
 
+/// The integer nearest-even rounding of [`tile16_oddu`] at bit `{u}` of the
+/// sum rounded to odd (ymm12, the inexact lanes in ymm13): as [`oddz_bf`], the
+/// inexact mask joins the parity of bit u; plus 2^(u-1) - 1 (`[{k} + 32]`), the
+/// bits below u cleared (`[{k}]`).
+#[cfg(target_arch = "x86_64")]
+macro_rules! oddz_unit {
+    ($c:literal) => {
+        concat!(
+            "vpsrld ", $c, ", ymm12, {u}\n",
+            "vpor ", $c, ", ", $c, ", ymm13\n",
+            "vpand ", $c, ", ", $c, ", ymm14\n",
+            "vpaddd ", $c, ", ", $c, ", ymm12\n",
+            "vpaddd ", $c, ", ", $c, ", ymmword ptr [{k} + 32]\n",
+            "vpand ", $c, ", ", $c, ", ymmword ptr [{k}]\n",
+        )
+    };
+}
+
+/// The nearest-even tile kernel of [`Kind16::OddUnit`] at the unit bit `unit`
+/// (13 to 21) of the values scaled by [`unit_scale`], `MR` (1 or 4) rows:
+/// [`tile16_oddz`]'s round to odd (the FMA toward zero and the residual FMA,
+/// with every scaled product an exact f32: the argument holds with subnormal
+/// sums too, whose arithmetic is exact on the 2^-149 grid), then the integer
+/// nearest-even rounding at that bit ([`oddz_unit`]). Round to odd at 24 bits
+/// (or at 2^-149) then to nearest at 11 or fewer (or at 2^(-126 - man), 13 or
+/// more bits up) is the single rounding.
+///
+/// # Safety
+/// The CPU must support avx2 and fma; `ap` holds kn*MR values, `bp` kn*16.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn tile16_oddu<const MR: usize>(acc: &mut [f32], ap: &[f32], bp: &[f32], kn: usize, unit: u32) {
+    use std::arch::asm;
+    assert!(MR == 1 || MR == 4);
+    assert!(acc.len() >= MR * 16 && ap.len() >= kn * MR && bp.len() >= kn * 16);
+    assert!((13..=21).contains(&unit));
+    if kn == 0 {
+        return;
+    }
+    #[repr(C, align(32))]
+    struct Consts([[u32; 8]; 2]);
+    let low = (1u32 << unit) - 1;
+    let k = Consts([[!low; 8], [low >> 1; 8]]);
+    // Toward zero.
+    let rc = 3u32 << 13;
+    let mut csr = [0u32; 2];
+    macro_rules! go {
+        ($mr:tt, $u:literal) => {
+            oddz_asm!($mr, oddz_unit,
+                io: (acc, ap, bp, kn, csr, rc),
+                k = in(reg) k.0.as_ptr(),
+                u = const $u,
+            )
+        };
+    }
+    // SAFETY: the loads and stores stay inside acc (MR*16 values), ap (kn*MR) and
+    // bp (kn*16), asserted above, and the constants; MXCSR is restored before the
+    // block ends; the clobbered vector registers are declared.
+    unsafe {
+        macro_rules! by_unit {
+            ($mr:tt) => {
+                match unit {
+                    13 => go!($mr, 13),
+                    14 => go!($mr, 14),
+                    15 => go!($mr, 15),
+                    16 => go!($mr, 16),
+                    17 => go!($mr, 17),
+                    18 => go!($mr, 18),
+                    19 => go!($mr, 19),
+                    20 => go!($mr, 20),
+                    _ => go!($mr, 21),
+                }
+            };
+        }
+        if MR == 4 {
+            by_unit!(4)
+        } else {
+            by_unit!(1)
+        }
+    }
+}
+
+/// One row of a [`tile16_une`] step: the broadcast `a` at byte `$off` of the
+/// strip (into ymm14), two FMAs, each sum rounded by [`une_round`].
+#[cfg(target_arch = "x86_64")]
+macro_rules! une_row {
+    ($r:ident, $off:literal, $c0:literal, $o0:literal, $c1:literal, $o1:literal) => {
+        concat!(
+            "vbroadcastss ymm14, dword ptr [{pa} + ", $off, "]\n",
+            "vfmadd231ps ", $c0, ", ymm14, ymm12\n",
+            "vfmadd231ps ", $c1, ", ymm14, ymm13\n",
+            une_round!($c0),
+            une_round!($c1),
+        )
+    };
+}
+
+/// Nearest-even of the pattern in `$c` at bit `{u}`: plus 2^(u-1) - 1
+/// (`[{k} + 32]`) plus its bit u (`[{k}]`: ones), the bits below u cleared
+/// (`[{k} + 64]`); ymm15 scratch.
+#[cfg(target_arch = "x86_64")]
+macro_rules! une_round {
+    ($c:literal) => {
+        concat!(
+            "vpsrld ymm15, ", $c, ", {u}\n",
+            "vpand ymm15, ymm15, ymmword ptr [{k}]\n",
+            "vpaddd ", $c, ", ", $c, ", ymmword ptr [{k} + 32]\n",
+            "vpaddd ", $c, ", ", $c, ", ymm15\n",
+            "vpand ", $c, ", ", $c, ", ymmword ptr [{k} + 64]\n",
+        )
+    };
+}
+
+/// The nearest-even tile kernel of [`Kind16::UnitNe`] at the unit bit `unit`
+/// (13 to 21) of the scaled values' patterns ([`unit_scale`]), `MR` (1 or 6)
+/// rows: as [`tile16`], each add the FMA (MXCSR to nearest, flush-to-zero and
+/// denormals-are-zero off: the scaled subnormals must stay) and the integer
+/// nearest-even rounding of the sum's pattern at that bit, on its magnitude
+/// bits (the sign stays, a -0 too; a carry reaches the exponent). Six vector
+/// operations an add.
+///
+/// # Safety
+/// The CPU must support avx2 and fma; `ap` holds kn*MR values, `bp` kn*16.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn tile16_une<const MR: usize>(acc: &mut [f32], ap: &[f32], bp: &[f32], kn: usize, unit: u32) {
+    use std::arch::asm;
+    assert!(MR == 1 || MR == 6);
+    assert!(acc.len() >= MR * 16 && ap.len() >= kn * MR && bp.len() >= kn * 16);
+    assert!((13..=21).contains(&unit));
+    if kn == 0 {
+        return;
+    }
+    #[repr(C, align(32))]
+    struct Consts([[u32; 8]; 3]);
+    let low = (1u32 << unit) - 1;
+    let k = Consts([[1; 8], [low >> 1; 8], [!low; 8]]);
+    // To nearest.
+    let rc = 0u32;
+    let mut csr = [0u32; 2];
+    macro_rules! go {
+        ($mr:tt, $u:literal) => {
+            tile_asm!($mr,
+                setup: ["# constants at {k}"],
+                b: ("ymm12", "ymm13"),
+                row: une_row(une),
+                step: [],
+                store: tile_store,
+                clobber: ["ymm14", "ymm15"],
+                io: (acc, ap, bp, kn, csr, rc),
+                k = in(reg) k.0.as_ptr(),
+                u = const $u,
+            )
+        };
+    }
+    // SAFETY: the loads and stores stay inside acc (MR*16 values), ap (kn*MR),
+    // bp (kn*16) and the constants; MXCSR is restored before the block ends; the
+    // clobbered vector registers are declared.
+    unsafe {
+        macro_rules! by_unit {
+            ($mr:tt) => {
+                match unit {
+                    13 => go!($mr, 13),
+                    14 => go!($mr, 14),
+                    15 => go!($mr, 15),
+                    16 => go!($mr, 16),
+                    17 => go!($mr, 17),
+                    18 => go!($mr, 18),
+                    19 => go!($mr, 19),
+                    20 => go!($mr, 20),
+                    _ => go!($mr, 21),
+                }
+            };
+        }
+        if MR == 6 {
+            by_unit!(6)
+        } else {
+            by_unit!(1)
+        }
+    }
+}
+
 /// One accumulator of a [`tile16_sr`] step: the random word of its 8 lanes,
 /// `mix32` of the Weyl state (`[{v} + $v]` at the call's first step plus ymm11,
-/// GAMMA times the steps since) without its last xor-shift, which leaves the
-/// top 16 bits alone; the complement of its top `rbits` bits placed just below
+/// GAMMA times the steps since), without its last xor-shift (`$m` = `sr`, for
+/// at most 16 random bits: it leaves the top 16 alone) or with it (`srf`);
+/// the complement of its top `rbits` bits placed just below
 /// the format's unit ([`sr_comp`], a shift right by `{sh}` = 32 - the unit's
 /// bit); then `$c += a * $b` by the FMA toward zero, the complement added to
 /// the bit pattern and the bits below the unit cleared (`[{k} + 96]`). ymm10
 /// holds `a`; `$t`, `$u` are scratch.
 #[cfg(target_arch = "x86_64")]
 macro_rules! sr_acc {
-    ($c:literal, $b:literal, $v:literal, $t:literal, $u:literal) => {
+    ($m:ident, $c:literal, $b:literal, $v:literal, $t:literal, $u:literal) => {
         concat!(
             "vpaddd ", $t, ", ymm11, ymmword ptr [{v} + ", $v, "]\n",
-            sr_comp!($t, $u),
+            sr_comp!($m, $t, $u),
             "vfmadd231ps ", $c, ", ymm10, ", $b, "\n",
             "vpaddd ", $c, ", ", $c, ", ", $t, "\n",
             "vpand ", $c, ", ", $c, ", ymmword ptr [{k} + 96]\n",
@@ -2557,12 +2760,13 @@ macro_rules! sr_acc {
 }
 
 /// The random bits of [`tile16_sr`] and [`flush_sr`]: from the Weyl states in
-/// `$t`, `mix32` without its last xor-shift (`[{k}]`, `[{k} + 32]`: its
-/// multipliers), then the complement of the top `rbits` bits (`[{k} + 64]`
-/// keeps them) shifted right by `{sh}`, to just below the unit; `$u` scratch.
+/// `$t`, `mix32` (`[{k}]`, `[{k} + 32]`: its multipliers) without its last
+/// xor-shift (`$m` = `sr`; the top 16 bits are the same) or with it (`srf`),
+/// then the complement of the top `rbits` bits (`[{k} + 64]` keeps them)
+/// shifted right by `{sh}`, to just below the unit; `$u` scratch.
 #[cfg(target_arch = "x86_64")]
 macro_rules! sr_comp {
-    ($t:literal, $u:literal) => {
+    ($m:ident, $t:literal, $u:literal) => {
         concat!(
             "vpsrld ", $u, ", ", $t, ", 16\n",
             "vpxor ", $t, ", ", $t, ", ", $u, "\n",
@@ -2570,34 +2774,46 @@ macro_rules! sr_comp {
             "vpsrld ", $u, ", ", $t, ", 15\n",
             "vpxor ", $t, ", ", $t, ", ", $u, "\n",
             "vpmulld ", $t, ", ", $t, ", ymmword ptr [{k} + 32]\n",
+            sr_last!($m, $t, $u),
             "vpandn ", $t, ", ", $t, ", ymmword ptr [{k} + 64]\n",
             "vpsrld ", $t, ", ", $t, ", {sh}\n",
         )
     };
 }
 
+/// The last xor-shift of `mix32` in `sr_comp!`: none (`sr`) or `$t ^= $t >> 16` (`srf`).
+#[cfg(target_arch = "x86_64")]
+macro_rules! sr_last {
+    (sr, $t:literal, $u:literal) => {
+        ""
+    };
+    (srf, $t:literal, $u:literal) => {
+        concat!("vpsrld ", $u, ", ", $t, ", 16\n", "vpxor ", $t, ", ", $t, ", ", $u, "\n")
+    };
+}
+
 /// One row of a [`tile16_sr`] step: the broadcast `a` at byte `$off` of the
-/// strip (into ymm10), then [`sr_acc`] on both accumulators (`$r` unused).
+/// strip (into ymm10), then [`sr_acc`] on both accumulators (`$r`: its `$m`).
 #[cfg(target_arch = "x86_64")]
 macro_rules! sr_row {
     ($r:ident, $off:literal, $c0:literal, $o0:literal, $c1:literal, $o1:literal) => {
         concat!(
             "vbroadcastss ymm10, dword ptr [{pa} + ", $off, "]\n",
-            sr_acc!($c0, "ymm8", $o0, "ymm12", "ymm13"),
-            sr_acc!($c1, "ymm9", $o1, "ymm14", "ymm15"),
+            sr_acc!($r, $c0, "ymm8", $o0, "ymm12", "ymm13"),
+            sr_acc!($r, $c1, "ymm9", $o1, "ymm14", "ymm15"),
         )
     };
 }
 
 /// The assembly block of [`tile16_sr`] for `MR` = 4 or 1 rows: ymm11 starts at
-/// zero and grows by GAMMA a step.
+/// zero and grows by GAMMA a step; `$m` as `sr_comp!`'s.
 #[cfg(target_arch = "x86_64")]
 macro_rules! sr_asm {
-    ($mr:tt, $($ops:tt)*) => {
+    ($mr:tt, $m:ident, $($ops:tt)*) => {
         tile_asm!($mr,
             setup: ["# constants at {k}, states at {v}", "vpxor ymm11, ymm11, ymm11"],
             b: ("ymm8", "ymm9"),
-            row: sr_row(sr),
+            row: sr_row($m),
             step: ["vpaddd ymm11, ymm11, ymmword ptr [{k} + 128]"],
             store: tile_store,
             clobber: ["ymm10", "ymm11", "ymm12", "ymm13", "ymm14", "ymm15"],
@@ -2623,17 +2839,17 @@ impl SrConsts {
 /// shift right that puts the random bits just below a unit 13 to 21 bits up.
 #[cfg(target_arch = "x86_64")]
 macro_rules! by_sr_shift {
-    ($unit:expr, $go:ident $(, $pre:tt)?) => {
+    ($unit:expr, $go:ident $(, $pre:tt)*) => {
         match 32 - $unit {
-            11 => $go!($($pre,)? 11),
-            12 => $go!($($pre,)? 12),
-            13 => $go!($($pre,)? 13),
-            14 => $go!($($pre,)? 14),
-            15 => $go!($($pre,)? 15),
-            16 => $go!($($pre,)? 16),
-            17 => $go!($($pre,)? 17),
-            18 => $go!($($pre,)? 18),
-            19 => $go!($($pre,)? 19),
+            11 => $go!($($pre,)* 11),
+            12 => $go!($($pre,)* 12),
+            13 => $go!($($pre,)* 13),
+            14 => $go!($($pre,)* 14),
+            15 => $go!($($pre,)* 15),
+            16 => $go!($($pre,)* 16),
+            17 => $go!($($pre,)* 17),
+            18 => $go!($($pre,)* 18),
+            19 => $go!($($pre,)* 19),
             _ => unreachable!("a unit 13 to 21 bits up"),
         }
     };
@@ -2653,11 +2869,11 @@ macro_rules! by_sr_shift {
 /// the pattern carries into the unit exactly when `rand` is below the top R
 /// bits of the remainder, the f64 path's decision ([`Fast::round`]), and the
 /// truncation that follows keeps the unit. On the signed pattern the carry
-/// grows the magnitude, to the neighbour away from zero. Sums in the format's
-/// subnormal range are exact there (products on its grid, [`block_ok`]) and
-/// their bits below the normal unit are zero (an f32 subnormal's unit bit is
-/// fixed too: bfloat16's subnormals are f32's with their last 16 bits zero),
-/// so the add-and-truncate leaves them alone, as the f64 path's rounding does. Exact zero sums are +0 toward
+/// grows the magnitude, to the neighbour away from zero. The caller scales
+/// the values by [`unit_scale`]: sums in the format's subnormal range are then
+/// f32 subnormals, truncated at 2^-149 by the FMA, whose unit bit is the
+/// same bit of the pattern, so the same add-and-truncate rounds them at
+/// their fixed unit, as the f64 path's rounding does. Exact zero sums are +0 toward
 /// zero, as in the f64 path; a nonzero sum is at least the smallest
 /// subnormal, so no truncation makes a -0. The caller keeps every sum below
 /// the largest value ([`block_ok`]), so no rounding passes it.
@@ -2679,8 +2895,8 @@ unsafe fn tile16_sr<const MR: usize>(acc: &mut [f32], ap: &[f32], bp: &[f32], kn
     let rc = 3u32 << 13;
     let mut csr = [0u32; 2];
     macro_rules! go {
-        ($mr:tt, $sh:literal) => {
-            sr_asm!($mr,
+        ($mr:tt, $m:ident, $sh:literal) => {
+            sr_asm!($mr, $m,
                 io: (acc, ap, bp, kn, csr, rc),
                 k = in(reg) k.0.as_ptr(),
                 v = in(reg) v0.as_ptr(),
@@ -2691,11 +2907,13 @@ unsafe fn tile16_sr<const MR: usize>(acc: &mut [f32], ap: &[f32], bp: &[f32], kn
     // SAFETY: the loads and stores stay inside acc (MR*16 values), ap (kn*MR),
     // bp (kn*16), v0 (2*MR vectors) and the constants; MXCSR is restored before
     // the block ends; the clobbered vector registers are declared.
+    // Beyond 16 random bits, mix32 whole (its last xor-shift changes the low 16 bits).
     unsafe {
-        if MR == 4 {
-            by_sr_shift!(unit, go, 4)
-        } else {
-            by_sr_shift!(unit, go, 1)
+        match (MR == 4, rbits > 16) {
+            (true, false) => by_sr_shift!(unit, go, 4, sr),
+            (true, true) => by_sr_shift!(unit, go, 4, srf),
+            (false, false) => by_sr_shift!(unit, go, 1, sr),
+            (false, true) => by_sr_shift!(unit, go, 1, srf),
         }
     }
 }
@@ -2723,7 +2941,7 @@ unsafe fn flush_sr(tot: &mut [f32], row: &mut [f32], states: &[u32], rbits: u32,
     let rc = 3u32 << 13;
     let mut csr = [0u32; 2];
     macro_rules! go {
-        ($sh:literal) => {
+        ($m:ident, $sh:literal) => {
             asm!(
                 mxcsr_enter!(),
                 "vxorps ymm3, ymm3, ymm3",
@@ -2731,7 +2949,7 @@ unsafe fn flush_sr(tot: &mut [f32], row: &mut [f32], states: &[u32], rbits: u32,
                 "vmovups ymm0, ymmword ptr [{c}]",
                 "vaddps ymm0, ymm0, ymmword ptr [{pb}]",
                 "vmovups ymm1, ymmword ptr [{v}]",
-                sr_comp!("ymm1", "ymm2"),
+                sr_comp!($m, "ymm1", "ymm2"),
                 "vpaddd ymm0, ymm0, ymm1",
                 "vpand ymm0, ymm0, ymmword ptr [{k} + 96]",
                 "vmovups ymmword ptr [{c}], ymm0",
@@ -2760,7 +2978,11 @@ unsafe fn flush_sr(tot: &mut [f32], row: &mut [f32], states: &[u32], rbits: u32,
     // lengths, a multiple of 8, asserted above) and the constants; MXCSR is
     // restored before the block ends; the clobbered vector registers are declared.
     unsafe {
-        by_sr_shift!(unit, go)
+        if rbits > 16 {
+            by_sr_shift!(unit, go, srf)
+        } else {
+            by_sr_shift!(unit, go, sr)
+        }
     }
 }
 
@@ -2782,7 +3004,7 @@ unsafe fn flush16<const BF: bool>(tot: &mut [f32], row: &mut [f32]) {
         for j in (0..tot.len()).step_by(8) {
             let t = _mm256_loadu_ps(tot.as_ptr().add(j));
             let r = _mm256_loadu_ps(row.as_ptr().add(j));
-            _mm256_storeu_ps(tot.as_mut_ptr().add(j), add16::<K_ODD, BF>(t, r, one, one, one));
+            _mm256_storeu_ps(tot.as_mut_ptr().add(j), add16::<K_ODD, BF>(t, r, one, one));
             _mm256_storeu_ps(row.as_mut_ptr().add(j), _mm256_setzero_ps());
         }
     }
@@ -2876,7 +3098,7 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
     // One row (sums, vector-matrix products): tiles of one row, no padding rows.
     let mr = if m == 1 {
         1
-    } else if matches!(kind, Kind16::Fma | Kind16::Split | Kind16::Magic | Kind16::Dir(_)) {
+    } else if matches!(kind, Kind16::Fma | Kind16::Split | Kind16::UnitNe | Kind16::Dir(_)) {
         MR_FMA
     } else {
         MR_ODD
@@ -2884,7 +3106,7 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
     // Kinds Odd and Mid need every product of a depth block exact in f32.
     let scan = matches!(kind, Kind16::Odd | Kind16::Mid | Kind16::OddE5m2);
     // Kind Split checks each depth block's values ([`split_ok`]).
-    let split = matches!(kind, Kind16::Split | Kind16::Magic);
+    let split = matches!(kind, Kind16::Split | Kind16::UnitNe | Kind16::OddUnit);
     // Kind Sr checks each depth block's values too (the bound of `split_ok`),
     // and draws random bits keyed by (element, step) as `drive` does: element
     // e = row * n + column, step t (chunk total r: step k + r), index e*steps + t.
@@ -2893,13 +3115,22 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
     // Kind Split into a format other than float16 and bfloat16 ([`split_fmt`]):
     // its blocks outside the bound run the f64 rounding, as kind Sr's.
     let gs = if split { split_fmt(&spec.fmt, &spec.opts) } else { None };
-    let magic = kind == Kind16::Magic;
-    let (spl, aux) = match gs {
-        Some(f) if magic => magic_consts(&f),
-        _ => (split_mult(gs.map_or(if bf { 8 } else { 11 }, |f| f.prec)), 0.0),
-    };
-    // Kind Dir into a `Unit` format: its blocks outside the bound run the f64 rounding too.
+    let unit_ne = kind == Kind16::UnitNe;
+    let odd_unit = kind == Kind16::OddUnit;
+    let spl = split_mult(gs.map_or(if bf { 8 } else { 11 }, |f| f.prec));
+    // Kind Dir into a `Unit` format: its blocks outside the bound run the f64
+    // rounding too, or for float16 and float8_e5m2 their conversions (`dalt`).
     let du = if let Kind16::Dir(to @ DirTo::Unit(_)) = kind { sr_fmt(&spec.fmt).map(|f| (f, to)) } else { None };
+    let dalt = du.and_then(|_| match spec.fmt {
+        Format::Float(f) if f == named::FLOAT16 => Some(DirTo::F16),
+        Format::Float(f) if f == named::FLOAT8_E5M2 => Some(DirTo::E5m2),
+        _ => None,
+    });
+    // Kinds Sr and Dir into a `Unit` format run on values scaled by 2^usc ([`unit_scale`]):
+    // A's block where it runs them, and each tile around the kernel's call.
+    let usc = sf.or(du.map(|d| d.0)).or(gs.filter(|_| unit_ne || odd_unit)).map_or(0, |f| unit_scale(&f));
+    // How much an add can grow a magnitude ([`block_ok`]): toward zero, not at all.
+    let growth = |prec: i32| if spec.opts.mode == Mode::TowardZero { 1.0 } else { 1.0 + 2f64.powi(1 - prec) };
     let bounds_used = split || sr || du.is_some();
     let chunk = spec.chunk.map(|(cs, _)| cs).unwrap_or(usize::MAX);
     let steps = (k + if outer.is_some() { k.div_ceil(chunk) } else { 0 }) as u64;
@@ -3017,16 +3248,30 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
                     let row_max = (0..groups).flat_map(|g| (0..mr).map(move |r| ablock(g).iter().skip(r).step_by(mr).map(|x| x.abs() as f64).sum::<f64>())).fold(0.0, f64::max);
                     let lo = abounds().zip(bbk).map(|(x, y)| x.0 + y.0);
                     match (sf.or(du.map(|d| d.0)), gs) {
-                        // Stochastic or directed: every sum below the largest value, which no rounding then passes.
-                        (Some(f), _) => block_ok(1.0 + 2f64.powi(1 - f.prec), f.max, f.sub, abs_max32(&acc), row_max, bmaxes[kbi], lo, kn),
+                        // Stochastic or directed: every sum below the largest value, which no
+                        // rounding then passes, and A's values scaled exactly.
+                        (Some(f), _) => block_ok(growth(f.prec), f.max, abs_max32(&acc), row_max, bmaxes[kbi], kn) && scale_ok(usc, abounds().map(|x| x.0)),
                         // To nearest: likewise (a sum below it rounds to at most it); kind
-                        // Magic needs no grid but every product below 2^(sub + 23).
+                        // UnitNe needs no grid but every product below 2^(sub + 23).
                         (_, Some(f)) => {
                             let (acc_max, b_max) = (abs_max32(&acc), bmaxes[kbi]);
-                            if magic {
+                            if unit_ne {
                                 // The largest pattern: a NaN stays NaN ([`abs_max32`]).
                                 let a_max = f32::from_bits((0..groups).map(|g| abs_max32(ablock(g)).to_bits()).max().unwrap_or(0));
-                                (a_max as f64 * b_max as f64) < 2f64.powi(f.sub + 23) && near_ok(f.prec, f.max, acc_max, row_max, b_max, kn)
+                                // Scaled, the FMA rounds at 2^-149 below the smallest normal: exact
+                                // there while the products' last bits stay at or above it.
+                                (a_max as f64 * b_max as f64) < 2f64.powi(f.sub + 23)
+                                    && near_ok(f.prec, f.max, acc_max, row_max, b_max, kn)
+                                    && scale_ok(usc, abounds().map(|x| x.0))
+                                    && lo.is_none_or(|l| l + usc >= -149)
+                            } else if odd_unit {
+                                // Every scaled product an f32 (its last bit at or above
+                                // 2^-149, none reaching 2^127), as kind Odd needs.
+                                let hi = abounds().zip(bbk).map(|(x, y)| x.1 + y.1);
+                                near_ok(f.prec, f.max, acc_max, row_max, b_max, kn)
+                                    && scale_ok(usc, abounds().map(|x| x.0))
+                                    && lo.is_none_or(|l| l + usc >= -149)
+                                    && hi.is_none_or(|h| h <= 126)
                             } else {
                                 split_ok(f.prec, f.max, f.sub, acc_max, row_max, b_max, lo, kn)
                             }
@@ -3037,13 +3282,29 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
                         }
                     }
                 };
-                // Kind Sr's blocks outside the bound run the f64 rounding, and so do kind Split's into a `gs` format.
-                let fast = (!scan || fits(abounds(), bbk)) && (!(sr || gs.is_some() || du.is_some()) || bounded);
-                // Kind Split on this block, else its fallback Fma.
-                let kind = match kind {
-                    Kind16::Split if !bounded => Kind16::Fma,
-                    kind => kind,
+                // Kind Sr's blocks outside the bound run the f64 rounding, and so do kind Split's into a `gs` format
+                // and kind Dir's into a `Unit` format other than float16 and float8_e5m2.
+                // Kind OddUnit into float8_e5m2 outside its bound: kind OddE5m2 where that holds.
+                let odd_alt = odd_unit && !bounded && spec.fmt == Format::Float(named::FLOAT8_E5M2) && fits(abounds(), bbk);
+                let fast = odd_alt || (!scan || fits(abounds(), bbk)) && (!(sr || gs.is_some() || (du.is_some() && dalt.is_none())) || bounded);
+                // Kind Split on this block, else its fallback Fma; kind Dir at float16's or
+                // float8_e5m2's unit, else their conversions.
+                let kind = match (kind, dalt) {
+                    (Kind16::Split, _) if !bounded => Kind16::Fma,
+                    (Kind16::Dir(_), Some(alt)) if !bounded => Kind16::Dir(alt),
+                    (Kind16::OddUnit, _) if odd_alt => Kind16::OddE5m2,
+                    (kind, _) => kind,
                 };
+                // This block's A and tiles scaled ([`unit_scale`]); the f64 rounding
+                // unscales A's values (`aun`).
+                let scaled = fast && bounded && usc != 0 && (sr || du.is_some() || unit_ne || odd_unit);
+                let (sc, aun) = (2f32.powi(usc), 2f64.powi(-usc));
+                if scaled {
+                    for g in 0..groups {
+                        apack[g * kbs * mr..g * kbs * mr + kn * mr].iter_mut().for_each(|x| *x *= sc);
+                    }
+                }
+                let aun = if scaled { aun } else { 1.0 };
                 // Kind Sr: each tile's Weyl states at the block's first step, once
                 // for the block (`None`: some index changes its upper word in it);
                 // a chunk starting o0 steps in adds o0 GAMMAs.
@@ -3079,16 +3340,17 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
                                     macro_rules! tiles {
                                         ($mf:expr, $mo:expr, $v:expr) => {
                                             match (kind, bf) {
-                                                (Kind16::Fma, false) => tile16::<$mf, K_FMA, false>(t, ap, bp, len, spl, aux),
-                                                (Kind16::Fma, true) => tile16::<$mf, K_FMA, true>(t, ap, bp, len, spl, aux),
-                                                (Kind16::Split, false) => tile16::<$mf, K_SPLIT, false>(t, ap, bp, len, spl, aux),
-                                                (Kind16::Split, true) => tile16::<$mf, K_SPLIT, true>(t, ap, bp, len, spl, aux),
-                                                (Kind16::Magic, _) => tile16::<$mf, K_MAGIC, false>(t, ap, bp, len, spl, aux),
-                                                (Kind16::Mid, false) => tile16::<$mo, K_MID, false>(t, ap, bp, len, spl, aux),
-                                                (Kind16::Mid, true) => tile16::<$mo, K_MID, true>(t, ap, bp, len, spl, aux),
+                                                (Kind16::Fma, false) => tile16::<$mf, K_FMA, false>(t, ap, bp, len, spl),
+                                                (Kind16::Fma, true) => tile16::<$mf, K_FMA, true>(t, ap, bp, len, spl),
+                                                (Kind16::Split, false) => tile16::<$mf, K_SPLIT, false>(t, ap, bp, len, spl),
+                                                (Kind16::Split, true) => tile16::<$mf, K_SPLIT, true>(t, ap, bp, len, spl),
+                                                (Kind16::UnitNe, _) => tile16_une::<$mf>(t, ap, bp, len, gs.map_or(21, |f| f.unit)),
+                                                (Kind16::Mid, false) => tile16::<$mo, K_MID, false>(t, ap, bp, len, spl),
+                                                (Kind16::Mid, true) => tile16::<$mo, K_MID, true>(t, ap, bp, len, spl),
                                                 (Kind16::Odd, true) => tile16_oddz::<$mo, ODD_BF16>(t, ap, bp, len),
                                                 (Kind16::Odd, false) => tile16_oddz::<$mo, ODD_F16>(t, ap, bp, len),
                                                 (Kind16::OddE5m2, _) => tile16_oddz::<$mo, ODD_E5M2>(t, ap, bp, len),
+                                                (Kind16::OddUnit, _) => tile16_oddu::<$mo>(t, ap, bp, len, gs.map_or(21, |f| f.unit)),
                                                 (Kind16::Dir(to), _) => tile16_dir_to::<$mf>(to, rm, t, ap, bp, len),
                                                 (Kind16::Sr, _) => tile16_sr::<$mo>(t, ap, bp, len, $v, rbits, sf.map_or(0, |f| f.unit)),
                                             }
@@ -3096,10 +3358,17 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
                                     }
                                     let sv = if sr { states() } else { Some([[0; 8]; 8]) };
                                     if let Some(v) = &sv {
+                                        // Exact: the accumulators are on the format's grid.
+                                        if scaled {
+                                            t.iter_mut().for_each(|x| *x *= sc);
+                                        }
                                         if mr == 1 {
                                             tiles!(1, 1, v)
                                         } else {
                                             tiles!(MR_FMA, MR_ODD, v)
+                                        }
+                                        if scaled {
+                                            t.iter_mut().for_each(|x| *x *= aun as f32);
                                         }
                                     }
                                     sv.is_some()
@@ -3108,7 +3377,7 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
                             if !done {
                                 for kk in 0..len {
                                     for r in 0..mr {
-                                        let av = ap[kk * mr + r] as f64;
+                                        let av = ap[kk * mr + r] as f64 * aun;
                                         for j in 0..16 {
                                             let rd = if sr { rng.bits(index(row0 + r, col0 + j, kb + o0 + kk), rbits) } else { 0 };
                                             // The product of two f32 values of <= 24 bits together is exact in f64.
@@ -3425,7 +3694,7 @@ pub(crate) mod testing {
                 // SAFETY: 8-lane loads and stores of 8-element arrays; features per the caller.
                 unsafe {
                     let z = _mm256_setzero_ps();
-                    let r = add16::<K_SPLIT, false>(_mm256_loadu_ps(s.as_ptr()), z, z, _mm256_set1_ps(split_mult(prec)), z);
+                    let r = add16::<K_SPLIT, false>(_mm256_loadu_ps(s.as_ptr()), z, z, _mm256_set1_ps(split_mult(prec)));
                     _mm256_storeu_ps(out.as_mut_ptr(), r);
                 }
                 out
@@ -3462,18 +3731,37 @@ pub(crate) mod testing {
                     }
                     let r = match (kind, bf) {
                         (Kind16::Odd, false) => one_row!(t, bp => tile16_oddz::<1, ODD_F16>(&mut t, &[a], &bp, 1)),
-                        (Kind16::Fma, false) => add16::<K_FMA, false>(c, av, bv, av, av),
-                        (Kind16::Split, false) => add16::<K_SPLIT, false>(c, av, bv, _mm256_set1_ps(split_mult(11)), av),
-                        (Kind16::Split, true) => add16::<K_SPLIT, true>(c, av, bv, _mm256_set1_ps(split_mult(8)), av),
-                        (Kind16::Mid, false) => add16::<K_MID, false>(c, av, bv, av, av),
+                        (Kind16::Fma, false) => add16::<K_FMA, false>(c, av, bv, av),
+                        (Kind16::Split, false) => add16::<K_SPLIT, false>(c, av, bv, _mm256_set1_ps(split_mult(11))),
+                        (Kind16::Split, true) => add16::<K_SPLIT, true>(c, av, bv, _mm256_set1_ps(split_mult(8))),
+                        (Kind16::Mid, false) => add16::<K_MID, false>(c, av, bv, av),
                         (Kind16::Odd, true) => one_row!(t, bp => tile16_oddz::<1, ODD_BF16>(&mut t, &[a], &bp, 1)),
-                        (Kind16::Fma, true) => add16::<K_FMA, true>(c, av, bv, av, av),
-                        (Kind16::Mid, true) => add16::<K_MID, true>(c, av, bv, av, av),
+                        (Kind16::Fma, true) => add16::<K_FMA, true>(c, av, bv, av),
+                        (Kind16::Mid, true) => add16::<K_MID, true>(c, av, bv, av),
                         (Kind16::OddE5m2, _) => one_row!(t, bp => tile16_oddz::<1, ODD_E5M2>(&mut t, &[a], &bp, 1)),
                         (Kind16::Dir(to), _) => one_row!(t, bp => tile16_dir_to::<1>(to, rm, &mut t, &[a], &bp, 1)),
-                        (Kind16::Magic, _) => {
-                            let (spl, aux) = magic_consts(&sr_fmt(&Format::Float(named::FLOAT8_E5M2)).expect("e5m2"));
-                            add16::<K_MAGIC, false>(c, av, bv, _mm256_set1_ps(spl), _mm256_set1_ps(aux))
+                        (Kind16::UnitNe, _) => {
+                            // On the values scaled as the tiles scale them (exact for fp8 products).
+                            let sc = unit_scale(&sr_fmt(&Format::Float(named::FLOAT8_E5M2)).expect("e5m2"));
+                            let (up, down) = (2f32.powi(sc), 2f32.powi(-sc));
+                            let mut t = [0f32; 16];
+                            t[..8].iter_mut().zip(acc).for_each(|(x, v)| *x = v * up);
+                            let mut bp = [0f32; 16];
+                            bp[..8].copy_from_slice(&b);
+                            tile16_une::<1>(&mut t, &[a * up], &bp, 1, 21);
+                            _mm256_mul_ps(_mm256_loadu_ps(t.as_ptr()), _mm256_set1_ps(down))
+                        }
+                        (Kind16::OddUnit, _) => {
+                            // Into float8_e5m2, on values scaled as the tiles scale them:
+                            // a and b by halves of the scale (the caller keeps a*b*2^sc an f32).
+                            let sc = unit_scale(&sr_fmt(&Format::Float(named::FLOAT8_E5M2)).expect("e5m2"));
+                            let (h, down) = (2f32.powi(sc / 2), 2f32.powi(-sc));
+                            let mut t = [0f32; 16];
+                            t[..8].iter_mut().zip(acc).for_each(|(x, v)| *x = v * h * h);
+                            let mut bp = [0f32; 16];
+                            bp[..8].iter_mut().zip(b).for_each(|(x, v)| *x = v * h);
+                            tile16_oddu::<1>(&mut t, &[a * h], &bp, 1, 21);
+                            _mm256_mul_ps(_mm256_loadu_ps(t.as_ptr()), _mm256_set1_ps(down))
                         }
                         (Kind16::Sr, _) => panic!("the stochastic kernel draws bits per element: it is checked through matmul_emulated"),
                     };
@@ -3487,6 +3775,41 @@ pub(crate) mod testing {
             }
         }
         let _ = (kind, bf, mode, acc, a, b);
+        None
+    }
+
+    /// The scale of the [`DirTo::Unit`] kernel into `fmt` ([`unit_scale`]), split
+    /// in two halves (the tiles scale A's values by the whole of it; the product
+    /// inside the FMA is the same).
+    pub fn unit_scales(fmt: crate::format::FloatFormat) -> (i32, i32) {
+        let sc = unit_scale(&sr_fmt(&Format::Float(fmt)).expect("a format of the Unit kernel"));
+        (sc / 2, sc - sc / 2)
+    }
+
+    /// The directed kernel at the unit of `fmt` ([`DirTo::Unit`], on values scaled
+    /// by [`unit_scale`] as the tiles run it) on 8 lanes, `acc + a*b` rounded in
+    /// `mode`; `a` and `b` are scaled by the halves of [`unit_scales`], which must
+    /// be exact. `None` without avx2/fma/f16c.
+    pub fn unit_lanes(fmt: crate::format::FloatFormat, mode: Mode, acc: [f32; 8], a: f32, b: [f32; 8]) -> Option<[f32; 8]> {
+        let f = sr_fmt(&Format::Float(fmt)).expect("a format of the Unit kernel");
+        let (sa, sb) = unit_scales(fmt);
+        let sc = |x: f32, s: i32| {
+            let y = x * 2f32.powi(s);
+            assert!(y * 2f32.powi(-s) == x || x.is_nan(), "{x:e} scaled by 2^{s} is inexact");
+            y
+        };
+        let mut t = [0f32; 16];
+        t[..8].iter_mut().zip(acc).for_each(|(x, v)| *x = sc(v, sa + sb));
+        let mut bp = [0f32; 16];
+        bp[..8].iter_mut().zip(b).for_each(|(x, v)| *x = sc(v, sb));
+        let a2 = sc(a, sa);
+        #[cfg(target_arch = "x86_64")]
+        if crate::convert::detected_isa() >= crate::convert::Isa::Avx2 {
+            // SAFETY: avx2, fma and f16c were detected; a one-row tile of 16 lanes.
+            unsafe { tile16_dir_to::<1>(DirTo::Unit(f.unit as u8), f16_rounding(mode), &mut t, &[a2], &bp, 1) };
+            return Some(std::array::from_fn(|l| t[l] * 2f32.powi(-sa - sb)));
+        }
+        let _ = (t, bp, a2, f);
         None
     }
 

@@ -342,16 +342,20 @@ fn dir_skips(kind: Kind16, mode: Mode, acc: f32) -> bool {
 /// (`split_ok`, `near_ok`, `block_ok`) keep every sum finite and below a limit,
 /// and every product on a grid (its last bit at or above `unit`) or below a
 /// bound: the split kernel (float16 below its overflow threshold, bfloat16
-/// below 2^100, products on their subnormal grids), the directed kernel at
-/// float16's unit (`DirTo::Unit(13)`: below its largest value, products on its
-/// grid) and the magic-number kernel into float8_e5m2 (below its largest
-/// value, products below 2^(-16 + 23) = 128). Lanes outside that are not compared.
+/// below 2^100, products on their subnormal grids), the directed kernels at
+/// float16's and float8_e5m2's units (`DirTo::Unit(13)`, `Unit(21)`: below the
+/// largest value) and the nearest-even kernel at float8_e5m2's unit (below its
+/// largest value, products below 2^(-16 + 23) = 128). Lanes outside that are
+/// not compared.
 fn block_skips(kind: Kind16, bf: bool, acc: f32, p: f32) -> bool {
     let (limit, unit, pmax) = match kind {
         Kind16::Split if bf => (2f64.powi(100), 2f64.powi(-133), f64::INFINITY),
         Kind16::Split => (65520.0, 2f64.powi(-24), f64::INFINITY),
-        Kind16::Dir(DirTo::Unit(13)) => (65504.0, 2f64.powi(-24), f64::INFINITY),
-        Kind16::Magic => (57344.0, 0.0, 128.0),
+        Kind16::Dir(DirTo::Unit(13)) => (65504.0, 0.0, f64::INFINITY),
+        Kind16::Dir(DirTo::Unit(21)) => (57344.0, 0.0, f64::INFINITY),
+        Kind16::UnitNe => (57344.0, 0.0, 128.0),
+        // Products whose scaled value (2^-112 times) is an f32: last bit at or above 2^-37.
+        Kind16::OddUnit => (57344.0, 2f64.powi(-37), f64::INFINITY),
         _ => return false,
     };
     let (sum, p) = (acc as f64 + p as f64, p as f64);
@@ -363,7 +367,7 @@ fn block_skips(kind: Kind16, bf: bool, acc: f32, p: f32) -> bool {
 /// bfloat16) accumulator and each of `prods` (NaN results must agree as NaN,
 /// others bit for bit).
 fn check_add16(kind: Kind16, bf: bool, mode: Mode, prods: &[f32]) {
-    let e5 = matches!(kind, Kind16::Dir(DirTo::E5m2) | Kind16::OddE5m2 | Kind16::Magic);
+    let e5 = matches!(kind, Kind16::Dir(DirTo::E5m2 | DirTo::Unit(21)) | Kind16::OddE5m2 | Kind16::UnitNe | Kind16::OddUnit);
     let fmt = if e5 { FLOAT8_E5M2 } else if bf { BFLOAT16 } else { FLOAT16 };
     let exact = super::emulate::testing::exact_in(fmt, mode);
     let accs = if fmt == FLOAT8_E5M2 { e5m2_values() } else if bf { bf16_values() } else { fp16_values() };
@@ -371,7 +375,11 @@ fn check_add16(kind: Kind16, bf: bool, mode: Mode, prods: &[f32]) {
         for acc in accs.chunks(8) {
             let mut a8 = [0f32; 8];
             a8[..acc.len()].copy_from_slice(acc);
-            let Some(got) = super::emulate::testing::add16_lanes(kind, bf, mode, a8, p, [1.0; 8]) else { return };
+            let got = match kind {
+                Kind16::Dir(DirTo::Unit(_)) => super::emulate::testing::unit_lanes(fmt, mode, a8, p, [1.0; 8]),
+                _ => super::emulate::testing::add16_lanes(kind, bf, mode, a8, p, [1.0; 8]),
+            };
+            let Some(got) = got else { return };
             for l in 0..8 {
                 if dir_skips(kind, mode, a8[l]) || block_skips(kind, bf, a8[l], p) {
                     continue;
@@ -420,15 +428,17 @@ fn fp16_fma_path_exhaustive() {
     check_add16(Kind16::Split, false, Mode::NearestEven, &prods);
     check_add16(Kind16::Split, true, Mode::NearestEven, &prods);
     check_add16(Kind16::OddE5m2, false, Mode::NearestEven, &prods);
-    // The magic-number kernel (float8_e5m2) runs on products below 128: 1926 of them.
+    check_add16(Kind16::OddUnit, false, Mode::NearestEven, &prods);
+    // The nearest-even kernel at float8_e5m2's unit runs on products below 128: 1926 of them.
     assert_eq!(prods.iter().filter(|p| p.abs() < 128.0).count(), 1926);
-    check_add16(Kind16::Magic, false, Mode::NearestEven, &prods);
+    check_add16(Kind16::UnitNe, false, Mode::NearestEven, &prods);
     for mode in [Mode::TowardZero, Mode::Up, Mode::Down] {
         check_add16(Kind16::Dir(DirTo::F16), false, mode, &prods);
         check_add16(Kind16::Dir(DirTo::Bf16), true, mode, &prods);
         check_add16(Kind16::Dir(DirTo::E5m2), false, mode, &prods);
-        // float16 at its unit from the products on its grid (the e4m3 family's).
+        // float16 and float8_e5m2 at their units, on scaled values.
         check_add16(Kind16::Dir(DirTo::Unit(13)), false, mode, &prods);
+        check_add16(Kind16::Dir(DirTo::Unit(21)), false, mode, &prods);
     }
 }
 
@@ -547,8 +557,17 @@ fn fp16_odd_path_adversarial() {
         check_add16(Kind16::Dir(DirTo::F16), false, mode, &prods);
         check_add16(Kind16::Dir(DirTo::E5m2), false, mode, &prods);
     }
+    // At the units of float16 and float8_e5m2, the products whose halves of the scale are exact.
+    let (sa, _) = super::emulate::testing::unit_scales(FLOAT16);
+    let scalable: Vec<f32> = prods.iter().copied().filter(|&p| p.is_nan() || p * 2f32.powi(sa) * 2f32.powi(-sa) == p).collect();
+    assert!(scalable.len() * 4 > prods.len() * 3, "{} of {}", scalable.len(), prods.len());
+    for mode in [Mode::TowardZero, Mode::Up, Mode::Down] {
+        check_add16(Kind16::Dir(DirTo::Unit(13)), false, mode, &scalable);
+        check_add16(Kind16::Dir(DirTo::Unit(21)), false, mode, &scalable);
+    }
     check_add16(Kind16::Mid, false, Mode::NearestEven, &prods);
     check_add16(Kind16::OddE5m2, false, Mode::NearestEven, &prods);
+    check_add16(Kind16::OddUnit, false, Mode::NearestEven, &prods);
     // bfloat16: the same, with ties of the bf16 grid a hair off, and sums at the top of the range.
     for _ in 0..400 {
         let unit_e = (g.next() % 250) as i32 - 133;
@@ -628,19 +647,46 @@ fn directed_path_inexact_products() {
     acc32.extend([f32::MAX, -f32::MAX, f32::MIN_POSITIVE, -1e-45, 1e-40]);
     let mut acc_e5 = e5m2_values();
     acc_e5.extend([f32::INFINITY, f32::NEG_INFINITY, f32::NAN]);
-    let targets = [(DirTo::F16, FLOAT16, fp16_values()), (DirTo::Bf16, BFLOAT16, bf16_values()), (DirTo::F32, FLOAT32, acc32), (DirTo::E5m2, FLOAT8_E5M2, acc_e5)];
+    let mut e5_fin = e5m2_values();
+    e5_fin.push(f32::NAN);
+    let targets = [
+        (DirTo::F16, FLOAT16, fp16_values()),
+        (DirTo::Bf16, BFLOAT16, bf16_values()),
+        (DirTo::F32, FLOAT32, acc32),
+        (DirTo::E5m2, FLOAT8_E5M2, acc_e5),
+        (DirTo::Unit(13), FLOAT16, fp16_values()),
+        (DirTo::Unit(21), FLOAT8_E5M2, e5_fin),
+    ];
+    // The Unit kernels run on scaled values: the pairs whose halves of the scale are
+    // exact, and sums below the largest value (their depth blocks' bound).
+    let (sa, sb) = super::emulate::testing::unit_scales(FLOAT16);
+    let exact_by = |x: f32, s: i32| x.is_nan() || x * 2f32.powi(s) * 2f32.powi(-s) == x;
+    let scalable = pairs.iter().filter(|(a, b)| exact_by(*a, sa) && b.iter().all(|&y| exact_by(y, sb))).count();
+    assert!(scalable * 2 > pairs.len(), "{scalable} of {}", pairs.len());
     for mode in [Mode::TowardZero, Mode::Up, Mode::Down] {
         for (to, fmt, accs) in &targets {
             let kind = Kind16::Dir(*to);
             let exact = super::emulate::testing::exact_in(*fmt, mode);
+            let unit = matches!(to, DirTo::Unit(_));
             for (a, b) in &pairs {
+                if unit && !(exact_by(*a, sa) && b.iter().all(|&y| exact_by(y, sb))) {
+                    continue;
+                }
                 for acc in accs.chunks(8) {
                     let mut a8 = [0f32; 8];
                     a8[..acc.len()].copy_from_slice(acc);
-                    let Some(got) = super::emulate::testing::add16_lanes(kind, *to == DirTo::Bf16, mode, a8, *a, *b) else { return };
+                    let got = if unit {
+                        super::emulate::testing::unit_lanes(*fmt, mode, a8, *a, *b)
+                    } else {
+                        super::emulate::testing::add16_lanes(kind, *to == DirTo::Bf16, mode, a8, *a, *b)
+                    };
+                    let Some(got) = got else { return };
                     for l in (0..8).filter(|&l| !dir_skips(kind, mode, a8[l])) {
                         // The product of two f32 values is exact in f64.
                         let want = exact(a8[l] as f64, *a as f64 * b[l] as f64);
+                        if unit && !(a8[l] as f64 + *a as f64 * b[l] as f64).abs().lt(&fmt.max_value()) {
+                            continue;
+                        }
                         let gl = got[l] as f64;
                         assert!(gl.to_bits() == want.to_bits() || (gl.is_nan() && want.is_nan()), "{to:?} {mode:?} {} + {a:e}*{:e}: {gl:e} vs {want:e}", a8[l], b[l]);
                     }
