@@ -184,7 +184,7 @@ def emulated_formats(n: int) -> None:
     g = np.random.default_rng(4)
     accs = ("float16", "bfloat16", "float8_e5m2", lowp.FloatFormat(6, 9), "float32")
     # (rounding, rbits): stochastic with the default 32 random bits, and with 13.
-    modes = (("nearest_even", None), ("toward_zero", None), ("stochastic", None), ("stochastic", 13))
+    modes = (("nearest_even", None), ("toward_zero", None), ("up", None), ("stochastic", None), ("stochastic", 13))
     print(f"\n== emulated accumulation, n = {n}, 1 thread: ratio to lowp's own f32 path (its GFLOP/s in brackets)")
     print(f"{'inputs':>8} {'accumulator':>18} " + " ".join(f"{m if r is None else f'{m[:10]}/{r}':>13}" for m, r in modes))
     set_threads(1)
@@ -198,7 +198,7 @@ def emulated_formats(n: int) -> None:
                     cells.append("-")
                     continue
                 tf, te = best_pair(lambda: lowp.matmul(a, b),
-                                   lambda: lowp.matmul(a, b, accumulate=acc, rounding=mode, seed=1, rbits=rbits), 2, rounds=2)
+                                   lambda: lowp.matmul(a, b, accumulate=acc, rounding=mode, seed=1, rbits=rbits), 4, rounds=2)
                 cells.append(f"{tf / te:6.3f} ({2.0 * n**3 / te / 1e9:4.1f})")
             print(f"{name:>8} {str(acc):>18} " + " ".join(f"{c:>13}" for c in cells), flush=True)
 
