@@ -278,6 +278,34 @@ def test_scaled_unit_kernels_subnormal_sums(dtype, acc, mode):
         assert same(got[rows][:, cols], ref_matmul(a[rows], b[:, cols], f, mode))
 
 
+@pytest.mark.parametrize("acc, mode, rbits", [("fp16", "stochastic", 13), ("fp16", "up", None), ("f6m9", "toward_zero", None),
+                                             ("f6m9", "nearest_even", None), ("e5m2", "down", None), ("e5m2", "nearest_even", None)])
+def test_scaled_kernels_tiny_operands(acc, mode, rbits):
+    # The scale of those kernels is split between B's depth block (what its values
+    # take exactly) and A's: tiny values in A (1e-12), in B (1e-30) or in both keep
+    # the blocks on the kernels, or on the conversions' kernels for blocks that
+    # cannot be bounded (A scaled up there). Against the scalar path and the exact
+    # reference.
+    f = ACC_FORMATS[acc]
+    g = np.random.default_rng(zlib.crc32(f"{acc}{mode}".encode()))
+    x = g.standard_normal((19, 300)).astype(np.float32)
+    y = g.standard_normal((300, 21)).astype(np.float32)
+    x[g.random(x.shape) < 0.01] *= 1e-12
+    y[g.random(y.shape) < 0.01] *= 1e-30
+    a, b = x.astype(ml_dtypes.bfloat16), y.astype(ml_dtypes.bfloat16)
+    for aa, bb in ((a, b), (a, np.abs(b)), (np.abs(a), b)):
+        kw = dict(accumulate=f, rounding=mode, seed=2, rbits=rbits)
+        got = lowp.matmul(aa, bb, **kw)
+        lowp._lowp.set_isa("scalar")
+        try:
+            assert same_bits(got, lowp.matmul(aa, bb, **kw))
+        finally:
+            lowp._lowp.set_isa(None)
+        if mode != "stochastic":
+            rows, cols = [0, 9, 18], [0, 10, 20]
+            assert same(got[rows][:, cols], ref_matmul(aa[rows], bb[:, cols], f, mode))
+
+
 def test_e5m2_nearest_product_past_its_bound():
     # 2^-16 then 18 * 16 = 288, a midpoint of e5m2 (256, 320): the exact sum is
     # above it and rounds to 320, but its float32 sum is the tie 288 (2^-16 is

@@ -1730,9 +1730,11 @@ fn bound_room(prec: i32) -> bool {
 /// there, or adding below it and truncating, rounds at the unit, whatever bits
 /// the products have; the FMA's own rounding (24 bits, or at 2^-149) is onto a
 /// grid that holds the format's. The scaling is exact for the accumulators (on
-/// the format's grid) and for A's values whose last bit stays at or above
-/// 2^-149 ([`scale_ok`]); B's and the products need none (the FMA multiplies
-/// exactly). 0 for bfloat16, whose subnormals are f32's already.
+/// the format's grid); the products' scale is split between B's depth block
+/// (as much of it as its values take, their last bits staying at or above
+/// 2^-149) and A's (the rest, checked per block, [`scale_ok`]), and the FMA
+/// multiplies the two exactly. 0 for bfloat16, whose subnormals are f32's
+/// already.
 fn unit_scale(f: &SrFmt) -> i32 {
     -126 - (f.sub + f.prec - 1)
 }
@@ -3129,6 +3131,10 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
     // Kinds Sr and Dir into a `Unit` format run on values scaled by 2^usc ([`unit_scale`]):
     // A's block where it runs them, and each tile around the kernel's call.
     let usc = sf.or(du.map(|d| d.0)).or(gs.filter(|_| unit_ne || odd_unit)).map_or(0, |f| unit_scale(&f));
+    // The scale is split between B's panel (per depth block, as much of it as B's
+    // values take exactly: `bsc` below) and A's block (the rest), so that tiny values
+    // in one operand do not stop the block.
+    let scaled_kind = usc != 0 && (sr || du.is_some() || unit_ne || odd_unit);
     // How much an add can grow a magnitude ([`block_ok`]): toward zero, not at all.
     let growth = |prec: i32| if spec.opts.mode == Mode::TowardZero { 1.0 } else { 1.0 + 2f64.powi(1 - prec) };
     let bounds_used = split || sr || du.is_some();
@@ -3209,7 +3215,17 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
             // The largest pattern: a strip's NaN ([`abs_max32`]) stays NaN.
             *bm = f32::from_bits(blk.iter().map(|x| x.1.to_bits()).max().unwrap_or(0));
         }
-        let (bpanel, bbounds, bmaxes) = (&bpanel, &bbounds, &bmaxes);
+        // Kinds on scaled values: each depth block of the panel scaled by 2^bsc, the
+        // part of the scale its values take exactly (their last bits at or above
+        // 2^-149; bounds and largest values above stay those of the values).
+        let bsc: Vec<i32> = if scaled_kind { bbounds.iter().map(|bb| bb.map_or(usc, |(lo, _)| usc.max(-149 - lo))).collect() } else { vec![0; kblocks] };
+        for (kbi, &e) in bsc.iter().enumerate() {
+            if e != 0 {
+                let f = 2f32.powi(e);
+                used[kbi * strips * kbs * 16..(kbi + 1) * strips * kbs * 16].iter_mut().for_each(|x| *x *= f);
+            }
+        }
+        let (bpanel, bbounds, bmaxes, bsc) = (&bpanel, &bbounds, &bmaxes, &bsc);
         // Few row blocks (a short A): the strips of the panel are split too.
         let csplit = if rblocks >= 2 * threads { 1 } else { (2 * threads).div_ceil(rblocks).min(strips) };
         let task = |t: usize| {
@@ -3243,6 +3259,9 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
                 }
                 let ablock = |g: usize| &apack[g * kbs * mr..g * kbs * mr + kn * mr];
                 let abounds = || (0..groups).filter_map(|g| exp_bounds(ablock(g), pa)).reduce(merge_bounds);
+                // B's scale in this block and the rest of the scale, A's.
+                let sbk = bsc[kbi];
+                let sa = usc - sbk;
                 // Kinds Split and Sr: may this block run them (`split_ok`)?
                 let bounded = bounds_used && {
                     let row_max = (0..groups).flat_map(|g| (0..mr).map(move |r| ablock(g).iter().skip(r).step_by(mr).map(|x| x.abs() as f64).sum::<f64>())).fold(0.0, f64::max);
@@ -3250,7 +3269,7 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
                     match (sf.or(du.map(|d| d.0)), gs) {
                         // Stochastic or directed: every sum below the largest value, which no
                         // rounding then passes, and A's values scaled exactly.
-                        (Some(f), _) => block_ok(growth(f.prec), f.max, abs_max32(&acc), row_max, bmaxes[kbi], kn) && scale_ok(usc, abounds().map(|x| x.0)),
+                        (Some(f), _) => block_ok(growth(f.prec), f.max, abs_max32(&acc), row_max, bmaxes[kbi], kn) && scale_ok(sa, abounds().map(|x| x.0)),
                         // To nearest: likewise (a sum below it rounds to at most it); kind
                         // UnitNe needs no grid but every product below 2^(sub + 23).
                         (_, Some(f)) => {
@@ -3262,14 +3281,14 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
                                 // there while the products' last bits stay at or above it.
                                 (a_max as f64 * b_max as f64) < 2f64.powi(f.sub + 23)
                                     && near_ok(f.prec, f.max, acc_max, row_max, b_max, kn)
-                                    && scale_ok(usc, abounds().map(|x| x.0))
+                                    && scale_ok(sa, abounds().map(|x| x.0))
                                     && lo.is_none_or(|l| l + usc >= -149)
                             } else if odd_unit {
                                 // Every scaled product an f32 (its last bit at or above
                                 // 2^-149, none reaching 2^127), as kind Odd needs.
                                 let hi = abounds().zip(bbk).map(|(x, y)| x.1 + y.1);
                                 near_ok(f.prec, f.max, acc_max, row_max, b_max, kn)
-                                    && scale_ok(usc, abounds().map(|x| x.0))
+                                    && scale_ok(sa, abounds().map(|x| x.0))
                                     && lo.is_none_or(|l| l + usc >= -149)
                                     && hi.is_none_or(|h| h <= 126)
                             } else {
@@ -3295,16 +3314,23 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
                     (Kind16::OddUnit, _) if odd_alt => Kind16::OddE5m2,
                     (kind, _) => kind,
                 };
-                // This block's A and tiles scaled ([`unit_scale`]); the f64 rounding
-                // unscales A's values (`aun`).
-                let scaled = fast && bounded && usc != 0 && (sr || du.is_some() || unit_ne || odd_unit);
-                let (sc, aun) = (2f32.powi(usc), 2f64.powi(-usc));
-                if scaled {
+                // This block's A (by 2^sa) and tiles (by 2^usc) scaled ([`unit_scale`]).
+                let scaled = fast && bounded && scaled_kind;
+                // The conversions' kernels (`dalt`, `odd_alt`) round unscaled sums: on a
+                // scaled B they take A scaled up by 2^-sbk (the products unchanged), where
+                // that stays below 2^127, else the block runs the f64 rounding.
+                let alt_ok = sbk == 0 || abounds().is_none_or(|(_, h)| h - sbk <= 126);
+                let fast = fast && (scaled || alt_ok);
+                let a_exp = if scaled { sa } else if fast { -sbk } else { 0 };
+                if a_exp != 0 {
+                    let f = 2f32.powi(a_exp);
                     for g in 0..groups {
-                        apack[g * kbs * mr..g * kbs * mr + kn * mr].iter_mut().for_each(|x| *x *= sc);
+                        apack[g * kbs * mr..g * kbs * mr + kn * mr].iter_mut().for_each(|x| *x *= f);
                     }
                 }
-                let aun = if scaled { aun } else { 1.0 };
+                // The f64 rounding unscales A's and B's values (exactly).
+                let (aun, bun) = (2f64.powi(-a_exp), 2f64.powi(-sbk));
+                let (sc, acc_un) = (2f32.powi(usc), 2f32.powi(-usc));
                 // Kind Sr: each tile's Weyl states at the block's first step, once
                 // for the block (`None`: some index changes its upper word in it);
                 // a chunk starting o0 steps in adds o0 GAMMAs.
@@ -3368,7 +3394,7 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
                                             tiles!(MR_FMA, MR_ODD, v)
                                         }
                                         if scaled {
-                                            t.iter_mut().for_each(|x| *x *= aun as f32);
+                                            t.iter_mut().for_each(|x| *x *= acc_un);
                                         }
                                     }
                                     sv.is_some()
@@ -3381,7 +3407,7 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
                                         for j in 0..16 {
                                             let rd = if sr { rng.bits(index(row0 + r, col0 + j, kb + o0 + kk), rbits) } else { 0 };
                                             // The product of two f32 values of <= 24 bits together is exact in f64.
-                                            t[r * 16 + j] = exact.add(t[r * 16 + j] as f64, av * bp[kk * 16 + j] as f64, rd) as f32;
+                                            t[r * 16 + j] = exact.add(t[r * 16 + j] as f64, av * (bp[kk * 16 + j] as f64 * bun), rd) as f32;
                                         }
                                     }
                                 }
