@@ -106,6 +106,17 @@ def same_bits(x, y):
     return x.shape == y.shape and bool(np.all((x.view(np.uint64) == y.view(np.uint64)) | (np.isnan(x) & np.isnan(y))))
 
 
+def matmul_as_scalar(a, b, **kw):
+    """``lowp.matmul(a, b, **kw)``, checked bit for bit against the scalar path."""
+    got = lowp.matmul(a, b, **kw)
+    lowp._lowp.set_isa("scalar")
+    try:
+        assert same_bits(got, lowp.matmul(a, b, **kw))
+    finally:
+        lowp._lowp.set_isa(None)
+    return got
+
+
 def data(m, k, n, dtype, seed, scale=1.0):
     g = np.random.default_rng(seed)
     a = (g.standard_normal((m, k)) * scale).astype(np.float32).astype(dtype)
@@ -199,13 +210,7 @@ def test_f6m9_tile_kernels(dtype, big, chunk, mode, threads):
         a = np.minimum(np.abs(a.astype(np.float32)), 8192).astype(dtype)
         b = np.minimum(np.abs(b.astype(np.float32)), 8192).astype(dtype)
         b[:, :40] /= 64
-    kw = dict(accumulate=f, chunk=chunk, rounding=mode)
-    got = lowp.matmul(a, b, **kw)
-    lowp._lowp.set_isa("scalar")
-    try:
-        assert same_bits(got, lowp.matmul(a, b, **kw))
-    finally:
-        lowp._lowp.set_isa(None)
+    got = matmul_as_scalar(a, b, accumulate=f, chunk=chunk, rounding=mode)
     if big:
         top = np.abs(got).max()
         assert (np.isinf(top) or top == f.max) and np.isfinite(got).any() and (np.abs(got) < f.max).any()
@@ -294,13 +299,7 @@ def test_scaled_kernels_tiny_operands(acc, mode, rbits):
     y[g.random(y.shape) < 0.01] *= 1e-30
     a, b = x.astype(ml_dtypes.bfloat16), y.astype(ml_dtypes.bfloat16)
     for aa, bb in ((a, b), (a, np.abs(b)), (np.abs(a), b)):
-        kw = dict(accumulate=f, rounding=mode, seed=2, rbits=rbits)
-        got = lowp.matmul(aa, bb, **kw)
-        lowp._lowp.set_isa("scalar")
-        try:
-            assert same_bits(got, lowp.matmul(aa, bb, **kw))
-        finally:
-            lowp._lowp.set_isa(None)
+        got = matmul_as_scalar(aa, bb, accumulate=f, rounding=mode, seed=2, rbits=rbits)
         if mode != "stochastic":
             rows, cols = [0, 9, 18], [0, 10, 20]
             assert same(got[rows][:, cols], ref_matmul(aa[rows], bb[:, cols], f, mode))

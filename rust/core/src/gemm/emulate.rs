@@ -2422,26 +2422,6 @@ macro_rules! oddz_f16 {
         concat!(oddz_set!($c), "vcvtps2ph xmm13, ", $c, ", 0\n", "vcvtph2ps ", $c, ", xmm13\n")
     };
 }
-/// bfloat16: nearest-even on the top 16 bits of the sum rounded to odd (add
-/// 0x7fff and the parity of bit 16, keep the top 16 bits; `[{k}]` holds
-/// 0xffff0000 words, `[{k} + 64]` 0x7fff). Setting the last bit only matters
-/// when the low 16 bits are 0x8000, where it carries as an odd bit 16 does, so
-/// the inexact mask joins the parity instead: `ymm12 + 0x7fff + (bit 16 |
-/// inexact)`, one operation fewer.
-#[cfg(target_arch = "x86_64")]
-macro_rules! oddz_bf {
-    ($c:literal) => {
-        concat!(
-            "vpsrld ", $c, ", ymm12, 16\n",
-            "vpor ", $c, ", ", $c, ", ymm13\n",
-            "vpand ", $c, ", ", $c, ", ymm14\n",
-            "vpaddd ", $c, ", ", $c, ", ymm12\n",
-            "vpaddd ", $c, ", ", $c, ", ymmword ptr [{k} + 64]\n",
-            "vpand ", $c, ", ", $c, ", ymmword ptr [{k}]\n",
-        )
-    };
-}
-
 /// float8_e5m2: the sum rounded to odd again, at float16 (toward zero, the last
 /// bit set when that was inexact; round to odd composes), then nearest-even on
 /// the top 8 bits of the float16 pattern (`[{k} + 128]`: 0x0001 halves,
@@ -2501,11 +2481,11 @@ macro_rules! oddz_asm {
 
 /// The targets of [`tile16_oddz`].
 const ODD_F16: u8 = 0;
-const ODD_BF16: u8 = 1;
 const ODD_E5M2: u8 = 2;
 
-/// The nearest-even tile kernel of [`Kind16::Odd`] into float16, bfloat16 or
-/// float8_e5m2 (`T`: [`ODD_F16`], [`ODD_BF16`], [`ODD_E5M2`]), `MR` (1 or 4) rows: as [`tile16`] with `K_ODD`, the round-to-odd
+/// The nearest-even tile kernel of [`Kind16::Odd`] into float16 or
+/// float8_e5m2 (`T`: [`ODD_F16`], [`ODD_E5M2`]; bfloat16's is [`tile16_oddu`]
+/// at bit 16), `MR` (1 or 4) rows: as [`tile16`] with `K_ODD`, the round-to-odd
 /// computed with MXCSR rounding toward zero. With `p = a*b` exact in f32 (the exponent scan of the block)
 /// and `x = acc + p`: `y = RZ(x)` by the FMA, `t = RZ(acc - y)`, `d = RZ(p + t)`
 /// by the FMA again; `d != 0` exactly when `x != y`. If `x == y`, `acc - y = -p`
@@ -2548,19 +2528,39 @@ unsafe fn tile16_oddz<const MR: usize, const T: u8>(acc: &mut [f32], ap: &[f32],
     unsafe {
         match (MR, T) {
             (4, ODD_F16) => go!(4, oddz_f16),
-            (4, ODD_BF16) => go!(4, oddz_bf),
             (4, _) => go!(4, oddz_e5),
             (_, ODD_F16) => go!(1, oddz_f16),
-            (_, ODD_BF16) => go!(1, oddz_bf),
             _ => go!(1, oddz_e5),
         }
     }
 }
 
+/// `$go!($mr, u)` with the literal `u` = `$unit` (13 to 21), the unit bit of
+/// [`tile16_oddu`] and [`tile16_une`].
+#[cfg(target_arch = "x86_64")]
+macro_rules! by_unit_bit {
+    ($unit:expr, $go:ident, $mr:tt) => {
+        match $unit {
+            13 => $go!($mr, 13),
+            14 => $go!($mr, 14),
+            15 => $go!($mr, 15),
+            16 => $go!($mr, 16),
+            17 => $go!($mr, 17),
+            18 => $go!($mr, 18),
+            19 => $go!($mr, 19),
+            20 => $go!($mr, 20),
+            _ => $go!($mr, 21),
+        }
+    };
+}
+
 /// The integer nearest-even rounding of [`tile16_oddu`] at bit `{u}` of the
-/// sum rounded to odd (ymm12, the inexact lanes in ymm13): as [`oddz_bf`], the
-/// inexact mask joins the parity of bit u; plus 2^(u-1) - 1 (`[{k} + 32]`), the
-/// bits below u cleared (`[{k}]`).
+/// sum rounded to odd (ymm12, the inexact lanes in ymm13): plus 2^(u-1) - 1
+/// (`[{k} + 32]`) and the parity of bit u, the bits below u cleared (`[{k}]`).
+/// Setting the sum's last bit where it was inexact only matters when its bits
+/// below u are exactly 2^(u-1), where it carries as an odd bit u does, so the
+/// inexact mask joins the parity instead: `ymm12 + 2^(u-1) - 1 + (bit u |
+/// inexact)`, one operation fewer.
 #[cfg(target_arch = "x86_64")]
 macro_rules! oddz_unit {
     ($c:literal) => {
@@ -2576,7 +2576,8 @@ macro_rules! oddz_unit {
 }
 
 /// The nearest-even tile kernel of [`Kind16::OddUnit`] at the unit bit `unit`
-/// (13 to 21) of the values scaled by [`unit_scale`], `MR` (1 or 4) rows:
+/// (13 to 21) of the values scaled by [`unit_scale`], and of [`Kind16::Odd`]
+/// into bfloat16 (bit 16, unscaled: its subnormals are f32's), `MR` (1 or 4) rows:
 /// [`tile16_oddz`]'s round to odd (the FMA toward zero and the residual FMA,
 /// with every scaled product an exact f32: the argument holds with subnormal
 /// sums too, whose arithmetic is exact on the 2^-149 grid), then the integer
@@ -2616,25 +2617,10 @@ unsafe fn tile16_oddu<const MR: usize>(acc: &mut [f32], ap: &[f32], bp: &[f32], 
     // bp (kn*16), asserted above, and the constants; MXCSR is restored before the
     // block ends; the clobbered vector registers are declared.
     unsafe {
-        macro_rules! by_unit {
-            ($mr:tt) => {
-                match unit {
-                    13 => go!($mr, 13),
-                    14 => go!($mr, 14),
-                    15 => go!($mr, 15),
-                    16 => go!($mr, 16),
-                    17 => go!($mr, 17),
-                    18 => go!($mr, 18),
-                    19 => go!($mr, 19),
-                    20 => go!($mr, 20),
-                    _ => go!($mr, 21),
-                }
-            };
-        }
         if MR == 4 {
-            by_unit!(4)
+            by_unit_bit!(unit, go, 4)
         } else {
-            by_unit!(1)
+            by_unit_bit!(unit, go, 1)
         }
     }
 }
@@ -2716,25 +2702,10 @@ unsafe fn tile16_une<const MR: usize>(acc: &mut [f32], ap: &[f32], bp: &[f32], k
     // bp (kn*16) and the constants; MXCSR is restored before the block ends; the
     // clobbered vector registers are declared.
     unsafe {
-        macro_rules! by_unit {
-            ($mr:tt) => {
-                match unit {
-                    13 => go!($mr, 13),
-                    14 => go!($mr, 14),
-                    15 => go!($mr, 15),
-                    16 => go!($mr, 16),
-                    17 => go!($mr, 17),
-                    18 => go!($mr, 18),
-                    19 => go!($mr, 19),
-                    20 => go!($mr, 20),
-                    _ => go!($mr, 21),
-                }
-            };
-        }
         if MR == 6 {
-            by_unit!(6)
+            by_unit_bit!(unit, go, 6)
         } else {
-            by_unit!(1)
+            by_unit_bit!(unit, go, 1)
         }
     }
 }
@@ -3373,7 +3344,7 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
                                                 (Kind16::UnitNe, _) => tile16_une::<$mf>(t, ap, bp, len, gs.map_or(21, |f| f.unit)),
                                                 (Kind16::Mid, false) => tile16::<$mo, K_MID, false>(t, ap, bp, len, spl),
                                                 (Kind16::Mid, true) => tile16::<$mo, K_MID, true>(t, ap, bp, len, spl),
-                                                (Kind16::Odd, true) => tile16_oddz::<$mo, ODD_BF16>(t, ap, bp, len),
+                                                (Kind16::Odd, true) => tile16_oddu::<$mo>(t, ap, bp, len, 16),
                                                 (Kind16::Odd, false) => tile16_oddz::<$mo, ODD_F16>(t, ap, bp, len),
                                                 (Kind16::OddE5m2, _) => tile16_oddz::<$mo, ODD_E5M2>(t, ap, bp, len),
                                                 (Kind16::OddUnit, _) => tile16_oddu::<$mo>(t, ap, bp, len, gs.map_or(21, |f| f.unit)),
@@ -3761,7 +3732,7 @@ pub(crate) mod testing {
                         (Kind16::Split, false) => add16::<K_SPLIT, false>(c, av, bv, _mm256_set1_ps(split_mult(11))),
                         (Kind16::Split, true) => add16::<K_SPLIT, true>(c, av, bv, _mm256_set1_ps(split_mult(8))),
                         (Kind16::Mid, false) => add16::<K_MID, false>(c, av, bv, av),
-                        (Kind16::Odd, true) => one_row!(t, bp => tile16_oddz::<1, ODD_BF16>(&mut t, &[a], &bp, 1)),
+                        (Kind16::Odd, true) => one_row!(t, bp => tile16_oddu::<1>(&mut t, &[a], &bp, 1, 16)),
                         (Kind16::Fma, true) => add16::<K_FMA, true>(c, av, bv, av),
                         (Kind16::Mid, true) => add16::<K_MID, true>(c, av, bv, av),
                         (Kind16::OddE5m2, _) => one_row!(t, bp => tile16_oddz::<1, ODD_E5M2>(&mut t, &[a], &bp, 1)),
