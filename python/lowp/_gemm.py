@@ -168,8 +168,8 @@ def matmul(a: Any, b: Any, *, accumulate: Any = "float32", chunk: Optional[int] 
         ``rbits`` random bits are below the top ``rbits`` bits of the exact sum's remainder
         under the unit. With ``rbits`` at most the bits a float32 sum keeps below the
         accumulator's unit (``23 - man``: 13 for float16, 16 for bfloat16, 14 for
-        FloatFormat(6, 9)), fp8 inputs (bfloat16 accumulators: bf16 and fp16 too) run about
-        twice as fast.
+        FloatFormat(6, 9)), fp8, bf16 and fp16 inputs run about twice as fast (not into
+        formats of 5 or fewer mantissa bits, such as float8_e5m2).
     out_dtype: dtype of the result; default the accumulator's type (float32, float64,
         int32; emulated accumulation: float32 when the formats fit in it). Other dtypes
         (float16, bfloat16, fp8 ...) receive the accumulators rounded once (nearest even).

@@ -1716,7 +1716,7 @@ fn block_ok(growth: f64, limit: f64, acc_max: f32, row_max: f64, b_max: f32, kn:
 /// Does the bound of [`block_ok`] leave room in a full depth block (`KB`
 /// steps) for a format of `prec` bits rounded up, down or stochastically, where
 /// each add can grow a magnitude by a unit? The factor (1 + 2^(1 - prec))^KB
-/// is 1.65 for float16, 53 for bfloat16, but 1.25^256 for float8_e5m2: its
+/// is 1.28 for float16, 7.3 for bfloat16, but 1.25^256 for float8_e5m2: its
 /// blocks would always fail the bound.
 fn bound_room(prec: i32) -> bool {
     (1.0 + 2f64.powi(1 - prec)).powi(KB as i32) < 1024.0
