@@ -3229,18 +3229,19 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
                     unsafe { super::kernels::pack_real::<f32>(a, base, a.rs, a.cs, mr.min(rb - g * mr), mr, kn, &mut apack[g * kbs * mr..]) };
                 }
                 let ablock = |g: usize| &apack[g * kbs * mr..g * kbs * mr + kn * mr];
-                let abounds = || (0..groups).filter_map(|g| exp_bounds(ablock(g), pa)).reduce(merge_bounds);
+                // A's bounds, scanned once for the block's checks (before any scaling).
+                let ab = if scan || bounds_used { (0..groups).filter_map(|g| exp_bounds(ablock(g), pa)).reduce(merge_bounds) } else { None };
                 // B's scale in this block and the rest of the scale, A's.
                 let sbk = bsc[kbi];
                 let sa = usc - sbk;
                 // Kinds Split and Sr: may this block run them (`split_ok`)?
                 let bounded = bounds_used && {
                     let row_max = (0..groups).flat_map(|g| (0..mr).map(move |r| ablock(g).iter().skip(r).step_by(mr).map(|x| x.abs() as f64).sum::<f64>())).fold(0.0, f64::max);
-                    let lo = abounds().zip(bbk).map(|(x, y)| x.0 + y.0);
+                    let lo = ab.zip(bbk).map(|(x, y)| x.0 + y.0);
                     match (sf.or(du.map(|d| d.0)), gs) {
                         // Stochastic or directed: every sum below the largest value, which no
                         // rounding then passes, and A's values scaled exactly.
-                        (Some(f), _) => block_ok(growth(f.prec), f.max, abs_max32(&acc), row_max, bmaxes[kbi], kn) && scale_ok(sa, abounds().map(|x| x.0)),
+                        (Some(f), _) => block_ok(growth(f.prec), f.max, abs_max32(&acc), row_max, bmaxes[kbi], kn) && scale_ok(sa, ab.map(|x| x.0)),
                         // To nearest: likewise (a sum below it rounds to at most it); kind
                         // UnitNe needs no grid but every product below 2^(sub + 23).
                         (_, Some(f)) => {
@@ -3252,14 +3253,14 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
                                 // there while the products' last bits stay at or above it.
                                 (a_max as f64 * b_max as f64) < 2f64.powi(f.sub + 23)
                                     && near_ok(f.prec, f.max, acc_max, row_max, b_max, kn)
-                                    && scale_ok(sa, abounds().map(|x| x.0))
+                                    && scale_ok(sa, ab.map(|x| x.0))
                                     && lo.is_none_or(|l| l + usc >= -149)
                             } else if odd_unit {
                                 // Every scaled product an f32 (its last bit at or above
                                 // 2^-149, none reaching 2^127), as kind Odd needs.
-                                let hi = abounds().zip(bbk).map(|(x, y)| x.1 + y.1);
+                                let hi = ab.zip(bbk).map(|(x, y)| x.1 + y.1);
                                 near_ok(f.prec, f.max, acc_max, row_max, b_max, kn)
-                                    && scale_ok(sa, abounds().map(|x| x.0))
+                                    && scale_ok(sa, ab.map(|x| x.0))
                                     && lo.is_none_or(|l| l + usc >= -149)
                                     && hi.is_none_or(|h| h <= 126)
                             } else {
@@ -3275,8 +3276,8 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
                 // Kind Sr's blocks outside the bound run the f64 rounding, and so do kind Split's into a `gs` format
                 // and kind Dir's into a `Unit` format other than float16 and float8_e5m2.
                 // Kind OddUnit into float8_e5m2 outside its bound: kind OddE5m2 where that holds.
-                let odd_alt = odd_unit && !bounded && spec.fmt == Format::Float(named::FLOAT8_E5M2) && fits(abounds(), bbk);
-                let fast = odd_alt || (!scan || fits(abounds(), bbk)) && (!(sr || gs.is_some() || (du.is_some() && dalt.is_none())) || bounded);
+                let odd_alt = odd_unit && !bounded && spec.fmt == Format::Float(named::FLOAT8_E5M2) && fits(ab, bbk);
+                let fast = odd_alt || (!scan || fits(ab, bbk)) && (!(sr || gs.is_some() || (du.is_some() && dalt.is_none())) || bounded);
                 // Kind Split on this block, else its fallback Fma; kind Dir at float16's or
                 // float8_e5m2's unit, else their conversions.
                 let kind = match (kind, dalt) {
@@ -3290,7 +3291,7 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
                 // The conversions' kernels (`dalt`, `odd_alt`) round unscaled sums: on a
                 // scaled B they take A scaled up by 2^-sbk (the products unchanged), where
                 // that stays below 2^127, else the block runs the f64 rounding.
-                let alt_ok = sbk == 0 || abounds().is_none_or(|(_, h)| h - sbk <= 126);
+                let alt_ok = sbk == 0 || ab.is_none_or(|(_, h)| h - sbk <= 126);
                 let fast = fast && (scaled || alt_ok);
                 let a_exp = if scaled { sa } else if fast { -sbk } else { 0 };
                 if a_exp != 0 {
