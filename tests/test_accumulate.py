@@ -430,6 +430,35 @@ def test_stochastic_reproducible_and_unbiased():
     assert np.array_equal(c1, c2)
 
 
+@pytest.mark.parametrize("dtype, rbits", [(np.float16, 1), (np.float16, 13), (ml_dtypes.bfloat16, 32), (np.float32, 64)])
+def test_stochastic_bits_of_rows_and_columns(dtype, rbits):
+    # Element (i, j) = SR(1 + 2^-11) into fp16 at its second step: it rounds up exactly
+    # when the step's top random bit is 0, so the product shows each element's bit:
+    # the top bit of row i's word xor column j's (documented in lowp.matmul).
+    m, n = 96, 80
+    a = np.ones((m, 2), dtype=dtype)
+    b = np.empty((2, n), dtype=dtype)
+    b[0], b[1] = 1.0, 2.0**-11
+    kw = dict(accumulate="float16", rounding="stochastic", seed=11, rbits=rbits)
+    c = matmul_as_scalar(a, b, **kw).astype(np.float64)
+    assert set(np.unique(c)) <= {1.0, 1.0 + 2.0**-10}
+    bit = (c == 1.0).astype(np.int64)
+    # Rows and columns: xor-separable, so every 2x2 rectangle xors to zero ...
+    assert np.array_equal(bit ^ bit[:1] ^ bit[:, :1] ^ bit[:1, :1], np.zeros_like(bit))
+    # ... but each element's bit is fair, and over seeds two elements' bits are
+    # independent (a row's and a column's neighbour).
+    assert abs(bit.mean() - 0.5) < 0.1
+    bits = np.array([lowp.matmul(a[:2], b[:, :2], **{**kw, "seed": s})[:, :].ravel() == 1.0 for s in range(400)])
+    assert np.all(np.abs(bits.mean(axis=0) - 0.5) < 0.1)
+    for x, y in [(0, 1), (0, 2), (1, 2)]:
+        assert 0.4 < np.mean(bits[:, x] == bits[:, y]) < 0.6
+    # Rows do not depend on the rows after them, nor (without chunks) columns on the
+    # columns after them; another seed draws other bits.
+    assert same_bits(lowp.matmul(a[:7], b, **kw), c[:7].astype(np.float32))
+    assert same_bits(lowp.matmul(a, b[:, :9], **kw), c[:, :9].astype(np.float32))
+    assert not np.array_equal(lowp.matmul(a, b, **{**kw, "seed": 12}), c)
+
+
 @pytest.mark.parametrize("mode", DETERMINISTIC)
 @pytest.mark.parametrize("acc", list(ACC_FORMATS))
 @pytest.mark.parametrize("dt", [ml_dtypes.bfloat16, np.float16, ml_dtypes.float8_e4m3fn])

@@ -263,6 +263,7 @@ def test_one_column_sum_draws_the_same_bits_as_the_lanes(acc, chunk):
     lanes = lowp.sum(x, axis=0, accumulate=acc, rounding="stochastic", seed=3, chunk=chunk)
     one = lowp.sum(x[:, 0].copy(), accumulate=acc, rounding="stochastic", seed=3, chunk=chunk)
     assert lanes[0].tobytes() == np.asarray(one, lanes.dtype).tobytes()
-    # Different seeds do differ (the bits are drawn at all).
-    other = lowp.sum(x[:, 0].copy(), accumulate=acc, rounding="stochastic", seed=4, chunk=chunk)
-    assert acc == "float32" or float(other) != float(one)
+    # Different seeds do differ (the bits are drawn at all): one of five others, as a
+    # coarse accumulator can land on the same value by chance.
+    others = {float(lowp.sum(x[:, 0].copy(), accumulate=acc, rounding="stochastic", seed=s, chunk=chunk)) for s in range(4, 9)}
+    assert acc == "float32" or others != {float(one)}

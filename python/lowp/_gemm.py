@@ -163,8 +163,15 @@ def matmul(a: Any, b: Any, *, accumulate: Any = "float32", chunk: Optional[int] 
     chunk: runs of ``chunk`` products accumulate in ``accumulate``; each run's total is
         added (rounded the same way) into an accumulator of format ``chunk_accumulate``
         (default: ``accumulate``).
-    seed, rbits: stochastic rounding (random bits keyed by output element and step, so the
-        result is the same at any thread count; rbits default 32). An add rounds up when the
+    seed, rbits: stochastic rounding (rbits default 32). The k-th product's add into
+        element (i, j) draws the top ``rbits`` bits of a word of (row i, step k) xor a word of
+        (column j, step k), so the result is the same at any thread count, and rows do not
+        depend on the rows after them (``matmul(a[:r], b)`` is the first ``r`` rows of
+        ``matmul(a, b)``; without ``chunk``, columns likewise). Every element's bits are
+        uniform and independent from step
+        to step, and any three elements' are independent of each other (four elements on the
+        corners of a rectangle have words whose xor is zero). Chunk totals draw theirs keyed
+        by (element, step). An add rounds up when the
         ``rbits`` random bits are below the top ``rbits`` bits of the exact sum's remainder
         under the unit. With ``rbits`` at most the bits a float32 sum keeps below the
         accumulator's unit (``23 - man``: 13 for float16, 16 for bfloat16, 14 for

@@ -15,9 +15,13 @@
 //!    anything else through `Format::encode`/`decode`. float64 accumulators use
 //!    `s`/`e` directly.
 //!
-//! Stochastic rounding draws `rbits` bits from the counter-based [`Rng`],
-//! keyed by (output element, step): step `k` for the k-th product, step
-//! `K + r` for the r-th chunk total. Results do not depend on the thread count.
+//! Stochastic rounding of the k-th product's add into element (i, j) draws
+//! `rbits` bits from [`StepRand`]: the top bits of a word of (row i, step k)
+//! xor a word of (column j, step k), so a tile kernel reads them packed beside
+//! A and B. The r-th chunk total's add draws them from the counter-based
+//! [`Rng`], keyed by (element, step `K + r`). Results do not depend on the
+//! thread count, and the products' bits of an element not on the number of
+//! rows or columns.
 //!
 //! Paths (all give the same bits; `LOWP_ISA=scalar` runs the f64 path):
 //! - float16 and bfloat16 accumulators in nearest-even, float8_e5m2 in
@@ -73,8 +77,8 @@
 //!   random bits (13 for float16, 16 for bfloat16), on values scaled as for
 //!   `Unit` ([`Kind16::Sr`]): the FMA toward zero truncates the exact sum to 24
 //!   bits (or at 2^-149, below the scaled smallest normal), which keeps the
-//!   bits the decision reads; the random word of each lane is drawn in the
-//!   registers ([`tile16_sr`]). Depth blocks whose values could take a sum
+//!   bits the decision reads; each lane's random bits are a packed row word
+//!   xor a packed column word ([`tile16_sr`]). Depth blocks whose values could take a sum
 //!   past the largest value, or whose A values do not scale exactly, run
 //!   through the f64 rounding.
 //! - every other [`Fast`] format and mode (stochastic: `rbits <= 32`):
@@ -99,7 +103,7 @@
 use super::{Operand, OutMat};
 use crate::format::{named, Format};
 use crate::parallel;
-use crate::round::{Mode, RoundOpts, Rng};
+use crate::round::{Mode, RoundOpts, Rng, StepRand};
 use crate::{Error, Result};
 
 /// The accumulation to emulate.
@@ -158,12 +162,12 @@ trait Round: Sync {
     {
         step(simd, self, row, bp, av, rands, old, bad)
     }
-    /// A stochastic depth step that draws its own random bits (element `j`
-    /// uses `rng.bits(base + j*stride, rbits)`); `false` if not available, and
-    /// then the caller fills the bits and calls [`Round::step`].
+    /// A stochastic depth step that makes its own random bits (element `j`
+    /// draws the top `rbits` of `u ^ vw[j]`, [`StepRand`]); `false` if not
+    /// available, and then the caller fills the bits and calls [`Round::step`].
     /// `exact`: every `acc + a*b` is exact in f64 (see [`sums_exact_f64`]).
     #[allow(clippy::too_many_arguments)]
-    fn step_st(&self, _simd: bool, _row: &mut [f64], _bp: &[f64], _av: f64, _rng: &Rng, _base: u64, _stride: u64, _rbits: u32, _exact: bool) -> bool {
+    fn step_st(&self, _simd: bool, _row: &mut [f64], _bp: &[f64], _av: f64, _u: u64, _vw: &[u64], _rbits: u32, _exact: bool) -> bool {
         false
     }
     /// Is the register tile ([`Round::tile`]) available?
@@ -173,7 +177,7 @@ trait Round: Sync {
     /// Depth steps on a register tile of `nr` rows x 8 columns (see
     /// [`Fast::tile_run`]); `false` leaves `acc` untouched for the step path.
     #[allow(clippy::too_many_arguments)]
-    fn tile(&self, _simd: bool, _nr: usize, _acc: &mut [f64], _ldc: usize, _ap: &[f64], _bp: &[f64], _ldb: usize, _kn: usize, _rng: &Rng, _e0s: [u64; TILE_ROWS], _steps: u64, _t0: u64, _rbits: u32, _exact: bool, _track: bool) -> bool {
+    fn tile(&self, _simd: bool, _nr: usize, _acc: &mut [f64], _ldc: usize, _ap: &[f64], _bp: &[f64], _ldb: usize, _kn: usize, _words: Words, _rbits: u32, _exact: bool, _track: bool) -> bool {
         false
     }
     /// May a tile run without watching its sums (see [`Fast::quiet_ok`])?
@@ -562,8 +566,8 @@ impl<const M: u8> Fast<M> {
 }
 
 impl<const M: u8> Fast<M> {
-    /// Stochastic depth step on f64 lanes with the random bits drawn in 8 u32
-    /// lanes (`rng.bits(base + j*stride, rbits)`, `rbits <= 32`). The sum is
+    /// Stochastic depth step on f64 lanes, element `j`'s random bits the top
+    /// `rbits` (at most 32) of `u ^ vw[j]` ([`StepRand`]). The sum is
     /// rounded to odd at 53 bits (TwoSum), then rounding up happens exactly when
     /// `rem + (2^R - 1 - rand) * 2^(d-R) >= 2^d` (rem: the d bits below the
     /// format's unit): the same decision as `rand < top R bits of rem`, made by an
@@ -574,10 +578,10 @@ impl<const M: u8> Fast<M> {
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2")]
     #[allow(clippy::too_many_arguments)]
-    unsafe fn step_st_avx2<const EXACT: bool>(&self, row: &mut [f64], bp: &[f64], av: f64, rng: &Rng, base: u64, stride: u64, rbits: u32) {
+    unsafe fn step_st_avx2<const EXACT: bool>(&self, row: &mut [f64], bp: &[f64], av: f64, u: u64, vw: &[u64], rbits: u32) {
         use std::arch::x86_64::*;
         let n = row.len();
-        let bp = &bp[..n];
+        let (bp, vw) = (&bp[..n], &vw[..n]);
         // SAFETY: vector accesses stay below n (j + 8 <= n); avx2 per the contract.
         unsafe {
             let sign = _mm256_set1_epi64x(SIGN as i64);
@@ -593,30 +597,14 @@ impl<const M: u8> Fast<M> {
             let ovp = _mm256_castpd_si256(_mm256_set1_pd(self.ovf[0]));
             let ovn = _mm256_castpd_si256(_mm256_set1_pd(self.ovf[1]));
             let avv = _mm256_set1_pd(av);
-            let rsh = _mm_cvtsi32_si128(32 - rbits as i32);
-            let lane_step = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(stride as i32));
+            let rsh = _mm_cvtsi32_si128(64 - rbits as i32);
+            let uv = _mm256_set1_epi64x(u as i64);
             let mut j = 0;
             while j + 8 <= n {
-                let i0 = base.wrapping_add((j as u64).wrapping_mul(stride));
-                let i7 = i0.wrapping_add(7u64.wrapping_mul(stride));
-                let mut rs = [0u32; 8];
-                let rv = if i7 >= i0 && i0 >> 32 == i7 >> 32 {
-                    // All 8 indices share their upper 32 bits: one hi word, low words in
-                    // lanes; word0 = mix32(lo * GAMMA + (a0 ^ hi)), as Rng::word0.
-                    let hi = rng.hi_word(i0);
-                    let lo = _mm256_add_epi32(_mm256_set1_epi32(i0 as u32 as i32), lane_step);
-                    let w = crate::round::mix32_x8(crate::round::weyl_x8(lo, rng.key.a0 ^ hi));
-                    _mm256_srl_epi32(w, rsh)
-                } else {
-                    for (l, r) in rs.iter_mut().enumerate() {
-                        *r = rng.bits(i0.wrapping_add((l as u64).wrapping_mul(stride)), rbits) as u32;
-                    }
-                    _mm256_loadu_si256(rs.as_ptr() as *const __m256i)
-                };
                 let mut bm = 0;
                 for h in 0..2 {
                     let jj = j + 4 * h;
-                    let rd = _mm256_cvtepu32_epi64(if h == 0 { _mm256_castsi256_si128(rv) } else { _mm256_extracti128_si256::<1>(rv) });
+                    let rd = _mm256_srl_epi64(_mm256_xor_si256(uv, _mm256_loadu_si256(vw.as_ptr().add(jj) as *const __m256i)), rsh);
                     let a = _mm256_loadu_pd(row.as_ptr().add(jj));
                     let p = _mm256_mul_pd(avv, _mm256_loadu_pd(bp.as_ptr().add(jj)));
                     let (sb, x) = if EXACT {
@@ -655,18 +643,16 @@ impl<const M: u8> Fast<M> {
                     }
                 }
                 if bm != 0 {
-                    _mm256_storeu_si256(rs.as_mut_ptr() as *mut __m256i, rv);
-                    for (l, &rd) in rs.iter().enumerate() {
+                    for l in 0..8 {
                         if bm & (1 << l) != 0 {
-                            row[j + l] = self.add(row[j + l], av * bp[j + l], rd as u64);
+                            row[j + l] = self.add(row[j + l], av * bp[j + l], StepRand::top(u ^ vw[j + l], rbits));
                         }
                     }
                 }
                 j += 8;
             }
             while j < n {
-                let idx = base.wrapping_add((j as u64).wrapping_mul(stride));
-                row[j] = self.add(row[j], av * bp[j], rng.bits(idx, rbits));
+                row[j] = self.add(row[j], av * bp[j], StepRand::top(u ^ vw[j], rbits));
                 j += 1;
             }
         }
@@ -676,8 +662,20 @@ impl<const M: u8> Fast<M> {
 /// Rows of the register tile of f64 accumulators ([`Fast::tile_avx2`]): 4
 /// rows x 8 columns.
 pub(crate) const TILE_ROWS: usize = 4;
-/// The column each u32 random lane of the tile serves (the unpacks' order).
-const TILE_LANES: [usize; 8] = [0, 1, 4, 5, 2, 3, 6, 7];
+
+/// The random words of a stochastic register tile ([`StepRand`]): row r's at
+/// step kk `rows[kk*TILE_ROWS + r]`, column l's `cols[kk*ldv + l]`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Words<'a> {
+    pub rows: &'a [u64],
+    pub cols: &'a [u64],
+    pub ldv: usize,
+}
+
+impl Words<'_> {
+    /// No words (the deterministic modes).
+    pub const NONE: Words<'static> = Words { rows: &[], cols: &[], ldv: 0 };
+}
 
 impl<const M: u8> Fast<M> {
     /// Can the register tile round into this format? Any mode; stochastic with
@@ -698,10 +696,9 @@ impl<const M: u8> Fast<M> {
     /// minus one plus the unit bit, nearest-away half a unit, up or down a unit
     /// minus one for positive or negative values; odd truncates and sets the
     /// unit bit of inexact values. Stochastic adds the complement of the random
-    /// bits just below the unit, as [`Fast::step_st_avx2`]: `v0[r]` is row r's
-    /// random stream at the first step, lane l holding `lo * GAMMA + (a0 ^ hi)`
-    /// ([`Rng::word0`] before mixing) for the index of element (r, l); each
-    /// step's index is one more, so its state is GAMMA more. Only sums in the
+    /// bits just below the unit, as [`Fast::step_st_avx2`]: element (r, l)'s
+    /// at step kk are the top `rbits` of `words.rows[kk*TILE_ROWS + r] ^
+    /// words.cols[kk*words.ldv + l]`. Only sums in the
     /// format's normal range (or zero) round here; if any other sum occurs
     /// (below the smallest normal, beyond the largest value, inf/NaN) the tile
     /// returns `false` and leaves `acc` untouched. Without `TRACK` the tile
@@ -725,7 +722,7 @@ impl<const M: u8> Fast<M> {
         bp: &[f64],
         ldb: usize,
         kn: usize,
-        v0: &[[u32; 8]; TILE_ROWS],
+        words: Words,
         rbits: u32,
     ) -> bool {
         use std::arch::x86_64::*;
@@ -735,6 +732,7 @@ impl<const M: u8> Fast<M> {
             return true;
         }
         assert!(ap.len() >= (kn - 1) * TILE_ROWS + NR && bp.len() >= (kn - 1) * ldb + 8);
+        assert!(M != M_ST || (words.rows.len() >= (kn - 1) * TILE_ROWS + NR && words.cols.len() >= (kn - 1) * words.ldv + 8));
         let d = 52 - self.man;
         let lowb = ((self.emin + 1023) as u64) << 52;
         // SAFETY: every offset is inside the slices (asserted above); CPU features per the contract.
@@ -742,19 +740,13 @@ impl<const M: u8> Fast<M> {
             let absm = _mm256_set1_epi64x(!SIGN as i64);
             // Keeps the sign, the exponent and the bits down to the format's unit.
             let himask = _mm256_set1_epi64x(!((1u64 << d) - 1) as i64);
-            let topmask = _mm256_set1_epi32((u32::MAX << (32 - rbits.clamp(1, 32))) as i32);
-            // d >= 32: nw << (d - 32) as 64-bit lanes from two 32-bit shifts; d < 32: nw >> (32 - d).
-            let narrow = d < 32;
-            let (cnt_lo, cnt_hi) = if narrow {
-                (_mm_cvtsi32_si128(32 - d as i32), _mm_cvtsi32_si128(0))
-            } else {
-                (_mm_cvtsi32_si128(d as i32 - 32), _mm_cvtsi32_si128(64 - d as i32))
-            };
+            // The top R bits of a word; moved down by 64 - d, they end just below the unit.
+            let topmask = _mm256_set1_epi64x((u64::MAX << (64 - rbits.clamp(1, 64))) as i64);
+            let cnt_w = _mm_cvtsi32_si128(64 - d as i32);
             let cnt_d = _mm_cvtsi32_si128(d as i32);
             let lowmask = _mm256_set1_epi64x(((1u64 << d) - 1) as i64);
             let half = _mm256_set1_epi64x((1u64 << (d - 1)) as i64);
             let unit = _mm256_set1_epi64x((1u64 << d) as i64);
-            let gamma = _mm256_set1_epi32(crate::round::GAMMA as i32);
             // mag + (2^63 - 1), read as an f64: NaN for mag = 0 (ignored by the
             // maximum below), else -(mag - 1) in bits, above -(lowb - 1) exactly
             // when 0 < mag < lowb.
@@ -762,29 +754,30 @@ impl<const M: u8> Fast<M> {
             let one = _mm256_set1_epi64x(1);
             let zero = _mm256_setzero_si256();
             let mut c = [[_mm256_setzero_pd(); 2]; NR];
-            let mut v = [_mm256_setzero_si256(); NR];
             for r in 0..NR {
                 c[r][0] = _mm256_loadu_pd(acc.as_ptr().add(r * ldc));
                 c[r][1] = _mm256_loadu_pd(acc.as_ptr().add(r * ldc + 4));
-                v[r] = _mm256_loadu_si256(v0[r].as_ptr() as *const __m256i);
             }
             let mut tiny = _mm256_set1_pd(f64::NEG_INFINITY);
             let mut big = _mm256_setzero_pd();
             let maxv = _mm256_set1_pd(f64::from_bits(self.max_bits));
             let (mut pa, mut pb) = (ap.as_ptr(), bp.as_ptr());
-            for _ in 0..kn {
+            for kk in 0..kn {
                 let b = [_mm256_loadu_pd(pb), _mm256_loadu_pd(pb.add(4))];
+                let vw = if M == M_ST {
+                    let q = words.cols.as_ptr().add(kk * words.ldv) as *const __m256i;
+                    [_mm256_loadu_si256(q), _mm256_loadu_si256(q.add(1))]
+                } else {
+                    [zero; 2]
+                };
                 for r in 0..NR {
                     let av = _mm256_broadcast_sd(&*pa.add(r));
                     let comp = if M == M_ST {
-                        let w = crate::round::mix32_x8(v[r]);
-                        v[r] = _mm256_add_epi32(v[r], gamma);
-                        // (2^R - 1 - rand) = the top R bits of !w, moved to just below the
-                        // unit: 64-bit lanes of (nw << (d - 32)) built from two 32-bit
-                        // shifts. The unpacks give the lanes in the order of TILE_LANES.
-                        let nw = _mm256_andnot_si256(w, topmask);
-                        let (lo, hi) = if narrow { (_mm256_srl_epi32(nw, cnt_lo), zero) } else { (_mm256_sll_epi32(nw, cnt_lo), _mm256_srl_epi32(nw, cnt_hi)) };
-                        [_mm256_unpacklo_epi32(lo, hi), _mm256_unpackhi_epi32(lo, hi)]
+                        // (2^R - 1 - rand) = the top R bits of !w, moved to just below
+                        // the unit (float32: its last bits fall below the f64 remainder's).
+                        let u = _mm256_set1_epi64x(*words.rows.get_unchecked(kk * TILE_ROWS + r) as i64);
+                        let nw = |h: usize| _mm256_srl_epi64(_mm256_andnot_si256(_mm256_xor_si256(u, vw[h]), topmask), cnt_w);
+                        [nw(0), nw(1)]
                     } else {
                         [zero; 2]
                     };
@@ -880,28 +873,13 @@ impl<const M: u8> Fast<M> {
         grid && (acc_max + kn as f64 * p) * growth <= f64::from_bits(self.max_bits)
     }
 
-    /// [`Fast::tile_avx2`] for `nr` rows whose first elements are `e0s`
-    /// (element index e = row * n + col), from step `t0`: `false` when the tile
-    /// is not available or did not run (the caller then takes the step path).
-    /// `track`: as [`Fast::tile_avx2`]'s `TRACK`.
+    /// [`Fast::tile_avx2`] for `nr` rows: `false` when the tile is not
+    /// available or did not run (the caller then takes the step path).
+    /// `words`, `track`: as [`Fast::tile_avx2`]'s.
     #[allow(clippy::too_many_arguments)]
-    fn tile_run(&self, simd: bool, nr: usize, acc: &mut [f64], ldc: usize, ap: &[f64], bp: &[f64], ldb: usize, kn: usize, rng: &Rng, e0s: [u64; TILE_ROWS], steps: u64, t0: u64, rbits: u32, exact: bool, track: bool) -> bool {
+    fn tile_run(&self, simd: bool, nr: usize, acc: &mut [f64], ldc: usize, ap: &[f64], bp: &[f64], ldb: usize, kn: usize, words: Words, rbits: u32, exact: bool, track: bool) -> bool {
         if !simd || !self.tile_ok(rbits) || nr == 0 || nr > TILE_ROWS {
             return false;
-        }
-        let mut v0 = [[0u32; 8]; TILE_ROWS];
-        for r in 0..if M == M_ST { nr } else { 0 } {
-            // The tile's indices of row r run from e*steps + t0 to (e+7)*steps + t0 + kn - 1;
-            // they must share their upper 32 bits (one hi word, no wrap of the low word).
-            let idx = |e: u64, t: u64| e.checked_mul(steps).and_then(|x| x.checked_add(t));
-            let (Some(first), Some(last)) = (idx(e0s[r], t0), idx(e0s[r] + 7, t0 + kn as u64)) else { return false };
-            if first >> 32 != (last - 1) >> 32 {
-                return false;
-            }
-            let hi = rng.hi_word(first);
-            for (x, &l) in v0[r].iter_mut().zip(TILE_LANES.iter()) {
-                *x = rng.weyl0(((e0s[r] + l as u64) * steps + t0) as u32, hi);
-            }
         }
         #[cfg(target_arch = "x86_64")]
         {
@@ -910,10 +888,10 @@ impl<const M: u8> Fast<M> {
                     // SAFETY: `simd` is only true when avx2 and fma were detected; tile_ok holds.
                     unsafe {
                         match (exact, track) {
-                            (true, true) => self.tile_avx2::<$nr, true, true>(acc, ldc, ap, bp, ldb, kn, &v0, rbits),
-                            (true, false) => self.tile_avx2::<$nr, true, false>(acc, ldc, ap, bp, ldb, kn, &v0, rbits),
-                            (false, true) => self.tile_avx2::<$nr, false, true>(acc, ldc, ap, bp, ldb, kn, &v0, rbits),
-                            (false, false) => self.tile_avx2::<$nr, false, false>(acc, ldc, ap, bp, ldb, kn, &v0, rbits),
+                            (true, true) => self.tile_avx2::<$nr, true, true>(acc, ldc, ap, bp, ldb, kn, words, rbits),
+                            (true, false) => self.tile_avx2::<$nr, true, false>(acc, ldc, ap, bp, ldb, kn, words, rbits),
+                            (false, true) => self.tile_avx2::<$nr, false, true>(acc, ldc, ap, bp, ldb, kn, words, rbits),
+                            (false, false) => self.tile_avx2::<$nr, false, false>(acc, ldc, ap, bp, ldb, kn, words, rbits),
                         }
                     }
                 };
@@ -927,7 +905,7 @@ impl<const M: u8> Fast<M> {
         }
         #[cfg(not(target_arch = "x86_64"))]
         {
-            let _ = (acc, ldc, ap, bp, ldb, kn, v0, exact, track);
+            let _ = (acc, ldc, ap, bp, ldb, kn, words, exact, track);
             false
         }
     }
@@ -938,8 +916,8 @@ impl<const M: u8> Round for Fast<M> {
     fn has_tile(&self, simd: bool, rbits: u32) -> bool {
         simd && self.tile_ok(rbits)
     }
-    fn tile(&self, simd: bool, nr: usize, acc: &mut [f64], ldc: usize, ap: &[f64], bp: &[f64], ldb: usize, kn: usize, rng: &Rng, e0s: [u64; TILE_ROWS], steps: u64, t0: u64, rbits: u32, exact: bool, track: bool) -> bool {
-        self.tile_run(simd, nr, acc, ldc, ap, bp, ldb, kn, rng, e0s, steps, t0, rbits, exact, track)
+    fn tile(&self, simd: bool, nr: usize, acc: &mut [f64], ldc: usize, ap: &[f64], bp: &[f64], ldb: usize, kn: usize, words: Words, rbits: u32, exact: bool, track: bool) -> bool {
+        self.tile_run(simd, nr, acc, ldc, ap, bp, ldb, kn, words, rbits, exact, track)
     }
     fn quiet(&self, a: Bounds64, b: Bounds64, acc_max: f64, kn: usize) -> bool {
         self.quiet_ok(a, b, acc_max, kn)
@@ -950,20 +928,20 @@ impl<const M: u8> Round for Fast<M> {
     fn prec(&self) -> i32 {
         self.man as i32 + 1
     }
-    fn step_st(&self, simd: bool, row: &mut [f64], bp: &[f64], av: f64, rng: &Rng, base: u64, stride: u64, rbits: u32, exact: bool) -> bool {
+    fn step_st(&self, simd: bool, row: &mut [f64], bp: &[f64], av: f64, u: u64, vw: &[u64], rbits: u32, exact: bool) -> bool {
         #[cfg(target_arch = "x86_64")]
         if simd && M == M_ST && rbits <= 32 && 52 - self.man >= rbits {
             // SAFETY: `simd` is only true when avx2 was detected.
             unsafe {
                 if exact {
-                    self.step_st_avx2::<true>(row, bp, av, rng, base, stride, rbits)
+                    self.step_st_avx2::<true>(row, bp, av, u, vw, rbits)
                 } else {
-                    self.step_st_avx2::<false>(row, bp, av, rng, base, stride, rbits)
+                    self.step_st_avx2::<false>(row, bp, av, u, vw, rbits)
                 }
             };
             return true;
         }
-        let _ = (simd, row, bp, av, rng, base, stride, rbits, exact);
+        let _ = (simd, row, bp, av, u, vw, rbits, exact);
         false
     }
     fn step(&self, simd: bool, row: &mut [f64], bp: &[f64], av: f64, rands: &[u64], old: &mut [f64], bad: &mut [u8]) {
@@ -1100,8 +1078,11 @@ impl Dyn {
     #[allow(clippy::too_many_arguments)]
     fn tile_add8(&self, simd: bool, tot: &mut [f64], row: &[f64], rng: &Rng, e0: u64, steps: u64, t0: u64, rbits: u32) -> bool {
         let Dyn::Fast(f, m) = self else { return false };
-        let e0s = std::array::from_fn(|r| if r == 0 { e0 } else { 0 });
-        by_mode!(*m, C => f.as_mode::<C>().tile_run(simd, 1, tot, 8, &[1.0], row, 8, 1, rng, e0s, steps, t0, rbits, false, true))
+        // Each lane's bits, as the top bits of a column word (the row's is zero).
+        let stoch = *m == M_ST && (1..=64).contains(&rbits);
+        let cols: [u64; 8] = std::array::from_fn(|l| if stoch { rng.bits((e0 + l as u64).wrapping_mul(steps).wrapping_add(t0), rbits) << (64 - rbits) } else { 0 });
+        let words = Words { rows: &[0; TILE_ROWS], cols: &cols, ldv: 8 };
+        by_mode!(*m, C => f.as_mode::<C>().tile_run(simd, 1, tot, 8, &[1.0], row, 8, 1, words, rbits, false, true))
     }
 
     fn add(&self, a: f64, b: f64, rand: u64) -> f64 {
@@ -1234,33 +1215,10 @@ fn step<R: Round>(simd: bool, r: &R, row: &mut [f64], bp: &[f64], av: f64, rands
     step_row(r, row, bp, av, rands, old, bad)
 }
 
-/// `out[j] = rng.bits(base + j*stride, rbits)`: the random bits of one depth
-/// step for consecutive output elements (element e, step t has index e*steps + t).
-#[inline(always)]
-fn fill_rands_body(rng: &Rng, base: u64, stride: u64, rbits: u32, out: &mut [u64]) {
-    let mut idx = base;
-    for r in out.iter_mut() {
-        *r = rng.bits(idx, rbits);
-        idx = idx.wrapping_add(stride);
-    }
-}
-
-/// # Safety
-/// The CPU must support avx2.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-unsafe fn fill_rands_avx2(rng: &Rng, base: u64, stride: u64, rbits: u32, out: &mut [u64]) {
-    fill_rands_body(rng, base, stride, rbits, out)
-}
-
-fn fill_rands(simd: bool, rng: &Rng, base: u64, stride: u64, rbits: u32, out: &mut [u64]) {
-    #[cfg(target_arch = "x86_64")]
-    if simd {
-        // SAFETY: `simd` is only true when avx2 was detected.
-        return unsafe { fill_rands_avx2(rng, base, stride, rbits, out) };
-    }
-    let _ = simd;
-    fill_rands_body(rng, base, stride, rbits, out)
+/// `out[j]` = the top `rbits` of `u ^ vw[j]`: the random bits of one depth
+/// step for consecutive output elements of a row ([`StepRand`]).
+fn fill_rands(u: u64, vw: &[u64], rbits: u32, out: &mut [u64]) {
+    out.iter_mut().zip(vw).for_each(|(r, &v)| *r = StepRand::top(u ^ v, rbits));
 }
 
 const RB: usize = 16;
@@ -2061,7 +2019,7 @@ macro_rules! tile_store {
 /// The assembly block of the f32 tile kernels that set MXCSR ([`tile16_dir`],
 /// [`tile16_oddz`], [`tile16_sr`]) for `MR` = 6, 4 or 1 rows: MXCSR entered
 /// and `setup`, the accumulators loaded, then `{kn}` steps, each loading 16
-/// values of B into `b`, running `row!(r, off, c0, o0, c1, o1)` for every row
+/// values of B into `b` (and running `b`'s further instructions), running `row!(r, off, c0, o0, c1, o1)` for every row
 /// (`a` at byte `off` of the strip, accumulators `c0` and `c1` at bytes `o0`
 /// and `o1` of the tile, `r` the kernel's rounding macro) and `step`; then
 /// `store!(c, o)` for every accumulator and MXCSR restored. `io` names the
@@ -2088,7 +2046,7 @@ macro_rules! tile_asm {
         tile_asm!(@rows "4", [("0", "ymm0", "0", "ymm1", "32")], $($rest)*)
     };
     (@rows $stride:literal, [$(($off:literal, $c0:tt, $o0:literal, $c1:tt, $o1:literal)),*],
-     setup: [$($setup:expr),*], b: ($b0:tt, $b1:tt), row: $row:ident($r:ident), step: [$($step:expr),*],
+     setup: [$($setup:expr),*], b: ($b0:tt, $b1:tt $(, $bx:expr)*), row: $row:ident($r:ident), step: [$($step:expr),*],
      store: $store:ident, clobber: [$($clob:tt),*], io: ($acc:expr, $ap:expr, $bp:expr, $kn:expr, $csr:expr, $rc:expr), $($ops:tt)*) => {
         asm!(
             mxcsr_enter!(),
@@ -2097,6 +2055,7 @@ macro_rules! tile_asm {
             "2:",
             concat!("vmovups ", $b0, ", ymmword ptr [{pb}]"),
             concat!("vmovups ", $b1, ", ymmword ptr [{pb} + 32]"),
+            $($bx,)*
             $($row!($r, $off, $c0, $o0, $c1, $o1),)*
             concat!("add {pa}, ", $stride),
             "add {pb}, 64",
@@ -2712,29 +2671,7 @@ unsafe fn tile16_une<const MR: usize>(acc: &mut [f32], ap: &[f32], bp: &[f32], k
     }
 }
 
-/// One accumulator of a [`tile16_sr`] step: the random word of its 8 lanes,
-/// `mix32` of the Weyl state (`[{v} + $v]` at the call's first step plus ymm11,
-/// GAMMA times the steps since), without its last xor-shift (`$m` = `sr`, for
-/// at most 16 random bits: it leaves the top 16 alone) or with it (`srf`);
-/// the complement of its top `rbits` bits placed just below
-/// the format's unit ([`sr_comp`], a shift right by `{sh}` = 32 - the unit's
-/// bit); then `$c += a * $b` by the FMA toward zero, the complement added to
-/// the bit pattern and the bits below the unit cleared (`[{k} + 96]`). ymm10
-/// holds `a`; `$t`, `$u` are scratch.
-#[cfg(target_arch = "x86_64")]
-macro_rules! sr_acc {
-    ($m:ident, $c:literal, $b:literal, $v:literal, $t:literal, $u:literal) => {
-        concat!(
-            "vpaddd ", $t, ", ymm11, ymmword ptr [{v} + ", $v, "]\n",
-            sr_comp!($m, $t, $u),
-            "vfmadd231ps ", $c, ", ymm10, ", $b, "\n",
-            "vpaddd ", $c, ", ", $c, ", ", $t, "\n",
-            "vpand ", $c, ", ", $c, ", ymmword ptr [{k} + 96]\n",
-        )
-    };
-}
-
-/// The random bits of [`tile16_sr`] and [`flush_sr`]: from the Weyl states in
+/// The random bits of [`flush_sr`]: from the Weyl states in
 /// `$t`, `mix32` (`[{k}]`, `[{k} + 32]`: its multipliers) without its last
 /// xor-shift (`$m` = `sr`; the top 16 bits are the same) or with it (`srf`),
 /// then the complement of the top `rbits` bits (`[{k} + 64]` keeps them)
@@ -2767,37 +2704,7 @@ macro_rules! sr_last {
     };
 }
 
-/// One row of a [`tile16_sr`] step: the broadcast `a` at byte `$off` of the
-/// strip (into ymm10), then [`sr_acc`] on both accumulators (`$r`: its `$m`).
-#[cfg(target_arch = "x86_64")]
-macro_rules! sr_row {
-    ($r:ident, $off:literal, $c0:literal, $o0:literal, $c1:literal, $o1:literal) => {
-        concat!(
-            "vbroadcastss ymm10, dword ptr [{pa} + ", $off, "]\n",
-            sr_acc!($r, $c0, "ymm8", $o0, "ymm12", "ymm13"),
-            sr_acc!($r, $c1, "ymm9", $o1, "ymm14", "ymm15"),
-        )
-    };
-}
-
-/// The assembly block of [`tile16_sr`] for `MR` = 4 or 1 rows: ymm11 starts at
-/// zero and grows by GAMMA a step; `$m` as `sr_comp!`'s.
-#[cfg(target_arch = "x86_64")]
-macro_rules! sr_asm {
-    ($mr:tt, $m:ident, $($ops:tt)*) => {
-        tile_asm!($mr,
-            setup: ["# constants at {k}, states at {v}", "vpxor ymm11, ymm11, ymm11"],
-            b: ("ymm8", "ymm9"),
-            row: sr_row($m),
-            step: ["vpaddd ymm11, ymm11, ymmword ptr [{k} + 128]"],
-            store: tile_store,
-            clobber: ["ymm10", "ymm11", "ymm12", "ymm13", "ymm14", "ymm15"],
-            $($ops)*
-        )
-    };
-}
-
-/// Constants of [`tile16_sr`] and [`flush_sr`] ([`sr_comp`]): mix32's
+/// Constants of [`flush_sr`] ([`sr_comp`]): mix32's
 /// multipliers, the top `rbits` bits, the bits from the unit up, GAMMA.
 #[cfg(target_arch = "x86_64")]
 #[repr(C, align(32))]
@@ -2830,65 +2737,101 @@ macro_rules! by_sr_shift {
     };
 }
 
+
+/// One accumulator of a [`tile16_sr`] step: `$c += a * $b` by the FMA toward
+/// zero, plus the random complement (ymm11, the row's word from A's side,
+/// xor `$v`, the column's from B's side), the bits below the unit cleared
+/// (ymm15). ymm10 holds `a`; ymm14 scratch.
+#[cfg(target_arch = "x86_64")]
+macro_rules! sr_acc {
+    ($c:literal, $b:literal, $v:literal) => {
+        concat!(
+            "vpxor ymm14, ymm11, ", $v, "\n",
+            "vfmadd231ps ", $c, ", ymm10, ", $b, "\n",
+            "vpaddd ", $c, ", ", $c, ", ymm14\n",
+            "vpand ", $c, ", ", $c, ", ymm15\n",
+        )
+    };
+}
+
+/// One row of a [`tile16_sr`] step: `a` and the row's random word broadcast
+/// (ymm10, ymm11), then [`sr_acc`] on both accumulators (the step's 16
+/// column words in ymm12, ymm13).
+#[cfg(target_arch = "x86_64")]
+macro_rules! sr_row {
+    ($r:ident, $off:literal, $c0:literal, $o0:literal, $c1:literal, $o1:literal) => {
+        concat!(
+            "vbroadcastss ymm10, dword ptr [{pa} + ", $off, "]\n",
+            "vbroadcastss ymm11, dword ptr [{pu} + ", $off, "]\n",
+            sr_acc!($c0, "ymm8", "ymm12"),
+            sr_acc!($c1, "ymm9", "ymm13"),
+        )
+    };
+}
+
 /// The stochastic tile kernel of [`Kind16::Sr`] into a format whose unit sits
 /// `unit` bits up the f32 pattern of its normal values ([`SrFmt`]: 13 to 21),
-/// `MR` (1 or 4) rows, `rbits` (1 to `unit`) random bits: as [`tile16`], each
-/// add `acc = SR(acc + a*b)`. `v0[2r + h][l]` is the Weyl
-/// state ([`Rng::weyl0`]) of the element of row r, column 8h + l at the first
-/// step; each step's is GAMMA more (the caller checks that no lane's index
-/// changes its upper 32 bits over the `kn` steps).
+/// `MR` (1 or 4) rows: as [`tile16`], each add `acc = SR(acc + a*b)` with R
+/// random bits (1 to `unit`). `2^R - 1 - rand` of row r, column c at step t,
+/// placed just below the unit, is `up[t*MR + r] ^ vp[t*16 + c]`: the row's
+/// complemented bits and the column's bits ([`StepRand`]), each placed by the
+/// caller. Four vector operations an add (xor, FMA, add, and).
 ///
 /// The FMA toward zero (MXCSR, inside the assembly block) is the exact sum
 /// `x` truncated to 24 bits, so its bits below the format's unit (in its
-/// normal range) are the top bits of x's remainder there: adding `2^R - 1 - rand` (R = rbits, placed just below the unit) to
-/// the pattern carries into the unit exactly when `rand` is below the top R
-/// bits of the remainder, the f64 path's decision ([`Fast::round`]), and the
-/// truncation that follows keeps the unit. On the signed pattern the carry
-/// grows the magnitude, to the neighbour away from zero. The caller scales
-/// the values by [`unit_scale`]: sums in the format's subnormal range are then
-/// f32 subnormals, truncated at 2^-149 by the FMA, whose unit bit is the
-/// same bit of the pattern, so the same add-and-truncate rounds them at
-/// their fixed unit, as the f64 path's rounding does. Exact zero sums are +0 toward
-/// zero, as in the f64 path; a nonzero sum is at least the smallest
+/// normal range) are the top bits of x's remainder there: adding `2^R - 1 -
+/// rand` to the pattern carries into the unit exactly when `rand` is below
+/// the top R bits of the remainder, the f64 path's decision ([`Fast::round`]),
+/// and the truncation that follows keeps the unit. On the signed pattern the
+/// carry grows the magnitude, to the neighbour away from zero. The caller
+/// scales the values by [`unit_scale`]: sums in the format's subnormal range
+/// are then f32 subnormals, truncated at 2^-149 by the FMA, whose unit bit is
+/// the same bit of the pattern, so the same add-and-truncate rounds them at
+/// their fixed unit, as the f64 path's rounding does. Exact zero sums are +0
+/// toward zero, as in the f64 path; a nonzero sum is at least the smallest
 /// subnormal, so no truncation makes a -0. The caller keeps every sum below
 /// the largest value ([`block_ok`]), so no rounding passes it.
 ///
 /// # Safety
-/// The CPU must support avx2 and fma; `ap` holds kn*MR values, `bp` kn*16.
+/// The CPU must support avx2 and fma; `ap`, `up` hold kn*MR values, `bp`, `vp` kn*16.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn tile16_sr<const MR: usize>(acc: &mut [f32], ap: &[f32], bp: &[f32], kn: usize, v0: &[[u32; 8]; 8], rbits: u32, unit: u32) {
+unsafe fn tile16_sr<const MR: usize>(acc: &mut [f32], ap: &[f32], bp: &[f32], up: &[u32], vp: &[u32], kn: usize, unit: u32) {
     use std::arch::asm;
     assert!(MR == 1 || MR == 4);
-    assert!(acc.len() >= MR * 16 && ap.len() >= kn * MR && bp.len() >= kn * 16);
-    assert!((13..=21).contains(&unit) && (1..=unit).contains(&rbits));
+    assert!(acc.len() >= MR * 16 && ap.len() >= kn * MR && bp.len() >= kn * 16 && up.len() >= kn * MR && vp.len() >= kn * 16);
+    assert!((13..=21).contains(&unit));
     if kn == 0 {
         return;
     }
-    let k = SrConsts::new(rbits, unit);
+    let mask = [u32::MAX << unit; 8];
     // Toward zero.
     let rc = 3u32 << 13;
     let mut csr = [0u32; 2];
     macro_rules! go {
-        ($mr:tt, $m:ident, $sh:literal) => {
-            sr_asm!($mr, $m,
+        ($mr:tt, $st:literal) => {
+            tile_asm!($mr,
+                setup: ["vmovdqu ymm15, ymmword ptr [{k}]"],
+                b: ("ymm8", "ymm9", "vmovdqu ymm12, ymmword ptr [{pv}]", "vmovdqu ymm13, ymmword ptr [{pv} + 32]"),
+                row: sr_row(sr),
+                step: [concat!("add {pu}, ", $st), "add {pv}, 64"],
+                store: tile_store,
+                clobber: ["ymm10", "ymm11", "ymm12", "ymm13", "ymm14", "ymm15"],
                 io: (acc, ap, bp, kn, csr, rc),
-                k = in(reg) k.0.as_ptr(),
-                v = in(reg) v0.as_ptr(),
-                sh = const $sh,
+                k = in(reg) mask.as_ptr(),
+                pu = inout(reg) up.as_ptr() => _,
+                pv = inout(reg) vp.as_ptr() => _,
             )
         };
     }
-    // SAFETY: the loads and stores stay inside acc (MR*16 values), ap (kn*MR),
-    // bp (kn*16), v0 (2*MR vectors) and the constants; MXCSR is restored before
-    // the block ends; the clobbered vector registers are declared.
-    // Beyond 16 random bits, mix32 whole (its last xor-shift changes the low 16 bits).
+    // SAFETY: the loads and stores stay inside acc (MR*16 values), ap and up
+    // (kn*MR), bp and vp (kn*16) and the mask; MXCSR is restored before the block
+    // ends; the clobbered vector registers are declared.
     unsafe {
-        match (MR == 4, rbits > 16) {
-            (true, false) => by_sr_shift!(unit, go, 4, sr),
-            (true, true) => by_sr_shift!(unit, go, 4, srf),
-            (false, false) => by_sr_shift!(unit, go, 1, sr),
-            (false, true) => by_sr_shift!(unit, go, 1, srf),
+        if MR == 4 {
+            go!(4, "16")
+        } else {
+            go!(1, "4")
         }
     }
 }
@@ -3035,7 +2978,7 @@ const RB16: usize = 24;
 const NP16: usize = 256;
 const NP16_BYTES: usize = 16 << 20;
 
-/// The Weyl states ([`Rng::weyl0`]) of a [`tile16_sr`] tile of `rows` rows x
+/// The Weyl states ([`Rng::weyl0`]) of a [`flush_sr`] row of `rows` rows x
 /// 16 columns at its first step, lane (r, l) of index `index(r, l)`; `None`
 /// when some lane's index changes its upper 32 bits over `len` steps (the
 /// kernel advances the lower word only).
@@ -3083,8 +3026,8 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
     // Kind Split checks each depth block's values ([`split_ok`]).
     let split = matches!(kind, Kind16::Split | Kind16::UnitNe | Kind16::OddUnit);
     // Kind Sr checks each depth block's values too (the bound of `split_ok`),
-    // and draws random bits keyed by (element, step) as `drive` does: element
-    // e = row * n + column, step t (chunk total r: step k + r), index e*steps + t.
+    // and draws the products' random bits as `drive` does ([`StepRand`]), the
+    // chunk totals' keyed by (element, step).
     let sr = kind == Kind16::Sr;
     let sf = if sr { sr_fmt(&spec.fmt) } else { None };
     // Kind Split into a format other than float16 and bfloat16 ([`split_fmt`]):
@@ -3113,7 +3056,15 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
     let bounds_used = split || sr || du.is_some();
     let chunk = spec.chunk.map(|(cs, _)| cs).unwrap_or(usize::MAX);
     let steps = (k + if outer.is_some() { k.div_ceil(chunk) } else { 0 }) as u64;
-    let (rng, rng2, rbits) = (Rng::new(spec.opts.key), Rng::new(chunk_opts(spec.opts).key), spec.opts.rbits);
+    let (rng2, rbits) = (Rng::new(chunk_opts(spec.opts).key), spec.opts.rbits);
+    // The products' random bits: words of rows and columns ([`StepRand`], as `drive`'s).
+    let words = StepRand::new(spec.opts.key, steps);
+    // Kind Sr's kernel adds `2^R - 1 - rand` below the unit: the xor of a row's
+    // complemented bits and a column's bits, each placed there.
+    let sr_unit = sf.map_or(0, |f| f.unit);
+    let place = |x: u64| if sr { (x as u32) << (sr_unit - rbits) } else { 0 };
+    let rbits_mask = if sr { (1u64 << rbits) - 1 } else { 0 };
+    // The chunk totals' bits: keyed by element e = row * n + column, step k + r.
     let index = |row: usize, col: usize, t: usize| ((row * n + col) as u64).wrapping_mul(steps).wrapping_add(t as u64);
     // Chunk totals into the same format, nearest-even, run vectorized too.
     // (flush16 rounds into float16 and bfloat16 only.)
@@ -3159,6 +3110,8 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
     let pstrips = np.min(n).div_ceil(16);
     // B panel: block kbi, strip s at (kbi * strips + s) * kbs * 16, [kk*16 + j].
     let mut bpanel = vec![0f32; kblocks * pstrips * kbs * 16];
+    // Kind Sr: the columns' placed random bits, as the B panel ([kk*16 + j]).
+    let mut vpanel = vec![0u32; if sr { bpanel.len() } else { 0 }];
     let mut bbounds: Vec<Option<(i32, i32)>> = vec![None; kblocks];
     // Kind Split: the largest |b| of each depth block (inf included).
     let mut bmaxes = vec![0f32; kblocks];
@@ -3182,6 +3135,22 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
         let mut sb: Vec<(Option<(i32, i32)>, f32)> = vec![(None, 0.0); kblocks * strips];
         let pieces: Vec<_> = used.chunks_mut(kbs * 16).zip(sb.iter_mut()).enumerate().collect();
         parallel::for_each_piece(pieces, &|(q, (d, bound))| *bound = pack_b(q, d));
+        if sr {
+            let vused = &mut vpanel[..kblocks * strips * kbs * 16];
+            let vpieces: Vec<_> = vused.chunks_mut(kbs * 16).enumerate().collect();
+            parallel::for_each_piece(vpieces, &|(q, d): (usize, &mut [u32])| {
+                let (kbi, s) = (q / strips, q % strips);
+                let (kb, kn) = (kbi * KB, KB.min(k - kbi * KB));
+                let w = 16.min(jb - 16 * s);
+                let mut run = [0u64; 16];
+                for kk in 0..kn {
+                    words.col_run(j0 + 16 * s, kb + kk, rbits, &mut run[..w]);
+                    for l in 0..w {
+                        d[kk * 16 + l] = place(StepRand::top(run[l], rbits));
+                    }
+                }
+            });
+        }
         for (kbi, (bb, bm)) in bbounds.iter_mut().zip(bmaxes.iter_mut()).enumerate() {
             let blk = &sb[kbi * strips..(kbi + 1) * strips];
             *bb = blk.iter().filter_map(|x| x.0).reduce(merge_bounds);
@@ -3198,7 +3167,7 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
                 used[kbi * strips * kbs * 16..(kbi + 1) * strips * kbs * 16].iter_mut().for_each(|x| *x *= f);
             }
         }
-        let (bpanel, bbounds, bmaxes, bsc) = (&bpanel, &bbounds, &bmaxes, &bsc);
+        let (bpanel, vpanel, bbounds, bmaxes, bsc) = (&bpanel, &vpanel, &bbounds, &bmaxes, &bsc);
         // Few row blocks (a short A): the strips of the panel are split too.
         let csplit = if rblocks >= 2 * threads { 1 } else { (2 * threads).div_ceil(rblocks).min(strips) };
         let task = |t: usize| {
@@ -3222,6 +3191,9 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
             let mut sr_st0 = vec![0u32; sr_st.len()];
             let mut sr_st0_ok: Option<bool> = None;
             let mut apack = vec![0f32; groups * kbs * mr];
+            // Kind Sr: the rows' placed complemented random bits, as apack.
+            let mut upack = vec![0u32; if sr { apack.len() } else { 0 }];
+            let mut urun = vec![0u64; if sr { kbs } else { 0 }];
             for (kbi, &bbk) in bbounds.iter().enumerate() {
                 let (kb, kn) = (kbi * KB, KB.min(k - kbi * KB));
                 for g in 0..groups {
@@ -3305,19 +3277,20 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
                 // The f64 rounding unscales A's and B's values (exactly).
                 let (aun, bun) = (2f64.powi(-a_exp), 2f64.powi(-sbk));
                 let (sc, acc_un) = (2f32.powi(usc), 2f32.powi(-usc));
-                // Kind Sr: each tile's Weyl states at the block's first step, once
-                // for the block (`None`: some index changes its upper word in it);
-                // a chunk starting o0 steps in adds o0 GAMMAs.
-                let tile_states: Vec<Option<[[u32; 8]; 8]>> = if sr && fast {
-                    (s0..s1).flat_map(|s| (0..groups).map(move |g| (i0 + g * mr, j0 + 16 * s))).map(|(row0, col0)| sr_states(&rng, mr, kn, |r, l| index(row0 + r, col0 + l, kb))).collect()
-                } else {
-                    Vec::new()
-                };
+                if sr && fast {
+                    for g in 0..groups {
+                        for r in 0..mr.min(rb - g * mr) {
+                            words.row_run(i0 + g * mr + r, kb, rbits, &mut urun[..kn]);
+                            for (kk, &w) in urun[..kn].iter().enumerate() {
+                                upack[g * kbs * mr + kk * mr + r] = place(StepRand::top(w, rbits) ^ rbits_mask);
+                            }
+                        }
+                    }
+                }
                 let mut k0 = kb;
                 while k0 < kb + kn {
                     let k1 = (kb + kn).min(if chunk == usize::MAX { usize::MAX } else { (k0 / chunk + 1) * chunk });
                     let (o0, len) = (k0 - kb, k1 - k0);
-                    let advance = (o0 as u32).wrapping_mul(crate::round::GAMMA);
                     // Strip-major: one packed B strip (L1-resident) meets every row group.
                     for s in s0..s1 {
                         let q = (kbi * strips + s) * kbs * 16;
@@ -3326,19 +3299,17 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
                             let ap = &apack[g * kbs * mr + o0 * mr..g * kbs * mr + (o0 + len) * mr];
                             let t = &mut acc[(g * ns + s - s0) * tile..(g * ns + s - s0 + 1) * tile];
                             let (row0, col0) = (i0 + g * mr, j0 + 16 * s);
-                            let states = || {
-                                tile_states[(s - s0) * groups + g].map(|mut v| {
-                                    v.iter_mut().flatten().for_each(|x| *x = x.wrapping_add(advance));
-                                    v
-                                })
+                            let (up, vp) = if sr {
+                                (&upack[g * kbs * mr + o0 * mr..g * kbs * mr + (o0 + len) * mr], &vpanel[q + o0 * 16..q + (o0 + len) * 16])
+                            } else {
+                                (&upack[..0], &vpanel[..0])
                             };
-                            // The kernel ran (kind Sr's needs the states).
                             let done = fast && {
                                 // SAFETY: kind16 checked avx2/fma/f16c (simd); slices sized as required.
                                 unsafe {
                                     // Tiles of MR_FMA (FMA) or MR_ODD rows, or of one row throughout.
                                     macro_rules! tiles {
-                                        ($mf:expr, $mo:expr, $v:expr) => {
+                                        ($mf:expr, $mo:expr) => {
                                             match (kind, bf) {
                                                 (Kind16::Fma, false) => tile16::<$mf, K_FMA, false>(t, ap, bp, len, spl),
                                                 (Kind16::Fma, true) => tile16::<$mf, K_FMA, true>(t, ap, bp, len, spl),
@@ -3352,26 +3323,23 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
                                                 (Kind16::OddE5m2, _) => tile16_oddz::<$mo, ODD_E5M2>(t, ap, bp, len),
                                                 (Kind16::OddUnit, _) => tile16_oddu::<$mo>(t, ap, bp, len, gs.map_or(21, |f| f.unit)),
                                                 (Kind16::Dir(to), _) => tile16_dir_to::<$mf>(to, rm, t, ap, bp, len),
-                                                (Kind16::Sr, _) => tile16_sr::<$mo>(t, ap, bp, len, $v, rbits, sf.map_or(0, |f| f.unit)),
+                                                (Kind16::Sr, _) => tile16_sr::<$mo>(t, ap, bp, up, vp, len, sr_unit as u32),
                                             }
                                         };
                                     }
-                                    let sv = if sr { states() } else { Some([[0; 8]; 8]) };
-                                    if let Some(v) = &sv {
-                                        // Exact: the accumulators are on the format's grid.
-                                        if scaled {
-                                            t.iter_mut().for_each(|x| *x *= sc);
-                                        }
-                                        if mr == 1 {
-                                            tiles!(1, 1, v)
-                                        } else {
-                                            tiles!(MR_FMA, MR_ODD, v)
-                                        }
-                                        if scaled {
-                                            t.iter_mut().for_each(|x| *x *= acc_un);
-                                        }
+                                    // Exact: the accumulators are on the format's grid.
+                                    if scaled {
+                                        t.iter_mut().for_each(|x| *x *= sc);
                                     }
-                                    sv.is_some()
+                                    if mr == 1 {
+                                        tiles!(1, 1)
+                                    } else {
+                                        tiles!(MR_FMA, MR_ODD)
+                                    }
+                                    if scaled {
+                                        t.iter_mut().for_each(|x| *x *= acc_un);
+                                    }
+                                    true
                                 }
                             };
                             if !done {
@@ -3379,7 +3347,7 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
                                     for r in 0..mr {
                                         let av = ap[kk * mr + r] as f64 * aun;
                                         for j in 0..16 {
-                                            let rd = if sr { rng.bits(index(row0 + r, col0 + j, kb + o0 + kk), rbits) } else { 0 };
+                                            let rd = if sr { words.bits(row0 + r, col0 + j, kb + o0 + kk, rbits) } else { 0 };
                                             // The product of two f32 values of <= 24 bits together is exact in f64.
                                             t[r * 16 + j] = exact.add(t[r * 16 + j] as f64, av * (bp[kk * 16 + j] as f64 * bun), rd) as f32;
                                         }
@@ -3504,13 +3472,16 @@ fn drive<R: Round>(r: &R, a: &Operand, b: &Operand, c: EmuOut, spec: &AccumSpec,
         return Ok(());
     }
     let stochastic = spec.opts.mode == Mode::Stochastic && (R::STOCHASTIC || outer.is_some());
+    // The products' adds draw their bits from `words` (words of rows and columns,
+    // [`StepRand`]); the chunk totals' from `rng2`, keyed by (element, step).
+    let words_used = stochastic && R::STOCHASTIC;
     let sum_exact = sums_exact_f64(&spec.fmt, a, b);
-    let rng = Rng::new(spec.opts.key);
     let rng2 = Rng::new(chunk_opts(spec.opts).key);
     let rbits = spec.opts.rbits;
     let chunk = spec.chunk.map(|(cs, _)| cs).unwrap_or(usize::MAX);
     let nchunks = if outer.is_some() { k.div_ceil(chunk) } else { 0 };
     let steps = (k + nchunks) as u64;
+    let words = StepRand::new(spec.opts.key, steps);
     let simd = super::simd();
     let tiled = r.has_tile(simd, rbits);
     let (prec_a, prec_b) = (a.format().map_or(53, |f| profile(&f).0), b.format().map_or(53, |f| profile(&f).0));
@@ -3527,20 +3498,22 @@ fn drive<R: Round>(r: &R, a: &Operand, b: &Operand, c: EmuOut, spec: &AccumSpec,
         let mut acc = vec![0f64; rb * jb];
         let mut tot = vec![0f64; if outer.is_some() { rb * jb } else { 0 }];
         let mut panel = vec![0f64; KB.min(k.max(1)) * jb];
+        // The column words of the panel's steps, `vpan[kk*jb + j]`, when drawn.
+        let mut vpan = vec![0u64; if words_used { KB.min(k.max(1)) * jb } else { 0 }];
         let (mut rands, mut old, mut bad) = (vec![0u64; jb], vec![0f64; jb], vec![0u8; jb]);
-        // One depth step of a row segment, `row[j] = round(row[j] + av*bp[j])`; its first
-        // element has step index `base` (random bits drawn when stochastic).
-        let mut step_row = |row: &mut [f64], bp: &[f64], av: f64, base: u64| {
+        // One depth step of a row segment, `row[j] = round(row[j] + av*bp[j])`; the
+        // row's word `u` and the columns' `vw` at this step (used when stochastic).
+        let mut step_row = |row: &mut [f64], bp: &[f64], av: f64, u: u64, vw: &[u64]| {
             if let ([x], [bv]) = (&mut *row, bp) {
                 // One column (a 1-D sum, a matrix-vector product): the scalar add,
                 // which the lanes of `step` equal.
-                let rd = if stochastic && R::STOCHASTIC { rng.bits(base, rbits) } else { 0 };
+                let rd = if words_used { StepRand::top(u ^ vw[0], rbits) } else { 0 };
                 *x = r.add(*x, av * bv, rd);
                 return;
             }
-            if stochastic && R::STOCHASTIC {
-                if !r.step_st(simd, row, bp, av, &rng, base, steps, rbits, sum_exact) {
-                    fill_rands(simd, &rng, base, steps, rbits, &mut rands[..row.len()]);
+            if words_used {
+                if !r.step_st(simd, row, bp, av, u, vw, rbits, sum_exact) {
+                    fill_rands(u, vw, rbits, &mut rands[..row.len()]);
                     r.step(simd, row, bp, av, &rands, &mut old, &mut bad);
                 }
             } else {
@@ -3548,6 +3521,8 @@ fn drive<R: Round>(r: &R, a: &Operand, b: &Operand, c: EmuOut, spec: &AccumSpec,
             }
         };
         let mut apk = vec![0f64; if tiled { KB.min(k.max(1)) * TILE_ROWS } else { 0 }];
+        let mut upk = vec![0u64; if tiled && words_used { KB.min(k.max(1)) * TILE_ROWS } else { 0 }];
+        let mut urun = vec![0u64; if tiled && words_used { KB.min(k.max(1)) } else { 0 }];
         // Chunk totals of row i (of this task) after step kidx, when a chunk ends there.
         let flush = |acc: &mut [f64], tot: &mut [f64], i: usize, kidx: usize| {
             let Some(o) = outer else { return };
@@ -3578,6 +3553,11 @@ fn drive<R: Round>(r: &R, a: &Operand, b: &Operand, c: EmuOut, spec: &AccumSpec,
             // SAFETY: rows kb..kb+kn and columns j0..j0+jb are inside b; the panel
             // holds kn rows of jb values, panel[kk*jb + j] = b[kb+kk, j0+j].
             unsafe { super::kernels::pack_real::<f64>(b, base, b.cs, b.rs, jb, jb, kn, &mut panel) };
+            if words_used {
+                for kk in 0..kn {
+                    words.col_run(j0, kb + kk, rbits, &mut vpan[kk * jb..(kk + 1) * jb]);
+                }
+            }
             if n == 1 {
                 for i in 0..rb {
                     // SAFETY: row i0+i and columns kb..kb+kn are inside a; arow[kk] = a[i0+i, kb+kk].
@@ -3586,7 +3566,7 @@ fn drive<R: Round>(r: &R, a: &Operand, b: &Operand, c: EmuOut, spec: &AccumSpec,
                     let mut x = acc[i];
                     for (kk, (&av, &bv)) in arow[..kn].iter().zip(&panel[..kn]).enumerate() {
                         let kidx = kb + kk;
-                        let rd = if stochastic && R::STOCHASTIC { rng.bits(e.wrapping_mul(steps).wrapping_add(kidx as u64), rbits) } else { 0 };
+                        let rd = if words_used { StepRand::top(words.row(i0 + i, kidx, rbits) ^ vpan[kk], rbits) } else { 0 };
                         // Without branches on the data: each mispredicted rounding
                         // direction would stall the chain. Rare cases redone.
                         let (v, bad) = r.add_fast(x, av * bv, rd);
@@ -3615,29 +3595,39 @@ fn drive<R: Round>(r: &R, a: &Operand, b: &Operand, c: EmuOut, spec: &AccumSpec,
                     // apk[kk*TILE_ROWS + r] = a[i0+i+r, kb+kk], zeros past row nr.
                     unsafe { super::kernels::pack_real::<f64>(a, abase, a.rs, a.cs, nr, TILE_ROWS, kn, &mut apk) };
                     let ab64 = exp_bounds64((0..kn).flat_map(|kk| &apk[kk * TILE_ROWS..kk * TILE_ROWS + nr]), prec_a);
+                    // The rows' words, `upk[kk*TILE_ROWS + r]`, as A's values.
+                    if words_used {
+                        for rr in 0..nr {
+                            words.row_run(i0 + i + rr, kb, rbits, &mut urun[..kn]);
+                            for (kk, &w) in urun[..kn].iter().enumerate() {
+                                upk[kk * TILE_ROWS + rr] = w;
+                            }
+                        }
+                    }
                     let exact = sum_exact || block_exact(fbounds, ab64.0, pb64.0);
                     let mut kk0 = 0;
                     while kk0 < kn {
                         let kidx0 = kb + kk0;
                         let seg = if outer.is_some() { (chunk - kidx0 % chunk).min(kn - kk0) } else { kn - kk0 };
                         let (ap, bp) = (&apk[kk0 * TILE_ROWS..], &panel[kk0 * jb..]);
+                        let (up, vp) = if words_used { (&upk[kk0 * TILE_ROWS..], &vpan[kk0 * jb..]) } else { (&upk[..0], &vpan[..0]) };
                         let mut j = 0;
                         while j < jb {
                             let w = if j + 8 <= jb { 8 } else { jb - j };
-                            let e0s: [u64; TILE_ROWS] = std::array::from_fn(|r| ((i0 + i + r) * n + j0 + j) as u64);
                             let tile_vals = || (0..nr).flat_map(|rr| &acc[(i + rr) * jb + j..(i + rr) * jb + j + w]);
                             let amax = if w < 8 { f64::NAN } else { abs_max(tile_vals()) };
                             // Sums that cannot leave the normal range need no watching.
                             let track = w < 8 || !r.quiet(ab64, pb64, amax, seg);
                             // Sums exact for this tile's values, if not for the block's formats.
                             let exact = exact || (w == 8 && r.exact_vals(exp_bounds64(tile_vals(), r.prec()), amax, ab64, pb64, seg));
-                            if w < 8 || !r.tile(simd, nr, &mut acc[i * jb + j..], jb, ap, &bp[j..], jb, seg, &rng, e0s, steps, kidx0 as u64, rbits, exact, track) {
+                            let tw = if words_used { Words { rows: up, cols: &vp[j..], ldv: jb } } else { Words::NONE };
+                            if w < 8 || !r.tile(simd, nr, &mut acc[i * jb + j..], jb, ap, &bp[j..], jb, seg, tw, rbits, exact, track) {
                                 for rr in 0..nr {
                                     let row = &mut acc[(i + rr) * jb + j..(i + rr) * jb + j + w];
                                     for kk in 0..seg {
-                                        let base = e0s[rr].wrapping_mul(steps).wrapping_add((kidx0 + kk) as u64);
                                         let bpk = &bp[kk * jb + j..kk * jb + j + w];
-                                        step_row(row, bpk, ap[kk * TILE_ROWS + rr], base);
+                                        let (u, vw) = if words_used { (up[kk * TILE_ROWS + rr], &vp[kk * jb + j..kk * jb + j + w]) } else { (0, &vp[..0]) };
+                                        step_row(row, bpk, ap[kk * TILE_ROWS + rr], u, vw);
                                     }
                                 }
                             }
@@ -3657,8 +3647,8 @@ fn drive<R: Round>(r: &R, a: &Operand, b: &Operand, c: EmuOut, spec: &AccumSpec,
                     let row = &mut acc[i * jb..(i + 1) * jb];
                     // SAFETY: (i0+i, kidx) is inside a.
                     let av = unsafe { a.get_f64(i0 + i, kidx) };
-                    let base = (((i0 + i) * n + j0) as u64).wrapping_mul(steps).wrapping_add(kidx as u64);
-                    step_row(row, &panel[kk * jb..(kk + 1) * jb], av, base);
+                    let (u, vw) = if words_used { (words.row(i0 + i, kidx, rbits), &vpan[kk * jb..(kk + 1) * jb]) } else { (0, &vpan[..0]) };
+                    step_row(row, &panel[kk * jb..(kk + 1) * jb], av, u, vw);
                     flush(&mut acc, &mut tot, i, kidx);
                 }
             }
@@ -3825,26 +3815,29 @@ pub(crate) mod testing {
     }
 
     /// A stochastic depth step through the vector kernel (`None` when it does not
-    /// apply) and element by element through `Fast::add` with `Rng::bits`.
+    /// apply) and element by element through `Fast::add`, element j's bits
+    /// those of element (base, j) at step 0 of a [`StepRand`] of `stride` steps.
     #[allow(clippy::type_complexity)]
     pub fn st_step_both(fmt: Format, rbits: u32, row: &[f64], bp: &[f64], av: f64, base: u64, stride: u64, exact: bool) -> Option<(Vec<f64>, Vec<f64>)> {
         let mut opts = RoundOpts::new(Mode::Stochastic);
         opts.rbits = rbits;
         opts.key = crate::round::SeedKey::from_seed(99);
         let f = Fast::<M_ST>::new(fmt, opts);
-        let rng = Rng::new(opts.key);
+        let sr = StepRand::new(opts.key, stride.max(1));
+        let (u, vw): (u64, Vec<u64>) = (sr.row(base as usize, 0, rbits), (0..row.len()).map(|j| sr.col(j, 0, rbits)).collect());
         let mut v = row.to_vec();
-        if !f.step_st(crate::convert::detected_isa() >= crate::convert::Isa::Avx2, &mut v, bp, av, &rng, base, stride, rbits, exact) {
+        if !f.step_st(crate::convert::detected_isa() >= crate::convert::Isa::Avx2, &mut v, bp, av, u, &vw, rbits, exact) {
             return None;
         }
-        let w = (0..row.len()).map(|j| f.add(row[j], av * bp[j], rng.bits(base.wrapping_add(j as u64 * stride), rbits))).collect();
+        let w = (0..row.len()).map(|j| f.add(row[j], av * bp[j], sr.bits(base as usize, j, 0, rbits))).collect();
         Some((v, w))
     }
 
     /// The register tile in `mode` on `nr` rows x 8 columns over `kn` steps
     /// (`None` when it does not apply or declines the tile), and the same steps
     /// element by element through `Fast::add` (with `Rng::bits` when
-    /// stochastic): element (r, l) has index `(e0s[r] + l) * steps + t0 + kk` at step kk.
+    /// stochastic): element (r, l) draws the bits of element (e0s[r], l) at
+    /// step t0 + kk of a [`StepRand`] of `steps` steps.
     #[allow(clippy::too_many_arguments, clippy::type_complexity)]
     /// When [`Fast::quiet_ok`] holds for the tile's values (A and B values of
     /// `prec` bits), the tile without watching runs too, and must give the same
@@ -3853,7 +3846,10 @@ pub(crate) mod testing {
         let mut opts = RoundOpts::new(mode);
         opts.rbits = rbits;
         opts.key = crate::round::SeedKey::from_seed(7);
-        let rng = Rng::new(opts.key);
+        let sr = StepRand::new(opts.key, steps);
+        let rows: Vec<u64> = (0..kn * TILE_ROWS).map(|q| sr.row(e0s[q % TILE_ROWS] as usize, t0 as usize + q / TILE_ROWS, rbits)).collect();
+        let cols: Vec<u64> = (0..kn * 8).map(|q| sr.col(q % 8, t0 as usize + q / 8, rbits)).collect();
+        let words = Words { rows: &rows, cols: &cols, ldv: 8 };
         let simd = crate::convert::detected_isa() >= crate::convert::Isa::Avx2;
         by_mode!(mode_code(mode), C => {
                 let f = Fast::<C>::new(fmt, opts);
@@ -3861,8 +3857,7 @@ pub(crate) mod testing {
                 for r in 0..nr {
                     for l in 0..8 {
                         for kk in 0..kn {
-                            let idx = (e0s[r] + l as u64) * steps + t0 + kk as u64;
-                            let rd = if C == M_ST { rng.bits(idx, rbits) } else { 0 };
+                            let rd = if C == M_ST { sr.bits(e0s[r] as usize, l, t0 as usize + kk, rbits) } else { 0 };
                             want[r * 8 + l] = f.add(want[r * 8 + l], ap[kk * TILE_ROWS + r] * bp[kk * 8 + l], rd);
                         }
                     }
@@ -3870,12 +3865,12 @@ pub(crate) mod testing {
                 let same = |x: &[f64]| x.iter().zip(&want).all(|(x, y)| x.to_bits() == y.to_bits());
                 let quiet = f.quiet_ok(exp_bounds64(&ap[..kn * TILE_ROWS], prec), exp_bounds64(&bp[..kn * 8], prec), abs_max(&acc[..nr * 8]), kn);
                 let mut free = acc.to_vec();
-                let quiet = quiet && f.tile_run(simd, nr, &mut free, 8, ap, bp, 8, kn, &rng, e0s, steps, t0, rbits, exact, false);
+                let quiet = quiet && f.tile_run(simd, nr, &mut free, 8, ap, bp, 8, kn, words, rbits, exact, false);
                 if quiet {
                     assert!(same(&free), "{fmt:?} {mode:?}: the tile without watching differs from the scalar path: {free:?} vs {want:?}");
                 }
                 let mut got = acc.to_vec();
-                if !f.tile_run(simd, nr, &mut got, 8, ap, bp, 8, kn, &rng, e0s, steps, t0, rbits, exact, true) {
+                if !f.tile_run(simd, nr, &mut got, 8, ap, bp, 8, kn, words, rbits, exact, true) {
                     // The watching tile declined (a subnormal sum, say): the unwatched result stands in.
                     return quiet.then_some((free, want, true));
                 }

@@ -139,6 +139,152 @@ impl Rng {
     }
 }
 
+/// The Weyl step of the column words of [`StepRand`] (odd, and unlike
+/// [`GAMMA`], so that no column's run of words is a row's shifted).
+pub const GAMMA_COL: u32 = 0x6A09_E667;
+
+/// The random bits of the depth steps of an emulated product `C = A B` with
+/// stochastic rounding. Step `t` of output element `(i, j)` draws the top
+/// `rbits` bits of `row(i, t) ^ col(j, t)`: a word of row i of A's side and a
+/// word of column j of B's side. A row's word is [`Rng::bits`]'s word of index
+/// `i * steps + t` (its own key); a column's likewise of `j * steps + t`, with
+/// its own key and Weyl step ([`GAMMA_COL`]). At most 32 bits use one mixed
+/// word, more a second.
+///
+/// Every element's bits are uniform, and one element's steps draw independent
+/// words. The words of any three elements are mutually independent; four
+/// elements on the corners of a rectangle (rows i, i', columns j, j') have
+/// words whose xor is zero at each step. So every pair of rounding errors is
+/// uncorrelated, as with a word per (element, step); what this buys is that a
+/// tile kernel reads the words packed beside A and B (one xor an add) instead
+/// of hashing each of them (m*n*k hashes become (m + n)*k).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StepRand {
+    rows: Side,
+    cols: Side,
+    steps: u64,
+}
+
+/// One side's keys: of the first and second word, of the index's high half; its Weyl step.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Side {
+    k0: u32,
+    k1: u32,
+    kc: u32,
+    gamma: u32,
+}
+
+impl Side {
+    /// The word (top bits first) of index `x`: `mix32(lo * gamma + (k0 ^
+    /// mix32(hi ^ kc)))` in the high half, and beyond 32 bits the same with
+    /// `k1` in the low half.
+    #[inline(always)]
+    fn word(&self, x: u64, rbits: u32) -> u64 {
+        let hi = mix32(((x >> 32) as u32) ^ self.kc);
+        let w = (x as u32).wrapping_mul(self.gamma);
+        let w0 = mix32(w.wrapping_add(self.k0 ^ hi)) as u64;
+        if rbits <= 32 {
+            w0 << 32
+        } else {
+            w0 << 32 | mix32(w.wrapping_add(self.k1 ^ hi)) as u64
+        }
+    }
+
+    /// `out[l] = word(x0 + l * stride)`, 8 at a time with AVX2 where the 8
+    /// indices share their high half and `rbits <= 32`.
+    fn fill(&self, x0: u64, stride: u64, rbits: u32, out: &mut [u64]) {
+        #[cfg(target_arch = "x86_64")]
+        if rbits <= 32 && crate::convert::detected_isa() >= crate::convert::Isa::Avx2 {
+            // SAFETY: avx2 was detected.
+            return unsafe { self.fill_avx2(x0, stride, out) };
+        }
+        for (l, o) in out.iter_mut().enumerate() {
+            *o = self.word(x0.wrapping_add((l as u64).wrapping_mul(stride)), rbits);
+        }
+    }
+
+    /// # Safety
+    /// The CPU must support avx2.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2")]
+    unsafe fn fill_avx2(&self, x0: u64, stride: u64, out: &mut [u64]) {
+        use std::arch::x86_64::*;
+        let lanes = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(stride as u32 as i32));
+        let g = _mm256_set1_epi32(self.gamma as i32);
+        let mut l = 0;
+        while l + 8 <= out.len() {
+            let first = x0.wrapping_add((l as u64).wrapping_mul(stride));
+            let last = first.wrapping_add(7u64.wrapping_mul(stride));
+            if last < first || first >> 32 != last >> 32 || stride >> 32 != 0 {
+                break;
+            }
+            let hi = mix32(((first >> 32) as u32) ^ self.kc);
+            // SAFETY: avx2 per the contract; the stores cover out[l..l + 8].
+            unsafe {
+                let lo = _mm256_add_epi32(_mm256_set1_epi32(first as u32 as i32), lanes);
+                let w = mix32_x8(_mm256_add_epi32(_mm256_mullo_epi32(lo, g), _mm256_set1_epi32((self.k0 ^ hi) as i32)));
+                let z = _mm256_setzero_si256();
+                // Each word into the high half of its u64.
+                let a = _mm256_unpacklo_epi32(z, w);
+                let b = _mm256_unpackhi_epi32(z, w);
+                let p = out.as_mut_ptr().add(l) as *mut __m256i;
+                _mm256_storeu_si256(p, _mm256_permute2x128_si256::<0x20>(a, b));
+                _mm256_storeu_si256(p.add(1), _mm256_permute2x128_si256::<0x31>(a, b));
+            }
+            l += 8;
+        }
+        for (q, o) in out.iter_mut().enumerate().skip(l) {
+            *o = self.word(x0.wrapping_add((q as u64).wrapping_mul(stride)), 32);
+        }
+    }
+}
+
+impl StepRand {
+    /// The GEMM's words under `key` for `steps` steps an element (its counters
+    /// are `i * steps + t`, so `steps` fixes the stream).
+    pub fn new(key: SeedKey, steps: u64) -> Self {
+        StepRand {
+            rows: Side { k0: key.a0, k1: key.a1, kc: key.c, gamma: GAMMA },
+            cols: Side { k0: key.b0, k1: key.b1, kc: !key.c, gamma: GAMMA_COL },
+            steps,
+        }
+    }
+
+    /// Row `i`'s word at step `t` (its top `rbits` bits used).
+    #[inline(always)]
+    pub fn row(&self, i: usize, t: usize, rbits: u32) -> u64 {
+        self.rows.word((i as u64).wrapping_mul(self.steps).wrapping_add(t as u64), rbits)
+    }
+
+    /// Column `j`'s word at step `t` (its top `rbits` bits used).
+    #[inline(always)]
+    pub fn col(&self, j: usize, t: usize, rbits: u32) -> u64 {
+        self.cols.word((j as u64).wrapping_mul(self.steps).wrapping_add(t as u64), rbits)
+    }
+
+    /// `out[q] = row(i, t0 + q, rbits)`.
+    pub fn row_run(&self, i: usize, t0: usize, rbits: u32, out: &mut [u64]) {
+        self.rows.fill((i as u64).wrapping_mul(self.steps).wrapping_add(t0 as u64), 1, rbits, out)
+    }
+
+    /// `out[l] = col(j0 + l, t, rbits)`.
+    pub fn col_run(&self, j0: usize, t: usize, rbits: u32, out: &mut [u64]) {
+        self.cols.fill((j0 as u64).wrapping_mul(self.steps).wrapping_add(t as u64), self.steps, rbits, out)
+    }
+
+    /// The top `rbits` (1..=64) bits of a word, in the low bits.
+    #[inline(always)]
+    pub fn top(w: u64, rbits: u32) -> u64 {
+        w >> (64 - rbits)
+    }
+
+    /// `rbits` random bits of step `t` of element `(i, j)`.
+    #[inline(always)]
+    pub fn bits(&self, i: usize, j: usize, t: usize, rbits: u32) -> u64 {
+        Self::top(self.row(i, t, rbits) ^ self.col(j, t, rbits), rbits)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -231,5 +377,40 @@ mod tests {
         }
         let c = chi2(&cells, n);
         assert!(c < 1023.0 + 6.0 * 45.3, "chi2 {c}");
+    }
+
+    #[test]
+    fn step_rand_uniform_and_pairwise_independent() {
+        // Elements (0, 0), (0, 1), (1, 0) over 2^18 steps: the top 4 bits of the
+        // three words form 4096 cells, uniform (chi-square mean 4095, sd 90.5).
+        let r = StepRand::new(SeedKey::from_seed(77), 1 << 18);
+        let n = 1u64 << 18;
+        let mut cells = vec![0u64; 4096];
+        for t in 0..n as usize {
+            let (x, y, z) = (r.bits(0, 0, t, 4), r.bits(0, 1, t, 4), r.bits(1, 0, t, 4));
+            cells[(x << 8 | y << 4 | z) as usize] += 1;
+        }
+        let c = chi2(&cells, n);
+        assert!(c < 4095.0 + 6.0 * 90.5, "chi2 {c}");
+        // The fourth corner is the xor of the other three, by construction.
+        for t in 0..64 {
+            assert_eq!(r.bits(1, 1, t, 64), r.bits(0, 0, t, 64) ^ r.bits(0, 1, t, 64) ^ r.bits(1, 0, t, 64));
+        }
+        // Other seeds, other words; top bits are the top of the 64-bit word.
+        let q = StepRand::new(SeedKey::from_seed(78), 1 << 18);
+        assert_ne!(r.bits(3, 4, 5, 64), q.bits(3, 4, 5, 64));
+        assert_eq!(r.bits(3, 4, 5, 13), r.bits(3, 4, 5, 32) >> 19);
+        assert_eq!(r.bits(3, 4, 5, 32), r.bits(3, 4, 5, 64) >> 32);
+        // The runs (vector and scalar, across a change of the index's high half) are the words.
+        let big = StepRand::new(SeedKey::from_seed(5), (1 << 31) + 3);
+        for rbits in [13, 32, 64] {
+            for (i, t0) in [(0usize, 0usize), (1, (1 << 31) - 5), (3, 17)] {
+                let mut run = vec![0u64; 40];
+                big.row_run(i, t0, rbits, &mut run);
+                assert!(run.iter().enumerate().all(|(q, &w)| w == big.row(i, t0 + q, rbits)), "rows {rbits} {i} {t0}");
+                big.col_run(i, t0, rbits, &mut run);
+                assert!(run.iter().enumerate().all(|(l, &w)| w == big.col(i + l, t0, rbits)), "cols {rbits} {i} {t0}");
+            }
+        }
     }
 }
