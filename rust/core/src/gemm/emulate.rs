@@ -754,9 +754,9 @@ impl<const M: u8> Fast<M> {
             let one = _mm256_set1_epi64x(1);
             let zero = _mm256_setzero_si256();
             let mut c = [[_mm256_setzero_pd(); 2]; NR];
-            for r in 0..NR {
-                c[r][0] = _mm256_loadu_pd(acc.as_ptr().add(r * ldc));
-                c[r][1] = _mm256_loadu_pd(acc.as_ptr().add(r * ldc + 4));
+            for (r, cr) in c.iter_mut().enumerate() {
+                cr[0] = _mm256_loadu_pd(acc.as_ptr().add(r * ldc));
+                cr[1] = _mm256_loadu_pd(acc.as_ptr().add(r * ldc + 4));
             }
             let mut tiny = _mm256_set1_pd(f64::NEG_INFINITY);
             let mut big = _mm256_setzero_pd();
@@ -770,7 +770,7 @@ impl<const M: u8> Fast<M> {
                 } else {
                     [zero; 2]
                 };
-                for r in 0..NR {
+                for (r, cr) in c.iter_mut().enumerate() {
                     let av = _mm256_broadcast_sd(&*pa.add(r));
                     let comp = if M == M_ST {
                         // (2^R - 1 - rand) = the top R bits of !w, moved to just below
@@ -783,9 +783,9 @@ impl<const M: u8> Fast<M> {
                     };
                     for h in 0..2 {
                         let x = if EXACT {
-                            _mm256_castpd_si256(_mm256_fmadd_pd(av, b[h], c[r][h]))
+                            _mm256_castpd_si256(_mm256_fmadd_pd(av, b[h], cr[h]))
                         } else {
-                            sum_odd_x4(c[r][h], _mm256_mul_pd(av, b[h])).1
+                            sum_odd_x4(cr[h], _mm256_mul_pd(av, b[h])).1
                         };
                         // On the signed bit pattern: the add grows the magnitude and
                         // carries into the exponent; the mask truncates below the unit.
@@ -805,7 +805,7 @@ impl<const M: u8> Fast<M> {
                         } else {
                             t
                         };
-                        c[r][h] = _mm256_castsi256_pd(t);
+                        cr[h] = _mm256_castsi256_pd(t);
                         if TRACK {
                             let mag = _mm256_and_si256(x, absm);
                             tiny = _mm256_max_pd(_mm256_castsi256_pd(_mm256_add_epi64(mag, shift0)), tiny);
