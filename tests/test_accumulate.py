@@ -283,6 +283,48 @@ def test_scaled_unit_kernels_subnormal_sums(dtype, acc, mode):
         assert same(got[rows][:, cols], ref_matmul(a[rows], b[:, cols], f, mode))
 
 
+@pytest.mark.parametrize("acc, rbits", [("e5m2", 21), ("e5m2", 2), ("fp16", 13)])
+def test_stochastic_watched_sums_past_the_largest_value(acc, rbits):
+    # Stochastic rounding into formats whose depth blocks cannot be bounded (e5m2:
+    # an add may grow a sum by a quarter) runs a kernel that watches every rounded
+    # sum; a tile where one passes the largest value is redone exactly. Rows whose
+    # sums pass it and come back (an infinity must stay), rows that stay below it,
+    # and the largest value itself reached.
+    f = ACC_FORMATS[acc]
+    big = float(f.max) / 2
+    g = np.random.default_rng(rbits)
+    k, n = 300, 40
+    a = g.standard_normal((24, k)).astype(np.float32)
+    b = g.standard_normal((k, n)).astype(np.float32)
+    # Rows 0-3: three large products up (past the largest value whatever the
+    # roundings), then three large ones down (to about the start).
+    a[:, 10:16] = 0.0
+    a[:4, 10:16] = [[1.0, 1.0, 1.0, -1.0, -1.0, -1.0]] * 4
+    b[10:16, :] = big * 1.25
+    # Row 5: one product of exactly the largest value.
+    a[5, :] = 0.0
+    a[:, 20] = 0.0
+    a[5, 20] = 1.0
+    b[20, :] = float(f.max)
+    if acc == "fp16":
+        a, b = a.astype(ml_dtypes.bfloat16), b.astype(np.float16)
+        a = a.astype(np.float16)
+    else:
+        a, b = a.astype(ml_dtypes.float8_e5m2), b.astype(ml_dtypes.float8_e5m2)
+    kw = dict(accumulate=f, rounding="stochastic", seed=8, rbits=rbits)
+    got = matmul_as_scalar(a, b, **kw).astype(np.float64)
+    # Positive sums past the largest value round to +inf, which the later products keep.
+    assert np.all(np.isinf(got[:4]) & (got[:4] > 0))
+    assert np.all(got[5] == float(f.max))
+    assert np.all(np.isfinite(got[6:]))
+    n0 = lowp.get_num_threads()
+    try:
+        lowp.set_num_threads(2)
+        assert same_bits(lowp.matmul(a, b, **kw), got.astype(np.float32))
+    finally:
+        lowp.set_num_threads(n0)
+
+
 @pytest.mark.parametrize("acc, mode, rbits", [("fp16", "stochastic", 13), ("fp16", "up", None), ("f6m9", "toward_zero", None),
                                              ("f6m9", "nearest_even", None), ("e5m2", "down", None), ("e5m2", "nearest_even", None)])
 def test_scaled_kernels_tiny_operands(acc, mode, rbits):

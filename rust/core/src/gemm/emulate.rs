@@ -1588,12 +1588,13 @@ fn split_mult(prec: i32) -> f32 {
 /// most 11 bits whose values are f32 (`fits`). The FMA truncates any sum
 /// exactly; on values scaled by [`unit_scale`] the truncation at the unit bit
 /// of the pattern rounds at the format's unit in its subnormal range too, so
-/// the products may have any bits. Formats of few bits whose depth blocks
-/// would always fail the bound on the sums ([`bound_room`]) take the f64 path.
+/// the products may have any bits. Depth blocks that fail the bound on the
+/// sums (every block of a format of few bits such as float8_e5m2, where an add
+/// can grow a sum by a quarter: [`bound_room`]) run [`tile16_sr_track`].
 fn sr_kind(fmt: &Format, opts: &RoundOpts, fa: &Format, fb: &Format, fits: bool) -> Option<(Kind16, bool)> {
     let sf = sr_fmt(fmt)?;
     let narrow = |f: &Format| matches!(f, Format::Float(x) if x.man_bits <= 10);
-    (!opts.saturate && fits && narrow(fa) && narrow(fb) && (1..=sf.unit).contains(&opts.rbits) && bound_room(sf.prec)).then_some((Kind16::Sr, false))
+    (!opts.saturate && fits && narrow(fa) && narrow(fb) && (1..=sf.unit).contains(&opts.rbits)).then_some((Kind16::Sr, false))
 }
 
 /// Bounds of a block of f32 values: (lowest exponent of any nonzero finite
@@ -2744,7 +2745,7 @@ macro_rules! by_sr_shift {
 /// (ymm15). ymm10 holds `a`; ymm14 scratch.
 #[cfg(target_arch = "x86_64")]
 macro_rules! sr_acc {
-    ($c:literal, $b:literal, $v:literal) => {
+    ($c:literal, $b:literal, $v:expr) => {
         concat!(
             "vpxor ymm14, ymm11, ", $v, "\n",
             "vfmadd231ps ", $c, ", ymm10, ", $b, "\n",
@@ -2834,6 +2835,98 @@ unsafe fn tile16_sr<const MR: usize>(acc: &mut [f32], ap: &[f32], bp: &[f32], up
             go!(1, "4")
         }
     }
+}
+
+/// One accumulator of a [`tile16_sr_track`] step: [`sr_acc`] with the column
+/// word `$v` a memory operand, then the largest magnitude pattern so far
+/// (ymm12) kept: the rounded sum's pattern without its sign (ymm13: the mask).
+#[cfg(target_arch = "x86_64")]
+macro_rules! sr_acc_track {
+    ($c:literal, $b:literal, $v:literal) => {
+        concat!(
+            sr_acc!($c, $b, concat!("ymmword ptr [{pv} + ", $v, "]")),
+            "vpand ymm14, ", $c, ", ymm13\n",
+            "vpmaxud ymm12, ymm12, ymm14\n",
+        )
+    };
+}
+
+/// One row of a [`tile16_sr_track`] step, as [`sr_row`]'s.
+#[cfg(target_arch = "x86_64")]
+macro_rules! sr_row_track {
+    ($r:ident, $off:literal, $c0:literal, $o0:literal, $c1:literal, $o1:literal) => {
+        concat!(
+            "vbroadcastss ymm10, dword ptr [{pa} + ", $off, "]\n",
+            "vbroadcastss ymm11, dword ptr [{pu} + ", $off, "]\n",
+            sr_acc_track!($c0, "ymm8", "0"),
+            sr_acc_track!($c1, "ymm9", "32"),
+        )
+    };
+}
+
+/// Store of accumulator `$c` at byte `$off` of the tile, and of the largest
+/// magnitude pattern (ymm12) at `{mx}`.
+#[cfg(target_arch = "x86_64")]
+macro_rules! track_store {
+    ($c:literal, $off:literal) => {
+        concat!("vmovups ymmword ptr [{c} + ", $off, "], ", $c, "\n", "vmovdqu ymmword ptr [{mx}], ymm12\n")
+    };
+}
+
+/// [`tile16_sr`] that watches its sums instead of relying on a bound: it
+/// returns the largest magnitude of any rounded sum, as an f32 bit pattern
+/// (the caller compares it with the format's largest value, scaled; past it
+/// the tile's result is void, as every sum beyond the largest value must round
+/// to an infinity or stop at that value, which the integer rounding does not).
+/// Six vector operations an add: [`tile16_sr`]'s four, a mask and an
+/// unsigned maximum.
+///
+/// # Safety
+/// As [`tile16_sr`]'s.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn tile16_sr_track<const MR: usize>(acc: &mut [f32], ap: &[f32], bp: &[f32], up: &[u32], vp: &[u32], kn: usize, unit: u32) -> u32 {
+    use std::arch::asm;
+    assert!(MR == 1 || MR == 4);
+    assert!(acc.len() >= MR * 16 && ap.len() >= kn * MR && bp.len() >= kn * 16 && up.len() >= kn * MR && vp.len() >= kn * 16);
+    assert!((13..=21).contains(&unit));
+    if kn == 0 {
+        return 0;
+    }
+    let k = [[u32::MAX << unit; 8], [0x7fff_ffff; 8]];
+    let mut mx = [0u32; 8];
+    // Toward zero.
+    let rc = 3u32 << 13;
+    let mut csr = [0u32; 2];
+    macro_rules! go {
+        ($mr:tt, $st:literal) => {
+            tile_asm!($mr,
+                setup: ["vmovdqu ymm15, ymmword ptr [{k}]", "vmovdqu ymm13, ymmword ptr [{k} + 32]", "vpxor ymm12, ymm12, ymm12"],
+                b: ("ymm8", "ymm9"),
+                row: sr_row_track(sr),
+                step: [concat!("add {pu}, ", $st), "add {pv}, 64"],
+                store: track_store,
+                clobber: ["ymm10", "ymm11", "ymm12", "ymm13", "ymm14", "ymm15"],
+                io: (acc, ap, bp, kn, csr, rc),
+                k = in(reg) k.as_ptr(),
+                mx = in(reg) mx.as_mut_ptr(),
+                pu = inout(reg) up.as_ptr() => _,
+                pv = inout(reg) vp.as_ptr() => _,
+            )
+        };
+    }
+    // SAFETY: the loads and stores stay inside acc (MR*16 values), ap and up
+    // (kn*MR), bp and vp (kn*16), the constants and mx; MXCSR is restored before
+    // the block ends; the clobbered vector registers are declared.
+    unsafe {
+        if MR == 4 {
+            go!(4, "16")
+        } else {
+            go!(1, "4")
+        }
+    }
+    mx.into_iter().max().unwrap_or(0)
 }
 
 /// Chunk totals of [`Kind16::Sr`]: `tot = SR(tot + row)` lane by lane, then
@@ -3063,6 +3156,8 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
     // complemented bits and a column's bits, each placed there.
     let sr_unit = sf.map_or(0, |f| f.unit);
     let place = |x: u64| if sr { (x as u32) << (sr_unit - rbits) } else { 0 };
+    // The largest value's pattern, scaled: a watched sum past it voids the tile.
+    let sr_top = sf.map_or(0, |f| ((f.max * 2f64.powi(unit_scale(&f))) as f32).to_bits());
     let rbits_mask = if sr { (1u64 << rbits) - 1 } else { 0 };
     // The chunk totals' bits: keyed by element e = row * n + column, step k + r.
     let index = |row: usize, col: usize, t: usize| ((row * n + col) as u64).wrapping_mul(steps).wrapping_add(t as u64);
@@ -3194,6 +3289,7 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
             // Kind Sr: the rows' placed complemented random bits, as apack.
             let mut upack = vec![0u32; if sr { apack.len() } else { 0 }];
             let mut urun = vec![0u64; if sr { kbs } else { 0 }];
+            let mut tsave = vec![0f32; if sr { mr * 16 } else { 0 }];
             for (kbi, &bbk) in bbounds.iter().enumerate() {
                 let (kb, kn) = (kbi * KB, KB.min(k - kbi * KB));
                 for g in 0..groups {
@@ -3209,8 +3305,12 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
                 let sbk = bsc[kbi];
                 let sa = usc - sbk;
                 // Kinds Split and Sr: may this block run them (`split_ok`)?
+                let row_max = if bounds_used {
+                    (0..groups).flat_map(|g| (0..mr).map(move |r| ablock(g).iter().skip(r).step_by(mr).map(|x| x.abs() as f64).sum::<f64>())).fold(0.0, f64::max)
+                } else {
+                    0.0
+                };
                 let bounded = bounds_used && {
-                    let row_max = (0..groups).flat_map(|g| (0..mr).map(move |r| ablock(g).iter().skip(r).step_by(mr).map(|x| x.abs() as f64).sum::<f64>())).fold(0.0, f64::max);
                     let lo = ab.zip(bbk).map(|(x, y)| x.0 + y.0);
                     match (sf.or(du.map(|d| d.0)), gs) {
                         // Stochastic or directed: every sum below the largest value, which no
@@ -3251,7 +3351,15 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
                 // and kind Dir's into a `Unit` format other than float16 and float8_e5m2.
                 // Kind OddUnit into float8_e5m2 outside its bound: kind OddE5m2 where that holds.
                 let odd_alt = odd_unit && !bounded && spec.fmt == Format::Float(named::FLOAT8_E5M2) && fits(ab, bbk);
-                let fast = odd_alt || (!scan || fits(ab, bbk)) && (!(sr || gs.is_some() || (du.is_some() && dalt.is_none())) || bounded);
+                // Kind Sr past the bound: the kernel that watches its sums
+                // ([`tile16_sr_track`]), where A's values scale exactly and no sum,
+                // however each add grows it, comes near f32's overflow.
+                let track = sr && !bounded && {
+                    let f = sf.expect("kind Sr");
+                    let loose = (abs_max32(&acc) as f64 + row_max * bmaxes[kbi] as f64) * growth(f.prec).powi(kn as i32);
+                    scale_ok(sa, ab.map(|x| x.0)) && loose * 2f64.powi(usc) < 2f64.powi(100)
+                };
+                let fast = odd_alt || (!scan || fits(ab, bbk)) && (!(sr || gs.is_some() || (du.is_some() && dalt.is_none())) || bounded || track);
                 // Kind Split on this block, else its fallback Fma; kind Dir at float16's or
                 // float8_e5m2's unit, else their conversions.
                 let kind = match (kind, dalt) {
@@ -3261,7 +3369,7 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
                     (kind, _) => kind,
                 };
                 // This block's A (by 2^sa) and tiles (by 2^usc) scaled ([`unit_scale`]).
-                let scaled = fast && bounded && scaled_kind;
+                let scaled = fast && (bounded || track) && scaled_kind;
                 // The conversions' kernels (`dalt`, `odd_alt`) round unscaled sums: on a
                 // scaled B they take A scaled up by 2^-sbk (the products unchanged), where
                 // that stays below 2^127, else the block runs the f64 rounding.
@@ -3309,7 +3417,7 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
                                 unsafe {
                                     // Tiles of MR_FMA (FMA) or MR_ODD rows, or of one row throughout.
                                     macro_rules! tiles {
-                                        ($mf:expr, $mo:expr) => {
+                                        ($mf:expr, $mo:expr, $ok:ident) => {
                                             match (kind, bf) {
                                                 (Kind16::Fma, false) => tile16::<$mf, K_FMA, false>(t, ap, bp, len, spl),
                                                 (Kind16::Fma, true) => tile16::<$mf, K_FMA, true>(t, ap, bp, len, spl),
@@ -3323,23 +3431,33 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
                                                 (Kind16::OddE5m2, _) => tile16_oddz::<$mo, ODD_E5M2>(t, ap, bp, len),
                                                 (Kind16::OddUnit, _) => tile16_oddu::<$mo>(t, ap, bp, len, gs.map_or(21, |f| f.unit)),
                                                 (Kind16::Dir(to), _) => tile16_dir_to::<$mf>(to, rm, t, ap, bp, len),
+                                                (Kind16::Sr, _) if track => $ok = tile16_sr_track::<$mo>(t, ap, bp, up, vp, len, sr_unit as u32) <= sr_top,
                                                 (Kind16::Sr, _) => tile16_sr::<$mo>(t, ap, bp, up, vp, len, sr_unit as u32),
                                             }
                                         };
                                     }
+                                    // The watching kernel's tile as it was, for the f64 rounding if
+                                    // some sum passed the largest value.
+                                    if track {
+                                        tsave[..t.len()].copy_from_slice(t);
+                                    }
+                                    let mut ok = true;
                                     // Exact: the accumulators are on the format's grid.
                                     if scaled {
                                         t.iter_mut().for_each(|x| *x *= sc);
                                     }
                                     if mr == 1 {
-                                        tiles!(1, 1)
+                                        tiles!(1, 1, ok)
                                     } else {
-                                        tiles!(MR_FMA, MR_ODD)
+                                        tiles!(MR_FMA, MR_ODD, ok)
                                     }
                                     if scaled {
                                         t.iter_mut().for_each(|x| *x *= acc_un);
                                     }
-                                    true
+                                    if !ok {
+                                        t.copy_from_slice(&tsave[..t.len()]);
+                                    }
+                                    ok
                                 }
                             };
                             if !done {

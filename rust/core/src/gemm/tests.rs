@@ -859,7 +859,8 @@ fn emulated_fp16_tile_paths_match_f64_lanes() {
             }
             // Stochastic with few random bits: the stochastic tile kernel (fp16 from
             // e4m3fn products, bf16 from fp8, bf16 and fp16 products, FloatFormat(6, 9)
-            // and (5, 4) from fp8 products), up to the bits f32 keeps below the unit.
+            // and (5, 4) from fp8 products; e5m2, whose blocks take the kernel that
+            // watches its sums), up to the bits f32 keeps below the unit.
             let custom = |e, m| Format::Float(crate::format::FloatFormat::new(e, m, None, true, crate::format::NanPolicy::Ieee, true).unwrap());
             // Nearest-even into FloatFormat(6, 9) and (5, 7) from fp8 products: the
             // split kernel at 10 and 8 bits, its chunk totals by `flush_split`.
@@ -869,7 +870,7 @@ fn emulated_fp16_tile_paths_match_f64_lanes() {
             for mode in [Mode::TowardZero, Mode::Up, Mode::Down] {
                 modes.extend([(custom(6, 9), opts(mode)), (custom(5, 7), opts(mode)), (Format::Float(FLOAT8_E4M3), opts(mode))]);
             }
-            for (fmt, rbits) in [(f16, 1), (f16, 9), (f16, 13), (bf16, 5), (bf16, 16), (custom(6, 9), 14), (custom(6, 9), 3), (custom(5, 4), 19)] {
+            for (fmt, rbits) in [(f16, 1), (f16, 9), (f16, 13), (bf16, 5), (bf16, 16), (custom(6, 9), 14), (custom(6, 9), 3), (custom(5, 4), 19), (Format::Float(FLOAT8_E5M2), 21), (Format::Float(FLOAT8_E5M2), 4)] {
                 let key = crate::round::SeedKey::from_seed(rbits as u64 + 7);
                 modes.push((fmt, RoundOpts { rbits, key, ..opts(Mode::Stochastic) }));
             }
