@@ -1590,7 +1590,7 @@ fn split_mult(prec: i32) -> f32 {
 /// of the pattern rounds at the format's unit in its subnormal range too, so
 /// the products may have any bits. Depth blocks that fail the bound on the
 /// sums (every block of a format of few bits such as float8_e5m2, where an add
-/// can grow a sum by a quarter: [`bound_room`]) run [`tile16_sr_track`].
+/// can grow a sum by a quarter: [`bound_room`]) run [`tile16_sr`] with `TRACK`.
 fn sr_kind(fmt: &Format, opts: &RoundOpts, fa: &Format, fb: &Format, fits: bool) -> Option<(Kind16, bool)> {
     let sf = sr_fmt(fmt)?;
     let narrow = |f: &Format| matches!(f, Format::Float(x) if x.man_bits <= 10);
@@ -2756,17 +2756,52 @@ macro_rules! sr_acc {
 }
 
 /// One row of a [`tile16_sr`] step: `a` and the row's random word broadcast
-/// (ymm10, ymm11), then [`sr_acc`] on both accumulators (the step's 16
-/// column words in ymm12, ymm13).
+/// (ymm10, ymm11), then both accumulators' adds: `$r` = `plain`, [`sr_acc`]
+/// (the step's 16 column words in ymm12, ymm13); `track`, [`sr_acc_track`].
 #[cfg(target_arch = "x86_64")]
 macro_rules! sr_row {
     ($r:ident, $off:literal, $c0:literal, $o0:literal, $c1:literal, $o1:literal) => {
         concat!(
             "vbroadcastss ymm10, dword ptr [{pa} + ", $off, "]\n",
             "vbroadcastss ymm11, dword ptr [{pu} + ", $off, "]\n",
-            sr_acc!($c0, "ymm8", "ymm12"),
-            sr_acc!($c1, "ymm9", "ymm13"),
+            sr_acc_of!($r, $c0, "ymm8", "ymm12", "0"),
+            sr_acc_of!($r, $c1, "ymm9", "ymm13", "32"),
         )
+    };
+}
+
+/// [`sr_row`]'s add of one accumulator: its column words in register `$vr`
+/// (`plain`) or at byte `$vo` of the step's words (`track`).
+#[cfg(target_arch = "x86_64")]
+macro_rules! sr_acc_of {
+    (plain, $c:literal, $b:literal, $vr:literal, $vo:literal) => {
+        sr_acc!($c, $b, $vr)
+    };
+    (track, $c:literal, $b:literal, $vr:literal, $vo:literal) => {
+        sr_acc_track!($c, $b, $vo)
+    };
+}
+
+/// One accumulator of a watching [`tile16_sr`] step: [`sr_acc`] with the column
+/// word `$v` a memory operand, then the largest magnitude pattern so far
+/// (ymm12) kept: the rounded sum's pattern without its sign (ymm13: the mask).
+#[cfg(target_arch = "x86_64")]
+macro_rules! sr_acc_track {
+    ($c:literal, $b:literal, $v:literal) => {
+        concat!(
+            sr_acc!($c, $b, concat!("ymmword ptr [{pv} + ", $v, "]")),
+            "vpand ymm14, ", $c, ", ymm13\n",
+            "vpmaxud ymm12, ymm12, ymm14\n",
+        )
+    };
+}
+
+/// Store of accumulator `$c` at byte `$off` of the tile, and of the largest
+/// magnitude pattern (ymm12) at `{mx}`.
+#[cfg(target_arch = "x86_64")]
+macro_rules! track_store {
+    ($c:literal, $off:literal) => {
+        concat!("vmovups ymmword ptr [{c} + ", $off, "], ", $c, "\n", "vmovdqu ymmword ptr [{mx}], ymm12\n")
     };
 }
 
@@ -2777,6 +2812,14 @@ macro_rules! sr_row {
 /// placed just below the unit, is `up[t*MR + r] ^ vp[t*16 + c]`: the row's
 /// complemented bits and the column's bits ([`StepRand`]), each placed by the
 /// caller. Four vector operations an add (xor, FMA, add, and).
+///
+/// With `TRACK` the kernel watches its sums instead of relying on a bound
+/// ([`block_ok`]): it returns the largest magnitude of any rounded sum, as an
+/// f32 bit pattern (0 without `TRACK`). The caller compares it with the
+/// format's largest value, scaled: past it the tile's result is void, as every
+/// sum beyond the largest value must round to an infinity or stop at that
+/// value, which the integer rounding does not. Six operations an add: a mask
+/// and an unsigned maximum more.
 ///
 /// The FMA toward zero (MXCSR, inside the assembly block) is the exact sum
 /// `x` truncated to 24 bits, so its bits below the format's unit (in its
@@ -2791,102 +2834,14 @@ macro_rules! sr_row {
 /// their fixed unit, as the f64 path's rounding does. Exact zero sums are +0
 /// toward zero, as in the f64 path; a nonzero sum is at least the smallest
 /// subnormal, so no truncation makes a -0. The caller keeps every sum below
-/// the largest value ([`block_ok`]), so no rounding passes it.
+/// the largest value ([`block_ok`]), so no rounding passes it, or watches them.
 ///
 /// # Safety
 /// The CPU must support avx2 and fma; `ap`, `up` hold kn*MR values, `bp`, `vp` kn*16.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn tile16_sr<const MR: usize>(acc: &mut [f32], ap: &[f32], bp: &[f32], up: &[u32], vp: &[u32], kn: usize, unit: u32) {
-    use std::arch::asm;
-    assert!(MR == 1 || MR == 4);
-    assert!(acc.len() >= MR * 16 && ap.len() >= kn * MR && bp.len() >= kn * 16 && up.len() >= kn * MR && vp.len() >= kn * 16);
-    assert!((13..=21).contains(&unit));
-    if kn == 0 {
-        return;
-    }
-    let mask = [u32::MAX << unit; 8];
-    // Toward zero.
-    let rc = 3u32 << 13;
-    let mut csr = [0u32; 2];
-    macro_rules! go {
-        ($mr:tt, $st:literal) => {
-            tile_asm!($mr,
-                setup: ["vmovdqu ymm15, ymmword ptr [{k}]"],
-                b: ("ymm8", "ymm9", "vmovdqu ymm12, ymmword ptr [{pv}]", "vmovdqu ymm13, ymmword ptr [{pv} + 32]"),
-                row: sr_row(sr),
-                step: [concat!("add {pu}, ", $st), "add {pv}, 64"],
-                store: tile_store,
-                clobber: ["ymm10", "ymm11", "ymm12", "ymm13", "ymm14", "ymm15"],
-                io: (acc, ap, bp, kn, csr, rc),
-                k = in(reg) mask.as_ptr(),
-                pu = inout(reg) up.as_ptr() => _,
-                pv = inout(reg) vp.as_ptr() => _,
-            )
-        };
-    }
-    // SAFETY: the loads and stores stay inside acc (MR*16 values), ap and up
-    // (kn*MR), bp and vp (kn*16) and the mask; MXCSR is restored before the block
-    // ends; the clobbered vector registers are declared.
-    unsafe {
-        if MR == 4 {
-            go!(4, "16")
-        } else {
-            go!(1, "4")
-        }
-    }
-}
-
-/// One accumulator of a [`tile16_sr_track`] step: [`sr_acc`] with the column
-/// word `$v` a memory operand, then the largest magnitude pattern so far
-/// (ymm12) kept: the rounded sum's pattern without its sign (ymm13: the mask).
-#[cfg(target_arch = "x86_64")]
-macro_rules! sr_acc_track {
-    ($c:literal, $b:literal, $v:literal) => {
-        concat!(
-            sr_acc!($c, $b, concat!("ymmword ptr [{pv} + ", $v, "]")),
-            "vpand ymm14, ", $c, ", ymm13\n",
-            "vpmaxud ymm12, ymm12, ymm14\n",
-        )
-    };
-}
-
-/// One row of a [`tile16_sr_track`] step, as [`sr_row`]'s.
-#[cfg(target_arch = "x86_64")]
-macro_rules! sr_row_track {
-    ($r:ident, $off:literal, $c0:literal, $o0:literal, $c1:literal, $o1:literal) => {
-        concat!(
-            "vbroadcastss ymm10, dword ptr [{pa} + ", $off, "]\n",
-            "vbroadcastss ymm11, dword ptr [{pu} + ", $off, "]\n",
-            sr_acc_track!($c0, "ymm8", "0"),
-            sr_acc_track!($c1, "ymm9", "32"),
-        )
-    };
-}
-
-/// Store of accumulator `$c` at byte `$off` of the tile, and of the largest
-/// magnitude pattern (ymm12) at `{mx}`.
-#[cfg(target_arch = "x86_64")]
-macro_rules! track_store {
-    ($c:literal, $off:literal) => {
-        concat!("vmovups ymmword ptr [{c} + ", $off, "], ", $c, "\n", "vmovdqu ymmword ptr [{mx}], ymm12\n")
-    };
-}
-
-/// [`tile16_sr`] that watches its sums instead of relying on a bound: it
-/// returns the largest magnitude of any rounded sum, as an f32 bit pattern
-/// (the caller compares it with the format's largest value, scaled; past it
-/// the tile's result is void, as every sum beyond the largest value must round
-/// to an infinity or stop at that value, which the integer rounding does not).
-/// Six vector operations an add: [`tile16_sr`]'s four, a mask and an
-/// unsigned maximum.
-///
-/// # Safety
-/// As [`tile16_sr`]'s.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
 #[allow(clippy::too_many_arguments)]
-unsafe fn tile16_sr_track<const MR: usize>(acc: &mut [f32], ap: &[f32], bp: &[f32], up: &[u32], vp: &[u32], kn: usize, unit: u32) -> u32 {
+unsafe fn tile16_sr<const MR: usize, const TRACK: bool>(acc: &mut [f32], ap: &[f32], bp: &[f32], up: &[u32], vp: &[u32], kn: usize, unit: u32) -> u32 {
     use std::arch::asm;
     assert!(MR == 1 || MR == 4);
     assert!(acc.len() >= MR * 16 && ap.len() >= kn * MR && bp.len() >= kn * 16 && up.len() >= kn * MR && vp.len() >= kn * 16);
@@ -2894,36 +2849,47 @@ unsafe fn tile16_sr_track<const MR: usize>(acc: &mut [f32], ap: &[f32], bp: &[f3
     if kn == 0 {
         return 0;
     }
+    // The mask that truncates at the unit; the magnitude bits.
     let k = [[u32::MAX << unit; 8], [0x7fff_ffff; 8]];
     let mut mx = [0u32; 8];
     // Toward zero.
     let rc = 3u32 << 13;
     let mut csr = [0u32; 2];
     macro_rules! go {
-        ($mr:tt, $st:literal) => {
+        ($mr:tt, $st:literal, $setup:tt, $b:tt, $r:ident, $store:ident, $($mx:tt)*) => {
             tile_asm!($mr,
-                setup: ["vmovdqu ymm15, ymmword ptr [{k}]", "vmovdqu ymm13, ymmword ptr [{k} + 32]", "vpxor ymm12, ymm12, ymm12"],
-                b: ("ymm8", "ymm9"),
-                row: sr_row_track(sr),
+                setup: $setup,
+                b: $b,
+                row: sr_row($r),
                 step: [concat!("add {pu}, ", $st), "add {pv}, 64"],
-                store: track_store,
+                store: $store,
                 clobber: ["ymm10", "ymm11", "ymm12", "ymm13", "ymm14", "ymm15"],
                 io: (acc, ap, bp, kn, csr, rc),
                 k = in(reg) k.as_ptr(),
-                mx = in(reg) mx.as_mut_ptr(),
                 pu = inout(reg) up.as_ptr() => _,
                 pv = inout(reg) vp.as_ptr() => _,
+                $($mx)*
             )
+        };
+        ($mr:tt, $st:literal, plain) => {
+            go!($mr, $st, ["vmovdqu ymm15, ymmword ptr [{k}]"],
+                ("ymm8", "ymm9", "vmovdqu ymm12, ymmword ptr [{pv}]", "vmovdqu ymm13, ymmword ptr [{pv} + 32]"),
+                plain, tile_store,)
+        };
+        ($mr:tt, $st:literal, track) => {
+            go!($mr, $st, ["vmovdqu ymm15, ymmword ptr [{k}]", "vmovdqu ymm13, ymmword ptr [{k} + 32]", "vpxor ymm12, ymm12, ymm12"],
+                ("ymm8", "ymm9"), track, track_store, mx = in(reg) mx.as_mut_ptr(),)
         };
     }
     // SAFETY: the loads and stores stay inside acc (MR*16 values), ap and up
     // (kn*MR), bp and vp (kn*16), the constants and mx; MXCSR is restored before
     // the block ends; the clobbered vector registers are declared.
     unsafe {
-        if MR == 4 {
-            go!(4, "16")
-        } else {
-            go!(1, "4")
+        match (MR == 4, TRACK) {
+            (true, false) => go!(4, "16", plain),
+            (true, true) => go!(4, "16", track),
+            (false, false) => go!(1, "4", plain),
+            (false, true) => go!(1, "4", track),
         }
     }
     mx.into_iter().max().unwrap_or(0)
@@ -3352,7 +3318,7 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
                 // Kind OddUnit into float8_e5m2 outside its bound: kind OddE5m2 where that holds.
                 let odd_alt = odd_unit && !bounded && spec.fmt == Format::Float(named::FLOAT8_E5M2) && fits(ab, bbk);
                 // Kind Sr past the bound: the kernel that watches its sums
-                // ([`tile16_sr_track`]), where A's values scale exactly and no sum,
+                // ([`tile16_sr`] with `TRACK`), where A's values scale exactly and no sum,
                 // however each add grows it, comes near f32's overflow.
                 let track = sr && !bounded && {
                     let f = sf.expect("kind Sr");
@@ -3431,8 +3397,8 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
                                                 (Kind16::OddE5m2, _) => tile16_oddz::<$mo, ODD_E5M2>(t, ap, bp, len),
                                                 (Kind16::OddUnit, _) => tile16_oddu::<$mo>(t, ap, bp, len, gs.map_or(21, |f| f.unit)),
                                                 (Kind16::Dir(to), _) => tile16_dir_to::<$mf>(to, rm, t, ap, bp, len),
-                                                (Kind16::Sr, _) if track => $ok = tile16_sr_track::<$mo>(t, ap, bp, up, vp, len, sr_unit as u32) <= sr_top,
-                                                (Kind16::Sr, _) => tile16_sr::<$mo>(t, ap, bp, up, vp, len, sr_unit as u32),
+                                                (Kind16::Sr, _) if track => $ok = tile16_sr::<$mo, true>(t, ap, bp, up, vp, len, sr_unit as u32) <= sr_top,
+                                                (Kind16::Sr, _) => _ = tile16_sr::<$mo, false>(t, ap, bp, up, vp, len, sr_unit as u32),
                                             }
                                         };
                                     }
