@@ -1389,7 +1389,7 @@ pub(crate) enum Kind16 {
     /// [`unit_scale`] (A's block and the tile): the FMA's sum `s`, then the
     /// pattern plus 2^(u-1) - 1 plus its bit u, truncated below bit u, the
     /// format's unit in every scaled pattern, subnormals included
-    /// ([`tile16_une`]). Below the scaled smallest normal the FMA rounds at
+    /// ([`tile16_unit`]). Below the scaled smallest normal the FMA rounds at
     /// 2^-149, which holds every sum while the products' last bits do
     /// (checked per block). In the normal range the FMA's rounding is innocuous when every
     /// product is below `2^(sub + 23)` (`sub`: the exponent of the smallest
@@ -1422,7 +1422,7 @@ pub(crate) enum Kind16 {
     /// than `UnitNe` takes (bf16 and fp16 inputs), on values scaled by
     /// [`unit_scale`]: the sum rounded to odd at 24 bits (or at 2^-149, below the
     /// scaled smallest normal) as [`tile16_oddz`] does, then the integer
-    /// nearest-even rounding at the unit bit ([`tile16_oddu`]). Depth blocks
+    /// nearest-even rounding at the unit bit ([`tile16_unit`] with `ODD`). Depth blocks
     /// whose scaled products are not all exact f32 values, or whose sums could
     /// pass the largest value, run `OddE5m2` (float8_e5m2, when its own
     /// condition holds) or the f64 rounding; chunk totals take [`flush_split`].
@@ -2444,7 +2444,7 @@ const ODD_F16: u8 = 0;
 const ODD_E5M2: u8 = 2;
 
 /// The nearest-even tile kernel of [`Kind16::Odd`] into float16 or
-/// float8_e5m2 (`T`: [`ODD_F16`], [`ODD_E5M2`]; bfloat16's is [`tile16_oddu`]
+/// float8_e5m2 (`T`: [`ODD_F16`], [`ODD_E5M2`]; bfloat16's is [`tile16_unit`] with `ODD`
 /// at bit 16), `MR` (1 or 4) rows: as [`tile16`] with `K_ODD`, the round-to-odd
 /// computed with MXCSR rounding toward zero. With `p = a*b` exact in f32 (the exponent scan of the block)
 /// and `x = acc + p`: `y = RZ(x)` by the FMA, `t = RZ(acc - y)`, `d = RZ(p + t)`
@@ -2496,7 +2496,7 @@ unsafe fn tile16_oddz<const MR: usize, const T: u8>(acc: &mut [f32], ap: &[f32],
 }
 
 /// `$go!($mr, u)` with the literal `u` = `$unit` (13 to 21), the unit bit of
-/// [`tile16_oddu`] and [`tile16_une`].
+/// [`tile16_unit`] with `ODD` and [`tile16_unit`].
 #[cfg(target_arch = "x86_64")]
 macro_rules! by_unit_bit {
     ($unit:expr, $go:ident, $mr:tt) => {
@@ -2514,9 +2514,9 @@ macro_rules! by_unit_bit {
     };
 }
 
-/// The integer nearest-even rounding of [`tile16_oddu`] at bit `{u}` of the
+/// The integer nearest-even rounding of [`tile16_unit`] with `ODD` at bit `{u}` of the
 /// sum rounded to odd (ymm12, the inexact lanes in ymm13): plus 2^(u-1) - 1
-/// (`[{k} + 32]`) and the parity of bit u, the bits below u cleared (`[{k}]`).
+/// (`[{k} + 32]`) and the parity of bit u, the bits below u cleared (`[{k} + 64]`).
 /// Setting the sum's last bit where it was inexact only matters when its bits
 /// below u are exactly 2^(u-1), where it carries as an odd bit u does, so the
 /// inexact mask joins the parity instead: `ymm12 + 2^(u-1) - 1 + (bit u |
@@ -2530,62 +2530,12 @@ macro_rules! oddz_unit {
             "vpand ", $c, ", ", $c, ", ymm14\n",
             "vpaddd ", $c, ", ", $c, ", ymm12\n",
             "vpaddd ", $c, ", ", $c, ", ymmword ptr [{k} + 32]\n",
-            "vpand ", $c, ", ", $c, ", ymmword ptr [{k}]\n",
+            "vpand ", $c, ", ", $c, ", ymmword ptr [{k} + 64]\n",
         )
     };
 }
 
-/// The nearest-even tile kernel of [`Kind16::OddUnit`] at the unit bit `unit`
-/// (13 to 21) of the values scaled by [`unit_scale`], and of [`Kind16::Odd`]
-/// into bfloat16 (bit 16, unscaled: its subnormals are f32's), `MR` (1 or 4) rows:
-/// [`tile16_oddz`]'s round to odd (the FMA toward zero and the residual FMA,
-/// with every scaled product an exact f32: the argument holds with subnormal
-/// sums too, whose arithmetic is exact on the 2^-149 grid), then the integer
-/// nearest-even rounding at that bit ([`oddz_unit`]). Round to odd at 24 bits
-/// (or at 2^-149) then to nearest at 11 or fewer (or at 2^(-126 - man), 13 or
-/// more bits up) is the single rounding.
-///
-/// # Safety
-/// The CPU must support avx2 and fma; `ap` holds kn*MR values, `bp` kn*16.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn tile16_oddu<const MR: usize>(acc: &mut [f32], ap: &[f32], bp: &[f32], kn: usize, unit: u32) {
-    use std::arch::asm;
-    assert!(MR == 1 || MR == 4);
-    assert!(acc.len() >= MR * 16 && ap.len() >= kn * MR && bp.len() >= kn * 16);
-    assert!((13..=21).contains(&unit));
-    if kn == 0 {
-        return;
-    }
-    #[repr(C, align(32))]
-    struct Consts([[u32; 8]; 2]);
-    let low = (1u32 << unit) - 1;
-    let k = Consts([[!low; 8], [low >> 1; 8]]);
-    // Toward zero.
-    let rc = 3u32 << 13;
-    let mut csr = [0u32; 2];
-    macro_rules! go {
-        ($mr:tt, $u:literal) => {
-            oddz_asm!($mr, oddz_unit,
-                io: (acc, ap, bp, kn, csr, rc),
-                k = in(reg) k.0.as_ptr(),
-                u = const $u,
-            )
-        };
-    }
-    // SAFETY: the loads and stores stay inside acc (MR*16 values), ap (kn*MR) and
-    // bp (kn*16), asserted above, and the constants; MXCSR is restored before the
-    // block ends; the clobbered vector registers are declared.
-    unsafe {
-        if MR == 4 {
-            by_unit_bit!(unit, go, 4)
-        } else {
-            by_unit_bit!(unit, go, 1)
-        }
-    }
-}
-
-/// One row of a [`tile16_une`] step: the broadcast `a` at byte `$off` of the
+/// One row of a [`tile16_unit`] step: the broadcast `a` at byte `$off` of the
 /// strip (into ymm14), two FMAs, each sum rounded by [`une_round`].
 #[cfg(target_arch = "x86_64")]
 macro_rules! une_row {
@@ -2616,9 +2566,12 @@ macro_rules! une_round {
     };
 }
 
-/// The nearest-even tile kernel of [`Kind16::UnitNe`] at the unit bit `unit`
-/// (13 to 21) of the scaled values' patterns ([`unit_scale`]), `MR` (1 or 4)
-/// rows: as [`tile16`], each add the FMA (MXCSR to nearest, flush-to-zero and
+/// The nearest-even tile kernels at a unit bit `unit` (13 to 21) of the f32
+/// pattern, `MR` (1 or 4) rows, as [`tile16`]; their constants are ones,
+/// 2^(u-1) - 1 and the mask of the bits from the unit up.
+///
+/// Without `ODD`, [`Kind16::UnitNe`]'s, on the scaled values' patterns
+/// ([`unit_scale`]): each add the FMA (MXCSR to nearest, flush-to-zero and
 /// denormals-are-zero off: the scaled subnormals must stay) and the integer
 /// nearest-even rounding of the sum's pattern at that bit, on its magnitude
 /// bits (the sign stays, a -0 too; a carry reaches the exponent). Six vector
@@ -2626,11 +2579,20 @@ macro_rules! une_round {
 /// the sixteen free (with six rows and the constants as memory operands, the
 /// loads held it about 10% slower).
 ///
+/// With `ODD`, [`Kind16::OddUnit`]'s on the values scaled by [`unit_scale`],
+/// and [`Kind16::Odd`]'s into bfloat16 (bit 16, unscaled: its subnormals are
+/// f32's): [`tile16_oddz`]'s round to odd (the FMA toward zero and the
+/// residual FMA, with every scaled product an exact f32: the argument holds
+/// with subnormal sums too, whose arithmetic is exact on the 2^-149 grid),
+/// then the integer nearest-even rounding at that bit ([`oddz_unit`]). Round
+/// to odd at 24 bits (or at 2^-149) then to nearest at 11 or fewer (or at
+/// 2^(-126 - man), 13 or more bits up) is the single rounding.
+///
 /// # Safety
 /// The CPU must support avx2 and fma; `ap` holds kn*MR values, `bp` kn*16.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn tile16_une<const MR: usize>(acc: &mut [f32], ap: &[f32], bp: &[f32], kn: usize, unit: u32) {
+unsafe fn tile16_unit<const MR: usize, const ODD: bool>(acc: &mut [f32], ap: &[f32], bp: &[f32], kn: usize, unit: u32) {
     use std::arch::asm;
     assert!(MR == 1 || MR == 4);
     assert!(acc.len() >= MR * 16 && ap.len() >= kn * MR && bp.len() >= kn * 16);
@@ -2638,26 +2600,35 @@ unsafe fn tile16_une<const MR: usize>(acc: &mut [f32], ap: &[f32], bp: &[f32], k
     if kn == 0 {
         return;
     }
+    // Ones, 2^(u-1) - 1, the mask of the bits from the unit up.
     #[repr(C, align(32))]
     struct Consts([[u32; 8]; 3]);
     let low = (1u32 << unit) - 1;
     let k = Consts([[1; 8], [low >> 1; 8], [!low; 8]]);
-    // To nearest.
-    let rc = 0u32;
+    // Round to odd toward zero, else to nearest.
+    let rc = if ODD { 3u32 << 13 } else { 0 };
     let mut csr = [0u32; 2];
     macro_rules! go {
         ($mr:tt, $u:literal) => {
-            tile_asm!($mr,
-                setup: ["vmovdqa ymm8, ymmword ptr [{k}]", "vmovdqa ymm9, ymmword ptr [{k} + 32]", "vmovdqa ymm10, ymmword ptr [{k} + 64]"],
-                b: ("ymm12", "ymm13"),
-                row: une_row(une),
-                step: [],
-                store: tile_store,
-                clobber: ["ymm8", "ymm9", "ymm10", "ymm14", "ymm15"],
-                io: (acc, ap, bp, kn, csr, rc),
-                k = in(reg) k.0.as_ptr(),
-                u = const $u,
-            )
+            if ODD {
+                oddz_asm!($mr, oddz_unit,
+                    io: (acc, ap, bp, kn, csr, rc),
+                    k = in(reg) k.0.as_ptr(),
+                    u = const $u,
+                )
+            } else {
+                tile_asm!($mr,
+                    setup: ["vmovdqa ymm8, ymmword ptr [{k}]", "vmovdqa ymm9, ymmword ptr [{k} + 32]", "vmovdqa ymm10, ymmword ptr [{k} + 64]"],
+                    b: ("ymm12", "ymm13"),
+                    row: une_row(une),
+                    step: [],
+                    store: tile_store,
+                    clobber: ["ymm8", "ymm9", "ymm10", "ymm14", "ymm15"],
+                    io: (acc, ap, bp, kn, csr, rc),
+                    k = in(reg) k.0.as_ptr(),
+                    u = const $u,
+                )
+            }
         };
     }
     // SAFETY: the loads and stores stay inside acc (MR*16 values), ap (kn*MR),
@@ -3389,13 +3360,13 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
                                                 (Kind16::Fma, true) => tile16::<$mf, K_FMA, true>(t, ap, bp, len, spl),
                                                 (Kind16::Split, false) => tile16::<$mf, K_SPLIT, false>(t, ap, bp, len, spl),
                                                 (Kind16::Split, true) => tile16::<$mf, K_SPLIT, true>(t, ap, bp, len, spl),
-                                                (Kind16::UnitNe, _) => tile16_une::<$mo>(t, ap, bp, len, gs.map_or(21, |f| f.unit)),
+                                                (Kind16::UnitNe, _) => tile16_unit::<$mo, false>(t, ap, bp, len, gs.map_or(21, |f| f.unit)),
                                                 (Kind16::Mid, false) => tile16::<$mo, K_MID, false>(t, ap, bp, len, spl),
                                                 (Kind16::Mid, true) => tile16::<$mo, K_MID, true>(t, ap, bp, len, spl),
-                                                (Kind16::Odd, true) => tile16_oddu::<$mo>(t, ap, bp, len, 16),
+                                                (Kind16::Odd, true) => tile16_unit::<$mo, true>(t, ap, bp, len, 16),
                                                 (Kind16::Odd, false) => tile16_oddz::<$mo, ODD_F16>(t, ap, bp, len),
                                                 (Kind16::OddE5m2, _) => tile16_oddz::<$mo, ODD_E5M2>(t, ap, bp, len),
-                                                (Kind16::OddUnit, _) => tile16_oddu::<$mo>(t, ap, bp, len, gs.map_or(21, |f| f.unit)),
+                                                (Kind16::OddUnit, _) => tile16_unit::<$mo, true>(t, ap, bp, len, gs.map_or(21, |f| f.unit)),
                                                 (Kind16::Dir(to), _) => tile16_dir_to::<$mf>(to, rm, t, ap, bp, len),
                                                 (Kind16::Sr, _) if track => $ok = tile16_sr::<$mo, true>(t, ap, bp, up, vp, len, sr_unit as u32) <= sr_top,
                                                 (Kind16::Sr, _) => _ = tile16_sr::<$mo, false>(t, ap, bp, up, vp, len, sr_unit as u32),
@@ -3809,7 +3780,7 @@ pub(crate) mod testing {
                         (Kind16::Split, false) => add16::<K_SPLIT, false>(c, av, bv, _mm256_set1_ps(split_mult(11))),
                         (Kind16::Split, true) => add16::<K_SPLIT, true>(c, av, bv, _mm256_set1_ps(split_mult(8))),
                         (Kind16::Mid, false) => add16::<K_MID, false>(c, av, bv, av),
-                        (Kind16::Odd, true) => one_row!(t, bp => tile16_oddu::<1>(&mut t, &[a], &bp, 1, 16)),
+                        (Kind16::Odd, true) => one_row!(t, bp => tile16_unit::<1, true>(&mut t, &[a], &bp, 1, 16)),
                         (Kind16::Fma, true) => add16::<K_FMA, true>(c, av, bv, av),
                         (Kind16::Mid, true) => add16::<K_MID, true>(c, av, bv, av),
                         (Kind16::OddE5m2, _) => one_row!(t, bp => tile16_oddz::<1, ODD_E5M2>(&mut t, &[a], &bp, 1)),
@@ -3822,7 +3793,7 @@ pub(crate) mod testing {
                             t[..8].iter_mut().zip(acc).for_each(|(x, v)| *x = v * up);
                             let mut bp = [0f32; 16];
                             bp[..8].copy_from_slice(&b);
-                            tile16_une::<1>(&mut t, &[a * up], &bp, 1, 21);
+                            tile16_unit::<1, false>(&mut t, &[a * up], &bp, 1, 21);
                             _mm256_mul_ps(_mm256_loadu_ps(t.as_ptr()), _mm256_set1_ps(down))
                         }
                         (Kind16::OddUnit, _) => {
@@ -3834,7 +3805,7 @@ pub(crate) mod testing {
                             t[..8].iter_mut().zip(acc).for_each(|(x, v)| *x = v * h * h);
                             let mut bp = [0f32; 16];
                             bp[..8].iter_mut().zip(b).for_each(|(x, v)| *x = v * h);
-                            tile16_oddu::<1>(&mut t, &[a * h], &bp, 1, 21);
+                            tile16_unit::<1, true>(&mut t, &[a * h], &bp, 1, 21);
                             _mm256_mul_ps(_mm256_loadu_ps(t.as_ptr()), _mm256_set1_ps(down))
                         }
                         (Kind16::Sr, _) => panic!("the stochastic kernel draws bits per element: it is checked through matmul_emulated"),
