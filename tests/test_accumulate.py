@@ -283,11 +283,12 @@ def test_scaled_unit_kernels_subnormal_sums(dtype, acc, mode):
         assert same(got[rows][:, cols], ref_matmul(a[rows], b[:, cols], f, mode))
 
 
-@pytest.mark.parametrize("acc, rbits", [("e5m2", 21), ("e5m2", 2), ("fp16", 13)])
+@pytest.mark.parametrize("acc, rbits", [("e5m2", 21), ("e5m2", 2), ("fp16", 13), ("e5m2", 32), ("fp16", 32)])
 def test_stochastic_watched_sums_past_the_largest_value(acc, rbits):
     # Stochastic rounding into formats whose depth blocks cannot be bounded (e5m2:
     # an add may grow a sum by a quarter) runs a kernel that watches every rounded
-    # sum; a tile where one passes the largest value is redone exactly. Rows whose
+    # sum (float32 tiles up to 23 - man random bits, float64 tiles beyond); a tile
+    # where one passes the largest value is redone exactly. Rows whose
     # sums pass it and come back (an infinity must stay), rows that stay below it,
     # and the largest value itself reached.
     f = ACC_FORMATS[acc]
@@ -632,8 +633,9 @@ def test_stochastic_vector_step_threads_and_scalar(rbits, chunk, dtype):
     # bits drawn in vector lanes (float64 register tiles of 8 columns, the step path
     # for the tail and for tiles whose sums leave the normal range; with at most
     # 23 - man bits and products on the format's grid, the float32 tiles of 16 columns
-    # whose FMA truncates): identical at 1 and 2 threads and on the scalar path, for
-    # many columns and rbits up to and past 32 (the latter falls back).
+    # whose FMA truncates; past that, float64 tiles whose FMA truncates): identical
+    # at 1 and 2 threads and on the scalar path, for many columns and rbits up to
+    # and past 32.
     a, b = data(21, 70, 83, dtype, 31, scale=3.0)
     n0 = lowp.get_num_threads()
     for acc in ("float16", "bfloat16", ACC_FORMATS["e5m2"], ACC_FORMATS["f6m9"]):

@@ -81,13 +81,22 @@
 //!   xor a packed column word ([`tile16_sr`]). Depth blocks whose values could take a sum
 //!   past the largest value, or whose A values do not scale exactly, run
 //!   through the f64 rounding.
-//! - every other [`Fast`] format and mode (stochastic: `rbits <= 32`):
+//! - every other [`Fast`] format and mode:
 //!   register tiles of 4 rows x 8 columns of f64 accumulators over the steps
-//!   up to the next chunk end (`tile_avx2`). The sum is the FMA when the
+//!   up to the next chunk end, reading B's panel and the column words tile by
+//!   tile. Stochastic with at least one bit of the f64 significand below the
+//!   random bits (`man + rbits <= 51`: float16 and bfloat16 with the default
+//!   32 bits): [`tile64_sr`], on values scaled so that the format's
+//!   subnormals are f64's, the FMA toward zero (which keeps every bit the
+//!   decision reads), then an integer add of the placed row word xor column
+//!   word and a truncation, four vector operations an add; it watches the
+//!   rounded sums for the largest value unless a bound on the block's values
+//!   keeps them below it. Otherwise (`rbits <= 32`, or deterministic modes;
+//!   `tile_avx2`): the sum is the FMA when the
 //!   formats, the block's values or the tile's own (exponent scans) make every
 //!   sum exact in f64, else TwoSum and round to odd; in the normal
 //!   range each mode is an integer add below the unit and a truncation, the
-//!   stochastic one with each lane's random stream advanced in a register. A
+//!   stochastic one adding the placed row word xor column word. A
 //!   tile where some sum leaves the normal range (or overflows, or meets
 //!   inf/NaN) is redone by the step path below. A tile whose values show that
 //!   no sum can (`Fast::quiet_ok`: products on the format's grid, a bound on
@@ -170,7 +179,7 @@ trait Round: Sync {
     fn step_st(&self, _simd: bool, _row: &mut [f64], _bp: &[f64], _av: f64, _u: u64, _vw: &[u64], _rbits: u32, _exact: bool) -> bool {
         false
     }
-    /// Is the register tile ([`Round::tile`]) available?
+    /// Are register tiles ([`Round::tile`] or [`Round::tile_sr`]) available?
     fn has_tile(&self, _simd: bool, _rbits: u32) -> bool {
         false
     }
@@ -191,6 +200,17 @@ trait Round: Sync {
     /// The precision of the accumulator's values (bits).
     fn prec(&self) -> i32 {
         53
+    }
+    /// The power of two by which [`Round::tile_sr`] wants A's values scaled,
+    /// when it is available (see [`Fast::sr_scale`]).
+    fn sr_scale(&self, _simd: bool, _rbits: u32) -> Option<i32> {
+        None
+    }
+    /// The stochastic register tile toward zero ([`Fast::tile_sr_run`]); `false`
+    /// leaves `acc` untouched.
+    #[allow(clippy::too_many_arguments)]
+    fn tile_sr(&self, _nr: usize, _acc: &mut [f64], _ldc: usize, _aps: &[f64], _bp: &[f64], _ld: usize, _kn: usize, _words: Words, _rbits: u32, _a: Bounds64, _b: Bounds64) -> bool {
+        false
     }
 }
 
@@ -663,8 +683,9 @@ impl<const M: u8> Fast<M> {
 /// rows x 8 columns.
 pub(crate) const TILE_ROWS: usize = 4;
 
-/// The random words of a stochastic register tile ([`StepRand`]): row r's at
-/// step kk `rows[kk*TILE_ROWS + r]`, column l's `cols[kk*ldv + l]`.
+/// The random words of a stochastic register tile ([`StepRand`]), placed
+/// ([`Words::place_row`], [`Words::place_col`]): row r's at step kk
+/// `rows[kk*TILE_ROWS + r]`, column l's `cols[kk*ldv + l]`.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Words<'a> {
     pub rows: &'a [u64],
@@ -675,6 +696,21 @@ pub(crate) struct Words<'a> {
 impl Words<'_> {
     /// No words (the deterministic modes).
     pub const NONE: Words<'static> = Words { rows: &[], cols: &[], ldv: 0 };
+
+    /// A row's word placed for a format whose unit is bit `d` of the f64
+    /// pattern: its top `rbits` bits moved to end just below the unit (those
+    /// that fall below bit 0 dropped: float32's last 3 of 32, below the f64
+    /// remainder's last bit). The xor of a placed row word and a placed column
+    /// complement ([`Words::place_col`]) is `2^R - 1 - rand`, the top bits of
+    /// `!(row ^ col)`, placed: shifts and masks commute with the xor.
+    pub fn place_row(w: u64, rbits: u32, d: u32) -> u64 {
+        (w & (u64::MAX << (64 - rbits.clamp(1, 64)))) >> (64 - d)
+    }
+
+    /// A column's word, complemented and placed as [`Words::place_row`].
+    pub fn place_col(w: u64, rbits: u32, d: u32) -> u64 {
+        Self::place_row(!w, rbits, d)
+    }
 }
 
 impl<const M: u8> Fast<M> {
@@ -697,8 +733,8 @@ impl<const M: u8> Fast<M> {
     /// minus one for positive or negative values; odd truncates and sets the
     /// unit bit of inexact values. Stochastic adds the complement of the random
     /// bits just below the unit, as [`Fast::step_st_avx2`]: element (r, l)'s
-    /// at step kk are the top `rbits` of `words.rows[kk*TILE_ROWS + r] ^
-    /// words.cols[kk*words.ldv + l]`. Only sums in the
+    /// at step kk, `words.rows[kk*TILE_ROWS + r] ^ words.cols[kk*words.ldv +
+    /// l]`, placed ([`Words::place_row`]). Only sums in the
     /// format's normal range (or zero) round here; if any other sum occurs
     /// (below the smallest normal, beyond the largest value, inf/NaN) the tile
     /// returns `false` and leaves `acc` untouched. Without `TRACK` the tile
@@ -740,9 +776,6 @@ impl<const M: u8> Fast<M> {
             let absm = _mm256_set1_epi64x(!SIGN as i64);
             // Keeps the sign, the exponent and the bits down to the format's unit.
             let himask = _mm256_set1_epi64x(!((1u64 << d) - 1) as i64);
-            // The top R bits of a word; moved down by 64 - d, they end just below the unit.
-            let topmask = _mm256_set1_epi64x((u64::MAX << (64 - rbits.clamp(1, 64))) as i64);
-            let cnt_w = _mm_cvtsi32_si128(64 - d as i32);
             let cnt_d = _mm_cvtsi32_si128(d as i32);
             let lowmask = _mm256_set1_epi64x(((1u64 << d) - 1) as i64);
             let half = _mm256_set1_epi64x((1u64 << (d - 1)) as i64);
@@ -773,11 +806,10 @@ impl<const M: u8> Fast<M> {
                 for (r, cr) in c.iter_mut().enumerate() {
                     let av = _mm256_broadcast_sd(&*pa.add(r));
                     let comp = if M == M_ST {
-                        // (2^R - 1 - rand) = the top R bits of !w, moved to just below
-                        // the unit (float32: its last bits fall below the f64 remainder's).
+                        // (2^R - 1 - rand) just below the unit: the placed row word
+                        // xor the placed column complement.
                         let u = _mm256_set1_epi64x(*words.rows.get_unchecked(kk * TILE_ROWS + r) as i64);
-                        let nw = |h: usize| _mm256_srl_epi64(_mm256_andnot_si256(_mm256_xor_si256(u, vw[h]), topmask), cnt_w);
-                        [nw(0), nw(1)]
+                        [_mm256_xor_si256(u, vw[0]), _mm256_xor_si256(u, vw[1])]
                     } else {
                         [zero; 2]
                     };
@@ -911,10 +943,274 @@ impl<const M: u8> Fast<M> {
     }
 }
 
+impl<const M: u8> Fast<M> {
+    /// The power of two that [`tile64_sr`] scales the values by, when it can
+    /// round into this format with `rbits` random bits: stochastic, and at
+    /// least one bit of the f64 significand below the random bits' last
+    /// (`man + rbits <= 51`), so that the sum truncated toward zero keeps every
+    /// bit the decision reads. The scale takes the format's smallest normal to
+    /// f64's, and its subnormals to f64's.
+    fn sr_scale(&self, rbits: u32) -> Option<i32> {
+        (M == M_ST && rbits >= 1 && self.man + rbits <= 51).then_some(-1022 - self.emin)
+    }
+
+    /// [`tile64_sr`] on a tile of `nr` rows x 8 columns of `acc` (row stride
+    /// `ldc`): `aps` holds A's values scaled by 2^[`Fast::sr_scale`] (exactly),
+    /// `bp` B's (row stride `ld`), `words` the placed words (column stride `ld`),
+    /// `a` and `b` the bounds of the block's A and B values ([`exp_bounds64`]).
+    /// The tile watches its sums unless a bound keeps them below the largest
+    /// value; `false` (nothing written) if a sum passed it, or for an inf or NaN
+    /// among the tile's values.
+    #[allow(clippy::too_many_arguments)]
+    fn tile_sr_run(&self, simd: bool, nr: usize, acc: &mut [f64], ldc: usize, aps: &[f64], bp: &[f64], ld: usize, kn: usize, words: Words, rbits: u32, a: Bounds64, b: Bounds64) -> bool {
+        let Some(s) = self.sr_scale(rbits) else { return false };
+        if !simd || nr == 0 || nr > TILE_ROWS || a.1 || b.1 {
+            return false;
+        }
+        if kn == 0 {
+            return true;
+        }
+        assert!(aps.len() >= kn * TILE_ROWS && words.rows.len() >= kn * TILE_ROWS && words.ldv == ld);
+        assert!(acc.len() >= (nr - 1) * ldc + 8 && bp.len() >= (kn - 1) * ld + 8 && words.cols.len() >= (kn - 1) * ld + 8);
+        let (sc, back) = (pow2(s), pow2(-s));
+        let mut t = Tile64([0.0; 32]);
+        let (mut amax, mut fin) = (0f64, true);
+        for r in 0..nr {
+            for (l, &v) in acc[r * ldc..r * ldc + 8].iter().enumerate() {
+                t.0[r * 8 + l] = v * sc;
+                amax = amax.max(v.abs());
+                fin &= v.is_finite();
+            }
+        }
+        if !fin {
+            return false;
+        }
+        // Each rounding grows a magnitude by at most one unit: a factor 1 + 2^-man
+        // in the normal range, the smallest subnormal below it.
+        let p = match (a.0, b.0) {
+            (Some(a), Some(b)) => pow2(a.1 + b.1),
+            _ => 0.0,
+        };
+        let max = f64::from_bits(self.max_bits);
+        let growth = (1.0 + pow2(-(self.man as i32))).powi(kn as i32) * (1.0 + 1e-9);
+        let track = (amax + kn as f64 * (p + pow2(self.emin - self.man as i32))) * growth > max;
+        #[cfg(target_arch = "x86_64")]
+        {
+            // SAFETY: `simd` is only true when avx2 and fma were detected; the lengths are asserted above.
+            let mx = unsafe {
+                if track {
+                    tile64_sr::<true>(&mut t, aps, bp, ld, words.rows, words.cols, kn, 52 - self.man)
+                } else {
+                    tile64_sr::<false>(&mut t, aps, bp, ld, words.rows, words.cols, kn, 52 - self.man)
+                }
+            };
+            if mx > max * sc {
+                return false;
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            let _ = (track, aps, bp, ld, words);
+            return false;
+        }
+        for r in 0..nr {
+            for l in 0..8 {
+                acc[r * ldc + l] = t.0[r * 8 + l] * back;
+            }
+        }
+        true
+    }
+}
+
+/// MXCSR entry of the kernels that round in a mode of their own: saves MXCSR at `[{csr}]` and
+/// loads it with rounding control `{rc}` (bits 13-14), flush-to-zero and
+/// denormals-are-zero off (`[{csr} + 4]` is scratch).
+#[cfg(target_arch = "x86_64")]
+macro_rules! mxcsr_enter {
+    () => {
+        concat!(
+            "vstmxcsr dword ptr [{csr}]\n",
+            "mov {t:e}, dword ptr [{csr}]\n",
+            "and {t:e}, 0xFFFF1FBF\n",
+            "or {t:e}, {rc:e}\n",
+            "mov dword ptr [{csr} + 4], {t:e}\n",
+            "vldmxcsr dword ptr [{csr} + 4]\n",
+        )
+    };
+}
+
+/// 2^e: from its bit pattern for normal f64 powers, else `powi`.
+#[inline]
+fn pow2(e: i32) -> f64 {
+    if (-1022..=1023).contains(&e) {
+        f64::from_bits(((e + 1023) as u64) << 52)
+    } else {
+        2f64.powi(e)
+    }
+}
+
+/// A register tile of f64 accumulators in memory: 4 rows x 8 columns.
+#[repr(C, align(32))]
+struct Tile64([f64; 32]);
+
+/// One accumulator of a [`tile64_sr`] step: `$c += a * $b` by the FMA toward
+/// zero (ymm10 holds `a`), plus the random complement (ymm11, the row's placed
+/// word, xor the columns': register `$vr` for `plain`, byte `$vo` of the
+/// step's words for `track`), the bits below the unit cleared (ymm15); ymm14
+/// scratch. `track` then keeps the largest magnitude so far in ymm12 (ymm13:
+/// the magnitude mask).
+#[cfg(target_arch = "x86_64")]
+macro_rules! sr64_acc {
+    (plain, $c:literal, $b:literal, $vr:literal, $vo:literal) => {
+        concat!(
+            "vpxor ymm14, ymm11, ", $vr, "\n",
+            "vfmadd231pd ", $c, ", ymm10, ", $b, "\n",
+            "vpaddq ", $c, ", ", $c, ", ymm14\n",
+            "vpand ", $c, ", ", $c, ", ymm15\n",
+        )
+    };
+    (track, $c:literal, $b:literal, $vr:literal, $vo:literal) => {
+        concat!(
+            "vpxor ymm14, ymm11, ymmword ptr [{pv} + ", $vo, "]\n",
+            "vfmadd231pd ", $c, ", ymm10, ", $b, "\n",
+            "vpaddq ", $c, ", ", $c, ", ymm14\n",
+            "vpand ", $c, ", ", $c, ", ymm15\n",
+            "vandpd ymm14, ", $c, ", ymm13\n",
+            "vmaxpd ymm12, ymm12, ymm14\n",
+        )
+    };
+}
+
+/// One row of a [`tile64_sr`] step: `a` at byte `$off` of the strip and the
+/// row's word broadcast (ymm10, ymm11), then the adds of its two accumulators.
+#[cfg(target_arch = "x86_64")]
+macro_rules! sr64_row {
+    ($t:ident, $off:literal, $c0:literal, $c1:literal) => {
+        concat!(
+            "vbroadcastsd ymm10, qword ptr [{pa} + ", $off, "]\n",
+            "vbroadcastsd ymm11, qword ptr [{pu} + ", $off, "]\n",
+            sr64_acc!($t, $c0, "ymm8", "ymm12", "0"),
+            sr64_acc!($t, $c1, "ymm9", "ymm13", "32"),
+        )
+    };
+}
+
+/// The stochastic register tile of f64 accumulators, 4 rows x 8 columns, on
+/// values scaled by 2^[`Fast::sr_scale`]: `kn` steps of
+/// `acc[r*8 + l] = SR(acc[r*8 + l] + ap[kk*4 + r] * bp[kk*ld + l])`, where the
+/// format's unit is bit `d` (= 52 - man) of every pattern: the sum is the FMA
+/// toward zero (MXCSR, inside the assembly block), then `2^R - 1 - rand`
+/// placed just below the unit, `up[kk*4 + r] ^ vp[kk*ld + l]` (the row's
+/// placed word and the column's placed complement, [`StepRand`]), is added to
+/// the pattern, carrying into the unit exactly when `rand` is below the top R
+/// bits of the remainder, and the bits below the unit are cleared. Four
+/// vector operations an add of 4 lanes.
+///
+/// Toward zero, the f64 sum keeps every bit of the exact sum down to 2^(d-R-1)
+/// below the unit or further: its truncated remainder has the exact one's top
+/// R bits, which the path's rounding of the sum rounded to odd ([`Fast::round`])
+/// reads too. On the scaled values the format's smallest normal is f64's, so a
+/// sum in the format's subnormal range is an f64 subnormal, truncated by the
+/// FMA at 2^-1074, whose unit bit is bit `d` of the pattern as well: the same
+/// add and truncation round it at its fixed unit. The carry grows the
+/// magnitude of the signed pattern; an exact zero sum is +0 toward zero, as
+/// the path's TwoSum gives, and stays zero.
+///
+/// With `TRACK` the kernel returns the largest magnitude of any rounded sum
+/// (0 without), which the caller compares with the scaled largest value: past
+/// it the tile's result is void. Six operations an add.
+///
+/// # Safety
+/// The CPU must support avx2 and fma; `ap` and `up` hold kn*4 values, `bp` and
+/// `vp` (kn-1)*ld + 8; `d` is 2 to 52; the values are finite.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn tile64_sr<const TRACK: bool>(acc: &mut Tile64, ap: &[f64], bp: &[f64], ld: usize, up: &[u64], vp: &[u64], kn: usize, d: u32) -> f64 {
+    use std::arch::asm;
+    assert!(kn >= 1 && ap.len() >= kn * TILE_ROWS && up.len() >= kn * TILE_ROWS);
+    assert!(bp.len() >= (kn - 1) * ld + 8 && vp.len() >= (kn - 1) * ld + 8);
+    assert!((2..=52).contains(&d));
+    // The mask that truncates at the unit, the magnitude bits, then the largest
+    // magnitude's 4 lanes.
+    let mut k: [u64; 6] = [!((1u64 << d) - 1), !SIGN, 0, 0, 0, 0];
+    // Toward zero.
+    let rc = 3u32 << 13;
+    let mut csr = [0u32; 2];
+    macro_rules! go {
+        ($t:ident, [$($setup:expr),*], [$($bx:expr),*], [$($fin:expr),*]) => {
+            asm!(
+                mxcsr_enter!(),
+                "vpbroadcastq ymm15, qword ptr [{k}]",
+                $($setup,)*
+                "vmovupd ymm0, ymmword ptr [{c}]",
+                "vmovupd ymm1, ymmword ptr [{c} + 32]",
+                "vmovupd ymm2, ymmword ptr [{c} + 64]",
+                "vmovupd ymm3, ymmword ptr [{c} + 96]",
+                "vmovupd ymm4, ymmword ptr [{c} + 128]",
+                "vmovupd ymm5, ymmword ptr [{c} + 160]",
+                "vmovupd ymm6, ymmword ptr [{c} + 192]",
+                "vmovupd ymm7, ymmword ptr [{c} + 224]",
+                "2:",
+                "vmovupd ymm8, ymmword ptr [{pb}]",
+                "vmovupd ymm9, ymmword ptr [{pb} + 32]",
+                $($bx,)*
+                sr64_row!($t, "0", "ymm0", "ymm1"),
+                sr64_row!($t, "8", "ymm2", "ymm3"),
+                sr64_row!($t, "16", "ymm4", "ymm5"),
+                sr64_row!($t, "24", "ymm6", "ymm7"),
+                "add {pa}, 32",
+                "add {pu}, 32",
+                "add {pb}, {ld}",
+                "add {pv}, {ld}",
+                "dec {kn}",
+                "jnz 2b",
+                "vmovupd ymmword ptr [{c}], ymm0",
+                "vmovupd ymmword ptr [{c} + 32], ymm1",
+                "vmovupd ymmword ptr [{c} + 64], ymm2",
+                "vmovupd ymmword ptr [{c} + 96], ymm3",
+                "vmovupd ymmword ptr [{c} + 128], ymm4",
+                "vmovupd ymmword ptr [{c} + 160], ymm5",
+                "vmovupd ymmword ptr [{c} + 192], ymm6",
+                "vmovupd ymmword ptr [{c} + 224], ymm7",
+                $($fin,)*
+                "vldmxcsr dword ptr [{csr}]",
+                c = in(reg) acc.0.as_mut_ptr(),
+                pa = inout(reg) ap.as_ptr() => _,
+                pb = inout(reg) bp.as_ptr() => _,
+                pu = inout(reg) up.as_ptr() => _,
+                pv = inout(reg) vp.as_ptr() => _,
+                ld = in(reg) ld * 8,
+                kn = inout(reg) kn => _,
+                csr = in(reg) csr.as_mut_ptr(),
+                rc = in(reg) rc,
+                t = out(reg) _,
+                k = in(reg) k.as_mut_ptr(),
+                out("ymm0") _, out("ymm1") _, out("ymm2") _, out("ymm3") _,
+                out("ymm4") _, out("ymm5") _, out("ymm6") _, out("ymm7") _,
+                out("ymm8") _, out("ymm9") _, out("ymm10") _, out("ymm11") _,
+                out("ymm12") _, out("ymm13") _, out("ymm14") _, out("ymm15") _,
+                options(nostack),
+            )
+        };
+    }
+    // SAFETY: the loads and stores stay inside acc (32 values), ap and up
+    // (kn*4), bp and vp ((kn-1)*ld + 8) and k; MXCSR is restored before the
+    // block ends; the clobbered vector registers are declared.
+    unsafe {
+        if TRACK {
+            go!(track, ["vpbroadcastq ymm13, qword ptr [{k} + 8]", "vpxor ymm12, ymm12, ymm12"], [], ["vmovdqu ymmword ptr [{k} + 16], ymm12"]);
+        } else {
+            go!(plain, [], ["vmovdqu ymm12, ymmword ptr [{pv}]", "vmovdqu ymm13, ymmword ptr [{pv} + 32]"], []);
+        }
+    }
+    k[2..].iter().fold(0f64, |m, &x| m.max(f64::from_bits(x)))
+}
+
 impl<const M: u8> Round for Fast<M> {
     const STOCHASTIC: bool = M == M_ST;
     fn has_tile(&self, simd: bool, rbits: u32) -> bool {
-        simd && self.tile_ok(rbits)
+        simd && (self.tile_ok(rbits) || Fast::sr_scale(self, rbits).is_some())
     }
     fn tile(&self, simd: bool, nr: usize, acc: &mut [f64], ldc: usize, ap: &[f64], bp: &[f64], ldb: usize, kn: usize, words: Words, rbits: u32, exact: bool, track: bool) -> bool {
         self.tile_run(simd, nr, acc, ldc, ap, bp, ldb, kn, words, rbits, exact, track)
@@ -927,6 +1223,16 @@ impl<const M: u8> Round for Fast<M> {
     }
     fn prec(&self) -> i32 {
         self.man as i32 + 1
+    }
+    fn sr_scale(&self, simd: bool, rbits: u32) -> Option<i32> {
+        if simd {
+            Fast::sr_scale(self, rbits)
+        } else {
+            None
+        }
+    }
+    fn tile_sr(&self, nr: usize, acc: &mut [f64], ldc: usize, aps: &[f64], bp: &[f64], ld: usize, kn: usize, words: Words, rbits: u32, a: Bounds64, b: Bounds64) -> bool {
+        self.tile_sr_run(true, nr, acc, ldc, aps, bp, ld, kn, words, rbits, a, b)
     }
     fn step_st(&self, simd: bool, row: &mut [f64], bp: &[f64], av: f64, u: u64, vw: &[u64], rbits: u32, exact: bool) -> bool {
         #[cfg(target_arch = "x86_64")]
@@ -1078,9 +1384,16 @@ impl Dyn {
     #[allow(clippy::too_many_arguments)]
     fn tile_add8(&self, simd: bool, tot: &mut [f64], row: &[f64], rng: &Rng, e0: u64, steps: u64, t0: u64, rbits: u32) -> bool {
         let Dyn::Fast(f, m) = self else { return false };
-        // Each lane's bits, as the top bits of a column word (the row's is zero).
+        // Each lane's bits, as the top bits of a column word (the row's is zero), placed.
         let stoch = *m == M_ST && (1..=64).contains(&rbits);
-        let cols: [u64; 8] = std::array::from_fn(|l| if stoch { rng.bits((e0 + l as u64).wrapping_mul(steps).wrapping_add(t0), rbits) << (64 - rbits) } else { 0 });
+        let d = 52 - f.man;
+        let cols: [u64; 8] = std::array::from_fn(|l| {
+            if stoch {
+                Words::place_col(rng.bits((e0 + l as u64).wrapping_mul(steps).wrapping_add(t0), rbits) << (64 - rbits), rbits, d)
+            } else {
+                0
+            }
+        });
         let words = Words { rows: &[0; TILE_ROWS], cols: &cols, ldv: 8 };
         by_mode!(*m, C => f.as_mode::<C>().tile_run(simd, 1, tot, 8, &[1.0], row, 8, 1, words, rbits, false, true))
     }
@@ -1133,7 +1446,69 @@ fn exp_bounds64<'a>(v: impl IntoIterator<Item = &'a f64>, prec: i32) -> Bounds64
         hi = hi.max(if ok { m } else { 0 });
         top = top.max(m);
     }
-    let nonfinite = top >= INF_BITS;
+    bounds_of(lo, hi, top >= INF_BITS, prec)
+}
+
+/// [`exp_bounds64`] of a slice, 4 lanes at a time where avx2 is available.
+fn exp_bounds64_of(v: &[f64], prec: i32) -> Bounds64 {
+    #[cfg(target_arch = "x86_64")]
+    if super::simd() {
+        // SAFETY: `simd` is only true when avx2 and fma were detected.
+        let (lo, hi, nonfinite) = unsafe { mag_range_avx2(v) };
+        return bounds_of(lo, hi, nonfinite, prec);
+    }
+    exp_bounds64(v, prec)
+}
+
+/// The smallest and largest nonzero finite magnitude patterns of `v` (u64::MAX
+/// and 0 without one), and whether it holds an inf or NaN.
+///
+/// # Safety
+/// The CPU must support avx2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn mag_range_avx2(v: &[f64]) -> (u64, u64, bool) {
+    use std::arch::x86_64::*;
+    let mut chunks = v.chunks_exact(4);
+    // Every magnitude pattern is below 2^63: signed compares order them.
+    let (absm, inf, zero, none) = (_mm256_set1_epi64x(!SIGN as i64), _mm256_set1_epi64x(INF_BITS as i64), _mm256_setzero_si256(), _mm256_set1_epi64x(i64::MAX));
+    let (mut lo, mut hi, mut bad) = (none, zero, zero);
+    for c in &mut chunks {
+        // SAFETY: the chunk holds 4 values.
+        let m = _mm256_and_si256(unsafe { _mm256_loadu_si256(c.as_ptr() as *const __m256i) }, absm);
+        let fin = _mm256_cmpgt_epi64(inf, m);
+        bad = _mm256_or_si256(bad, _mm256_andnot_si256(fin, _mm256_set1_epi64x(-1)));
+        let ok = _mm256_andnot_si256(_mm256_cmpeq_epi64(m, zero), fin);
+        let cl = _mm256_blendv_epi8(none, m, ok);
+        lo = _mm256_blendv_epi8(lo, cl, _mm256_cmpgt_epi64(lo, cl));
+        let ch = _mm256_and_si256(m, ok);
+        hi = _mm256_blendv_epi8(hi, ch, _mm256_cmpgt_epi64(ch, hi));
+    }
+    let (mut l, mut h) = ([0u64; 4], [0u64; 4]);
+    // SAFETY: 4 lanes each.
+    unsafe {
+        _mm256_storeu_si256(l.as_mut_ptr() as *mut __m256i, lo);
+        _mm256_storeu_si256(h.as_mut_ptr() as *mut __m256i, hi);
+    }
+    let mut nonfinite = _mm256_movemask_pd(_mm256_castsi256_pd(bad)) != 0;
+    let mut lo = l.into_iter().min().unwrap_or(u64::MAX);
+    if lo == i64::MAX as u64 {
+        lo = u64::MAX;
+    }
+    let mut hi = h.into_iter().max().unwrap_or(0);
+    for &x in chunks.remainder() {
+        let m = x.to_bits() & !SIGN;
+        let ok = m != 0 && m < INF_BITS;
+        lo = lo.min(if ok { m } else { u64::MAX });
+        hi = hi.max(if ok { m } else { 0 });
+        nonfinite |= m >= INF_BITS;
+    }
+    (lo, hi, nonfinite)
+}
+
+/// [`exp_bounds64`] from the smallest and largest nonzero finite magnitude
+/// patterns.
+fn bounds_of(lo: u64, hi: u64, nonfinite: bool, prec: i32) -> Bounds64 {
     if hi == 0 {
         return (None, nonfinite);
     }
@@ -1842,23 +2217,6 @@ unsafe fn tile16<const MR: usize, const K: u8, const BF: bool>(acc: &mut [f32], 
             _mm256_storeu_ps(acc.as_mut_ptr().add(r * 16 + 8), cr[1]);
         }
     }
-}
-
-/// MXCSR entry of the directed-rounding kernels: saves MXCSR at `[{csr}]` and
-/// loads it with rounding control `{rc}` (bits 13-14), flush-to-zero and
-/// denormals-are-zero off (`[{csr} + 4]` is scratch).
-#[cfg(target_arch = "x86_64")]
-macro_rules! mxcsr_enter {
-    () => {
-        concat!(
-            "vstmxcsr dword ptr [{csr}]\n",
-            "mov {t:e}, dword ptr [{csr}]\n",
-            "and {t:e}, 0xFFFF1FBF\n",
-            "or {t:e}, {rc:e}\n",
-            "mov dword ptr [{csr} + 4], {t:e}\n",
-            "vldmxcsr dword ptr [{csr} + 4]\n",
-        )
-    };
 }
 
 /// The rounding step of [`tile16_dir`] on accumulator `$c` (the FMA's sum, f32
@@ -3539,6 +3897,10 @@ fn drive<R: Round>(r: &R, a: &Operand, b: &Operand, c: EmuOut, spec: &AccumSpec,
     let words = StepRand::new(spec.opts.key, steps);
     let simd = super::simd();
     let tiled = r.has_tile(simd, rbits);
+    // The stochastic tile toward zero, on A's values scaled by 2^sr_scale.
+    let sr_scale = if tiled && words_used { r.sr_scale(simd, rbits) } else { None };
+    // Where the tiles' words go: the format's unit is bit `dunit` of the f64 pattern.
+    let dunit = (53 - r.prec()).max(1) as u32;
     let (prec_a, prec_b) = (a.format().map_or(53, |f| profile(&f).0), b.format().map_or(53, |f| profile(&f).0));
     let fbounds = value_bounds(&spec.fmt);
     // Register tiles reuse a packed B panel over more rows.
@@ -3552,9 +3914,15 @@ fn drive<R: Round>(r: &R, a: &Operand, b: &Operand, c: EmuOut, spec: &AccumSpec,
         let jb = JB.min(n - j0);
         let mut acc = vec![0f64; rb * jb];
         let mut tot = vec![0f64; if outer.is_some() { rb * jb } else { 0 }];
-        let mut panel = vec![0f64; KB.min(k.max(1)) * jb];
-        // The column words of the panel's steps, `vpan[kk*jb + j]`, when drawn.
-        let mut vpan = vec![0u64; if words_used { KB.min(k.max(1)) * jb } else { 0 }];
+        // Register tiles read the panel tile by tile: with `tmaj`, the 8 columns
+        // of tile q at step kk are `panel[q*8*kn + kk*8..][..8]` (the last tile
+        // padded with zeros), else `panel[kk*jb + j]`.
+        let tmaj = tiled && n > 1;
+        let wpad = if tmaj { jb.div_ceil(8) * 8 } else { jb };
+        let mut panel = vec![0f64; KB.min(k.max(1)) * wpad];
+        // The column words of the panel's steps, laid out as the panel, when drawn.
+        let mut vpan = vec![0u64; if words_used { KB.min(k.max(1)) * wpad } else { 0 }];
+        let mut wrow = vec![0u64; if tmaj && words_used { jb } else { 0 }];
         let (mut rands, mut old, mut bad) = (vec![0u64; jb], vec![0f64; jb], vec![0u8; jb]);
         // One depth step of a row segment, `row[j] = round(row[j] + av*bp[j])`; the
         // row's word `u` and the columns' `vw` at this step (used when stochastic).
@@ -3576,7 +3944,11 @@ fn drive<R: Round>(r: &R, a: &Operand, b: &Operand, c: EmuOut, spec: &AccumSpec,
             }
         };
         let mut apk = vec![0f64; if tiled { KB.min(k.max(1)) * TILE_ROWS } else { 0 }];
-        let mut upk = vec![0u64; if tiled && words_used { KB.min(k.max(1)) * TILE_ROWS } else { 0 }];
+        // The rows' placed words of the tiles ([`Words::place_row`]), `upl[kk*TILE_ROWS + r]`
+        // as A's values, and A's values scaled for the stochastic tile.
+        let mut upl = vec![0u64; if tiled && words_used { KB.min(k.max(1)) * TILE_ROWS } else { 0 }];
+        let mut vpl = vec![0u64; if tmaj && words_used { vpan.len() } else { 0 }];
+        let mut aps = vec![0f64; if sr_scale.is_some() { apk.len() } else { 0 }];
         let mut urun = vec![0u64; if tiled && words_used { KB.min(k.max(1)) } else { 0 }];
         // Chunk totals of row i (of this task) after step kidx, when a chunk ends there.
         let flush = |acc: &mut [f64], tot: &mut [f64], i: usize, kidx: usize| {
@@ -3605,12 +3977,29 @@ fn drive<R: Round>(r: &R, a: &Operand, b: &Operand, c: EmuOut, spec: &AccumSpec,
         for kb in (0..k).step_by(KB) {
             let kn = KB.min(k - kb);
             let base = kb as isize * b.rs + j0 as isize * b.cs;
-            // SAFETY: rows kb..kb+kn and columns j0..j0+jb are inside b; the panel
-            // holds kn rows of jb values, panel[kk*jb + j] = b[kb+kk, j0+j].
-            unsafe { super::kernels::pack_real::<f64>(b, base, b.cs, b.rs, jb, jb, kn, &mut panel) };
+            if tmaj {
+                for q in 0..jb.div_ceil(8) {
+                    // SAFETY: rows kb..kb+kn and columns j0+8q..j0+8q+w are inside b;
+                    // panel[q*8*kn + kk*8 + l] = b[kb+kk, j0+8q+l], zeros past w.
+                    unsafe { super::kernels::pack_real::<f64>(b, base + (8 * q) as isize * b.cs, b.cs, b.rs, (jb - 8 * q).min(8), 8, kn, &mut panel[q * 8 * kn..]) };
+                }
+            } else {
+                // SAFETY: rows kb..kb+kn and columns j0..j0+jb are inside b; the panel
+                // holds kn rows of jb values, panel[kk*jb + j] = b[kb+kk, j0+j].
+                unsafe { super::kernels::pack_real::<f64>(b, base, b.cs, b.rs, jb, jb, kn, &mut panel) };
+            }
             if words_used {
                 for kk in 0..kn {
-                    words.col_run(j0, kb + kk, rbits, &mut vpan[kk * jb..(kk + 1) * jb]);
+                    if tmaj {
+                        words.col_run(j0, kb + kk, rbits, &mut wrow);
+                        for (j, &w) in wrow.iter().enumerate() {
+                            let ix = (j / 8) * 8 * kn + kk * 8 + j % 8;
+                            vpan[ix] = w;
+                            vpl[ix] = Words::place_col(w, rbits, dunit);
+                        }
+                    } else {
+                        words.col_run(j0, kb + kk, rbits, &mut vpan[kk * jb..(kk + 1) * jb]);
+                    }
                 }
             }
             if n == 1 {
@@ -3641,7 +4030,7 @@ fn drive<R: Round>(r: &R, a: &Operand, b: &Operand, c: EmuOut, spec: &AccumSpec,
             }
             if tiled {
                 // Sums exact in f64 for this block's values (see `block_exact`)?
-                let pb64 = exp_bounds64(&panel[..kn * jb], prec_b);
+                let pb64 = exp_bounds64_of(&panel[..kn * wpad], prec_b);
                 // Register tiles: TILE_ROWS rows, 8 columns, the steps up to the next chunk end.
                 for i in (0..rb).step_by(TILE_ROWS) {
                     let nr = TILE_ROWS.min(rb - i);
@@ -3649,39 +4038,64 @@ fn drive<R: Round>(r: &R, a: &Operand, b: &Operand, c: EmuOut, spec: &AccumSpec,
                     // SAFETY: rows i0+i..i0+i+nr and columns kb..kb+kn are inside a;
                     // apk[kk*TILE_ROWS + r] = a[i0+i+r, kb+kk], zeros past row nr.
                     unsafe { super::kernels::pack_real::<f64>(a, abase, a.rs, a.cs, nr, TILE_ROWS, kn, &mut apk) };
-                    let ab64 = exp_bounds64((0..kn).flat_map(|kk| &apk[kk * TILE_ROWS..kk * TILE_ROWS + nr]), prec_a);
-                    // The rows' words, `upk[kk*TILE_ROWS + r]`, as A's values.
+                    // (Zeros pad the rows past nr; bounds ignore zeros.)
+                    let ab64 = exp_bounds64_of(&apk[..kn * TILE_ROWS], prec_a);
+                    // The rows' placed words.
                     if words_used {
                         for rr in 0..nr {
                             words.row_run(i0 + i + rr, kb, rbits, &mut urun[..kn]);
                             for (kk, &w) in urun[..kn].iter().enumerate() {
-                                upk[kk * TILE_ROWS + rr] = w;
+                                upl[kk * TILE_ROWS + rr] = Words::place_row(w, rbits, dunit);
                             }
                         }
                     }
+                    // The stochastic tile toward zero: A's values of the strip scale exactly.
+                    let sr_on = match sr_scale {
+                        Some(sc) if !ab64.1 && !pb64.1 && ab64.0.is_none_or(|(lo, _)| lo + sc >= -1074) => {
+                            let f = 2f64.powi(sc);
+                            for (d, &x) in aps[..kn * TILE_ROWS].iter_mut().zip(&apk[..kn * TILE_ROWS]) {
+                                *d = x * f;
+                            }
+                            true
+                        }
+                        _ => false,
+                    };
                     let exact = sum_exact || block_exact(fbounds, ab64.0, pb64.0);
                     let mut kk0 = 0;
                     while kk0 < kn {
                         let kidx0 = kb + kk0;
                         let seg = if outer.is_some() { (chunk - kidx0 % chunk).min(kn - kk0) } else { kn - kk0 };
-                        let (ap, bp) = (&apk[kk0 * TILE_ROWS..], &panel[kk0 * jb..]);
-                        let (up, vp) = if words_used { (&upk[kk0 * TILE_ROWS..], &vpan[kk0 * jb..]) } else { (&upk[..0], &vpan[..0]) };
+                        let ap = &apk[kk0 * TILE_ROWS..];
+                        let upp = if words_used { &upl[kk0 * TILE_ROWS..] } else { &upl[..0] };
                         let mut j = 0;
                         while j < jb {
                             let w = if j + 8 <= jb { 8 } else { jb - j };
-                            let tile_vals = || (0..nr).flat_map(|rr| &acc[(i + rr) * jb + j..(i + rr) * jb + j + w]);
-                            let amax = if w < 8 { f64::NAN } else { abs_max(tile_vals()) };
-                            // Sums that cannot leave the normal range need no watching.
-                            let track = w < 8 || !r.quiet(ab64, pb64, amax, seg);
-                            // Sums exact for this tile's values, if not for the block's formats.
-                            let exact = exact || (w == 8 && r.exact_vals(exp_bounds64(tile_vals(), r.prec()), amax, ab64, pb64, seg));
-                            let tw = if words_used { Words { rows: up, cols: &vp[j..], ldv: jb } } else { Words::NONE };
-                            if w < 8 || !r.tile(simd, nr, &mut acc[i * jb + j..], jb, ap, &bp[j..], jb, seg, tw, rbits, exact, track) {
+                            // This tile's panel, column words and placed words from step kk0 (row stride 8).
+                            let t0 = j * kn + kk0 * 8;
+                            let bp = &panel[t0..];
+                            let (vp, vpp) = if words_used { (&vpan[t0..], &vpl[t0..]) } else { (&vpan[..0], &vpl[..0]) };
+                            let tw = if words_used { Words { rows: upp, cols: vpp, ldv: 8 } } else { Words::NONE };
+                            let tile = |acc: &mut [f64]| {
+                                if w < 8 {
+                                    return false;
+                                }
+                                if sr_on && r.tile_sr(nr, &mut acc[i * jb + j..], jb, &aps[kk0 * TILE_ROWS..], bp, 8, seg, tw, rbits, ab64, pb64) {
+                                    return true;
+                                }
+                                let tile_vals = || (0..nr).flat_map(|rr| &acc[(i + rr) * jb + j..(i + rr) * jb + j + w]);
+                                let amax = abs_max(tile_vals());
+                                // Sums that cannot leave the normal range need no watching.
+                                let track = !r.quiet(ab64, pb64, amax, seg);
+                                // Sums exact for this tile's values, if not for the block's formats.
+                                let exact = exact || r.exact_vals(exp_bounds64(tile_vals(), r.prec()), amax, ab64, pb64, seg);
+                                r.tile(simd, nr, &mut acc[i * jb + j..], jb, ap, bp, 8, seg, tw, rbits, exact, track)
+                            };
+                            if !tile(&mut acc) {
                                 for rr in 0..nr {
                                     let row = &mut acc[(i + rr) * jb + j..(i + rr) * jb + j + w];
                                     for kk in 0..seg {
-                                        let bpk = &bp[kk * jb + j..kk * jb + j + w];
-                                        let (u, vw) = if words_used { (up[kk * TILE_ROWS + rr], &vp[kk * jb + j..kk * jb + j + w]) } else { (0, &vp[..0]) };
+                                        let bpk = &bp[kk * 8..kk * 8 + w];
+                                        let (u, vw) = if words_used { (words.row(i0 + i + rr, kidx0 + kk, rbits), &vp[kk * 8..kk * 8 + w]) } else { (0, &vp[..0]) };
                                         step_row(row, bpk, ap[kk * TILE_ROWS + rr], u, vw);
                                     }
                                 }
@@ -3902,8 +4316,10 @@ pub(crate) mod testing {
         opts.rbits = rbits;
         opts.key = crate::round::SeedKey::from_seed(7);
         let sr = StepRand::new(opts.key, steps);
-        let rows: Vec<u64> = (0..kn * TILE_ROWS).map(|q| sr.row(e0s[q % TILE_ROWS] as usize, t0 as usize + q / TILE_ROWS, rbits)).collect();
-        let cols: Vec<u64> = (0..kn * 8).map(|q| sr.col(q % 8, t0 as usize + q / 8, rbits)).collect();
+        let Format::Float(ff) = fmt else { return None };
+        let d = 52 - ff.man_bits;
+        let rows: Vec<u64> = (0..kn * TILE_ROWS).map(|q| Words::place_row(sr.row(e0s[q % TILE_ROWS] as usize, t0 as usize + q / TILE_ROWS, rbits), rbits, d)).collect();
+        let cols: Vec<u64> = (0..kn * 8).map(|q| Words::place_col(sr.col(q % 8, t0 as usize + q / 8, rbits), rbits, d)).collect();
         let words = Words { rows: &rows, cols: &cols, ldv: 8 };
         let simd = crate::convert::detected_isa() >= crate::convert::Isa::Avx2;
         by_mode!(mode_code(mode), C => {
@@ -3924,6 +4340,16 @@ pub(crate) mod testing {
                 if quiet {
                     assert!(same(&free), "{fmt:?} {mode:?}: the tile without watching differs from the scalar path: {free:?} vs {want:?}");
                 }
+                // The stochastic tile toward zero, where A's values scale exactly.
+                let (ba, bb) = (exp_bounds64(&ap[..kn * TILE_ROWS], prec), exp_bounds64(&bp[..kn * 8], prec));
+                if let Some(sc) = f.sr_scale(rbits).filter(|&sc| ba.0.is_none_or(|(lo, _)| lo + sc >= -1074)) {
+                    let aps: Vec<f64> = ap.iter().map(|&x| x * 2f64.powi(sc)).collect();
+                    let mut sro = acc.to_vec();
+                    if f.tile_sr_run(simd, nr, &mut sro, 8, &aps, bp, 8, kn, words, rbits, ba, bb) {
+                        assert!(same(&sro), "{fmt:?} rbits {rbits}: the stochastic tile toward zero differs from the scalar path: {sro:?} vs {want:?}");
+                        SR_TILES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    }
+                }
                 let mut got = acc.to_vec();
                 if !f.tile_run(simd, nr, &mut got, 8, ap, bp, 8, kn, words, rbits, exact, true) {
                     // The watching tile declined (a subnormal sum, say): the unwatched result stands in.
@@ -3935,6 +4361,9 @@ pub(crate) mod testing {
 
     /// Rows of the register tile.
     pub(crate) use super::TILE_ROWS;
+
+    /// How many times [`tile_both`] ran the stochastic tile toward zero.
+    pub static SR_TILES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
     /// The emulated matmul through the f64 lanes only (no f32 tile kernels).
     pub fn matmul_f64_lanes(a: &Operand, b: &Operand, c: OutMat<f64>, spec: &AccumSpec) -> Result<()> {

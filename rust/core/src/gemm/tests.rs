@@ -990,7 +990,8 @@ fn tile_formats() -> Vec<Format> {
 /// step by step in every mode, or declines the tile: sums in the normal range
 /// round in the tile; subnormal-range sums, overflow and inf/NaN make it
 /// decline (the step path redoes them). Exact-sum and TwoSum variants, 1 to
-/// TILE_ROWS rows, stochastic with 1, 9 and 32 random bits (float32: the word
+/// TILE_ROWS rows, stochastic with 1, 9 and 32 random bits (and the
+/// stochastic tile toward zero, [`tile_both`], subnormal sums included) (float32: the word
 /// shifted right), indices near 2^32, formats up to float32.
 #[test]
 fn register_tile_matches_scalar() {
@@ -1059,6 +1060,9 @@ fn register_tile_matches_scalar() {
     }
     if crate::convert::detected_isa() >= crate::convert::Isa::Avx2 {
         assert!(ran > 300 && declined > 20 && exact_runs > 30 && quiet_runs > 100, "ran {ran}, declined {declined}, exact {exact_runs}, quiet {quiet_runs}");
+        // tile_both compared the stochastic tile toward zero wherever it ran.
+        let sr = super::emulate::testing::SR_TILES.load(std::sync::atomic::Ordering::Relaxed);
+        assert!(sr > 200, "the stochastic tile toward zero ran {sr} times");
     }
 }
 
