@@ -326,6 +326,26 @@ def test_stochastic_watched_sums_past_the_largest_value(acc, rbits):
         lowp.set_num_threads(n0)
 
 
+@pytest.mark.parametrize("rbits", [13, 8])
+def test_stochastic_checked_runs_hand_over_to_the_watch(rbits, threads):
+    # float8_e5m2 accumulators: a depth block whose bound leaves room only for runs of
+    # 4 steps from sums below about 9150 runs them, checked at their starts, until
+    # the drifting rows pass that; the kernel that watches every sum takes over
+    # there. Rows drifting up (all a = 1, b = +-56: sums to 14336) and rows in a
+    # random walk; results as the scalar path's.
+    f = ACC_FORMATS["e5m2"]
+    g = np.random.default_rng(rbits)
+    k, n = 256, 40
+    a = np.where(g.random((24, k)) < 0.5, 1.0, -1.0).astype(np.float32)
+    a[::2] = 1.0
+    b = (56.0 * np.where(g.random(n) < 0.5, 1.0, -1.0) * np.ones((k, 1))).astype(np.float32)
+    a, b = a.astype(ml_dtypes.float8_e5m2), b.astype(ml_dtypes.float8_e5m2)
+    got = matmul_as_scalar(a, b, accumulate=f, rounding="stochastic", seed=4, rbits=rbits).astype(np.float64)
+    # In every tile of 4 rows x 16 columns some sum passed the bound of the runs.
+    tiles = np.abs(got).reshape(6, 4, -1)
+    assert all((tiles[:, :, c:c + 16].max(axis=(1, 2)) > 9200).all() for c in (0, 16, 32)) and np.all(np.isfinite(got))
+
+
 @pytest.mark.parametrize("acc, mode, rbits", [("fp16", "stochastic", 13), ("fp16", "up", None), ("f6m9", "toward_zero", None),
                                              ("f6m9", "nearest_even", None), ("e5m2", "down", None), ("e5m2", "nearest_even", None)])
 def test_scaled_kernels_tiny_operands(acc, mode, rbits):

@@ -3224,6 +3224,128 @@ unsafe fn tile16_sr<const MR: usize, const TRACK: bool>(acc: &mut [f32], ap: &[f
     mx.into_iter().max().unwrap_or(0)
 }
 
+/// [`tile16_sr`] (4 rows, not watching) in runs of `run` steps, checked before
+/// each run: `runs` runs while the largest accumulator magnitude, as an f32
+/// pattern, stays at most `top` (the caller's bound: from there no sum of a
+/// run can pass the largest value). Returns the runs done; the tile holds
+/// their sums. A check costs 18 operations a run, where watching every sum
+/// ([`tile16_sr`] with `TRACK`) costs 16 a step.
+///
+/// # Safety
+/// The CPU must support avx2 and fma; `ap`, `up` hold runs*run*4 values, `bp`,
+/// `vp` runs*run*16.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn tile16_sr_runs(acc: &mut [f32], ap: &[f32], bp: &[f32], up: &[u32], vp: &[u32], runs: usize, run: usize, unit: u32, top: u32) -> usize {
+    use std::arch::asm;
+    let kn = runs * run;
+    assert!(acc.len() >= 64 && ap.len() >= kn * 4 && bp.len() >= kn * 16 && up.len() >= kn * 4 && vp.len() >= kn * 16);
+    assert!((13..=21).contains(&unit) && run >= 1 && top < 0x7f80_0000);
+    if runs == 0 {
+        return 0;
+    }
+    // The mask that truncates at the unit; the magnitude bits; the bound.
+    let k = [[u32::MAX << unit; 8], [0x7fff_ffff; 8], [top; 8]];
+    // Toward zero.
+    let rc = 3u32 << 13;
+    let mut csr = [0u32; 2];
+    let left: usize;
+    // SAFETY: the loads and stores stay inside acc (64 values), ap and up
+    // (kn*4), bp and vp (kn*16) and the constants; MXCSR is restored before the
+    // block ends; the clobbered vector registers are declared.
+    unsafe {
+        asm!(
+            mxcsr_enter!(),
+            "vmovdqu ymm15, ymmword ptr [{k}]",
+            dir_load!("ymm0", "0"), dir_load!("ymm1", "32"), dir_load!("ymm2", "64"), dir_load!("ymm3", "96"),
+            dir_load!("ymm4", "128"), dir_load!("ymm5", "160"), dir_load!("ymm6", "192"), dir_load!("ymm7", "224"),
+            "3:",
+            // The largest magnitude against the bound.
+            "vmovdqu ymm8, ymmword ptr [{k} + 32]",
+            "vpand ymm10, ymm0, ymm8",
+            "vpand ymm11, ymm1, ymm8",
+            "vpmaxud ymm10, ymm10, ymm11",
+            "vpand ymm11, ymm2, ymm8",
+            "vpmaxud ymm10, ymm10, ymm11",
+            "vpand ymm11, ymm3, ymm8",
+            "vpmaxud ymm10, ymm10, ymm11",
+            "vpand ymm11, ymm4, ymm8",
+            "vpmaxud ymm10, ymm10, ymm11",
+            "vpand ymm11, ymm5, ymm8",
+            "vpmaxud ymm10, ymm10, ymm11",
+            "vpand ymm11, ymm6, ymm8",
+            "vpmaxud ymm10, ymm10, ymm11",
+            "vpand ymm11, ymm7, ymm8",
+            "vpmaxud ymm10, ymm10, ymm11",
+            // Magnitude patterns are below 2^31: the signed compare orders them.
+            "vpcmpgtd ymm10, ymm10, ymmword ptr [{k} + 64]",
+            "vptest ymm10, ymm10",
+            "jnz 9f",
+            "mov {kn}, {run}",
+            "2:",
+            "vmovups ymm8, ymmword ptr [{pb}]",
+            "vmovups ymm9, ymmword ptr [{pb} + 32]",
+            "vmovdqu ymm12, ymmword ptr [{pv}]",
+            "vmovdqu ymm13, ymmword ptr [{pv} + 32]",
+            sr_row!(plain, "0", "ymm0", "0", "ymm1", "32"),
+            sr_row!(plain, "4", "ymm2", "64", "ymm3", "96"),
+            sr_row!(plain, "8", "ymm4", "128", "ymm5", "160"),
+            sr_row!(plain, "12", "ymm6", "192", "ymm7", "224"),
+            "add {pa}, 16",
+            "add {pb}, 64",
+            "add {pu}, 16",
+            "add {pv}, 64",
+            "dec {kn}",
+            "jnz 2b",
+            "dec {runs}",
+            "jnz 3b",
+            "9:",
+            tile_store!("ymm0", "0"), tile_store!("ymm1", "32"), tile_store!("ymm2", "64"), tile_store!("ymm3", "96"),
+            tile_store!("ymm4", "128"), tile_store!("ymm5", "160"), tile_store!("ymm6", "192"), tile_store!("ymm7", "224"),
+            "vldmxcsr dword ptr [{csr}]",
+            c = in(reg) acc.as_mut_ptr(),
+            pa = inout(reg) ap.as_ptr() => _,
+            pb = inout(reg) bp.as_ptr() => _,
+            pu = inout(reg) up.as_ptr() => _,
+            pv = inout(reg) vp.as_ptr() => _,
+            kn = out(reg) _,
+            run = in(reg) run,
+            runs = inout(reg) runs => left,
+            csr = in(reg) csr.as_mut_ptr(),
+            rc = in(reg) rc,
+            t = out(reg) _,
+            k = in(reg) k.as_ptr(),
+            out("ymm0") _, out("ymm1") _, out("ymm2") _, out("ymm3") _,
+            out("ymm4") _, out("ymm5") _, out("ymm6") _, out("ymm7") _,
+            out("ymm8") _, out("ymm9") _, out("ymm10") _, out("ymm11") _,
+            out("ymm12") _, out("ymm13") _, out("ymm14") _, out("ymm15") _,
+            options(nostack),
+        );
+    }
+    runs - left
+}
+
+/// [`tile16_sr`] of `MR` rows where no bound on the depth block keeps the sums
+/// below the largest value: `true` when none passed it (`top`: its scaled
+/// pattern). With `runs` = (run, bound) and 4 rows, runs checked at their
+/// starts ([`tile16_sr_runs`]) while the bound holds, then the watching kernel.
+///
+/// # Safety
+/// As [`tile16_sr`]'s.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn sr_watched<const MR: usize>(t: &mut [f32], ap: &[f32], bp: &[f32], up: &[u32], vp: &[u32], len: usize, unit: u32, top: u32, runs: Option<(usize, u32)>) -> bool {
+    let mut done = 0;
+    if let (4, Some((run, bound))) = (MR, runs) {
+        // SAFETY: forwarded contract; the runs cover at most len steps.
+        done = unsafe { tile16_sr_runs(t, ap, bp, up, vp, len / run, run, unit, bound) } * run;
+    }
+    // SAFETY: forwarded contract, from step `done`.
+    done == len || unsafe { tile16_sr::<MR, true>(t, &ap[done * MR..], &bp[done * 16..], &up[done * MR..], &vp[done * 16..], len - done, unit) } <= top
+}
+
 /// Chunk totals of [`Kind16::Sr`]: `tot = SR(tot + row)` lane by lane, then
 /// `row = 0`, as [`tile16_sr`] rounds (its `unit` and `rbits`): the add toward
 /// zero (MXCSR) is the exact sum truncated to 24 bits, and lane i's random word
@@ -3654,6 +3776,24 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
                     let loose = (abs_max32(&acc) as f64 + row_max * bmaxes[kbi] as f64) * growth(f.prec).powi(kn as i32);
                     scale_ok(sa, ab.map(|x| x.0)) && loose * 2f64.powi(usc) < 2f64.powi(100)
                 };
+                // ... in runs checked at their starts ([`tile16_sr_runs`]), where a bound
+                // on a run leaves room: the longest run of 16, 8 or 4 steps whose sums stay
+                // below the largest value from any accumulator of at most `top` (with
+                // twice the block's largest accumulator below it), and that `top`, scaled,
+                // as an f32 pattern rounded down.
+                let sr_runs = if track {
+                    let f = sf.expect("kind Sr");
+                    let amax = abs_max32(&acc) as f64;
+                    [16usize, 8, 4].into_iter().find_map(|run| {
+                        let top = f.max / growth(f.prec).powi(run as i32) - row_max * bmaxes[kbi] as f64 - run as f64 * 2f64.powi(f.sub);
+                        let ts = top * 2f64.powi(usc);
+                        let tp = ts as f32;
+                        let tp = if tp as f64 > ts { f32::from_bits(tp.to_bits() - 1) } else { tp };
+                        (top > 2.0 * amax && tp > 0.0).then_some((run, tp.to_bits()))
+                    })
+                } else {
+                    None
+                };
                 let fast = odd_alt || (!scan || fits(ab, bbk)) && (!(sr || gs.is_some() || (du.is_some() && dalt.is_none())) || bounded || track);
                 // Kind Split on this block, else its fallback Fma; kind Dir at float16's or
                 // float8_e5m2's unit, else their conversions.
@@ -3726,7 +3866,7 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
                                                 (Kind16::OddE5m2, _) => tile16_oddz::<$mo, ODD_E5M2>(t, ap, bp, len),
                                                 (Kind16::OddUnit, _) => tile16_unit::<$mo, true>(t, ap, bp, len, gs.map_or(21, |f| f.unit)),
                                                 (Kind16::Dir(to), _) => tile16_dir_to::<$mf>(to, rm, t, ap, bp, len),
-                                                (Kind16::Sr, _) if track => $ok = tile16_sr::<$mo, true>(t, ap, bp, up, vp, len, sr_unit as u32) <= sr_top,
+                                                (Kind16::Sr, _) if track => $ok = sr_watched::<$mo>(t, ap, bp, up, vp, len, sr_unit as u32, sr_top, sr_runs),
                                                 (Kind16::Sr, _) => _ = tile16_sr::<$mo, false>(t, ap, bp, up, vp, len, sr_unit as u32),
                                             }
                                         };
