@@ -346,6 +346,31 @@ def test_stochastic_checked_runs_hand_over_to_the_watch(rbits, threads):
     assert all((tiles[:, :, c:c + 16].max(axis=(1, 2)) > 9200).all() for c in (0, 16, 32)) and np.all(np.isfinite(got))
 
 
+@pytest.mark.parametrize("acc", ["e5m2", "f6m9"])
+@pytest.mark.parametrize("mode", ["up", "down"])
+@pytest.mark.parametrize("k", [40, 300])
+def test_directed_checked_runs_hand_over(acc, mode, k, threads):
+    # Up or down into float8_e5m2 (or FloatFormat(6, 9) past its bound), where each
+    # add may grow a sum by a quarter: the kernel at the format's unit runs in runs
+    # of 16, 8, 4, 2 and 1 steps, checked at their starts, then hands over to the
+    # conversions' kernel (float8_e5m2) or the f64 rounding. Rows that drift to the
+    # infinities, rows in a random walk, zeros and exact sums; as the scalar path.
+    f = ACC_FORMATS[acc]
+    g = np.random.default_rng(k)
+    a = g.standard_normal((25, k)).astype(np.float32)
+    a[::3] = np.abs(a[::3]) * (4.0 if acc == "e5m2" else 64.0)
+    a[1::5, : k // 2] = 0.0
+    b = g.standard_normal((k, 37)).astype(np.float32)
+    b[:, ::4] = np.abs(b[:, ::4]) * 8.0
+    a, b = a.astype(ml_dtypes.float8_e4m3fn), b.astype(ml_dtypes.float8_e4m3fn)
+    got = matmul_as_scalar(a, b, accumulate=f, rounding=mode).astype(np.float64)
+    if k == 300 and acc == "e5m2":
+        # Some sums passed the largest value: the handover ran.
+        assert np.isinf(got).any() and np.isfinite(got).any()
+    rows, cols = [0, 1, 7, 24], [0, 3, 36]
+    assert same(got[rows][:, cols], ref_matmul(a[rows], b[:, cols], f, mode))
+
+
 @pytest.mark.parametrize("acc, mode, rbits", [("fp16", "stochastic", 13), ("fp16", "up", None), ("f6m9", "toward_zero", None),
                                              ("f6m9", "nearest_even", None), ("e5m2", "down", None), ("e5m2", "nearest_even", None)])
 def test_scaled_kernels_tiny_operands(acc, mode, rbits):

@@ -2385,7 +2385,9 @@ macro_rules! tile_store {
 /// tile, the strips of A and B, the step count, MXCSR's save area and the
 /// rounding control (operands `c`, `pa`, `pb`, `kn`, `csr`, `rc`; `t` is
 /// scratch); the kernel's own operands follow; the accumulators, `b` and
-/// `clobber` are declared clobbered.
+/// `clobber` are declared clobbered. With `runs: [pre], [post]`, `pre` runs
+/// before the steps' loop and `post` after it (an outer loop of runs checked
+/// at their starts, [`tile16_dir_runs`]).
 #[cfg(target_arch = "x86_64")]
 macro_rules! tile_asm {
     (6, $($rest:tt)*) => {
@@ -2406,11 +2408,13 @@ macro_rules! tile_asm {
     };
     (@rows $stride:literal, [$(($off:literal, $c0:tt, $o0:literal, $c1:tt, $o1:literal)),*],
      setup: [$($setup:expr),*], b: ($b0:tt, $b1:tt $(, $bx:expr)*), row: $row:ident($r:ident), step: [$($step:expr),*],
-     store: $store:ident, clobber: [$($clob:tt),*], io: ($acc:expr, $ap:expr, $bp:expr, $kn:expr, $csr:expr, $rc:expr), $($ops:tt)*) => {
+     store: $store:ident, clobber: [$($clob:tt),*], $(runs: [$($pre:expr),*], [$($post:expr),*],)?
+     io: ($acc:expr, $ap:expr, $bp:expr, $kn:expr, $csr:expr, $rc:expr), $($ops:tt)*) => {
         asm!(
             mxcsr_enter!(),
             $($setup,)*
             $(dir_load!($c0, $o0), dir_load!($c1, $o1),)*
+            $($($pre,)*)?
             "2:",
             concat!("vmovups ", $b0, ", ymmword ptr [{pb}]"),
             concat!("vmovups ", $b1, ", ymmword ptr [{pb} + 32]"),
@@ -2421,6 +2425,7 @@ macro_rules! tile_asm {
             $($step,)*
             "dec {kn}",
             "jnz 2b",
+            $($($post,)*)?
             $($store!($c0, $o0), $store!($c1, $o1),)*
             "vldmxcsr dword ptr [{csr}]",
             c = in(reg) $acc.as_mut_ptr(),
@@ -2614,6 +2619,113 @@ unsafe fn tile16_dir_to<const MR: usize>(to: DirTo, rm: i32, acc: &mut [f32], ap
         }
     }
 }
+
+/// The check at the start of a run of [`tile16_dir_runs`] (label 3): the
+/// largest magnitude of the 12 accumulators (ymm14; ymm15 scratch; `[{rk}]`
+/// the magnitude mask) against the bound at `[{rk} + 32]`, leaving for label 9
+/// past it, else `{kn}` set to the run's steps.
+#[cfg(target_arch = "x86_64")]
+macro_rules! runs_check12 {
+    () => {
+        concat!(
+            "3:\n",
+            "vpand ymm14, ymm0, ymmword ptr [{rk}]\n",
+            "vpand ymm15, ymm1, ymmword ptr [{rk}]\n",
+            "vpmaxud ymm14, ymm14, ymm15\n",
+            "vpand ymm15, ymm2, ymmword ptr [{rk}]\n",
+            "vpmaxud ymm14, ymm14, ymm15\n",
+            "vpand ymm15, ymm3, ymmword ptr [{rk}]\n",
+            "vpmaxud ymm14, ymm14, ymm15\n",
+            "vpand ymm15, ymm4, ymmword ptr [{rk}]\n",
+            "vpmaxud ymm14, ymm14, ymm15\n",
+            "vpand ymm15, ymm5, ymmword ptr [{rk}]\n",
+            "vpmaxud ymm14, ymm14, ymm15\n",
+            "vpand ymm15, ymm6, ymmword ptr [{rk}]\n",
+            "vpmaxud ymm14, ymm14, ymm15\n",
+            "vpand ymm15, ymm7, ymmword ptr [{rk}]\n",
+            "vpmaxud ymm14, ymm14, ymm15\n",
+            "vpand ymm15, ymm8, ymmword ptr [{rk}]\n",
+            "vpmaxud ymm14, ymm14, ymm15\n",
+            "vpand ymm15, ymm9, ymmword ptr [{rk}]\n",
+            "vpmaxud ymm14, ymm14, ymm15\n",
+            "vpand ymm15, ymm10, ymmword ptr [{rk}]\n",
+            "vpmaxud ymm14, ymm14, ymm15\n",
+            "vpand ymm15, ymm11, ymmword ptr [{rk}]\n",
+            "vpmaxud ymm14, ymm14, ymm15\n",
+            // Magnitude patterns are below 2^31: the signed compare orders them.
+            "vpcmpgtd ymm14, ymm14, ymmword ptr [{rk} + 32]\n",
+            "vptest ymm14, ymm14\n",
+            "jnz 9f\n",
+            "mov {kn}, {run}\n",
+        )
+    };
+}
+
+/// [`tile16_dir`] into a [`DirTo::Unit`] format, 6 rows, where no bound on the
+/// depth block keeps the sums below the largest value: `runs` runs of `run`
+/// steps, each checked at its start: it runs while the largest accumulator
+/// magnitude, as an f32 pattern, is at most `top` (the caller's bound: from
+/// there no sum of a run can pass the largest value, which the integer
+/// rounding at the unit does not respect). Returns the runs done; the tile
+/// holds their sums. A check costs 26 operations a run of 12 * 5 a step.
+///
+/// # Safety
+/// As [`tile16_dir`]'s, with kn = runs * run; `top` below f32's infinity.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn tile16_dir_runs<const RM: i32>(to: DirTo, acc: &mut [f32], ap: &[f32], bp: &[f32], runs: usize, run: usize, top: u32) -> usize {
+    use std::arch::asm;
+    use std::arch::x86_64::{_MM_FROUND_TO_NEG_INF, _MM_FROUND_TO_POS_INF, _MM_FROUND_TO_ZERO};
+    let kn = runs * run;
+    assert!(matches!(to, DirTo::Unit(_)) && (1..4).contains(&RM) && run >= 1 && top < 0x7f80_0000);
+    assert!(acc.len() >= 96 && ap.len() >= kn * 6 && bp.len() >= kn * 16);
+    if runs == 0 {
+        return 0;
+    }
+    let k = DirConsts::of(to);
+    let rk = Consts2([[0x7fff_ffff; 8], [top; 8]]);
+    let rc = (RM as u32) << 13;
+    let nz = if RM == _MM_FROUND_TO_NEG_INF { DIR_NEG_ZERO.as_ptr() } else { DIR_NO_FIX.as_ptr() };
+    let mut csr = [0u32; 2];
+    let left: usize;
+    macro_rules! go {
+        ($r:ident) => {
+            tile_asm!(6,
+                setup: ["# constants at {k}, rounding control {rm}"],
+                b: ("ymm12", "ymm13"),
+                row: dir_row($r),
+                step: [],
+                store: dir_store,
+                clobber: ["ymm14", "ymm15"],
+                runs: [runs_check12!()], ["dec {runs}", "jnz 3b", "9:"],
+                io: (acc, ap, bp, run, csr, rc),
+                nz = in(reg) nz,
+                k = in(reg) k.0.as_ptr(),
+                rm = const RM,
+                run = in(reg) run,
+                runs = inout(reg) runs => left,
+                rk = in(reg) rk.0.as_ptr(),
+            )
+        };
+    }
+    // SAFETY: the loads and stores stay inside acc (96 values), ap (kn*6) and bp
+    // (kn*16), asserted above, and the 32-byte constants; MXCSR is restored
+    // before the block ends; the clobbered vector registers are declared.
+    unsafe {
+        match RM {
+            _MM_FROUND_TO_ZERO => go!(dir_bf_tz),
+            _MM_FROUND_TO_POS_INF => go!(dir_bf_up),
+            _ => go!(dir_bf_dn),
+        }
+    }
+    runs - left
+}
+
+/// Two 32-byte constants.
+#[cfg(target_arch = "x86_64")]
+#[repr(C, align(32))]
+struct Consts2([[u32; 8]; 2]);
 
 /// The assembly block of [`flush_dir`], rounding with `$r`.
 #[cfg(target_arch = "x86_64")]
@@ -3346,6 +3458,28 @@ unsafe fn sr_watched<const MR: usize>(t: &mut [f32], ap: &[f32], bp: &[f32], up:
     done == len || unsafe { tile16_sr::<MR, true>(t, &ap[done * MR..], &bp[done * 16..], &up[done * MR..], &vp[done * 16..], len - done, unit) } <= top
 }
 
+/// [`tile16_dir_runs`] over `len` steps, in stages of shorter runs: each stage
+/// (run, bound) of `plan` runs as many of its runs as fit in the steps left,
+/// until a check fails; the next stage goes on from there. Returns the steps done.
+///
+/// # Safety
+/// As [`tile16_dir_runs`]'s, with 6 rows and kn = len.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn dir_checked(to: DirTo, rm: i32, t: &mut [f32], ap: &[f32], bp: &[f32], len: usize, plan: &[Option<(usize, u32)>]) -> usize {
+    let mut done = 0;
+    for &(run, top) in plan.iter().flatten() {
+        let runs = (len - done) / run;
+        // SAFETY: forwarded contract; the runs cover at most the steps left.
+        done += unsafe { by_f16_rounding!(rm, R => tile16_dir_runs::<R>(to, t, &ap[done * 6..], &bp[done * 16..], runs, run, top)) } * run;
+        if done == len {
+            break;
+        }
+    }
+    done
+}
+
 /// Chunk totals of [`Kind16::Sr`]: `tot = SR(tot + row)` lane by lane, then
 /// `row = 0`, as [`tile16_sr`] rounds (its `unit` and `rbits`): the add toward
 /// zero (MXCSR) is the exact sum truncated to 24 bits, and lane i's random word
@@ -3703,10 +3837,12 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
             let mut sr_st0 = vec![0u32; sr_st.len()];
             let mut sr_st0_ok: Option<bool> = None;
             let mut apack = vec![0f32; groups * kbs * mr];
+            // A's block for the conversions' kernel where kind Dir's checked runs hand over to it.
+            let mut apalt = vec![0f32; if du.is_some() && dalt.is_some() { groups * kbs * mr } else { 0 }];
             // Kind Sr: the rows' placed complemented random bits, as apack.
             let mut upack = vec![0u32; if sr { apack.len() } else { 0 }];
             let mut urun = vec![0u64; if sr { kbs } else { 0 }];
-            let mut tsave = vec![0f32; if sr { mr * 16 } else { 0 }];
+            let mut tsave = vec![0f32; if sr || du.is_some() { mr * 16 } else { 0 }];
             for (kbi, &bbk) in bbounds.iter().enumerate() {
                 let (kb, kn) = (kbi * KB, KB.min(k - kbi * KB));
                 for g in 0..groups {
@@ -3781,36 +3917,52 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
                 // below the largest value from any accumulator of at most `top` (with
                 // twice the block's largest accumulator below it), and that `top`, scaled,
                 // as an f32 pattern rounded down.
-                let sr_runs = if track {
-                    let f = sf.expect("kind Sr");
-                    let amax = abs_max32(&acc) as f64;
-                    [16usize, 8, 4].into_iter().find_map(|run| {
-                        let top = f.max / growth(f.prec).powi(run as i32) - row_max * bmaxes[kbi] as f64 - run as f64 * 2f64.powi(f.sub);
-                        let ts = top * 2f64.powi(usc);
-                        let tp = ts as f32;
-                        let tp = if tp as f64 > ts { f32::from_bits(tp.to_bits() - 1) } else { tp };
-                        (top > 2.0 * amax && tp > 0.0).then_some((run, tp.to_bits()))
-                    })
-                } else {
-                    None
+                let run_top = |f: SrFmt, run: usize| {
+                    let top = f.max / growth(f.prec).powi(run as i32) - row_max * bmaxes[kbi] as f64 - run as f64 * 2f64.powi(f.sub);
+                    let ts = top * 2f64.powi(usc);
+                    let tp = ts as f32;
+                    let tp = if tp as f64 > ts { f32::from_bits(tp.to_bits() - 1) } else { tp };
+                    (tp > 0.0).then_some(tp.to_bits())
                 };
-                let fast = odd_alt || (!scan || fits(ab, bbk)) && (!(sr || gs.is_some() || (du.is_some() && dalt.is_none())) || bounded || track);
-                // Kind Split on this block, else its fallback Fma; kind Dir at float16's or
-                // float8_e5m2's unit, else their conversions.
-                let kind = match (kind, dalt) {
-                    (Kind16::Split, _) if !bounded => Kind16::Fma,
-                    (Kind16::Dir(_), Some(alt)) if !bounded => Kind16::Dir(alt),
-                    (Kind16::OddUnit, _) if odd_alt => Kind16::OddE5m2,
-                    (kind, _) => kind,
+                let runs_plan = |f: SrFmt| {
+                    let amax = abs_max32(&acc) as f64 * 2f64.powi(usc);
+                    [16usize, 8, 4].into_iter().find_map(|run| run_top(f, run).filter(|&tp| f32::from_bits(tp) as f64 > 2.0 * amax).map(|tp| (run, tp)))
                 };
-                // This block's A (by 2^sa) and tiles (by 2^usc) scaled ([`unit_scale`]).
-                let scaled = fast && (bounded || track) && scaled_kind;
+                let sr_runs = if track { runs_plan(sf.expect("kind Sr")) } else { None };
                 // The conversions' kernels (`dalt`, `odd_alt`) round unscaled sums: on a
                 // scaled B they take A scaled up by 2^-sbk (the products unchanged), where
                 // that stays below 2^127, else the block runs the f64 rounding.
                 let alt_ok = sbk == 0 || ab.is_none_or(|(_, h)| h - sbk <= 126);
+                // Kind Dir into a `Unit` format past the bound, 6 rows: the same runs
+                // ([`tile16_dir_runs`]), where A's values scale exactly, of 16 steps, then
+                // (from where a check fails) of 8, 4, 2 and 1, whose bounds are higher;
+                // then the conversions' kernel, or the f64 rounding without one.
+                let dir_runs = match du {
+                    Some((f, _)) if !bounded && mr == MR_FMA && scale_ok(sa, ab.map(|x| x.0)) && (dalt.is_none() || alt_ok) => {
+                        Some([16usize, 8, 4, 2, 1].map(|run| run_top(f, run).map(|tp| (run, tp))))
+                    }
+                    _ => None,
+                };
+                let fast = odd_alt || (!scan || fits(ab, bbk)) && (!(sr || gs.is_some() || (du.is_some() && dalt.is_none())) || bounded || track || dir_runs.is_some());
+                // Kind Split on this block, else its fallback Fma; kind Dir at float16's or
+                // float8_e5m2's unit (in checked runs past the bound), else their conversions.
+                let kind = match (kind, dalt) {
+                    (Kind16::Split, _) if !bounded => Kind16::Fma,
+                    (Kind16::Dir(_), Some(alt)) if !bounded && dir_runs.is_none() => Kind16::Dir(alt),
+                    (Kind16::OddUnit, _) if odd_alt => Kind16::OddE5m2,
+                    (kind, _) => kind,
+                };
+                // This block's A (by 2^sa) and tiles (by 2^usc) scaled ([`unit_scale`]).
+                let scaled = fast && (bounded || track || dir_runs.is_some()) && scaled_kind;
                 let fast = fast && (scaled || alt_ok);
                 let a_exp = if scaled { sa } else if fast { -sbk } else { 0 };
+                if dir_runs.is_some() && dalt.is_some() {
+                    let f = 2f32.powi(-sbk);
+                    for g in 0..groups {
+                        let r = g * kbs * mr..g * kbs * mr + kn * mr;
+                        apalt[r.clone()].iter_mut().zip(&apack[r]).for_each(|(d, &x)| *d = x * f);
+                    }
+                }
                 if a_exp != 0 {
                     let f = 2f32.powi(a_exp);
                     for g in 0..groups {
@@ -3840,6 +3992,7 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
                         let bp = &bpanel[q + o0 * 16..q + (o0 + len) * 16];
                         for g in 0..groups {
                             let ap = &apack[g * kbs * mr + o0 * mr..g * kbs * mr + (o0 + len) * mr];
+                            let apa = if apalt.is_empty() { &apalt[..0] } else { &apalt[g * kbs * mr + o0 * mr..g * kbs * mr + (o0 + len) * mr] };
                             let t = &mut acc[(g * ns + s - s0) * tile..(g * ns + s - s0 + 1) * tile];
                             let (row0, col0) = (i0 + g * mr, j0 + 16 * s);
                             let (up, vp) = if sr {
@@ -3865,6 +4018,21 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
                                                 (Kind16::Odd, false) => tile16_oddz::<$mo, ODD_F16>(t, ap, bp, len),
                                                 (Kind16::OddE5m2, _) => tile16_oddz::<$mo, ODD_E5M2>(t, ap, bp, len),
                                                 (Kind16::OddUnit, _) => tile16_unit::<$mo, true>(t, ap, bp, len, gs.map_or(21, |f| f.unit)),
+                                                (Kind16::Dir(to), _) if dir_runs.is_some() => {
+                                                    let done = dir_checked(to, rm, t, ap, bp, len, dir_runs.as_ref().map_or(&[], |p| &p[..]));
+                                                    if done < len {
+                                                        // The conversions' kernel from there, on unscaled sums and
+                                                        // A's values for it (exact both ways).
+                                                        match dalt {
+                                                            Some(alt) => {
+                                                                t.iter_mut().for_each(|x| *x *= acc_un);
+                                                                tile16_dir_to::<$mf>(alt, rm, t, &apa[done * mr..], &bp[done * 16..], len - done);
+                                                                t.iter_mut().for_each(|x| *x *= sc);
+                                                            }
+                                                            None => $ok = false,
+                                                        }
+                                                    }
+                                                }
                                                 (Kind16::Dir(to), _) => tile16_dir_to::<$mf>(to, rm, t, ap, bp, len),
                                                 (Kind16::Sr, _) if track => $ok = sr_watched::<$mo>(t, ap, bp, up, vp, len, sr_unit as u32, sr_top, sr_runs),
                                                 (Kind16::Sr, _) => _ = tile16_sr::<$mo, false>(t, ap, bp, up, vp, len, sr_unit as u32),
@@ -3873,7 +4041,7 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
                                     }
                                     // The watching kernel's tile as it was, for the f64 rounding if
                                     // some sum passed the largest value.
-                                    if track {
+                                    if track || dir_runs.is_some() {
                                         tsave[..t.len()].copy_from_slice(t);
                                     }
                                     let mut ok = true;
