@@ -393,6 +393,28 @@ def test_scaled_kernels_tiny_operands(acc, mode, rbits):
             assert same(got[rows][:, cols], ref_matmul(aa[rows], bb[:, cols], f, mode))
 
 
+@pytest.mark.parametrize("chunk", [None, 32])
+def test_e5m2_nearest_products_below_the_scaled_grid(chunk):
+    # bfloat16 products into float8_e5m2 to nearest: products whose last bits fall
+    # below f32's smallest subnormal once scaled (below 2^-37) lose their sticky
+    # bit in the residual FMA, harmless since each lies far below half the
+    # format's smallest unit. Rows of only tiny products (sums that stay at zero,
+    # either sign), rows that mix them with normal ones; the exact reference.
+    f = ACC_FORMATS["e5m2"]
+    g = np.random.default_rng(5)
+    x = g.standard_normal((14, 200)).astype(np.float32)
+    y = g.standard_normal((200, 19)).astype(np.float32)
+    x[g.random(x.shape) < 0.3] *= 2.0 ** -30
+    y[g.random(y.shape) < 0.3] *= 2.0 ** -25
+    x[:3] *= 2.0 ** -24
+    a, b = x.astype(ml_dtypes.bfloat16), y.astype(ml_dtypes.bfloat16)
+    got = matmul_as_scalar(a, b, accumulate=f, rounding="nearest_even", chunk=chunk)
+    rows, cols = [0, 1, 2, 5, 13], [0, 7, 18]
+    # (The rational reference does not keep the sign of a zero sum.)
+    assert same(got[rows][:, cols], ref_matmul(a[rows], b[:, cols], f, "nearest_even", chunk))
+    assert np.all(got[:3] == 0) and np.count_nonzero(got[3:]) > 0.9 * got[3:].size
+
+
 def test_e5m2_nearest_product_past_its_bound():
     # 2^-16 then 18 * 16 = 288, a midpoint of e5m2 (256, 320): the exact sum is
     # above it and rounds to 320, but its float32 sum is the tie 288 (2^-16 is

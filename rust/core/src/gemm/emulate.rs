@@ -3884,11 +3884,17 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
                                     && lo.is_none_or(|l| l + usc >= -149)
                             } else if odd_unit {
                                 // Every scaled product an f32 (its last bit at or above
-                                // 2^-149, none reaching 2^127), as kind Odd needs.
+                                // 2^-149, none reaching 2^127), as kind Odd needs; or
+                                // products of so few bits (pa + pb) that one with a bit
+                                // below 2^-149 lies below half the format's smallest
+                                // unit, 2^(sub + usc): its sum with an accumulator (a value
+                                // of the format) is then no midpoint, nor its truncation,
+                                // and rounds to the accumulator whatever the residual
+                                // FMA's underflow loses (float8_e5m2 from bfloat16: 16 bits).
                                 let hi = ab.zip(bbk).map(|(x, y)| x.1 + y.1);
                                 near_ok(f.prec, f.max, acc_max, row_max, b_max, kn)
                                     && scale_ok(sa, ab.map(|x| x.0))
-                                    && lo.is_none_or(|l| l + usc >= -149)
+                                    && (lo.is_none_or(|l| l + usc >= -149) || pa + pb <= f.sub + usc + 148)
                                     && hi.is_none_or(|h| h <= 126)
                             } else {
                                 split_ok(f.prec, f.max, f.sub, acc_max, row_max, b_max, lo, kn)
