@@ -992,8 +992,9 @@ impl<const M: u8> Fast<M> {
             _ => 0.0,
         };
         let max = f64::from_bits(self.max_bits);
-        let growth = (1.0 + pow2(-(self.man as i32))).powi(kn as i32) * (1.0 + 1e-9);
-        let track = (amax + kn as f64 * (p + pow2(self.emin - self.man as i32))) * growth > max;
+        // (1 + e)^kn <= exp(kn e) <= 1 / (1 - kn e) while kn e < 1.
+        let ke = kn as f64 * pow2(-(self.man as i32));
+        let track = ke >= 0.5 || (amax + kn as f64 * (p + pow2(self.emin - self.man as i32))) * (1.0 + 1e-9) > max * (1.0 - ke);
         #[cfg(target_arch = "x86_64")]
         {
             // SAFETY: `simd` is only true when avx2 and fma were detected; the lengths are asserted above.
@@ -1387,13 +1388,12 @@ impl Dyn {
         // Each lane's bits, as the top bits of a column word (the row's is zero), placed.
         let stoch = *m == M_ST && (1..=64).contains(&rbits);
         let d = 52 - f.man;
-        let cols: [u64; 8] = std::array::from_fn(|l| {
-            if stoch {
-                Words::place_col(rng.bits((e0 + l as u64).wrapping_mul(steps).wrapping_add(t0), rbits) << (64 - rbits), rbits, d)
-            } else {
-                0
-            }
-        });
+        let cols: [u64; 8] = if stoch {
+            let bits = rng.bits8(std::array::from_fn(|l| (e0 + l as u64).wrapping_mul(steps).wrapping_add(t0)), rbits);
+            bits.map(|b| Words::place_col(b << (64 - rbits), rbits, d))
+        } else {
+            [0; 8]
+        };
         let words = Words { rows: &[0; TILE_ROWS], cols: &cols, ldv: 8 };
         by_mode!(*m, C => f.as_mode::<C>().tile_run(simd, 1, tot, 8, &[1.0], row, 8, 1, words, rbits, false, true))
     }

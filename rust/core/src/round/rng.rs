@@ -137,6 +137,35 @@ impl Rng {
             w >> (64 - rbits)
         }
     }
+
+    /// [`Rng::bits`] of 8 indices, in 8 u32 lanes when they share their high
+    /// half and `rbits <= 32` (avx2).
+    pub fn bits8(&self, idx: [u64; 8], rbits: u32) -> [u64; 8] {
+        #[cfg(target_arch = "x86_64")]
+        if rbits <= 32 && idx.iter().all(|&i| i >> 32 == idx[0] >> 32) && crate::convert::detected_isa() >= crate::convert::Isa::Avx2 {
+            // SAFETY: avx2 was detected.
+            let w = unsafe { self.words8_avx2(idx.map(|i| i as u32), self.hi_word(idx[0])) };
+            return w.map(|w| (w >> (32 - rbits)) as u64);
+        }
+        idx.map(|i| self.bits(i, rbits))
+    }
+
+    /// [`Rng::word0`] of 8 low index words sharing the mixed high half `hi`.
+    ///
+    /// # Safety
+    /// The CPU must support avx2.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2")]
+    unsafe fn words8_avx2(&self, lo: [u32; 8], hi: u32) -> [u32; 8] {
+        use std::arch::x86_64::*;
+        let mut w = [0u32; 8];
+        // SAFETY: avx2 per the contract; 8 lanes each.
+        unsafe {
+            let x = weyl_x8(_mm256_loadu_si256(lo.as_ptr() as *const __m256i), self.key.a0 ^ hi);
+            _mm256_storeu_si256(w.as_mut_ptr() as *mut __m256i, mix32_x8(x));
+        }
+        w
+    }
 }
 
 /// The Weyl step of the column words of [`StepRand`] (odd, and unlike
@@ -296,6 +325,18 @@ mod tests {
         assert_eq!(a.bits(12345, 64), a.bits(12345, 64));
         assert_ne!(a.bits(12345, 64), b.bits(12345, 64));
         assert_eq!(a.bits(7, 8), a.bits(7, 32) >> 24);
+    }
+
+    #[test]
+    fn eight_lanes_equal_the_scalar_bits() {
+        let r = Rng::new(SeedKey::from_seed(9));
+        // Strided indices, within one high half and across a change of it.
+        for (base, stride) in [(12345u64, 1u64), (77, 300), ((1u64 << 32) - 5, 1), ((3u64 << 32) - 700, 129), (u64::MAX - 3, 1)] {
+            let idx: [u64; 8] = std::array::from_fn(|l| base.wrapping_add(l as u64 * stride));
+            for rbits in [1, 13, 32, 33, 64] {
+                assert_eq!(r.bits8(idx, rbits), idx.map(|i| r.bits(i, rbits)), "base {base} stride {stride} rbits {rbits}");
+            }
+        }
     }
 
     #[test]
