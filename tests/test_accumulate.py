@@ -326,13 +326,14 @@ def test_stochastic_watched_sums_past_the_largest_value(acc, rbits):
         lowp.set_num_threads(n0)
 
 
-@pytest.mark.parametrize("rbits", [13, 8])
+@pytest.mark.parametrize("rbits", [13, 8, 32])
 def test_stochastic_checked_runs_hand_over_to_the_watch(rbits, threads):
     # float8_e5m2 accumulators: a depth block whose bound leaves room only for runs of
     # 4 steps from sums below about 9150 runs them, checked at their starts, until
     # the drifting rows pass that; the kernel that watches every sum takes over
-    # there. Rows drifting up (all a = 1, b = +-56: sums to 14336) and rows in a
-    # random walk; results as the scalar path's.
+    # there (float32 tiles up to 21 random bits, float64 tiles for 32). Rows
+    # drifting up (all a = 1, b = +-56: sums to 14336) and rows in a random walk;
+    # results as the scalar path's.
     f = ACC_FORMATS["e5m2"]
     g = np.random.default_rng(rbits)
     k, n = 256, 40

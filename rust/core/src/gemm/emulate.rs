@@ -993,16 +993,42 @@ impl<const M: u8> Fast<M> {
         };
         let max = f64::from_bits(self.max_bits);
         // (1 + e)^kn <= exp(kn e) <= 1 / (1 - kn e) while kn e < 1.
-        let ke = kn as f64 * pow2(-(self.man as i32));
-        let track = ke >= 0.5 || (amax + kn as f64 * (p + pow2(self.emin - self.man as i32))) * (1.0 + 1e-9) > max * (1.0 - ke);
+        let e = pow2(-(self.man as i32));
+        let add = p + pow2(self.emin - self.man as i32);
+        let ke = kn as f64 * e;
+        let track = ke >= 0.5 || (amax + kn as f64 * add) * (1.0 + 1e-9) > max * (1.0 - ke);
+        // Past that bound: runs checked at their starts ([`tile64_sr_runs`]) where a
+        // run's bound leaves room: the longest of 16, 8 or 4 steps whose sums stay
+        // below the largest value from accumulators of at most `top` (twice the
+        // tile's largest below it); the watching kernel from where a check fails.
+        let runs = if track {
+            [16usize, 8, 4].into_iter().find_map(|run| {
+                let growth = (1.0 + e).powi(run as i32) * (1.0 + 1e-9);
+                let top = max / growth - run as f64 * add;
+                (top > 2.0 * amax).then_some((run, top * sc))
+            })
+        } else {
+            None
+        };
         #[cfg(target_arch = "x86_64")]
         {
             // SAFETY: `simd` is only true when avx2 and fma were detected; the lengths are asserted above.
             let mx = unsafe {
-                if track {
-                    tile64_sr::<true>(&mut t, aps, bp, ld, words.rows, words.cols, kn, 52 - self.man)
+                let d = 52 - self.man;
+                let done = match runs {
+                    Some((run, top)) => tile64_sr_runs(&mut t, aps, bp, ld, words.rows, words.cols, kn / run, run, d, top) * run,
+                    None => 0,
+                };
+                if done == kn {
+                    0.0
                 } else {
-                    tile64_sr::<false>(&mut t, aps, bp, ld, words.rows, words.cols, kn, 52 - self.man)
+                    // The steps left, from step `done`.
+                    let (bp, cols, aps, rows) = (&bp[done * ld..], &words.cols[done * ld..], &aps[done * TILE_ROWS..], &words.rows[done * TILE_ROWS..]);
+                    if track {
+                        tile64_sr::<true>(&mut t, aps, bp, ld, rows, cols, kn - done, d)
+                    } else {
+                        tile64_sr::<false>(&mut t, aps, bp, ld, rows, cols, kn - done, d)
+                    }
                 }
             };
             if mx > max * sc {
@@ -1206,6 +1232,119 @@ unsafe fn tile64_sr<const TRACK: bool>(acc: &mut Tile64, ap: &[f64], bp: &[f64],
         }
     }
     k[2..].iter().fold(0f64, |m, &x| m.max(f64::from_bits(x)))
+}
+
+/// [`tile64_sr`] (not watching) in runs of `run` steps, checked before each
+/// run: `runs` runs while the largest accumulator magnitude stays at most
+/// `top` (the caller's bound, scaled: from there no sum of a run can pass the
+/// largest value). Returns the runs done; the tile holds their sums. A check
+/// costs 19 operations a run, where watching every sum costs 16 a step.
+///
+/// # Safety
+/// As [`tile64_sr`]'s, with kn = runs * run.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn tile64_sr_runs(acc: &mut Tile64, ap: &[f64], bp: &[f64], ld: usize, up: &[u64], vp: &[u64], runs: usize, run: usize, d: u32, top: f64) -> usize {
+    use std::arch::asm;
+    let kn = runs * run;
+    assert!(run >= 1 && ap.len() >= kn * TILE_ROWS && up.len() >= kn * TILE_ROWS && top.is_finite());
+    assert!(kn == 0 || (bp.len() >= (kn - 1) * ld + 8 && vp.len() >= (kn - 1) * ld + 8));
+    assert!((2..=52).contains(&d));
+    if runs == 0 {
+        return 0;
+    }
+    // The mask that truncates at the unit, the magnitude bits, the bound.
+    let k: [u64; 3] = [!((1u64 << d) - 1), !SIGN, top.to_bits()];
+    let rc = 3u32 << 13;
+    let mut csr = [0u32; 2];
+    let left: usize;
+    // SAFETY: the loads and stores stay inside acc (32 values), ap and up
+    // (kn*4), bp and vp ((kn-1)*ld + 8) and k; MXCSR is restored before the
+    // block ends; the clobbered vector registers are declared.
+    unsafe {
+        asm!(
+            mxcsr_enter!(),
+            "vpbroadcastq ymm15, qword ptr [{k}]",
+            "vmovupd ymm0, ymmword ptr [{c}]",
+            "vmovupd ymm1, ymmword ptr [{c} + 32]",
+            "vmovupd ymm2, ymmword ptr [{c} + 64]",
+            "vmovupd ymm3, ymmword ptr [{c} + 96]",
+            "vmovupd ymm4, ymmword ptr [{c} + 128]",
+            "vmovupd ymm5, ymmword ptr [{c} + 160]",
+            "vmovupd ymm6, ymmword ptr [{c} + 192]",
+            "vmovupd ymm7, ymmword ptr [{c} + 224]",
+            "3:",
+            // The largest magnitude against the bound (the sums are finite: no NaN).
+            "vpbroadcastq ymm8, qword ptr [{k} + 8]",
+            "vandpd ymm10, ymm0, ymm8",
+            "vandpd ymm11, ymm1, ymm8",
+            "vmaxpd ymm10, ymm10, ymm11",
+            "vandpd ymm11, ymm2, ymm8",
+            "vmaxpd ymm10, ymm10, ymm11",
+            "vandpd ymm11, ymm3, ymm8",
+            "vmaxpd ymm10, ymm10, ymm11",
+            "vandpd ymm11, ymm4, ymm8",
+            "vmaxpd ymm10, ymm10, ymm11",
+            "vandpd ymm11, ymm5, ymm8",
+            "vmaxpd ymm10, ymm10, ymm11",
+            "vandpd ymm11, ymm6, ymm8",
+            "vmaxpd ymm10, ymm10, ymm11",
+            "vandpd ymm11, ymm7, ymm8",
+            "vmaxpd ymm10, ymm10, ymm11",
+            "vbroadcastsd ymm9, qword ptr [{k} + 16]",
+            "vcmppd ymm10, ymm10, ymm9, 30",
+            "vptest ymm10, ymm10",
+            "jnz 9f",
+            "mov {kn}, {run}",
+            "2:",
+            "vmovupd ymm8, ymmword ptr [{pb}]",
+            "vmovupd ymm9, ymmword ptr [{pb} + 32]",
+            "vmovdqu ymm12, ymmword ptr [{pv}]",
+            "vmovdqu ymm13, ymmword ptr [{pv} + 32]",
+            sr64_row!(plain, "0", "ymm0", "ymm1"),
+            sr64_row!(plain, "8", "ymm2", "ymm3"),
+            sr64_row!(plain, "16", "ymm4", "ymm5"),
+            sr64_row!(plain, "24", "ymm6", "ymm7"),
+            "add {pa}, 32",
+            "add {pu}, 32",
+            "add {pb}, {ld}",
+            "add {pv}, {ld}",
+            "dec {kn}",
+            "jnz 2b",
+            "dec {runs}",
+            "jnz 3b",
+            "9:",
+            "vmovupd ymmword ptr [{c}], ymm0",
+            "vmovupd ymmword ptr [{c} + 32], ymm1",
+            "vmovupd ymmword ptr [{c} + 64], ymm2",
+            "vmovupd ymmword ptr [{c} + 96], ymm3",
+            "vmovupd ymmword ptr [{c} + 128], ymm4",
+            "vmovupd ymmword ptr [{c} + 160], ymm5",
+            "vmovupd ymmword ptr [{c} + 192], ymm6",
+            "vmovupd ymmword ptr [{c} + 224], ymm7",
+            "vldmxcsr dword ptr [{csr}]",
+            c = in(reg) acc.0.as_mut_ptr(),
+            pa = inout(reg) ap.as_ptr() => _,
+            pb = inout(reg) bp.as_ptr() => _,
+            pu = inout(reg) up.as_ptr() => _,
+            pv = inout(reg) vp.as_ptr() => _,
+            ld = in(reg) ld * 8,
+            kn = out(reg) _,
+            run = in(reg) run,
+            runs = inout(reg) runs => left,
+            csr = in(reg) csr.as_mut_ptr(),
+            rc = in(reg) rc,
+            t = out(reg) _,
+            k = in(reg) k.as_ptr(),
+            out("ymm0") _, out("ymm1") _, out("ymm2") _, out("ymm3") _,
+            out("ymm4") _, out("ymm5") _, out("ymm6") _, out("ymm7") _,
+            out("ymm8") _, out("ymm9") _, out("ymm10") _, out("ymm11") _,
+            out("ymm12") _, out("ymm13") _, out("ymm14") _, out("ymm15") _,
+            options(nostack),
+        );
+    }
+    runs - left
 }
 
 impl<const M: u8> Round for Fast<M> {
