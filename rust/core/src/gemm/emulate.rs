@@ -1736,7 +1736,7 @@ fn fill_rands(u: u64, vw: &[u64], rbits: u32, out: &mut [u64]) {
 }
 
 const RB: usize = 16;
-const JB: usize = 64;
+const JB: usize = 128;
 const KB: usize = 256;
 
 /// Where emulated results go: float64, or float32 when every accumulator
