@@ -1080,44 +1080,150 @@ fn pow2(e: i32) -> f64 {
 #[repr(C, align(32))]
 struct Tile64([f64; 32]);
 
-/// One accumulator of a [`tile64_sr`] step: `$c += a * $b` by the FMA toward
-/// zero (ymm10 holds `a`), plus the random complement (ymm11, the row's placed
-/// word, xor the columns': register `$vr` for `plain`, byte `$vo` of the
-/// step's words for `track`), the bits below the unit cleared (ymm15); ymm14
-/// scratch. `track` then keeps the largest magnitude so far in ymm12 (ymm13:
-/// the magnitude mask).
+/// The instructions of the stochastic kernels for f32 ([`tile16_sr`]) or f64
+/// ([`tile64_sr`]) lanes.
 #[cfg(target_arch = "x86_64")]
-macro_rules! sr64_acc {
-    (plain, $c:literal, $b:literal, $vr:literal, $vo:literal) => {
+macro_rules! sr_elem {
+    (f32, bcast) => { "vbroadcastss" };
+    (f32, ptr) => { "dword ptr" };
+    (f32, fma) => { "vfmadd231ps" };
+    (f32, add) => { "vpaddd" };
+    (f64, bcast) => { "vbroadcastsd" };
+    (f64, ptr) => { "qword ptr" };
+    (f64, fma) => { "vfmadd231pd" };
+    (f64, add) => { "vpaddq" };
+}
+
+/// One accumulator of a stochastic kernel's step on `$e` lanes: `$c += a * $b`
+/// by the FMA toward zero, plus the random complement (ymm11, the row's word
+/// from A's side, xor `$v`, the column's from B's side), the bits below the
+/// unit cleared (ymm15). ymm10 holds `a`; ymm14 scratch.
+#[cfg(target_arch = "x86_64")]
+macro_rules! sr_acc {
+    ($e:ident, $c:literal, $b:literal, $v:expr) => {
         concat!(
-            "vpxor ymm14, ymm11, ", $vr, "\n",
-            "vfmadd231pd ", $c, ", ymm10, ", $b, "\n",
-            "vpaddq ", $c, ", ", $c, ", ymm14\n",
+            "vpxor ymm14, ymm11, ", $v, "\n",
+            sr_elem!($e, fma), " ", $c, ", ymm10, ", $b, "\n",
+            sr_elem!($e, add), " ", $c, ", ", $c, ", ymm14\n",
             "vpand ", $c, ", ", $c, ", ymm15\n",
         )
     };
-    (track, $c:literal, $b:literal, $vr:literal, $vo:literal) => {
+}
+
+/// One row of a stochastic kernel's step on `$e` lanes: `a` and the row's
+/// random word broadcast (ymm10, ymm11), then both accumulators' adds ([`sr_acc_of`]).
+#[cfg(target_arch = "x86_64")]
+macro_rules! sr_row_of {
+    ($e:ident, $r:ident, $off:literal, $c0:literal, $c1:literal) => {
         concat!(
-            "vpxor ymm14, ymm11, ymmword ptr [{pv} + ", $vo, "]\n",
-            "vfmadd231pd ", $c, ", ymm10, ", $b, "\n",
-            "vpaddq ", $c, ", ", $c, ", ymm14\n",
-            "vpand ", $c, ", ", $c, ", ymm15\n",
+            sr_elem!($e, bcast), " ymm10, ", sr_elem!($e, ptr), " [{pa} + ", $off, "]\n",
+            sr_elem!($e, bcast), " ymm11, ", sr_elem!($e, ptr), " [{pu} + ", $off, "]\n",
+            sr_acc_of!($e, $r, $c0, "ymm8", "ymm12", "0"),
+            sr_acc_of!($e, $r, $c1, "ymm9", "ymm13", "32"),
+        )
+    };
+}
+
+/// [`sr_row_of`] for f32 lanes, as [`tile_asm`] calls its rows.
+#[cfg(target_arch = "x86_64")]
+macro_rules! sr_row {
+    ($r:ident, $off:literal, $c0:literal, $o0:literal, $c1:literal, $o1:literal) => {
+        sr_row_of!(f32, $r, $off, $c0, $c1)
+    };
+}
+
+/// [`sr_row_of`]'s add of one accumulator: `plain`, [`sr_acc`] with its
+/// column words in register `$vr` (the step's words in ymm12, ymm13); `track`,
+/// with them at byte `$vo` of the step's words, then the largest magnitude so
+/// far kept in ymm12 (ymm13: the magnitude mask): of the f32 patterns by an
+/// unsigned maximum, of the f64 values by `vmaxpd` (no NaN arises).
+#[cfg(target_arch = "x86_64")]
+macro_rules! sr_acc_of {
+    ($e:ident, plain, $c:literal, $b:literal, $vr:literal, $vo:literal) => {
+        sr_acc!($e, $c, $b, $vr)
+    };
+    (f32, track, $c:literal, $b:literal, $vr:literal, $vo:literal) => {
+        concat!(
+            sr_acc!(f32, $c, $b, concat!("ymmword ptr [{pv} + ", $vo, "]")),
+            "vpand ymm14, ", $c, ", ymm13\n",
+            "vpmaxud ymm12, ymm12, ymm14\n",
+        )
+    };
+    (f64, track, $c:literal, $b:literal, $vr:literal, $vo:literal) => {
+        concat!(
+            sr_acc!(f64, $c, $b, concat!("ymmword ptr [{pv} + ", $vo, "]")),
             "vandpd ymm14, ", $c, ", ymm13\n",
             "vmaxpd ymm12, ymm12, ymm14\n",
         )
     };
 }
 
-/// One row of a [`tile64_sr`] step: `a` at byte `$off` of the strip and the
-/// row's word broadcast (ymm10, ymm11), then the adds of its two accumulators.
+/// The assembly block of [`tile64_sr`] and [`tile64_sr_runs`]: MXCSR entered
+/// (toward zero), the unit mask in ymm15 and `setup`, the 8 accumulators
+/// loaded, `pre`, then `{kn}` steps (B's 8 values in ymm8, ymm9, then `bx`,
+/// then [`sr_row_of`] `$t` for the 4 rows), `post`, the accumulators stored,
+/// `fin` and MXCSR restored. Operands `c`, `pa`, `pb`, `pu`, `pv`, `ld` (the
+/// row stride in bytes), `kn`, `csr`, `rc`, `t`, `k` (the constants), then the
+/// caller's; every vector register is declared clobbered.
 #[cfg(target_arch = "x86_64")]
-macro_rules! sr64_row {
-    ($t:ident, $off:literal, $c0:literal, $c1:literal) => {
-        concat!(
-            "vbroadcastsd ymm10, qword ptr [{pa} + ", $off, "]\n",
-            "vbroadcastsd ymm11, qword ptr [{pu} + ", $off, "]\n",
-            sr64_acc!($t, $c0, "ymm8", "ymm12", "0"),
-            sr64_acc!($t, $c1, "ymm9", "ymm13", "32"),
+macro_rules! sr64_asm {
+    ($t:ident, setup: [$($setup:expr),*], bx: [$($bx:expr),*], pre: [$($pre:expr),*], post: [$($post:expr),*], fin: [$($fin:expr),*],
+     io: ($acc:expr, $ap:expr, $bp:expr, $up:expr, $vp:expr, $ld:expr, $kn:expr, $csr:expr, $rc:expr, $k:expr), $($ops:tt)*) => {
+        asm!(
+            mxcsr_enter!(),
+            "vpbroadcastq ymm15, qword ptr [{k}]",
+            $($setup,)*
+            "vmovupd ymm0, ymmword ptr [{c}]",
+            "vmovupd ymm1, ymmword ptr [{c} + 32]",
+            "vmovupd ymm2, ymmword ptr [{c} + 64]",
+            "vmovupd ymm3, ymmword ptr [{c} + 96]",
+            "vmovupd ymm4, ymmword ptr [{c} + 128]",
+            "vmovupd ymm5, ymmword ptr [{c} + 160]",
+            "vmovupd ymm6, ymmword ptr [{c} + 192]",
+            "vmovupd ymm7, ymmword ptr [{c} + 224]",
+            $($pre,)*
+            "2:",
+            "vmovupd ymm8, ymmword ptr [{pb}]",
+            "vmovupd ymm9, ymmword ptr [{pb} + 32]",
+            $($bx,)*
+            sr_row_of!(f64, $t, "0", "ymm0", "ymm1"),
+            sr_row_of!(f64, $t, "8", "ymm2", "ymm3"),
+            sr_row_of!(f64, $t, "16", "ymm4", "ymm5"),
+            sr_row_of!(f64, $t, "24", "ymm6", "ymm7"),
+            "add {pa}, 32",
+            "add {pu}, 32",
+            "add {pb}, {ld}",
+            "add {pv}, {ld}",
+            "dec {kn}",
+            "jnz 2b",
+            $($post,)*
+            "vmovupd ymmword ptr [{c}], ymm0",
+            "vmovupd ymmword ptr [{c} + 32], ymm1",
+            "vmovupd ymmword ptr [{c} + 64], ymm2",
+            "vmovupd ymmword ptr [{c} + 96], ymm3",
+            "vmovupd ymmword ptr [{c} + 128], ymm4",
+            "vmovupd ymmword ptr [{c} + 160], ymm5",
+            "vmovupd ymmword ptr [{c} + 192], ymm6",
+            "vmovupd ymmword ptr [{c} + 224], ymm7",
+            $($fin,)*
+            "vldmxcsr dword ptr [{csr}]",
+            c = in(reg) $acc.0.as_mut_ptr(),
+            pa = inout(reg) $ap.as_ptr() => _,
+            pb = inout(reg) $bp.as_ptr() => _,
+            pu = inout(reg) $up.as_ptr() => _,
+            pv = inout(reg) $vp.as_ptr() => _,
+            ld = in(reg) $ld * 8,
+            kn = inout(reg) $kn => _,
+            csr = in(reg) $csr.as_mut_ptr(),
+            rc = in(reg) $rc,
+            t = out(reg) _,
+            k = in(reg) $k.as_mut_ptr(),
+            $($ops)*
+            out("ymm0") _, out("ymm1") _, out("ymm2") _, out("ymm3") _,
+            out("ymm4") _, out("ymm5") _, out("ymm6") _, out("ymm7") _,
+            out("ymm8") _, out("ymm9") _, out("ymm10") _, out("ymm11") _,
+            out("ymm12") _, out("ymm13") _, out("ymm14") _, out("ymm15") _,
+            options(nostack),
         )
     };
 }
@@ -1164,71 +1270,16 @@ unsafe fn tile64_sr<const TRACK: bool>(acc: &mut Tile64, ap: &[f64], bp: &[f64],
     // Toward zero.
     let rc = 3u32 << 13;
     let mut csr = [0u32; 2];
-    macro_rules! go {
-        ($t:ident, [$($setup:expr),*], [$($bx:expr),*], [$($fin:expr),*]) => {
-            asm!(
-                mxcsr_enter!(),
-                "vpbroadcastq ymm15, qword ptr [{k}]",
-                $($setup,)*
-                "vmovupd ymm0, ymmword ptr [{c}]",
-                "vmovupd ymm1, ymmword ptr [{c} + 32]",
-                "vmovupd ymm2, ymmword ptr [{c} + 64]",
-                "vmovupd ymm3, ymmword ptr [{c} + 96]",
-                "vmovupd ymm4, ymmword ptr [{c} + 128]",
-                "vmovupd ymm5, ymmword ptr [{c} + 160]",
-                "vmovupd ymm6, ymmword ptr [{c} + 192]",
-                "vmovupd ymm7, ymmword ptr [{c} + 224]",
-                "2:",
-                "vmovupd ymm8, ymmword ptr [{pb}]",
-                "vmovupd ymm9, ymmword ptr [{pb} + 32]",
-                $($bx,)*
-                sr64_row!($t, "0", "ymm0", "ymm1"),
-                sr64_row!($t, "8", "ymm2", "ymm3"),
-                sr64_row!($t, "16", "ymm4", "ymm5"),
-                sr64_row!($t, "24", "ymm6", "ymm7"),
-                "add {pa}, 32",
-                "add {pu}, 32",
-                "add {pb}, {ld}",
-                "add {pv}, {ld}",
-                "dec {kn}",
-                "jnz 2b",
-                "vmovupd ymmword ptr [{c}], ymm0",
-                "vmovupd ymmword ptr [{c} + 32], ymm1",
-                "vmovupd ymmword ptr [{c} + 64], ymm2",
-                "vmovupd ymmword ptr [{c} + 96], ymm3",
-                "vmovupd ymmword ptr [{c} + 128], ymm4",
-                "vmovupd ymmword ptr [{c} + 160], ymm5",
-                "vmovupd ymmword ptr [{c} + 192], ymm6",
-                "vmovupd ymmword ptr [{c} + 224], ymm7",
-                $($fin,)*
-                "vldmxcsr dword ptr [{csr}]",
-                c = in(reg) acc.0.as_mut_ptr(),
-                pa = inout(reg) ap.as_ptr() => _,
-                pb = inout(reg) bp.as_ptr() => _,
-                pu = inout(reg) up.as_ptr() => _,
-                pv = inout(reg) vp.as_ptr() => _,
-                ld = in(reg) ld * 8,
-                kn = inout(reg) kn => _,
-                csr = in(reg) csr.as_mut_ptr(),
-                rc = in(reg) rc,
-                t = out(reg) _,
-                k = in(reg) k.as_mut_ptr(),
-                out("ymm0") _, out("ymm1") _, out("ymm2") _, out("ymm3") _,
-                out("ymm4") _, out("ymm5") _, out("ymm6") _, out("ymm7") _,
-                out("ymm8") _, out("ymm9") _, out("ymm10") _, out("ymm11") _,
-                out("ymm12") _, out("ymm13") _, out("ymm14") _, out("ymm15") _,
-                options(nostack),
-            )
-        };
-    }
     // SAFETY: the loads and stores stay inside acc (32 values), ap and up
     // (kn*4), bp and vp ((kn-1)*ld + 8) and k; MXCSR is restored before the
     // block ends; the clobbered vector registers are declared.
     unsafe {
         if TRACK {
-            go!(track, ["vpbroadcastq ymm13, qword ptr [{k} + 8]", "vpxor ymm12, ymm12, ymm12"], [], ["vmovdqu ymmword ptr [{k} + 16], ymm12"]);
+            sr64_asm!(track, setup: ["vpbroadcastq ymm13, qword ptr [{k} + 8]", "vpxor ymm12, ymm12, ymm12"], bx: [], pre: [], post: [],
+                fin: ["vmovdqu ymmword ptr [{k} + 16], ymm12"], io: (acc, ap, bp, up, vp, ld, kn, csr, rc, k),);
         } else {
-            go!(plain, [], ["vmovdqu ymm12, ymmword ptr [{pv}]", "vmovdqu ymm13, ymmword ptr [{pv} + 32]"], []);
+            sr64_asm!(plain, setup: [], bx: ["vmovdqu ymm12, ymmword ptr [{pv}]", "vmovdqu ymm13, ymmword ptr [{pv} + 32]"], pre: [], post: [],
+                fin: [], io: (acc, ap, bp, up, vp, ld, kn, csr, rc, k),);
         }
     }
     k[2..].iter().fold(0f64, |m, &x| m.max(f64::from_bits(x)))
@@ -1255,7 +1306,7 @@ unsafe fn tile64_sr_runs(acc: &mut Tile64, ap: &[f64], bp: &[f64], ld: usize, up
         return 0;
     }
     // The mask that truncates at the unit, the magnitude bits, the bound.
-    let k: [u64; 3] = [!((1u64 << d) - 1), !SIGN, top.to_bits()];
+    let mut k: [u64; 3] = [!((1u64 << d) - 1), !SIGN, top.to_bits()];
     let rc = 3u32 << 13;
     let mut csr = [0u32; 2];
     let left: usize;
@@ -1263,85 +1314,37 @@ unsafe fn tile64_sr_runs(acc: &mut Tile64, ap: &[f64], bp: &[f64], ld: usize, up
     // (kn*4), bp and vp ((kn-1)*ld + 8) and k; MXCSR is restored before the
     // block ends; the clobbered vector registers are declared.
     unsafe {
-        asm!(
-            mxcsr_enter!(),
-            "vpbroadcastq ymm15, qword ptr [{k}]",
-            "vmovupd ymm0, ymmword ptr [{c}]",
-            "vmovupd ymm1, ymmword ptr [{c} + 32]",
-            "vmovupd ymm2, ymmword ptr [{c} + 64]",
-            "vmovupd ymm3, ymmword ptr [{c} + 96]",
-            "vmovupd ymm4, ymmword ptr [{c} + 128]",
-            "vmovupd ymm5, ymmword ptr [{c} + 160]",
-            "vmovupd ymm6, ymmword ptr [{c} + 192]",
-            "vmovupd ymm7, ymmword ptr [{c} + 224]",
-            "3:",
-            // The largest magnitude against the bound (the sums are finite: no NaN).
-            "vpbroadcastq ymm8, qword ptr [{k} + 8]",
-            "vandpd ymm10, ymm0, ymm8",
-            "vandpd ymm11, ymm1, ymm8",
-            "vmaxpd ymm10, ymm10, ymm11",
-            "vandpd ymm11, ymm2, ymm8",
-            "vmaxpd ymm10, ymm10, ymm11",
-            "vandpd ymm11, ymm3, ymm8",
-            "vmaxpd ymm10, ymm10, ymm11",
-            "vandpd ymm11, ymm4, ymm8",
-            "vmaxpd ymm10, ymm10, ymm11",
-            "vandpd ymm11, ymm5, ymm8",
-            "vmaxpd ymm10, ymm10, ymm11",
-            "vandpd ymm11, ymm6, ymm8",
-            "vmaxpd ymm10, ymm10, ymm11",
-            "vandpd ymm11, ymm7, ymm8",
-            "vmaxpd ymm10, ymm10, ymm11",
-            "vbroadcastsd ymm9, qword ptr [{k} + 16]",
-            "vcmppd ymm10, ymm10, ymm9, 30",
-            "vptest ymm10, ymm10",
-            "jnz 9f",
-            "mov {kn}, {run}",
-            "2:",
-            "vmovupd ymm8, ymmword ptr [{pb}]",
-            "vmovupd ymm9, ymmword ptr [{pb} + 32]",
-            "vmovdqu ymm12, ymmword ptr [{pv}]",
-            "vmovdqu ymm13, ymmword ptr [{pv} + 32]",
-            sr64_row!(plain, "0", "ymm0", "ymm1"),
-            sr64_row!(plain, "8", "ymm2", "ymm3"),
-            sr64_row!(plain, "16", "ymm4", "ymm5"),
-            sr64_row!(plain, "24", "ymm6", "ymm7"),
-            "add {pa}, 32",
-            "add {pu}, 32",
-            "add {pb}, {ld}",
-            "add {pv}, {ld}",
-            "dec {kn}",
-            "jnz 2b",
-            "dec {runs}",
-            "jnz 3b",
-            "9:",
-            "vmovupd ymmword ptr [{c}], ymm0",
-            "vmovupd ymmword ptr [{c} + 32], ymm1",
-            "vmovupd ymmword ptr [{c} + 64], ymm2",
-            "vmovupd ymmword ptr [{c} + 96], ymm3",
-            "vmovupd ymmword ptr [{c} + 128], ymm4",
-            "vmovupd ymmword ptr [{c} + 160], ymm5",
-            "vmovupd ymmword ptr [{c} + 192], ymm6",
-            "vmovupd ymmword ptr [{c} + 224], ymm7",
-            "vldmxcsr dword ptr [{csr}]",
-            c = in(reg) acc.0.as_mut_ptr(),
-            pa = inout(reg) ap.as_ptr() => _,
-            pb = inout(reg) bp.as_ptr() => _,
-            pu = inout(reg) up.as_ptr() => _,
-            pv = inout(reg) vp.as_ptr() => _,
-            ld = in(reg) ld * 8,
-            kn = out(reg) _,
+        sr64_asm!(plain, setup: [], bx: ["vmovdqu ymm12, ymmword ptr [{pv}]", "vmovdqu ymm13, ymmword ptr [{pv} + 32]"],
+            pre: [
+                "3:",
+                // The largest magnitude against the bound (the sums are finite: no NaN).
+                "vpbroadcastq ymm8, qword ptr [{k} + 8]",
+                "vandpd ymm10, ymm0, ymm8",
+                "vandpd ymm11, ymm1, ymm8",
+                "vmaxpd ymm10, ymm10, ymm11",
+                "vandpd ymm11, ymm2, ymm8",
+                "vmaxpd ymm10, ymm10, ymm11",
+                "vandpd ymm11, ymm3, ymm8",
+                "vmaxpd ymm10, ymm10, ymm11",
+                "vandpd ymm11, ymm4, ymm8",
+                "vmaxpd ymm10, ymm10, ymm11",
+                "vandpd ymm11, ymm5, ymm8",
+                "vmaxpd ymm10, ymm10, ymm11",
+                "vandpd ymm11, ymm6, ymm8",
+                "vmaxpd ymm10, ymm10, ymm11",
+                "vandpd ymm11, ymm7, ymm8",
+                "vmaxpd ymm10, ymm10, ymm11",
+                "vbroadcastsd ymm9, qword ptr [{k} + 16]",
+                "vcmppd ymm10, ymm10, ymm9, 30",
+                "vptest ymm10, ymm10",
+                "jnz 9f",
+                "mov {kn}, {run}"
+            ],
+            post: ["dec {runs}", "jnz 3b", "9:"],
+            fin: [],
+            io: (acc, ap, bp, up, vp, ld, run, csr, rc, k),
             run = in(reg) run,
             runs = inout(reg) runs => left,
-            csr = in(reg) csr.as_mut_ptr(),
-            rc = in(reg) rc,
-            t = out(reg) _,
-            k = in(reg) k.as_ptr(),
-            out("ymm0") _, out("ymm1") _, out("ymm2") _, out("ymm3") _,
-            out("ymm4") _, out("ymm5") _, out("ymm6") _, out("ymm7") _,
-            out("ymm8") _, out("ymm9") _, out("ymm10") _, out("ymm11") _,
-            out("ymm12") _, out("ymm13") _, out("ymm14") _, out("ymm15") _,
-            options(nostack),
         );
     }
     runs - left
@@ -2830,13 +2833,7 @@ unsafe fn tile16_dir_runs<const RM: i32>(to: DirTo, acc: &mut [f32], ap: &[f32],
     let left: usize;
     macro_rules! go {
         ($r:ident) => {
-            tile_asm!(6,
-                setup: ["# constants at {k}, rounding control {rm}"],
-                b: ("ymm12", "ymm13"),
-                row: dir_row($r),
-                step: [],
-                store: dir_store,
-                clobber: ["ymm14", "ymm15"],
+            dir_asm!(6, $r,
                 runs: [runs_check12!()], ["dec {runs}", "jnz 3b", "9:"],
                 io: (acc, ap, bp, run, csr, rc),
                 nz = in(reg) nz,
@@ -3318,63 +3315,6 @@ macro_rules! by_sr_shift {
     };
 }
 
-
-/// One accumulator of a [`tile16_sr`] step: `$c += a * $b` by the FMA toward
-/// zero, plus the random complement (ymm11, the row's word from A's side,
-/// xor `$v`, the column's from B's side), the bits below the unit cleared
-/// (ymm15). ymm10 holds `a`; ymm14 scratch.
-#[cfg(target_arch = "x86_64")]
-macro_rules! sr_acc {
-    ($c:literal, $b:literal, $v:expr) => {
-        concat!(
-            "vpxor ymm14, ymm11, ", $v, "\n",
-            "vfmadd231ps ", $c, ", ymm10, ", $b, "\n",
-            "vpaddd ", $c, ", ", $c, ", ymm14\n",
-            "vpand ", $c, ", ", $c, ", ymm15\n",
-        )
-    };
-}
-
-/// One row of a [`tile16_sr`] step: `a` and the row's random word broadcast
-/// (ymm10, ymm11), then both accumulators' adds: `$r` = `plain`, [`sr_acc`]
-/// (the step's 16 column words in ymm12, ymm13); `track`, [`sr_acc_track`].
-#[cfg(target_arch = "x86_64")]
-macro_rules! sr_row {
-    ($r:ident, $off:literal, $c0:literal, $o0:literal, $c1:literal, $o1:literal) => {
-        concat!(
-            "vbroadcastss ymm10, dword ptr [{pa} + ", $off, "]\n",
-            "vbroadcastss ymm11, dword ptr [{pu} + ", $off, "]\n",
-            sr_acc_of!($r, $c0, "ymm8", "ymm12", "0"),
-            sr_acc_of!($r, $c1, "ymm9", "ymm13", "32"),
-        )
-    };
-}
-
-/// [`sr_row`]'s add of one accumulator: its column words in register `$vr`
-/// (`plain`) or at byte `$vo` of the step's words (`track`).
-#[cfg(target_arch = "x86_64")]
-macro_rules! sr_acc_of {
-    (plain, $c:literal, $b:literal, $vr:literal, $vo:literal) => {
-        sr_acc!($c, $b, $vr)
-    };
-    (track, $c:literal, $b:literal, $vr:literal, $vo:literal) => {
-        sr_acc_track!($c, $b, $vo)
-    };
-}
-
-/// One accumulator of a watching [`tile16_sr`] step: [`sr_acc`] with the column
-/// word `$v` a memory operand, then the largest magnitude pattern so far
-/// (ymm12) kept: the rounded sum's pattern without its sign (ymm13: the mask).
-#[cfg(target_arch = "x86_64")]
-macro_rules! sr_acc_track {
-    ($c:literal, $b:literal, $v:literal) => {
-        concat!(
-            sr_acc!($c, $b, concat!("ymmword ptr [{pv} + ", $v, "]")),
-            "vpand ymm14, ", $c, ", ymm13\n",
-            "vpmaxud ymm12, ymm12, ymm14\n",
-        )
-    };
-}
 
 /// Store of accumulator `$c` at byte `$off` of the tile, and of the largest
 /// magnitude pattern (ymm12) at `{mx}`.
