@@ -89,9 +89,10 @@
 //!   32 bits): [`tile64_sr`], on values scaled so that the format's
 //!   subnormals are f64's, the FMA toward zero (which keeps every bit the
 //!   decision reads), then an integer add of the placed row word xor column
-//!   word and a truncation, four vector operations an add; it watches the
-//!   rounded sums for the largest value unless a bound on the block's values
-//!   keeps them below it. Otherwise (`rbits <= 32`, or deterministic modes;
+//!   word and a truncation, four vector operations an add; unless a bound on
+//!   the block's values keeps the sums below the largest value, it runs in
+//!   runs checked at their starts ([`tile64_sr_runs`]), then watches the
+//!   rounded sums. Otherwise (`rbits <= 32`, or deterministic modes;
 //!   `tile_avx2`): the sum is the FMA when the
 //!   formats, the block's values or the tile's own (exponent scans) make every
 //!   sum exact in f64, else TwoSum and round to odd; in the normal
@@ -2762,41 +2763,21 @@ unsafe fn tile16_dir_to<const MR: usize>(to: DirTo, rm: i32, acc: &mut [f32], ap
     }
 }
 
-/// The check at the start of a run of [`tile16_dir_runs`] (label 3): the
-/// largest magnitude of the 12 accumulators (ymm14; ymm15 scratch; `[{rk}]`
-/// the magnitude mask) against the bound at `[{rk} + 32]`, leaving for label 9
-/// past it, else `{kn}` set to the run's steps.
+/// The check at the start of a run of the f32 kernels' checked runs (label
+/// 3; [`tile16_dir_runs`], [`tile16_sr_runs`]): the largest magnitude of the
+/// accumulators (into `$x`, `$y` scratch; `$m` the magnitude mask operand)
+/// against the bound `$b`, leaving for label 9 past it, else `{kn}` set to the
+/// run's steps.
 #[cfg(target_arch = "x86_64")]
-macro_rules! runs_check12 {
-    () => {
+macro_rules! runs_check {
+    ($x:literal, $y:literal, $m:literal, $b:literal, [$c0:literal $(, $c:literal)*]) => {
         concat!(
             "3:\n",
-            "vpand ymm14, ymm0, ymmword ptr [{rk}]\n",
-            "vpand ymm15, ymm1, ymmword ptr [{rk}]\n",
-            "vpmaxud ymm14, ymm14, ymm15\n",
-            "vpand ymm15, ymm2, ymmword ptr [{rk}]\n",
-            "vpmaxud ymm14, ymm14, ymm15\n",
-            "vpand ymm15, ymm3, ymmword ptr [{rk}]\n",
-            "vpmaxud ymm14, ymm14, ymm15\n",
-            "vpand ymm15, ymm4, ymmword ptr [{rk}]\n",
-            "vpmaxud ymm14, ymm14, ymm15\n",
-            "vpand ymm15, ymm5, ymmword ptr [{rk}]\n",
-            "vpmaxud ymm14, ymm14, ymm15\n",
-            "vpand ymm15, ymm6, ymmword ptr [{rk}]\n",
-            "vpmaxud ymm14, ymm14, ymm15\n",
-            "vpand ymm15, ymm7, ymmword ptr [{rk}]\n",
-            "vpmaxud ymm14, ymm14, ymm15\n",
-            "vpand ymm15, ymm8, ymmword ptr [{rk}]\n",
-            "vpmaxud ymm14, ymm14, ymm15\n",
-            "vpand ymm15, ymm9, ymmword ptr [{rk}]\n",
-            "vpmaxud ymm14, ymm14, ymm15\n",
-            "vpand ymm15, ymm10, ymmword ptr [{rk}]\n",
-            "vpmaxud ymm14, ymm14, ymm15\n",
-            "vpand ymm15, ymm11, ymmword ptr [{rk}]\n",
-            "vpmaxud ymm14, ymm14, ymm15\n",
+            "vpand ", $x, ", ", $c0, ", ", $m, "\n",
+            $("vpand ", $y, ", ", $c, ", ", $m, "\n", "vpmaxud ", $x, ", ", $x, ", ", $y, "\n",)*
             // Magnitude patterns are below 2^31: the signed compare orders them.
-            "vpcmpgtd ymm14, ymm14, ymmword ptr [{rk} + 32]\n",
-            "vptest ymm14, ymm14\n",
+            "vpcmpgtd ", $x, ", ", $x, ", ", $b, "\n",
+            "vptest ", $x, ", ", $x, "\n",
             "jnz 9f\n",
             "mov {kn}, {run}\n",
         )
@@ -2834,7 +2815,9 @@ unsafe fn tile16_dir_runs<const RM: i32>(to: DirTo, acc: &mut [f32], ap: &[f32],
     macro_rules! go {
         ($r:ident) => {
             dir_asm!(6, $r,
-                runs: [runs_check12!()], ["dec {runs}", "jnz 3b", "9:"],
+                runs: [runs_check!("ymm14", "ymm15", "ymmword ptr [{rk}]", "ymmword ptr [{rk} + 32]",
+                    ["ymm0", "ymm1", "ymm2", "ymm3", "ymm4", "ymm5", "ymm6", "ymm7", "ymm8", "ymm9", "ymm10", "ymm11"])],
+                    ["dec {runs}", "jnz 3b", "9:"],
                 io: (acc, ap, bp, run, csr, rc),
                 nz = in(reg) nz,
                 k = in(reg) k.0.as_ptr(),
@@ -3446,72 +3429,22 @@ unsafe fn tile16_sr_runs(acc: &mut [f32], ap: &[f32], bp: &[f32], up: &[u32], vp
     // (kn*4), bp and vp (kn*16) and the constants; MXCSR is restored before the
     // block ends; the clobbered vector registers are declared.
     unsafe {
-        asm!(
-            mxcsr_enter!(),
-            "vmovdqu ymm15, ymmword ptr [{k}]",
-            dir_load!("ymm0", "0"), dir_load!("ymm1", "32"), dir_load!("ymm2", "64"), dir_load!("ymm3", "96"),
-            dir_load!("ymm4", "128"), dir_load!("ymm5", "160"), dir_load!("ymm6", "192"), dir_load!("ymm7", "224"),
-            "3:",
-            // The largest magnitude against the bound.
-            "vmovdqu ymm8, ymmword ptr [{k} + 32]",
-            "vpand ymm10, ymm0, ymm8",
-            "vpand ymm11, ymm1, ymm8",
-            "vpmaxud ymm10, ymm10, ymm11",
-            "vpand ymm11, ymm2, ymm8",
-            "vpmaxud ymm10, ymm10, ymm11",
-            "vpand ymm11, ymm3, ymm8",
-            "vpmaxud ymm10, ymm10, ymm11",
-            "vpand ymm11, ymm4, ymm8",
-            "vpmaxud ymm10, ymm10, ymm11",
-            "vpand ymm11, ymm5, ymm8",
-            "vpmaxud ymm10, ymm10, ymm11",
-            "vpand ymm11, ymm6, ymm8",
-            "vpmaxud ymm10, ymm10, ymm11",
-            "vpand ymm11, ymm7, ymm8",
-            "vpmaxud ymm10, ymm10, ymm11",
-            // Magnitude patterns are below 2^31: the signed compare orders them.
-            "vpcmpgtd ymm10, ymm10, ymmword ptr [{k} + 64]",
-            "vptest ymm10, ymm10",
-            "jnz 9f",
-            "mov {kn}, {run}",
-            "2:",
-            "vmovups ymm8, ymmword ptr [{pb}]",
-            "vmovups ymm9, ymmword ptr [{pb} + 32]",
-            "vmovdqu ymm12, ymmword ptr [{pv}]",
-            "vmovdqu ymm13, ymmword ptr [{pv} + 32]",
-            sr_row!(plain, "0", "ymm0", "0", "ymm1", "32"),
-            sr_row!(plain, "4", "ymm2", "64", "ymm3", "96"),
-            sr_row!(plain, "8", "ymm4", "128", "ymm5", "160"),
-            sr_row!(plain, "12", "ymm6", "192", "ymm7", "224"),
-            "add {pa}, 16",
-            "add {pb}, 64",
-            "add {pu}, 16",
-            "add {pv}, 64",
-            "dec {kn}",
-            "jnz 2b",
-            "dec {runs}",
-            "jnz 3b",
-            "9:",
-            tile_store!("ymm0", "0"), tile_store!("ymm1", "32"), tile_store!("ymm2", "64"), tile_store!("ymm3", "96"),
-            tile_store!("ymm4", "128"), tile_store!("ymm5", "160"), tile_store!("ymm6", "192"), tile_store!("ymm7", "224"),
-            "vldmxcsr dword ptr [{csr}]",
-            c = in(reg) acc.as_mut_ptr(),
-            pa = inout(reg) ap.as_ptr() => _,
-            pb = inout(reg) bp.as_ptr() => _,
+        tile_asm!(4,
+            setup: ["vmovdqu ymm15, ymmword ptr [{k}]"],
+            b: ("ymm8", "ymm9", "vmovdqu ymm12, ymmword ptr [{pv}]", "vmovdqu ymm13, ymmword ptr [{pv} + 32]"),
+            row: sr_row(plain),
+            step: ["add {pu}, 16", "add {pv}, 64"],
+            store: tile_store,
+            clobber: ["ymm10", "ymm11", "ymm12", "ymm13", "ymm14", "ymm15"],
+            runs: [runs_check!("ymm10", "ymm11", "ymmword ptr [{k} + 32]", "ymmword ptr [{k} + 64]",
+                ["ymm0", "ymm1", "ymm2", "ymm3", "ymm4", "ymm5", "ymm6", "ymm7"])],
+                ["dec {runs}", "jnz 3b", "9:"],
+            io: (acc, ap, bp, run, csr, rc),
+            k = in(reg) k.as_ptr(),
             pu = inout(reg) up.as_ptr() => _,
             pv = inout(reg) vp.as_ptr() => _,
-            kn = out(reg) _,
             run = in(reg) run,
             runs = inout(reg) runs => left,
-            csr = in(reg) csr.as_mut_ptr(),
-            rc = in(reg) rc,
-            t = out(reg) _,
-            k = in(reg) k.as_ptr(),
-            out("ymm0") _, out("ymm1") _, out("ymm2") _, out("ymm3") _,
-            out("ymm4") _, out("ymm5") _, out("ymm6") _, out("ymm7") _,
-            out("ymm8") _, out("ymm9") _, out("ymm10") _, out("ymm11") _,
-            out("ymm12") _, out("ymm13") _, out("ymm14") _, out("ymm15") _,
-            options(nostack),
         );
     }
     runs - left
