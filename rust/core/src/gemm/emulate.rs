@@ -1290,7 +1290,7 @@ unsafe fn tile64_sr<const TRACK: bool>(acc: &mut Tile64, ap: &[f64], bp: &[f64],
 /// run: `runs` runs while the largest accumulator magnitude stays at most
 /// `top` (the caller's bound, scaled: from there no sum of a run can pass the
 /// largest value). Returns the runs done; the tile holds their sums. A check
-/// costs 19 operations a run, where watching every sum costs 16 a step.
+/// costs about 21 operations a run, where watching every sum costs 16 a step.
 ///
 /// # Safety
 /// As [`tile64_sr`]'s, with kn = runs * run.
@@ -2790,7 +2790,7 @@ macro_rules! runs_check {
 /// magnitude, as an f32 pattern, is at most `top` (the caller's bound: from
 /// there no sum of a run can pass the largest value, which the integer
 /// rounding at the unit does not respect). Returns the runs done; the tile
-/// holds their sums. A check costs 26 operations a run of 12 * 5 a step.
+/// holds their sums. A check costs about 27 operations a run of 12 * 5 a step.
 ///
 /// # Safety
 /// As [`tile16_dir`]'s, with kn = runs * run; `top` below f32's infinity.
@@ -3402,7 +3402,7 @@ unsafe fn tile16_sr<const MR: usize, const TRACK: bool>(acc: &mut [f32], ap: &[f
 /// each run: `runs` runs while the largest accumulator magnitude, as an f32
 /// pattern, stays at most `top` (the caller's bound: from there no sum of a
 /// run can pass the largest value). Returns the runs done; the tile holds
-/// their sums. A check costs 18 operations a run, where watching every sum
+/// their sums. A check costs about 19 operations a run, where watching every sum
 /// ([`tile16_sr`] with `TRACK`) costs 16 a step.
 ///
 /// # Safety
