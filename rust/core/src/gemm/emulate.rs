@@ -78,9 +78,12 @@
 //!   `Unit` ([`Kind16::Sr`]): the FMA toward zero truncates the exact sum to 24
 //!   bits (or at 2^-149, below the scaled smallest normal), which keeps the
 //!   bits the decision reads; each lane's random bits are a packed row word
-//!   xor a packed column word ([`tile16_sr`]). Depth blocks whose values could take a sum
-//!   past the largest value, or whose A values do not scale exactly, run
-//!   through the f64 rounding.
+//!   xor a packed column word ([`tile16_sr`]). Depth blocks whose values could
+//!   take a sum past the largest value run in runs checked at their starts,
+//!   then watch their sums ([`sr_watched`]); those whose A values do not scale
+//!   exactly run through the f64 rounding. Directed modes into float8_e5m2
+//!   past the bound: the unit-bit kernel in checked runs ([`tile16_dir_runs`]),
+//!   then the conversions.
 //! - every other [`Fast`] format and mode:
 //!   register tiles of 4 rows x 8 columns of f64 accumulators over the steps
 //!   up to the next chunk end, reading B's panel and the column words tile by
@@ -1956,8 +1959,10 @@ pub(crate) enum Kind16 {
     /// toward zero is the exact sum truncated to 24 bits (or at 2^-149, below
     /// the scaled smallest normal), whose bits below the unit decide as the
     /// f64 path's `rbits` top bits of the remainder do. Depth blocks whose
-    /// values could take a sum past the largest value (or meet inf/NaN), or
-    /// whose A values do not scale exactly, run the f64 rounding.
+    /// values could take a sum past the largest value run in runs checked at
+    /// their starts, then watch their sums ([`sr_watched`]); blocks whose A
+    /// values do not scale exactly, or whose sums could come near f32's
+    /// overflow, run the f64 rounding.
     Sr,
 }
 
@@ -2108,7 +2113,8 @@ fn split_mult(prec: i32) -> f32 {
 /// of the pattern rounds at the format's unit in its subnormal range too, so
 /// the products may have any bits. Depth blocks that fail the bound on the
 /// sums (every block of a format of few bits such as float8_e5m2, where an add
-/// can grow a sum by a quarter: [`bound_room`]) run [`tile16_sr`] with `TRACK`.
+/// can grow a sum by a quarter: [`bound_room`]) run [`sr_watched`]: runs checked
+/// at their starts, then [`tile16_sr`] with `TRACK`.
 fn sr_kind(fmt: &Format, opts: &RoundOpts, fa: &Format, fb: &Format, fits: bool) -> Option<(Kind16, bool)> {
     let sf = sr_fmt(fmt)?;
     let narrow = |f: &Format| matches!(f, Format::Float(x) if x.man_bits <= 10);
@@ -3875,16 +3881,18 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
                 } else {
                     0.0
                 };
+                // The largest accumulator of the task's tiles (NaN if one is: every bound refuses).
+                let acc_max = if bounds_used { abs_max32(&acc) } else { f32::NAN };
                 let bounded = bounds_used && {
                     let lo = ab.zip(bbk).map(|(x, y)| x.0 + y.0);
                     match (sf.or(du.map(|d| d.0)), gs) {
                         // Stochastic or directed: every sum below the largest value, which no
                         // rounding then passes, and A's values scaled exactly.
-                        (Some(f), _) => block_ok(growth(f.prec), f.max, abs_max32(&acc), row_max, bmaxes[kbi], kn) && scale_ok(sa, ab.map(|x| x.0)),
+                        (Some(f), _) => block_ok(growth(f.prec), f.max, acc_max, row_max, bmaxes[kbi], kn) && scale_ok(sa, ab.map(|x| x.0)),
                         // To nearest: likewise (a sum below it rounds to at most it); kind
                         // UnitNe needs no grid but every product below 2^(sub + 23).
                         (_, Some(f)) => {
-                            let (acc_max, b_max) = (abs_max32(&acc), bmaxes[kbi]);
+                            let b_max = bmaxes[kbi];
                             if unit_ne {
                                 // The largest pattern: a NaN stays NaN ([`abs_max32`]).
                                 let a_max = f32::from_bits((0..groups).map(|g| abs_max32(ablock(g)).to_bits()).max().unwrap_or(0));
@@ -3914,7 +3922,7 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
                         }
                         _ => {
                             let (p, limit, sub) = if bf { (8, 2f64.powi(100), -133) } else { (11, 65520.0, -24) };
-                            split_ok(p, limit, sub, abs_max32(&acc), row_max, bmaxes[kbi], lo, kn)
+                            split_ok(p, limit, sub, acc_max, row_max, bmaxes[kbi], lo, kn)
                         }
                     }
                 };
@@ -3927,7 +3935,7 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
                 // however each add grows it, comes near f32's overflow.
                 let track = sr && !bounded && {
                     let f = sf.expect("kind Sr");
-                    let loose = (abs_max32(&acc) as f64 + row_max * bmaxes[kbi] as f64) * growth(f.prec).powi(kn as i32);
+                    let loose = (acc_max as f64 + row_max * bmaxes[kbi] as f64) * growth(f.prec).powi(kn as i32);
                     scale_ok(sa, ab.map(|x| x.0)) && loose * 2f64.powi(usc) < 2f64.powi(100)
                 };
                 // ... in runs checked at their starts ([`tile16_sr_runs`]), where a bound
@@ -3943,7 +3951,7 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
                     (tp > 0.0).then_some(tp.to_bits())
                 };
                 let runs_plan = |f: SrFmt| {
-                    let amax = abs_max32(&acc) as f64 * 2f64.powi(usc);
+                    let amax = acc_max as f64 * 2f64.powi(usc);
                     [16usize, 8, 4].into_iter().find_map(|run| run_top(f, run).filter(|&tp| f32::from_bits(tp) as f64 > 2.0 * amax).map(|tp| (run, tp)))
                 };
                 let sr_runs = if track { runs_plan(sf.expect("kind Sr")) } else { None };
