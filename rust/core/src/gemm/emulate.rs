@@ -1006,8 +1006,11 @@ impl<const M: u8> Fast<M> {
         // below the largest value from accumulators of at most `top` (twice the
         // tile's largest below it); the watching kernel from where a check fails.
         let runs = if track {
-            [16usize, 8, 4].into_iter().find_map(|run| {
-                let growth = (1.0 + e).powi(run as i32) * (1.0 + 1e-9);
+            // (1 + e)^4, ^8 and ^16 by squaring (their rounding is far inside the margin).
+            let g4 = ((1.0 + e) * (1.0 + e)) * ((1.0 + e) * (1.0 + e));
+            let g8 = g4 * g4;
+            [(16usize, g8 * g8), (8, g8), (4, g4)].into_iter().find_map(|(run, g)| {
+                let growth = g * (1.0 + 1e-9);
                 let top = max / growth - run as f64 * add;
                 (top > 2.0 * amax).then_some((run, top * sc))
             })
@@ -1070,13 +1073,19 @@ macro_rules! mxcsr_enter {
     };
 }
 
-/// 2^e: from its bit pattern for normal f64 powers, else `powi`.
+/// 2^e, from its bit pattern (subnormal below 2^-1022, 0 below 2^-1074,
+/// infinity above 2^1023). No call: `powi`, which the compiler would
+/// speculate on both sides of a branch, costs a call where it runs per tile.
 #[inline]
 fn pow2(e: i32) -> f64 {
-    if (-1022..=1023).contains(&e) {
+    if e > 1023 {
+        f64::INFINITY
+    } else if e >= -1022 {
         f64::from_bits(((e + 1023) as u64) << 52)
+    } else if e >= -1074 {
+        f64::from_bits(1u64 << (e + 1074))
     } else {
-        2f64.powi(e)
+        0.0
     }
 }
 
@@ -1354,6 +1363,86 @@ unsafe fn tile64_sr_runs(acc: &mut Tile64, ap: &[f64], bp: &[f64], ld: usize, up
     runs - left
 }
 
+/// Chunk totals into a format of [`Fast::sr_scale`], stochastic, on f64 lanes:
+/// `out[l] = SR(tot[l] + sums[l])` as [`tile64_sr`]'s add with a = 1, the
+/// random complement `w[l]` placed below the unit (bit `d`, [`Words::place_col`]):
+/// both values scaled by `sc` (exactly, per the caller), added toward zero,
+/// the word added to the pattern, the bits below the unit cleared, and the
+/// result scaled back by `back`. Returns the largest magnitude of a scaled
+/// result, infinity where one is not finite.
+///
+/// # Safety
+/// The CPU must support avx2 and fma; `out`'s length is a multiple of 4, and
+/// `tot`, `sums` and `w` are at least as long; `d` is 2 to 52.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn flush64_sr(out: &mut [f64], tot: &[f64], sums: &[f64], w: &[u64], sc: f64, back: f64, d: u32) -> f64 {
+    use std::arch::asm;
+    let n = out.len() / 4;
+    assert!(out.len() % 4 == 0 && tot.len() >= out.len() && sums.len() >= out.len() && w.len() >= out.len() && (2..=52).contains(&d));
+    if n == 0 {
+        return 0.0;
+    }
+    // The scales, the mask that truncates at the unit, the magnitude bits,
+    // infinity, then the largest magnitude's 4 lanes and the non-finite flags'.
+    let mut k: [u64; 13] = [sc.to_bits(), back.to_bits(), !((1u64 << d) - 1), !SIGN, INF_BITS, 0, 0, 0, 0, 0, 0, 0, 0];
+    let rc = 3u32 << 13;
+    let mut csr = [0u32; 2];
+    // SAFETY: the loads and stores stay inside out, tot, sums and w (n * 4
+    // values each, asserted) and k; MXCSR is restored before the block ends;
+    // the clobbered vector registers are declared.
+    unsafe {
+        asm!(
+            mxcsr_enter!(),
+            "vbroadcastsd ymm13, qword ptr [{k}]",
+            "vbroadcastsd ymm14, qword ptr [{k} + 8]",
+            "vpbroadcastq ymm15, qword ptr [{k} + 16]",
+            "vpbroadcastq ymm12, qword ptr [{k} + 24]",
+            "vbroadcastsd ymm10, qword ptr [{k} + 32]",
+            "vxorpd ymm11, ymm11, ymm11",
+            "vxorpd ymm9, ymm9, ymm9",
+            "2:",
+            "vmulpd ymm0, ymm13, ymmword ptr [{pt}]",
+            "vmulpd ymm1, ymm13, ymmword ptr [{ps}]",
+            "vaddpd ymm0, ymm0, ymm1",
+            "vpaddq ymm0, ymm0, ymmword ptr [{pw}]",
+            "vpand ymm0, ymm0, ymm15",
+            "vandpd ymm1, ymm0, ymm12",
+            "vmaxpd ymm11, ymm11, ymm1",
+            // Not below infinity, or unordered.
+            "vcmppd ymm2, ymm1, ymm10, 5",
+            "vorpd ymm9, ymm9, ymm2",
+            "vmulpd ymm0, ymm0, ymm14",
+            "vmovupd ymmword ptr [{po}], ymm0",
+            "add {pt}, 32",
+            "add {ps}, 32",
+            "add {pw}, 32",
+            "add {po}, 32",
+            "dec {n}",
+            "jnz 2b",
+            "vmovupd ymmword ptr [{k} + 40], ymm11",
+            "vmovupd ymmword ptr [{k} + 72], ymm9",
+            "vldmxcsr dword ptr [{csr}]",
+            po = inout(reg) out.as_mut_ptr() => _,
+            pt = inout(reg) tot.as_ptr() => _,
+            ps = inout(reg) sums.as_ptr() => _,
+            pw = inout(reg) w.as_ptr() => _,
+            n = inout(reg) n => _,
+            csr = in(reg) csr.as_mut_ptr(),
+            rc = in(reg) rc,
+            t = out(reg) _,
+            k = in(reg) k.as_mut_ptr(),
+            out("ymm0") _, out("ymm1") _, out("ymm2") _, out("ymm9") _, out("ymm10") _,
+            out("ymm11") _, out("ymm12") _, out("ymm13") _, out("ymm14") _, out("ymm15") _,
+            options(nostack),
+        );
+    }
+    if k[9..].iter().any(|&f| f != 0) {
+        return f64::INFINITY;
+    }
+    k[5..9].iter().fold(0f64, |m, &x| m.max(f64::from_bits(x)))
+}
+
 impl<const M: u8> Round for Fast<M> {
     const STOCHASTIC: bool = M == M_ST;
     fn has_tile(&self, simd: bool, rbits: u32) -> bool {
@@ -1542,6 +1631,49 @@ impl Dyn {
         };
         let words = Words { rows: &[0; TILE_ROWS], cols: &cols, ldv: 8 };
         by_mode!(*m, C => f.as_mode::<C>().tile_run(simd, 1, tot, 8, &[1.0], row, 8, 1, words, rbits, false, true))
+    }
+
+    /// `tot[l] = round(tot[l] + row[l])` across a row of chunk totals (at most
+    /// [`JB`]) through [`flush64_sr`], stochastic, with the random bits of
+    /// element `e0 + l` at step `t0` (those [`Dyn::add`] takes from
+    /// [`Rng::bits`]); `false`, nothing written, where it does not run: not
+    /// stochastic into a format of [`Fast::sr_scale`] with at most 32 bits, sums
+    /// whose values do not scale exactly (`fine`: their format's last bits at or
+    /// above the totals'), an inf or NaN, or a total past the largest value.
+    #[allow(clippy::too_many_arguments)]
+    fn flush_sr_row(&self, simd: bool, tot: &mut [f64], row: &[f64], rng: &Rng, e0: u64, steps: u64, t0: u64, rbits: u32, fine: bool) -> bool {
+        let Dyn::Fast(f, m) = self else { return false };
+        let n = tot.len();
+        if !simd || !fine || *m != M_ST || !(1..=32).contains(&rbits) || !(4..=JB).contains(&n) || row.len() < n {
+            return false;
+        }
+        let Some(s) = f.as_mode::<M_ST>().sr_scale(rbits) else { return false };
+        let d = 52 - f.man;
+        let mut w = [0u64; JB];
+        rng.fill32(e0.wrapping_mul(steps).wrapping_add(t0), steps, &mut w[..n]);
+        for x in &mut w[..n] {
+            *x = Words::place_col(*x, rbits, d);
+        }
+        let n4 = n / 4 * 4;
+        let mut out = [0f64; JB];
+        let sc = pow2(s);
+        #[cfg(target_arch = "x86_64")]
+        {
+            // SAFETY: `simd` is only true when avx2 and fma were detected; n4 is a multiple of 4
+            // and every slice holds at least n4 values.
+            let mx = unsafe { flush64_sr(&mut out[..n4], &tot[..n4], &row[..n4], &w[..n4], sc, pow2(-s), d) };
+            if !(mx <= f64::from_bits(f.max_bits) * sc) {
+                return false;
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        return false;
+        tot[..n4].copy_from_slice(&out[..n4]);
+        for j in n4..n {
+            let rd = rng.bits((e0 + j as u64).wrapping_mul(steps).wrapping_add(t0), rbits);
+            tot[j] = self.add(tot[j], row[j], rd);
+        }
+        true
     }
 
     fn add(&self, a: f64, b: f64, rand: u64) -> f64 {
@@ -4226,6 +4358,8 @@ fn drive<R: Round>(r: &R, a: &Operand, b: &Operand, c: EmuOut, spec: &AccumSpec,
     let rng2 = Rng::new(chunk_opts(spec.opts).key);
     let rbits = spec.opts.rbits;
     let chunk = spec.chunk.map(|(cs, _)| cs).unwrap_or(usize::MAX);
+    // Do the sums' values scale exactly as the chunk totals' ([`Dyn::flush_sr_row`])?
+    let fine = spec.chunk.is_some_and(|(_, f2)| value_bounds(&spec.fmt).0 >= value_bounds(&f2).0);
     let nchunks = if outer.is_some() { k.div_ceil(chunk) } else { 0 };
     let steps = (k + nchunks) as u64;
     let words = StepRand::new(spec.opts.key, steps);
@@ -4293,6 +4427,11 @@ fn drive<R: Round>(r: &R, a: &Operand, b: &Operand, c: EmuOut, spec: &AccumSpec,
             let ridx = kidx / chunk;
             let e0 = ((i0 + i) * n + j0) as u64;
             let (row, trow) = (&mut acc[i * jb..(i + 1) * jb], &mut tot[i * jb..(i + 1) * jb]);
+            // Stochastic: the whole row on f64 lanes.
+            if stochastic && o.flush_sr_row(simd, trow, row, &rng2, e0, steps, (k + ridx) as u64, rbits, fine) {
+                row.fill(0.0);
+                return;
+            }
             // 8 columns at a time through the register tile (one step, a = 1).
             let mut j = 0;
             while j + 8 <= jb && o.tile_add8(simd, &mut trow[j..], &row[j..], &rng2, e0 + j as u64, steps, (k + ridx) as u64, rbits) {
@@ -4386,7 +4525,7 @@ fn drive<R: Round>(r: &R, a: &Operand, b: &Operand, c: EmuOut, spec: &AccumSpec,
                     // The stochastic tile toward zero: A's values of the strip scale exactly.
                     let sr_on = match sr_scale {
                         Some(sc) if !ab64.1 && !pb64.1 && ab64.0.is_none_or(|(lo, _)| lo + sc >= -1074) => {
-                            let f = 2f64.powi(sc);
+                            let f = pow2(sc);
                             for (d, &x) in aps[..kn * TILE_ROWS].iter_mut().zip(&apk[..kn * TILE_ROWS]) {
                                 *d = x * f;
                             }
@@ -4742,5 +4881,74 @@ pub(crate) mod testing {
             assert!(bad || w.to_bits() == v.to_bits() || (w == 0.0 && v == 0.0), "nobranch {x:e}: {w:e} vs {v:e}");
             v
         }))
+    }
+}
+
+#[cfg(test)]
+mod unit_tests {
+    use super::*;
+
+    #[test]
+    fn pow2_is_the_power() {
+        for e in -1200..1200 {
+            // powi is exact down to 2^-1022; below, 2^-1022 halved exactly (a subnormal, then 0).
+            let want = if e >= -1022 { 2f64.powi(e) } else { (0..-1022 - e).fold(2f64.powi(-1022), |x, _| x / 2.0) };
+            assert_eq!(pow2(e).to_bits(), want.to_bits(), "2^{e}");
+        }
+    }
+
+    /// [`flush64_sr`] against [`Dyn::add`] lane by lane, through
+    /// [`Dyn::flush_sr_row`]: totals and sums of several magnitudes (the
+    /// totals' subnormal range too), rows of 4 to 128 lanes with a tail, and
+    /// rows that must refuse (past the largest value, an inf).
+    #[test]
+    fn vector_chunk_totals_match_the_scalar_add() {
+        if !crate::gemm::simd() {
+            return;
+        }
+        let rng = Rng::new(crate::round::SeedKey::from_seed(21));
+        let (steps, t0) = (1000u64, 777u64);
+        let mut state = 0x1234_5678_9abc_def0u64;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        let (mut ran, mut refused) = (0, 0);
+        for fmt in [named::FLOAT16, named::BFLOAT16, named::FLOAT8_E5M2] {
+            let f = Format::Float(fmt);
+            for rbits in [1u32, 9, 13, 32] {
+                let opts = RoundOpts { rbits, ..RoundOpts::new(Mode::Stochastic) };
+                let o = Dyn::new(f, opts).expect("fast format");
+                for (n, scale) in [(4usize, 1.0f64), (7, 1e-6), (37, 2e-5), (128, 3.0), (130, 1.0), (64, 6e4)] {
+                    let draw = |x: u64| {
+                        let v = ((x >> 11) as f64 / (1u64 << 53) as f64 - 0.5) * scale;
+                        f.decode(f.encode(v, &RoundOpts::new(Mode::NearestEven), 0))
+                    };
+                    let tot: Vec<f64> = (0..n).map(|_| draw(next())).collect();
+                    let row: Vec<f64> = (0..n).map(|_| draw(next())).collect();
+                    let mut got = tot.clone();
+                    let e0 = next() % 100_000;
+                    if !o.flush_sr_row(true, &mut got, &row, &rng, e0, steps, t0, rbits, true) {
+                        assert!(n > JB || scale > 1e4, "refused n {n} scale {scale}");
+                        assert_eq!(got, tot, "a refusal writes nothing");
+                        refused += 1;
+                        continue;
+                    }
+                    ran += 1;
+                    for j in 0..n {
+                        let rd = rng.bits((e0 + j as u64).wrapping_mul(steps).wrapping_add(t0), rbits);
+                        let want = o.add(tot[j], row[j], rd);
+                        assert_eq!(got[j].to_bits(), want.to_bits(), "{fmt:?} rbits {rbits} n {n} lane {j}: {} + {}", tot[j], row[j]);
+                    }
+                }
+                // An inf among the totals refuses.
+                let mut t = vec![1.0; 8];
+                t[5] = f64::INFINITY;
+                assert!(!o.flush_sr_row(true, &mut t, &[0.5; 8], &rng, 0, steps, t0, rbits, true));
+            }
+        }
+        assert!(ran > 40 && refused > 0, "ran {ran} refused {refused}");
     }
 }

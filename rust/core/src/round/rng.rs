@@ -150,6 +150,13 @@ impl Rng {
         idx.map(|i| self.bits(i, rbits))
     }
 
+    /// `out[l]` = the word whose top `rbits` bits (at most 32) are
+    /// [`Rng::bits`] of index `x0 + l * stride`, 8 at a time with AVX2.
+    pub fn fill32(&self, x0: u64, stride: u64, out: &mut [u64]) {
+        // Word 0 of index i is the word of the rows' side of `StepRand` under this key.
+        Side { k0: self.key.a0, k1: self.key.a1, kc: self.key.c, gamma: GAMMA }.fill(x0, stride, 32, out)
+    }
+
     /// [`Rng::word0`] of 8 low index words sharing the mixed high half `hi`.
     ///
     /// # Safety
@@ -335,6 +342,21 @@ mod tests {
             let idx: [u64; 8] = std::array::from_fn(|l| base.wrapping_add(l as u64 * stride));
             for rbits in [1, 13, 32, 33, 64] {
                 assert_eq!(r.bits8(idx, rbits), idx.map(|i| r.bits(i, rbits)), "base {base} stride {stride} rbits {rbits}");
+            }
+        }
+    }
+
+    #[test]
+    fn filled_words_hold_the_bits() {
+        let r = Rng::new(SeedKey::from_seed(11));
+        for (x0, stride, len) in [(5u64, 1u64, 37usize), (1000, 513, 128), ((1u64 << 32) - 900, 129, 21), (u64::MAX - 40, 7, 9)] {
+            let mut out = vec![0u64; len];
+            r.fill32(x0, stride, &mut out);
+            for (l, &w) in out.iter().enumerate() {
+                let i = x0.wrapping_add(l as u64 * stride);
+                for rbits in [1, 13, 32] {
+                    assert_eq!(w >> (64 - rbits), r.bits(i, rbits), "x0 {x0} stride {stride} lane {l} rbits {rbits}");
+                }
             }
         }
     }
