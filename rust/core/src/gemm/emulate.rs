@@ -2668,7 +2668,9 @@ macro_rules! tile_store {
 /// scratch); the kernel's own operands follow; the accumulators, `b` and
 /// `clobber` are declared clobbered. With `runs: [pre], [post]`, `pre` runs
 /// before the steps' loop and `post` after it (an outer loop of runs checked
-/// at their starts, [`tile16_dir_runs`]).
+/// at their starts, [`tile16_dir_runs`]). With `scale: [in], [out]`, `in`
+/// runs after the loads and `out` before the stores (the accumulators scaled
+/// in the kernel, [`tile16_sr`]).
 #[cfg(target_arch = "x86_64")]
 macro_rules! tile_asm {
     (6, $($rest:tt)*) => {
@@ -2689,12 +2691,14 @@ macro_rules! tile_asm {
     };
     (@rows $stride:literal, [$(($off:literal, $c0:tt, $o0:literal, $c1:tt, $o1:literal)),*],
      setup: [$($setup:expr),*], b: ($b0:tt, $b1:tt $(, $bx:expr)*), row: $row:ident($r:ident), step: [$($step:expr),*],
-     store: $store:ident, clobber: [$($clob:tt),*], $(runs: [$($pre:expr),*], [$($post:expr),*],)?
+     store: $store:ident, clobber: [$($clob:tt),*], $(scale: [$($sin:expr),*], [$($sout:expr),*],)?
+     $(runs: [$($pre:expr),*], [$($post:expr),*],)?
      io: ($acc:expr, $ap:expr, $bp:expr, $kn:expr, $csr:expr, $rc:expr), $($ops:tt)*) => {
         asm!(
             mxcsr_enter!(),
             $($setup,)*
             $(dir_load!($c0, $o0), dir_load!($c1, $o1),)*
+            $($($sin,)*)?
             $($($pre,)*)?
             "2:",
             concat!("vmovups ", $b0, ", ymmword ptr [{pb}]"),
@@ -2707,6 +2711,7 @@ macro_rules! tile_asm {
             "dec {kn}",
             "jnz 2b",
             $($($post,)*)?
+            $($($sout,)*)?
             $($store!($c0, $o0), $store!($c1, $o1),)*
             "vldmxcsr dword ptr [{csr}]",
             c = in(reg) $acc.as_mut_ptr(),
@@ -3439,6 +3444,22 @@ macro_rules! by_sr_shift {
 
 /// Store of accumulator `$c` at byte `$off` of the tile, and of the largest
 /// magnitude pattern (ymm12) at `{mx}`.
+/// The accumulator registers `$c` multiplied by the 8 f32 lanes at byte `$off`
+/// of the constants `{k}` (the scale of [`tile16_sr`]'s accumulators: a power of
+/// two, exact on the format's values).
+#[cfg(target_arch = "x86_64")]
+macro_rules! sr_scale_by {
+    ($off:literal, $($c:literal),*) => {
+        concat!($("vmulps ", $c, ", ", $c, ", ymmword ptr [{k} + ", $off, "]\n"),*)
+    };
+}
+
+/// Is `sc` a power of two whose inverse is a normal f32 too (a scale the
+/// stochastic kernels apply and undo exactly)?
+fn sc_ok(sc: f32) -> bool {
+    sc.is_normal() && sc > 0.0 && sc.to_bits() & 0x7f_ffff == 0 && (1.0 / sc).is_normal()
+}
+
 #[cfg(target_arch = "x86_64")]
 macro_rules! track_store {
     ($c:literal, $off:literal) => {
@@ -3482,22 +3503,22 @@ macro_rules! track_store {
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 #[allow(clippy::too_many_arguments)]
-unsafe fn tile16_sr<const MR: usize, const TRACK: bool>(acc: &mut [f32], ap: &[f32], bp: &[f32], up: &[u32], vp: &[u32], kn: usize, unit: u32) -> u32 {
+unsafe fn tile16_sr<const MR: usize, const TRACK: bool>(acc: &mut [f32], ap: &[f32], bp: &[f32], up: &[u32], vp: &[u32], kn: usize, unit: u32, sc: f32) -> u32 {
     use std::arch::asm;
     assert!(MR == 1 || MR == 4);
     assert!(acc.len() >= MR * 16 && ap.len() >= kn * MR && bp.len() >= kn * 16 && up.len() >= kn * MR && vp.len() >= kn * 16);
-    assert!((13..=21).contains(&unit));
+    assert!((13..=21).contains(&unit) && sc_ok(sc));
     if kn == 0 {
         return 0;
     }
-    // The mask that truncates at the unit; the magnitude bits.
-    let k = [[u32::MAX << unit; 8], [0x7fff_ffff; 8]];
+    // The mask that truncates at the unit; the magnitude bits; the scale and its inverse.
+    let k = [[u32::MAX << unit; 8], [0x7fff_ffff; 8], [sc.to_bits(); 8], [(1.0 / sc).to_bits(); 8]];
     let mut mx = [0u32; 8];
     // Toward zero.
     let rc = 3u32 << 13;
     let mut csr = [0u32; 2];
     macro_rules! go {
-        ($mr:tt, $st:literal, $setup:tt, $b:tt, $r:ident, $store:ident, $($mx:tt)*) => {
+        ($mr:tt, $st:literal, $setup:tt, $b:tt, $r:ident, $store:ident, $sin:tt, $sout:tt, $($mx:tt)*) => {
             tile_asm!($mr,
                 setup: $setup,
                 b: $b,
@@ -3505,6 +3526,7 @@ unsafe fn tile16_sr<const MR: usize, const TRACK: bool>(acc: &mut [f32], ap: &[f
                 step: [concat!("add {pu}, ", $st), "add {pv}, 64"],
                 store: $store,
                 clobber: ["ymm10", "ymm11", "ymm12", "ymm13", "ymm14", "ymm15"],
+                scale: $sin, $sout,
                 io: (acc, ap, bp, kn, csr, rc),
                 k = in(reg) k.as_ptr(),
                 pu = inout(reg) up.as_ptr() => _,
@@ -3512,14 +3534,21 @@ unsafe fn tile16_sr<const MR: usize, const TRACK: bool>(acc: &mut [f32], ap: &[f
                 $($mx)*
             )
         };
-        ($mr:tt, $st:literal, plain) => {
+        ($mr:tt, $st:literal, plain, $sin:tt, $sout:tt) => {
             go!($mr, $st, ["vmovdqu ymm15, ymmword ptr [{k}]"],
                 ("ymm8", "ymm9", "vmovdqu ymm12, ymmword ptr [{pv}]", "vmovdqu ymm13, ymmword ptr [{pv} + 32]"),
-                plain, tile_store,)
+                plain, tile_store, $sin, $sout,)
         };
-        ($mr:tt, $st:literal, track) => {
+        ($mr:tt, $st:literal, track, $sin:tt, $sout:tt) => {
             go!($mr, $st, ["vmovdqu ymm15, ymmword ptr [{k}]", "vmovdqu ymm13, ymmword ptr [{k} + 32]", "vpxor ymm12, ymm12, ymm12"],
-                ("ymm8", "ymm9"), track, track_store, mx = in(reg) mx.as_mut_ptr(),)
+                ("ymm8", "ymm9"), track, track_store, $sin, $sout, mx = in(reg) mx.as_mut_ptr(),)
+        };
+        (4, $st:literal, $kind:ident) => {
+            go!(4, $st, $kind, [sr_scale_by!("64", "ymm0", "ymm1", "ymm2", "ymm3", "ymm4", "ymm5", "ymm6", "ymm7")],
+                [sr_scale_by!("96", "ymm0", "ymm1", "ymm2", "ymm3", "ymm4", "ymm5", "ymm6", "ymm7")])
+        };
+        (1, $st:literal, $kind:ident) => {
+            go!(1, $st, $kind, [sr_scale_by!("64", "ymm0", "ymm1")], [sr_scale_by!("96", "ymm0", "ymm1")])
         };
     }
     // SAFETY: the loads and stores stay inside acc (MR*16 values), ap and up
@@ -3549,16 +3578,16 @@ unsafe fn tile16_sr<const MR: usize, const TRACK: bool>(acc: &mut [f32], ap: &[f
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 #[allow(clippy::too_many_arguments)]
-unsafe fn tile16_sr_runs(acc: &mut [f32], ap: &[f32], bp: &[f32], up: &[u32], vp: &[u32], runs: usize, run: usize, unit: u32, top: u32) -> usize {
+unsafe fn tile16_sr_runs(acc: &mut [f32], ap: &[f32], bp: &[f32], up: &[u32], vp: &[u32], runs: usize, run: usize, unit: u32, top: u32, sc: f32) -> usize {
     use std::arch::asm;
     let kn = runs * run;
     assert!(acc.len() >= 64 && ap.len() >= kn * 4 && bp.len() >= kn * 16 && up.len() >= kn * 4 && vp.len() >= kn * 16);
-    assert!((13..=21).contains(&unit) && run >= 1 && top < 0x7f80_0000);
+    assert!((13..=21).contains(&unit) && run >= 1 && top < 0x7f80_0000 && sc_ok(sc));
     if runs == 0 {
         return 0;
     }
-    // The mask that truncates at the unit; the magnitude bits; the bound.
-    let k = [[u32::MAX << unit; 8], [0x7fff_ffff; 8], [top; 8]];
+    // The mask that truncates at the unit; the magnitude bits; the bound; the scale and its inverse.
+    let k = [[u32::MAX << unit; 8], [0x7fff_ffff; 8], [top; 8], [sc.to_bits(); 8], [(1.0 / sc).to_bits(); 8]];
     // Toward zero.
     let rc = 3u32 << 13;
     let mut csr = [0u32; 2];
@@ -3574,6 +3603,8 @@ unsafe fn tile16_sr_runs(acc: &mut [f32], ap: &[f32], bp: &[f32], up: &[u32], vp
             step: ["add {pu}, 16", "add {pv}, 64"],
             store: tile_store,
             clobber: ["ymm10", "ymm11", "ymm12", "ymm13", "ymm14", "ymm15"],
+            scale: [sr_scale_by!("96", "ymm0", "ymm1", "ymm2", "ymm3", "ymm4", "ymm5", "ymm6", "ymm7")],
+                [sr_scale_by!("128", "ymm0", "ymm1", "ymm2", "ymm3", "ymm4", "ymm5", "ymm6", "ymm7")],
             runs: [runs_check!("ymm10", "ymm11", "ymmword ptr [{k} + 32]", "ymmword ptr [{k} + 64]",
                 ["ymm0", "ymm1", "ymm2", "ymm3", "ymm4", "ymm5", "ymm6", "ymm7"])],
                 ["dec {runs}", "jnz 3b", "9:"],
@@ -3598,14 +3629,15 @@ unsafe fn tile16_sr_runs(acc: &mut [f32], ap: &[f32], bp: &[f32], up: &[u32], vp
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 #[allow(clippy::too_many_arguments)]
-unsafe fn sr_watched<const MR: usize>(t: &mut [f32], ap: &[f32], bp: &[f32], up: &[u32], vp: &[u32], len: usize, unit: u32, top: u32, runs: Option<(usize, u32)>) -> bool {
+#[allow(clippy::too_many_arguments)]
+unsafe fn sr_watched<const MR: usize>(t: &mut [f32], ap: &[f32], bp: &[f32], up: &[u32], vp: &[u32], len: usize, unit: u32, top: u32, runs: Option<(usize, u32)>, sc: f32) -> bool {
     let mut done = 0;
     if let (4, Some((run, bound))) = (MR, runs) {
         // SAFETY: forwarded contract; the runs cover at most len steps.
-        done = unsafe { tile16_sr_runs(t, ap, bp, up, vp, len / run, run, unit, bound) } * run;
+        done = unsafe { tile16_sr_runs(t, ap, bp, up, vp, len / run, run, unit, bound, sc) } * run;
     }
     // SAFETY: forwarded contract, from step `done`.
-    done == len || unsafe { tile16_sr::<MR, true>(t, &ap[done * MR..], &bp[done * 16..], &up[done * MR..], &vp[done * 16..], len - done, unit) } <= top
+    done == len || unsafe { tile16_sr::<MR, true>(t, &ap[done * MR..], &bp[done * 16..], &up[done * MR..], &vp[done * 16..], len - done, unit, sc) } <= top
 }
 
 /// [`tile16_dir_runs`] over `len` steps, in stages of shorter runs: each stage
@@ -3772,24 +3804,27 @@ const RB16: usize = 24;
 const NP16: usize = 256;
 const NP16_BYTES: usize = 16 << 20;
 
-/// The Weyl states ([`Rng::weyl0`]) of a [`flush_sr`] row of `rows` rows x
-/// 16 columns at its first step, lane (r, l) of index `index(r, l)`; `None`
-/// when some lane's index changes its upper 32 bits over `len` steps (the
-/// kernel advances the lower word only).
-fn sr_states(rng: &Rng, rows: usize, len: usize, index: impl Fn(usize, usize) -> u64) -> Option<[[u32; 8]; 8]> {
-    let mut v = [[0u32; 8]; 8];
-    let mut hi = (u64::MAX, 0);
-    for r in 0..rows {
-        for l in 0..16 {
-            let idx = index(r, l);
-            if idx >> 32 != idx.wrapping_add(len as u64 - 1) >> 32 {
-                return None;
-            }
-            if hi.0 != idx >> 32 {
-                hi = (idx >> 32, rng.hi_word(idx));
-            }
-            v[2 * r + l / 8][l % 8] = rng.weyl0(idx as u32, hi.1);
+/// The Weyl states ([`Rng::weyl0`]) of a [`flush_sr`] row of 16 lanes at its
+/// first step, lane l of index `idx0 + l * stride` (wrapping); `None` when
+/// some lane's index changes its upper 32 bits over `len` steps (the kernel
+/// advances the lower word only). Where the 16 indices and their steps share
+/// one upper word, the states are `x0 + l * stride * GAMMA`.
+fn sr_states(rng: &Rng, idx0: u64, stride: u64, len: usize) -> Option<[u32; 16]> {
+    let span = 15u64.checked_mul(stride).and_then(|x| x.checked_add(len as u64 - 1));
+    if let Some(end) = span.and_then(|x| idx0.checked_add(x)) {
+        if idx0 >> 32 == end >> 32 {
+            let x0 = rng.weyl0(idx0 as u32, rng.hi_word(idx0));
+            let g = (stride as u32).wrapping_mul(crate::round::GAMMA);
+            return Some(std::array::from_fn(|l| x0.wrapping_add(g.wrapping_mul(l as u32))));
         }
+    }
+    let mut v = [0u32; 16];
+    for (l, x) in v.iter_mut().enumerate() {
+        let idx = idx0.wrapping_add((l as u64).wrapping_mul(stride));
+        if idx >> 32 != idx.wrapping_add(len as u64 - 1) >> 32 {
+            return None;
+        }
+        *x = rng.weyl0(idx as u32, rng.hi_word(idx));
     }
     Some(v)
 }
@@ -4161,6 +4196,8 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
                             let done = fast && {
                                 // SAFETY: kind16 checked avx2/fma/f16c (simd); slices sized as required.
                                 unsafe {
+                                    // Kind Sr's scale, applied by its kernels.
+                                    let t_sc = if scaled { sc } else { 1.0 };
                                     // Tiles of MR_FMA (FMA) or MR_ODD rows, or of one row throughout.
                                     macro_rules! tiles {
                                         ($mf:expr, $mo:expr, $ok:ident) => {
@@ -4192,8 +4229,8 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
                                                     }
                                                 }
                                                 (Kind16::Dir(to), _) => tile16_dir_to::<$mf>(to, rm, t, ap, bp, len),
-                                                (Kind16::Sr, _) if track => $ok = sr_watched::<$mo>(t, ap, bp, up, vp, len, sr_unit as u32, sr_top, sr_runs),
-                                                (Kind16::Sr, _) => _ = tile16_sr::<$mo, false>(t, ap, bp, up, vp, len, sr_unit as u32),
+                                                (Kind16::Sr, _) if track => $ok = sr_watched::<$mo>(t, ap, bp, up, vp, len, sr_unit as u32, sr_top, sr_runs, t_sc),
+                                                (Kind16::Sr, _) => _ = tile16_sr::<$mo, false>(t, ap, bp, up, vp, len, sr_unit as u32, t_sc),
                                             }
                                         };
                                     }
@@ -4203,8 +4240,10 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
                                         tsave[..t.len()].copy_from_slice(t);
                                     }
                                     let mut ok = true;
-                                    // Exact: the accumulators are on the format's grid.
-                                    if scaled {
+                                    // Exact: the accumulators are on the format's grid. Kind Sr's
+                                    // kernels scale them themselves (by `t_sc`).
+                                    let outside = scaled && kind != Kind16::Sr;
+                                    if outside {
                                         t.iter_mut().for_each(|x| *x *= sc);
                                     }
                                     if mr == 1 {
@@ -4212,7 +4251,7 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
                                     } else {
                                         tiles!(MR_FMA, MR_ODD, ok)
                                     }
-                                    if scaled {
+                                    if outside {
                                         t.iter_mut().for_each(|x| *x *= acc_un);
                                     }
                                     if !ok {
@@ -4281,10 +4320,7 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
                                     let ok = *sr_st0_ok.get_or_insert_with(|| {
                                         sr_st0.chunks_exact_mut(16).enumerate().all(|(q, st)| {
                                             let (row, col0) = place(q);
-                                            sr_states(&rng2, 1, k.div_ceil(chunk), |_, l| index(row, col0 + l, k)).map(|v| {
-                                                st[..8].copy_from_slice(&v[0]);
-                                                st[8..].copy_from_slice(&v[1]);
-                                            }).is_some()
+                                            sr_states(&rng2, index(row, col0, k), steps, k.div_ceil(chunk)).map(|v| st.copy_from_slice(&v)).is_some()
                                         })
                                     });
                                     if ok {
@@ -4294,9 +4330,8 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
                                         for (q, st) in sr_st.chunks_exact_mut(16).enumerate() {
                                             let (row, col0) = place(q);
                                             // One step: no index changes its upper word.
-                                            let v = sr_states(&rng2, 1, 1, |_, l| index(row, col0 + l, t2)).expect("one step");
-                                            st[..8].copy_from_slice(&v[0]);
-                                            st[8..].copy_from_slice(&v[1]);
+                                            let v = sr_states(&rng2, index(row, col0, t2), steps, 1).expect("one step");
+                                            st.copy_from_slice(&v);
                                         }
                                     }
                                     // SAFETY: kind16 checked avx2 (simd); equal lengths, a multiple of 16.
@@ -4894,6 +4929,24 @@ mod unit_tests {
             // powi is exact down to 2^-1022; below, 2^-1022 halved exactly (a subnormal, then 0).
             let want = if e >= -1022 { 2f64.powi(e) } else { (0..-1022 - e).fold(2f64.powi(-1022), |x, _| x / 2.0) };
             assert_eq!(pow2(e).to_bits(), want.to_bits(), "2^{e}");
+        }
+    }
+
+    /// [`sr_states`]' progression equals each lane's own state, and it refuses
+    /// exactly where a lane's index changes its upper word over the steps.
+    #[test]
+    fn weyl_states_of_a_row() {
+        let rng = Rng::new(crate::round::SeedKey::from_seed(5));
+        for (idx0, stride, len) in [(0u64, 1u64, 1usize), (1000, 520, 9), ((1u64 << 32) - 20000, 1300, 5), ((1u64 << 32) - 4, 1, 2), ((7u64 << 32) + 5, 77, 100), (u64::MAX - 30, 1, 1), (u64::MAX - 2, 1, 1)] {
+            let lanes: Vec<u64> = (0..16).map(|l| idx0.wrapping_add(l * stride)).collect();
+            let fits = lanes.iter().all(|&i| i >> 32 == i.wrapping_add(len as u64 - 1) >> 32);
+            let got = sr_states(&rng, idx0, stride, len);
+            assert_eq!(got.is_some(), fits, "idx0 {idx0} stride {stride} len {len}");
+            if let Some(v) = got {
+                for (l, &i) in lanes.iter().enumerate() {
+                    assert_eq!(v[l], rng.weyl0(i as u32, rng.hi_word(i)), "idx0 {idx0} lane {l}");
+                }
+            }
         }
     }
 
