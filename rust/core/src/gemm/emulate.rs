@@ -105,7 +105,9 @@
 //!   inf/NaN) is redone by the step path below. A tile whose values show that
 //!   no sum can (`Fast::quiet_ok`: products on the format's grid, a bound on
 //!   the growth below the largest value) skips that watching. Chunk totals
-//!   into a [`Fast`] format run through the same tile, one step at a time.
+//!   into a [`Fast`] format run through the same tile, one step at a time;
+//!   stochastic ones into a format of [`Fast::sr_scale`] take the stochastic
+//!   tile's add on a whole row of f64 lanes ([`flush64_sr`]).
 //! - everything else, and tiles redone: 4 f64 lanes per step (`step_avx2`;
 //!   stochastic: `step_st_avx2`, the random bits drawn in 8 u32 lanes), or the
 //!   scalar f64 code.
@@ -3489,8 +3491,11 @@ macro_rules! track_store {
 /// rand` to the pattern carries into the unit exactly when `rand` is below
 /// the top R bits of the remainder, the f64 path's decision ([`Fast::round`]),
 /// and the truncation that follows keeps the unit. On the signed pattern the
-/// carry grows the magnitude, to the neighbour away from zero. The caller
-/// scales the values by [`unit_scale`]: sums in the format's subnormal range
+/// carry grows the magnitude, to the neighbour away from zero. The values
+/// are scaled by [`unit_scale`] (A's and B's by the caller; the accumulators
+/// by the kernel, times `sc` after loading them and divided by it before
+/// storing them, exact for a power of two on the format's grid; 1 leaves
+/// them): sums in the format's subnormal range
 /// are then f32 subnormals, truncated at 2^-149 by the FMA, whose unit bit is
 /// the same bit of the pattern, so the same add-and-truncate rounds them at
 /// their fixed unit, as the f64 path's rounding does. Exact zero sums are +0
