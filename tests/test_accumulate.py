@@ -372,6 +372,51 @@ def test_directed_checked_runs_hand_over(acc, mode, k, threads):
     assert same(got[rows][:, cols], ref_matmul(a[rows], b[:, cols], f, mode))
 
 
+@pytest.mark.parametrize("acc, mode", [("e5m2", "up"), ("e5m2", "down"), ("e5m2", "stochastic"), ("f6m9", "up"), ("fp16", "up")])
+def test_tiny_products_grow_by_a_subnormal_unit(acc, mode):
+    # Products far below the format's smallest subnormal (bf16 values near 1e-38):
+    # rounding up (or away, stochastically) lifts each sum by a whole subnormal unit,
+    # however small the product, so sums reach the largest value and overflow where
+    # the growth of the normal range (a factor per add) alone would bound them.
+    f = ACC_FORMATS[acc]
+    g = np.random.default_rng(7)
+    a = (g.standard_normal((6, 256)) * 1e-38).astype(np.float32).astype(ml_dtypes.bfloat16)
+    a[::2] = np.abs(a[::2])
+    b = np.abs(g.standard_normal((256, 23))).astype(np.float16)
+    b[:, 1::2] *= -1
+    got = matmul_as_scalar(a, b, accumulate=f, rounding=mode, seed=3).astype(np.float64)
+    if mode == "up" and acc == "e5m2":
+        # Positive products only (even rows, even columns): 2^-16 grows past 57344.
+        assert np.isinf(got[::2, ::2]).all()
+    if mode != "stochastic":
+        rows, cols = [0, 1, 4], [0, 1, 22]
+        assert same(got[rows][:, cols], ref_matmul(a[rows], b[:, cols], f, mode))
+
+
+@pytest.mark.parametrize("acc", ["float8_e4m3fnuz", "float8_e5m2fnuz"])
+@pytest.mark.parametrize("mode, rbits", [("nearest_even", None), ("toward_zero", None), ("up", None), ("down", None), ("stochastic", 21), ("stochastic", None)])
+@pytest.mark.parametrize("chunk, chunk_acc", [(None, None), (16, None), (16, "float32"), (16, "bfloat16")])
+def test_formats_without_negative_zero(acc, mode, rbits, chunk, chunk_acc):
+    # fnuz accumulators have no -0 (its encoding is their NaN): a negative sum that
+    # rounds to zero, or an exact zero, is +0 on every path, in the output and in the
+    # chunk totals it feeds.
+    g = np.random.default_rng(zlib.crc32(f"{acc}{mode}{chunk}{chunk_acc}".encode()))
+    a = (g.standard_normal((17, 70)) * 0.01).astype(np.float32).astype(ml_dtypes.float8_e4m3fn)
+    b = (g.standard_normal((70, 19)) * 0.01).astype(np.float32).astype(ml_dtypes.float8_e4m3fn)
+    a[::4] = -np.abs(a[::4]).astype(np.float32).astype(ml_dtypes.float8_e4m3fn)
+    b[:, ::3] = np.abs(b[:, ::3]).astype(np.float32).astype(ml_dtypes.float8_e4m3fn)
+    # Rows of zeros: exact zero sums of +0 and -0 products (-0 to round down).
+    a[5] = np.float32(-0.0)
+    a[6] = 0.0
+    kw = dict(accumulate=acc, rounding=mode, seed=4, rbits=rbits, chunk=chunk, chunk_accumulate=chunk_acc)
+    got = np.asarray(matmul_as_scalar(a, b, **kw), np.float64)
+    final_fnuz = chunk_acc is None
+    if final_fnuz:
+        assert not np.signbit(got[got == 0]).any()
+    # Zero sums occur: the check above is not vacuous.
+    assert (got[5:7] == 0).all()
+
+
 @pytest.mark.parametrize("acc, mode, rbits", [("fp16", "stochastic", 13), ("fp16", "up", None), ("f6m9", "toward_zero", None),
                                              ("f6m9", "nearest_even", None), ("e5m2", "down", None), ("e5m2", "nearest_even", None)])
 def test_scaled_kernels_tiny_operands(acc, mode, rbits):

@@ -1691,6 +1691,15 @@ impl Dyn {
     }
 }
 
+/// Has `f` no negative zero (the fnuz floats, posits, integers)? The f64 kernels
+/// truncate a negative sum to -0 as IEEE formats do; in such a format that
+/// zero is +0 (the scalar path's encoding), so -0 becomes +0 (`x + 0.0`) where
+/// it leaves the accumulation: at chunk totals and at the output. Within it a
+/// -0 in place of +0 changes no later nonzero sum.
+fn no_neg_zero(f: &Format) -> bool {
+    !matches!(f, Format::Float(x) if x.has_neg_zero())
+}
+
 /// (precision bits, lowest exponent of any value's last bit, exponent bound: |x| < 2^hi).
 fn profile(f: &Format) -> (i32, i32, i32) {
     match f {
@@ -2317,17 +2326,21 @@ fn abs_max32(v: &[f32]) -> f32 {
 /// every sum in its subnormal range exact: the split returns it unchanged.
 #[allow(clippy::too_many_arguments)]
 fn split_ok(prec: i32, limit: f64, sub: i32, acc_max: f32, row_max: f64, b_max: f32, lo: Option<i32>, kn: usize) -> bool {
-    near_ok(prec, limit, acc_max, row_max, b_max, kn) && lo.is_none_or(|l| l >= sub)
+    near_ok(prec, limit, sub, acc_max, row_max, b_max, kn) && lo.is_none_or(|l| l >= sub)
 }
 
 /// Does every exact sum of a depth block of `kn` steps stay below `limit`? Each
-/// add grows a magnitude by at most a factor `growth` (to nearest with p bits:
-/// 1 + 2^-p; stochastically or in a directed mode, less than a unit: 1 +
-/// 2^(1-p)), so every sum stays below `(acc_max + row_max * b_max) *
-/// growth^kn` (the arguments as [`split_ok`]'s).
-fn block_ok(growth: f64, limit: f64, acc_max: f32, row_max: f64, b_max: f32, kn: usize) -> bool {
+/// add's rounding grows a magnitude by at most a factor `growth` in the normal
+/// range (to nearest with p bits: 1 + 2^-p; stochastically or in a directed
+/// mode, less than a unit: 1 + 2^(1-p)) and by at most `unit` in the
+/// subnormal range, whose unit is fixed (up from a tiny product to the
+/// smallest subnormal, however small the product; 0 toward zero): with
+/// `x' <= (x + |p|) * growth + unit` an add, every sum stays below `(acc_max +
+/// row_max * b_max + kn * unit) * growth^kn` (the other arguments as
+/// [`split_ok`]'s).
+fn block_ok(growth: f64, unit: f64, limit: f64, acc_max: f32, row_max: f64, b_max: f32, kn: usize) -> bool {
     // NaN compares false: refused.
-    (acc_max as f64 + row_max * b_max as f64) * growth.powi(kn as i32) < limit
+    (acc_max as f64 + row_max * b_max as f64 + kn as f64 * unit) * growth.powi(kn as i32) < limit
 }
 
 /// Does the bound of [`block_ok`] leave room in a full depth block (`KB`
@@ -2363,15 +2376,16 @@ fn scale_ok(sc: i32, lo: Option<i32>) -> bool {
 }
 
 /// Do the sums of a depth block rounded to nearest into a format of `prec`
-/// bits stay below `limit`? Each add grows a magnitude by at most a factor
-/// 1 + 2^-p ([`block_ok`]'s bound). A second bound does not grow with the
+/// bits, smallest subnormal 2^sub, stay below `limit`? Each add grows a
+/// magnitude by at most a factor 1 + 2^-p, or half a subnormal unit
+/// ([`block_ok`]'s bound). A second bound does not grow with the
 /// steps: the rounded `acc + p` is no farther from the exact sum than `acc` is
 /// (a value of the format), so `|round(acc + p)| <= |acc| + 2|p|` and every
 /// sum stays below `acc_max + 2 * row_max * b_max`; it is the tighter one for
 /// few bits (float8_e5m2: the growth factor is 1.125^kn) or a long block
 /// after large accumulators.
-fn near_ok(prec: i32, limit: f64, acc_max: f32, row_max: f64, b_max: f32, kn: usize) -> bool {
-    let growth = (acc_max as f64 + row_max * b_max as f64) * (1.0 + 2f64.powi(-prec)).powi(kn as i32);
+fn near_ok(prec: i32, limit: f64, sub: i32, acc_max: f32, row_max: f64, b_max: f32, kn: usize) -> bool {
+    let growth = (acc_max as f64 + row_max * b_max as f64 + kn as f64 * pow2(sub - 1)) * (1.0 + 2f64.powi(-prec)).powi(kn as i32);
     // NaN compares false: refused.
     growth.min(acc_max as f64 + 2.0 * row_max * b_max as f64) < limit
 }
@@ -3887,6 +3901,8 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
     let scaled_kind = usc != 0 && (sr || du.is_some() || unit_ne || odd_unit);
     // How much an add can grow a magnitude ([`block_ok`]): toward zero, not at all.
     let growth = |prec: i32| if spec.opts.mode == Mode::TowardZero { 1.0 } else { 1.0 + 2f64.powi(1 - prec) };
+    // And in the subnormal range, by a unit (toward zero: nothing).
+    let sub_unit = |f: SrFmt| if spec.opts.mode == Mode::TowardZero { 0.0 } else { pow2(f.sub) };
     let bounds_used = split || sr || du.is_some();
     let chunk = spec.chunk.map(|(cs, _)| cs).unwrap_or(usize::MAX);
     let steps = (k + if outer.is_some() { k.div_ceil(chunk) } else { 0 }) as u64;
@@ -4060,7 +4076,7 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
                     match (sf.or(du.map(|d| d.0)), gs) {
                         // Stochastic or directed: every sum below the largest value, which no
                         // rounding then passes, and A's values scaled exactly.
-                        (Some(f), _) => block_ok(growth(f.prec), f.max, acc_max, row_max, bmaxes[kbi], kn) && scale_ok(sa, ab.map(|x| x.0)),
+                        (Some(f), _) => block_ok(growth(f.prec), sub_unit(f), f.max, acc_max, row_max, bmaxes[kbi], kn) && scale_ok(sa, ab.map(|x| x.0)),
                         // To nearest: likewise (a sum below it rounds to at most it); kind
                         // UnitNe needs no grid but every product below 2^(sub + 23).
                         (_, Some(f)) => {
@@ -4071,7 +4087,7 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
                                 // Scaled, the FMA rounds at 2^-149 below the smallest normal: exact
                                 // there while the products' last bits stay at or above it.
                                 (a_max as f64 * b_max as f64) < 2f64.powi(f.sub + 23)
-                                    && near_ok(f.prec, f.max, acc_max, row_max, b_max, kn)
+                                    && near_ok(f.prec, f.max, f.sub, acc_max, row_max, b_max, kn)
                                     && scale_ok(sa, ab.map(|x| x.0))
                                     && lo.is_none_or(|l| l + usc >= -149)
                             } else if odd_unit {
@@ -4084,7 +4100,7 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
                                 // and rounds to the accumulator whatever the residual
                                 // FMA's underflow loses (float8_e5m2 from bfloat16: 16 bits).
                                 let hi = ab.zip(bbk).map(|(x, y)| x.1 + y.1);
-                                near_ok(f.prec, f.max, acc_max, row_max, b_max, kn)
+                                near_ok(f.prec, f.max, f.sub, acc_max, row_max, b_max, kn)
                                     && scale_ok(sa, ab.map(|x| x.0))
                                     && (lo.is_none_or(|l| l + usc >= -149) || pa + pb <= f.sub + usc + 148)
                                     && hi.is_none_or(|h| h <= 126)
@@ -4107,7 +4123,7 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
                 // however each add grows it, comes near f32's overflow.
                 let track = sr && !bounded && {
                     let f = sf.expect("kind Sr");
-                    let loose = (acc_max as f64 + row_max * bmaxes[kbi] as f64) * growth(f.prec).powi(kn as i32);
+                    let loose = (acc_max as f64 + row_max * bmaxes[kbi] as f64 + kn as f64 * sub_unit(f)) * growth(f.prec).powi(kn as i32);
                     scale_ok(sa, ab.map(|x| x.0)) && loose * 2f64.powi(usc) < 2f64.powi(100)
                 };
                 // ... in runs checked at their starts ([`tile16_sr_runs`]), where a bound
@@ -4400,6 +4416,8 @@ fn drive<R: Round>(r: &R, a: &Operand, b: &Operand, c: EmuOut, spec: &AccumSpec,
     let chunk = spec.chunk.map(|(cs, _)| cs).unwrap_or(usize::MAX);
     // Do the sums' values scale exactly as the chunk totals' ([`Dyn::flush_sr_row`])?
     let fine = spec.chunk.is_some_and(|(_, f2)| value_bounds(&spec.fmt).0 >= value_bounds(&f2).0);
+    // Formats without -0 (fnuz, posits): the kernels' -0 is their zero ([`no_neg_zero`]).
+    let (inner_nz, final_nz) = (no_neg_zero(&spec.fmt), spec.chunk.map_or(no_neg_zero(&spec.fmt), |(_, f2)| no_neg_zero(&f2)));
     let nchunks = if outer.is_some() { k.div_ceil(chunk) } else { 0 };
     let steps = (k + nchunks) as u64;
     let words = StepRand::new(spec.opts.key, steps);
@@ -4467,6 +4485,9 @@ fn drive<R: Round>(r: &R, a: &Operand, b: &Operand, c: EmuOut, spec: &AccumSpec,
             let ridx = kidx / chunk;
             let e0 = ((i0 + i) * n + j0) as u64;
             let (row, trow) = (&mut acc[i * jb..(i + 1) * jb], &mut tot[i * jb..(i + 1) * jb]);
+            if inner_nz {
+                row.iter_mut().for_each(|x| *x += 0.0);
+            }
             // Stochastic: the whole row on f64 lanes.
             if stochastic && o.flush_sr_row(simd, trow, row, &rng2, e0, steps, (k + ridx) as u64, rbits, fine) {
                 row.fill(0.0);
@@ -4532,7 +4553,7 @@ fn drive<R: Round>(r: &R, a: &Operand, b: &Operand, c: EmuOut, spec: &AccumSpec,
                             if (kidx + 1) % chunk == 0 || kidx + 1 == k {
                                 let ridx = (kidx / chunk) as u64;
                                 let rd = if stochastic { rng2.bits(e.wrapping_mul(steps).wrapping_add(k as u64 + ridx), rbits) } else { 0 };
-                                tot[i] = o.add(tot[i], x, rd);
+                                tot[i] = o.add(tot[i], if inner_nz { x + 0.0 } else { x }, rd);
                                 x = 0.0;
                             }
                         }
@@ -4638,8 +4659,9 @@ fn drive<R: Round>(r: &R, a: &Operand, b: &Operand, c: EmuOut, spec: &AccumSpec,
         let res = if outer.is_some() { &tot } else { &acc };
         for i in 0..rb {
             for j in 0..jb {
+                let v = res[i * jb + j];
                 // SAFETY: (i0+i, j0+j) is inside c and only this task writes it.
-                unsafe { c.put(i0 + i, j0 + j, res[i * jb + j]) };
+                unsafe { c.put(i0 + i, j0 + j, if final_nz { v + 0.0 } else { v }) };
             }
         }
     };
