@@ -3458,8 +3458,6 @@ macro_rules! by_sr_shift {
 }
 
 
-/// Store of accumulator `$c` at byte `$off` of the tile, and of the largest
-/// magnitude pattern (ymm12) at `{mx}`.
 /// The accumulator registers `$c` multiplied by the 8 f32 lanes at byte `$off`
 /// of the constants `{k}` (the scale of [`tile16_sr`]'s accumulators: a power of
 /// two, exact on the format's values).
@@ -3476,6 +3474,8 @@ fn sc_ok(sc: f32) -> bool {
     sc.is_normal() && sc > 0.0 && sc.to_bits() & 0x7f_ffff == 0 && (1.0 / sc).is_normal()
 }
 
+/// Store of accumulator `$c` at byte `$off` of the tile, and of the largest
+/// magnitude pattern (ymm12) at `{mx}`.
 #[cfg(target_arch = "x86_64")]
 macro_rules! track_store {
     ($c:literal, $off:literal) => {
@@ -3647,7 +3647,6 @@ unsafe fn tile16_sr_runs(acc: &mut [f32], ap: &[f32], bp: &[f32], up: &[u32], vp
 /// As [`tile16_sr`]'s.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-#[allow(clippy::too_many_arguments)]
 #[allow(clippy::too_many_arguments)]
 unsafe fn sr_watched<const MR: usize>(t: &mut [f32], ap: &[f32], bp: &[f32], up: &[u32], vp: &[u32], len: usize, unit: u32, top: u32, runs: Option<(usize, u32)>, sc: f32) -> bool {
     let mut done = 0;
@@ -3829,7 +3828,8 @@ const NP16_BYTES: usize = 16 << 20;
 /// advances the lower word only). Where the 16 indices and their steps share
 /// one upper word, the states are `x0 + l * stride * GAMMA`.
 fn sr_states(rng: &Rng, idx0: u64, stride: u64, len: usize) -> Option<[u32; 16]> {
-    let span = 15u64.checked_mul(stride).and_then(|x| x.checked_add(len as u64 - 1));
+    let last = len.max(1) as u64 - 1;
+    let span = 15u64.checked_mul(stride).and_then(|x| x.checked_add(last));
     if let Some(end) = span.and_then(|x| idx0.checked_add(x)) {
         if idx0 >> 32 == end >> 32 {
             let x0 = rng.weyl0(idx0 as u32, rng.hi_word(idx0));
@@ -3840,7 +3840,7 @@ fn sr_states(rng: &Rng, idx0: u64, stride: u64, len: usize) -> Option<[u32; 16]>
     let mut v = [0u32; 16];
     for (l, x) in v.iter_mut().enumerate() {
         let idx = idx0.wrapping_add((l as u64).wrapping_mul(stride));
-        if idx >> 32 != idx.wrapping_add(len as u64 - 1) >> 32 {
+        if idx >> 32 != idx.wrapping_add(last) >> 32 {
             return None;
         }
         *x = rng.weyl0(idx as u32, rng.hi_word(idx));
