@@ -1664,7 +1664,7 @@ impl Dyn {
             // SAFETY: `simd` is only true when avx2 and fma were detected; n4 is a multiple of 4
             // and every slice holds at least n4 values.
             let mx = unsafe { flush64_sr(&mut out[..n4], &tot[..n4], &row[..n4], &w[..n4], sc, pow2(-s), d) };
-            if !(mx <= f64::from_bits(f.max_bits) * sc) {
+            if mx.is_nan() || mx > f64::from_bits(f.max_bits) * sc {
                 return false;
             }
         }
