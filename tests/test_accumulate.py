@@ -819,3 +819,61 @@ def test_fp16_tile_kernels_strided_views(dtype):
     got = lowp.matmul(at, bs, accumulate="float16", chunk=8)
     assert same(got, lowp.matmul(a, b, accumulate="float16", chunk=8))
     assert same(got[:4, :6], ref_matmul(a[:4], b[:, :6], ACC_FORMATS["fp16"], "nearest_even", 8))
+
+
+def e4m3_spread(g, shape, lo, hi):
+    """float8_e4m3fn values of random sign, magnitudes 2^lo to 2^hi mixed."""
+    mag = np.float32(2.0) ** g.integers(lo, hi, shape)
+    return (g.choice([-1, 1], shape) * mag * g.uniform(1, 2, shape)).astype(np.float32).astype(ml_dtypes.float8_e4m3fn)
+
+
+@pytest.mark.parametrize("acc", ["fp16", "bf16", "e5m2", "f6m9"])
+@pytest.mark.parametrize("rbits", [None, 32, 22])
+@pytest.mark.parametrize("chunk", [None, 64, 5])
+def test_stochastic_wide_bits_on_float32_tiles(acc, rbits, chunk, threads):
+    # float8_e4m3fn products with more random bits than a float32 sum keeps below
+    # the unit: the float32 tiles decide with the top bits and redo on f64 lanes
+    # every tile whose sums were not all exact; the chunk totals redo their lanes
+    # whose top bits tie. Magnitudes from 2^-9 to 2^8 mixed, so that sums are often
+    # inexact in float32: the same bits as the scalar path, a matrix and one row.
+    g = np.random.default_rng(17)
+    a, b = e4m3_spread(g, (37, 300), -9, 8), e4m3_spread(g, (300, 45), -9, 4)
+    kw = dict(accumulate=ACC_FORMATS.get(acc, acc), rounding="stochastic", seed=9, rbits=rbits, chunk=chunk)
+    matmul_as_scalar(a, b, **kw)
+    matmul_as_scalar(a[:1], b, **kw)
+
+
+@pytest.mark.parametrize("acc, unit", [("fp16", 13), ("f6m9", 14)])
+def test_stochastic_wide_bits_matter(acc, unit):
+    # Where a float32 sum is inexact and the top bits of the random word equal its
+    # remainder's, the bits below decide: enough such adds here that the default
+    # 32 bits and the top `unit` alone give different results, and the tiles'
+    # redo on f64 lanes gives the scalar path's.
+    g = np.random.default_rng(23)
+    a, b = e4m3_spread(g, (64, 1000), -9, 8), e4m3_spread(g, (1000, 64), -9, 4)
+    kw = dict(accumulate=ACC_FORMATS[acc], rounding="stochastic", seed=4)
+    got = matmul_as_scalar(a, b, **kw)
+    assert not same_bits(got, lowp.matmul(a, b, **kw, rbits=unit))
+
+
+@pytest.mark.parametrize("dtype", [ml_dtypes.bfloat16, ml_dtypes.float8_e4m3fn, np.float16], ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("rbits", [None, 30, 40])
+@pytest.mark.parametrize("spread", [False, True], ids=["normal", "spread"])
+@pytest.mark.parametrize("chunk", [None, 9])
+def test_stochastic_float32_accumulator_on_f64_tiles(dtype, rbits, spread, chunk, threads):
+    # Into float32 with more random bits than float64 keeps below its unit (23 + 32 >
+    # 51), the f64 tiles decide with the top 29 where every sum of a tile was exact,
+    # and the other tiles go the exact way. Magnitudes spread over 2^-40 to 2^40 make
+    # many f64 sums inexact: the same bits as the scalar path either way.
+    g = np.random.default_rng(31)
+    shape_a, shape_b = (21, 200), (200, 27)
+    if spread:
+        mk = lambda s: (g.choice([-1, 1], s) * 2.0 ** g.integers(-40, 40, s) * g.uniform(1, 2, s)).astype(np.float32)
+    else:
+        mk = lambda s: g.standard_normal(s).astype(np.float32)
+    a, b = mk(shape_a), mk(shape_b)
+    if dtype != ml_dtypes.bfloat16:
+        a, b = np.clip(a, -240, 240), np.clip(b, -240, 240)
+    a, b = a.astype(dtype), b.astype(dtype)
+    kw = dict(accumulate="float32", rounding="stochastic", seed=5, rbits=rbits, chunk=chunk)
+    matmul_as_scalar(a, b, **kw)

@@ -81,7 +81,10 @@
 //!   xor a packed column word ([`tile16_sr`]). Depth blocks whose values could
 //!   take a sum past the largest value run in runs checked at their starts,
 //!   then watch their sums ([`sr_watched`]); those whose A values do not scale
-//!   exactly run through the f64 rounding. Directed modes into float8_e5m2
+//!   exactly run through the f64 rounding. With more random bits (32 by
+//!   default) from float8 E4M3 products: the same kernel on the top bits,
+//!   and a tile whose sums were not all exact in f32 redone on f64 lanes
+//!   ([`Kind16::Sr`]). Directed modes into float8_e5m2
 //!   past the bound: the unit-bit kernel in checked runs ([`tile16_dir_runs`]),
 //!   then the conversions.
 //! - every other [`Fast`] format and mode:
@@ -95,7 +98,10 @@
 //!   word and a truncation, four vector operations an add; unless a bound on
 //!   the block's values keeps the sums below the largest value, it runs in
 //!   runs checked at their starts ([`tile64_sr_runs`]), then watches the
-//!   rounded sums. Otherwise (`rbits <= 32`, or deterministic modes;
+//!   rounded sums. With more bits (float32 with the default 32) the same
+//!   kernel, on the top `52 - man` bits, where every f64 sum of the tile is
+//!   exact (MXCSR's precision flag after it; [`Fast::sr_checked`]); other
+//!   tiles take the path below. Otherwise (`rbits <= 32`, or deterministic modes;
 //!   `tile_avx2`): the sum is the FMA when the
 //!   formats, the block's values or the tile's own (exponent scans) make every
 //!   sum exact in f64, else TwoSum and round to odd; in the normal
@@ -960,6 +966,16 @@ impl<const M: u8> Fast<M> {
         (M == M_ST && rbits >= 1 && self.man + rbits <= 51).then_some(-1022 - self.emin)
     }
 
+    /// [`Fast::sr_scale`], and with more bits (float32's default 32: 23 + 32 >
+    /// 51) on the condition that the tile's f64 sums are all exact, `true`
+    /// then: the remainder of an exact sum has at most `52 - man` bits, then
+    /// zeros, so that its top bits against the word's top `52 - man` (the
+    /// placed ones, [`Words::place_row`]) decide as all the bits do. The
+    /// kernels report an inexact sum (MXCSR's precision flag).
+    fn sr_checked(&self, rbits: u32) -> Option<(i32, bool)> {
+        (M == M_ST && rbits >= 1 && self.man <= 50).then_some((-1022 - self.emin, self.man + rbits > 51))
+    }
+
     /// [`tile64_sr`] on a tile of `nr` rows x 8 columns of `acc` (row stride
     /// `ldc`): `aps` holds A's values scaled by 2^[`Fast::sr_scale`] (exactly),
     /// `bp` B's (row stride `ld`), `words` the placed words (column stride `ld`),
@@ -969,7 +985,7 @@ impl<const M: u8> Fast<M> {
     /// among the tile's values.
     #[allow(clippy::too_many_arguments)]
     fn tile_sr_run(&self, simd: bool, nr: usize, acc: &mut [f64], ldc: usize, aps: &[f64], bp: &[f64], ld: usize, kn: usize, words: Words, rbits: u32, a: Bounds64, b: Bounds64) -> bool {
-        let Some(s) = self.sr_scale(rbits) else { return false };
+        let Some((s, checked)) = self.sr_checked(rbits) else { return false };
         if !simd || nr == 0 || nr > TILE_ROWS || a.1 || b.1 {
             return false;
         }
@@ -1022,25 +1038,30 @@ impl<const M: u8> Fast<M> {
         #[cfg(target_arch = "x86_64")]
         {
             // SAFETY: `simd` is only true when avx2 and fma were detected; the lengths are asserted above.
-            let mx = unsafe {
+            let (mx, inexact) = unsafe {
                 let d = 52 - self.man;
-                let done = match runs {
-                    Some((run, top)) => tile64_sr_runs(&mut t, aps, bp, ld, words.rows, words.cols, kn / run, run, d, top) * run,
-                    None => 0,
+                let (done, ie) = match runs {
+                    Some((run, top)) => {
+                        let (r, ie) = tile64_sr_runs(&mut t, aps, bp, ld, words.rows, words.cols, kn / run, run, d, top);
+                        (r * run, ie)
+                    }
+                    None => (0, false),
                 };
                 if done == kn {
-                    0.0
+                    (0.0, ie)
                 } else {
                     // The steps left, from step `done`.
                     let (bp, cols, aps, rows) = (&bp[done * ld..], &words.cols[done * ld..], &aps[done * TILE_ROWS..], &words.rows[done * TILE_ROWS..]);
-                    if track {
+                    let (mx, ie2) = if track {
                         tile64_sr::<true>(&mut t, aps, bp, ld, rows, cols, kn - done, d)
                     } else {
                         tile64_sr::<false>(&mut t, aps, bp, ld, rows, cols, kn - done, d)
-                    }
+                    };
+                    (mx, ie | ie2)
                 }
             };
-            if mx > max * sc {
+            // Past the largest value, or (checked) some sum not exact: void.
+            if mx > max * sc || (checked && inexact) {
                 return false;
             }
         }
@@ -1060,20 +1081,25 @@ impl<const M: u8> Fast<M> {
 
 /// MXCSR entry of the kernels that round in a mode of their own: saves MXCSR at `[{csr}]` and
 /// loads it with rounding control `{rc}` (bits 13-14), flush-to-zero and
-/// denormals-are-zero off (`[{csr} + 4]` is scratch).
+/// denormals-are-zero off and the exception flags (bits 0-5) clear (`[{csr} +
+/// 4]` is scratch; [`tile_asm`] leaves the kernel's MXCSR there, its flags those
+/// the kernel raised).
 #[cfg(target_arch = "x86_64")]
 macro_rules! mxcsr_enter {
     () => {
         concat!(
             "vstmxcsr dword ptr [{csr}]\n",
             "mov {t:e}, dword ptr [{csr}]\n",
-            "and {t:e}, 0xFFFF1FBF\n",
+            "and {t:e}, 0xFFFF1F80\n",
             "or {t:e}, {rc:e}\n",
             "mov dword ptr [{csr} + 4], {t:e}\n",
             "vldmxcsr dword ptr [{csr} + 4]\n",
         )
     };
 }
+
+/// MXCSR's precision flag: some result was inexact.
+const MXCSR_PE: u32 = 1 << 5;
 
 /// 2^e, from its bit pattern (subnormal below 2^-1022, 0 below 2^-1074,
 /// infinity above 2^1023). No call: `powi`, which the compiler would
@@ -1177,7 +1203,8 @@ macro_rules! sr_acc_of {
 /// (toward zero), the unit mask in ymm15 and `setup`, the 8 accumulators
 /// loaded, `pre`, then `{kn}` steps (B's 8 values in ymm8, ymm9, then `bx`,
 /// then [`sr_row_of`] `$t` for the 4 rows), `post`, the accumulators stored,
-/// `fin` and MXCSR restored. Operands `c`, `pa`, `pb`, `pu`, `pv`, `ld` (the
+/// `fin`, the kernel's MXCSR stored at `[{csr} + 4]` (its flags) and MXCSR
+/// restored. Operands `c`, `pa`, `pb`, `pu`, `pv`, `ld` (the
 /// row stride in bytes), `kn`, `csr`, `rc`, `t`, `k` (the constants), then the
 /// caller's; every vector register is declared clobbered.
 #[cfg(target_arch = "x86_64")]
@@ -1221,6 +1248,7 @@ macro_rules! sr64_asm {
             "vmovupd ymmword ptr [{c} + 192], ymm6",
             "vmovupd ymmword ptr [{c} + 224], ymm7",
             $($fin,)*
+            "vstmxcsr dword ptr [{csr} + 4]",
             "vldmxcsr dword ptr [{csr}]",
             c = in(reg) $acc.0.as_mut_ptr(),
             pa = inout(reg) $ap.as_ptr() => _,
@@ -1266,7 +1294,10 @@ macro_rules! sr64_asm {
 ///
 /// With `TRACK` the kernel returns the largest magnitude of any rounded sum
 /// (0 without), which the caller compares with the scaled largest value: past
-/// it the tile's result is void. Six operations an add.
+/// it the tile's result is void. Six operations an add. It returns too
+/// whether some FMA was inexact (MXCSR's precision flag), which voids the
+/// tile where the decision reads more bits than the f64 sum keeps below the
+/// unit ([`Fast::sr_checked`]).
 ///
 /// # Safety
 /// The CPU must support avx2 and fma; `ap` and `up` hold kn*4 values, `bp` and
@@ -1274,7 +1305,7 @@ macro_rules! sr64_asm {
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 #[allow(clippy::too_many_arguments)]
-unsafe fn tile64_sr<const TRACK: bool>(acc: &mut Tile64, ap: &[f64], bp: &[f64], ld: usize, up: &[u64], vp: &[u64], kn: usize, d: u32) -> f64 {
+unsafe fn tile64_sr<const TRACK: bool>(acc: &mut Tile64, ap: &[f64], bp: &[f64], ld: usize, up: &[u64], vp: &[u64], kn: usize, d: u32) -> (f64, bool) {
     use std::arch::asm;
     assert!(kn >= 1 && ap.len() >= kn * TILE_ROWS && up.len() >= kn * TILE_ROWS);
     assert!(bp.len() >= (kn - 1) * ld + 8 && vp.len() >= (kn - 1) * ld + 8);
@@ -1297,13 +1328,14 @@ unsafe fn tile64_sr<const TRACK: bool>(acc: &mut Tile64, ap: &[f64], bp: &[f64],
                 fin: [], io: (acc, ap, bp, up, vp, ld, kn, csr, rc, k),);
         }
     }
-    k[2..].iter().fold(0f64, |m, &x| m.max(f64::from_bits(x)))
+    (k[2..].iter().fold(0f64, |m, &x| m.max(f64::from_bits(x))), csr[1] & MXCSR_PE != 0)
 }
 
 /// [`tile64_sr`] (not watching) in runs of `run` steps, checked before each
 /// run: `runs` runs while the largest accumulator magnitude stays at most
 /// `top` (the caller's bound, scaled: from there no sum of a run can pass the
-/// largest value). Returns the runs done; the tile holds their sums. A check
+/// largest value). Returns the runs done (the tile holds their sums) and
+/// whether some FMA was inexact, as [`tile64_sr`]. A check
 /// costs about 21 operations a run, where watching every sum costs 16 a step.
 ///
 /// # Safety
@@ -1311,14 +1343,14 @@ unsafe fn tile64_sr<const TRACK: bool>(acc: &mut Tile64, ap: &[f64], bp: &[f64],
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 #[allow(clippy::too_many_arguments)]
-unsafe fn tile64_sr_runs(acc: &mut Tile64, ap: &[f64], bp: &[f64], ld: usize, up: &[u64], vp: &[u64], runs: usize, run: usize, d: u32, top: f64) -> usize {
+unsafe fn tile64_sr_runs(acc: &mut Tile64, ap: &[f64], bp: &[f64], ld: usize, up: &[u64], vp: &[u64], runs: usize, run: usize, d: u32, top: f64) -> (usize, bool) {
     use std::arch::asm;
     let kn = runs * run;
     assert!(run >= 1 && ap.len() >= kn * TILE_ROWS && up.len() >= kn * TILE_ROWS && top.is_finite());
     assert!(kn == 0 || (bp.len() >= (kn - 1) * ld + 8 && vp.len() >= (kn - 1) * ld + 8));
     assert!((2..=52).contains(&d));
     if runs == 0 {
-        return 0;
+        return (0, false);
     }
     // The mask that truncates at the unit, the magnitude bits, the bound.
     let mut k: [u64; 3] = [!((1u64 << d) - 1), !SIGN, top.to_bits()];
@@ -1362,7 +1394,7 @@ unsafe fn tile64_sr_runs(acc: &mut Tile64, ap: &[f64], bp: &[f64], ld: usize, up
             runs = inout(reg) runs => left,
         );
     }
-    runs - left
+    (runs - left, csr[1] & MXCSR_PE != 0)
 }
 
 /// Chunk totals into a format of [`Fast::sr_scale`], stochastic, on f64 lanes:
@@ -1448,7 +1480,7 @@ unsafe fn flush64_sr(out: &mut [f64], tot: &[f64], sums: &[f64], w: &[u64], sc: 
 impl<const M: u8> Round for Fast<M> {
     const STOCHASTIC: bool = M == M_ST;
     fn has_tile(&self, simd: bool, rbits: u32) -> bool {
-        simd && (self.tile_ok(rbits) || Fast::sr_scale(self, rbits).is_some())
+        simd && (self.tile_ok(rbits) || self.sr_checked(rbits).is_some())
     }
     fn tile(&self, simd: bool, nr: usize, acc: &mut [f64], ldc: usize, ap: &[f64], bp: &[f64], ldb: usize, kn: usize, words: Words, rbits: u32, exact: bool, track: bool) -> bool {
         self.tile_run(simd, nr, acc, ldc, ap, bp, ldb, kn, words, rbits, exact, track)
@@ -1464,7 +1496,7 @@ impl<const M: u8> Round for Fast<M> {
     }
     fn sr_scale(&self, simd: bool, rbits: u32) -> Option<i32> {
         if simd {
-            Fast::sr_scale(self, rbits)
+            self.sr_checked(rbits).map(|x| x.0)
         } else {
             None
         }
@@ -1678,6 +1710,68 @@ impl Dyn {
         true
     }
 
+    /// [`Kind16::Sr`]'s tile with its wide bits, redone on f64 lanes: rows
+    /// `0..nr` of `t` (16 accumulators a row, row-major, unscaled) over `kn`
+    /// steps by [`Fast::tile_sr_run`] (two tiles of 8 columns), stochastic
+    /// with `rbits` bits, A's values `ap[kk*mr + r] * aun`, B's `bp[kk*16 + l] *
+    /// bun` (both exact), element (row0 + r, col0 + l)'s random bits at step
+    /// t0 + kk from `words`; `pa`, `pb`: the inputs' precisions. `false`, `t`
+    /// unchanged, where it does not run (then the scalar path).
+    #[allow(clippy::too_many_arguments)]
+    fn sr_tile64(&self, t: &mut [f32], nr: usize, mr: usize, ap: &[f32], aun: f64, bp: &[f32], bun: f64, kn: usize, words: &StepRand, at: (usize, usize, usize), rbits: u32, prec: (i32, i32), buf: &mut Sr64Buf) -> bool {
+        let Dyn::Fast(f, M_ST) = self else { return false };
+        let f = f.as_mode::<M_ST>();
+        let Some((s, _)) = f.sr_checked(rbits) else { return false };
+        let ((row0, col0, t0), d) = (at, 52 - f.man);
+        if !(1..=TILE_ROWS).contains(&nr) || nr > mr || kn == 0 || kn > buf.run.len() || t.len() < nr * 16 || ap.len() < kn * mr || bp.len() < kn * 16 {
+            return false;
+        }
+        let (a, b) = (&mut buf.a[..kn * TILE_ROWS], &mut buf.b[..kn * 16]);
+        let (u, v) = (&mut buf.u[..kn * TILE_ROWS], &mut buf.v[..kn * 16]);
+        a.fill(0.0);
+        u.fill(0);
+        for kk in 0..kn {
+            for r in 0..nr {
+                a[kk * TILE_ROWS + r] = ap[kk * mr + r] as f64 * aun;
+            }
+        }
+        for (x, &y) in b.iter_mut().zip(&bp[..kn * 16]) {
+            *x = y as f64 * bun;
+        }
+        let (ab, bb) = (exp_bounds64_of(a, prec.0), exp_bounds64_of(b, prec.1));
+        // A's values scale exactly (as `drive` checks).
+        if ab.1 || bb.1 || ab.0.is_some_and(|(lo, _)| lo + s < -1074) {
+            return false;
+        }
+        let sc = pow2(s);
+        a.iter_mut().for_each(|x| *x *= sc);
+        for r in 0..nr {
+            words.row_run(row0 + r, t0, rbits, &mut buf.run[..kn]);
+            for (kk, &w) in buf.run[..kn].iter().enumerate() {
+                u[kk * TILE_ROWS + r] = Words::place_row(w, rbits, d);
+            }
+        }
+        for kk in 0..kn {
+            let row = &mut v[kk * 16..kk * 16 + 16];
+            words.col_run(col0, t0 + kk, rbits, row);
+            row.iter_mut().for_each(|w| *w = Words::place_col(*w, rbits, d));
+        }
+        let mut acc = [0f64; TILE_ROWS * 16];
+        for (x, &y) in acc.iter_mut().zip(&t[..nr * 16]) {
+            *x = y as f64;
+        }
+        for h in [0, 8] {
+            let w = Words { rows: u, cols: &v[h..], ldv: 16 };
+            if !f.tile_sr_run(true, nr, &mut acc[h..], 16, a, &b[h..], 16, kn, w, rbits, ab, bb) {
+                return false;
+            }
+        }
+        for (x, &y) in t.iter_mut().zip(&acc[..nr * 16]) {
+            *x = y as f32;
+        }
+        true
+    }
+
     fn add(&self, a: f64, b: f64, rand: u64) -> f64 {
         match self {
             Dyn::Fast(f, m) => {
@@ -1688,6 +1782,23 @@ impl Dyn {
             Dyn::F64(g) => g.add(a, b, rand),
             Dyn::Generic(g) => g.add(a, b, rand),
         }
+    }
+}
+
+/// The buffers of [`Dyn::sr_tile64`] for up to `kn` steps: A's values and the
+/// rows' placed words ([`TILE_ROWS`] a step), B's values and the columns' (16
+/// a step), a row's words.
+struct Sr64Buf {
+    a: Vec<f64>,
+    b: Vec<f64>,
+    u: Vec<u64>,
+    v: Vec<u64>,
+    run: Vec<u64>,
+}
+
+impl Sr64Buf {
+    fn new(kn: usize) -> Self {
+        Sr64Buf { a: vec![0.0; kn * TILE_ROWS], b: vec![0.0; kn * 16], u: vec![0; kn * TILE_ROWS], v: vec![0; kn * 16], run: vec![0; kn] }
     }
 }
 
@@ -2106,6 +2217,15 @@ pub(crate) enum Kind16 {
     /// their starts, then watch their sums ([`sr_watched`]); blocks whose A
     /// values do not scale exactly, or whose sums could come near f32's
     /// overflow, run the f64 rounding.
+    ///
+    /// With more bits (wide bits, up to 32, the default) from float8 E4M3
+    /// products ([`sr_kind`]): the kernel decides with the top `23 - man`, as
+    /// all of them decide unless those equal the remainder's top bits and the
+    /// f32 sum is inexact. A tile whose FMAs were all exact (MXCSR's precision
+    /// flag, read after the kernel) is the f64 path's; another is redone on
+    /// f64 lanes ([`Dyn::sr_tile64`]), and past a quarter of a task's tiles so
+    /// redone the rest run there at once. Chunk totals redo the lanes whose
+    /// top bits tie ([`flush_sr`] with `ties`).
     Sr,
 }
 
@@ -2261,7 +2381,14 @@ fn split_mult(prec: i32) -> f32 {
 fn sr_kind(fmt: &Format, opts: &RoundOpts, fa: &Format, fb: &Format, fits: bool) -> Option<(Kind16, bool)> {
     let sf = sr_fmt(fmt)?;
     let narrow = |f: &Format| matches!(f, Format::Float(x) if x.man_bits <= 10);
-    (!opts.saturate && fits && narrow(fa) && narrow(fb) && (1..=sf.unit).contains(&opts.rbits)).then_some((Kind16::Sr, false))
+    // Wide bits (more than `unit`, up to 32) from products of at most 8 bits
+    // whose last bits lie at or above 2^-20 (float8 E4M3 x E4M3), whose f32
+    // sums are exact unless a sum reaches 2^4 above such a product's last bit:
+    // products of more bits (bfloat16) or of smaller ones (float8_e5m2, down to
+    // 2^-32) would send many tiles to the f64 lanes.
+    let (ba, bb) = (profile(fa), profile(fb));
+    let wide = opts.rbits > sf.unit && opts.rbits <= 32 && ba.0 + bb.0 <= 8 && ba.1 + bb.1 >= -20;
+    (!opts.saturate && fits && narrow(fa) && narrow(fb) && ((1..=sf.unit).contains(&opts.rbits) || wide)).then_some((Kind16::Sr, false))
 }
 
 /// Bounds of a block of f32 values: (lowest exponent of any nonzero finite
@@ -2678,7 +2805,9 @@ macro_rules! tile_store {
 /// values of B into `b` (and running `b`'s further instructions), running `row!(r, off, c0, o0, c1, o1)` for every row
 /// (`a` at byte `off` of the strip, accumulators `c0` and `c1` at bytes `o0`
 /// and `o1` of the tile, `r` the kernel's rounding macro) and `step`; then
-/// `store!(c, o)` for every accumulator and MXCSR restored. `io` names the
+/// `store!(c, o)` for every accumulator, the kernel's MXCSR stored at `[{csr} +
+/// 4]` (its flags: precision, bit 5, when some rounding was inexact) and
+/// MXCSR restored. `io` names the
 /// tile, the strips of A and B, the step count, MXCSR's save area and the
 /// rounding control (operands `c`, `pa`, `pb`, `kn`, `csr`, `rc`; `t` is
 /// scratch); the kernel's own operands follow; the accumulators, `b` and
@@ -2729,6 +2858,7 @@ macro_rules! tile_asm {
             $($($post,)*)?
             $($($sout,)*)?
             $($store!($c0, $o0), $store!($c1, $o1),)*
+            "vstmxcsr dword ptr [{csr} + 4]",
             "vldmxcsr dword ptr [{csr}]",
             c = in(reg) $acc.as_mut_ptr(),
             pa = inout(reg) $ap.as_ptr() => _,
@@ -3493,7 +3623,10 @@ macro_rules! track_store {
 ///
 /// With `TRACK` the kernel watches its sums instead of relying on a bound
 /// ([`block_ok`]): it returns the largest magnitude of any rounded sum, as an
-/// f32 bit pattern (0 without `TRACK`). The caller compares it with the
+/// f32 bit pattern (0 without `TRACK`). It returns too whether some FMA was
+/// inexact (MXCSR's precision flag): the f32 sums then were not all the exact
+/// ones, which more random bits than the remainder's top `unit` would read
+/// ([`Kind16::Sr`]'s wide bits). The caller compares it with the
 /// format's largest value, scaled: past it the tile's result is void, as every
 /// sum beyond the largest value must round to an infinity or stop at that
 /// value, which the integer rounding does not. Six operations an add: a mask
@@ -3522,13 +3655,13 @@ macro_rules! track_store {
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 #[allow(clippy::too_many_arguments)]
-unsafe fn tile16_sr<const MR: usize, const TRACK: bool>(acc: &mut [f32], ap: &[f32], bp: &[f32], up: &[u32], vp: &[u32], kn: usize, unit: u32, sc: f32) -> u32 {
+unsafe fn tile16_sr<const MR: usize, const TRACK: bool>(acc: &mut [f32], ap: &[f32], bp: &[f32], up: &[u32], vp: &[u32], kn: usize, unit: u32, sc: f32) -> (u32, bool) {
     use std::arch::asm;
     assert!(MR == 1 || MR == 4);
     assert!(acc.len() >= MR * 16 && ap.len() >= kn * MR && bp.len() >= kn * 16 && up.len() >= kn * MR && vp.len() >= kn * 16);
     assert!((13..=21).contains(&unit) && sc_ok(sc));
     if kn == 0 {
-        return 0;
+        return (0, false);
     }
     // The mask that truncates at the unit; the magnitude bits; the scale and its inverse.
     let k = [[u32::MAX << unit; 8], [0x7fff_ffff; 8], [sc.to_bits(); 8], [(1.0 / sc).to_bits(); 8]];
@@ -3581,15 +3714,16 @@ unsafe fn tile16_sr<const MR: usize, const TRACK: bool>(acc: &mut [f32], ap: &[f
             (false, true) => go!(1, "4", track),
         }
     }
-    mx.into_iter().max().unwrap_or(0)
+    (mx.into_iter().max().unwrap_or(0), csr[1] & MXCSR_PE != 0)
 }
 
 /// [`tile16_sr`] (4 rows, not watching) in runs of `run` steps, checked before
 /// each run: `runs` runs while the largest accumulator magnitude, as an f32
 /// pattern, stays at most `top` (the caller's bound: from there no sum of a
-/// run can pass the largest value). Returns the runs done; the tile holds
-/// their sums. A check costs about 19 operations a run, where watching every sum
-/// ([`tile16_sr`] with `TRACK`) costs 16 a step.
+/// run can pass the largest value). Returns the runs done (the tile holds
+/// their sums) and whether some FMA was inexact, as [`tile16_sr`]. A check
+/// costs about 19 operations a run, where watching every sum ([`tile16_sr`]
+/// with `TRACK`) costs 16 a step.
 ///
 /// # Safety
 /// The CPU must support avx2 and fma; `ap`, `up` hold runs*run*4 values, `bp`,
@@ -3597,13 +3731,13 @@ unsafe fn tile16_sr<const MR: usize, const TRACK: bool>(acc: &mut [f32], ap: &[f
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 #[allow(clippy::too_many_arguments)]
-unsafe fn tile16_sr_runs(acc: &mut [f32], ap: &[f32], bp: &[f32], up: &[u32], vp: &[u32], runs: usize, run: usize, unit: u32, top: u32, sc: f32) -> usize {
+unsafe fn tile16_sr_runs(acc: &mut [f32], ap: &[f32], bp: &[f32], up: &[u32], vp: &[u32], runs: usize, run: usize, unit: u32, top: u32, sc: f32) -> (usize, bool) {
     use std::arch::asm;
     let kn = runs * run;
     assert!(acc.len() >= 64 && ap.len() >= kn * 4 && bp.len() >= kn * 16 && up.len() >= kn * 4 && vp.len() >= kn * 16);
     assert!((13..=21).contains(&unit) && run >= 1 && top < 0x7f80_0000 && sc_ok(sc));
     if runs == 0 {
-        return 0;
+        return (0, false);
     }
     // The mask that truncates at the unit; the magnitude bits; the bound; the scale and its inverse.
     let k = [[u32::MAX << unit; 8], [0x7fff_ffff; 8], [top; 8], [sc.to_bits(); 8], [(1.0 / sc).to_bits(); 8]];
@@ -3635,27 +3769,33 @@ unsafe fn tile16_sr_runs(acc: &mut [f32], ap: &[f32], bp: &[f32], up: &[u32], vp
             runs = inout(reg) runs => left,
         );
     }
-    runs - left
+    (runs - left, csr[1] & MXCSR_PE != 0)
 }
 
 /// [`tile16_sr`] of `MR` rows where no bound on the depth block keeps the sums
 /// below the largest value: `true` when none passed it (`top`: its scaled
-/// pattern). With `runs` = (run, bound) and 4 rows, runs checked at their
-/// starts ([`tile16_sr_runs`]) while the bound holds, then the watching kernel.
+/// pattern), and whether some FMA was inexact ([`tile16_sr`]). With `runs` =
+/// (run, bound) and 4 rows, runs checked at their starts ([`tile16_sr_runs`])
+/// while the bound holds, then the watching kernel.
 ///
 /// # Safety
 /// As [`tile16_sr`]'s.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 #[allow(clippy::too_many_arguments)]
-unsafe fn sr_watched<const MR: usize>(t: &mut [f32], ap: &[f32], bp: &[f32], up: &[u32], vp: &[u32], len: usize, unit: u32, top: u32, runs: Option<(usize, u32)>, sc: f32) -> bool {
-    let mut done = 0;
+unsafe fn sr_watched<const MR: usize>(t: &mut [f32], ap: &[f32], bp: &[f32], up: &[u32], vp: &[u32], len: usize, unit: u32, top: u32, runs: Option<(usize, u32)>, sc: f32) -> (bool, bool) {
+    let (mut done, mut inexact) = (0, false);
     if let (4, Some((run, bound))) = (MR, runs) {
         // SAFETY: forwarded contract; the runs cover at most len steps.
-        done = unsafe { tile16_sr_runs(t, ap, bp, up, vp, len / run, run, unit, bound, sc) } * run;
+        let (r, ie) = unsafe { tile16_sr_runs(t, ap, bp, up, vp, len / run, run, unit, bound, sc) };
+        (done, inexact) = (r * run, ie);
+    }
+    if done == len {
+        return (true, inexact);
     }
     // SAFETY: forwarded contract, from step `done`.
-    done == len || unsafe { tile16_sr::<MR, true>(t, &ap[done * MR..], &bp[done * 16..], &up[done * MR..], &vp[done * 16..], len - done, unit, sc) } <= top
+    let (mx, ie) = unsafe { tile16_sr::<MR, true>(t, &ap[done * MR..], &bp[done * 16..], &up[done * MR..], &vp[done * 16..], len - done, unit, sc) };
+    (mx <= top, inexact | ie)
 }
 
 /// [`tile16_dir_runs`] over `len` steps, in stages of shorter runs: each stage
@@ -3686,41 +3826,78 @@ unsafe fn dir_checked(to: DirTo, rm: i32, t: &mut [f32], ap: &[f32], bp: &[f32],
 /// is `mix32(states[i])` (its Weyl state, [`Rng::weyl0`]). The caller keeps
 /// every sum below the largest value and both operands on the format's grid.
 ///
+/// With `ties` the caller's rounding draws more bits than `rbits` = `unit`
+/// (wide bits, [`Kind16::Sr`]): the top `unit` decide as all of them do
+/// except where they equal the remainder's top `unit` bits (the sum's bits
+/// below the unit all ones after the add), where the bits below decide. Such
+/// a lane keeps its total and its `row` (the others' rows are zeroed), and
+/// bit l of `marks[i]` is set for lane 8i + l: the caller redoes them.
+/// Returns whether any lane was kept.
+///
 /// # Safety
 /// The CPU must support avx2; `tot`, `row` and `states` have the same length,
-/// a multiple of 8.
+/// a multiple of 8; with `ties`, `marks` holds a byte for every 8 lanes.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
-unsafe fn flush_sr(tot: &mut [f32], row: &mut [f32], states: &[u32], rbits: u32, unit: u32) {
+unsafe fn flush_sr(tot: &mut [f32], row: &mut [f32], states: &[u32], rbits: u32, unit: u32, ties: bool, marks: &mut [u8]) -> bool {
     use std::arch::asm;
     assert!(tot.len() == row.len() && tot.len() == states.len() && tot.len() % 8 == 0);
-    assert!((13..=21).contains(&unit) && (1..=unit).contains(&rbits));
+    assert!((13..=21).contains(&unit) && (1..=unit).contains(&rbits) && (!ties || (rbits == unit && marks.len() >= tot.len() / 8)));
     if tot.is_empty() {
-        return;
+        return false;
     }
     let k = SrConsts::new(rbits, unit);
     // Toward zero.
     let rc = 3u32 << 13;
     let mut csr = [0u32; 2];
+    // The kept lanes, or-ed.
+    let mut kept = [0u32; 8];
     macro_rules! go {
-        ($m:ident, $sh:literal) => {
-            asm!(
-                mxcsr_enter!(),
-                "vxorps ymm3, ymm3, ymm3",
-                "2:",
-                "vmovups ymm0, ymmword ptr [{c}]",
-                "vaddps ymm0, ymm0, ymmword ptr [{pb}]",
-                "vmovups ymm1, ymmword ptr [{v}]",
-                sr_comp!($m, "ymm1", "ymm2"),
-                "vpaddd ymm0, ymm0, ymm1",
+        (plain, $m:ident, $sh:literal) => {
+            go!($m, $sh, [
+                "# no marks at {mk}",
                 "vpand ymm0, ymm0, ymmword ptr [{k} + 96]",
                 "vmovups ymmword ptr [{c}], ymm0",
                 "vmovups ymmword ptr [{pb}], ymm3",
+            ])
+        };
+        // The bits below the unit (ymm2) all ones: the old total (ymm4) and row kept.
+        (ties, $m:ident, $sh:literal) => {
+            go!($m, $sh, [
+                "vpandn ymm2, ymm5, ymm0",
+                "vpcmpeqd ymm2, ymm2, ymm6",
+                "vpand ymm0, ymm0, ymm5",
+                "vblendvps ymm0, ymm0, ymm4, ymm2",
+                "vpand ymm1, ymm2, ymmword ptr [{pb}]",
+                "vpor ymm7, ymm7, ymm2",
+                "vmovmskps {t:e}, ymm2",
+                "mov byte ptr [{mk}], {t:l}",
+                "inc {mk}",
+                "vmovups ymmword ptr [{c}], ymm0",
+                "vmovups ymmword ptr [{pb}], ymm1",
+            ])
+        };
+        ($m:ident, $sh:literal, [$($store:expr),* $(,)?]) => {
+            asm!(
+                mxcsr_enter!(),
+                "vxorps ymm3, ymm3, ymm3",
+                "vxorps ymm7, ymm7, ymm7",
+                "vmovdqu ymm5, ymmword ptr [{k} + 96]",
+                "vpcmpeqd ymm6, ymm6, ymm6",
+                "vpxor ymm6, ymm6, ymm5",
+                "2:",
+                "vmovups ymm4, ymmword ptr [{c}]",
+                "vaddps ymm0, ymm4, ymmword ptr [{pb}]",
+                "vmovups ymm1, ymmword ptr [{v}]",
+                sr_comp!($m, "ymm1", "ymm2"),
+                "vpaddd ymm0, ymm0, ymm1",
+                $($store,)*
                 "add {c}, 32",
                 "add {pb}, 32",
                 "add {v}, 32",
                 "dec {kn}",
                 "jnz 2b",
+                "vmovdqu ymmword ptr [{kept}], ymm7",
                 "vldmxcsr dword ptr [{csr}]",
                 c = inout(reg) tot.as_mut_ptr() => _,
                 pb = inout(reg) row.as_mut_ptr() => _,
@@ -3729,23 +3906,28 @@ unsafe fn flush_sr(tot: &mut [f32], row: &mut [f32], states: &[u32], rbits: u32,
                 csr = in(reg) csr.as_mut_ptr(),
                 rc = in(reg) rc,
                 k = in(reg) k.0.as_ptr(),
+                kept = in(reg) kept.as_mut_ptr(),
+                mk = inout(reg) marks.as_mut_ptr() => _,
                 t = out(reg) _,
                 sh = const $sh,
                 out("ymm0") _, out("ymm1") _, out("ymm2") _, out("ymm3") _,
+                out("ymm4") _, out("ymm5") _, out("ymm6") _, out("ymm7") _,
                 options(nostack),
             )
         };
     }
     // SAFETY: the loads and stores stay inside tot, row and states (equal
-    // lengths, a multiple of 8, asserted above) and the constants; MXCSR is
-    // restored before the block ends; the clobbered vector registers are declared.
+    // lengths, a multiple of 8, asserted above), the constants and `kept`; MXCSR
+    // is restored before the block ends; the clobbered vector registers are declared.
     unsafe {
-        if rbits > 16 {
-            by_sr_shift!(unit, go, srf)
-        } else {
-            by_sr_shift!(unit, go, sr)
+        match (ties, rbits > 16) {
+            (false, true) => by_sr_shift!(unit, go, plain, srf),
+            (false, false) => by_sr_shift!(unit, go, plain, sr),
+            (true, true) => by_sr_shift!(unit, go, ties, srf),
+            (true, false) => by_sr_shift!(unit, go, ties, sr),
         }
     }
+    kept.iter().any(|&x| x != 0)
 }
 
 /// `tot = round(tot + row)` lane-wise (chunk totals into the accumulator's
@@ -3912,10 +4094,20 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
     // Kind Sr's kernel adds `2^R - 1 - rand` below the unit: the xor of a row's
     // complemented bits and a column's bits, each placed there.
     let sr_unit = sf.map_or(0, |f| f.unit);
-    let place = |x: u64| if sr { (x as u32) << (sr_unit - rbits) } else { 0 };
+    // More random bits than the f32 remainder below the unit holds (`wide`,
+    // [`sr_kind`]): the kernels take their top `unit` bits, which decide as all
+    // of them do wherever the f32 sums are the exact ones (the top R bits of a
+    // remainder of at most `unit` bits, then zeros, against the top R of the
+    // word: only equal top `unit` bits on both sides leave the rest to decide,
+    // and a remainder of zeros there rounds down either way). A tile whose FMAs
+    // were not all exact (MXCSR's precision flag) is redone on f64 lanes from
+    // its saved accumulators ([`Dyn::sr_tile64`]).
+    let wide = sr && rbits > sr_unit;
+    let kbits = if wide { sr_unit } else { rbits };
+    let place = |x: u64| if sr { (x as u32) << (sr_unit - kbits) } else { 0 };
     // The largest value's pattern, scaled: a watched sum past it voids the tile.
     let sr_top = sf.map_or(0, |f| ((f.max * 2f64.powi(unit_scale(&f))) as f32).to_bits());
-    let rbits_mask = if sr { (1u64 << rbits) - 1 } else { 0 };
+    let rbits_mask = if sr { (1u64 << kbits) - 1 } else { 0 };
     // The chunk totals' bits: keyed by element e = row * n + column, step k + r.
     let index = |row: usize, col: usize, t: usize| ((row * n + col) as u64).wrapping_mul(steps).wrapping_add(t as u64);
     // Chunk totals into the same format, nearest-even, run vectorized too.
@@ -3943,9 +4135,13 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
     // Or, with kind Sr, stochastic chunk totals into a format of the same kind
     // whose grid holds the accumulator's values (the sum of two values on it,
     // truncated by the add, decides as for the products): `flush_sr`.
+    // Do the sums' values scale exactly as the chunk totals' ([`Dyn::flush_sr_row`], wide bits)?
+    let fine = spec.chunk.is_some_and(|(_, f2)| value_bounds(&spec.fmt).0 >= value_bounds(&f2).0);
+    // With more bits than its unit (up to 32), the lanes whose top bits tie
+    // redone ([`flush_sr`] with `ties`).
     let sr2 = spec.chunk.and_then(|(_, f2)| {
         let (f1, f2) = (sf?, sr_fmt(&f2)?);
-        (f1.sub >= f2.sub && rbits <= f2.unit).then_some(f2)
+        (f1.sub >= f2.sub && rbits <= 32).then_some(f2)
     });
     let (pa, pb) = (profile(&a.format().expect("kind16 checked")).0, profile(&b.format().expect("kind16 checked")).0);
     let kbs = KB.min(k.max(1));
@@ -3996,9 +4192,9 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
                 let w = 16.min(jb - 16 * s);
                 let mut run = [0u64; 16];
                 for kk in 0..kn {
-                    words.col_run(j0 + 16 * s, kb + kk, rbits, &mut run[..w]);
+                    words.col_run(j0 + 16 * s, kb + kk, kbits, &mut run[..w]);
                     for l in 0..w {
-                        d[kk * 16 + l] = place(StepRand::top(run[l], rbits));
+                        d[kk * 16 + l] = place(StepRand::top(run[l], kbits));
                     }
                 }
             });
@@ -4042,6 +4238,8 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
             // totals' steps (then each flush computes its own).
             let mut sr_st0 = vec![0u32; sr_st.len()];
             let mut sr_st0_ok: Option<bool> = None;
+            // Their lanes kept by [`flush_sr`] with `ties`, a byte for 8.
+            let mut marks = vec![0u8; sr_st.len() / 8];
             let mut apack = vec![0f32; groups * kbs * mr];
             // A's block for the conversions' kernel where kind Dir's checked runs hand over to it.
             let mut apalt = vec![0f32; if du.is_some() && dalt.is_some() { groups * kbs * mr } else { 0 }];
@@ -4049,6 +4247,11 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
             let mut upack = vec![0u32; if sr { apack.len() } else { 0 }];
             let mut urun = vec![0u64; if sr { kbs } else { 0 }];
             let mut tsave = vec![0f32; if sr || du.is_some() { mr * 16 } else { 0 }];
+            // Kind Sr's wide bits: the f64 tiles' buffers, and the tiles tried on
+            // f32 lanes and redone (past a quarter of them, after 8, the rest of
+            // the task's tiles run on f64 lanes at once).
+            let mut buf64 = if wide { Some(Sr64Buf::new(kbs)) } else { None };
+            let (mut tried, mut redone) = (0usize, 0usize);
             for (kbi, &bbk) in bbounds.iter().enumerate() {
                 let (kb, kn) = (kbi * KB, KB.min(k - kbi * KB));
                 for g in 0..groups {
@@ -4189,9 +4392,9 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
                 if sr && fast {
                     for g in 0..groups {
                         for r in 0..mr.min(rb - g * mr) {
-                            words.row_run(i0 + g * mr + r, kb, rbits, &mut urun[..kn]);
+                            words.row_run(i0 + g * mr + r, kb, kbits, &mut urun[..kn]);
                             for (kk, &w) in urun[..kn].iter().enumerate() {
-                                upack[g * kbs * mr + kk * mr + r] = place(StepRand::top(w, rbits) ^ rbits_mask);
+                                upack[g * kbs * mr + kk * mr + r] = place(StepRand::top(w, kbits) ^ rbits_mask);
                             }
                         }
                     }
@@ -4221,7 +4424,7 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
                                     let t_sc = if scaled { sc } else { 1.0 };
                                     // Tiles of MR_FMA (FMA) or MR_ODD rows, or of one row throughout.
                                     macro_rules! tiles {
-                                        ($mf:expr, $mo:expr, $ok:ident) => {
+                                        ($mf:expr, $mo:expr, $ok:ident, $inexact:ident) => {
                                             match (kind, bf) {
                                                 (Kind16::Fma, false) => tile16::<$mf, K_FMA, false>(t, ap, bp, len, spl),
                                                 (Kind16::Fma, true) => tile16::<$mf, K_FMA, true>(t, ap, bp, len, spl),
@@ -4250,35 +4453,49 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
                                                     }
                                                 }
                                                 (Kind16::Dir(to), _) => tile16_dir_to::<$mf>(to, rm, t, ap, bp, len),
-                                                (Kind16::Sr, _) if track => $ok = sr_watched::<$mo>(t, ap, bp, up, vp, len, sr_unit as u32, sr_top, sr_runs, t_sc),
-                                                (Kind16::Sr, _) => _ = tile16_sr::<$mo, false>(t, ap, bp, up, vp, len, sr_unit as u32, t_sc),
+                                                (Kind16::Sr, _) if track => ($ok, $inexact) = sr_watched::<$mo>(t, ap, bp, up, vp, len, sr_unit as u32, sr_top, sr_runs, t_sc),
+                                                (Kind16::Sr, _) => $inexact = tile16_sr::<$mo, false>(t, ap, bp, up, vp, len, sr_unit as u32, t_sc).1,
                                             }
                                         };
                                     }
                                     // The watching kernel's tile as it was, for the f64 rounding if
-                                    // some sum passed the largest value.
-                                    if track || dir_runs.is_some() {
+                                    // some sum passed the largest value (and with wide bits, if
+                                    // some f32 sum was inexact).
+                                    if track || dir_runs.is_some() || wide {
                                         tsave[..t.len()].copy_from_slice(t);
                                     }
-                                    let mut ok = true;
+                                    let (mut ok, mut inexact) = (true, false);
+                                    let f32_lanes = !wide || tried < 8 || 4 * redone <= tried;
                                     // Exact: the accumulators are on the format's grid. Kind Sr's
                                     // kernels scale them themselves (by `t_sc`).
                                     let outside = scaled && kind != Kind16::Sr;
                                     if outside {
                                         t.iter_mut().for_each(|x| *x *= sc);
                                     }
-                                    if mr == 1 {
-                                        tiles!(1, 1, ok)
+                                    if !f32_lanes {
+                                        inexact = true;
+                                    } else if mr == 1 {
+                                        tiles!(1, 1, ok, inexact)
                                     } else {
-                                        tiles!(MR_FMA, MR_ODD, ok)
+                                        tiles!(MR_FMA, MR_ODD, ok, inexact)
                                     }
                                     if outside {
                                         t.iter_mut().for_each(|x| *x *= acc_un);
                                     }
-                                    if !ok {
+                                    if !ok || (wide && inexact) {
                                         t.copy_from_slice(&tsave[..t.len()]);
                                     }
-                                    ok
+                                    if wide && f32_lanes {
+                                        tried += 1;
+                                        redone += usize::from(!ok || inexact);
+                                    }
+                                    match &mut buf64 {
+                                        Some(buf) if !ok || inexact => {
+                                            let at = (row0, col0, kb + o0);
+                                            exact.sr_tile64(t, mr.min(rb - g * mr), mr, ap, aun, bp, bun, len, &words, at, rbits, (pa, pb), buf)
+                                        }
+                                        _ => ok,
+                                    }
                                 }
                             };
                             if !done {
@@ -4355,14 +4572,56 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
                                             st.copy_from_slice(&v);
                                         }
                                     }
-                                    // SAFETY: kind16 checked avx2 (simd); equal lengths, a multiple of 16.
-                                    unsafe { flush_sr(&mut tot32, &mut acc, &sr_st, rbits, f2.unit) };
+                                    let ties = rbits > f2.unit;
+                                    // SAFETY: kind16 checked avx2 (simd); equal lengths, a multiple of 16; a mark for every 8 lanes.
+                                    if unsafe { flush_sr(&mut tot32, &mut acc, &sr_st, rbits.min(f2.unit), f2.unit, ties, &mut marks) } {
+                                        // The kept lanes, redone with all the bits.
+                                        for (i, &mk) in marks.iter().enumerate().filter(|x| *x.1 != 0) {
+                                            let (row, col0) = place(i / 2);
+                                            for l in (0..8).filter(|l| mk >> l & 1 != 0) {
+                                                let (x, c) = (8 * i + l, col0 + 8 * (i % 2) + l);
+                                                tot32[x] = o.add(tot32[x] as f64, acc[x] as f64, rng2.bits(index(row, c, t2), rbits)) as f32;
+                                                acc[x] = 0.0;
+                                            }
+                                        }
+                                    }
                                 } else {
                                     scalar_totals(&mut tot32, &mut acc, &|q, l| {
                                         let (row, col0) = place(q);
                                         rng2.bits(index(row, col0 + l, t2), rbits)
                                     });
                                 }
+                            } else if wide {
+                                // Stochastic totals on f64 lanes ([`Dyn::flush_sr_row`]), each row of
+                                // the task's tiles gathered, up to 8 tiles (128 columns) at a time.
+                                let t2 = (k + (k1 - 1) / chunk) as u64;
+                                let (mut trow, mut arow) = ([0f64; 128], [0f64; 128]);
+                                for g in 0..groups {
+                                    for r in 0..mr {
+                                        for sa in (0..ns).step_by(8) {
+                                            let sn = 8.min(ns - sa);
+                                            // Row r of tile (g, s) at (g * ns + s - s0) * tile + r * 16.
+                                            let at = |s: usize| (g * ns + s) * tile + r * 16;
+                                            for s in sa..sa + sn {
+                                                let l = (s - sa) * 16;
+                                                trow[l..l + 16].copy_from_slice(&tot64[at(s)..at(s) + 16]);
+                                                arow[l..l + 16].iter_mut().zip(&acc[at(s)..at(s) + 16]).for_each(|(x, &y)| *x = y as f64);
+                                            }
+                                            let e0 = ((i0 + g * mr + r) * n + j0 + 16 * (s0 + sa)) as u64;
+                                            let (tr, ar) = (&mut trow[..sn * 16], &arow[..sn * 16]);
+                                            if !o.flush_sr_row(true, tr, ar, &rng2, e0, steps, t2, rbits, fine) {
+                                                for (l, (tv, &av)) in tr.iter_mut().zip(ar).enumerate() {
+                                                    *tv = o.add(*tv, av, rng2.bits((e0 + l as u64).wrapping_mul(steps).wrapping_add(t2), rbits));
+                                                }
+                                            }
+                                            for s in sa..sa + sn {
+                                                let l = (s - sa) * 16;
+                                                tot64[at(s)..at(s) + 16].copy_from_slice(&trow[l..l + 16]);
+                                            }
+                                        }
+                                    }
+                                }
+                                acc.fill(0.0);
                             } else {
                                 for (q, (tv, av)) in tot64.iter_mut().zip(acc.iter_mut()).enumerate() {
                                     // Tile (g, s) at (g * ns + s - s0) * tile, row-major mr x 16.
@@ -4974,6 +5233,121 @@ mod unit_tests {
                     assert_eq!(v[l], rng.weyl0(i as u32, rng.hi_word(i)), "idx0 {idx0} lane {l}");
                 }
             }
+        }
+    }
+
+    /// [`tile16_sr`] reports an inexact FMA (MXCSR's precision flag), and
+    /// only then: the sums' last bits within 24 bits of their first, or not.
+    #[test]
+    fn float32_tiles_report_inexact_sums() {
+        if !crate::gemm::simd() {
+            return;
+        }
+        let run = |acc0: f32, a: f32, b: f32| {
+            let mut acc = [acc0; 16];
+            let (ap, bp, up, vp) = ([a; 2], [b; 32], [0u32; 2], [0u32; 32]);
+            // SAFETY: avx2 and fma detected (simd); acc 16 values, ap and up 2, bp and vp 32.
+            let plain = unsafe { tile16_sr::<1, false>(&mut acc.clone(), &ap, &bp, &up, &vp, 2, 13, 1.0).1 };
+            let watched = unsafe { tile16_sr::<1, true>(&mut acc, &ap, &bp, &up, &vp, 2, 13, 1.0).1 };
+            assert_eq!(plain, watched);
+            plain
+        };
+        assert!(!run(1024.0, 1.0, 0.5));
+        assert!(!run(1024.0, 0.5, 2f32.powi(-4) + 2f32.powi(-12)));
+        assert!(run(1024.0, 1.0, 2f32.powi(-4) + 2f32.powi(-14)));
+        assert!(run(2f32.powi(-24), 3.0, 1024.0));
+        assert!(!run(0.0, 2f32.powi(-9), 2f32.powi(-9)));
+    }
+
+    /// [`Fast::tile_sr_run`] into float32 with 32 random bits (more than the
+    /// f64 sum keeps below its unit): an exact sum decides with the top 29
+    /// bits as all 32 do; an inexact one whose top 29 tie and whose last 3
+    /// decide voids the tile (the top 29 alone would round it down).
+    #[test]
+    fn checked_f64_tiles_refuse_inexact_sums() {
+        if !crate::gemm::simd() {
+            return;
+        }
+        let f = Format::Float(named::FLOAT32);
+        let o = Dyn::new(f, RoundOpts { rbits: 32, ..RoundOpts::new(Mode::Stochastic) }).expect("fast");
+        let Dyn::Fast(fast, _) = &o else { panic!("float32 is a fast format") };
+        let fast = fast.as_mode::<M_ST>();
+        let (s, checked) = fast.sr_checked(32).expect("stochastic");
+        assert!(checked && fast.sr_checked(28).is_some_and(|x| !x.1));
+        let d = 52 - fast.man;
+        // The remainder below 1.0's unit (2^-23) is half a unit plus 2^-31 units.
+        let rand = (1u64 << 31) + 1;
+        for (p, exact) in [(2f64.powi(-24) + 2f64.powi(-54), false), (2f64.powi(-24) + 2f64.powi(-50), true)] {
+            let mut acc = [1.0f64; 8];
+            let aps = [pow2(s), 0.0, 0.0, 0.0];
+            let bp = [p; 8];
+            let cols = [Words::place_col(rand << 32, 32, d); 8];
+            let words = Words { rows: &[0; 4], cols: &cols, ldv: 8 };
+            let (ab, bb) = (exp_bounds64(&[1.0], 53), exp_bounds64(&bp, 53));
+            let ran = fast.tile_sr_run(true, 1, &mut acc, 8, &aps, &bp, 8, 1, words, 32, ab, bb);
+            let want = o.add(1.0, p, rand);
+            assert_eq!(ran, exact, "p = {p:e}");
+            if exact {
+                assert!(acc.iter().all(|&x| x == want), "{acc:?} against {want}");
+            } else {
+                assert_eq!(acc, [1.0; 8], "a refusal writes nothing");
+                // Rounded up with all 32 bits, where the top 29 alone tie and round down.
+                assert_eq!(want, 1.0 + 2f64.powi(-23));
+            }
+        }
+    }
+
+    /// [`flush_sr`] with `ties`: a total plus a row whose f32 sum is inexact,
+    /// with random words (found by search) whose top `unit` bits equal the
+    /// remainder's, is kept and marked, and the lanes' redo with every bit
+    /// gives [`Dyn::add`]'s sums, where the top bits alone give others.
+    #[test]
+    fn tied_chunk_totals_are_marked() {
+        if !crate::gemm::simd() {
+            return;
+        }
+        let rng = Rng::new(crate::round::SeedKey::from_seed(8));
+        // (format, total, row): the sum's remainder below the unit has its top
+        // `unit` bits F and a last bit below them (float16: F = 512 at 1024).
+        let cases = [
+            (named::FLOAT16, 1024.0, 2f64.powi(-4) + 2f64.powi(-14)),
+            (named::BFLOAT16, 128.0, 2f64.powi(-10) + 2f64.powi(-17)),
+            (named::FLOAT8_E5M2, 32768.0, 2f64.powi(-8) + 2f64.powi(-10)),
+        ];
+        for (fmt, tot, row) in cases {
+            let f = Format::Float(fmt);
+            let sf = sr_fmt(&f).expect("an sr format");
+            let unit = sf.unit;
+            let all = Dyn::new(f, RoundOpts { rbits: 32, ..RoundOpts::new(Mode::Stochastic) }).expect("fast");
+            let top = Dyn::new(f, RoundOpts { rbits: unit, ..RoundOpts::new(Mode::Stochastic) }).expect("fast");
+            // F: the remainder's top bits, in units of 2^-unit of the total's unit.
+            let ulp = pow2(value_bounds(&f).0.max((tot as f64).log2().floor() as i32 - (sf.prec - 1)));
+            let frac = row.abs() / ulp;
+            let tie = (frac * pow2(unit as i32)).floor() as u64;
+            assert!(frac < 1.0 && tie > 0 && (tot + row) as f32 as f64 != tot + row, "{fmt:?}: an inexact f32 sum");
+            // 8 indices whose words tie, then 8 others.
+            let mut idx: Vec<u64> = (0..1u64 << 26).filter(|&i| rng.bits(i, 32) >> (32 - unit) == tie).take(8).collect();
+            assert_eq!(idx.len(), 8);
+            idx.extend(1000..1008u64);
+            let states: Vec<u32> = idx.iter().map(|&i| rng.weyl0(i as u32, rng.hi_word(i))).collect();
+            let (mut t, mut r) = (vec![tot as f32; 16], vec![row as f32; 16]);
+            let mut marks = [0u8; 2];
+            // SAFETY: avx2 detected (simd); 16 lanes, a mark for every 8.
+            let kept = unsafe { flush_sr(&mut t, &mut r, &states, unit, unit, true, &mut marks) };
+            assert!(kept && marks[0] == 0xff && marks[1] == 0, "{fmt:?}: marks {marks:?}");
+            let mut differ = 0;
+            for (l, &i) in idx.iter().enumerate() {
+                let want = all.add(tot, row, rng.bits(i, 32));
+                if marks[l / 8] >> (l % 8) & 1 != 0 {
+                    assert_eq!((t[l], r[l]), (tot as f32, row as f32), "{fmt:?}: a kept lane");
+                    t[l] = all.add(t[l] as f64, r[l] as f64, rng.bits(i, 32)) as f32;
+                    differ += usize::from(top.add(tot, row, rng.bits(i, unit)) != want);
+                } else {
+                    assert_eq!(r[l], 0.0);
+                }
+                assert_eq!(t[l] as f64, want, "{fmt:?} lane {l}");
+            }
+            assert!(differ > 0, "{fmt:?}: the bits below the top decide some tied lane");
         }
     }
 
