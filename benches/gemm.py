@@ -157,8 +157,8 @@ def emulated(sizes) -> None:
     # Stochastic with the default 32 random bits, and with 13 (the bits a float32 sum
     # keeps below float16's unit), unchunked and in chunks of 64.
     fp16_runs = (("float16", "nearest_even", None, None), ("float16", "nearest_even", 64, None),
-                 ("float16", "stochastic", None, None), ("float16", "stochastic", None, 13),
-                 ("float16", "stochastic", 64, 13))
+                 ("float16", "stochastic", None, None), ("float16", "stochastic", 64, None),
+                 ("float16", "stochastic", None, 13), ("float16", "stochastic", 64, 13))
     wang_runs = ((f6m9, "nearest_even", None, None), (f6m9, "nearest_even", 64, None))
     for n in sizes:
         for name, dt, runs in (("bfloat16", ml_dtypes.bfloat16, fp16_runs), ("e4m3fn", ml_dtypes.float8_e4m3fn, fp16_runs),
