@@ -843,6 +843,19 @@ def test_stochastic_wide_bits_on_float32_tiles(acc, rbits, chunk, threads):
     matmul_as_scalar(a[:1], b, **kw)
 
 
+@pytest.mark.parametrize("acc", ["fp16", "e5m2"])
+@pytest.mark.parametrize("chunk_acc", ["float32", "bf16", lowp.FloatFormat(5, 7), "float8_e4m3fnuz"], ids=str)
+def test_stochastic_wide_bits_other_chunk_totals(acc, chunk_acc, threads):
+    # Wide bits with chunk totals of another format (float32, one whose subnormals
+    # lie above the sums', one without -0): gathered rows of totals on f64 lanes or
+    # the scalar add, the same bits as the scalar path.
+    g = np.random.default_rng(19)
+    a, b = e4m3_spread(g, (29, 200), -9, 5), e4m3_spread(g, (200, 50), -9, 3)
+    kw = dict(accumulate=ACC_FORMATS.get(acc, acc), rounding="stochastic", seed=2, chunk=16,
+              chunk_accumulate=ACC_FORMATS.get(chunk_acc, chunk_acc))
+    matmul_as_scalar(a, b, **kw)
+
+
 @pytest.mark.parametrize("acc, unit", [("fp16", 13), ("f6m9", 14)])
 def test_stochastic_wide_bits_matter(acc, unit):
     # Where a float32 sum is inexact and the top bits of the random word equal its

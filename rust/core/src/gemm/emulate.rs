@@ -1715,7 +1715,7 @@ impl Dyn {
     /// steps by [`Fast::tile_sr_run`] (two tiles of 8 columns), stochastic
     /// with `rbits` bits, A's values `ap[kk*mr + r] * aun`, B's `bp[kk*16 + l] *
     /// bun` (both exact), element (row0 + r, col0 + l)'s random bits at step
-    /// t0 + kk from `words`; `pa`, `pb`: the inputs' precisions. `false`, `t`
+    /// t0 + kk from `words`; `prec`: the inputs' precisions. `false`, `t`
     /// unchanged, where it does not run (then the scalar path).
     #[allow(clippy::too_many_arguments)]
     fn sr_tile64(&self, t: &mut [f32], nr: usize, mr: usize, ap: &[f32], aun: f64, bp: &[f32], bun: f64, kn: usize, words: &StepRand, at: (usize, usize, usize), rbits: u32, prec: (i32, i32), buf: &mut Sr64Buf) -> bool {
@@ -2383,9 +2383,9 @@ fn sr_kind(fmt: &Format, opts: &RoundOpts, fa: &Format, fb: &Format, fits: bool)
     let narrow = |f: &Format| matches!(f, Format::Float(x) if x.man_bits <= 10);
     // Wide bits (more than `unit`, up to 32) from products of at most 8 bits
     // whose last bits lie at or above 2^-20 (float8 E4M3 x E4M3), whose f32
-    // sums are exact unless a sum reaches 2^4 above such a product's last bit:
-    // products of more bits (bfloat16) or of smaller ones (float8_e5m2, down to
-    // 2^-32) would send many tiles to the f64 lanes.
+    // sums are exact below 2^4 (2^24 times those last bits) and nearly always
+    // above: products of more bits (bfloat16) or of smaller ones (float8_e5m2,
+    // down to 2^-32) would send many tiles to the f64 lanes.
     let (ba, bb) = (profile(fa), profile(fb));
     let wide = opts.rbits > sf.unit && opts.rbits <= 32 && ba.0 + bb.0 <= 8 && ba.1 + bb.1 >= -20;
     (!opts.saturate && fits && narrow(fa) && narrow(fb) && ((1..=sf.unit).contains(&opts.rbits) || wide)).then_some((Kind16::Sr, false))
@@ -3854,12 +3854,7 @@ unsafe fn flush_sr(tot: &mut [f32], row: &mut [f32], states: &[u32], rbits: u32,
     let mut kept = [0u32; 8];
     macro_rules! go {
         (plain, $m:ident, $sh:literal) => {
-            go!($m, $sh, [
-                "# no marks at {mk}",
-                "vpand ymm0, ymm0, ymmword ptr [{k} + 96]",
-                "vmovups ymmword ptr [{c}], ymm0",
-                "vmovups ymmword ptr [{pb}], ymm3",
-            ])
+            go!($m, $sh, ["# no marks at {mk}", "vpand ymm0, ymm0, ymm5", "vxorps ymm1, ymm1, ymm1"])
         };
         // The bits below the unit (ymm2) all ones: the old total (ymm4) and row kept.
         (ties, $m:ident, $sh:literal) => {
@@ -3873,14 +3868,11 @@ unsafe fn flush_sr(tot: &mut [f32], row: &mut [f32], states: &[u32], rbits: u32,
                 "vmovmskps {t:e}, ymm2",
                 "mov byte ptr [{mk}], {t:l}",
                 "inc {mk}",
-                "vmovups ymmword ptr [{c}], ymm0",
-                "vmovups ymmword ptr [{pb}], ymm1",
             ])
         };
         ($m:ident, $sh:literal, [$($store:expr),* $(,)?]) => {
             asm!(
                 mxcsr_enter!(),
-                "vxorps ymm3, ymm3, ymm3",
                 "vxorps ymm7, ymm7, ymm7",
                 "vmovdqu ymm5, ymmword ptr [{k} + 96]",
                 "vpcmpeqd ymm6, ymm6, ymm6",
@@ -3891,7 +3883,10 @@ unsafe fn flush_sr(tot: &mut [f32], row: &mut [f32], states: &[u32], rbits: u32,
                 "vmovups ymm1, ymmword ptr [{v}]",
                 sr_comp!($m, "ymm1", "ymm2"),
                 "vpaddd ymm0, ymm0, ymm1",
+                // The rounded total in ymm0, the row left in ymm1.
                 $($store,)*
+                "vmovups ymmword ptr [{c}], ymm0",
+                "vmovups ymmword ptr [{pb}], ymm1",
                 "add {c}, 32",
                 "add {pb}, 32",
                 "add {v}, 32",
@@ -3910,7 +3905,7 @@ unsafe fn flush_sr(tot: &mut [f32], row: &mut [f32], states: &[u32], rbits: u32,
                 mk = inout(reg) marks.as_mut_ptr() => _,
                 t = out(reg) _,
                 sh = const $sh,
-                out("ymm0") _, out("ymm1") _, out("ymm2") _, out("ymm3") _,
+                out("ymm0") _, out("ymm1") _, out("ymm2") _,
                 out("ymm4") _, out("ymm5") _, out("ymm6") _, out("ymm7") _,
                 options(nostack),
             )
