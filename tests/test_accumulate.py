@@ -856,6 +856,23 @@ def test_stochastic_wide_bits_other_chunk_totals(acc, chunk_acc, threads):
     matmul_as_scalar(a, b, **kw)
 
 
+def test_stochastic_wide_bits_tiles_redone(threads):
+    # Two rows of large values with tiny ones among them: their tiles' float32 sums
+    # are often inexact and redone on f64 lanes (a sixth of the tiles, too few to
+    # move the product to the f64 tiles), where the bits below the top ones decide
+    # some sums; the other rows' sums are exact.
+    g = np.random.default_rng(3)
+    a = g.standard_normal((48, 2048)) * 0.25
+    for r in (5, 6):
+        a[r] *= 256
+        a[r, g.random(2048) < 0.5] = 2.0 ** -9
+    a = a.astype(np.float32).astype(ml_dtypes.float8_e4m3fn)
+    b = g.standard_normal((2048, 128)).astype(np.float32).astype(ml_dtypes.float8_e4m3fn)
+    kw = dict(accumulate=ACC_FORMATS["fp16"], rounding="stochastic", seed=1)
+    got = matmul_as_scalar(a, b, **kw)
+    assert not same_bits(got, lowp.matmul(a, b, **kw, rbits=13))
+
+
 @pytest.mark.parametrize("acc, unit", [("fp16", 13), ("f6m9", 14)])
 def test_stochastic_wide_bits_matter(acc, unit):
     # Where a float32 sum is inexact and the top bits of the random word equal its

@@ -2129,7 +2129,10 @@ fn run(a: &Operand, b: &Operand, c: EmuOut, spec: &AccumSpec) -> Result<()> {
     }
     #[cfg(target_arch = "x86_64")]
     if let Some((kind, bf)) = kind16(&fmt, &opts, a, b) {
-        return drive16(kind, bf, a, b, c, spec, outer.as_ref());
+        // (With wide bits it may give the product up: then the f64 tiles below.)
+        if drive16(kind, bf, a, b, c, spec, outer.as_ref())? {
+            return Ok(());
+        }
     }
     by_mode!(mode_code(opts.mode), C => drive(&Fast::<C>::new(fmt, opts), a, b, c, spec, outer.as_ref()))
 }
@@ -2223,9 +2226,10 @@ pub(crate) enum Kind16 {
     /// all of them decide unless those equal the remainder's top bits and the
     /// f32 sum is inexact. A tile whose FMAs were all exact (MXCSR's precision
     /// flag, read after the kernel) is the f64 path's; another is redone on
-    /// f64 lanes ([`Dyn::sr_tile64`]), and past a quarter of a task's tiles so
-    /// redone the rest run there at once. Chunk totals redo the lanes whose
-    /// top bits tie ([`flush_sr`] with `ties`).
+    /// f64 lanes ([`Dyn::sr_tile64`]); past a quarter of a task's tiles so
+    /// redone (after 8), the whole product goes to the f64 tiles ([`drive`]),
+    /// which give the same bits. Chunk totals redo the lanes whose top bits tie
+    /// ([`flush_sr`] with `ties`).
     Sr,
 }
 
@@ -4028,13 +4032,16 @@ fn sr_states(rng: &Rng, idx0: u64, stride: u64, len: usize) -> Option<[u32; 16]>
 /// [`drive`] for the float16 and bfloat16 accumulation [`kind16`] picks, on the
 /// tile kernels; the results are exactly those of the f64 path. Depth blocks
 /// whose values could make an f32 product inexact (kinds `Odd` and `Mid`) run
-/// through the f64 rounding.
+/// through the f64 rounding. `false` where kind `Sr` with wide bits gave the
+/// product up (its tiles' sums too often inexact in f32): `c` is then to be
+/// computed by the f64 path.
 #[cfg(target_arch = "x86_64")]
-fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &AccumSpec, outer: Option<&Dyn>) -> Result<()> {
+fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &AccumSpec, outer: Option<&Dyn>) -> Result<bool> {
     use std::arch::x86_64::_MM_FROUND_TO_NEAREST_INT;
+    use std::sync::atomic::Ordering::Relaxed;
     let (m, n, k) = (a.rows, b.cols, a.cols);
     if m == 0 || n == 0 {
-        return Ok(());
+        return Ok(true);
     }
     let exact = Dyn::new(spec.fmt, spec.opts)?;
     let rm = f16_rounding(spec.opts.mode);
@@ -4160,7 +4167,13 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
     let mut bmaxes = vec![0f32; kblocks];
     // The panels' parallel loops take a worker still spinning after the previous
     // loop, if one is (no wake-up; see `parallel::hot`).
+    // Kind Sr's wide bits: a task that redid too many tiles stops the product
+    // (the f64 tiles then run it whole).
+    let gave_up = std::sync::atomic::AtomicBool::new(false);
     let mut all = || for j0 in (0..n).step_by(np) {
+        if gave_up.load(Relaxed) {
+            return;
+        }
         let jb = np.min(n - j0);
         let strips = jb.div_ceil(16);
         let pack_b = |q: usize, dst: &mut [f32]| {
@@ -4243,8 +4256,7 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
             let mut urun = vec![0u64; if sr { kbs } else { 0 }];
             let mut tsave = vec![0f32; if sr || du.is_some() { mr * 16 } else { 0 }];
             // Kind Sr's wide bits: the f64 tiles' buffers, and the tiles tried on
-            // f32 lanes and redone (past a quarter of them, after 8, the rest of
-            // the task's tiles run on f64 lanes at once).
+            // f32 lanes and redone.
             let mut buf64 = if wide { Some(Sr64Buf::new(kbs)) } else { None };
             let (mut tried, mut redone) = (0usize, 0usize);
             for (kbi, &bbk) in bbounds.iter().enumerate() {
@@ -4407,6 +4419,12 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
                             let apa = if apalt.is_empty() { &apalt[..0] } else { &apalt[g * kbs * mr + o0 * mr..g * kbs * mr + (o0 + len) * mr] };
                             let t = &mut acc[(g * ns + s - s0) * tile..(g * ns + s - s0 + 1) * tile];
                             let (row0, col0) = (i0 + g * mr, j0 + 16 * s);
+                            // Wide bits: past a quarter of the task's tiles redone (after 8), the
+                            // whole product goes to the f64 tiles instead (the same bits).
+                            if wide && (gave_up.load(Relaxed) || tried >= 8 && 4 * redone > tried) {
+                                gave_up.store(true, Relaxed);
+                                return;
+                            }
                             let (up, vp) = if sr {
                                 (&upack[g * kbs * mr + o0 * mr..g * kbs * mr + (o0 + len) * mr], &vpanel[q + o0 * 16..q + (o0 + len) * 16])
                             } else {
@@ -4460,16 +4478,13 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
                                         tsave[..t.len()].copy_from_slice(t);
                                     }
                                     let (mut ok, mut inexact) = (true, false);
-                                    let f32_lanes = !wide || tried < 8 || 4 * redone <= tried;
                                     // Exact: the accumulators are on the format's grid. Kind Sr's
                                     // kernels scale them themselves (by `t_sc`).
                                     let outside = scaled && kind != Kind16::Sr;
                                     if outside {
                                         t.iter_mut().for_each(|x| *x *= sc);
                                     }
-                                    if !f32_lanes {
-                                        inexact = true;
-                                    } else if mr == 1 {
+                                    if mr == 1 {
                                         tiles!(1, 1, ok, inexact)
                                     } else {
                                         tiles!(MR_FMA, MR_ODD, ok, inexact)
@@ -4480,7 +4495,7 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
                                     if !ok || (wide && inexact) {
                                         t.copy_from_slice(&tsave[..t.len()]);
                                     }
-                                    if wide && f32_lanes {
+                                    if wide {
                                         tried += 1;
                                         redone += usize::from(!ok || inexact);
                                     }
@@ -4652,7 +4667,7 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
         parallel::for_each_item(rblocks * csplit, &task);
     };
     all();
-    Ok(())
+    Ok(!gave_up.load(Relaxed))
 }
 
 fn drive<R: Round>(r: &R, a: &Operand, b: &Operand, c: EmuOut, spec: &AccumSpec, outer: Option<&Dyn>) -> Result<()> {
