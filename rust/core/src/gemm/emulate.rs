@@ -1802,6 +1802,12 @@ impl Sr64Buf {
     }
 }
 
+/// Do the sums' values scale exactly as the chunk totals' (their format's last
+/// bits at or above the totals', [`Dyn::flush_sr_row`])?
+fn totals_fine(spec: &AccumSpec) -> bool {
+    spec.chunk.is_some_and(|(_, f2)| value_bounds(&spec.fmt).0 >= value_bounds(&f2).0)
+}
+
 /// Has `f` no negative zero (the fnuz floats, posits, integers)? The f64 kernels
 /// truncate a negative sum to -0 as IEEE formats do; in such a format that
 /// zero is +0 (the scalar path's encoding), so -0 becomes +0 (`x + 0.0`) where
@@ -4137,8 +4143,7 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
     // Or, with kind Sr, stochastic chunk totals into a format of the same kind
     // whose grid holds the accumulator's values (the sum of two values on it,
     // truncated by the add, decides as for the products): `flush_sr`.
-    // Do the sums' values scale exactly as the chunk totals' ([`Dyn::flush_sr_row`], wide bits)?
-    let fine = spec.chunk.is_some_and(|(_, f2)| value_bounds(&spec.fmt).0 >= value_bounds(&f2).0);
+    let fine = totals_fine(spec);
     // With more bits than its unit (up to 32), the lanes whose top bits tie
     // redone ([`flush_sr`] with `ties`).
     let sr2 = spec.chunk.and_then(|(_, f2)| {
@@ -4255,9 +4260,9 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
             let mut upack = vec![0u32; if sr { apack.len() } else { 0 }];
             let mut urun = vec![0u64; if sr { kbs } else { 0 }];
             let mut tsave = vec![0f32; if sr || du.is_some() { mr * 16 } else { 0 }];
-            // Kind Sr's wide bits: the f64 tiles' buffers, and the tiles tried on
-            // f32 lanes and redone.
-            let mut buf64 = if wide { Some(Sr64Buf::new(kbs)) } else { None };
+            // Kind Sr's wide bits: the f64 tiles' buffers (at the first redo), and
+            // the tiles tried on f32 lanes and redone.
+            let mut buf64: Option<Sr64Buf> = None;
             let (mut tried, mut redone) = (0usize, 0usize);
             for (kbi, &bbk) in bbounds.iter().enumerate() {
                 let (kb, kn) = (kbi * KB, KB.min(k - kbi * KB));
@@ -4499,12 +4504,12 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
                                         tried += 1;
                                         redone += usize::from(!ok || inexact);
                                     }
-                                    match &mut buf64 {
-                                        Some(buf) if !ok || inexact => {
-                                            let at = (row0, col0, kb + o0);
-                                            exact.sr_tile64(t, mr.min(rb - g * mr), mr, ap, aun, bp, bun, len, &words, at, rbits, (pa, pb), buf)
-                                        }
-                                        _ => ok,
+                                    if wide && (!ok || inexact) {
+                                        let buf = buf64.get_or_insert_with(|| Sr64Buf::new(kbs));
+                                        let at = (row0, col0, kb + o0);
+                                        exact.sr_tile64(t, mr.min(rb - g * mr), mr, ap, aun, bp, bun, len, &words, at, rbits, (pa, pb), buf)
+                                    } else {
+                                        ok
                                     }
                                 }
                             };
@@ -4683,8 +4688,7 @@ fn drive<R: Round>(r: &R, a: &Operand, b: &Operand, c: EmuOut, spec: &AccumSpec,
     let rng2 = Rng::new(chunk_opts(spec.opts).key);
     let rbits = spec.opts.rbits;
     let chunk = spec.chunk.map(|(cs, _)| cs).unwrap_or(usize::MAX);
-    // Do the sums' values scale exactly as the chunk totals' ([`Dyn::flush_sr_row`])?
-    let fine = spec.chunk.is_some_and(|(_, f2)| value_bounds(&spec.fmt).0 >= value_bounds(&f2).0);
+    let fine = totals_fine(spec);
     // Formats without -0 (fnuz, posits): the kernels' -0 is their zero ([`no_neg_zero`]).
     let (inner_nz, final_nz) = (no_neg_zero(&spec.fmt), spec.chunk.map_or(no_neg_zero(&spec.fmt), |(_, f2)| no_neg_zero(&f2)));
     let nchunks = if outer.is_some() { k.div_ceil(chunk) } else { 0 };
