@@ -3402,23 +3402,50 @@ macro_rules! by_unit_bit {
     };
 }
 
-/// The integer nearest-even rounding of [`tile16_unit`] with `ODD` at bit `{u}` of the
-/// sum rounded to odd (ymm12, the inexact lanes in ymm13): plus 2^(u-1) - 1
-/// (`[{k} + 32]`) and the parity of bit u, the bits below u cleared (`[{k} + 64]`).
-/// Setting the sum's last bit where it was inexact only matters when its bits
-/// below u are exactly 2^(u-1), where it carries as an odd bit u does, so the
-/// inexact mask joins the parity instead: `ymm12 + 2^(u-1) - 1 + (bit u |
-/// inexact)`, one operation fewer.
+/// One accumulator of a [`tile16_unit`] step with `ODD`: `$c += a * $b`
+/// rounded to odd at 24 bits as [`oddz_acc`] does, then to nearest-even at
+/// bit `{u}`: plus 2^(u-1) - 1 (`[{k} + 32]`) and the parity of bit u, the
+/// bits below u cleared (`[{k} + 64]`). Setting the sum's last bit where it
+/// was inexact only matters when its bits below u are exactly 2^(u-1), where
+/// it carries as an odd bit u does, so the sticky bit joins the parity
+/// instead: `y + 2^(u-1) - 1 + (bit u | sticky)`. The sticky bit is the
+/// unsigned minimum of the residual's pattern and 1 (ymm14: ones), nonzero
+/// exactly when the residual is: it is never -0 (toward zero, an exact zero
+/// sum is +0 unless both terms are -0, and `t = -0` needs a -0 accumulator
+/// and a +0 product), and a NaN residual from infinite operands sets it, which
+/// leaves an infinite sum infinite (0x7f800000 plus 2^(u-1) stays below the
+/// next unit). The parity and the sum plus 2^(u-1) - 1 are taken while the
+/// residual is computed: the chain from one step's accumulator to the next is
+/// the FMA, the subtraction, the FMA and four integer operations. ymm10 holds
+/// `a`; ymm11-ymm13 scratch.
 #[cfg(target_arch = "x86_64")]
-macro_rules! oddz_unit {
-    ($c:literal) => {
+macro_rules! oddu_acc {
+    ($c:literal, $b:literal) => {
         concat!(
-            "vpsrld ", $c, ", ymm12, {u}\n",
-            "vpor ", $c, ", ", $c, ", ymm13\n",
-            "vpand ", $c, ", ", $c, ", ymm14\n",
-            "vpaddd ", $c, ", ", $c, ", ymm12\n",
-            "vpaddd ", $c, ", ", $c, ", ymmword ptr [{k} + 32]\n",
+            "vmovaps ymm12, ", $c, "\n",
+            "vfmadd231ps ymm12, ymm10, ", $b, "\n",
+            "vsubps ymm13, ", $c, ", ymm12\n",
+            "vpsrld ymm11, ymm12, {u}\n",
+            "vpand ymm11, ymm11, ymm14\n",
+            "vpaddd ", $c, ", ymm12, ymmword ptr [{k} + 32]\n",
+            "vfmadd231ps ymm13, ymm10, ", $b, "\n",
+            "vpminud ymm13, ymm13, ymm14\n",
+            "vpor ymm11, ymm11, ymm13\n",
+            "vpaddd ", $c, ", ", $c, ", ymm11\n",
             "vpand ", $c, ", ", $c, ", ymmword ptr [{k} + 64]\n",
+        )
+    };
+}
+
+/// One row of a [`tile16_unit`] step with `ODD`: the broadcast `a` at byte
+/// `$off` of the strip (into ymm10), then [`oddu_acc`] on both accumulators.
+#[cfg(target_arch = "x86_64")]
+macro_rules! oddu_row {
+    ($r:ident, $off:literal, $c0:literal, $o0:literal, $c1:literal, $o1:literal) => {
+        concat!(
+            "vbroadcastss ymm10, dword ptr [{pa} + ", $off, "]\n",
+            oddu_acc!($c0, "ymm8"),
+            oddu_acc!($c1, "ymm9"),
         )
     };
 }
@@ -3472,7 +3499,7 @@ macro_rules! une_round {
 /// f32's): [`tile16_oddz`]'s round to odd (the FMA toward zero and the
 /// residual FMA, with every scaled product an exact f32: the argument holds
 /// with subnormal sums too, whose arithmetic is exact on the 2^-149 grid),
-/// then the integer nearest-even rounding at that bit ([`oddz_unit`]). Round
+/// then the integer nearest-even rounding at that bit ([`oddu_acc`]). Round
 /// to odd at 24 bits (or at 2^-149) then to nearest at 11 or fewer (or at
 /// 2^(-126 - man), 13 or more bits up) is the single rounding.
 ///
@@ -3499,7 +3526,13 @@ unsafe fn tile16_unit<const MR: usize, const ODD: bool>(acc: &mut [f32], ap: &[f
     macro_rules! go {
         ($mr:tt, $u:literal) => {
             if ODD {
-                oddz_asm!($mr, oddz_unit,
+                tile_asm!($mr,
+                    setup: ["vpcmpeqd ymm14, ymm14, ymm14", "vpsrld ymm14, ymm14, 31"],
+                    b: ("ymm8", "ymm9"),
+                    row: oddu_row(oddu),
+                    step: [],
+                    store: tile_store,
+                    clobber: ["ymm10", "ymm11", "ymm12", "ymm13", "ymm14"],
                     io: (acc, ap, bp, kn, csr, rc),
                     k = in(reg) k.0.as_ptr(),
                     u = const $u,
