@@ -2812,7 +2812,9 @@ macro_rules! tile_store {
 /// The assembly block of the f32 tile kernels that set MXCSR ([`tile16_dir`],
 /// [`tile16_oddz`], [`tile16_sr`]) for `MR` = 6, 4 or 1 rows: MXCSR entered
 /// and `setup`, the accumulators loaded, then `{kn}` steps, each loading 16
-/// values of B into `b` (and running `b`'s further instructions), running `row!(r, off, c0, o0, c1, o1)` for every row
+/// values of B into `b` (`([b0], b1)`, then `b`'s further instructions; with
+/// `([], b1)` only the second 8 into `b1`, the row macros reading the first 8
+/// from `[{pb}]`), running `row!(r, off, c0, o0, c1, o1)` for every row
 /// (`a` at byte `off` of the strip, accumulators `c0` and `c1` at bytes `o0`
 /// and `o1` of the tile, `r` the kernel's rounding macro) and `step`; then
 /// `store!(c, o)` for every accumulator, the kernel's MXCSR stored at `[{csr} +
@@ -2845,7 +2847,7 @@ macro_rules! tile_asm {
         tile_asm!(@rows "4", [("0", "ymm0", "0", "ymm1", "32")], $($rest)*)
     };
     (@rows $stride:literal, [$(($off:literal, $c0:tt, $o0:literal, $c1:tt, $o1:literal)),*],
-     setup: [$($setup:expr),*], b: ($b0:tt, $b1:tt $(, $bx:expr)*), row: $row:ident($r:ident), step: [$($step:expr),*],
+     setup: [$($setup:expr),*], b: ([$($b0:tt)?], $b1:tt $(, $bx:expr)*), row: $row:ident($r:ident), step: [$($step:expr),*],
      store: $store:ident, clobber: [$($clob:tt),*], $(scale: [$($sin:expr),*], [$($sout:expr),*],)?
      $(runs: [$($pre:expr),*], [$($post:expr),*],)?
      io: ($acc:expr, $ap:expr, $bp:expr, $kn:expr, $csr:expr, $rc:expr), $($ops:tt)*) => {
@@ -2856,7 +2858,7 @@ macro_rules! tile_asm {
             $($($sin,)*)?
             $($($pre,)*)?
             "2:",
-            concat!("vmovups ", $b0, ", ymmword ptr [{pb}]"),
+            $(concat!("vmovups ", $b0, ", ymmword ptr [{pb}]"),)?
             concat!("vmovups ", $b1, ", ymmword ptr [{pb} + 32]"),
             $($bx,)*
             $($row!($r, $off, $c0, $o0, $c1, $o1),)*
@@ -2879,7 +2881,7 @@ macro_rules! tile_asm {
             t = out(reg) _,
             $($ops)*
             $(out($c0) _, out($c1) _,)*
-            out($b0) _, out($b1) _, $(out($clob) _,)*
+            $(out($b0) _,)? out($b1) _, $(out($clob) _,)*
             options(nostack),
         )
     };
@@ -2891,7 +2893,7 @@ macro_rules! dir_asm {
     ($mr:tt, $r:ident, $($ops:tt)*) => {
         tile_asm!($mr,
             setup: ["# constants at {k}, rounding control {rm}"],
-            b: ("ymm12", "ymm13"),
+            b: (["ymm12"], "ymm13"),
             row: dir_row($r),
             step: [],
             store: dir_store,
@@ -3297,6 +3299,55 @@ macro_rules! oddz_e5 {
     };
 }
 
+/// One accumulator of a six-row [`tile16_oddz`] step into float16: as
+/// [`oddz_acc`] with [`oddz_f16`], with twelve accumulators: `a` in ymm12, the
+/// sum in ymm13, the residual and its mask in ymm14, zeros and ones read from
+/// [`ODD_CONSTS`] (`{z}`). Its chain from one step's accumulator to the next
+/// (two FMAs, a subtraction, the conversions) is long: twelve of them in flight
+/// keep the vector units busier than eight.
+#[cfg(target_arch = "x86_64")]
+macro_rules! oddz6_acc {
+    ($c:literal, $b:literal) => {
+        concat!(
+            "vmovaps ymm13, ", $c, "\n",
+            "vfmadd231ps ymm13, ymm12, ", $b, "\n",
+            "vsubps ymm14, ", $c, ", ymm13\n",
+            "vfmadd231ps ymm14, ymm12, ", $b, "\n",
+            "vcmpps ymm14, ymm14, ymmword ptr [{z}], 12\n",
+            "vandps ymm14, ymm14, ymmword ptr [{z} + 32]\n",
+            "vorps ", $c, ", ymm13, ymm14\n",
+            "vcvtps2ph xmm14, ", $c, ", 0\n",
+            "vcvtph2ps ", $c, ", xmm14\n",
+        )
+    };
+}
+
+/// One row of a six-row [`tile16_oddz`] step: the broadcast `a` at byte `$off`
+/// of the strip (into ymm12), then [`oddz6_acc`] on both accumulators, the
+/// first 8 values of B read from `[{pb}]`, the others in ymm15.
+#[cfg(target_arch = "x86_64")]
+macro_rules! oddz6_row {
+    ($r:ident, $off:literal, $c0:literal, $o0:literal, $c1:literal, $o1:literal) => {
+        concat!(
+            "vbroadcastss ymm12, dword ptr [{pa} + ", $off, "]\n",
+            oddz6_acc!($c0, "ymmword ptr [{pb}]"),
+            oddz6_acc!($c1, "ymm15"),
+        )
+    };
+}
+
+/// Zeros, then ones, for [`oddz6_acc`].
+#[cfg(target_arch = "x86_64")]
+static ODD_CONSTS: DirConsts = DirConsts({
+    let mut w = [0u32; 40];
+    let mut i = 8;
+    while i < 16 {
+        w[i] = 1;
+        i += 1;
+    }
+    w
+});
+
 /// One row of a [`tile16_oddz`] step: the broadcast `a` at byte `$off` of the
 /// strip (into ymm10), then [`oddz_acc`] on both accumulators.
 #[cfg(target_arch = "x86_64")]
@@ -3317,7 +3368,7 @@ macro_rules! oddz_asm {
     ($mr:tt, $r:ident, $($ops:tt)*) => {
         tile_asm!($mr,
             setup: ["# constants at {k}", "vpcmpeqd ymm14, ymm14, ymm14", "vpsrld ymm14, ymm14, 31", "vxorps ymm15, ymm15, ymm15"],
-            b: ("ymm8", "ymm9"),
+            b: (["ymm8"], "ymm9"),
             row: oddz_row($r),
             step: [],
             store: tile_store,
@@ -3333,7 +3384,7 @@ const ODD_E5M2: u8 = 2;
 
 /// The nearest-even tile kernel of [`Kind16::Odd`] into float16 or
 /// float8_e5m2 (`T`: [`ODD_F16`], [`ODD_E5M2`]; bfloat16's is [`tile16_unit`] with `ODD`
-/// at bit 16), `MR` (1 or 4) rows: as [`tile16`] with `K_ODD`, the round-to-odd
+/// at bit 16), `MR` (1 or 4 rows, or 6 into float16: [`oddz6_acc`]) rows: as [`tile16`] with `K_ODD`, the round-to-odd
 /// computed with MXCSR rounding toward zero. With `p = a*b` exact in f32 (the exponent scan of the block)
 /// and `x = acc + p`: `y = RZ(x)` by the FMA, `t = RZ(acc - y)`, `d = RZ(p + t)`
 /// by the FMA again; `d != 0` exactly when `x != y`. If `x == y`, `acc - y = -p`
@@ -3354,7 +3405,7 @@ const ODD_E5M2: u8 = 2;
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn tile16_oddz<const MR: usize, const T: u8>(acc: &mut [f32], ap: &[f32], bp: &[f32], kn: usize) {
     use std::arch::asm;
-    assert!(MR == 1 || MR == 4);
+    assert!(MR == 1 || MR == 4 || MR == 6 && T == ODD_F16);
     assert!(acc.len() >= MR * 16 && ap.len() >= kn * MR && bp.len() >= kn * 16);
     if kn == 0 {
         return;
@@ -3375,6 +3426,16 @@ unsafe fn tile16_oddz<const MR: usize, const T: u8>(acc: &mut [f32], ap: &[f32],
     // block ends; the clobbered vector registers are declared.
     unsafe {
         match (MR, T) {
+            (6, _) => tile_asm!(6,
+                setup: [],
+                b: ([], "ymm15"),
+                row: oddz6_row(oddz6),
+                step: [],
+                store: tile_store,
+                clobber: ["ymm12", "ymm13", "ymm14"],
+                io: (acc, ap, bp, kn, csr, rc),
+                z = in(reg) ODD_CONSTS.0.as_ptr(),
+            ),
             (4, ODD_F16) => go!(4, oddz_f16),
             (4, _) => go!(4, oddz_e5),
             (_, ODD_F16) => go!(1, oddz_f16),
@@ -3528,7 +3589,7 @@ unsafe fn tile16_unit<const MR: usize, const ODD: bool>(acc: &mut [f32], ap: &[f
             if ODD {
                 tile_asm!($mr,
                     setup: ["vpcmpeqd ymm14, ymm14, ymm14", "vpsrld ymm14, ymm14, 31"],
-                    b: ("ymm8", "ymm9"),
+                    b: (["ymm8"], "ymm9"),
                     row: oddu_row(oddu),
                     step: [],
                     store: tile_store,
@@ -3540,7 +3601,7 @@ unsafe fn tile16_unit<const MR: usize, const ODD: bool>(acc: &mut [f32], ap: &[f
             } else {
                 tile_asm!($mr,
                     setup: ["vmovdqa ymm8, ymmword ptr [{k}]", "vmovdqa ymm9, ymmword ptr [{k} + 32]", "vmovdqa ymm10, ymmword ptr [{k} + 64]"],
-                    b: ("ymm12", "ymm13"),
+                    b: (["ymm12"], "ymm13"),
                     row: une_row(une),
                     step: [],
                     store: tile_store,
@@ -3731,12 +3792,12 @@ unsafe fn tile16_sr<const MR: usize, const TRACK: bool>(acc: &mut [f32], ap: &[f
         };
         ($mr:tt, $st:literal, plain, $sin:tt, $sout:tt) => {
             go!($mr, $st, ["vmovdqu ymm15, ymmword ptr [{k}]"],
-                ("ymm8", "ymm9", "vmovdqu ymm12, ymmword ptr [{pv}]", "vmovdqu ymm13, ymmword ptr [{pv} + 32]"),
+                (["ymm8"], "ymm9", "vmovdqu ymm12, ymmword ptr [{pv}]", "vmovdqu ymm13, ymmword ptr [{pv} + 32]"),
                 plain, tile_store, $sin, $sout,)
         };
         ($mr:tt, $st:literal, track, $sin:tt, $sout:tt) => {
             go!($mr, $st, ["vmovdqu ymm15, ymmword ptr [{k}]", "vmovdqu ymm13, ymmword ptr [{k} + 32]", "vpxor ymm12, ymm12, ymm12"],
-                ("ymm8", "ymm9"), track, track_store, $sin, $sout, mx = in(reg) mx.as_mut_ptr(),)
+                (["ymm8"], "ymm9"), track, track_store, $sin, $sout, mx = in(reg) mx.as_mut_ptr(),)
         };
         (4, $st:literal, $kind:ident) => {
             go!(4, $st, $kind, [sr_scale_by!("64", "ymm0", "ymm1", "ymm2", "ymm3", "ymm4", "ymm5", "ymm6", "ymm7")],
@@ -3794,7 +3855,7 @@ unsafe fn tile16_sr_runs(acc: &mut [f32], ap: &[f32], bp: &[f32], up: &[u32], vp
     unsafe {
         tile_asm!(4,
             setup: ["vmovdqu ymm15, ymmword ptr [{k}]"],
-            b: ("ymm8", "ymm9", "vmovdqu ymm12, ymmword ptr [{pv}]", "vmovdqu ymm13, ymmword ptr [{pv} + 32]"),
+            b: (["ymm8"], "ymm9", "vmovdqu ymm12, ymmword ptr [{pv}]", "vmovdqu ymm13, ymmword ptr [{pv} + 32]"),
             row: sr_row(plain),
             step: ["add {pu}, 16", "add {pv}, 64"],
             store: tile_store,
@@ -4028,7 +4089,10 @@ unsafe fn flush_split(tot: &mut [f32], row: &mut [f32], spl: f32, max: f32, slow
     }
 }
 
-/// Row-group height of the tile kernels (registers: 2*MR accumulators).
+/// Row-group height of the tile kernels (registers: 2*MR accumulators): six
+/// rows for the kernels with few live values besides (and float16's `Odd`,
+/// whose long chain between steps wants twelve accumulators in flight), four
+/// for the others.
 const MR_FMA: usize = 6;
 const MR_ODD: usize = 4;
 /// Rows a task covers (a multiple of both MRs; small, so that the pool's
@@ -4087,7 +4151,7 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
     // One row (sums, vector-matrix products): tiles of one row, no padding rows.
     let mr = if m == 1 {
         1
-    } else if matches!(kind, Kind16::Fma | Kind16::Split | Kind16::Dir(_)) {
+    } else if matches!(kind, Kind16::Fma | Kind16::Split | Kind16::Dir(_)) || kind == Kind16::Odd && !bf {
         MR_FMA
     } else {
         MR_ODD
@@ -4485,7 +4549,7 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
                                                 (Kind16::Mid, false) => tile16::<$mo, K_MID, false>(t, ap, bp, len, spl),
                                                 (Kind16::Mid, true) => tile16::<$mo, K_MID, true>(t, ap, bp, len, spl),
                                                 (Kind16::Odd, true) => tile16_unit::<$mo, true>(t, ap, bp, len, 16),
-                                                (Kind16::Odd, false) => tile16_oddz::<$mo, ODD_F16>(t, ap, bp, len),
+                                                (Kind16::Odd, false) => tile16_oddz::<$mf, ODD_F16>(t, ap, bp, len),
                                                 (Kind16::OddE5m2, _) => tile16_oddz::<$mo, ODD_E5M2>(t, ap, bp, len),
                                                 (Kind16::OddUnit, _) => tile16_unit::<$mo, true>(t, ap, bp, len, gs.map_or(21, |f| f.unit)),
                                                 (Kind16::Dir(to), _) if dir_runs.is_some() => {
@@ -5029,16 +5093,34 @@ pub(crate) mod testing {
                             _mm256_loadu_ps($t.as_ptr())
                         }};
                     }
+                    // The tile kernel of `$mr` rows (`$many`), every row the 8 lanes:
+                    // each row must match the one-row kernel's (`$one`).
+                    macro_rules! rows {
+                        ($mr:literal, $one:expr, $many:expr) => {{
+                            let one = one_row!(t, bp => $one(&mut t, &[a], &bp, 1));
+                            let mut t = [0f32; 16 * $mr];
+                            t.chunks_mut(16).for_each(|r| r[..8].copy_from_slice(&acc));
+                            let mut bp = [0f32; 16];
+                            bp[..8].copy_from_slice(&b);
+                            $many(&mut t, &[a; $mr], &bp, 1);
+                            let mut o = [0f32; 8];
+                            _mm256_storeu_ps(o.as_mut_ptr(), one);
+                            for r in t.chunks(16) {
+                                assert!(r[..8].iter().zip(&o).all(|(x, y)| x.to_bits() == y.to_bits() || x.is_nan() && y.is_nan()), "{}-row tile {:?} vs one row {:?}", $mr, &r[..8], o);
+                            }
+                            one
+                        }};
+                    }
                     let r = match (kind, bf) {
-                        (Kind16::Odd, false) => one_row!(t, bp => tile16_oddz::<1, ODD_F16>(&mut t, &[a], &bp, 1)),
+                        (Kind16::Odd, false) => rows!(6, tile16_oddz::<1, ODD_F16>, tile16_oddz::<6, ODD_F16>),
                         (Kind16::Fma, false) => add16::<K_FMA, false>(c, av, bv, av),
                         (Kind16::Split, false) => add16::<K_SPLIT, false>(c, av, bv, _mm256_set1_ps(split_mult(11))),
                         (Kind16::Split, true) => add16::<K_SPLIT, true>(c, av, bv, _mm256_set1_ps(split_mult(8))),
                         (Kind16::Mid, false) => add16::<K_MID, false>(c, av, bv, av),
-                        (Kind16::Odd, true) => one_row!(t, bp => tile16_unit::<1, true>(&mut t, &[a], &bp, 1, 16)),
+                        (Kind16::Odd, true) => rows!(4, |t, ap, bp, kn| tile16_unit::<1, true>(t, ap, bp, kn, 16), |t, ap, bp, kn| tile16_unit::<4, true>(t, ap, bp, kn, 16)),
                         (Kind16::Fma, true) => add16::<K_FMA, true>(c, av, bv, av),
                         (Kind16::Mid, true) => add16::<K_MID, true>(c, av, bv, av),
-                        (Kind16::OddE5m2, _) => one_row!(t, bp => tile16_oddz::<1, ODD_E5M2>(&mut t, &[a], &bp, 1)),
+                        (Kind16::OddE5m2, _) => rows!(4, tile16_oddz::<1, ODD_E5M2>, tile16_oddz::<4, ODD_E5M2>),
                         (Kind16::Dir(to), _) => one_row!(t, bp => tile16_dir_to::<1>(to, rm, &mut t, &[a], &bp, 1)),
                         (Kind16::UnitNe, _) => {
                             // On the values scaled as the tiles scale them (exact for fp8 products).
