@@ -326,6 +326,33 @@ def test_stochastic_watched_sums_past_the_largest_value(acc, rbits):
         lowp.set_num_threads(n0)
 
 
+@pytest.mark.parametrize("rbits", [None, 20])
+@pytest.mark.parametrize("chunk", [None, 64])
+def test_stochastic_f64_tiles_start_near_the_largest_value(rbits, chunk, threads):
+    # float16 inputs (22-bit products: the f64 tiles) whose second depth block
+    # starts from sums just below float16's largest value and adds small products:
+    # the products alone cannot reach it, the sums they start from can, so the
+    # tiles must watch (and redo) from the accumulators' own magnitude. Rows that
+    # climb to +inf, rows that walk down, columns that start far below it.
+    m, n, k = 8, 16, 512
+    a = np.zeros((m, k), np.float32)
+    a[:, 0] = 1.0
+    a[0::2, 256:] = 1.0
+    a[1::2, 256:] = -1.0
+    b = np.zeros((k, n), np.float32)
+    b[0, :8] = 64992.0
+    b[0, 8:] = 1000.0
+    b[256:, :] = 4.0
+    a, b = a.astype(np.float16), b.astype(np.float16)
+    kw = dict(accumulate="float16", rounding="stochastic", seed=2, rbits=rbits)
+    if chunk:
+        # Chunks of 64: the chunk totals climb instead.
+        kw.update(chunk=chunk, chunk_accumulate="float16")
+    got = matmul_as_scalar(a, b, **kw).astype(np.float64)
+    assert np.all(np.isinf(got[0::2, :8]) & (got[0::2, :8] > 0))
+    assert np.all(np.isfinite(got[1::2])) and np.all(np.isfinite(got[:, 8:]))
+
+
 @pytest.mark.parametrize("rbits", [13, 8, 32])
 def test_stochastic_checked_runs_hand_over_to_the_watch(rbits, threads):
     # float8_e5m2 accumulators: a depth block whose bound leaves room only for runs of

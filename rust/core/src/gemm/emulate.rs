@@ -994,88 +994,132 @@ impl<const M: u8> Fast<M> {
         }
         assert!(aps.len() >= kn * TILE_ROWS && words.rows.len() >= kn * TILE_ROWS && words.ldv == ld);
         assert!(acc.len() >= (nr - 1) * ldc + 8 && bp.len() >= (kn - 1) * ld + 8 && words.cols.len() >= (kn - 1) * ld + 8);
-        let (sc, back) = (pow2(s), pow2(-s));
-        let mut t = Tile64([0.0; 32]);
-        let (mut amax, mut fin) = (0f64, true);
-        for r in 0..nr {
-            for (l, &v) in acc[r * ldc..r * ldc + 8].iter().enumerate() {
-                t.0[r * 8 + l] = v * sc;
-                amax = amax.max(v.abs());
-                fin &= v.is_finite();
-            }
-        }
-        if !fin {
-            return false;
-        }
-        // Each rounding grows a magnitude by at most one unit: a factor 1 + 2^-man
-        // in the normal range, the smallest subnormal below it.
-        let p = match (a.0, b.0) {
-            (Some(a), Some(b)) => pow2(a.1 + b.1),
-            _ => 0.0,
-        };
-        let max = f64::from_bits(self.max_bits);
-        // (1 + e)^kn <= exp(kn e) <= 1 / (1 - kn e) while kn e < 1.
-        let e = pow2(-(self.man as i32));
-        let add = p + pow2(self.emin - self.man as i32);
-        let ke = kn as f64 * e;
-        let track = ke >= 0.5 || (amax + kn as f64 * add) * (1.0 + 1e-9) > max * (1.0 - ke);
-        // Past that bound: runs checked at their starts ([`tile64_sr_runs`]) where a
-        // run's bound leaves room: the longest of 16, 8 or 4 steps whose sums stay
-        // below the largest value from accumulators of at most `top` (twice the
-        // tile's largest below it); the watching kernel from where a check fails.
-        let runs = if track {
-            // (1 + e)^4, ^8 and ^16 by squaring (their rounding is far inside the margin).
-            let g4 = ((1.0 + e) * (1.0 + e)) * ((1.0 + e) * (1.0 + e));
-            let g8 = g4 * g4;
-            [(16usize, g8 * g8), (8, g8), (4, g4)].into_iter().find_map(|(run, g)| {
-                let growth = g * (1.0 + 1e-9);
-                let top = max / growth - run as f64 * add;
-                (top > 2.0 * amax).then_some((run, top * sc))
-            })
-        } else {
-            None
-        };
-        #[cfg(target_arch = "x86_64")]
-        {
-            // SAFETY: `simd` is only true when avx2 and fma were detected; the lengths are asserted above.
-            let (mx, inexact) = unsafe {
-                let d = 52 - self.man;
-                let (done, ie) = match runs {
-                    Some((run, top)) => {
-                        let (r, ie) = tile64_sr_runs(&mut t, aps, bp, ld, words.rows, words.cols, kn / run, run, d, top);
-                        (r * run, ie)
-                    }
-                    None => (0, false),
-                };
-                if done == kn {
-                    (0.0, ie)
-                } else {
-                    // The steps left, from step `done`.
-                    let (bp, cols, aps, rows) = (&bp[done * ld..], &words.cols[done * ld..], &aps[done * TILE_ROWS..], &words.rows[done * TILE_ROWS..]);
-                    let (mx, ie2) = if track {
-                        tile64_sr::<true>(&mut t, aps, bp, ld, rows, cols, kn - done, d)
-                    } else {
-                        tile64_sr::<false>(&mut t, aps, bp, ld, rows, cols, kn - done, d)
-                    };
-                    (mx, ie | ie2)
-                }
-            };
-            // Past the largest value, or (checked) some sum not exact: void.
-            if mx > max * sc || (checked && inexact) {
-                return false;
-            }
-        }
         #[cfg(not(target_arch = "x86_64"))]
         {
-            let _ = (track, aps, bp, ld, words);
-            return false;
+            let _ = (s, checked, acc, ldc, aps, bp, ld, words);
+            false
         }
+        #[cfg(target_arch = "x86_64")]
+        {
+            let (sc, back) = (pow2(s), pow2(-s));
+            let mut t = Tile64([0.0; 32]);
+            // SAFETY: `simd` is only true when avx2 was detected; acc holds the nr rows (asserted).
+            let Some(amax) = (unsafe { tile64_in(&mut t, acc, ldc, nr, sc) }) else { return false };
+            // Each rounding grows a magnitude by at most one unit: a factor 1 + 2^-man
+            // in the normal range, the smallest subnormal below it.
+            let p = match (a.0, b.0) {
+                (Some(a), Some(b)) => pow2(a.1 + b.1),
+                _ => 0.0,
+            };
+            let max = f64::from_bits(self.max_bits);
+            // (1 + e)^kn <= exp(kn e) <= 1 / (1 - kn e) while kn e < 1.
+            let e = pow2(-(self.man as i32));
+            let add = p + pow2(self.emin - self.man as i32);
+            let ke = kn as f64 * e;
+            let track = ke >= 0.5 || (amax + kn as f64 * add) * (1.0 + 1e-9) > max * (1.0 - ke);
+            // Past that bound: runs checked at their starts ([`tile64_sr_runs`]) where a
+            // run's bound leaves room: the longest of 16, 8 or 4 steps whose sums stay
+            // below the largest value from accumulators of at most `top` (twice the
+            // tile's largest below it); the watching kernel from where a check fails.
+            let runs = if track {
+                // (1 + e)^4, ^8 and ^16 by squaring (their rounding is far inside the margin).
+                let g4 = ((1.0 + e) * (1.0 + e)) * ((1.0 + e) * (1.0 + e));
+                let g8 = g4 * g4;
+                [(16usize, g8 * g8), (8, g8), (4, g4)].into_iter().find_map(|(run, g)| {
+                    let growth = g * (1.0 + 1e-9);
+                    let top = max / growth - run as f64 * add;
+                    (top > 2.0 * amax).then_some((run, top * sc))
+                })
+            } else {
+                None
+            };
+            {
+                // SAFETY: `simd` is only true when avx2 and fma were detected; the lengths are asserted above.
+                let (mx, inexact) = unsafe {
+                    let d = 52 - self.man;
+                    let (done, ie) = match runs {
+                        Some((run, top)) => {
+                            let (r, ie) = tile64_sr_runs(&mut t, aps, bp, ld, words.rows, words.cols, kn / run, run, d, top);
+                            (r * run, ie)
+                        }
+                        None => (0, false),
+                    };
+                    if done == kn {
+                        (0.0, ie)
+                    } else {
+                        // The steps left, from step `done`.
+                        let (bp, cols, aps, rows) = (&bp[done * ld..], &words.cols[done * ld..], &aps[done * TILE_ROWS..], &words.rows[done * TILE_ROWS..]);
+                        let (mx, ie2) = if track {
+                            tile64_sr::<true>(&mut t, aps, bp, ld, rows, cols, kn - done, d)
+                        } else {
+                            tile64_sr::<false>(&mut t, aps, bp, ld, rows, cols, kn - done, d)
+                        };
+                        (mx, ie | ie2)
+                    }
+                };
+                // Past the largest value, or (checked) some sum not exact: void.
+                if mx > max * sc || (checked && inexact) {
+                    return false;
+                }
+            }
+            // SAFETY: as for `tile64_in`.
+            unsafe { tile64_out(&t, acc, ldc, nr, back) };
+            true
+        }
+    }
+}
+
+/// The `nr` rows of 8 values of `acc` (row stride `ldc`) into the rows of `t`
+/// times `sc` (a power of two; zeros past row `nr`): the largest magnitude of
+/// the values, `None` when one is inf or NaN.
+///
+/// # Safety
+/// The CPU must support avx2; `acc` holds `(nr - 1) * ldc + 8` values, `nr <= 4`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn tile64_in(t: &mut Tile64, acc: &[f64], ldc: usize, nr: usize, sc: f64) -> Option<f64> {
+    use std::arch::x86_64::*;
+    assert!(nr <= TILE_ROWS && (nr == 0 || acc.len() >= (nr - 1) * ldc + 8));
+    // SAFETY: loads of rows r < nr, 8 values each, inside acc (asserted); stores inside t.
+    unsafe {
+        let (scv, mag, inf) = (_mm256_set1_pd(sc), _mm256_castsi256_pd(_mm256_set1_epi64x(i64::MAX)), _mm256_set1_pd(f64::INFINITY));
+        let (mut mx, mut fin) = (_mm256_setzero_pd(), _mm256_castsi256_pd(_mm256_set1_epi64x(-1)));
         for r in 0..nr {
-            for l in 0..8 {
-                acc[r * ldc + l] = t.0[r * 8 + l] * back;
+            for h in 0..2 {
+                let v = _mm256_loadu_pd(acc.as_ptr().add(r * ldc + 4 * h));
+                let a = _mm256_and_pd(v, mag);
+                mx = _mm256_max_pd(mx, a);
+                // Below inf: finite (a NaN compares false).
+                fin = _mm256_and_pd(fin, _mm256_cmp_pd::<_CMP_LT_OQ>(a, inf));
+                _mm256_store_pd(t.0.as_mut_ptr().add(r * 8 + 4 * h), _mm256_mul_pd(v, scv));
             }
         }
-        true
+        if _mm256_movemask_pd(fin) != 0xf {
+            return None;
+        }
+        let m2 = _mm_max_pd(_mm256_castpd256_pd128(mx), _mm256_extractf128_pd::<1>(mx));
+        Some(_mm_cvtsd_f64(_mm_max_pd(m2, _mm_unpackhi_pd(m2, m2))))
+    }
+}
+
+/// The first `nr` rows of `t` times `back` into the rows of 8 values of `acc`
+/// (row stride `ldc`).
+///
+/// # Safety
+/// As [`tile64_in`].
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn tile64_out(t: &Tile64, acc: &mut [f64], ldc: usize, nr: usize, back: f64) {
+    use std::arch::x86_64::*;
+    assert!(nr <= TILE_ROWS && (nr == 0 || acc.len() >= (nr - 1) * ldc + 8));
+    // SAFETY: stores of rows r < nr, 8 values each, inside acc (asserted); loads inside t.
+    unsafe {
+        let b = _mm256_set1_pd(back);
+        for r in 0..nr {
+            for h in 0..2 {
+                _mm256_storeu_pd(acc.as_mut_ptr().add(r * ldc + 4 * h), _mm256_mul_pd(_mm256_load_pd(t.0.as_ptr().add(r * 8 + 4 * h)), b));
+            }
+        }
     }
 }
 
