@@ -4253,7 +4253,15 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
     // its saved accumulators ([`Dyn::sr_tile64`]).
     let wide = sr && rbits > sr_unit;
     let kbits = if wide { sr_unit } else { rbits };
-    let place = |x: u64| if sr { (x as u32) << (sr_unit - kbits) } else { 0 };
+    // The placed words: a word's top `kbits` bits (xor `flip`) moved to just below
+    // the unit, `dst[q * stride]` from `src[q]` (shift counts in locals: one loop
+    // the compiler vectorizes where the stride is 1).
+    let (wsh, psh) = (64 - kbits.clamp(1, 64), sr_unit.saturating_sub(kbits));
+    let place_run = move |src: &[u64], flip: u32, dst: &mut [u32], stride: usize| {
+        for (q, &w) in src.iter().enumerate() {
+            dst[q * stride] = (((w >> wsh) as u32) ^ flip) << psh;
+        }
+    };
     // The largest value's pattern, scaled: a watched sum past it voids the tile.
     let sr_top = sf.map_or(0, |f| ((f.max * 2f64.powi(unit_scale(&f))) as f32).to_bits());
     let rbits_mask = if sr { (1u64 << kbits) - 1 } else { 0 };
@@ -4328,7 +4336,7 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
             let base = kb as isize * b.rs + (j0 + 16 * s) as isize * b.cs;
             // SAFETY: rows kb..kb+kn, columns j0+16s.. (at most 16, inside b);
             // dst[kk*16 + j] = b[kb+kk, j0+16s+j], zeros past the last column.
-            unsafe { super::kernels::pack_real::<f32>(b, base, b.cs, b.rs, 16.min(jb - 16 * s), 16, kn, dst) };
+            unsafe { super::kernels::pack_real_any::<f32>(b, base, b.cs, b.rs, 16.min(jb - 16 * s), 16, kn, dst) };
             let v = &dst[..kn * 16];
             let bounds = if scan || bounds_used { exp_bounds(v, pb) } else { None };
             (bounds, if bounds_used { abs_max32(v) } else { 0.0 })
@@ -4347,9 +4355,7 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
                 let mut run = [0u64; 16];
                 for kk in 0..kn {
                     words.col_run(j0 + 16 * s, kb + kk, kbits, &mut run[..w]);
-                    for l in 0..w {
-                        d[kk * 16 + l] = place(StepRand::top(run[l], kbits));
-                    }
+                    place_run(&run[..w], 0, &mut d[kk * 16..kk * 16 + w], 1);
                 }
             });
         }
@@ -4411,7 +4417,7 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
                     let base = (i0 + g * mr) as isize * a.rs + kb as isize * a.cs;
                     // SAFETY: rows i0+g*mr.. (at most mr, inside a), columns kb..kb+kn;
                     // apack[g][kk*mr + r] = a[i0+g*mr+r, kb+kk], zeros past the last row.
-                    unsafe { super::kernels::pack_real::<f32>(a, base, a.rs, a.cs, mr.min(rb - g * mr), mr, kn, &mut apack[g * kbs * mr..]) };
+                    unsafe { super::kernels::pack_real_any::<f32>(a, base, a.rs, a.cs, mr.min(rb - g * mr), mr, kn, &mut apack[g * kbs * mr..]) };
                 }
                 let ablock = |g: usize| &apack[g * kbs * mr..g * kbs * mr + kn * mr];
                 // A's bounds, scanned once for the block's checks (before any scaling).
@@ -4546,9 +4552,7 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
                     for g in 0..groups {
                         for r in 0..mr.min(rb - g * mr) {
                             words.row_run(i0 + g * mr + r, kb, kbits, &mut urun[..kn]);
-                            for (kk, &w) in urun[..kn].iter().enumerate() {
-                                upack[g * kbs * mr + kk * mr + r] = place(StepRand::top(w, kbits) ^ rbits_mask);
-                            }
+                            place_run(&urun[..kn], rbits_mask as u32, &mut upack[g * kbs * mr + r..], mr);
                         }
                     }
                 }
@@ -4929,12 +4933,12 @@ fn drive<R: Round>(r: &R, a: &Operand, b: &Operand, c: EmuOut, spec: &AccumSpec,
                 for q in 0..jb.div_ceil(8) {
                     // SAFETY: rows kb..kb+kn and columns j0+8q..j0+8q+w are inside b;
                     // panel[q*8*kn + kk*8 + l] = b[kb+kk, j0+8q+l], zeros past w.
-                    unsafe { super::kernels::pack_real::<f64>(b, base + (8 * q) as isize * b.cs, b.cs, b.rs, (jb - 8 * q).min(8), 8, kn, &mut panel[q * 8 * kn..]) };
+                    unsafe { super::kernels::pack_real_any::<f64>(b, base + (8 * q) as isize * b.cs, b.cs, b.rs, (jb - 8 * q).min(8), 8, kn, &mut panel[q * 8 * kn..]) };
                 }
             } else {
                 // SAFETY: rows kb..kb+kn and columns j0..j0+jb are inside b; the panel
                 // holds kn rows of jb values, panel[kk*jb + j] = b[kb+kk, j0+j].
-                unsafe { super::kernels::pack_real::<f64>(b, base, b.cs, b.rs, jb, jb, kn, &mut panel) };
+                unsafe { super::kernels::pack_real_any::<f64>(b, base, b.cs, b.rs, jb, jb, kn, &mut panel) };
             }
             if words_used {
                 for kk in 0..kn {
@@ -4953,7 +4957,7 @@ fn drive<R: Round>(r: &R, a: &Operand, b: &Operand, c: EmuOut, spec: &AccumSpec,
             if n == 1 {
                 for i in 0..rb {
                     // SAFETY: row i0+i and columns kb..kb+kn are inside a; arow[kk] = a[i0+i, kb+kk].
-                    unsafe { super::kernels::pack_real::<f64>(a, (i0 + i) as isize * a.rs + kb as isize * a.cs, a.rs, a.cs, 1, 1, kn, &mut arow) };
+                    unsafe { super::kernels::pack_real_any::<f64>(a, (i0 + i) as isize * a.rs + kb as isize * a.cs, a.rs, a.cs, 1, 1, kn, &mut arow) };
                     let e = (i0 + i) as u64;
                     let mut x = acc[i];
                     for (kk, (&av, &bv)) in arow[..kn].iter().zip(&panel[..kn]).enumerate() {
@@ -4985,7 +4989,7 @@ fn drive<R: Round>(r: &R, a: &Operand, b: &Operand, c: EmuOut, spec: &AccumSpec,
                     let abase = (i0 + i) as isize * a.rs + kb as isize * a.cs;
                     // SAFETY: rows i0+i..i0+i+nr and columns kb..kb+kn are inside a;
                     // apk[kk*TILE_ROWS + r] = a[i0+i+r, kb+kk], zeros past row nr.
-                    unsafe { super::kernels::pack_real::<f64>(a, abase, a.rs, a.cs, nr, TILE_ROWS, kn, &mut apk) };
+                    unsafe { super::kernels::pack_real_any::<f64>(a, abase, a.rs, a.cs, nr, TILE_ROWS, kn, &mut apk) };
                     // (Zeros pad the rows past nr; bounds ignore zeros.)
                     let ab64 = exp_bounds64_of(&apk[..kn * TILE_ROWS], prec_a);
                     // The rows' placed words.

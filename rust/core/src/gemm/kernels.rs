@@ -450,7 +450,23 @@ unsafe fn real_body<T: Real, const MR: usize, const NR: usize, const FMA: bool>(
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 #[allow(clippy::too_many_arguments)]
-unsafe fn pack_real_avx2<T: Real>(op: &Operand, base: isize, sl: isize, sk: isize, nv: usize, w: usize, kc: usize, dst: &mut [T]) {
+pub(super) unsafe fn pack_real_avx2<T: Real>(op: &Operand, base: isize, sl: isize, sk: isize, nv: usize, w: usize, kc: usize, dst: &mut [T]) {
+    // SAFETY: forwarded contract.
+    unsafe { pack_real(op, base, sl, sk, nv, w, kc, dst) }
+}
+
+/// [`pack_real`], compiled with AVX2 ([`pack_real_avx2`]) where the CPU has it
+/// and the SIMD paths are on.
+///
+/// # Safety
+/// As [`pack_real`].
+#[allow(clippy::too_many_arguments)]
+pub(super) unsafe fn pack_real_any<T: Real>(op: &Operand, base: isize, sl: isize, sk: isize, nv: usize, w: usize, kc: usize, dst: &mut [T]) {
+    #[cfg(target_arch = "x86_64")]
+    if super::simd() {
+        // SAFETY: forwarded contract; simd() implies avx2 and fma were detected.
+        return unsafe { pack_real_avx2(op, base, sl, sk, nv, w, kc, dst) };
+    }
     // SAFETY: forwarded contract.
     unsafe { pack_real(op, base, sl, sk, nv, w, kc, dst) }
 }
