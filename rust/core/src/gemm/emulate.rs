@@ -2448,8 +2448,26 @@ fn sr_kind(fmt: &Format, opts: &RoundOpts, fa: &Format, fb: &Format, fits: bool)
 /// Bounds of a block of f32 values: (lowest exponent of any nonzero finite
 /// value's last bit, for values of `prec` bits; bound `h` with |x| < 2^h for
 /// every finite x). `None` when no value is nonzero and finite.
-#[inline(always)]
 fn exp_bounds(v: &[f32], prec: i32) -> Option<(i32, i32)> {
+    #[cfg(target_arch = "x86_64")]
+    if super::simd() {
+        // SAFETY: simd() holds only when avx2 was detected.
+        return unsafe { exp_bounds_avx2(v, prec) };
+    }
+    exp_bounds_body(v, prec)
+}
+
+/// # Safety
+/// The CPU must support avx2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn exp_bounds_avx2(v: &[f32], prec: i32) -> Option<(i32, i32)> {
+    exp_bounds_body(v, prec)
+}
+
+/// [`exp_bounds`]' loop (with AVX2 when the CPU has it: [`exp_bounds_avx2`]).
+#[inline(always)]
+fn exp_bounds_body(v: &[f32], prec: i32) -> Option<(i32, i32)> {
     let (mut lo, mut hi) = (u32::MAX, 0u32);
     for &x in v {
         let m = x.to_bits() & 0x7fff_ffff;
