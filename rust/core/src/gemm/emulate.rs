@@ -3384,18 +3384,21 @@ macro_rules! oddz6_acc {
     };
 }
 
-/// One row of a six-row [`tile16_oddz`] step: the broadcast `a` at byte `$off`
-/// of the strip (into ymm12), then [`oddz6_acc`] on both accumulators, the
-/// first 8 values of B read from `[{pb}]`, the others in ymm15.
+/// A row of a tile step as [`tile_asm`] calls it: the broadcast `a` at byte
+/// `$off` of the strip into `$a`, then `$acc!(c, b)` on both accumulators with
+/// B's first and second 8 values `$b0` and `$b1`.
+#[cfg(target_arch = "x86_64")]
+macro_rules! bcast_row {
+    ($acc:ident, $a:literal, $b0:literal, $b1:literal, $off:literal, $c0:literal, $o0:literal, $c1:literal, $o1:literal) => {
+        concat!("vbroadcastss ", $a, ", dword ptr [{pa} + ", $off, "]\n", $acc!($c0, $b0), $acc!($c1, $b1))
+    };
+}
+
+/// One row of a six-row [`tile16_oddz`] step: [`oddz6_acc`] with `a` in ymm12,
+/// the first 8 values of B read from `[{pb}]`, the others in ymm15.
 #[cfg(target_arch = "x86_64")]
 macro_rules! oddz6_row {
-    ($r:ident, $off:literal, $c0:literal, $o0:literal, $c1:literal, $o1:literal) => {
-        concat!(
-            "vbroadcastss ymm12, dword ptr [{pa} + ", $off, "]\n",
-            oddz6_acc!($c0, "ymmword ptr [{pb}]"),
-            oddz6_acc!($c1, "ymm15"),
-        )
-    };
+    ($r:ident, $($x:tt)*) => { bcast_row!(oddz6_acc, "ymm12", "ymmword ptr [{pb}]", "ymm15", $($x)*) };
 }
 
 /// Zeros, then ones, for [`oddz6_acc`].
@@ -3560,17 +3563,11 @@ macro_rules! oddu_acc {
     };
 }
 
-/// One row of a [`tile16_unit`] step with `ODD`: the broadcast `a` at byte
-/// `$off` of the strip (into ymm10), then [`oddu_acc`] on both accumulators.
+/// One row of a [`tile16_unit`] step with `ODD`: [`oddu_acc`] with `a` in
+/// ymm10, B's values in ymm8 and ymm9 ([`bcast_row`]).
 #[cfg(target_arch = "x86_64")]
 macro_rules! oddu_row {
-    ($r:ident, $off:literal, $c0:literal, $o0:literal, $c1:literal, $o1:literal) => {
-        concat!(
-            "vbroadcastss ymm10, dword ptr [{pa} + ", $off, "]\n",
-            oddu_acc!($c0, "ymm8"),
-            oddu_acc!($c1, "ymm9"),
-        )
-    };
+    ($r:ident, $($x:tt)*) => { bcast_row!(oddu_acc, "ymm10", "ymm8", "ymm9", $($x)*) };
 }
 
 /// One row of a [`tile16_unit`] step: the broadcast `a` at byte `$off` of the
