@@ -1033,34 +1033,32 @@ impl<const M: u8> Fast<M> {
             } else {
                 None
             };
-            {
-                // SAFETY: `simd` is only true when avx2 and fma were detected; the lengths are asserted above.
-                let (mx, inexact) = unsafe {
-                    let d = 52 - self.man;
-                    let (done, ie) = match runs {
-                        Some((run, top)) => {
-                            let (r, ie) = tile64_sr_runs(&mut t, aps, bp, ld, words.rows, words.cols, kn / run, run, d, top);
-                            (r * run, ie)
-                        }
-                        None => (0, false),
-                    };
-                    if done == kn {
-                        (0.0, ie)
-                    } else {
-                        // The steps left, from step `done`.
-                        let (bp, cols, aps, rows) = (&bp[done * ld..], &words.cols[done * ld..], &aps[done * TILE_ROWS..], &words.rows[done * TILE_ROWS..]);
-                        let (mx, ie2) = if track {
-                            tile64_sr::<true>(&mut t, aps, bp, ld, rows, cols, kn - done, d)
-                        } else {
-                            tile64_sr::<false>(&mut t, aps, bp, ld, rows, cols, kn - done, d)
-                        };
-                        (mx, ie | ie2)
+            // SAFETY: `simd` is only true when avx2 and fma were detected; the lengths are asserted above.
+            let (mx, inexact) = unsafe {
+                let d = 52 - self.man;
+                let (done, ie) = match runs {
+                    Some((run, top)) => {
+                        let (r, ie) = tile64_sr_runs(&mut t, aps, bp, ld, words.rows, words.cols, kn / run, run, d, top);
+                        (r * run, ie)
                     }
+                    None => (0, false),
                 };
-                // Past the largest value, or (checked) some sum not exact: void.
-                if mx > max * sc || (checked && inexact) {
-                    return false;
+                if done == kn {
+                    (0.0, ie)
+                } else {
+                    // The steps left, from step `done`.
+                    let (bp, cols, aps, rows) = (&bp[done * ld..], &words.cols[done * ld..], &aps[done * TILE_ROWS..], &words.rows[done * TILE_ROWS..]);
+                    let (mx, ie2) = if track {
+                        tile64_sr::<true>(&mut t, aps, bp, ld, rows, cols, kn - done, d)
+                    } else {
+                        tile64_sr::<false>(&mut t, aps, bp, ld, rows, cols, kn - done, d)
+                    };
+                    (mx, ie | ie2)
                 }
+            };
+            // Past the largest value, or (checked) some sum not exact: void.
+            if mx > max * sc || (checked && inexact) {
+                return false;
             }
             // SAFETY: as for `tile64_in`.
             unsafe { tile64_out(&t, acc, ldc, nr, back) };
@@ -3449,7 +3447,7 @@ const ODD_E5M2: u8 = 2;
 
 /// The nearest-even tile kernel of [`Kind16::Odd`] into float16 or
 /// float8_e5m2 (`T`: [`ODD_F16`], [`ODD_E5M2`]; bfloat16's is [`tile16_unit`] with `ODD`
-/// at bit 16), `MR` (1 or 4 rows, or 6 into float16: [`oddz6_acc`]) rows: as [`tile16`] with `K_ODD`, the round-to-odd
+/// at bit 16), `MR` rows (1 or 4, or 6 into float16: [`oddz6_acc`]): as [`tile16`] with `K_ODD`, the round-to-odd
 /// computed with MXCSR rounding toward zero. With `p = a*b` exact in f32 (the exponent scan of the block)
 /// and `x = acc + p`: `y = RZ(x)` by the FMA, `t = RZ(acc - y)`, `d = RZ(p + t)`
 /// by the FMA again; `d != 0` exactly when `x != y`. If `x == y`, `acc - y = -p`

@@ -450,7 +450,7 @@ unsafe fn real_body<T: Real, const MR: usize, const NR: usize, const FMA: bool>(
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 #[allow(clippy::too_many_arguments)]
-pub(super) unsafe fn pack_real_avx2<T: Real>(op: &Operand, base: isize, sl: isize, sk: isize, nv: usize, w: usize, kc: usize, dst: &mut [T]) {
+unsafe fn pack_real_avx2<T: Real>(op: &Operand, base: isize, sl: isize, sk: isize, nv: usize, w: usize, kc: usize, dst: &mut [T]) {
     // SAFETY: forwarded contract.
     unsafe { pack_real(op, base, sl, sk, nv, w, kc, dst) }
 }
