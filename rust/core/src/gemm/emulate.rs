@@ -705,6 +705,20 @@ pub(crate) struct Words<'a> {
     pub ldv: usize,
 }
 
+/// The placed words ([`Words::place_row`]) of rows `row0..row0 + nr` at steps
+/// `t0..t0 + run.len()` from `words`, step kk of row `row0 + r` at
+/// `dst[kk * TILE_ROWS + r]` (a tile's rows, laid out as A's values); `run`
+/// is scratch.
+#[allow(clippy::too_many_arguments)]
+fn place_tile_rows(words: &StepRand, row0: usize, nr: usize, t0: usize, rbits: u32, d: u32, run: &mut [u64], dst: &mut [u64]) {
+    for r in 0..nr {
+        words.row_run(row0 + r, t0, rbits, run);
+        for (kk, &w) in run.iter().enumerate() {
+            dst[kk * TILE_ROWS + r] = Words::place_row(w, rbits, d);
+        }
+    }
+}
+
 impl Words<'_> {
     /// No words (the deterministic modes).
     pub const NONE: Words<'static> = Words { rows: &[], cols: &[], ldv: 0 };
@@ -1710,6 +1724,25 @@ impl Dyn {
     }
 
     /// `tot[l] = round(tot[l] + row[l])` across a row of chunk totals (at most
+    /// [`JB`]), lane l element `e0 + l` with its random bits (when `stochastic`)
+    /// at step `t0`: [`Dyn::flush_sr_row`] where it runs, else 8 lanes at a time
+    /// through the register tile ([`Dyn::tile_add8`]), else one add at a time.
+    #[allow(clippy::too_many_arguments)]
+    fn add_row(&self, simd: bool, tot: &mut [f64], row: &[f64], rng: &Rng, e0: u64, steps: u64, t0: u64, rbits: u32, stochastic: bool, fine: bool) {
+        if stochastic && self.flush_sr_row(simd, tot, row, rng, e0, steps, t0, rbits, fine) {
+            return;
+        }
+        let mut j = 0;
+        while j + 8 <= tot.len() && self.tile_add8(simd, &mut tot[j..], &row[j..], rng, e0 + j as u64, steps, t0, rbits) {
+            j += 8;
+        }
+        for j in j..tot.len() {
+            let rd = if stochastic { rng.bits((e0 + j as u64).wrapping_mul(steps).wrapping_add(t0), rbits) } else { 0 };
+            tot[j] = self.add(tot[j], row[j], rd);
+        }
+    }
+
+    /// `tot[l] = round(tot[l] + row[l])` across a row of chunk totals (at most
     /// [`JB`]) through [`flush64_sr`], stochastic, with the random bits of
     /// element `e0 + l` at step `t0` (those [`Dyn::add`] takes from
     /// [`Rng::bits`]); `false`, nothing written, where it does not run: not
@@ -1787,12 +1820,7 @@ impl Dyn {
         }
         let sc = pow2(s);
         a.iter_mut().for_each(|x| *x *= sc);
-        for r in 0..nr {
-            words.row_run(row0 + r, t0, rbits, &mut buf.run[..kn]);
-            for (kk, &w) in buf.run[..kn].iter().enumerate() {
-                u[kk * TILE_ROWS + r] = Words::place_row(w, rbits, d);
-            }
-        }
+        place_tile_rows(words, row0, nr, t0, rbits, d, &mut buf.run[..kn], u);
         for kk in 0..kn {
             let row = &mut v[kk * 16..kk * 16 + 16];
             words.col_run(col0, t0 + kk, rbits, row);
@@ -3399,17 +3427,13 @@ macro_rules! oddz6_row {
     ($r:ident, $($x:tt)*) => { bcast_row!(oddz6_acc, "ymm12", "ymmword ptr [{pb}]", "ymm15", $($x)*) };
 }
 
-/// Zeros, then ones, for [`oddz6_acc`].
+/// Zeros, then ones (8 lanes each), for [`oddz6_acc`].
 #[cfg(target_arch = "x86_64")]
-static ODD_CONSTS: DirConsts = DirConsts({
-    let mut w = [0u32; 40];
-    let mut i = 8;
-    while i < 16 {
-        w[i] = 1;
-        i += 1;
-    }
-    w
-});
+#[repr(C, align(32))]
+struct OddConsts([[u32; 8]; 2]);
+
+#[cfg(target_arch = "x86_64")]
+static ODD_CONSTS: OddConsts = OddConsts([[0; 8], [1; 8]]);
 
 /// One row of a [`tile16_oddz`] step: the broadcast `a` at byte `$off` of the
 /// strip (into ymm10), then [`oddz_acc`] on both accumulators.
@@ -4782,11 +4806,7 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
                                             }
                                             let e0 = ((i0 + g * mr + r) * n + j0 + 16 * (s0 + sa)) as u64;
                                             let (tr, ar) = (&mut trow[..sn * 16], &arow[..sn * 16]);
-                                            if !o.flush_sr_row(true, tr, ar, &rng2, e0, steps, t2, rbits, fine) {
-                                                for (l, (tv, &av)) in tr.iter_mut().zip(ar).enumerate() {
-                                                    *tv = o.add(*tv, av, rng2.bits((e0 + l as u64).wrapping_mul(steps).wrapping_add(t2), rbits));
-                                                }
-                                            }
+                                            o.add_row(true, tr, ar, &rng2, e0, steps, t2, rbits, true, fine);
                                             for s in sa..sa + sn {
                                                 let l = (s - sa) * 16;
                                                 tot64[at(s)..at(s) + 16].copy_from_slice(&trow[l..l + 16]);
@@ -4919,20 +4939,7 @@ fn drive<R: Round>(r: &R, a: &Operand, b: &Operand, c: EmuOut, spec: &AccumSpec,
             if inner_nz {
                 row.iter_mut().for_each(|x| *x += 0.0);
             }
-            // Stochastic: the whole row on f64 lanes.
-            if stochastic && o.flush_sr_row(simd, trow, row, &rng2, e0, steps, (k + ridx) as u64, rbits, fine) {
-                row.fill(0.0);
-                return;
-            }
-            // 8 columns at a time through the register tile (one step, a = 1).
-            let mut j = 0;
-            while j + 8 <= jb && o.tile_add8(simd, &mut trow[j..], &row[j..], &rng2, e0 + j as u64, steps, (k + ridx) as u64, rbits) {
-                j += 8;
-            }
-            for j in j..jb {
-                let rd = if stochastic { rng2.bits((e0 + j as u64).wrapping_mul(steps).wrapping_add((k + ridx) as u64), rbits) } else { 0 };
-                trow[j] = o.add(trow[j], row[j], rd);
-            }
+            o.add_row(simd, trow, row, &rng2, e0, steps, (k + ridx) as u64, rbits, stochastic, fine);
             row.fill(0.0);
         };
         // One column (1-D sums, matrix-vector products): per row, a chain of
@@ -5007,12 +5014,7 @@ fn drive<R: Round>(r: &R, a: &Operand, b: &Operand, c: EmuOut, spec: &AccumSpec,
                     let ab64 = exp_bounds64_of(&apk[..kn * TILE_ROWS], prec_a);
                     // The rows' placed words.
                     if words_used {
-                        for rr in 0..nr {
-                            words.row_run(i0 + i + rr, kb, rbits, &mut urun[..kn]);
-                            for (kk, &w) in urun[..kn].iter().enumerate() {
-                                upl[kk * TILE_ROWS + rr] = Words::place_row(w, rbits, dunit);
-                            }
-                        }
+                        place_tile_rows(&words, i0 + i, nr, kb, rbits, dunit, &mut urun[..kn], &mut upl);
                     }
                     // The stochastic tile toward zero: A's values of the strip scale exactly.
                     let sr_on = match sr_scale {
