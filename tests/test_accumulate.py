@@ -399,6 +399,72 @@ def test_directed_checked_runs_hand_over(acc, mode, k, threads):
     assert same(got[rows][:, cols], ref_matmul(a[rows], b[:, cols], f, mode))
 
 
+@pytest.mark.parametrize("acc", ["e5m2", "f6m9"])
+@pytest.mark.parametrize("mode", ["up", "down"])
+@pytest.mark.parametrize("chunk", [None, 100])
+def test_directed_sums_past_the_largest_value(acc, mode, chunk, threads):
+    # Up (down) into float8_e5m2 or FloatFormat(6, 9): sums drift toward +inf (-inf)
+    # and overflow there, where they stay; with products below the unit of the top
+    # binade, the kernel at the format's unit runs with no bound on its sums. Rows
+    # drifting to the infinity, rows of the other sign (which such products never
+    # take past the largest value); in the second depth block a product too large
+    # for that, which takes sums to the largest value of the other sign; chunk
+    # totals fed by sums that overflowed. As the scalar path and exact rationals.
+    f = ACC_FORMATS[acc]
+    sign = 1.0 if mode == "up" else -1.0
+    g = np.random.default_rng(zlib.crc32(f"{acc}{mode}{chunk}".encode()))
+    k = 1200
+    a = g.standard_normal((14, k)).astype(np.float32)
+    a[::4] = np.abs(a[::4]) * sign * 2.0
+    a[1::4] = -np.abs(a[1::4]) * sign * 2.0
+    a[2::7, : k // 3] = 0.0
+    b = np.abs(g.standard_normal((k, 35))).astype(np.float32)
+    b[:, 1::3] = g.standard_normal((k, 12))
+    if acc == "e5m2":
+        a[5, 300:310] = -448.0 * sign
+        b[300:310, 2::5] = 40.0
+        dt = ml_dtypes.float8_e4m3fn
+    else:
+        # Products below 2^22 (A's values below 2^11, B's below 2048), many near it.
+        a, b = np.clip(a * 1000.0, -2000.0, 2000.0), np.clip(b * 1000.0, -2000.0, 2000.0)
+        a[::4] = g.uniform(1800.0, 2040.0, (4, k)) * sign
+        b[:, ::3] = g.uniform(1800.0, 2040.0, (k, 12))
+        a[5, 300:310] = -2.0**24 * sign
+        dt = ml_dtypes.bfloat16
+    a, b = a.astype(dt), b.astype(dt)
+    got = matmul_as_scalar(a, b, accumulate=f, rounding=mode, chunk=chunk).astype(np.float64)
+    assert np.isinf(got[::4, ::3]).mean() > 0.5 and np.all(got[np.isinf(got)] * sign > 0)
+    if chunk is None:
+        assert np.any(got[5] == -sign * f.max)
+    rows, cols = [0, 1, 5, 13], [0, 1, 2, 33]
+    assert same(got[rows][:, cols], ref_matmul(a[rows], b[:, cols], f, mode, chunk))
+    # One row at a time.
+    assert same_bits(matmul_as_scalar(a[:1], b, accumulate=f, rounding=mode, chunk=chunk), got[:1])
+
+
+@pytest.mark.parametrize("mode", ["up", "down"])
+def test_directed_overflowed_sums_meet_infinite_products(mode):
+    # A sum past the largest value is the infinity of its sign: an infinite product
+    # of the other sign after it makes a NaN, one of its own sign keeps it; before
+    # it, the infinity stays. As the scalar path.
+    sign = 1.0 if mode == "up" else -1.0
+    g = np.random.default_rng(5)
+    a = (np.abs(g.standard_normal((8, 760))) * 3.0 * sign).astype(np.float32)
+    b = np.abs(g.standard_normal((760, 16))).astype(np.float32)
+    # Rows 0 and 1 pass the largest value in the third depth block, before their
+    # infinite products there.
+    a[:2, :520] = 0.0
+    a[0, 700] = -np.inf * sign
+    a[1, 710] = np.inf * sign
+    a[2, 5] = -np.inf * sign
+    b[705, 5] = -np.inf
+    a, b = a.astype(ml_dtypes.bfloat16), b.astype(ml_dtypes.bfloat16)
+    f = lowp.format("float8_e5m2")
+    got = matmul_as_scalar(a, b, accumulate=f, rounding=mode).astype(np.float64)
+    assert np.isnan(got[0]).all() and np.all(np.delete(got[1:], 5, axis=1) == np.array([[1], [-1], [1], [1], [1], [1], [1]]) * np.inf * sign)
+    assert np.isnan(np.delete(got[1:, 5], 1)).all()
+
+
 @pytest.mark.parametrize("acc, mode", [("e5m2", "up"), ("e5m2", "down"), ("e5m2", "stochastic"), ("f6m9", "up"), ("fp16", "up")])
 def test_tiny_products_grow_by_a_subnormal_unit(acc, mode):
     # Products far below the format's smallest subnormal (bf16 values near 1e-38):

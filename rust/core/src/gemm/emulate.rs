@@ -59,8 +59,11 @@
 //!   mantissa bits whose normal range f32 holds (FloatFormat(6, 9)), on values
 //!   scaled so that the format's subnormals are f32's ([`unit_scale`]),
 //!   bfloat16's integer rounding at the format's unit ([`DirTo::Unit`]) in
-//!   depth blocks whose values keep every sum below its largest value and
-//!   whose A values scale exactly, the others through the conversions
+//!   depth blocks whose values keep every sum below its largest value, or
+//!   (up or down) whose products stay below the unit of its top binade, where
+//!   the sums that pass it on the side of the infinity stay past it and are
+//!   set to that infinity after the block ([`sided_ok`]), and whose A values
+//!   scale exactly, the others through the conversions
 //!   (float16, float8_e5m2) or the f64 rounding;
 //!   chunk totals into those formats (and into float32 to nearest) by the same
 //!   rounding of an f32 add.
@@ -85,7 +88,7 @@
 //!   default) from float8 E4M3 products: the same kernel on the top bits,
 //!   and a tile whose sums were not all exact in f32 redone on f64 lanes
 //!   ([`Kind16::Sr`]). Directed modes into float8_e5m2
-//!   past the bound: the unit-bit kernel in checked runs ([`tile16_dir_runs`]),
+//!   past those bounds: the unit-bit kernel in checked runs ([`tile16_dir_runs`]),
 //!   then the conversions.
 //! - every other [`Fast`] format and mode:
 //!   register tiles of 4 rows x 8 columns of f64 accumulators over the steps
@@ -4005,6 +4008,46 @@ unsafe fn dir_checked(to: DirTo, rm: i32, t: &mut [f32], ap: &[f32], bp: &[f32],
     done
 }
 
+/// May a depth block rounding up (or down) into a [`DirTo::Unit`] format run
+/// the kernel at the format's unit with no bound on its sums? That kernel
+/// rounds onto the format's grid extended past the largest value with no
+/// limit on its exponent. Where every product is below 2^(emax - man), the
+/// unit of the grid's top binade (`top` / 2^prec, `top` the power of two
+/// above the largest value), it agrees with the format:
+/// - Rounding up, a sum at least -max (every value of the format) plus such
+///   a product lies above -max - unit, and rounds up to at least -max: the
+///   kernel's sums never pass the largest value on the negative side, where
+///   the format's overflow would stop them at it.
+/// - On the positive side, a sum past the largest value (the format's
+///   overflow: +inf) is at least `top`, and plus such a product lies above
+///   the largest value, so it rounds up to at least `top` again: it stays
+///   there, as +inf stays +inf, and [`dir_sided`] sets it to +inf after the
+///   call.
+/// - Rounding down, the mirror image.
+///
+/// `a_hi`: |a| < 2^a_hi for A's finite values in the block (`None`: none
+/// nonzero; the caller refuses A's infinities and NaNs), `b_max` the largest
+/// |b| (NaN or inf when a value is: refused, unless A's values are all zero,
+/// whose products are then zeros and NaNs, which the kernel keeps).
+fn sided_ok(mode: Mode, f: SrFmt, a_hi: Option<i32>, b_max: f32) -> bool {
+    let top = pow2(f.max.log2().floor() as i32 + 1);
+    // NaN compares false.
+    matches!(mode, Mode::Up | Mode::Down) && a_hi.is_none_or(|h| pow2(h) * b_max as f64 <= top / pow2(f.prec))
+}
+
+/// The sums of a tile that ran a depth block allowed by [`sided_ok`] at or
+/// past `top` (up; down: at or below -top), scaled as the tile is, set to the
+/// infinity of their sign.
+fn dir_sided(t: &mut [f32], up: bool, top: f32) {
+    for x in t.iter_mut() {
+        if up && *x >= top {
+            *x = f32::INFINITY;
+        } else if !up && *x <= -top {
+            *x = f32::NEG_INFINITY;
+        }
+    }
+}
+
 /// Chunk totals of [`Kind16::Sr`]: `tot = SR(tot + row)` lane by lane, then
 /// `row = 0`, as [`tile16_sr`] rounds (its `unit` and `rbits`): the add toward
 /// zero (MXCSR) is the exact sum truncated to 24 bits, and lane i's random word
@@ -4267,6 +4310,8 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
     // values take exactly: `bsc` below) and A's block (the rest), so that tiny values
     // in one operand do not stop the block.
     let scaled_kind = usc != 0 && (sr || du.is_some() || unit_ne || odd_unit);
+    // The power of two above a `Unit` format's largest value, scaled ([`dir_sided`]).
+    let sided_top = du.map_or(f32::INFINITY, |(f, _)| (pow2(f.max.log2().floor() as i32 + 1) * pow2(usc)) as f32);
     // How much an add can grow a magnitude ([`block_ok`]): toward zero, not at all.
     let growth = |prec: i32| if spec.opts.mode == Mode::TowardZero { 1.0 } else { 1.0 + 2f64.powi(1 - prec) };
     // And in the subnormal range, by a unit (toward zero: nothing).
@@ -4470,12 +4515,18 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
                 };
                 // The largest accumulator of the task's tiles (NaN if one is: every bound refuses).
                 let acc_max = if bounds_used { abs_max32(&acc) } else { f32::NAN };
+                // Kind Dir up or down into a `Unit` format: past the largest value on one
+                // side only, where its sums stay ([`sided_ok`]).
+                // (A's infinities and NaNs, which the bounds of its values leave out, make `row_max` so.)
+                let sided = row_max.is_finite() && du.is_some_and(|(f, _)| sided_ok(spec.opts.mode, f, ab.map(|x| x.1), bmaxes[kbi]));
                 let bounded = bounds_used && {
                     let lo = ab.zip(bbk).map(|(x, y)| x.0 + y.0);
                     match (sf.or(du.map(|d| d.0)), gs) {
                         // Stochastic or directed: every sum below the largest value, which no
                         // rounding then passes, and A's values scaled exactly.
-                        (Some(f), _) => block_ok(growth(f.prec), sub_unit(f), f.max, acc_max, row_max, bmaxes[kbi], kn) && scale_ok(sa, ab.map(|x| x.0)),
+                        (Some(f), _) => {
+                            (block_ok(growth(f.prec), sub_unit(f), f.max, acc_max, row_max, bmaxes[kbi], kn) || sided) && scale_ok(sa, ab.map(|x| x.0))
+                        }
                         // To nearest: likewise (a sum below it rounds to at most it); kind
                         // UnitNe needs no grid but every product below 2^(sub + 23).
                         (_, Some(f)) => {
@@ -4652,7 +4703,13 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
                                                         }
                                                     }
                                                 }
-                                                (Kind16::Dir(to), _) => tile16_dir_to::<$mf>(to, rm, t, ap, bp, len),
+                                                (Kind16::Dir(to), _) => {
+                                                    tile16_dir_to::<$mf>(to, rm, t, ap, bp, len);
+                                                    // (On the scaled sums of the kernel at the unit.)
+                                                    if sided && matches!(to, DirTo::Unit(_)) {
+                                                        dir_sided(t, spec.opts.mode == Mode::Up, sided_top);
+                                                    }
+                                                }
                                                 (Kind16::Sr, _) if track => ($ok, $inexact) = sr_watched::<$mo>(t, ap, bp, up, vp, len, sr_unit as u32, sr_top, sr_runs, t_sc),
                                                 (Kind16::Sr, _) => $inexact = tile16_sr::<$mo, false>(t, ap, bp, up, vp, len, sr_unit as u32, t_sc).1,
                                             }
