@@ -399,11 +399,11 @@ def test_directed_checked_runs_hand_over(acc, mode, k, threads):
     assert same(got[rows][:, cols], ref_matmul(a[rows], b[:, cols], f, mode))
 
 
-@pytest.mark.parametrize("acc", ["e5m2", "f6m9"])
+@pytest.mark.parametrize("acc", ["e5m2", "f6m9", "fp16"])
 @pytest.mark.parametrize("mode", ["up", "down"])
 @pytest.mark.parametrize("chunk", [None, 100])
 def test_directed_sums_past_the_largest_value(acc, mode, chunk, threads):
-    # Up (down) into float8_e5m2 or FloatFormat(6, 9): sums drift toward +inf (-inf)
+    # Up (down) into float8_e5m2, FloatFormat(6, 9) or fp16: sums drift toward +inf (-inf)
     # and overflow there, where they stay; with products below the unit of the top
     # binade, the kernel at the format's unit runs with no bound on its sums. Rows
     # drifting to the infinity, rows of the other sign (which such products never
@@ -413,7 +413,7 @@ def test_directed_sums_past_the_largest_value(acc, mode, chunk, threads):
     f = ACC_FORMATS[acc]
     sign = 1.0 if mode == "up" else -1.0
     g = np.random.default_rng(zlib.crc32(f"{acc}{mode}{chunk}".encode()))
-    k = 1200
+    k = 2600 if acc == "fp16" else 1200
     a = g.standard_normal((14, k)).astype(np.float32)
     a[::4] = np.abs(a[::4]) * sign * 2.0
     a[1::4] = -np.abs(a[1::4]) * sign * 2.0
@@ -424,6 +424,13 @@ def test_directed_sums_past_the_largest_value(acc, mode, chunk, threads):
         a[5, 300:310] = -448.0 * sign
         b[300:310, 2::5] = 40.0
         dt = ml_dtypes.float8_e4m3fn
+    elif acc == "fp16":
+        # Products below 2^5 (A's values below 2^2, B's below 8), many near it.
+        a, b = np.clip(a, -3.9, 3.9), np.clip(b, -7.9, 7.9)
+        a[::4] = g.uniform(3.5, 3.98, (4, k)) * sign
+        b[:, ::3] = g.uniform(7.0, 7.96, (k, 12))
+        a[5, 300:310] = -60000.0 * sign
+        dt = ml_dtypes.bfloat16
     else:
         # Products below 2^22 (A's values below 2^11, B's below 2048), many near it.
         a, b = np.clip(a * 1000.0, -2000.0, 2000.0), np.clip(b * 1000.0, -2000.0, 2000.0)
