@@ -1141,7 +1141,7 @@ unsafe fn tile64_out(t: &Tile64, acc: &mut [f64], ldc: usize, nr: usize, back: f
 /// MXCSR entry of the kernels that round in a mode of their own: saves MXCSR at `[{csr}]` and
 /// loads it with rounding control `{rc}` (bits 13-14), flush-to-zero and
 /// denormals-are-zero off and the exception flags (bits 0-5) clear (`[{csr} +
-/// 4]` is scratch; [`tile_asm`] leaves the kernel's MXCSR there, its flags those
+/// 4]` is scratch; `tile_asm!` leaves the kernel's MXCSR there, its flags those
 /// the kernel raised).
 #[cfg(target_arch = "x86_64")]
 macro_rules! mxcsr_enter {
@@ -1211,7 +1211,7 @@ macro_rules! sr_acc {
 }
 
 /// One row of a stochastic kernel's step on `$e` lanes: `a` and the row's
-/// random word broadcast (ymm10, ymm11), then both accumulators' adds ([`sr_acc_of`]).
+/// random word broadcast (ymm10, ymm11), then both accumulators' adds (`sr_acc_of!`).
 #[cfg(target_arch = "x86_64")]
 macro_rules! sr_row_of {
     ($e:ident, $r:ident, $off:literal, $c0:literal, $c1:literal) => {
@@ -1224,7 +1224,7 @@ macro_rules! sr_row_of {
     };
 }
 
-/// [`sr_row_of`] for f32 lanes, as [`tile_asm`] calls its rows.
+/// [`sr_row_of`] for f32 lanes, as `tile_asm!` calls its rows.
 #[cfg(target_arch = "x86_64")]
 macro_rules! sr_row {
     ($r:ident, $off:literal, $c0:literal, $o0:literal, $c1:literal, $o1:literal) => {
@@ -3413,7 +3413,7 @@ macro_rules! oddz6_acc {
     };
 }
 
-/// A row of a tile step as [`tile_asm`] calls it: the broadcast `a` at byte
+/// A row of a tile step as `tile_asm!` calls it: the broadcast `a` at byte
 /// `$off` of the strip into `$a`, then `$acc!(c, b)` on both accumulators with
 /// B's first and second 8 values `$b0` and `$b1`.
 #[cfg(target_arch = "x86_64")]
@@ -3596,7 +3596,7 @@ macro_rules! oddu_row {
 }
 
 /// One row of a [`tile16_unit`] step: the broadcast `a` at byte `$off` of the
-/// strip (into ymm14), two FMAs, each sum rounded by [`une_round`].
+/// strip (into ymm14), two FMAs, each sum rounded by `une_round!`.
 #[cfg(target_arch = "x86_64")]
 macro_rules! une_row {
     ($r:ident, $off:literal, $c0:literal, $o0:literal, $c1:literal, $o1:literal) => {

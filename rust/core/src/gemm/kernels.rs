@@ -237,11 +237,12 @@ pub(super) unsafe fn posit16_run_avx2(src: *const u16, n: usize, es: u32, out: *
     unsafe { posit16_run(src, n, es, out) }
 }
 
-/// [`posit16_run_avx2`], inlined into its caller (which enables avx2), so that
-/// short runs pay no call and no set-up of constants.
+/// The avx2 decode of `n` contiguous posit<16, es> codes from `src` into
+/// `out`, inlined into its caller (which enables avx2), so that short runs pay
+/// no call and no set-up of constants.
 ///
 /// # Safety
-/// As [`posit16_run_avx2`].
+/// The CPU must support avx2; `src` holds `n` readable codes, `out` `n` writable values.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
 unsafe fn posit16_run(src: *const u16, n: usize, es: u32, out: *mut f32) {
@@ -632,7 +633,7 @@ unsafe fn f32_6x16_avx2(kc: usize, a: *const f32, b: *const f32, c: *mut f32, rs
 // ---------------------------------------------------------------- int8 ----
 
 /// int8 packing: values widened to i16 and interleaved in pairs of depth,
-/// `dst[(p/2)*2w + 2l + p%2]`, so that one 32-bit lane holds (x[p], x[p+1])
+/// `dst[(p/2)*2w + 2l + p%2]`, so that one 32-bit lane holds `(x[p], x[p+1])`
 /// of one line, as `vpmaddwd` wants. An odd depth is padded with a zero.
 ///
 /// # Safety
