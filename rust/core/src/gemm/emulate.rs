@@ -86,8 +86,8 @@
 //!   then watch their sums ([`sr_watched`]); those whose A values do not scale
 //!   exactly run through the f64 rounding. With more random bits (32 by
 //!   default) from float8 E4M3 products: the same kernel on the top bits,
-//!   and a tile whose sums were not all exact in f32 redone on f64 lanes
-//!   ([`Kind16::Sr`]). Directed modes into float8_e5m2
+//!   and a tile whose sums were not all exact in f32 and met a tie of those
+//!   bits (a second pass finds ties) redone on f64 lanes ([`Kind16::Sr`]). Directed modes into float8_e5m2
 //!   past those bounds: the unit-bit kernel in checked runs ([`tile16_dir_runs`]),
 //!   then the conversions.
 //! - every other [`Fast`] format and mode:
@@ -1236,7 +1236,9 @@ macro_rules! sr_row {
 /// column words in register `$vr` (the step's words in ymm12, ymm13); `track`,
 /// with them at byte `$vo` of the step's words, then the largest magnitude so
 /// far kept in ymm12 (ymm13: the magnitude mask): of the f32 patterns by an
-/// unsigned maximum, of the f64 values by `vmaxpd` (no NaN arises).
+/// unsigned maximum, of the f64 values by `vmaxpd` (no NaN arises); `ties`
+/// (f32), with them there too, and the lanes whose bits below the unit are all
+/// ones after the add of the word (ymm13: their mask) joined into ymm12.
 #[cfg(target_arch = "x86_64")]
 macro_rules! sr_acc_of {
     ($e:ident, plain, $c:literal, $b:literal, $vr:literal, $vo:literal) => {
@@ -1247,6 +1249,17 @@ macro_rules! sr_acc_of {
             sr_acc!(f32, $c, $b, concat!("ymmword ptr [{pv} + ", $vo, "]")),
             "vpand ymm14, ", $c, ", ymm13\n",
             "vpmaxud ymm12, ymm12, ymm14\n",
+        )
+    };
+    (f32, ties, $c:literal, $b:literal, $vr:literal, $vo:literal) => {
+        concat!(
+            "vpxor ymm14, ymm11, ymmword ptr [{pv} + ", $vo, "]\n",
+            "vfmadd231ps ", $c, ", ymm10, ", $b, "\n",
+            "vpaddd ", $c, ", ", $c, ", ymm14\n",
+            "vpand ymm14, ", $c, ", ymm13\n",
+            "vpcmpeqd ymm14, ymm14, ymm13\n",
+            "vpor ymm12, ymm12, ymm14\n",
+            "vpand ", $c, ", ", $c, ", ymm15\n",
         )
     };
     (f64, track, $c:literal, $b:literal, $vr:literal, $vo:literal) => {
@@ -3801,6 +3814,11 @@ macro_rules! track_store {
     };
 }
 
+/// [`tile16_sr`]'s kinds: plain, watching its sums, finding ties.
+const SR_PLAIN: u8 = 0;
+const SR_TRACK: u8 = 1;
+const SR_TIES: u8 = 2;
+
 /// The stochastic tile kernel of [`Kind16::Sr`] into a format whose unit sits
 /// `unit` bits up the f32 pattern of its normal values ([`SrFmt`]: 13 to 21),
 /// `MR` (1 or 4) rows: as [`tile16`], each add `acc = SR(acc + a*b)` with R
@@ -3809,9 +3827,9 @@ macro_rules! track_store {
 /// complemented bits and the column's bits ([`StepRand`]), each placed by the
 /// caller. Four vector operations an add (xor, FMA, add, and).
 ///
-/// With `TRACK` the kernel watches its sums instead of relying on a bound
+/// With `W` = [`SR_TRACK`] the kernel watches its sums instead of relying on a bound
 /// ([`block_ok`]): it returns the largest magnitude of any rounded sum, as an
-/// f32 bit pattern (0 without `TRACK`). It returns too whether some FMA was
+/// f32 bit pattern (0 with [`SR_PLAIN`]). It returns too whether some FMA was
 /// inexact (MXCSR's precision flag): the f32 sums then were not all the exact
 /// ones, which more random bits than the remainder's top `unit` would read
 /// ([`Kind16::Sr`]'s wide bits). The caller compares it with the
@@ -3819,6 +3837,13 @@ macro_rules! track_store {
 /// sum beyond the largest value must round to an infinity or stop at that
 /// value, which the integer rounding does not. Six operations an add: a mask
 /// and an unsigned maximum more.
+///
+/// With [`SR_TIES`] it returns instead whether some add met a tie: the
+/// remainder's top `unit` bits equal to the word's, so that their sum below
+/// the unit is all ones. Only there do the bits below them decide (the
+/// remainder's, zeros in an f32 sum, against the word's), so a tile whose
+/// FMAs were inexact but met no tie has the wide bits' result. Seven
+/// operations an add.
 ///
 /// The FMA toward zero (MXCSR, inside the assembly block) is the exact sum
 /// `x` truncated to 24 bits, so its bits below the format's unit (in its
@@ -3843,16 +3868,18 @@ macro_rules! track_store {
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 #[allow(clippy::too_many_arguments)]
-unsafe fn tile16_sr<const MR: usize, const TRACK: bool>(acc: &mut [f32], ap: &[f32], bp: &[f32], up: &[u32], vp: &[u32], kn: usize, unit: u32, sc: f32) -> (u32, bool) {
+unsafe fn tile16_sr<const MR: usize, const W: u8>(acc: &mut [f32], ap: &[f32], bp: &[f32], up: &[u32], vp: &[u32], kn: usize, unit: u32, sc: f32) -> (u32, bool) {
     use std::arch::asm;
-    assert!(MR == 1 || MR == 4);
+    assert!((MR == 1 || MR == 4) && W <= SR_TIES);
     assert!(acc.len() >= MR * 16 && ap.len() >= kn * MR && bp.len() >= kn * 16 && up.len() >= kn * MR && vp.len() >= kn * 16);
     assert!((13..=21).contains(&unit) && sc_ok(sc));
     if kn == 0 {
         return (0, false);
     }
-    // The mask that truncates at the unit; the magnitude bits; the scale and its inverse.
-    let k = [[u32::MAX << unit; 8], [0x7fff_ffff; 8], [sc.to_bits(); 8], [(1.0 / sc).to_bits(); 8]];
+    // The mask that truncates at the unit; the magnitude bits (with SR_TIES: the
+    // bits below the unit); the scale and its inverse.
+    let second = if W == SR_TIES { !(u32::MAX << unit) } else { 0x7fff_ffff };
+    let k = [[u32::MAX << unit; 8], [second; 8], [sc.to_bits(); 8], [(1.0 / sc).to_bits(); 8]];
     let mut mx = [0u32; 8];
     // Toward zero.
     let rc = 3u32 << 13;
@@ -3879,9 +3906,9 @@ unsafe fn tile16_sr<const MR: usize, const TRACK: bool>(acc: &mut [f32], ap: &[f
                 (["ymm8"], "ymm9", "vmovdqu ymm12, ymmword ptr [{pv}]", "vmovdqu ymm13, ymmword ptr [{pv} + 32]"),
                 plain, tile_store, $sin, $sout,)
         };
-        ($mr:tt, $st:literal, track, $sin:tt, $sout:tt) => {
+        ($mr:tt, $st:literal, $kind:ident, $sin:tt, $sout:tt) => {
             go!($mr, $st, ["vmovdqu ymm15, ymmword ptr [{k}]", "vmovdqu ymm13, ymmword ptr [{k} + 32]", "vpxor ymm12, ymm12, ymm12"],
-                (["ymm8"], "ymm9"), track, track_store, $sin, $sout, mx = in(reg) mx.as_mut_ptr(),)
+                (["ymm8"], "ymm9"), $kind, track_store, $sin, $sout, mx = in(reg) mx.as_mut_ptr(),)
         };
         (4, $st:literal, $kind:ident) => {
             go!(4, $st, $kind, [sr_scale_by!("64", "ymm0", "ymm1", "ymm2", "ymm3", "ymm4", "ymm5", "ymm6", "ymm7")],
@@ -3895,11 +3922,13 @@ unsafe fn tile16_sr<const MR: usize, const TRACK: bool>(acc: &mut [f32], ap: &[f
     // (kn*MR), bp and vp (kn*16), the constants and mx; MXCSR is restored before
     // the block ends; the clobbered vector registers are declared.
     unsafe {
-        match (MR == 4, TRACK) {
-            (true, false) => go!(4, "16", plain),
-            (true, true) => go!(4, "16", track),
-            (false, false) => go!(1, "4", plain),
-            (false, true) => go!(1, "4", track),
+        match (MR == 4, W) {
+            (true, SR_PLAIN) => go!(4, "16", plain),
+            (true, SR_TRACK) => go!(4, "16", track),
+            (true, _) => go!(4, "16", ties),
+            (false, SR_PLAIN) => go!(1, "4", plain),
+            (false, SR_TRACK) => go!(1, "4", track),
+            (false, _) => go!(1, "4", ties),
         }
     }
     (mx.into_iter().max().unwrap_or(0), csr[1] & MXCSR_PE != 0)
@@ -3982,7 +4011,7 @@ unsafe fn sr_watched<const MR: usize>(t: &mut [f32], ap: &[f32], bp: &[f32], up:
         return (true, inexact);
     }
     // SAFETY: forwarded contract, from step `done`.
-    let (mx, ie) = unsafe { tile16_sr::<MR, true>(t, &ap[done * MR..], &bp[done * 16..], &up[done * MR..], &vp[done * 16..], len - done, unit, sc) };
+    let (mx, ie) = unsafe { tile16_sr::<MR, SR_TRACK>(t, &ap[done * MR..], &bp[done * 16..], &up[done * MR..], &vp[done * 16..], len - done, unit, sc) };
     (mx <= top, inexact | ie)
 }
 
@@ -4331,8 +4360,9 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
     // remainder of at most `unit` bits, then zeros, against the top R of the
     // word: only equal top `unit` bits on both sides leave the rest to decide,
     // and a remainder of zeros there rounds down either way). A tile whose FMAs
-    // were not all exact (MXCSR's precision flag) is redone on f64 lanes from
-    // its saved accumulators ([`Dyn::sr_tile64`]).
+    // were not all exact (MXCSR's precision flag) and where some add met such a
+    // tie (a second pass, `tile16_sr` with [`SR_TIES`]) is redone on f64 lanes
+    // from its saved accumulators ([`Dyn::sr_tile64`]).
     let wide = sr && rbits > sr_unit;
     let kbits = if wide { sr_unit } else { rbits };
     // The placed words: a word's top `kbits` bits (xor `flip`) moved to just below
@@ -4489,6 +4519,8 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
             let mut upack = vec![0u32; if sr { apack.len() } else { 0 }];
             let mut urun = vec![0u64; if sr { kbs } else { 0 }];
             let mut tsave = vec![0f32; if sr || du.is_some() { mr * 16 } else { 0 }];
+            // Kind Sr's wide bits: the tile of the pass that finds ties.
+            let mut tver = vec![0f32; if wide { mr * 16 } else { 0 }];
             // Kind Sr's wide bits: the f64 tiles' buffers (at the first redo), and
             // the tiles tried on f32 lanes and redone.
             let mut buf64: Option<Sr64Buf> = None;
@@ -4711,7 +4743,7 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
                                                     }
                                                 }
                                                 (Kind16::Sr, _) if track => ($ok, $inexact) = sr_watched::<$mo>(t, ap, bp, up, vp, len, sr_unit as u32, sr_top, sr_runs, t_sc),
-                                                (Kind16::Sr, _) => $inexact = tile16_sr::<$mo, false>(t, ap, bp, up, vp, len, sr_unit as u32, t_sc).1,
+                                                (Kind16::Sr, _) => $inexact = tile16_sr::<$mo, SR_PLAIN>(t, ap, bp, up, vp, len, sr_unit as u32, t_sc).1,
                                             }
                                         };
                                     }
@@ -4735,6 +4767,21 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
                                     }
                                     if outside {
                                         t.iter_mut().for_each(|x| *x *= acc_un);
+                                    }
+                                    // Wide bits: a tile whose f32 sums were not all exact is right
+                                    // still unless some add met a tie of the top `unit` bits (the
+                                    // remainder's and the word's), where the bits below them decide;
+                                    // a second pass on the same values finds those.
+                                    if wide && ok && inexact {
+                                        let tv = &mut tver[..t.len()];
+                                        tv.copy_from_slice(&tsave[..t.len()]);
+                                        let su = sr_unit;
+                                        let ties = if mr == 1 {
+                                            tile16_sr::<1, SR_TIES>(tv, ap, bp, up, vp, len, su, t_sc).0
+                                        } else {
+                                            tile16_sr::<MR_ODD, SR_TIES>(tv, ap, bp, up, vp, len, su, t_sc).0
+                                        };
+                                        inexact = ties != 0;
                                     }
                                     if !ok || (wide && inexact) {
                                         t.copy_from_slice(&tsave[..t.len()]);
@@ -5496,8 +5543,8 @@ mod unit_tests {
             let mut acc = [acc0; 16];
             let (ap, bp, up, vp) = ([a; 2], [b; 32], [0u32; 2], [0u32; 32]);
             // SAFETY: avx2 and fma detected (simd); acc 16 values, ap and up 2, bp and vp 32.
-            let plain = unsafe { tile16_sr::<1, false>(&mut acc.clone(), &ap, &bp, &up, &vp, 2, 13, 1.0).1 };
-            let watched = unsafe { tile16_sr::<1, true>(&mut acc, &ap, &bp, &up, &vp, 2, 13, 1.0).1 };
+            let plain = unsafe { tile16_sr::<1, SR_PLAIN>(&mut acc.clone(), &ap, &bp, &up, &vp, 2, 13, 1.0).1 };
+            let watched = unsafe { tile16_sr::<1, SR_TRACK>(&mut acc, &ap, &bp, &up, &vp, 2, 13, 1.0).1 };
             assert_eq!(plain, watched);
             plain
         };
