@@ -1201,11 +1201,18 @@ macro_rules! sr_elem {
 #[cfg(target_arch = "x86_64")]
 macro_rules! sr_acc {
     ($e:ident, $c:literal, $b:literal, $v:expr) => {
+        concat!(sr_sum!($e, $c, $b, $v), "vpand ", $c, ", ", $c, ", ymm15\n")
+    };
+}
+/// [`sr_acc`] up to the clearing of the bits below the unit: the FMA toward
+/// zero and the add of the random complement.
+#[cfg(target_arch = "x86_64")]
+macro_rules! sr_sum {
+    ($e:ident, $c:literal, $b:literal, $v:expr) => {
         concat!(
             "vpxor ymm14, ymm11, ", $v, "\n",
             sr_elem!($e, fma), " ", $c, ", ymm10, ", $b, "\n",
             sr_elem!($e, add), " ", $c, ", ", $c, ", ymm14\n",
-            "vpand ", $c, ", ", $c, ", ymm15\n",
         )
     };
 }
@@ -1253,9 +1260,7 @@ macro_rules! sr_acc_of {
     };
     (f32, ties, $c:literal, $b:literal, $vr:literal, $vo:literal) => {
         concat!(
-            "vpxor ymm14, ymm11, ymmword ptr [{pv} + ", $vo, "]\n",
-            "vfmadd231ps ", $c, ", ymm10, ", $b, "\n",
-            "vpaddd ", $c, ", ", $c, ", ymm14\n",
+            sr_sum!(f32, $c, $b, concat!("ymmword ptr [{pv} + ", $vo, "]")),
             "vpand ymm14, ", $c, ", ymm13\n",
             "vpcmpeqd ymm14, ymm14, ymm13\n",
             "vpor ymm12, ymm12, ymm14\n",
@@ -4059,9 +4064,13 @@ unsafe fn dir_checked(to: DirTo, rm: i32, t: &mut [f32], ap: &[f32], bp: &[f32],
 /// |b| (NaN or inf when a value is: refused, unless A's values are all zero,
 /// whose products are then zeros and NaNs, which the kernel keeps).
 fn sided_ok(mode: Mode, f: SrFmt, a_hi: Option<i32>, b_max: f32) -> bool {
-    let top = pow2(f.max.log2().floor() as i32 + 1);
     // NaN compares false.
-    matches!(mode, Mode::Up | Mode::Down) && a_hi.is_none_or(|h| pow2(h) * b_max as f64 <= top / pow2(f.prec))
+    matches!(mode, Mode::Up | Mode::Down) && a_hi.is_none_or(|h| pow2(h) * b_max as f64 <= above_max(f) / pow2(f.prec))
+}
+
+/// The power of two above `f`'s largest value ([`sided_ok`]'s `top`).
+fn above_max(f: SrFmt) -> f64 {
+    pow2(f.max.log2().floor() as i32 + 1)
 }
 
 /// The sums of a tile that ran a depth block allowed by [`sided_ok`] at or
@@ -4340,7 +4349,7 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
     // in one operand do not stop the block.
     let scaled_kind = usc != 0 && (sr || du.is_some() || unit_ne || odd_unit);
     // The power of two above a `Unit` format's largest value, scaled ([`dir_sided`]).
-    let sided_top = du.map_or(f32::INFINITY, |(f, _)| (pow2(f.max.log2().floor() as i32 + 1) * pow2(usc)) as f32);
+    let sided_top = du.map_or(f32::INFINITY, |(f, _)| (above_max(f) * pow2(usc)) as f32);
     // How much an add can grow a magnitude ([`block_ok`]): toward zero, not at all.
     let growth = |prec: i32| if spec.opts.mode == Mode::TowardZero { 1.0 } else { 1.0 + 2f64.powi(1 - prec) };
     // And in the subnormal range, by a unit (toward zero: nothing).
@@ -4775,11 +4784,10 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
                                     if wide && ok && inexact {
                                         let tv = &mut tver[..t.len()];
                                         tv.copy_from_slice(&tsave[..t.len()]);
-                                        let su = sr_unit;
                                         let ties = if mr == 1 {
-                                            tile16_sr::<1, SR_TIES>(tv, ap, bp, up, vp, len, su, t_sc).0
+                                            tile16_sr::<1, SR_TIES>(tv, ap, bp, up, vp, len, sr_unit, t_sc).0
                                         } else {
-                                            tile16_sr::<MR_ODD, SR_TIES>(tv, ap, bp, up, vp, len, su, t_sc).0
+                                            tile16_sr::<MR_ODD, SR_TIES>(tv, ap, bp, up, vp, len, sr_unit, t_sc).0
                                         };
                                         inexact = ties != 0;
                                     }
