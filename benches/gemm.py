@@ -5,13 +5,15 @@ Prints, for n x n x n products:
     against numpy float32 matmul (OpenBLAS sgemm), numpy's upcast-then-sgemm on
     ml_dtypes arrays (a.astype(f32) @ b.astype(f32)), and ml_dtypes' own np.dot;
   * int8 x int8 -> int32 GOP/s against numpy sgemm;
+  * stacks of small products (B x n x n, numpy matmul shapes) against numpy's float32
+    matmul and ml_dtypes' np.matmul;
   * emulated accumulation (every add rounded: fp16 accumulators, and e5m2 products into
     FloatFormat(6, 9) as in Wang et al. 2018) against lowp's f32 path, and a table of
     accumulator formats x rounding modes;
   * peak memory of a 2048^3 bfloat16 matmul (inputs + output + extra);
   * the leading-dimension experiment: an unpacked kernel and lowp.matmul at ld 1024 vs 1040.
 
-Usage: python benches/gemm.py [--quick] [--sizes 256,512,...] [--sections f32,int8,emulated,formats,memory,ld]
+Usage: python benches/gemm.py [--quick] [--sizes 256,512,...] [--sections f32,int8,stacks,emulated,formats,memory,ld]
 """
 
 from __future__ import annotations
@@ -147,6 +149,26 @@ def int8(sizes) -> None:
             print(f"{n:5d} {t:3d} {op / ti / 1e9:10.1f} {op / ts / 1e9:7.1f} {ts / ti:6.2f}", flush=True)
 
 
+def stacks() -> None:
+    """Stacks of small products (numpy matmul shapes (B, n, n) @ (B, n, n)): lowp on
+    bfloat16 against numpy's float32 matmul of the same stack and ml_dtypes' own
+    np.matmul on bfloat16; and every add rounded into float16."""
+    g = np.random.default_rng(3)
+    print("\n== stacks of small products: milliseconds a stack; ratios other / lowp (> 1: lowp is faster)")
+    print(f"{'B x n^3':>10} {'thr':>3} {'lowp bf16':>9} {'np f32':>7} {'vs f32':>6} {'ml bf16':>7} {'vs ml':>6} {'emu fp16':>8}")
+    for bsz, n in ((1000, 8), (200, 32), (20, 128)):
+        x32 = g.standard_normal((bsz, n, n)).astype(np.float32)
+        y32 = g.standard_normal((bsz, n, n)).astype(np.float32)
+        x, y = x32.astype(ml_dtypes.bfloat16), y32.astype(ml_dtypes.bfloat16)
+        for t in (1, 2):
+            set_threads(t)
+            t32, tl = best_pair(lambda: np.matmul(x32, y32), lambda: lowp.matmul(x, y), 12, rounds=4)
+            tml = best(lambda: np.matmul(x, y), 3)
+            te = best(lambda: lowp.matmul(x, y, accumulate="float16"), 5)
+            print(f"{f'{bsz} x {n}^3':>10} {t:3d} {tl * 1e3:9.3f} {t32 * 1e3:7.3f} {t32 / tl:6.2f} {tml * 1e3:7.3f} "
+                  f"{tml / tl:6.2f} {te * 1e3:8.3f}", flush=True)
+
+
 def emulated(sizes) -> None:
     g = np.random.default_rng(2)
     print("\n== emulated accumulation (every add rounded) vs lowp's own f32 path, same inputs")
@@ -280,7 +302,7 @@ def leading_dimension(quick: bool) -> None:
           f"(packing copies the operands into alias-free strips)")
 
 
-SECTIONS = ("f32", "int8", "emulated", "formats", "memory", "ld")
+SECTIONS = ("f32", "int8", "stacks", "emulated", "formats", "memory", "ld")
 
 
 def main() -> None:
@@ -302,6 +324,8 @@ def main() -> None:
             throughput(sizes, args.quick)
         if "int8" in run:
             int8(sizes)
+        if "stacks" in run:
+            stacks()
         if "emulated" in run:
             emulated([256] if args.quick else [256, 512])
         if "formats" in run:

@@ -655,6 +655,11 @@ def test_float32_accumulate_matches_sequential():
     assert same(got, ref_matmul(a, b, lowp.format("float32"), "nearest_even", 10))
     got = lowp.matmul(a, b, accumulate="float32", rounding="toward_zero")
     assert same(got, ref_matmul(a, b, lowp.format("float32"), "toward_zero"))
+    # Past one depth block of the BLAS-style path, a chunk of the whole depth makes
+    # the adds in order (the documented way to ask for them to nearest-even).
+    a, b = data(3, 700, 4, np.float32, 13)
+    got = lowp.matmul(a, b, accumulate="float32", chunk=700)
+    assert same(got, ref_matmul(a, b, lowp.format("float32"), "nearest_even"))
 
 
 def test_stochastic_reproducible_and_unbiased():

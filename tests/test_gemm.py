@@ -100,6 +100,75 @@ def test_numpy_matmul_shapes():
     assert np.allclose(lowp.matmul(a, bb), a @ bb, rtol=1e-5, atol=1e-5)
 
 
+def _per_matrix(a, b, **kw):
+    """The stack product one matrix at a time (the batch broadcast first)."""
+    batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    a = np.broadcast_to(a, batch + a.shape[-2:])
+    b = np.broadcast_to(b, batch + b.shape[-2:])
+    out = [lowp.matmul(a[i], b[i], **kw) for i in np.ndindex(*batch)]
+    return np.stack(out).reshape(batch + out[0].shape) if out else None
+
+
+def _bits(x):
+    return np.ascontiguousarray(x).view(np.uint8)
+
+
+_EMULATED = [{"accumulate": "float16"}, {"accumulate": "bfloat16", "rounding": "stochastic", "seed": 5},
+             {"accumulate": "float16", "chunk": 8, "rounding": "toward_zero"}]
+# The float32, float64 and int8 paths, and emulated accumulation (float32 or narrower inputs).
+_STACK_CASES = [(dt, {}) for dt in (np.float32, ml_dtypes.bfloat16, ml_dtypes.float8_e4m3fn, np.float64, np.int8)] + [
+    (dt, kw) for dt in (np.float32, ml_dtypes.bfloat16, ml_dtypes.float8_e4m3fn) for kw in _EMULATED]
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("dtype, kw", _STACK_CASES, ids=lambda x: np.dtype(x).name if isinstance(x, type) else str(x))
+def test_stacks_equal_their_matrices(isa, threads, dtype, kw):
+    # A stack runs its last batch axis in one call (small products one per thread):
+    # every matrix of it is what the product of that matrix alone is, bit for bit,
+    # with broadcast batch axes, strided and reversed views, both thread counts.
+    g = np.random.default_rng(41)
+    def mk(shape):
+        x = g.standard_normal(shape) * 4
+        return (np.clip(np.round(x), -128, 127) if dtype == np.int8 else x).astype(dtype)
+    n0 = lowp.get_num_threads()
+    try:
+        lowp.set_num_threads(threads)
+        cases = [
+            (mk((7, 5, 9)), mk((7, 9, 4))),                      # one batch axis
+            (mk((2, 1, 6, 33)), mk((3, 33, 17))),                # broadcast: (2, 3)
+            (mk((3, 9, 8))[:, ::-1, ::2], mk((3, 5, 4)).transpose(0, 2, 1)[::-1]),  # views
+            (mk((40, 3, 3)), mk((3, 5))),                        # b shared by every matrix
+            (mk((2, 180, 170)), mk((2, 170, 150))),              # products split over threads
+            (mk((0, 4, 5)), mk((5, 2))),                         # empty batch
+        ]
+        for a, b in cases:
+            got = lowp.matmul(a, b, **kw)
+            want = _per_matrix(a, b, **kw)
+            if want is None:
+                assert got.shape == (0, 4, 2)
+                continue
+            assert got.shape == want.shape and got.dtype == want.dtype
+            assert np.array_equal(_bits(got), _bits(want)), (a.shape, b.shape)
+        # A vector times a stack, and out= (a strided view).
+        a, v = mk((6, 4, 10)), mk((10,))
+        assert np.array_equal(_bits(lowp.matmul(a, v, **kw)), _bits(np.stack([lowp.matmul(x, v, **kw) for x in a])))
+        out = np.zeros((6, 4, 2 * 3), dtype=lowp.matmul(a[0], mk((10, 3)), **kw).dtype)[:, :, ::2]
+        b = mk((10, 3))
+        lowp.matmul(a, b, out=out, **kw)
+        assert np.array_equal(_bits(out), _bits(np.stack([lowp.matmul(x, b, **kw) for x in a])))
+    finally:
+        lowp.set_num_threads(n0)
+
+
+def test_stack_errors_name_the_argument():
+    with pytest.raises(ValueError, match="b"):
+        lowp.matmul(np.ones((3, 4, 5), np.float32), np.ones((3, 6, 2), np.float32))
+    with pytest.raises(ValueError, match="b"):
+        lowp.matmul(np.ones((3, 4, 5), np.float32), np.ones((2, 5, 2), np.float32))
+    with pytest.raises(ValueError, match="out"):
+        lowp.matmul(np.ones((3, 4, 5), np.float32), np.ones((5, 2), np.float32), out=np.zeros((3, 4, 3), np.float32))
+
+
 def test_byte_order_and_lists():
     a = rand((5, 7), np.float32, 22)
     b = rand((7, 3), np.float32, 23)

@@ -159,7 +159,11 @@ def matmul(a: Any, b: Any, *, accumulate: Any = "float32", chunk: Optional[int] 
         sums may wrap as numpy's int32 arithmetic does), ``"float64"``, ``"int32"`` (int8 inputs),
         or any format: then every add is ``acc = round(acc + a*b)``, the exact sum rounded
         once into the format with ``rounding`` (products are exact; inputs must be float32
-        or narrower).
+        or narrower). The float32 and float64 paths to nearest-even without ``chunk`` are
+        BLAS-style: each depth block of a few hundred steps is summed from zero and then
+        added to the total, so a sum may differ by rounding errors from the same adds made
+        one by one in order. Any other ``rounding``, or a ``chunk`` (``chunk`` = the depth
+        is one run), emulates the adds in order.
     chunk: runs of ``chunk`` products accumulate in ``accumulate``; each run's total is
         added (rounded the same way) into an accumulator of format ``chunk_accumulate``
         (default: ``accumulate``).
@@ -281,11 +285,16 @@ def matmul(a: Any, b: Any, *, accumulate: Any = "float32", chunk: Optional[int] 
     ab = np.broadcast_to(a2, tuple(batch) + a2.shape[-2:]) if batch else a2
     bb = np.broadcast_to(b2, tuple(batch) + b2.shape[-2:]) if batch else b2
     if m * n > 0:
-        for idx in np.ndindex(*batch):
+        # A stack goes to the kernels a last batch axis at a time, in one call each
+        # (small products there run one per thread); leading batch axes loop here.
+        cspec = cacc._spec if cacc is not None else None
+        for idx in np.ndindex(*batch[:-1]):
             x, y, o = ab[idx], bb[idx], r2[idx]
             if path == "emu":
-                _lowp.matmul_emulated_into(x, aspec, y, bspec, o, acc._spec, chunk,
-                                           cacc._spec if cacc is not None else None, rounding, seed_w, rbits_v)
+                emu = _lowp.matmul_emulated_batch_into if batch else _lowp.matmul_emulated_into
+                emu(x, aspec, y, bspec, o, acc._spec, chunk, cspec, rounding, seed_w, rbits_v)
+            elif batch:
+                _lowp.matmul_batch_into(x, aspec, y, bspec, o)
             else:
                 _lowp.matmul_into(x, aspec, y, bspec, o)
     if not direct:

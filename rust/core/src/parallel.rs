@@ -53,7 +53,30 @@ pub fn set_num_threads(n: usize) -> Result<()> {
 }
 
 pub fn num_threads() -> usize {
+    if SERIAL.with(|s| s.get()) {
+        return 1;
+    }
     pool().current_num_threads()
+}
+
+std::thread_local! {
+    /// Set while this thread runs [`serially`].
+    static SERIAL: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Run `f` with every kernel it calls on this thread alone ([`num_threads`]
+/// is 1 inside): for work that is already spread over the threads one piece
+/// per thread, such as the products of a batch. Kernels compute the same
+/// results at any thread count, so this changes no result.
+pub fn serially<R>(f: impl FnOnce() -> R) -> R {
+    struct Restore(bool);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            SERIAL.with(|s| s.set(self.0));
+        }
+    }
+    let _restore = Restore(SERIAL.with(|s| s.replace(true)));
+    f()
 }
 
 /// Chunk length for `len` items: fixed by `len` alone, a multiple of 64,

@@ -1,38 +1,43 @@
 //! matmul (f32 / f64 / int8 paths), emulated accumulation, sums, padded_ld.
 //!
-//! Arrays arrive 2-D with any strides (negative and zero too); low-precision
-//! inputs arrive as views of their codes (uint8/16/32) plus the format spec.
-//! The Python package decides the path, allocates `out` and checks overlaps.
+//! Arrays arrive 2-D (or 3-D: a batch of products of one shape) with any
+//! strides (negative and zero too); low-precision inputs arrive as views of
+//! their codes (uint8/16/32) plus the format spec. The Python package decides
+//! the path, allocates `out` and checks overlaps.
 
 use lowp_core::gemm::{self, AccumSpec, Operand, OutMat, Storage};
 use lowp_core::round::{Mode, RoundOpts, SeedKey};
-use numpy::{PyArrayDescrMethods, PyReadonlyArray2, PyReadwriteArray2, PyUntypedArray, PyUntypedArrayMethods};
+use numpy::ndarray::{Dimension, Ix2, Ix3};
+use numpy::{PyArrayDescrMethods, PyReadonlyArray, PyReadonlyArray2, PyReadwriteArray, PyReadwriteArray2, PyUntypedArray, PyUntypedArrayMethods};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 
 use crate::errors::IntoPy;
 use crate::spec::Spec;
 
-pub enum InMat<'py> {
-    F32(PyReadonlyArray2<'py, f32>),
-    F64(PyReadonlyArray2<'py, f64>),
-    I8(PyReadonlyArray2<'py, i8>),
-    U8(PyReadonlyArray2<'py, u8>),
-    U16(PyReadonlyArray2<'py, u16>),
-    U32(PyReadonlyArray2<'py, u32>),
+/// A borrowed input array of dimension `D` (a matrix, or a batch of them).
+pub enum InMat<'py, D: Dimension = Ix2> {
+    F32(PyReadonlyArray<'py, f32, D>),
+    F64(PyReadonlyArray<'py, f64, D>),
+    I8(PyReadonlyArray<'py, i8, D>),
+    U8(PyReadonlyArray<'py, u8, D>),
+    U16(PyReadonlyArray<'py, u16, D>),
+    U32(PyReadonlyArray<'py, u32, D>),
 }
 
-pub enum OutArr<'py> {
-    F32(PyReadwriteArray2<'py, f32>),
-    F64(PyReadwriteArray2<'py, f64>),
-    I32(PyReadwriteArray2<'py, i32>),
+/// A borrowed output array of dimension `D`.
+pub enum OutArr<'py, D: Dimension = Ix2> {
+    F32(PyReadwriteArray<'py, f32, D>),
+    F64(PyReadwriteArray<'py, f64, D>),
+    I32(PyReadwriteArray<'py, i32, D>),
 }
 
 /// Borrow `x` as the variant its dtype names (one extraction, no trial and error).
-fn in_mat<'py>(x: &Bound<'py, PyAny>, arg: &str) -> PyResult<InMat<'py>> {
+fn in_mat<'py, D: Dimension>(x: &Bound<'py, PyAny>, arg: &str) -> PyResult<InMat<'py, D>> {
     let arr = x.cast::<PyUntypedArray>().map_err(|_| PyTypeError::new_err(format!("{arg}: expected a numpy array")))?;
-    if arr.ndim() != 2 {
-        return Err(PyValueError::new_err(format!("{arg}: expected a 2-D array, got {} dimensions", arr.ndim())));
+    let nd = D::NDIM.unwrap_or(2);
+    if arr.ndim() != nd {
+        return Err(PyValueError::new_err(format!("{arg}: expected a {nd}-D array, got {} dimensions", arr.ndim())));
     }
     let dt = arr.dtype();
     let py = x.py();
@@ -47,10 +52,11 @@ fn in_mat<'py>(x: &Bound<'py, PyAny>, arg: &str) -> PyResult<InMat<'py>> {
     Err(PyTypeError::new_err(format!("{arg}: unsupported array dtype for the kernels")))
 }
 
-fn out_arr<'py>(x: &Bound<'py, PyAny>) -> PyResult<OutArr<'py>> {
+fn out_arr<'py, D: Dimension>(x: &Bound<'py, PyAny>) -> PyResult<OutArr<'py, D>> {
     let arr = x.cast::<PyUntypedArray>().map_err(|_| PyTypeError::new_err("out: expected a numpy array"))?;
-    if arr.ndim() != 2 {
-        return Err(PyValueError::new_err(format!("out: expected a 2-D array, got {} dimensions", arr.ndim())));
+    let nd = D::NDIM.unwrap_or(2);
+    if arr.ndim() != nd {
+        return Err(PyValueError::new_err(format!("out: expected a {nd}-D array, got {} dimensions", arr.ndim())));
     }
     let dt = arr.dtype();
     let py = x.py();
@@ -65,17 +71,20 @@ fn out_arr<'py>(x: &Bound<'py, PyAny>) -> PyResult<OutArr<'py>> {
     Err(PyTypeError::new_err("out: must be float32, float64 or int32"))
 }
 
-/// A view of a borrowed input array.
-fn operand(x: &InMat<'_>, fmt: Option<&Spec>, arg: &str) -> PyResult<Operand> {
+/// A view of a borrowed input matrix, or of matrix `item` of a batch.
+fn operand<D: Dimension>(x: &InMat<'_, D>, fmt: Option<&Spec>, arg: &str, item: usize) -> PyResult<Operand> {
     let f = fmt.map(|s| s.0);
     macro_rules! view {
         ($a:expr, $st:expr) => {{
             let v = $a.as_array();
-            let (r, c) = v.dim();
-            let s = v.strides();
-            // SAFETY: the view covers exactly the elements of the borrowed array,
-            // which stays borrowed (and so alive and unmodified) for this call.
-            unsafe { Operand::from_raw(v.as_ptr() as *const u8, $st, f, r, c, s[0], s[1], arg) }.py_err()
+            let (sh, s) = (v.shape(), v.strides());
+            let d = sh.len();
+            // A batch's matrix `item` starts `item` strides of the first axis further.
+            assert!(d == 2 && item == 0 || d == 3 && item < sh[0], "{arg}: no matrix {item}");
+            let p = v.as_ptr().wrapping_offset(if d == 3 { item as isize * s[0] } else { 0 });
+            // SAFETY: the view covers exactly the elements of the (matrix of the)
+            // borrowed array, which stays borrowed (alive, unmodified) for this call.
+            unsafe { Operand::from_raw(p as *const u8, $st, f, sh[d - 2], sh[d - 1], s[d - 2], s[d - 1], arg) }.py_err()
         }};
     }
     match x {
@@ -88,35 +97,108 @@ fn operand(x: &InMat<'_>, fmt: Option<&Spec>, arg: &str) -> PyResult<Operand> {
     }
 }
 
-fn out_mat<T: numpy::Element>(o: &mut PyReadwriteArray2<'_, T>) -> OutMat<T> {
+/// The output matrix, or matrix `item` of a batch.
+fn out_mat<T: numpy::Element, D: Dimension>(o: &mut PyReadwriteArray<'_, T, D>, item: usize) -> OutMat<T> {
     let mut v = o.as_array_mut();
-    let (r, c) = v.dim();
-    let (rs, cs) = (v.strides()[0], v.strides()[1]);
+    let (sh, s) = (v.shape().to_vec(), v.strides().to_vec());
+    let d = sh.len();
+    assert!(d == 2 && item == 0 || d == 3 && item < sh[0], "out: no matrix {item}");
+    let p = v.as_mut_ptr().wrapping_offset(if d == 3 { item as isize * s[0] } else { 0 });
     // SAFETY: the array is mutably borrowed for this call; the Python layer
     // passes arrays whose elements do not overlap (no zero strides).
-    unsafe { OutMat::from_raw(v.as_mut_ptr(), r, c, rs, cs) }
+    unsafe { OutMat::from_raw(p, sh[d - 2], sh[d - 1], s[d - 2], s[d - 1]) }
 }
 
 /// `out = a @ b`: float32 out -> f32 accumulation, float64 -> f64, int32 -> exact int8.
 #[pyfunction]
 #[pyo3(signature = (a, a_fmt, b, b_fmt, out))]
 fn matmul_into<'py>(py: Python<'py>, a: Bound<'py, PyAny>, a_fmt: Option<Spec>, b: Bound<'py, PyAny>, b_fmt: Option<Spec>, out: Bound<'py, PyAny>) -> PyResult<()> {
-    let (a, b, mut out) = (in_mat(&a, "a")?, in_mat(&b, "b")?, out_arr(&out)?);
-    let oa = operand(&a, a_fmt.as_ref(), "a")?;
-    let ob = operand(&b, b_fmt.as_ref(), "b")?;
+    let (a, b, mut out) = (in_mat::<Ix2>(&a, "a")?, in_mat::<Ix2>(&b, "b")?, out_arr::<Ix2>(&out)?);
+    let oa = operand(&a, a_fmt.as_ref(), "a", 0)?;
+    let ob = operand(&b, b_fmt.as_ref(), "b", 0)?;
     match &mut out {
         OutArr::F32(o) => {
-            let c = out_mat(o);
+            let c = out_mat(o, 0);
             py.detach(|| gemm::matmul_f32(&oa, &ob, c)).py_err()
         }
         OutArr::F64(o) => {
-            let c = out_mat(o);
+            let c = out_mat(o, 0);
             py.detach(|| gemm::matmul_f64(&oa, &ob, c)).py_err()
         }
         OutArr::I32(o) => {
-            let c = out_mat(o);
+            let c = out_mat(o, 0);
             py.detach(|| gemm::matmul_i8(&oa, &ob, c)).py_err()
         }
+    }
+}
+
+/// The operands and outputs of a batch: `a[i] @ b[i]` into `out[i]` for every i
+/// (3-D arrays, the batch along the first axis; zero strides there broadcast).
+fn batch_items<'py, T: numpy::Element>(
+    a: &InMat<'py, Ix3>,
+    a_fmt: Option<&Spec>,
+    b: &InMat<'py, Ix3>,
+    b_fmt: Option<&Spec>,
+    o: &mut PyReadwriteArray<'py, T, Ix3>,
+) -> PyResult<Vec<(Operand, Operand, OutMat<T>)>> {
+    // The batch's length and stride (elements) along its first axis.
+    let axis0 = |x: &InMat<'py, Ix3>| {
+        macro_rules! of {
+            ($v:expr) => {{
+                let v = $v.as_array();
+                (v.shape()[0], v.strides()[0])
+            }};
+        }
+        match x {
+            InMat::F32(v) => of!(v),
+            InMat::F64(v) => of!(v),
+            InMat::I8(v) => of!(v),
+            InMat::U8(v) => of!(v),
+            InMat::U16(v) => of!(v),
+            InMat::U32(v) => of!(v),
+        }
+    };
+    let (count, so) = {
+        let v = o.as_array();
+        (v.shape()[0], v.strides()[0])
+    };
+    let ((na, sa), (nb, sb)) = (axis0(a), axis0(b));
+    for (n, arg) in [(na, "a"), (nb, "b")] {
+        if n != count {
+            return Err(PyValueError::new_err(format!("{arg}: a batch of {n} matrices, but out has {count}")));
+        }
+    }
+    if count == 0 {
+        return Ok(Vec::new());
+    }
+    let (a0, b0, c0) = (operand(a, a_fmt, "a", 0)?, operand(b, b_fmt, "b", 0)?, out_mat(o, 0));
+    Ok((0..count as isize)
+        .map(|i| {
+            // SAFETY: matrix i of each array starts i strides of its first axis on
+            // (i < count, the arrays' common batch length): a view inside the array.
+            let (x, y) = unsafe { (a0.shifted(i * sa), b0.shifted(i * sb)) };
+            (x, y, OutMat { ptr: c0.ptr.wrapping_offset(i * so), ..c0 })
+        })
+        .collect())
+}
+
+/// `out[i] = a[i] @ b[i]` for a batch (3-D arrays), as [`matmul_into`] for each i:
+/// small products one per thread at a time ([`gemm::for_batch`]).
+#[pyfunction]
+#[pyo3(signature = (a, a_fmt, b, b_fmt, out))]
+fn matmul_batch_into<'py>(py: Python<'py>, a: Bound<'py, PyAny>, a_fmt: Option<Spec>, b: Bound<'py, PyAny>, b_fmt: Option<Spec>, out: Bound<'py, PyAny>) -> PyResult<()> {
+    let (a, b, mut out) = (in_mat::<Ix3>(&a, "a")?, in_mat::<Ix3>(&b, "b")?, out_arr::<Ix3>(&out)?);
+    macro_rules! run {
+        ($o:expr, $f:path) => {{
+            let items = batch_items(&a, a_fmt.as_ref(), &b, b_fmt.as_ref(), $o)?;
+            let madds = items.first().map_or(0, |(x, y, _)| x.rows * x.cols * y.cols);
+            py.detach(|| gemm::for_batch(items.len(), madds, &|i| $f(&items[i].0, &items[i].1, items[i].2))).py_err()
+        }};
+    }
+    match &mut out {
+        OutArr::F32(o) => run!(o, gemm::matmul_f32),
+        OutArr::F64(o) => run!(o, gemm::matmul_f64),
+        OutArr::I32(o) => run!(o, gemm::matmul_i8),
     }
 }
 
@@ -137,8 +219,8 @@ fn accum_spec(acc: Spec, chunk: Option<usize>, chunk_acc: Option<Spec>, rounding
 /// The output of an emulated product: float64, or float32 (accumulator formats inside float32).
 fn emu_out(out: &mut OutArr<'_>) -> PyResult<gemm::EmuOut> {
     match out {
-        OutArr::F64(o) => Ok(out_mat(o).into()),
-        OutArr::F32(o) => Ok(out_mat(o).into()),
+        OutArr::F64(o) => Ok(out_mat(o, 0).into()),
+        OutArr::F32(o) => Ok(out_mat(o, 0).into()),
         OutArr::I32(_) => Err(PyTypeError::new_err("out: emulated accumulation writes float64 or float32, got int32")),
     }
 }
@@ -162,11 +244,46 @@ fn matmul_emulated_into<'py>(
     rbits: u32,
 ) -> PyResult<()> {
     let spec = accum_spec(acc, chunk, chunk_acc, rounding, seed, rbits)?;
-    let (a, b, mut out) = (in_mat(&a, "a")?, in_mat(&b, "b")?, out_arr(&out)?);
-    let oa = operand(&a, a_fmt.as_ref(), "a")?;
-    let ob = operand(&b, b_fmt.as_ref(), "b")?;
+    let (a, b, mut out) = (in_mat::<Ix2>(&a, "a")?, in_mat::<Ix2>(&b, "b")?, out_arr::<Ix2>(&out)?);
+    let oa = operand(&a, a_fmt.as_ref(), "a", 0)?;
+    let ob = operand(&b, b_fmt.as_ref(), "b", 0)?;
     let c = emu_out(&mut out)?;
     py.detach(|| gemm::matmul_emulated(&oa, &ob, c, &spec)).py_err()
+}
+
+/// [`matmul_emulated_into`] for a batch (3-D arrays): every product with the same
+/// spec (and seed), small ones one per thread at a time ([`gemm::for_batch`]).
+#[pyfunction]
+#[pyo3(signature = (a, a_fmt, b, b_fmt, out, acc, chunk, chunk_acc, rounding, seed, rbits))]
+#[allow(clippy::too_many_arguments)]
+fn matmul_emulated_batch_into<'py>(
+    py: Python<'py>,
+    a: Bound<'py, PyAny>,
+    a_fmt: Option<Spec>,
+    b: Bound<'py, PyAny>,
+    b_fmt: Option<Spec>,
+    out: Bound<'py, PyAny>,
+    acc: Spec,
+    chunk: Option<usize>,
+    chunk_acc: Option<Spec>,
+    rounding: &str,
+    seed: u64,
+    rbits: u32,
+) -> PyResult<()> {
+    let spec = accum_spec(acc, chunk, chunk_acc, rounding, seed, rbits)?;
+    let (a, b, mut out) = (in_mat::<Ix3>(&a, "a")?, in_mat::<Ix3>(&b, "b")?, out_arr::<Ix3>(&out)?);
+    macro_rules! run {
+        ($o:expr) => {{
+            let items = batch_items(&a, a_fmt.as_ref(), &b, b_fmt.as_ref(), $o)?;
+            let madds = items.first().map_or(0, |(x, y, _)| x.rows * x.cols * y.cols);
+            py.detach(|| gemm::for_batch(items.len(), madds, &|i| gemm::matmul_emulated(&items[i].0, &items[i].1, gemm::EmuOut::from(items[i].2), &spec))).py_err()
+        }};
+    }
+    match &mut out {
+        OutArr::F64(o) => run!(o),
+        OutArr::F32(o) => run!(o),
+        OutArr::I32(_) => Err(PyTypeError::new_err("out: emulated accumulation writes float64 or float32, got int32")),
+    }
 }
 
 /// Column sums of `x` (k x m) into `out` (1 x m, float64 or float32), every add rounded into `acc`.
@@ -186,8 +303,8 @@ fn sum_into<'py>(
     rbits: u32,
 ) -> PyResult<()> {
     let spec = accum_spec(acc, chunk, chunk_acc, rounding, seed, rbits)?;
-    let (x, mut out) = (in_mat(&x, "x")?, out_arr(&out)?);
-    let ox = operand(&x, x_fmt.as_ref(), "x")?;
+    let (x, mut out) = (in_mat::<Ix2>(&x, "x")?, out_arr::<Ix2>(&out)?);
+    let ox = operand(&x, x_fmt.as_ref(), "x", 0)?;
     let c = emu_out(&mut out)?;
     py.detach(|| gemm::sum_emulated(&ox, c, &spec)).py_err()
 }
@@ -235,6 +352,8 @@ fn matmul_unpacked_f32(py: Python<'_>, a: PyReadonlyArray2<'_, f32>, b: PyReadon
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(matmul_into, m)?)?;
     m.add_function(wrap_pyfunction!(matmul_emulated_into, m)?)?;
+    m.add_function(wrap_pyfunction!(matmul_batch_into, m)?)?;
+    m.add_function(wrap_pyfunction!(matmul_emulated_batch_into, m)?)?;
     m.add_function(wrap_pyfunction!(sum_into, m)?)?;
     m.add_function(wrap_pyfunction!(products_exact, m)?)?;
     m.add_function(wrap_pyfunction!(padded_ld, m)?)?;

@@ -33,7 +33,7 @@ use crate::parallel;
 const PB: usize = 16;
 
 /// Fewest multiply-adds (m*n*k) worth splitting across threads.
-const PAR_MIN: usize = 1 << 22;
+pub(super) const PAR_MIN: usize = 1 << 22;
 
 /// Largest packed B (bytes) that the threads of a row split share; above it
 /// each thread packs its own blocks of B.

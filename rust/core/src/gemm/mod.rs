@@ -163,6 +163,14 @@ impl Operand {
     }
 
     /// Are all values exactly f32 (so the f32 path loses nothing in the inputs)?
+    /// The same view moved `elems` elements further (the next matrix of a batch).
+    ///
+    /// # Safety
+    /// The moved view must satisfy [`Operand::from_raw`]'s conditions.
+    pub unsafe fn shifted(&self, elems: isize) -> Operand {
+        Operand { ptr: self.ptr.wrapping_offset(elems * self.storage.bytes() as isize), ..self.clone() }
+    }
+
     pub fn fits_f32(&self) -> bool {
         match &self.dec {
             Dec::F64 => false,
@@ -350,6 +358,39 @@ pub fn matmul_i8(a: &Operand, b: &Operand, c: OutMat<i32>) -> Result<()> {
         driver::gemm(&kernels::I8Portable, a, b, c);
     }
     Ok(())
+}
+
+/// Runs `run(i)` for the products `0..count` of a batch, each of `madds`
+/// multiply-adds: products too small to be split over the threads (as one
+/// product alone would not be) one per thread at a time, each on its thread
+/// alone ([`crate::parallel::serially`]); larger ones in turn, each over every
+/// thread. Product 0 runs first, so that an error of the batch's shapes or
+/// formats (which its products share) is its error; after an error no
+/// further product starts, and the first error met is returned. Every
+/// product computes what it computes alone.
+pub fn for_batch(count: usize, madds: usize, run: &(dyn Fn(usize) -> Result<()> + Sync)) -> Result<()> {
+    if count == 0 {
+        return Ok(());
+    }
+    run(0)?;
+    if madds >= driver::PAR_MIN {
+        return (1..count).try_for_each(run);
+    }
+    let first_err: Mutex<Option<Error>> = Mutex::new(None);
+    let failed = std::sync::atomic::AtomicBool::new(false);
+    crate::parallel::for_each_item(count - 1, &|i| {
+        if failed.load(std::sync::atomic::Ordering::Relaxed) {
+            return;
+        }
+        if let Err(e) = crate::parallel::serially(|| run(i + 1)) {
+            failed.store(true, std::sync::atomic::Ordering::Relaxed);
+            first_err.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(e);
+        }
+    });
+    match first_err.into_inner().unwrap_or_else(|p| p.into_inner()) {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
 }
 
 /// Cache line in bytes.

@@ -1290,3 +1290,41 @@ fn emulated_float32_output_matches_float64() {
     // SAFETY: as above.
     assert!(matmul_emulated(&a, &b, unsafe { OutMat::from_raw(c32.as_mut_ptr(), m, n, n as isize, 1) }, &narrow_then_wide).is_err());
 }
+
+/// `for_batch` runs every product once, small ones on the pool's threads with
+/// one thread each (`serially`), and returns an error of a failing product; a
+/// failing first product stops the batch before any other runs.
+#[test]
+fn for_batch_runs_each_product_once() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let _settings = crate::settings_write();
+    let old = crate::parallel::num_threads();
+    crate::parallel::set_num_threads(2).unwrap();
+    for madds in [10, 1 << 30] {
+        let hits: Vec<AtomicUsize> = (0..50).map(|_| AtomicUsize::new(0)).collect();
+        let seen = AtomicUsize::new(0);
+        super::for_batch(50, madds, &|i| {
+            hits[i].fetch_add(1, Ordering::Relaxed);
+            // Small products (after the first) see one thread; large ones the pool's two.
+            let want = if madds < 1000 && i > 0 { 1 } else { 2 };
+            assert_eq!(crate::parallel::num_threads(), want, "product {i}");
+            seen.fetch_add(1, Ordering::Relaxed);
+            Ok(())
+        })
+        .unwrap();
+        assert!(hits.iter().all(|h| h.load(Ordering::Relaxed) == 1));
+        assert_eq!(seen.load(Ordering::Relaxed), 50);
+        // Outside, the thread count is the pool's again.
+        assert_eq!(crate::parallel::num_threads(), 2);
+        let err = super::for_batch(50, madds, &|i| if i == 7 || i == 30 { Err(crate::Error::value(format!("product {i}"))) } else { Ok(()) });
+        let msg = err.unwrap_err().to_string();
+        assert!(msg.contains("product 7") || msg.contains("product 30"), "{msg}");
+        let ran = AtomicUsize::new(0);
+        let err = super::for_batch(50, madds, &|i| {
+            ran.fetch_add(1, Ordering::Relaxed);
+            if i == 0 { Err(crate::Error::value("first")) } else { Ok(()) }
+        });
+        assert!(err.is_err() && ran.load(Ordering::Relaxed) == 1);
+    }
+    crate::parallel::set_num_threads(old).unwrap();
+}
