@@ -289,12 +289,9 @@ def matmul(a: Any, b: Any, *, accumulate: Any = "float32", chunk: Optional[int] 
         # (small products there run one per thread); leading batch axes loop here.
         cspec = cacc._spec if cacc is not None else None
         for idx in np.ndindex(*batch[:-1]):
-            x, y, o = ab[idx], bb[idx], r2[idx]
+            x, y, o = ab[idx], bb[idx], r2[idx]  # 3-D: a batch axis; 2-D without one
             if path == "emu":
-                emu = _lowp.matmul_emulated_batch_into if batch else _lowp.matmul_emulated_into
-                emu(x, aspec, y, bspec, o, acc._spec, chunk, cspec, rounding, seed_w, rbits_v)
-            elif batch:
-                _lowp.matmul_batch_into(x, aspec, y, bspec, o)
+                _lowp.matmul_emulated_into(x, aspec, y, bspec, o, acc._spec, chunk, cspec, rounding, seed_w, rbits_v)
             else:
                 _lowp.matmul_into(x, aspec, y, bspec, o)
     if not direct:

@@ -110,9 +110,13 @@ fn out_mat<T: numpy::Element, D: Dimension>(o: &mut PyReadwriteArray<'_, T, D>, 
 }
 
 /// `out = a @ b`: float32 out -> f32 accumulation, float64 -> f64, int32 -> exact int8.
+/// With 3-D arrays, a batch: `out[i] = a[i] @ b[i]` ([`matmul_batch`]).
 #[pyfunction]
 #[pyo3(signature = (a, a_fmt, b, b_fmt, out))]
 fn matmul_into<'py>(py: Python<'py>, a: Bound<'py, PyAny>, a_fmt: Option<Spec>, b: Bound<'py, PyAny>, b_fmt: Option<Spec>, out: Bound<'py, PyAny>) -> PyResult<()> {
+    if is_batch(&out) {
+        return matmul_batch(py, &a, a_fmt.as_ref(), &b, b_fmt.as_ref(), &out);
+    }
     let (a, b, mut out) = (in_mat::<Ix2>(&a, "a")?, in_mat::<Ix2>(&b, "b")?, out_arr::<Ix2>(&out)?);
     let oa = operand(&a, a_fmt.as_ref(), "a", 0)?;
     let ob = operand(&b, b_fmt.as_ref(), "b", 0)?;
@@ -182,15 +186,18 @@ fn batch_items<'py, T: numpy::Element>(
         .collect())
 }
 
-/// `out[i] = a[i] @ b[i]` for a batch (3-D arrays), as [`matmul_into`] for each i:
+/// Is `out` a batch of matrices (3-D)?
+fn is_batch(out: &Bound<'_, PyAny>) -> bool {
+    out.cast::<PyUntypedArray>().is_ok_and(|x| x.ndim() == 3)
+}
+
+/// [`matmul_into`] for a batch (3-D arrays): `out[i] = a[i] @ b[i]` for each i,
 /// small products one per thread at a time ([`gemm::for_batch`]).
-#[pyfunction]
-#[pyo3(signature = (a, a_fmt, b, b_fmt, out))]
-fn matmul_batch_into<'py>(py: Python<'py>, a: Bound<'py, PyAny>, a_fmt: Option<Spec>, b: Bound<'py, PyAny>, b_fmt: Option<Spec>, out: Bound<'py, PyAny>) -> PyResult<()> {
-    let (a, b, mut out) = (in_mat::<Ix3>(&a, "a")?, in_mat::<Ix3>(&b, "b")?, out_arr::<Ix3>(&out)?);
+fn matmul_batch<'py>(py: Python<'py>, a: &Bound<'py, PyAny>, a_fmt: Option<&Spec>, b: &Bound<'py, PyAny>, b_fmt: Option<&Spec>, out: &Bound<'py, PyAny>) -> PyResult<()> {
+    let (a, b, mut out) = (in_mat::<Ix3>(a, "a")?, in_mat::<Ix3>(b, "b")?, out_arr::<Ix3>(out)?);
     macro_rules! run {
         ($o:expr, $f:path) => {{
-            let items = batch_items(&a, a_fmt.as_ref(), &b, b_fmt.as_ref(), $o)?;
+            let items = batch_items(&a, a_fmt, &b, b_fmt, $o)?;
             let madds = items.first().map_or(0, |(x, y, _)| x.rows * x.cols * y.cols);
             py.detach(|| gemm::for_batch(items.len(), madds, &|i| $f(&items[i].0, &items[i].1, items[i].2))).py_err()
         }};
@@ -225,7 +232,8 @@ fn emu_out(out: &mut OutArr<'_>) -> PyResult<gemm::EmuOut> {
     }
 }
 
-/// `out = a @ b` (float64 or float32 out) with every add rounded into `acc`.
+/// `out = a @ b` (float64 or float32 out) with every add rounded into `acc`; with
+/// 3-D arrays, a batch ([`matmul_emulated_batch`]).
 #[pyfunction]
 #[pyo3(signature = (a, a_fmt, b, b_fmt, out, acc, chunk, chunk_acc, rounding, seed, rbits))]
 #[allow(clippy::too_many_arguments)]
@@ -244,6 +252,9 @@ fn matmul_emulated_into<'py>(
     rbits: u32,
 ) -> PyResult<()> {
     let spec = accum_spec(acc, chunk, chunk_acc, rounding, seed, rbits)?;
+    if is_batch(&out) {
+        return matmul_emulated_batch(py, &a, a_fmt.as_ref(), &b, b_fmt.as_ref(), &out, &spec);
+    }
     let (a, b, mut out) = (in_mat::<Ix2>(&a, "a")?, in_mat::<Ix2>(&b, "b")?, out_arr::<Ix2>(&out)?);
     let oa = operand(&a, a_fmt.as_ref(), "a", 0)?;
     let ob = operand(&b, b_fmt.as_ref(), "b", 0)?;
@@ -253,30 +264,21 @@ fn matmul_emulated_into<'py>(
 
 /// [`matmul_emulated_into`] for a batch (3-D arrays): every product with the same
 /// spec (and seed), small ones one per thread at a time ([`gemm::for_batch`]).
-#[pyfunction]
-#[pyo3(signature = (a, a_fmt, b, b_fmt, out, acc, chunk, chunk_acc, rounding, seed, rbits))]
-#[allow(clippy::too_many_arguments)]
-fn matmul_emulated_batch_into<'py>(
+fn matmul_emulated_batch<'py>(
     py: Python<'py>,
-    a: Bound<'py, PyAny>,
-    a_fmt: Option<Spec>,
-    b: Bound<'py, PyAny>,
-    b_fmt: Option<Spec>,
-    out: Bound<'py, PyAny>,
-    acc: Spec,
-    chunk: Option<usize>,
-    chunk_acc: Option<Spec>,
-    rounding: &str,
-    seed: u64,
-    rbits: u32,
+    a: &Bound<'py, PyAny>,
+    a_fmt: Option<&Spec>,
+    b: &Bound<'py, PyAny>,
+    b_fmt: Option<&Spec>,
+    out: &Bound<'py, PyAny>,
+    spec: &AccumSpec,
 ) -> PyResult<()> {
-    let spec = accum_spec(acc, chunk, chunk_acc, rounding, seed, rbits)?;
-    let (a, b, mut out) = (in_mat::<Ix3>(&a, "a")?, in_mat::<Ix3>(&b, "b")?, out_arr::<Ix3>(&out)?);
+    let (a, b, mut out) = (in_mat::<Ix3>(a, "a")?, in_mat::<Ix3>(b, "b")?, out_arr::<Ix3>(out)?);
     macro_rules! run {
         ($o:expr) => {{
-            let items = batch_items(&a, a_fmt.as_ref(), &b, b_fmt.as_ref(), $o)?;
+            let items = batch_items(&a, a_fmt, &b, b_fmt, $o)?;
             let madds = items.first().map_or(0, |(x, y, _)| x.rows * x.cols * y.cols);
-            py.detach(|| gemm::for_batch(items.len(), madds, &|i| gemm::matmul_emulated(&items[i].0, &items[i].1, gemm::EmuOut::from(items[i].2), &spec))).py_err()
+            py.detach(|| gemm::for_batch(items.len(), madds, &|i| gemm::matmul_emulated(&items[i].0, &items[i].1, gemm::EmuOut::from(items[i].2), spec))).py_err()
         }};
     }
     match &mut out {
@@ -352,8 +354,6 @@ fn matmul_unpacked_f32(py: Python<'_>, a: PyReadonlyArray2<'_, f32>, b: PyReadon
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(matmul_into, m)?)?;
     m.add_function(wrap_pyfunction!(matmul_emulated_into, m)?)?;
-    m.add_function(wrap_pyfunction!(matmul_batch_into, m)?)?;
-    m.add_function(wrap_pyfunction!(matmul_emulated_batch_into, m)?)?;
     m.add_function(wrap_pyfunction!(sum_into, m)?)?;
     m.add_function(wrap_pyfunction!(products_exact, m)?)?;
     m.add_function(wrap_pyfunction!(padded_ld, m)?)?;
