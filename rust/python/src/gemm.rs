@@ -71,20 +71,18 @@ fn out_arr<'py, D: Dimension>(x: &Bound<'py, PyAny>) -> PyResult<OutArr<'py, D>>
     Err(PyTypeError::new_err("out: must be float32, float64 or int32"))
 }
 
-/// A view of a borrowed input matrix, or of matrix `item` of a batch.
-fn operand<D: Dimension>(x: &InMat<'_, D>, fmt: Option<&Spec>, arg: &str, item: usize) -> PyResult<Operand> {
+/// A view of a borrowed input matrix, or of the first matrix of a batch (not empty).
+fn operand<D: Dimension>(x: &InMat<'_, D>, fmt: Option<&Spec>, arg: &str) -> PyResult<Operand> {
     let f = fmt.map(|s| s.0);
     macro_rules! view {
         ($a:expr, $st:expr) => {{
             let v = $a.as_array();
             let (sh, s) = (v.shape(), v.strides());
             let d = sh.len();
-            // A batch's matrix `item` starts `item` strides of the first axis further.
-            assert!(d == 2 && item == 0 || d == 3 && item < sh[0], "{arg}: no matrix {item}");
-            let p = v.as_ptr().wrapping_offset(if d == 3 { item as isize * s[0] } else { 0 });
-            // SAFETY: the view covers exactly the elements of the (matrix of the)
-            // borrowed array, which stays borrowed (alive, unmodified) for this call.
-            unsafe { Operand::from_raw(p as *const u8, $st, f, sh[d - 2], sh[d - 1], s[d - 2], s[d - 1], arg) }.py_err()
+            assert!(d == 2 || sh[0] > 0, "{arg}: an empty batch has no matrix");
+            // SAFETY: the view covers exactly the elements of the (first matrix of
+            // the) borrowed array, which stays borrowed (alive, unmodified) for this call.
+            unsafe { Operand::from_raw(v.as_ptr() as *const u8, $st, f, sh[d - 2], sh[d - 1], s[d - 2], s[d - 1], arg) }.py_err()
         }};
     }
     match x {
@@ -97,16 +95,15 @@ fn operand<D: Dimension>(x: &InMat<'_, D>, fmt: Option<&Spec>, arg: &str, item: 
     }
 }
 
-/// The output matrix, or matrix `item` of a batch.
-fn out_mat<T: numpy::Element, D: Dimension>(o: &mut PyReadwriteArray<'_, T, D>, item: usize) -> OutMat<T> {
+/// The output matrix, or the first matrix of a batch (not empty).
+fn out_mat<T: numpy::Element, D: Dimension>(o: &mut PyReadwriteArray<'_, T, D>) -> OutMat<T> {
     let mut v = o.as_array_mut();
     let (sh, s) = (v.shape().to_vec(), v.strides().to_vec());
     let d = sh.len();
-    assert!(d == 2 && item == 0 || d == 3 && item < sh[0], "out: no matrix {item}");
-    let p = v.as_mut_ptr().wrapping_offset(if d == 3 { item as isize * s[0] } else { 0 });
+    assert!(d == 2 || sh[0] > 0, "out: an empty batch has no matrix");
     // SAFETY: the array is mutably borrowed for this call; the Python layer
     // passes arrays whose elements do not overlap (no zero strides).
-    unsafe { OutMat::from_raw(p, sh[d - 2], sh[d - 1], s[d - 2], s[d - 1]) }
+    unsafe { OutMat::from_raw(v.as_mut_ptr(), sh[d - 2], sh[d - 1], s[d - 2], s[d - 1]) }
 }
 
 /// `out = a @ b`: float32 out -> f32 accumulation, float64 -> f64, int32 -> exact int8.
@@ -118,19 +115,19 @@ fn matmul_into<'py>(py: Python<'py>, a: Bound<'py, PyAny>, a_fmt: Option<Spec>, 
         return matmul_batch(py, &a, a_fmt.as_ref(), &b, b_fmt.as_ref(), &out);
     }
     let (a, b, mut out) = (in_mat::<Ix2>(&a, "a")?, in_mat::<Ix2>(&b, "b")?, out_arr::<Ix2>(&out)?);
-    let oa = operand(&a, a_fmt.as_ref(), "a", 0)?;
-    let ob = operand(&b, b_fmt.as_ref(), "b", 0)?;
+    let oa = operand(&a, a_fmt.as_ref(), "a")?;
+    let ob = operand(&b, b_fmt.as_ref(), "b")?;
     match &mut out {
         OutArr::F32(o) => {
-            let c = out_mat(o, 0);
+            let c = out_mat(o);
             py.detach(|| gemm::matmul_f32(&oa, &ob, c)).py_err()
         }
         OutArr::F64(o) => {
-            let c = out_mat(o, 0);
+            let c = out_mat(o);
             py.detach(|| gemm::matmul_f64(&oa, &ob, c)).py_err()
         }
         OutArr::I32(o) => {
-            let c = out_mat(o, 0);
+            let c = out_mat(o);
             py.detach(|| gemm::matmul_i8(&oa, &ob, c)).py_err()
         }
     }
@@ -175,7 +172,7 @@ fn batch_items<'py, T: numpy::Element>(
     if count == 0 {
         return Ok(Vec::new());
     }
-    let (a0, b0, c0) = (operand(a, a_fmt, "a", 0)?, operand(b, b_fmt, "b", 0)?, out_mat(o, 0));
+    let (a0, b0, c0) = (operand(a, a_fmt, "a")?, operand(b, b_fmt, "b")?, out_mat(o));
     Ok((0..count as isize)
         .map(|i| {
             // SAFETY: matrix i of each array starts i strides of its first axis on
@@ -226,8 +223,8 @@ fn accum_spec(acc: Spec, chunk: Option<usize>, chunk_acc: Option<Spec>, rounding
 /// The output of an emulated product: float64, or float32 (accumulator formats inside float32).
 fn emu_out(out: &mut OutArr<'_>) -> PyResult<gemm::EmuOut> {
     match out {
-        OutArr::F64(o) => Ok(out_mat(o, 0).into()),
-        OutArr::F32(o) => Ok(out_mat(o, 0).into()),
+        OutArr::F64(o) => Ok(out_mat(o).into()),
+        OutArr::F32(o) => Ok(out_mat(o).into()),
         OutArr::I32(_) => Err(PyTypeError::new_err("out: emulated accumulation writes float64 or float32, got int32")),
     }
 }
@@ -256,8 +253,8 @@ fn matmul_emulated_into<'py>(
         return matmul_emulated_batch(py, &a, a_fmt.as_ref(), &b, b_fmt.as_ref(), &out, &spec);
     }
     let (a, b, mut out) = (in_mat::<Ix2>(&a, "a")?, in_mat::<Ix2>(&b, "b")?, out_arr::<Ix2>(&out)?);
-    let oa = operand(&a, a_fmt.as_ref(), "a", 0)?;
-    let ob = operand(&b, b_fmt.as_ref(), "b", 0)?;
+    let oa = operand(&a, a_fmt.as_ref(), "a")?;
+    let ob = operand(&b, b_fmt.as_ref(), "b")?;
     let c = emu_out(&mut out)?;
     py.detach(|| gemm::matmul_emulated(&oa, &ob, c, &spec)).py_err()
 }
@@ -306,7 +303,7 @@ fn sum_into<'py>(
 ) -> PyResult<()> {
     let spec = accum_spec(acc, chunk, chunk_acc, rounding, seed, rbits)?;
     let (x, mut out) = (in_mat::<Ix2>(&x, "x")?, out_arr::<Ix2>(&out)?);
-    let ox = operand(&x, x_fmt.as_ref(), "x", 0)?;
+    let ox = operand(&x, x_fmt.as_ref(), "x")?;
     let c = emu_out(&mut out)?;
     py.detach(|| gemm::sum_emulated(&ox, c, &spec)).py_err()
 }

@@ -162,7 +162,6 @@ impl Operand {
         Operand { rows: self.cols, cols: self.rows, rs: self.cs, cs: self.rs, ..self.clone() }
     }
 
-    /// Are all values exactly f32 (so the f32 path loses nothing in the inputs)?
     /// The same view moved `elems` elements further (the next matrix of a batch).
     ///
     /// # Safety
@@ -171,6 +170,7 @@ impl Operand {
         Operand { ptr: self.ptr.wrapping_offset(elems * self.storage.bytes() as isize), ..self.clone() }
     }
 
+    /// Are all values exactly f32 (so the f32 path loses nothing in the inputs)?
     pub fn fits_f32(&self) -> bool {
         match &self.dec {
             Dec::F64 => false,
