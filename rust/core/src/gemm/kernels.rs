@@ -96,23 +96,27 @@ unsafe fn pack_lines<T: Copy + Default>(get: impl Fn(isize) -> T, base: isize, s
             // Rows along the depth (A row-major): decode a block of each line with
             // contiguous (vectorizable) reads, then interleave six lines at a time.
             const PBLK: usize = 64;
-            let mut tmp = [[T::default(); PBLK]; 6];
+            // Not zeroed first (a call on a small product would spend more on that
+            // than on its values): each block writes the first pn values of every
+            // line before they are read.
+            let mut tmp = [[std::mem::MaybeUninit::<T>::uninit(); PBLK]; 6];
             for p0 in (0..kc).step_by(PBLK) {
                 let pn = PBLK.min(kc - p0);
                 for (l, t) in tmp.iter_mut().enumerate() {
                     if l < nv {
                         let row = base + l as isize * sl + p0 as isize;
                         for (q, x) in t[..pn].iter_mut().enumerate() {
-                            *x = get(row + q as isize);
+                            x.write(get(row + q as isize));
                         }
                     } else {
-                        t[..pn].fill(T::default());
+                        t[..pn].fill(std::mem::MaybeUninit::new(T::default()));
                     }
                 }
                 for q in 0..pn {
                     let dq = d.add((p0 + q) * 6);
                     for (l, t) in tmp.iter().enumerate() {
-                        *dq.add(l) = t[q];
+                        // Written above (q < pn).
+                        *dq.add(l) = t[q].assume_init();
                     }
                 }
             }
