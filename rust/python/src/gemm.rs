@@ -133,54 +133,21 @@ fn matmul_into<'py>(py: Python<'py>, a: Bound<'py, PyAny>, a_fmt: Option<Spec>, 
     }
 }
 
-/// The operands and outputs of a batch: `a[i] @ b[i]` into `out[i]` for every i
-/// (3-D arrays, the batch along the first axis; zero strides there broadcast).
-fn batch_items<'py, T: numpy::Element>(
-    a: &InMat<'py, Ix3>,
-    a_fmt: Option<&Spec>,
-    b: &InMat<'py, Ix3>,
-    b_fmt: Option<&Spec>,
-    o: &mut PyReadwriteArray<'py, T, Ix3>,
-) -> PyResult<Vec<(Operand, Operand, OutMat<T>)>> {
-    // The batch's length and stride (elements) along its first axis.
-    let axis0 = |x: &InMat<'py, Ix3>| {
-        macro_rules! of {
-            ($v:expr) => {{
-                let v = $v.as_array();
-                (v.shape()[0], v.strides()[0])
-            }};
-        }
-        match x {
-            InMat::F32(v) => of!(v),
-            InMat::F64(v) => of!(v),
-            InMat::I8(v) => of!(v),
-            InMat::U8(v) => of!(v),
-            InMat::U16(v) => of!(v),
-            InMat::U32(v) => of!(v),
-        }
-    };
-    let (count, so) = {
-        let v = o.as_array();
-        (v.shape()[0], v.strides()[0])
-    };
-    let ((na, sa), (nb, sb)) = (axis0(a), axis0(b));
-    for (n, arg) in [(na, "a"), (nb, "b")] {
-        if n != count {
+/// Length and element stride of the first axis of each of a batch's arrays
+/// (`a`, `b`, `out`, already borrowed as 3-D arrays; zero strides broadcast),
+/// the lengths equal.
+fn batch_axis(a: &Bound<'_, PyAny>, b: &Bound<'_, PyAny>, out: &Bound<'_, PyAny>) -> PyResult<(usize, [isize; 3])> {
+    let axis = [a, b, out].map(|x| {
+        let arr = x.cast::<PyUntypedArray>().expect("borrowed as an array");
+        (arr.shape()[0], arr.strides()[0] / arr.dtype().itemsize() as isize)
+    });
+    let count = axis[2].0;
+    for ((n, _), arg) in axis[..2].iter().zip(["a", "b"]) {
+        if *n != count {
             return Err(PyValueError::new_err(format!("{arg}: a batch of {n} matrices, but out has {count}")));
         }
     }
-    if count == 0 {
-        return Ok(Vec::new());
-    }
-    let (a0, b0, c0) = (operand(a, a_fmt, "a")?, operand(b, b_fmt, "b")?, out_mat(o));
-    Ok((0..count as isize)
-        .map(|i| {
-            // SAFETY: matrix i of each array starts i strides of its first axis on
-            // (i < count, the arrays' common batch length): a view inside the array.
-            let (x, y) = unsafe { (a0.shifted(i * sa), b0.shifted(i * sb)) };
-            (x, y, OutMat { ptr: c0.ptr.wrapping_offset(i * so), ..c0 })
-        })
-        .collect())
+    Ok((count, axis.map(|(_, s)| s)))
 }
 
 /// Is `out` a batch of matrices (3-D)?
@@ -188,21 +155,44 @@ fn is_batch(out: &Bound<'_, PyAny>) -> bool {
     out.cast::<PyUntypedArray>().is_ok_and(|x| x.ndim() == 3)
 }
 
-/// [`matmul_into`] for a batch (3-D arrays): `out[i] = a[i] @ b[i]` for each i,
-/// small products one per thread at a time ([`gemm::for_batch`]).
-fn matmul_batch<'py>(py: Python<'py>, a: &Bound<'py, PyAny>, a_fmt: Option<&Spec>, b: &Bound<'py, PyAny>, b_fmt: Option<&Spec>, out: &Bound<'py, PyAny>) -> PyResult<()> {
-    let (a, b, mut out) = (in_mat::<Ix3>(a, "a")?, in_mat::<Ix3>(b, "b")?, out_arr::<Ix3>(out)?);
-    macro_rules! run {
-        ($o:expr, $f:path) => {{
-            let items = batch_items(&a, a_fmt, &b, b_fmt, $o)?;
-            let madds = items.first().map_or(0, |(x, y, _)| x.rows * x.cols * y.cols);
-            py.detach(|| gemm::for_batch(items.len(), madds, &|i| $f(&items[i].0, &items[i].1, items[i].2))).py_err()
-        }};
+/// `one(a[i], b[i], out[i])` for every matrix i of a batch (3-D arrays), small
+/// products one per thread at a time ([`gemm::for_batch`]).
+#[allow(clippy::too_many_arguments)]
+fn run_batch<'py, T: numpy::Element>(
+    py: Python<'py>,
+    a: &InMat<'py, Ix3>,
+    a_fmt: Option<&Spec>,
+    b: &InMat<'py, Ix3>,
+    b_fmt: Option<&Spec>,
+    o: &mut PyReadwriteArray<'py, T, Ix3>,
+    (count, [sa, sb, so]): (usize, [isize; 3]),
+    one: impl Fn(&Operand, &Operand, OutMat<T>) -> lowp_core::Result<()> + Sync,
+) -> PyResult<()> {
+    if count == 0 {
+        return Ok(());
     }
-    match &mut out {
-        OutArr::F32(o) => run!(o, gemm::matmul_f32),
-        OutArr::F64(o) => run!(o, gemm::matmul_f64),
-        OutArr::I32(o) => run!(o, gemm::matmul_i8),
+    let (a0, b0, c0) = (operand(a, a_fmt, "a")?, operand(b, b_fmt, "b")?, out_mat(o));
+    let madds = a0.rows * a0.cols * b0.cols;
+    py.detach(|| {
+        gemm::for_batch(count, madds, &|i| {
+            let i = i as isize;
+            // SAFETY: matrix i of each array starts i strides of its first axis on
+            // (i < count, the arrays' common batch length): a view inside the array.
+            let (x, y) = unsafe { (a0.shifted(i * sa), b0.shifted(i * sb)) };
+            one(&x, &y, OutMat { ptr: c0.at(0, 0).wrapping_offset(i * so), ..c0 })
+        })
+    })
+    .py_err()
+}
+
+/// [`matmul_into`] for a batch (3-D arrays): `out[i] = a[i] @ b[i]` for each i.
+fn matmul_batch<'py>(py: Python<'py>, a: &Bound<'py, PyAny>, a_fmt: Option<&Spec>, b: &Bound<'py, PyAny>, b_fmt: Option<&Spec>, out: &Bound<'py, PyAny>) -> PyResult<()> {
+    let (am, bm, mut om) = (in_mat::<Ix3>(a, "a")?, in_mat::<Ix3>(b, "b")?, out_arr::<Ix3>(out)?);
+    let axis = batch_axis(a, b, out)?;
+    match &mut om {
+        OutArr::F32(o) => run_batch(py, &am, a_fmt, &bm, b_fmt, o, axis, gemm::matmul_f32),
+        OutArr::F64(o) => run_batch(py, &am, a_fmt, &bm, b_fmt, o, axis, gemm::matmul_f64),
+        OutArr::I32(o) => run_batch(py, &am, a_fmt, &bm, b_fmt, o, axis, gemm::matmul_i8),
     }
 }
 
@@ -260,7 +250,7 @@ fn matmul_emulated_into<'py>(
 }
 
 /// [`matmul_emulated_into`] for a batch (3-D arrays): every product with the same
-/// spec (and seed), small ones one per thread at a time ([`gemm::for_batch`]).
+/// spec (and seed).
 fn matmul_emulated_batch<'py>(
     py: Python<'py>,
     a: &Bound<'py, PyAny>,
@@ -270,17 +260,11 @@ fn matmul_emulated_batch<'py>(
     out: &Bound<'py, PyAny>,
     spec: &AccumSpec,
 ) -> PyResult<()> {
-    let (a, b, mut out) = (in_mat::<Ix3>(a, "a")?, in_mat::<Ix3>(b, "b")?, out_arr::<Ix3>(out)?);
-    macro_rules! run {
-        ($o:expr) => {{
-            let items = batch_items(&a, a_fmt, &b, b_fmt, $o)?;
-            let madds = items.first().map_or(0, |(x, y, _)| x.rows * x.cols * y.cols);
-            py.detach(|| gemm::for_batch(items.len(), madds, &|i| gemm::matmul_emulated(&items[i].0, &items[i].1, gemm::EmuOut::from(items[i].2), spec))).py_err()
-        }};
-    }
-    match &mut out {
-        OutArr::F64(o) => run!(o),
-        OutArr::F32(o) => run!(o),
+    let (am, bm, mut om) = (in_mat::<Ix3>(a, "a")?, in_mat::<Ix3>(b, "b")?, out_arr::<Ix3>(out)?);
+    let axis = batch_axis(a, b, out)?;
+    match &mut om {
+        OutArr::F64(o) => run_batch(py, &am, a_fmt, &bm, b_fmt, o, axis, |x, y, c: OutMat<f64>| gemm::matmul_emulated(x, y, gemm::EmuOut::from(c), spec)),
+        OutArr::F32(o) => run_batch(py, &am, a_fmt, &bm, b_fmt, o, axis, |x, y, c: OutMat<f32>| gemm::matmul_emulated(x, y, gemm::EmuOut::from(c), spec)),
         OutArr::I32(_) => Err(PyTypeError::new_err("out: emulated accumulation writes float64 or float32, got int32")),
     }
 }
