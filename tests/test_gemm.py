@@ -206,6 +206,24 @@ def test_out_and_out_dtype():
     assert np.array_equal(o16.view(np.uint16), r.view(np.uint16))
     r = lowp.matmul(a, b, out_dtype=np.float64)
     assert r.dtype == np.float64 and np.array_equal(r, ref.astype(np.float64))
+    # Low-precision results: the float32 accumulators rounded once, to nearest even,
+    # into contiguous and strided outputs alike (one path writes the codes directly,
+    # the other goes through a temporary), lowp's dtypes and ml_dtypes' alike.
+    big = rand((20, 25), np.float32, 17) * np.float32(1e3)
+    for dt in (ml_dtypes.bfloat16, ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e5m2, lowp.posit16, lowp.bfloat16):
+        f = lowp.format(dt)
+        for prod in (ref, big):
+            want = lowp.encode(prod, f)
+            r = lowp.matmul(a, b, out_dtype=dt) if prod is ref else None
+            if r is not None:
+                assert r.dtype == np.dtype(dt) and np.array_equal(r.view(want.dtype), want), dt
+            o = np.zeros((25, 40), dt).T[:20, :25]
+            ident = np.eye(25, dtype=np.float32)
+            lowp.matmul(prod, ident, out=o)
+            assert np.array_equal(o.view(want.dtype), want), dt
+            oc = np.zeros((20, 25), dt)
+            lowp.matmul(prod, ident, out=oc)
+            assert np.array_equal(oc.view(want.dtype), want), dt
     # out overlapping an input.
     x = rand((16, 16), np.float32, 16)
     want = lowp.matmul(x, x)

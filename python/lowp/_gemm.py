@@ -12,6 +12,7 @@ the float32 accumulators rounded once into the input dtype.
 
 from __future__ import annotations
 
+import math
 from typing import Any, Optional, Union
 
 import numpy as np
@@ -43,17 +44,34 @@ def _as_array(x: Any, arg: str) -> np.ndarray:
         raise TypeError(f"{arg}: cannot be read as a numeric array: {e}") from None
 
 
+#: (storage dtype, format spec, format) of each input dtype seen, by dtype: the
+#: lookup by name is a few microseconds, as much as a whole small product.
+_OPERANDS: dict = {}
+
+
 def _operand(x: np.ndarray, arg: str) -> tuple[np.ndarray, Optional[tuple], Format]:
     """(array the core reads, format spec for code storages or None, format of the values)."""
     if not x.dtype.isnative:
         x = x.astype(x.dtype.newbyteorder("="))
     dt = x.dtype
+    hit = _OPERANDS.get(dt)
+    if hit is None:
+        hit = _operand_of(dt, arg)
+        if len(_OPERANDS) >= 256:
+            _OPERANDS.clear()
+        _OPERANDS[dt] = hit
+    sd, spec, f = hit
+    return (x if sd is None else x.view(sd)), spec, f
+
+
+def _operand_of(dt: np.dtype, arg: str) -> tuple[Optional[np.dtype], Optional[tuple], Format]:
+    """(storage dtype to view as or None, spec or None, format) of input dtype ``dt``."""
     if dt == np.float32:
-        return x, None, _F32
+        return None, None, _F32
     if dt == np.float64:
-        return x, None, _F64
+        return None, None, _F64
     if dt == np.int8:
-        return x, None, _I8
+        return None, None, _I8
     f: Optional[Format] = None
     if dt == np.float16:
         f = _NAMED["float16"]
@@ -64,10 +82,12 @@ def _operand(x: np.ndarray, arg: str) -> tuple[np.ndarray, Optional[tuple], Form
             f = None
     if f is None or f.storage_dtype.itemsize != dt.itemsize:
         raise TypeError(f"{arg}: unsupported dtype {dt}; accepted: {_ACCEPTED}")
-    return x.view(f.storage_dtype), f._spec, f
+    return f.storage_dtype, f._spec, f
 
 
 def _parse_accumulate(accumulate: Any) -> Union[str, Format]:
+    if isinstance(accumulate, str) and accumulate == "float32":
+        return _F32
     if isinstance(accumulate, str) and accumulate.strip().lower() == "int32":
         return "int32"
     try:
@@ -124,15 +144,25 @@ def _convert_into(res: np.ndarray, dst: np.ndarray, arg: str) -> None:
     if dt.kind in "iu" and res.dtype.kind in "iu":
         dst[...] = res.astype(dt)
         return
+    hit = _OPERANDS.get(dt)
     try:
-        f = _format(dt)
+        f = hit[2] if hit is not None and hit[1] is not None else _format(dt)
     except (TypeError, ValueError):
         raise TypeError(f"{arg}: unsupported output dtype {dt}; accepted: float32, float64, int32, "
                         f"float16 and the low-precision dtypes") from None
     if isinstance(f, IntFormat):
         raise TypeError(f"{arg}: integer output dtype {dt} needs int8 inputs")
     src = res if res.dtype.kind == "f" else res.astype(np.float64)
-    dst[...] = encode(np.ascontiguousarray(src), f).view(dt)
+    sd = f.storage_dtype
+    if dst.flags.c_contiguous and src.flags.c_contiguous and sd.itemsize == dt.itemsize:
+        # Straight into the result's codes (``res`` is always a separate temporary).
+        if _lowp.encode_into(src.reshape(-1), f._spec, dst.view(sd).reshape(-1), "nearest_even", False, 0, 64):
+            raise ValueError(f"{arg}: the result has NaN, which {f!r} cannot represent")
+        return
+    try:
+        dst[...] = encode(np.ascontiguousarray(src), f).view(dt)
+    except ValueError:
+        raise ValueError(f"{arg}: the result has NaN, which {f!r} cannot represent") from None
 
 
 def _check_out(out: Any, shape: tuple) -> np.ndarray:
@@ -211,10 +241,13 @@ def matmul(a: Any, b: Any, *, accumulate: Any = "float32", chunk: Optional[int] 
     if a2.shape[-1] != b2.shape[-2]:
         raise ValueError(f"b: shape mismatch: a has shape {a.shape} and b has shape {b.shape} "
                          f"(a.shape[-1] must equal b.shape[-2])")
-    try:
-        batch = np.broadcast_shapes(a2.shape[:-2], b2.shape[:-2])
-    except ValueError:
-        raise ValueError(f"b: batch dimensions of a {a.shape} and b {b.shape} do not broadcast") from None
+    if a2.ndim == 2 and b2.ndim == 2:
+        batch: tuple = ()
+    else:
+        try:
+            batch = np.broadcast_shapes(a2.shape[:-2], b2.shape[:-2])
+        except ValueError:
+            raise ValueError(f"b: batch dimensions of a {a.shape} and b {b.shape} do not broadcast") from None
     m, n = a2.shape[-2], b2.shape[-1]
     shape = tuple(batch) + (() if a.ndim == 1 else (m,)) + (() if b.ndim == 1 else (n,))
 
@@ -288,7 +321,7 @@ def matmul(a: Any, b: Any, *, accumulate: Any = "float32", chunk: Optional[int] 
         # A stack goes to the kernels a last batch axis at a time, in one call each
         # (small products there run one per thread); leading batch axes loop here.
         cspec = cacc._spec if cacc is not None else None
-        for idx in np.ndindex(*batch[:-1]):
+        for idx in (np.ndindex(*batch[:-1]) if len(batch) > 1 else ((),)):
             x, y, o = ab[idx], bb[idx], r2[idx]  # 3-D: a batch axis; 2-D without one
             if path == "emu":
                 _lowp.matmul_emulated_into(x, aspec, y, bspec, o, acc._spec, chunk, cspec, rounding, seed_w, rbits_v)
@@ -411,10 +444,11 @@ def sum(x: Any, axis: Any = None, *, accumulate: Any = "float32", chunk: Optiona
         if len(set(axes)) != len(axes):
             raise ValueError(f"axis: repeated axis in {axis!r}")
     rest = tuple(i for i in range(xv.ndim) if i not in axes)
-    moved = np.transpose(xv, axes + rest)
-    kdim = int(np.prod([xv.shape[i] for i in axes], dtype=np.int64))
+    order = axes + rest
+    moved = xv if order == tuple(range(xv.ndim)) else xv.transpose(order)
+    kdim = math.prod(xv.shape[i] for i in axes)
     rshape = tuple(xv.shape[i] for i in rest)
-    mdim = int(np.prod(rshape, dtype=np.int64))
+    mdim = math.prod(rshape)
     x2 = moved.reshape(kdim, mdim)
     fits = acc._fits_f32() and (cacc is None or cacc._fits_f32())
     res = np.zeros((1, mdim), dtype=np.float32 if fits else np.float64)

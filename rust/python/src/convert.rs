@@ -3,7 +3,7 @@
 use lowp_core::convert::{self, Isa};
 use lowp_core::format::Format;
 use lowp_core::round::{Mode, RoundOpts, SeedKey};
-use numpy::{PyReadonlyArrayDyn, PyReadwriteArrayDyn};
+use numpy::{PyArrayDescrMethods, PyReadonlyArrayDyn, PyReadwriteArrayDyn, PyUntypedArray, PyUntypedArrayMethods};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
@@ -11,34 +11,38 @@ use pyo3::types::PyDict;
 use crate::errors::IntoPy;
 use crate::spec::Spec;
 
-/// A float input array (C-contiguous; the Python layer makes it so).
-#[derive(FromPyObject)]
-pub enum InReal<'py> {
-    F32(PyReadonlyArrayDyn<'py, f32>),
-    F64(PyReadonlyArrayDyn<'py, f64>),
+/// `FromPyObject` for an enum of arrays, one variant per element type: the
+/// variant the array's dtype names, extracted once (each failed extraction of a
+/// derived enum builds an error message, microseconds apiece).
+macro_rules! by_dtype {
+    ($(#[$m:meta])* $name:ident, $arr:ident, $what:literal, $($t:ty => $v:ident),*) => {
+        $(#[$m])*
+        pub enum $name<'py> {
+            $($v($arr<'py, $t>),)*
+        }
+
+        impl<'a, 'py> FromPyObject<'a, 'py> for $name<'py> {
+            type Error = PyErr;
+            fn extract(ob: Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
+                if let Ok(arr) = ob.cast::<PyUntypedArray>() {
+                    let dt = arr.dtype();
+                    $(if dt.is_equiv_to(&numpy::dtype::<$t>(ob.py())) {
+                        return Ok($name::$v(ob.extract()?));
+                    })*
+                }
+                Err(PyTypeError::new_err(concat!("expected ", $what)))
+            }
+        }
+    };
 }
 
-#[derive(FromPyObject)]
-pub enum OutReal<'py> {
-    F32(PyReadwriteArrayDyn<'py, f32>),
-    F64(PyReadwriteArrayDyn<'py, f64>),
-}
-
-#[derive(FromPyObject)]
-pub enum InCode<'py> {
-    U8(PyReadonlyArrayDyn<'py, u8>),
-    U16(PyReadonlyArrayDyn<'py, u16>),
-    U32(PyReadonlyArrayDyn<'py, u32>),
-    U64(PyReadonlyArrayDyn<'py, u64>),
-}
-
-#[derive(FromPyObject)]
-pub enum OutCode<'py> {
-    U8(PyReadwriteArrayDyn<'py, u8>),
-    U16(PyReadwriteArrayDyn<'py, u16>),
-    U32(PyReadwriteArrayDyn<'py, u32>),
-    U64(PyReadwriteArrayDyn<'py, u64>),
-}
+by_dtype!(
+    /// A float input array (C-contiguous; the Python layer makes it so).
+    InReal, PyReadonlyArrayDyn, "a float32 or float64 array", f32 => F32, f64 => F64
+);
+by_dtype!(OutReal, PyReadwriteArrayDyn, "a float32 or float64 array", f32 => F32, f64 => F64);
+by_dtype!(InCode, PyReadonlyArrayDyn, "a uint8/16/32/64 array", u8 => U8, u16 => U16, u32 => U32, u64 => U64);
+by_dtype!(OutCode, PyReadwriteArrayDyn, "a uint8/16/32/64 array", u8 => U8, u16 => U16, u32 => U32, u64 => U64);
 
 fn contiguous<'a, T>(r: Result<&'a [T], numpy::AsSliceError>, arg: &str) -> PyResult<&'a [T]> {
     r.map_err(|_| PyValueError::new_err(format!("{arg}: must be C-contiguous")))
