@@ -471,3 +471,41 @@ fn serial<K: Kernel>(kern: &K, a: &Operand, b: &Operand, c: OutMat<K::C>, shared
         with_scratch::<K::P, ()>(&BPACK, nc_max.div_ceil(nr) * sb, |bpack| body(Some(bpack)));
     }
 }
+
+/// Most multiply-adds of a product that [`small_f32`] takes.
+pub(super) const SMALL_MADDS: usize = 1 << 21;
+/// Most values of A or of B (decoded, B's rows padded to 8) that [`small_f32`] takes.
+const SMALL_VALS: usize = 1 << 14;
+
+/// `c = a @ b` for a small product (at most [`SMALL_MADDS`] multiply-adds, a
+/// depth within one block): A and B decoded whole into this thread's buffers,
+/// then [`kernels::small_f32_avx2`]'s tiles, without strips. The loop nest's
+/// fixed costs (strips padded to whole tiles, partial tiles stored through a
+/// scratch tile, the loops themselves) outweigh the products themselves there.
+/// Every element is the loop nest's sum, bit for bit. Returns false, having
+/// done nothing, for a product it does not take.
+///
+/// # Safety
+/// The CPU must support avx2 and fma.
+#[cfg(target_arch = "x86_64")]
+pub(super) unsafe fn small_f32(a: &Operand, b: &Operand, c: OutMat<f32>) -> bool {
+    use super::kernels::F32Avx2;
+    let (m, n, k) = (a.rows, b.cols, a.cols);
+    let nb = n.div_ceil(8) * 8;
+    if m == 0 || n == 0 || k == 0 || k > F32Avx2::KC || m * n * k > SMALL_MADDS || m * k > SMALL_VALS || k * nb > SMALL_VALS {
+        return false;
+    }
+    with_scratch::<f32, ()>(&APACK, m * k, |ap| {
+        with_scratch::<f32, ()>(&BPACK, k * nb, |bp| {
+            // SAFETY: A's rows (k values apart) and B's rows (nb apart, zero
+            // padded) are decoded from elements inside the operands; the caller
+            // guarantees the CPU features; c is the caller's m x n output.
+            unsafe {
+                F32Avx2::pack(a, 0, a.cs, a.rs, k, k, m, ap);
+                F32Avx2::pack(b, 0, b.cs, b.rs, n, nb, k, bp);
+                super::kernels::small_f32_avx2(m, n, k, ap.as_ptr(), bp.as_ptr(), nb, c);
+            }
+        })
+    });
+    true
+}

@@ -850,3 +850,84 @@ unsafe fn i8_6x16_avx2(kc: usize, a: *const i16, b: *const i16, c: *mut i32, rs:
         }
     }
 }
+
+// ------------------------------------------------------- small products ----
+
+/// `C = A B` for a small product on f32 values decoded whole, without strips:
+/// `a` holds A row-major (`m x k`, row stride `k`), `b` holds B row-major with
+/// row stride `nb` (a multiple of 8, the columns from `n` on zero). Tiles of
+/// 4 rows x 16 columns (or 8 rows x 8 columns where 8 columns are left), each
+/// element summed from zero by one FMA a step in depth order: the sums of
+/// [`f32_6x16_avx2`] over one depth block, bit for bit. The last row tile
+/// repeats its last row (computed, not stored).
+///
+/// # Safety
+/// The CPU must support avx2 and fma; `a` holds `m*k` values, `b` `k*nb`;
+/// `c` addresses a writable `m x n` matrix; `n <= nb`, `nb % 8 == 0`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+pub(super) unsafe fn small_f32_avx2(m: usize, n: usize, k: usize, a: *const f32, b: *const f32, nb: usize, c: super::OutMat<f32>) {
+    // SAFETY: forwarded contract.
+    unsafe {
+        let mut j0 = 0;
+        while j0 < n {
+            if nb - j0 >= 16 {
+                small_cols::<4, 2>(m, n, k, a, b, nb, j0, c);
+                j0 += 16;
+            } else {
+                small_cols::<8, 1>(m, n, k, a, b, nb, j0, c);
+                j0 += 8;
+            }
+        }
+    }
+}
+
+/// The tiles of [`small_f32_avx2`] over columns `j0..j0 + 8*NV` (those below `n`
+/// stored): `MR` rows at a time, `NV` vectors of 8 columns.
+///
+/// # Safety
+/// As [`small_f32_avx2`], with `j0 + 8*NV <= nb`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+unsafe fn small_cols<const MR: usize, const NV: usize>(m: usize, n: usize, k: usize, a: *const f32, b: *const f32, nb: usize, j0: usize, c: super::OutMat<f32>) {
+    use std::arch::x86_64::*;
+    // SAFETY: rows are clamped below m and columns stay below nb, so every load is
+    // inside a and b; stores go to rows below m and columns below n.
+    unsafe {
+        let cols = (n - j0).min(8 * NV);
+        let mut i0 = 0;
+        while i0 < m {
+            let rows: [*const f32; MR] = std::array::from_fn(|r| a.add((i0 + r).min(m - 1) * k));
+            let mut acc = [[_mm256_setzero_ps(); NV]; MR];
+            let mut bp = b.add(j0);
+            for p in 0..k {
+                let bv: [__m256; NV] = std::array::from_fn(|v| _mm256_loadu_ps(bp.add(8 * v)));
+                for (r, acc_r) in acc.iter_mut().enumerate() {
+                    let av = _mm256_broadcast_ss(&*rows[r].add(p));
+                    for v in 0..NV {
+                        acc_r[v] = _mm256_fmadd_ps(av, bv[v], acc_r[v]);
+                    }
+                }
+                bp = bp.add(nb);
+            }
+            for (r, acc_r) in acc.iter().enumerate().take(m - i0) {
+                let q = c.at(i0 + r, j0);
+                if c.cs == 1 && cols == 8 * NV {
+                    for (v, x) in acc_r.iter().enumerate() {
+                        _mm256_storeu_ps(q.add(8 * v), *x);
+                    }
+                } else {
+                    let mut t = [0f32; 16];
+                    for (v, x) in acc_r.iter().enumerate() {
+                        _mm256_storeu_ps(t.as_mut_ptr().add(8 * v), *x);
+                    }
+                    for (j, x) in t.iter().enumerate().take(cols) {
+                        *q.offset(j as isize * c.cs) = *x;
+                    }
+                }
+            }
+            i0 += MR;
+        }
+    }
+}

@@ -327,6 +327,11 @@ pub fn matmul_f32(a: &Operand, b: &Operand, c: OutMat<f32>) -> Result<()> {
         return Err(Error::type_("a, b: the float32 path needs inputs whose values are all float32 (use float64 accumulation)"));
     }
     if simd() {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: simd() means avx2 and fma were detected.
+        if unsafe { driver::small_f32(a, b, c) } {
+            return Ok(());
+        }
         driver::gemm(&kernels::F32Avx2, a, b, c);
     } else {
         driver::gemm(&kernels::F32Portable, a, b, c);

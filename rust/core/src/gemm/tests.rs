@@ -1328,3 +1328,80 @@ fn for_batch_runs_each_product_once() {
     }
     crate::parallel::set_num_threads(old).unwrap();
 }
+
+/// The small-product path ([`driver::small_f32`]) sums every element as the loop
+/// nest does, bit for bit, for every input decoding, shape edge and stride, and
+/// takes no product it cannot compute that way.
+#[test]
+fn small_products_match_the_loop_nest() {
+    let _settings = crate::settings_read();
+    if !simd() {
+        return;
+    }
+    let mut g = Lcg(11);
+    // (storage, format) of the inputs: float32, bfloat16, float16, e4m3fn (a table), posit16.
+    let kinds: [(Storage, Option<Format>); 5] = [
+        (Storage::F32, None),
+        (Storage::U16, Some(Format::Float(BFLOAT16))),
+        (Storage::U16, Some(Format::Float(FLOAT16))),
+        (Storage::U8, Some(Format::Float(FLOAT8_E4M3FN))),
+        (Storage::U16, Some(Format::Posit(POSIT16))),
+    ];
+    // Random codes of `len` elements (bytes), some infinities and NaNs among the floats.
+    let codes = |g: &mut Lcg, st: Storage, len: usize| -> Vec<u8> {
+        match st {
+            Storage::F32 => (0..len)
+                .flat_map(|i| {
+                    let v = match g.next() % 97 {
+                        0 if i % 3 == 0 => f32::INFINITY,
+                        1 if i % 5 == 0 => f32::NAN,
+                        _ => (g.unit() * 4.0) as f32,
+                    };
+                    v.to_ne_bytes()
+                })
+                .collect(),
+            _ => (0..len * st.bytes()).map(|_| (g.next() >> 7) as u8).collect(),
+        }
+    };
+    let mut taken = 0;
+    for (ka, &(sa, fa)) in kinds.iter().enumerate() {
+        let (sb, fb) = kinds[(ka + 1) % kinds.len()];
+        for &(m, n, k) in &[(1, 1, 1), (3, 7, 2), (4, 8, 5), (5, 9, 64), (8, 16, 8), (9, 17, 33), (17, 24, 256), (6, 33, 7), (2, 64, 100), (13, 15, 31), (8, 8, 257), (128, 128, 128), (130, 128, 128)] {
+            let av = codes(&mut g, sa, m * k);
+            let bv = codes(&mut g, sb, k * n);
+            for layout in 0..4 {
+                // A row- or column-major; B row-major, its rows reversed (a negative
+                // stride), or column-major; C row-major with padded rows, or transposed.
+                let (ars, acs) = if layout % 2 == 0 { (k as isize, 1) } else { (1, m as isize) };
+                // SAFETY: each view covers exactly the elements of its vector.
+                let a = unsafe { Operand::from_raw(av.as_ptr(), sa, fa, m, k, ars, acs, "a").unwrap() };
+                let b = unsafe {
+                    match layout {
+                        0 => Operand::from_raw(bv.as_ptr(), sb, fb, k, n, n as isize, 1, "b"),
+                        1 => Operand::from_raw(bv.as_ptr().add((k - 1) * n * sb.bytes()), sb, fb, k, n, -(n as isize), 1, "b"),
+                        _ => Operand::from_raw(bv.as_ptr(), sb, fb, k, n, 1, k as isize, "b"),
+                    }
+                    .unwrap()
+                };
+                let (rs, cs, len) = if layout < 3 { (n as isize + 3, 1, m * (n + 3)) } else { (1, m as isize, m * n) };
+                let mut small = vec![-7f32; len];
+                let mut nest = vec![-7f32; len];
+                // SAFETY: both buffers hold the m x n matrix at these strides; simd() holds.
+                let done = unsafe { driver::small_f32(&a, &b, OutMat::from_raw(small.as_mut_ptr(), m, n, rs, cs)) };
+                driver::gemm(&kernels::F32Avx2, &a, &b, unsafe { OutMat::from_raw(nest.as_mut_ptr(), m, n, rs, cs) });
+                let expect_taken = k <= 256 && m * n * k <= driver::SMALL_MADDS && m * k <= 1 << 14 && k * n.div_ceil(8) * 8 <= 1 << 14;
+                assert_eq!(done, expect_taken, "{m}x{n}x{k}");
+                if !done {
+                    assert!(small.iter().all(|&x| x == -7.0), "{m}x{n}x{k}: wrote without taking the product");
+                    continue;
+                }
+                taken += 1;
+                for (q, (x, y)) in small.iter().zip(&nest).enumerate() {
+                    // (NaN payloads follow the FMA's operand order, which the compiler picks.)
+                    assert!(x.to_bits() == y.to_bits() || x.is_nan() && y.is_nan(), "{fa:?} x {fb:?} {m}x{n}x{k} layout {layout}, element {q}: {x} vs {y}");
+                }
+            }
+        }
+    }
+    assert!(taken >= 5 * 10 * 4, "{taken}");
+}
