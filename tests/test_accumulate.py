@@ -192,6 +192,37 @@ def test_narrow_inputs_many_columns(acc, dtype, chunk):
     assert same(lowp.matmul(big, bigb, accumulate=f), ref_matmul(big, bigb, f, "nearest_even"))
 
 
+@pytest.mark.parametrize("acc", ["fp16", "bf16", "e5m2", "f6m9"])
+@pytest.mark.parametrize("dtype", [ml_dtypes.bfloat16, np.float16, ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e5m2],
+                         ids=lambda d: np.dtype(d).name)
+def test_float32_inputs_holding_narrower_values(acc, dtype, threads):
+    # float32 arrays whose values all belong to a narrower format are read as that
+    # format's codes (the kernels then know the products' bits): the results are
+    # those of the same values in the narrower dtype, bit for bit, in every mode,
+    # with chunks and few random bits, from strided views and mixed with a
+    # float32 operand that no narrower format holds.
+    f = ACC_FORMATS[acc]
+    a, b = data(9, 70, 33, dtype, zlib.crc32(f"{acc}{np.dtype(dtype).name}".encode()) % 1000, scale=3.0)
+    a[0, 0] = 0
+    a[1, :3] = -0.0
+    a32, b32 = a.astype(np.float32), b.astype(np.float32)
+    wide = b32.copy()
+    wide[5, 7] = np.float32(1 + 2.0 ** -20)
+    for mode, chunk, rbits in [("nearest_even", None, None), ("nearest_even", 16, None), ("odd", None, None),
+                               ("stochastic", None, None), ("stochastic", 16, 13), ("up", None, None)]:
+        kw = dict(accumulate=f, chunk=chunk, rounding=mode, seed=5, rbits=rbits)
+        want = lowp.matmul(a, b, **kw)
+        assert same_bits(lowp.matmul(a32, b32, **kw), want), (mode, chunk)
+        assert same_bits(lowp.matmul(np.asfortranarray(a32), b32[::-1][::-1], **kw), want), (mode, chunk)
+        assert same_bits(lowp.matmul(b32.T, a32.T, **kw), lowp.matmul(b.T, a.T, **kw)), (mode, chunk)
+        # One operand narrowed, the other not (a value of 21 bits).
+        if chunk is None and mode != "stochastic":
+            assert same(lowp.matmul(a32[:3], wide, **kw), ref_matmul(a32[:3], wide, f, mode)), mode
+    # A sum of float32 values that fit the format too.
+    got = lowp.sum(a32, axis=0, accumulate=f)
+    assert same_bits(got, lowp.sum(a, axis=0, accumulate=f))
+
+
 @pytest.mark.parametrize("dtype, big", [(ml_dtypes.float8_e5m2, False), (ml_dtypes.float8_e4m3fn, False), (ml_dtypes.float8_e5m2, True)],
                          ids=["e5m2", "e4m3fn", "e5m2-near-overflow"])
 @pytest.mark.parametrize("chunk", [None, 64, 7])

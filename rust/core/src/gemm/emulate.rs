@@ -2224,6 +2224,13 @@ fn run(a: &Operand, b: &Operand, c: EmuOut, spec: &AccumSpec) -> Result<()> {
     if !fast_ok(&fmt) {
         return drive(&Generic { fmt, opts }, a, b, c, spec, outer.as_ref());
     }
+    // float32 operands whose values all belong to a narrower format, as its codes:
+    // the kernels then see the bits their products really have (float32 x float32
+    // products leave only the f64 lanes). The directed modes' tiles take any
+    // float32 inputs as they are.
+    let directed = matches!(opts.mode, Mode::TowardZero | Mode::Up | Mode::Down);
+    let (na, nb) = if directed { (None, None) } else { (super::narrow::narrowed(a), super::narrow::narrowed(b)) };
+    let (a, b) = (na.as_ref().map_or(a, |n| &n.op), nb.as_ref().map_or(b, |n| &n.op));
     #[cfg(target_arch = "x86_64")]
     if let Some((kind, bf)) = kind16(&fmt, &opts, a, b) {
         // (With wide bits it may give the product up: then the f64 tiles below.)

@@ -17,6 +17,7 @@
 mod driver;
 pub mod emulate;
 mod kernels;
+mod narrow;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
