@@ -492,7 +492,8 @@ pub(super) unsafe fn small_f32(a: &Operand, b: &Operand, c: OutMat<f32>) -> bool
     use super::kernels::F32Avx2;
     let (m, n, k) = (a.rows, b.cols, a.cols);
     let nb = n.div_ceil(8) * 8;
-    if m == 0 || n == 0 || k == 0 || k > F32Avx2::KC || m * n * k > SMALL_MADDS || m * k > SMALL_VALS || k * nb > SMALL_VALS {
+    // (The sizes of A and B first: bounded by them, m * n * k cannot overflow.)
+    if m == 0 || n == 0 || k == 0 || k > F32Avx2::KC || m * k > SMALL_VALS || k * nb > SMALL_VALS || m * n * k > SMALL_MADDS {
         return false;
     }
     with_scratch::<f32, ()>(&APACK, m * k, |ap| {
