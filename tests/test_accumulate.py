@@ -223,6 +223,36 @@ def test_float32_inputs_holding_narrower_values(acc, dtype, threads):
     assert same_bits(got, lowp.sum(a, axis=0, accumulate=f))
 
 
+@pytest.mark.parametrize("acc", ["fp16", "bf16", "e5m2", "f6m9"])
+@pytest.mark.parametrize("mode", ["nearest_even", "nearest_away"])
+@pytest.mark.parametrize("chunk", [None, 6])
+def test_float32_values_to_nearest_from_truncated_sums(acc, mode, chunk, threads):
+    # float32 inputs of 24 bits (no narrower format holds them), so sums that f64
+    # does not hold exactly: the f64 tiles round them to nearest from the sum
+    # truncated toward zero. Against the exact reference, with exact ties (row 0:
+    # 1, then half units), sums in the format's subnormal range (row 2) and near
+    # its largest value (row 4, in the next tile of 4 rows: that tile's bound
+    # fails); and against the scalar path on a larger product.
+    f = ACC_FORMATS[acc]
+    g = np.random.default_rng(zlib.crc32(f"{acc}{mode}{chunk}".encode()))
+    m, k, n = 6, 40, 17
+    a = (g.standard_normal((m, k)) * 2.0 ** g.integers(-3, 3, (m, k))).astype(np.float32)
+    b = (g.standard_normal((k, n)) * 2.0 ** g.integers(-3, 3, (k, n))).astype(np.float32)
+    half = 2.0 ** -(f.man_bits + 1)
+    b[:, :8] = 1.0
+    a[0] = half * g.choice([1, 3, -1, 5], k)
+    a[0, 0] = 1.0
+    a[1, ::3] = half
+    a[2] = (g.standard_normal(k) * 2.0 ** (f.emin - 2)).astype(np.float32)
+    a[4] = (g.standard_normal(k) * f.max / 64).astype(np.float32)
+    got = lowp.matmul(a, b, accumulate=f, rounding=mode, chunk=chunk)
+    assert same(got, ref_matmul(a, b, f, mode, chunk))
+    big_a, big_b = data(20, 300, 40, np.float32, 5, scale=3.0)
+    big_a[:3, :40] = half
+    big_b[:40] = 1.0
+    matmul_as_scalar(big_a, big_b, accumulate=f, rounding=mode, chunk=chunk)
+
+
 @pytest.mark.parametrize("dtype, big", [(ml_dtypes.float8_e5m2, False), (ml_dtypes.float8_e4m3fn, False), (ml_dtypes.float8_e5m2, True)],
                          ids=["e5m2", "e4m3fn", "e5m2-near-overflow"])
 @pytest.mark.parametrize("chunk", [None, 64, 7])

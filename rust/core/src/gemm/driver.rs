@@ -479,7 +479,7 @@ const SMALL_VALS: usize = 1 << 14;
 
 /// `c = a @ b` for a small product (at most [`SMALL_MADDS`] multiply-adds, a
 /// depth within one block): A and B decoded whole into this thread's buffers,
-/// then [`kernels::small_f32_avx2`]'s tiles, without strips. The loop nest's
+/// then [`super::kernels::small_f32_avx2`]'s tiles, without strips. The loop nest's
 /// fixed costs (strips padded to whole tiles, partial tiles stored through a
 /// scratch tile, the loops themselves) outweigh the products themselves there.
 /// Every element is the loop nest's sum, bit for bit. Returns false, having

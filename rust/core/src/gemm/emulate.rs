@@ -104,7 +104,16 @@
 //!   rounded sums. With more bits (float32 with the default 32) the same
 //!   kernel, on the top `52 - man` bits, where every f64 sum of the tile is
 //!   exact (MXCSR's precision flag after it; [`Fast::sr_checked`]); other
-//!   tiles take the path below. Otherwise (`rbits <= 32`, or deterministic modes;
+//!   tiles take the path below. To nearest (even or away) where the block's
+//!   sums need not be exact in f64 (float32 inputs of 24 bits: 48-bit
+//!   products): [`tile64_ne`], on values scaled as for [`tile64_sr`], the FMA
+//!   toward zero and half a unit added to the pattern, then the truncation
+//!   (the truncated sum sits on the same side of every midpoint as the exact
+//!   one), six vector operations an add; a tile where some truncated sum lay
+//!   exactly on a midpoint (nearest-even: only there can it differ from
+//!   nearest-away) takes the path below, as does one whose steps no bound
+//!   keeps below the largest value, in segments of 64, 16 or 4 steps.
+//!   Otherwise (`rbits <= 32`, or deterministic modes;
 //!   `tile_avx2`): the sum is the FMA when the
 //!   formats, the block's values or the tile's own (exponent scans) make every
 //!   sum exact in f64, else TwoSum and round to odd; in the normal
@@ -225,6 +234,17 @@ trait Round: Sync {
     /// leaves `acc` untouched.
     #[allow(clippy::too_many_arguments)]
     fn tile_sr(&self, _nr: usize, _acc: &mut [f64], _ldc: usize, _aps: &[f64], _bp: &[f64], _ld: usize, _kn: usize, _words: Words, _rbits: u32, _a: Bounds64, _b: Bounds64) -> bool {
+        false
+    }
+    /// The power of two by which [`Round::tile_ne`] wants A's values scaled,
+    /// when it is available (see [`Fast::ne_scale`]).
+    fn ne_tile_scale(&self, _simd: bool) -> Option<i32> {
+        None
+    }
+    /// The register tile to nearest from sums toward zero ([`Fast::tile_ne_run`]);
+    /// `false` leaves `acc` untouched.
+    #[allow(clippy::too_many_arguments)]
+    fn tile_ne(&self, _nr: usize, _acc: &mut [f64], _ldc: usize, _aps: &[f64], _bp: &[f64], _ld: usize, _kn: usize, _a: Bounds64, _b: Bounds64) -> bool {
         false
     }
 }
@@ -1084,6 +1104,82 @@ impl<const M: u8> Fast<M> {
     }
 }
 
+impl<const M: u8> Fast<M> {
+    /// The power of two that [`tile64_ne`] scales the values by, when it can
+    /// round into this format: to nearest (even or away), the format's unit at
+    /// least 2 bits up the f64 pattern. As [`Fast::sr_scale`]: the format's
+    /// smallest normal becomes f64's, and its subnormals f64's.
+    fn ne_scale(&self) -> Option<i32> {
+        ((M == M_NE || M == M_NA) && self.man <= 50).then_some(-1022 - self.emin)
+    }
+
+    /// [`tile64_ne`] on a tile of `nr` rows x 8 columns of `acc` (row stride
+    /// `ldc`), for sums that need not be exact in f64: `aps` holds A's values
+    /// scaled by 2^[`Fast::ne_scale`] (exactly), `bp` B's (row stride `ld`), `a`
+    /// and `b` the bounds of the block's A and B values ([`exp_bounds64`]).
+    /// `false` (nothing written) where a bound does not keep every sum below the
+    /// largest value, for an inf or NaN among the tile's values, or (nearest
+    /// even) where some truncated sum lay exactly on a midpoint: the caller then
+    /// takes the tile that rounds the f64 sums to odd.
+    #[allow(clippy::too_many_arguments)]
+    fn tile_ne_run(&self, simd: bool, nr: usize, acc: &mut [f64], ldc: usize, aps: &[f64], bp: &[f64], ld: usize, kn: usize, a: Bounds64, b: Bounds64) -> bool {
+        let Some(s) = self.ne_scale() else { return false };
+        if !simd || nr == 0 || nr > TILE_ROWS || a.1 || b.1 {
+            return false;
+        }
+        if kn == 0 {
+            return true;
+        }
+        assert!(aps.len() >= kn * TILE_ROWS && acc.len() >= (nr - 1) * ldc + 8 && bp.len() >= (kn - 1) * ld + 8);
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            let _ = (s, acc, ldc, aps, bp, ld);
+            false
+        }
+        #[cfg(target_arch = "x86_64")]
+        {
+            let (sc, back) = (pow2(s), pow2(-s));
+            let mut t = Tile64([0.0; 32]);
+            // SAFETY: `simd` is only true when avx2 was detected; acc holds the nr rows (asserted).
+            let Some(amax) = (unsafe { tile64_in(&mut t, acc, ldc, nr, sc) }) else { return false };
+            // No sum may pass the largest value (the integer rounding would carry
+            // past it where the format rounds to infinity): each rounding grows a
+            // magnitude by at most a unit in the normal range, a factor 1 + 2^-man,
+            // and by the smallest subnormal below it. The steps run in segments as
+            // long as that bound allows from the largest accumulator at their start.
+            let p = match (a.0, b.0) {
+                (Some(a), Some(b)) => pow2(a.1 + b.1),
+                _ => 0.0,
+            };
+            let (g, add, max) = (1.0 + pow2(-(self.man as i32)), p + pow2(self.emin - self.man as i32), f64::from_bits(self.max_bits));
+            let fits = |amax: f64, len: usize| (amax + len as f64 * add) * g.powi(len as i32) * (1.0 + 1e-9) <= max;
+            let (mut amax, mut done, mut tied) = (amax, 0, false);
+            while done < kn {
+                let left = kn - done;
+                let Some(len) = [left, 64, 16, 4].into_iter().filter(|&l| l <= left).find(|&l| fits(amax, l)) else { return false };
+                // SAFETY: `simd` is only true when avx2 and fma were detected; steps
+                // done..done+len lie inside aps and bp (asserted above).
+                tied |= unsafe {
+                    let (aps, bp) = (&aps[done * TILE_ROWS..], &bp[done * ld..]);
+                    if M == M_NE {
+                        tile64_ne::<true>(&mut t, aps, bp, ld, len, 52 - self.man)
+                    } else {
+                        tile64_ne::<false>(&mut t, aps, bp, ld, len, 52 - self.man)
+                    }
+                };
+                if tied {
+                    return false;
+                }
+                done += len;
+                amax = t.0.iter().fold(0f64, |m, x| m.max(x.abs())) * back;
+            }
+            // SAFETY: as for `tile64_in`.
+            unsafe { tile64_out(&t, acc, ldc, nr, back) };
+            true
+        }
+    }
+}
+
 /// The `nr` rows of 8 values of `acc` (row stride `ldc`) into the rows of `t`
 /// times `sc` (a power of two; zeros past row `nr`): the largest magnitude of
 /// the values, `None` when one is inf or NaN.
@@ -1474,6 +1570,147 @@ unsafe fn tile64_sr_runs(acc: &mut Tile64, ap: &[f64], bp: &[f64], ld: usize, up
     (runs - left, csr[1] & MXCSR_PE != 0)
 }
 
+/// One accumulator of a [`tile64_ne`] step: `$c += a * $b` (ymm10: a) toward
+/// zero, then half a unit (ymm14) added to the pattern and the bits below the
+/// unit cleared (ymm15); nearest-even also marks (in ymm12) the lanes whose
+/// bits below the unit were then zero, that is, exactly half a unit before
+/// (ymm13: the mask of those bits; `[{k} + 24]`: zeros).
+#[cfg(target_arch = "x86_64")]
+macro_rules! ne64_acc {
+    (na, $c:literal, $b:literal) => {
+        concat!(
+            "vfmadd231pd ", $c, ", ymm10, ", $b, "\n",
+            "vpaddq ", $c, ", ", $c, ", ymm14\n",
+            "vpand ", $c, ", ", $c, ", ymm15\n",
+        )
+    };
+    (ne, $c:literal, $b:literal) => {
+        concat!(
+            "vfmadd231pd ", $c, ", ymm10, ", $b, "\n",
+            "vpaddq ", $c, ", ", $c, ", ymm14\n",
+            "vpand ymm11, ", $c, ", ymm13\n",
+            "vpcmpeqq ymm11, ymm11, ymmword ptr [{k} + 24]\n",
+            "vpor ymm12, ymm12, ymm11\n",
+            "vpand ", $c, ", ", $c, ", ymm15\n",
+        )
+    };
+}
+
+/// One row of a [`tile64_ne`] step: A's value at byte `$off` of the step's 4, broadcast.
+#[cfg(target_arch = "x86_64")]
+macro_rules! ne64_row {
+    ($t:ident, $off:literal, $c0:literal, $c1:literal) => {
+        concat!(
+            "vbroadcastsd ymm10, qword ptr [{pa} + ", $off, "]\n",
+            ne64_acc!($t, $c0, "ymm8"),
+            ne64_acc!($t, $c1, "ymm9"),
+        )
+    };
+}
+
+/// The assembly block of [`tile64_ne`] with rounding `$t` ([`ne64_acc`]).
+#[cfg(target_arch = "x86_64")]
+macro_rules! ne64_asm {
+    ($t:ident, $acc:expr, $ap:expr, $bp:expr, $ld:expr, $kn:expr, $csr:expr, $rc:expr, $k:expr) => {
+        asm!(
+            mxcsr_enter!(),
+            "vpbroadcastq ymm15, qword ptr [{k}]",
+            "vpbroadcastq ymm13, qword ptr [{k} + 8]",
+            "vpbroadcastq ymm14, qword ptr [{k} + 16]",
+            "vpxor ymm12, ymm12, ymm12",
+            "vmovupd ymm0, ymmword ptr [{c}]",
+            "vmovupd ymm1, ymmword ptr [{c} + 32]",
+            "vmovupd ymm2, ymmword ptr [{c} + 64]",
+            "vmovupd ymm3, ymmword ptr [{c} + 96]",
+            "vmovupd ymm4, ymmword ptr [{c} + 128]",
+            "vmovupd ymm5, ymmword ptr [{c} + 160]",
+            "vmovupd ymm6, ymmword ptr [{c} + 192]",
+            "vmovupd ymm7, ymmword ptr [{c} + 224]",
+            "2:",
+            "vmovupd ymm8, ymmword ptr [{pb}]",
+            "vmovupd ymm9, ymmword ptr [{pb} + 32]",
+            ne64_row!($t, "0", "ymm0", "ymm1"),
+            ne64_row!($t, "8", "ymm2", "ymm3"),
+            ne64_row!($t, "16", "ymm4", "ymm5"),
+            ne64_row!($t, "24", "ymm6", "ymm7"),
+            "add {pa}, 32",
+            "add {pb}, {ld}",
+            "dec {kn}",
+            "jnz 2b",
+            "vmovupd ymmword ptr [{c}], ymm0",
+            "vmovupd ymmword ptr [{c} + 32], ymm1",
+            "vmovupd ymmword ptr [{c} + 64], ymm2",
+            "vmovupd ymmword ptr [{c} + 96], ymm3",
+            "vmovupd ymmword ptr [{c} + 128], ymm4",
+            "vmovupd ymmword ptr [{c} + 160], ymm5",
+            "vmovupd ymmword ptr [{c} + 192], ymm6",
+            "vmovupd ymmword ptr [{c} + 224], ymm7",
+            "vmovdqu ymmword ptr [{k} + 56], ymm12",
+            "vldmxcsr dword ptr [{csr}]",
+            c = in(reg) $acc.0.as_mut_ptr(),
+            pa = inout(reg) $ap.as_ptr() => _,
+            pb = inout(reg) $bp.as_ptr() => _,
+            ld = in(reg) $ld * 8,
+            kn = inout(reg) $kn => _,
+            csr = in(reg) $csr.as_mut_ptr(),
+            rc = in(reg) $rc,
+            t = out(reg) _,
+            k = in(reg) $k.as_mut_ptr(),
+            out("ymm0") _, out("ymm1") _, out("ymm2") _, out("ymm3") _,
+            out("ymm4") _, out("ymm5") _, out("ymm6") _, out("ymm7") _,
+            out("ymm8") _, out("ymm9") _, out("ymm10") _, out("ymm11") _,
+            out("ymm12") _, out("ymm13") _, out("ymm14") _, out("ymm15") _,
+            options(nostack),
+        )
+    };
+}
+
+/// The register tile of f64 accumulators to nearest, even (`NE`) or away,
+/// 4 rows x 8 columns, on values scaled by 2^[`Fast::ne_scale`]: `kn` steps
+/// of `acc[r*8 + l] = RN(acc[r*8 + l] + ap[kk*4 + r] * bp[kk*ld + l])`, where
+/// the format's unit is bit `d` (= 52 - man) of every pattern. The sum is the
+/// FMA toward zero (MXCSR, inside the assembly block), `y`, the exact sum `x`
+/// truncated at f64's last bit (or at 2^-1074: on the scaled values the
+/// format's subnormals are f64's, with their unit at bit `d` too). Every
+/// midpoint of the format lies on that grid, so the truncation never passes
+/// one: `x` is at or above a midpoint exactly when `y` is, and rounding `y`
+/// half away from zero (half a unit added to the pattern, which carries into
+/// the unit, then the bits below it cleared) is rounding `x` half away from
+/// zero. Nearest-away is that; nearest-even differs from it only where `x`
+/// itself is a midpoint, so where `y` is one too: the kernel returns whether
+/// some `y` was (the caller then takes another tile), else the tile holds the
+/// nearest-even sums. Six vector operations an add of 4 lanes (away: three).
+/// An exact zero sum is +0 toward zero, as to nearest.
+///
+/// # Safety
+/// The CPU must support avx2 and fma; `ap` holds kn*4 values, `bp`
+/// (kn-1)*ld + 8; `d` is 2 to 52; the values are finite and no sum passes
+/// the format's largest value.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn tile64_ne<const NE: bool>(acc: &mut Tile64, ap: &[f64], bp: &[f64], ld: usize, kn: usize, d: u32) -> bool {
+    use std::arch::asm;
+    assert!(kn >= 1 && ap.len() >= kn * TILE_ROWS && bp.len() >= (kn - 1) * ld + 8);
+    assert!((2..=52).contains(&d));
+    // The mask that truncates at the unit, the bits below it, half a unit,
+    // zeros (4), then the marks' 4 lanes.
+    let mut k: [u64; 11] = [!((1u64 << d) - 1), (1u64 << d) - 1, 1u64 << (d - 1), 0, 0, 0, 0, 0, 0, 0, 0];
+    // Toward zero.
+    let rc = 3u32 << 13;
+    let mut csr = [0u32; 2];
+    // SAFETY: the loads and stores stay inside acc (32 values), ap (kn*4), bp
+    // ((kn-1)*ld + 8) and k; MXCSR is restored before the block ends; the
+    // clobbered vector registers are declared.
+    unsafe {
+        if NE {
+            ne64_asm!(ne, acc, ap, bp, ld, kn, csr, rc, k);
+        } else {
+            ne64_asm!(na, acc, ap, bp, ld, kn, csr, rc, k);
+        }
+    }
+    k[7..].iter().any(|&x| x != 0)
+}
+
 /// Chunk totals into a format of [`Fast::sr_scale`], stochastic, on f64 lanes:
 /// `out[l] = SR(tot[l] + sums[l])` as [`tile64_sr`]'s add with a = 1, the
 /// random complement `w[l]` placed below the unit (bit `d`, [`Words::place_col`]):
@@ -1580,6 +1817,16 @@ impl<const M: u8> Round for Fast<M> {
     }
     fn tile_sr(&self, nr: usize, acc: &mut [f64], ldc: usize, aps: &[f64], bp: &[f64], ld: usize, kn: usize, words: Words, rbits: u32, a: Bounds64, b: Bounds64) -> bool {
         self.tile_sr_run(true, nr, acc, ldc, aps, bp, ld, kn, words, rbits, a, b)
+    }
+    fn ne_tile_scale(&self, simd: bool) -> Option<i32> {
+        if simd {
+            self.ne_scale()
+        } else {
+            None
+        }
+    }
+    fn tile_ne(&self, nr: usize, acc: &mut [f64], ldc: usize, aps: &[f64], bp: &[f64], ld: usize, kn: usize, a: Bounds64, b: Bounds64) -> bool {
+        self.tile_ne_run(true, nr, acc, ldc, aps, bp, ld, kn, a, b)
     }
     fn step_st(&self, simd: bool, row: &mut [f64], bp: &[f64], av: f64, u: u64, vw: &[u64], rbits: u32, exact: bool) -> bool {
         #[cfg(target_arch = "x86_64")]
@@ -4993,8 +5240,11 @@ fn drive<R: Round>(r: &R, a: &Operand, b: &Operand, c: EmuOut, spec: &AccumSpec,
     let words = StepRand::new(spec.opts.key, steps);
     let simd = super::simd();
     let tiled = r.has_tile(simd, rbits);
-    // The stochastic tile toward zero, on A's values scaled by 2^sr_scale.
+    // The stochastic tile toward zero, on A's values scaled by 2^sr_scale; or the
+    // tile to nearest from sums toward zero, for sums not exact in f64.
     let sr_scale = if tiled && words_used { r.sr_scale(simd, rbits) } else { None };
+    let ne_scale = if tiled && !words_used && !sum_exact { r.ne_tile_scale(simd) } else { None };
+    let scaled = sr_scale.or(ne_scale);
     // Where the tiles' words go: the format's unit is bit `dunit` of the f64 pattern.
     let dunit = (53 - r.prec()).max(1) as u32;
     let (prec_a, prec_b) = (a.format().map_or(53, |f| profile(&f).0), b.format().map_or(53, |f| profile(&f).0));
@@ -5044,7 +5294,7 @@ fn drive<R: Round>(r: &R, a: &Operand, b: &Operand, c: EmuOut, spec: &AccumSpec,
         // as A's values, and A's values scaled for the stochastic tile.
         let mut upl = vec![0u64; if tiled && words_used { KB.min(k.max(1)) * TILE_ROWS } else { 0 }];
         let mut vpl = vec![0u64; if tmaj && words_used { vpan.len() } else { 0 }];
-        let mut aps = vec![0f64; if sr_scale.is_some() { apk.len() } else { 0 }];
+        let mut aps = vec![0f64; if scaled.is_some() { apk.len() } else { 0 }];
         let mut urun = vec![0u64; if tiled && words_used { KB.min(k.max(1)) } else { 0 }];
         // Chunk totals of row i (of this task) after step kidx, when a chunk ends there.
         let flush = |acc: &mut [f64], tot: &mut [f64], i: usize, kidx: usize| {
@@ -5136,7 +5386,7 @@ fn drive<R: Round>(r: &R, a: &Operand, b: &Operand, c: EmuOut, spec: &AccumSpec,
                         place_tile_rows(&words, i0 + i, nr, kb, rbits, dunit, &mut urun[..kn], &mut upl);
                     }
                     // The stochastic tile toward zero: A's values of the strip scale exactly.
-                    let sr_on = match sr_scale {
+                    let sr_on = match scaled {
                         Some(sc) if !ab64.1 && !pb64.1 && ab64.0.is_none_or(|(lo, _)| lo + sc >= -1074) => {
                             let f = pow2(sc);
                             for (d, &x) in aps[..kn * TILE_ROWS].iter_mut().zip(&apk[..kn * TILE_ROWS]) {
@@ -5166,6 +5416,9 @@ fn drive<R: Round>(r: &R, a: &Operand, b: &Operand, c: EmuOut, spec: &AccumSpec,
                                     return false;
                                 }
                                 if sr_on && r.tile_sr(nr, &mut acc[i * jb + j..], jb, &aps[kk0 * TILE_ROWS..], bp, 8, seg, tw, rbits, ab64, pb64) {
+                                    return true;
+                                }
+                                if sr_on && !exact && r.tile_ne(nr, &mut acc[i * jb + j..], jb, &aps[kk0 * TILE_ROWS..], bp, 8, seg, ab64, pb64) {
                                     return true;
                                 }
                                 let tile_vals = || (0..nr).flat_map(|rr| &acc[(i + rr) * jb + j..(i + rr) * jb + j + w]);
