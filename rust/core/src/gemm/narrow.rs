@@ -199,19 +199,25 @@ pub(crate) fn narrowed(op: &Operand) -> Option<Narrowed> {
         unsafe { std::slice::from_raw_parts(op.ptr as *const f32, m * k) }
     } else {
         let p = op.ptr as *const f32;
-        // SAFETY: every (i, j) lies inside the operand.
-        copy = (0..m).flat_map(|i| (0..k).map(move |j| unsafe { *p.offset(i as isize * op.rs + j as isize * op.cs) })).collect();
+        let mut v = zeroed::<f32>(m * k)?;
+        for (i, row) in v.chunks_exact_mut(k).enumerate() {
+            for (j, x) in row.iter_mut().enumerate() {
+                // SAFETY: every (i, j) lies inside the operand.
+                *x = unsafe { *p.offset(i as isize * op.rs + j as isize * op.cs) };
+            }
+        }
+        copy = v;
         &copy
     };
     let fmt = Format::Float(f);
     let opts = RoundOpts::new(Mode::NearestEven);
     let (codes, storage, ptr) = if f.bits() <= 8 {
-        let mut c = vec![0u8; m * k];
+        let mut c = zeroed::<u8>(m * k)?;
         encode_checked(&fmt, src, &mut c, &opts)?;
         let ptr = c.as_ptr();
         (Codes::U8(c), Storage::U8, ptr)
     } else {
-        let mut c = vec![0u16; m * k];
+        let mut c = zeroed::<u16>(m * k)?;
         encode_checked(&fmt, src, &mut c, &opts)?;
         let ptr = c.as_ptr() as *const u8;
         (Codes::U16(c), Storage::U16, ptr)
@@ -220,6 +226,15 @@ pub(crate) fn narrowed(op: &Operand) -> Option<Narrowed> {
     // (a Vec's buffer does not move with the Vec) and nothing modifies.
     let view = unsafe { Operand::from_raw(ptr, storage, Some(fmt), m, k, k as isize, 1, "a") }.ok()?;
     Some(Narrowed { _codes: codes, op: view })
+}
+
+/// `len` zeros, or `None` where the memory is not to be had (the operand is
+/// then used as it is: narrowing is an optimization, never a failure).
+fn zeroed<T: Copy + Default>(len: usize) -> Option<Vec<T>> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(len).ok()?;
+    v.resize(len, T::default());
+    Some(v)
 }
 
 /// Encode `src` into `dst` and check that every code decodes to the same f32
