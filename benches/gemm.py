@@ -7,13 +7,14 @@ Prints, for n x n x n products:
   * int8 x int8 -> int32 GOP/s against numpy sgemm;
   * stacks of small products (B x n x n, numpy matmul shapes) against numpy's float32
     matmul and ml_dtypes' np.matmul;
+  * vector-matrix and matrix-vector products against numpy's float32 and ml_dtypes;
   * emulated accumulation (every add rounded: fp16 accumulators, and e5m2 products into
     FloatFormat(6, 9) as in Wang et al. 2018) against lowp's f32 path, and a table of
     accumulator formats x rounding modes;
   * peak memory of a 2048^3 bfloat16 matmul (inputs + output + extra);
   * the leading-dimension experiment: an unpacked kernel and lowp.matmul at ld 1024 vs 1040.
 
-Usage: python benches/gemm.py [--quick] [--sizes 256,512,...] [--sections f32,int8,stacks,emulated,formats,memory,ld]
+Usage: python benches/gemm.py [--quick] [--sizes 256,512,...] [--sections f32,int8,stacks,vectors,emulated,formats,memory,ld]
 """
 
 from __future__ import annotations
@@ -169,6 +170,26 @@ def stacks() -> None:
                   f"{tml / tl:6.2f} {te * 1e3:8.3f}", flush=True)
 
 
+def vectors() -> None:
+    """Vector-matrix and matrix-vector products (a row of A, or a column of B): lowp on
+    bfloat16 and float32 against numpy's float32 (sgemv) and ml_dtypes' own np.matmul
+    on bfloat16. Memory-bound: B (or A) is read once."""
+    g = np.random.default_rng(4)
+    print("\n== vector products: milliseconds; ratios other / lowp (> 1: lowp is faster)")
+    print(f"{'m x k x n':>18} {'thr':>3} {'lowp bf16':>9} {'lowp f32':>8} {'np f32':>7} {'vs f32':>6} {'ml bf16':>7} {'vs ml':>6}")
+    for m, k, n in ((1, 4096, 4096), (4096, 4096, 1), (1, 4096, 11008), (11008, 4096, 1), (1, 1024, 1024), (1024, 1024, 1)):
+        x32 = g.standard_normal((m, k)).astype(np.float32)
+        y32 = g.standard_normal((k, n)).astype(np.float32)
+        x, y = x32.astype(ml_dtypes.bfloat16), y32.astype(ml_dtypes.bfloat16)
+        for t in (1, 2):
+            set_threads(t)
+            t32, tl = best_pair(lambda: np.matmul(x32, y32), lambda: lowp.matmul(x, y), 12, rounds=4)
+            tl32 = best(lambda: lowp.matmul(x32, y32), 6)
+            tml = best(lambda: np.matmul(x, y), 2)
+            print(f"{f'{m} x {k} x {n}':>18} {t:3d} {tl * 1e3:9.3f} {tl32 * 1e3:8.3f} {t32 * 1e3:7.3f} {t32 / tl:6.2f} "
+                  f"{tml * 1e3:7.3f} {tml / tl:6.2f}", flush=True)
+
+
 def emulated(sizes) -> None:
     g = np.random.default_rng(2)
     print("\n== emulated accumulation (every add rounded) vs lowp's own f32 path, same inputs")
@@ -302,7 +323,7 @@ def leading_dimension(quick: bool) -> None:
           f"(packing copies the operands into alias-free strips)")
 
 
-SECTIONS = ("f32", "int8", "stacks", "emulated", "formats", "memory", "ld")
+SECTIONS = ("f32", "int8", "stacks", "vectors", "emulated", "formats", "memory", "ld")
 
 
 def main() -> None:
@@ -326,6 +347,8 @@ def main() -> None:
             int8(sizes)
         if "stacks" in run:
             stacks()
+        if "vectors" in run:
+            vectors()
         if "emulated" in run:
             emulated([256] if args.quick else [256, 512])
         if "formats" in run:

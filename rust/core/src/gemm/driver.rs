@@ -510,3 +510,178 @@ pub(super) unsafe fn small_f32(a: &Operand, b: &Operand, c: OutMat<f32>) -> bool
     });
     true
 }
+
+/// Columns of B packed per strip of [`gemv_f32`] (a strip of a depth block: 32 KiB of f32).
+const GEMV_W: usize = 32;
+
+/// `c = a @ b` for a single row of A (a vector-matrix product), or a single
+/// column of B (then computed as `c^T = b^T @ a^T`): the loop nest would pack
+/// all of B into strips for tiles whose rows are mostly padding. Here B is read
+/// once, strip by strip of [`GEMV_W`] columns and a depth block ([`PB`]-row
+/// bands, as the nest packs), each strip decoded into a buffer of this thread
+/// that stays in L1 and summed at once against A's row: the same FMAs, in the
+/// same order, as the loop nest's (each depth block summed from zero, then added
+/// to the total), so the same bits. Strips split over the threads as the nest
+/// splits columns (products of [`PAR_MIN`] multiply-adds and more). Returns
+/// false, having done nothing, for other shapes.
+///
+/// # Safety
+/// The CPU must support avx2 and fma.
+#[cfg(target_arch = "x86_64")]
+pub(super) unsafe fn gemv_f32(a: &Operand, b: &Operand, c: OutMat<f32>) -> bool {
+    use super::kernels::F32Avx2;
+    let (m, n, k) = (a.rows, b.cols, a.cols);
+    if m == 0 || n == 0 || k == 0 {
+        return false;
+    }
+    // One column of B: the transposed product, one row of its A.
+    let (a, b, c) = match (m, n) {
+        (1, _) => (a.clone(), b.clone(), c),
+        (_, 1) => (b.t(), a.t(), OutMat { ptr: c.ptr, rows: 1, cols: m, rs: c.cs, cs: c.rs }),
+        _ => return false,
+    };
+    let n = b.cols;
+    let kc_max = F32Avx2::KC.min(k);
+    let threads = crate::parallel::num_threads();
+    // Rows of B contiguous, stored as f32, bf16 or fp16 codes: streamed a row
+    // at a time ([`gemv_rows`]).
+    if let (1, Some(code)) = (b.cs, super::kernels::row_code(&b.dec)) {
+        // SAFETY: the caller guarantees avx2 and fma.
+        unsafe { gemv_rows(&a, &b, c, code, threads) };
+        return true;
+    }
+    // Columns of B contiguous (a row-major A of a matrix-vector product): dots
+    // of 8 columns at a time ([`gemv_cols`]).
+    if let (1, Some(code)) = (b.rs, super::kernels::row_code(&b.dec)) {
+        // SAFETY: the caller guarantees avx2 and fma.
+        unsafe { gemv_cols(&a, &b, c, code, threads) };
+        return true;
+    }
+    let strips = n.div_ceil(GEMV_W);
+    // A's row decoded once (k values), then the strips.
+    let run = |s0: usize, s1: usize| {
+        with_scratch::<f32, ()>(&APACK, k, |av| {
+            // SAFETY: row 0 of a, columns 0..k.
+            unsafe { F32Avx2::pack(&a, 0, a.cs, a.rs, k, k, 1, av) };
+            with_scratch::<f32, ()>(&BPACK, kc_max * GEMV_W, |bs| {
+                for s in s0..s1 {
+                    let j0 = s * GEMV_W;
+                    let w = GEMV_W.min(n - j0);
+                    for pc in (0..k).step_by(F32Avx2::KC) {
+                        let kc = F32Avx2::KC.min(k - pc);
+                        // SAFETY: rows pc..pc+kc and columns j0..j0+w lie inside b;
+                        // bs[kk*W + j] = b[pc+kk, j0+j], zeros past column w.
+                        unsafe {
+                            F32Avx2::pack(&b, pc as isize * b.rs + j0 as isize * b.cs, b.cs, b.rs, w, GEMV_W, kc, bs);
+                            super::kernels::gemv_strip_avx2(&av[pc..pc + kc], bs, c.at(0, j0), c.cs, w, pc > 0);
+                        }
+                    }
+                }
+            })
+        })
+    };
+    let parts = if threads > 1 && n * k >= PAR_MIN { threads.min(strips) } else { 1 };
+    if parts <= 1 {
+        run(0, strips);
+    } else {
+        crate::parallel::for_each_item(parts, &|t| run(strips * t / parts, strips * (t + 1) / parts));
+    }
+    true
+}
+
+/// Columns of C per chunk of [`gemv_rows`] (4 KiB of f32 sums, in L1).
+const GEMV_NW: usize = 1024;
+
+/// [`gemv_f32`] for a B whose rows are contiguous (`b.cs == 1`) and stored as
+/// `code` ([`super::kernels::row_code`]): C's columns in chunks of [`GEMV_NW`]
+/// (split over the threads), and in each chunk every depth block summed from
+/// zero row by row of B (each row's part read once, in order, decoded in
+/// registers), then added to the total: the loop nest's FMAs in its order.
+///
+/// # Safety
+/// The CPU must support avx2 and fma (and f16c for fp16 codes); `a` is 1 x k,
+/// `b` k x n with `b.cs == 1` and storage `code`; `c` 1 x n.
+#[cfg(target_arch = "x86_64")]
+unsafe fn gemv_rows(a: &Operand, b: &Operand, c: OutMat<f32>, code: u8, threads: usize) {
+    use super::kernels::F32Avx2;
+    let (n, k) = (b.cols, a.cols);
+    let chunks = n.div_ceil(GEMV_NW);
+    let bytes = b.storage.bytes() as isize;
+    let run = |c0: usize, c1: usize| {
+        with_scratch::<f32, ()>(&APACK, k + GEMV_NW, |buf| {
+            let (av, t) = buf.split_at_mut(k);
+            // SAFETY: row 0 of a, columns 0..k.
+            unsafe { F32Avx2::pack(a, 0, a.cs, a.rs, k, k, 1, av) };
+            for ch in c0..c1 {
+                let j0 = ch * GEMV_NW;
+                let nw = GEMV_NW.min(n - j0);
+                for pc in (0..k).step_by(F32Avx2::KC) {
+                    let kc = F32Avx2::KC.min(k - pc);
+                    let first = b.ptr.wrapping_offset((pc as isize * b.rs + j0 as isize) * bytes);
+                    // SAFETY: rows pc..pc+kc, columns j0..j0+nw of b (contiguous
+                    // along the row), rs elements apart.
+                    unsafe { super::kernels::gemv_block_avx2(code, &av[pc..pc + kc], first, b.rs * bytes, nw, &mut t[..nw]) };
+                    for (j, &x) in t[..nw].iter().enumerate() {
+                        // SAFETY: column j0 + j of c's only row.
+                        unsafe {
+                            let q = c.at(0, j0 + j);
+                            *q = if pc > 0 { *q + x } else { x };
+                        }
+                    }
+                }
+            }
+        })
+    };
+    let parts = if threads > 1 && n * k >= PAR_MIN { threads.min(chunks) } else { 1 };
+    if parts <= 1 {
+        run(0, chunks);
+    } else {
+        crate::parallel::for_each_item(parts, &|p| run(chunks * p / parts, chunks * (p + 1) / parts));
+    }
+}
+
+/// [`gemv_f32`] for a B whose columns are contiguous (`b.rs == 1`) and stored
+/// as `code`: groups of 8 columns (split over the threads), each depth block's
+/// 8 sums by [`super::kernels::gemv_cols_avx2`], then added to the total: the
+/// loop nest's FMAs in its order.
+///
+/// # Safety
+/// As [`gemv_rows`], with `b.rs == 1`.
+#[cfg(target_arch = "x86_64")]
+unsafe fn gemv_cols(a: &Operand, b: &Operand, c: OutMat<f32>, code: u8, threads: usize) {
+    use super::kernels::F32Avx2;
+    let (n, k) = (b.cols, a.cols);
+    let groups = n.div_ceil(8);
+    let bytes = b.storage.bytes() as isize;
+    let run = |g0: usize, g1: usize| {
+        with_scratch::<f32, ()>(&APACK, k, |av| {
+            // SAFETY: row 0 of a, columns 0..k.
+            unsafe { F32Avx2::pack(a, 0, a.cs, a.rs, k, k, 1, av) };
+            let mut t = [0f32; 8];
+            for g in g0..g1 {
+                let j0 = g * 8;
+                let nc = 8.min(n - j0);
+                for pc in (0..k).step_by(F32Avx2::KC) {
+                    let kc = F32Avx2::KC.min(k - pc);
+                    let first = b.ptr.wrapping_offset((pc as isize + j0 as isize * b.cs) * bytes);
+                    // SAFETY: columns j0..j0+nc, rows pc..pc+kc of b (contiguous
+                    // along the column), cs elements apart.
+                    unsafe { super::kernels::gemv_cols_avx2(code, &av[pc..pc + kc], first, b.cs * bytes, nc, &mut t) };
+                    for (l, &x) in t.iter().enumerate().take(nc) {
+                        // SAFETY: column j0 + l of c's only row.
+                        unsafe {
+                            let q = c.at(0, j0 + l);
+                            *q = if pc > 0 { *q + x } else { x };
+                        }
+                    }
+                }
+            }
+        })
+    };
+    let parts = if threads > 1 && n * k >= PAR_MIN { threads.min(groups) } else { 1 };
+    if parts <= 1 {
+        run(0, groups);
+    } else {
+        crate::parallel::for_each_item(parts, &|p| run(groups * p / parts, groups * (p + 1) / parts));
+    }
+}

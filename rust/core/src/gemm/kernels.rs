@@ -931,3 +931,159 @@ unsafe fn small_cols<const MR: usize, const NV: usize>(m: usize, n: usize, k: us
         }
     }
 }
+
+/// One strip of [`super::driver::gemv_f32`]: `c[j] (+)= sum_kk a[kk] * b[kk*32 + j]`
+/// for the first `w` of 32 columns (`cs` apart in `c`), each sum from zero by
+/// one FMA a step in order, then stored (or, with `accumulate`, added to `c`),
+/// as [`f32_6x16_avx2`] sums one depth block.
+///
+/// # Safety
+/// The CPU must support avx2 and fma; `b` holds `a.len() * 32` values; `c`
+/// addresses `w <= 32` writable elements `cs` apart.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+pub(super) unsafe fn gemv_strip_avx2(a: &[f32], b: &[f32], c: *mut f32, cs: isize, w: usize, accumulate: bool) {
+    use std::arch::x86_64::*;
+    assert!(b.len() >= a.len() * 32 && w <= 32);
+    // SAFETY: loads inside b (asserted); stores to the caller's w elements of c.
+    unsafe {
+        let mut r = [_mm256_setzero_ps(); 4];
+        let mut bp = b.as_ptr();
+        for &x in a {
+            let av = _mm256_set1_ps(x);
+            for (v, rv) in r.iter_mut().enumerate() {
+                *rv = _mm256_fmadd_ps(av, _mm256_loadu_ps(bp.add(8 * v)), *rv);
+            }
+            bp = bp.add(32);
+        }
+        let mut t = [0f32; 32];
+        for (v, rv) in r.iter().enumerate() {
+            _mm256_storeu_ps(t.as_mut_ptr().add(8 * v), *rv);
+        }
+        for (j, x) in t.iter().enumerate().take(w) {
+            let q = c.offset(j as isize * cs);
+            *q = if accumulate { *q + *x } else { *x };
+        }
+    }
+}
+
+/// The row codes [`gemv_block_avx2`] decodes in registers: f32, bf16, fp16.
+pub(super) const ROW_F32: u8 = 0;
+pub(super) const ROW_BF16: u8 = 1;
+pub(super) const ROW_F16: u8 = 2;
+
+/// How [`gemv_block_avx2`] reads elements of this decoding, if it can.
+pub(super) fn row_code(d: &Dec) -> Option<u8> {
+    match d {
+        Dec::F32 => Some(ROW_F32),
+        Dec::Bf16 => Some(ROW_BF16),
+        Dec::F16 => Some(ROW_F16),
+        _ => None,
+    }
+}
+
+/// A depth block of [`super::driver::gemv_f32`]'s row streaming:
+/// `t[j] = sum_kk a[kk] * row_kk[j]` for `j < nw`, each from zero by one FMA a
+/// step in order, where row kk starts `kk * rs` bytes after `b` and holds
+/// `nw` contiguous elements stored as `code` ([`ROW_F32`], [`ROW_BF16`],
+/// [`ROW_F16`]).
+///
+/// # Safety
+/// The CPU must support avx2 and fma (and f16c for [`ROW_F16`]); the rows'
+/// elements must be readable; `t.len() >= nw`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn gemv_block_avx2(code: u8, a: &[f32], b: *const u8, rs: isize, nw: usize, t: &mut [f32]) {
+    use std::arch::x86_64::*;
+    assert!(t.len() >= nw && code <= ROW_F16);
+    t[..nw].fill(0.0);
+    let full = nw / 8 * 8;
+    // SAFETY: the rows' first nw elements are readable (the caller's contract);
+    // t holds nw values.
+    unsafe {
+        // 8 elements of a row at element j, as f32.
+        let load = |row: *const u8, j: usize| match code {
+            ROW_F32 => _mm256_loadu_ps((row as *const f32).add(j)),
+            ROW_BF16 => _mm256_castsi256_ps(_mm256_slli_epi32::<16>(_mm256_cvtepu16_epi32(_mm_loadu_si128((row as *const u16).add(j) as *const __m128i)))),
+            _ => _mm256_cvtph_ps(_mm_loadu_si128((row as *const u16).add(j) as *const __m128i)),
+        };
+        let one = |row: *const u8, j: usize| match code {
+            ROW_F32 => *(row as *const f32).add(j),
+            ROW_BF16 => f32::from_bits((*(row as *const u16).add(j) as u32) << 16),
+            _ => super::f16_to_f32(*(row as *const u16).add(j)),
+        };
+        let tp = t.as_mut_ptr();
+        for (kk, &x) in a.iter().enumerate() {
+            let row = b.wrapping_offset(kk as isize * rs);
+            let av = _mm256_set1_ps(x);
+            let mut j = 0;
+            while j + 32 <= full {
+                let v0 = _mm256_fmadd_ps(av, load(row, j), _mm256_loadu_ps(tp.add(j)));
+                let v1 = _mm256_fmadd_ps(av, load(row, j + 8), _mm256_loadu_ps(tp.add(j + 8)));
+                let v2 = _mm256_fmadd_ps(av, load(row, j + 16), _mm256_loadu_ps(tp.add(j + 16)));
+                let v3 = _mm256_fmadd_ps(av, load(row, j + 24), _mm256_loadu_ps(tp.add(j + 24)));
+                _mm256_storeu_ps(tp.add(j), v0);
+                _mm256_storeu_ps(tp.add(j + 8), v1);
+                _mm256_storeu_ps(tp.add(j + 16), v2);
+                _mm256_storeu_ps(tp.add(j + 24), v3);
+                j += 32;
+            }
+            while j < full {
+                _mm256_storeu_ps(tp.add(j), _mm256_fmadd_ps(av, load(row, j), _mm256_loadu_ps(tp.add(j))));
+                j += 8;
+            }
+            for q in full..nw {
+                *tp.add(q) = x.mul_add(one(row, q), *tp.add(q));
+            }
+        }
+    }
+}
+
+/// A depth block of [`super::driver::gemv_f32`]'s column dots: `t[l] = sum_kk
+/// x[kk] * col_l[kk]` for the `nc <= 8` columns whose elements are contiguous,
+/// column l starting `l * cs` bytes after `b`, stored as `code` (as
+/// [`gemv_block_avx2`]'s rows); each sum from zero by one FMA a step in order:
+/// 8 steps of the 8 columns loaded and transposed in registers (lanes are
+/// columns), the last steps one column at a time.
+///
+/// # Safety
+/// The CPU must support avx2 and fma (and f16c for [`ROW_F16`]); the columns'
+/// first `x.len()` elements must be readable; `1 <= nc <= 8`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn gemv_cols_avx2(code: u8, x: &[f32], b: *const u8, cs: isize, nc: usize, t: &mut [f32; 8]) {
+    use std::arch::x86_64::*;
+    assert!((1..=8).contains(&nc) && code <= ROW_F16);
+    let kc = x.len();
+    let full = kc / 8 * 8;
+    // SAFETY: columns l < nc (the last one standing in for the missing ones),
+    // elements below kc, are readable per the contract.
+    unsafe {
+        let cols: [*const u8; 8] = std::array::from_fn(|l| b.wrapping_offset(l.min(nc - 1) as isize * cs));
+        let load = |col: *const u8, j: usize| match code {
+            ROW_F32 => _mm256_loadu_ps((col as *const f32).add(j)),
+            ROW_BF16 => _mm256_castsi256_ps(_mm256_slli_epi32::<16>(_mm256_cvtepu16_epi32(_mm_loadu_si128((col as *const u16).add(j) as *const __m128i)))),
+            _ => _mm256_cvtph_ps(_mm_loadu_si128((col as *const u16).add(j) as *const __m128i)),
+        };
+        let one = |col: *const u8, j: usize| match code {
+            ROW_F32 => *(col as *const f32).add(j),
+            ROW_BF16 => f32::from_bits((*(col as *const u16).add(j) as u32) << 16),
+            _ => super::f16_to_f32(*(col as *const u16).add(j)),
+        };
+        let mut acc = _mm256_setzero_ps();
+        let mut kk = 0;
+        while kk < full {
+            let w = transpose8(std::array::from_fn(|l| load(cols[l], kk)));
+            for (q, wq) in w.iter().enumerate() {
+                acc = _mm256_fmadd_ps(_mm256_set1_ps(x[kk + q]), *wq, acc);
+            }
+            kk += 8;
+        }
+        _mm256_storeu_ps(t.as_mut_ptr(), acc);
+        for (l, tl) in t.iter_mut().enumerate().take(nc) {
+            for (q, &xq) in x.iter().enumerate().skip(full) {
+                *tl = xq.mul_add(one(cols[l], q), *tl);
+            }
+        }
+    }
+}

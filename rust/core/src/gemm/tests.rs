@@ -1405,3 +1405,76 @@ fn small_products_match_the_loop_nest() {
     }
     assert!(taken >= 5 * 10 * 4, "{taken}");
 }
+
+/// The vector-matrix and matrix-vector paths ([`driver::gemv_f32`]: rows of B
+/// streamed, columns dotted 8 at a time, or strips) sum every element as the
+/// loop nest does, bit for bit: every decoding, B and A in either layout,
+/// strided and reversed, depths over several blocks with tails, C strided, and
+/// a product large enough to split over the threads.
+#[test]
+fn vector_products_match_the_loop_nest() {
+    let _settings = crate::settings_read();
+    if !simd() {
+        return;
+    }
+    let mut g = Lcg(12);
+    let kinds: [(Storage, Option<Format>); 5] = [
+        (Storage::F32, None),
+        (Storage::U16, Some(Format::Float(BFLOAT16))),
+        (Storage::U16, Some(Format::Float(FLOAT16))),
+        (Storage::U8, Some(Format::Float(FLOAT8_E4M3FN))),
+        (Storage::U16, Some(Format::Posit(POSIT16))),
+    ];
+    let codes = |g: &mut Lcg, st: Storage, len: usize| -> Vec<u8> {
+        match st {
+            Storage::F32 => (0..len).flat_map(|_| ((g.unit() * 4.0) as f32).to_ne_bytes()).collect(),
+            // (Codes with their top bits cleared: finite values of every format.)
+            _ => (0..len * st.bytes()).enumerate().map(|(i, _)| (g.next() >> 7) as u8 & if i % st.bytes() == st.bytes() - 1 { 0x3f } else { 0xff }).collect(),
+        }
+    };
+    let mut cases = 0;
+    for &(m, k, n) in &[(1, 1, 1), (1, 7, 9), (1, 300, 33), (1, 513, 1100), (9, 300, 1), (1030, 257, 1), (1, 1024, 4100), (4100, 1024, 1), (1, 5, 1)] {
+        for (ka, &(sa, fa)) in kinds.iter().enumerate() {
+            let (sb, fb) = kinds[(ka + 2) % kinds.len()];
+            let (sb, fb) = if ka % 2 == 0 { (sa, fa) } else { (sb, fb) };
+            let av = codes(&mut g, sa, m * k);
+            let bv = codes(&mut g, sb, k * n);
+            for layout in 0..4 {
+                // SAFETY: each view covers exactly the elements of its vector.
+                let (a, b) = unsafe {
+                    let a = match layout {
+                        0 | 2 => Operand::from_raw(av.as_ptr(), sa, fa, m, k, k as isize, 1, "a"),
+                        1 => Operand::from_raw(av.as_ptr(), sa, fa, m, k, 1, m as isize, "a"),
+                        _ => Operand::from_raw(av.as_ptr().add((m * k - 1) * sa.bytes()), sa, fa, m, k, -(k as isize), -1, "a"),
+                    }
+                    .unwrap();
+                    let b = match layout {
+                        0 | 3 => Operand::from_raw(bv.as_ptr(), sb, fb, k, n, n as isize, 1, "b"),
+                        1 => Operand::from_raw(bv.as_ptr(), sb, fb, k, n, 1, k as isize, "b"),
+                        _ => Operand::from_raw(bv.as_ptr().add((k - 1) * n * sb.bytes()), sb, fb, k, n, -(n as isize), 1, "b"),
+                    }
+                    .unwrap();
+                    (a, b)
+                };
+                let (rs, cs, len) = if layout % 2 == 0 { (n as isize * 2, 2, m * n * 2) } else { (1, m as isize, m * n) };
+                let mut fast = vec![-7f32; len];
+                let mut nest = vec![-7f32; len];
+                // SAFETY: both buffers hold the m x n matrix at these strides; simd() holds.
+                let done = unsafe { driver::gemv_f32(&a, &b, OutMat::from_raw(fast.as_mut_ptr(), m, n, rs, cs)) };
+                driver::gemm(&kernels::F32Avx2, &a, &b, unsafe { OutMat::from_raw(nest.as_mut_ptr(), m, n, rs, cs) });
+                assert!(done, "{m}x{k}x{n}");
+                cases += 1;
+                for (q, (x, y)) in fast.iter().zip(&nest).enumerate() {
+                    assert!(x.to_bits() == y.to_bits() || x.is_nan() && y.is_nan(), "{fa:?} x {fb:?} {m}x{k}x{n} layout {layout}, element {q}: {x} vs {y}");
+                }
+            }
+        }
+    }
+    assert_eq!(cases, 9 * 5 * 4);
+    // Other shapes are not taken.
+    let v = vec![0f32; 64];
+    let (a, b) = (op_f32(&v, 2, 8, 8, 1), op_f32(&v, 8, 2, 2, 1));
+    let mut c = [0f32; 4];
+    // SAFETY: c holds 2 x 2.
+    assert!(!unsafe { driver::gemv_f32(&a, &b, OutMat::from_raw(c.as_mut_ptr(), 2, 2, 2, 1)) });
+}
