@@ -1013,21 +1013,44 @@ pub(super) unsafe fn gemv_block_avx2(code: u8, a: &[f32], b: *const u8, rs: isiz
             _ => super::f16_to_f32(*(row as *const u16).add(j)),
         };
         let tp = t.as_mut_ptr();
-        for (kk, &x) in a.iter().enumerate() {
+        // Four rows at a time: each vector of sums loaded once, its four FMAs in
+        // step order, stored once (four streams of B read side by side).
+        let quads = a.len() / 4 * 4;
+        for kk in (0..quads).step_by(4) {
+            let rows: [*const u8; 4] = std::array::from_fn(|r| b.wrapping_offset((kk + r) as isize * rs));
+            let av: [__m256; 4] = std::array::from_fn(|r| _mm256_set1_ps(a[kk + r]));
+            let mut j = 0;
+            while j + 16 <= full {
+                let mut v0 = _mm256_loadu_ps(tp.add(j));
+                let mut v1 = _mm256_loadu_ps(tp.add(j + 8));
+                for r in 0..4 {
+                    v0 = _mm256_fmadd_ps(av[r], load(rows[r], j), v0);
+                    v1 = _mm256_fmadd_ps(av[r], load(rows[r], j + 8), v1);
+                }
+                _mm256_storeu_ps(tp.add(j), v0);
+                _mm256_storeu_ps(tp.add(j + 8), v1);
+                j += 16;
+            }
+            while j < full {
+                let mut v = _mm256_loadu_ps(tp.add(j));
+                for r in 0..4 {
+                    v = _mm256_fmadd_ps(av[r], load(rows[r], j), v);
+                }
+                _mm256_storeu_ps(tp.add(j), v);
+                j += 8;
+            }
+            for q in full..nw {
+                let mut v = *tp.add(q);
+                for r in 0..4 {
+                    v = a[kk + r].mul_add(one(rows[r], q), v);
+                }
+                *tp.add(q) = v;
+            }
+        }
+        for (kk, &x) in a.iter().enumerate().skip(quads) {
             let row = b.wrapping_offset(kk as isize * rs);
             let av = _mm256_set1_ps(x);
             let mut j = 0;
-            while j + 32 <= full {
-                let v0 = _mm256_fmadd_ps(av, load(row, j), _mm256_loadu_ps(tp.add(j)));
-                let v1 = _mm256_fmadd_ps(av, load(row, j + 8), _mm256_loadu_ps(tp.add(j + 8)));
-                let v2 = _mm256_fmadd_ps(av, load(row, j + 16), _mm256_loadu_ps(tp.add(j + 16)));
-                let v3 = _mm256_fmadd_ps(av, load(row, j + 24), _mm256_loadu_ps(tp.add(j + 24)));
-                _mm256_storeu_ps(tp.add(j), v0);
-                _mm256_storeu_ps(tp.add(j + 8), v1);
-                _mm256_storeu_ps(tp.add(j + 16), v2);
-                _mm256_storeu_ps(tp.add(j + 24), v3);
-                j += 32;
-            }
             while j < full {
                 _mm256_storeu_ps(tp.add(j), _mm256_fmadd_ps(av, load(row, j), _mm256_loadu_ps(tp.add(j))));
                 j += 8;
