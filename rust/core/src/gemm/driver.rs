@@ -551,7 +551,7 @@ pub(super) unsafe fn gemv_f32(a: &Operand, b: &Operand, c: OutMat<f32>) -> bool 
         return true;
     }
     // Columns of B contiguous (a row-major A of a matrix-vector product): dots
-    // of 8 columns at a time ([`gemv_cols`]).
+    // of 16 columns at a time ([`gemv_cols`]).
     if let (1, Some(code)) = (b.rs, super::kernels::row_code(&b.dec)) {
         // SAFETY: the caller guarantees avx2 and fma.
         unsafe { gemv_cols(&a, &b, c, code, threads) };
@@ -588,6 +588,10 @@ pub(super) unsafe fn gemv_f32(a: &Operand, b: &Operand, c: OutMat<f32>) -> bool 
     }
     true
 }
+
+/// Columns of B dotted at a time by [`gemv_cols`] (as many streams of B read
+/// side by side; more than the prefetchers follow reads slower).
+const GEMV_COLS: usize = 16;
 
 /// Columns of C per chunk of [`gemv_rows`] (4 KiB of f32 sums, in L1).
 const GEMV_NW: usize = 1024;
@@ -641,8 +645,8 @@ unsafe fn gemv_rows(a: &Operand, b: &Operand, c: OutMat<f32>, code: u8, threads:
 }
 
 /// [`gemv_f32`] for a B whose columns are contiguous (`b.rs == 1`) and stored
-/// as `code`: groups of 8 columns (split over the threads), each depth block's
-/// 8 sums by [`super::kernels::gemv_cols_avx2`], then added to the total: the
+/// as `code`: groups of [`GEMV_COLS`] columns (split over the threads), each depth block's
+/// sums by [`super::kernels::gemv_cols_avx2`], then added to the total: the
 /// loop nest's FMAs in its order.
 ///
 /// # Safety
@@ -651,16 +655,16 @@ unsafe fn gemv_rows(a: &Operand, b: &Operand, c: OutMat<f32>, code: u8, threads:
 unsafe fn gemv_cols(a: &Operand, b: &Operand, c: OutMat<f32>, code: u8, threads: usize) {
     use super::kernels::F32Avx2;
     let (n, k) = (b.cols, a.cols);
-    let groups = n.div_ceil(8);
+    let groups = n.div_ceil(GEMV_COLS);
     let bytes = b.storage.bytes() as isize;
     let run = |g0: usize, g1: usize| {
         with_scratch::<f32, ()>(&APACK, k, |av| {
             // SAFETY: row 0 of a, columns 0..k.
             unsafe { F32Avx2::pack(a, 0, a.cs, a.rs, k, k, 1, av) };
-            let mut t = [0f32; 8];
+            let mut t = [0f32; 32];
             for g in g0..g1 {
-                let j0 = g * 8;
-                let nc = 8.min(n - j0);
+                let j0 = g * GEMV_COLS;
+                let nc = GEMV_COLS.min(n - j0);
                 for pc in (0..k).step_by(F32Avx2::KC) {
                     let kc = F32Avx2::KC.min(k - pc);
                     let first = b.ptr.wrapping_offset((pc as isize + j0 as isize * b.cs) * bytes);

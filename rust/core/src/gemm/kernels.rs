@@ -1063,26 +1063,27 @@ pub(super) unsafe fn gemv_block_avx2(code: u8, a: &[f32], b: *const u8, rs: isiz
 }
 
 /// A depth block of [`super::driver::gemv_f32`]'s column dots: `t[l] = sum_kk
-/// x[kk] * col_l[kk]` for the `nc <= 8` columns whose elements are contiguous,
+/// x[kk] * col_l[kk]` for the `nc <= 32` columns whose elements are contiguous,
 /// column l starting `l * cs` bytes after `b`, stored as `code` (as
 /// [`gemv_block_avx2`]'s rows); each sum from zero by one FMA a step in order:
-/// 8 steps of the 8 columns loaded and transposed in registers (lanes are
-/// columns), the last steps one column at a time.
+/// 8 steps of 8 columns loaded and transposed in registers (lanes are
+/// columns), four such groups side by side (four independent chains of FMAs),
+/// the last steps one column at a time.
 ///
 /// # Safety
 /// The CPU must support avx2 and fma (and f16c for [`ROW_F16`]); the columns'
-/// first `x.len()` elements must be readable; `1 <= nc <= 8`.
+/// first `x.len()` elements must be readable; `1 <= nc <= 32`.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn gemv_cols_avx2(code: u8, x: &[f32], b: *const u8, cs: isize, nc: usize, t: &mut [f32; 8]) {
+pub(super) unsafe fn gemv_cols_avx2(code: u8, x: &[f32], b: *const u8, cs: isize, nc: usize, t: &mut [f32; 32]) {
     use std::arch::x86_64::*;
-    assert!((1..=8).contains(&nc) && code <= ROW_F16);
+    assert!((1..=32).contains(&nc) && code <= ROW_F16);
     let kc = x.len();
     let full = kc / 8 * 8;
     // SAFETY: columns l < nc (the last one standing in for the missing ones),
     // elements below kc, are readable per the contract.
     unsafe {
-        let cols: [*const u8; 8] = std::array::from_fn(|l| b.wrapping_offset(l.min(nc - 1) as isize * cs));
+        let cols: [*const u8; 32] = std::array::from_fn(|l| b.wrapping_offset(l.min(nc - 1) as isize * cs));
         let load = |col: *const u8, j: usize| match code {
             ROW_F32 => _mm256_loadu_ps((col as *const f32).add(j)),
             ROW_BF16 => _mm256_castsi256_ps(_mm256_slli_epi32::<16>(_mm256_cvtepu16_epi32(_mm_loadu_si128((col as *const u16).add(j) as *const __m128i)))),
@@ -1093,16 +1094,21 @@ pub(super) unsafe fn gemv_cols_avx2(code: u8, x: &[f32], b: *const u8, cs: isize
             ROW_BF16 => f32::from_bits((*(col as *const u16).add(j) as u32) << 16),
             _ => super::f16_to_f32(*(col as *const u16).add(j)),
         };
-        let mut acc = _mm256_setzero_ps();
+        let groups = nc.div_ceil(8);
+        let mut acc = [_mm256_setzero_ps(); 4];
         let mut kk = 0;
         while kk < full {
-            let w = transpose8(std::array::from_fn(|l| load(cols[l], kk)));
-            for (q, wq) in w.iter().enumerate() {
-                acc = _mm256_fmadd_ps(_mm256_set1_ps(x[kk + q]), *wq, acc);
+            for (g, ag) in acc.iter_mut().enumerate().take(groups) {
+                let w = transpose8(std::array::from_fn(|l| load(cols[8 * g + l], kk)));
+                for (q, wq) in w.iter().enumerate() {
+                    *ag = _mm256_fmadd_ps(_mm256_set1_ps(x[kk + q]), *wq, *ag);
+                }
             }
             kk += 8;
         }
-        _mm256_storeu_ps(t.as_mut_ptr(), acc);
+        for (g, ag) in acc.iter().enumerate() {
+            _mm256_storeu_ps(t.as_mut_ptr().add(8 * g), *ag);
+        }
         for (l, tl) in t.iter_mut().enumerate().take(nc) {
             for (q, &xq) in x.iter().enumerate().skip(full) {
                 *tl = xq.mul_add(one(cols[l], q), *tl);
