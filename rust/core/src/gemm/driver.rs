@@ -580,12 +580,7 @@ pub(super) unsafe fn gemv_f32(a: &Operand, b: &Operand, c: OutMat<f32>) -> bool 
             })
         })
     };
-    let parts = if threads > 1 && n * k >= PAR_MIN { threads.min(strips) } else { 1 };
-    if parts <= 1 {
-        run(0, strips);
-    } else {
-        crate::parallel::for_each_item(parts, &|t| run(strips * t / parts, strips * (t + 1) / parts));
-    }
+    split_units(strips, n * k, threads, &run);
     true
 }
 
@@ -636,12 +631,7 @@ unsafe fn gemv_rows(a: &Operand, b: &Operand, c: OutMat<f32>, code: u8, threads:
             }
         })
     };
-    let parts = if threads > 1 && n * k >= PAR_MIN { threads.min(chunks) } else { 1 };
-    if parts <= 1 {
-        run(0, chunks);
-    } else {
-        crate::parallel::for_each_item(parts, &|p| run(chunks * p / parts, chunks * (p + 1) / parts));
-    }
+    split_units(chunks, n * k, threads, &run);
 }
 
 /// [`gemv_f32`] for a B whose columns are contiguous (`b.rs == 1`) and stored
@@ -682,10 +672,17 @@ unsafe fn gemv_cols(a: &Operand, b: &Operand, c: OutMat<f32>, code: u8, threads:
             }
         })
     };
-    let parts = if threads > 1 && n * k >= PAR_MIN { threads.min(groups) } else { 1 };
+    split_units(groups, n * k, threads, &run);
+}
+
+/// `run(u0, u1)` over `units` units of a vector product of `madds`
+/// multiply-adds: in equal ranges over the threads where the product is large
+/// enough to split ([`PAR_MIN`], as the loop nest decides), else at once.
+fn split_units(units: usize, madds: usize, threads: usize, run: &(dyn Fn(usize, usize) + Sync)) {
+    let parts = if threads > 1 && madds >= PAR_MIN { threads.min(units) } else { 1 };
     if parts <= 1 {
-        run(0, groups);
+        run(0, units);
     } else {
-        crate::parallel::for_each_item(parts, &|p| run(groups * p / parts, groups * (p + 1) / parts));
+        crate::parallel::for_each_item(parts, &|p| run(units * p / parts, units * (p + 1) / parts));
     }
 }

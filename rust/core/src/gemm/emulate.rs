@@ -1372,6 +1372,40 @@ macro_rules! sr_acc_of {
     };
 }
 
+/// The 8 accumulators of a [`Tile64`] at `{c}` into ymm0-ymm7.
+#[cfg(target_arch = "x86_64")]
+macro_rules! tile64_load {
+    () => {
+        concat!(
+            "vmovupd ymm0, ymmword ptr [{c}]\n",
+            "vmovupd ymm1, ymmword ptr [{c} + 32]\n",
+            "vmovupd ymm2, ymmword ptr [{c} + 64]\n",
+            "vmovupd ymm3, ymmword ptr [{c} + 96]\n",
+            "vmovupd ymm4, ymmword ptr [{c} + 128]\n",
+            "vmovupd ymm5, ymmword ptr [{c} + 160]\n",
+            "vmovupd ymm6, ymmword ptr [{c} + 192]\n",
+            "vmovupd ymm7, ymmword ptr [{c} + 224]\n",
+        )
+    };
+}
+
+/// ymm0-ymm7 back into the [`Tile64`] at `{c}`.
+#[cfg(target_arch = "x86_64")]
+macro_rules! tile64_store {
+    () => {
+        concat!(
+            "vmovupd ymmword ptr [{c}], ymm0\n",
+            "vmovupd ymmword ptr [{c} + 32], ymm1\n",
+            "vmovupd ymmword ptr [{c} + 64], ymm2\n",
+            "vmovupd ymmword ptr [{c} + 96], ymm3\n",
+            "vmovupd ymmword ptr [{c} + 128], ymm4\n",
+            "vmovupd ymmword ptr [{c} + 160], ymm5\n",
+            "vmovupd ymmword ptr [{c} + 192], ymm6\n",
+            "vmovupd ymmword ptr [{c} + 224], ymm7\n",
+        )
+    };
+}
+
 /// The assembly block of [`tile64_sr`] and [`tile64_sr_runs`]: MXCSR entered
 /// (toward zero), the unit mask in ymm15 and `setup`, the 8 accumulators
 /// loaded, `pre`, then `{kn}` steps (B's 8 values in ymm8, ymm9, then `bx`,
@@ -1388,14 +1422,7 @@ macro_rules! sr64_asm {
             mxcsr_enter!(),
             "vpbroadcastq ymm15, qword ptr [{k}]",
             $($setup,)*
-            "vmovupd ymm0, ymmword ptr [{c}]",
-            "vmovupd ymm1, ymmword ptr [{c} + 32]",
-            "vmovupd ymm2, ymmword ptr [{c} + 64]",
-            "vmovupd ymm3, ymmword ptr [{c} + 96]",
-            "vmovupd ymm4, ymmword ptr [{c} + 128]",
-            "vmovupd ymm5, ymmword ptr [{c} + 160]",
-            "vmovupd ymm6, ymmword ptr [{c} + 192]",
-            "vmovupd ymm7, ymmword ptr [{c} + 224]",
+            tile64_load!(),
             $($pre,)*
             "2:",
             "vmovupd ymm8, ymmword ptr [{pb}]",
@@ -1412,14 +1439,7 @@ macro_rules! sr64_asm {
             "dec {kn}",
             "jnz 2b",
             $($post,)*
-            "vmovupd ymmword ptr [{c}], ymm0",
-            "vmovupd ymmword ptr [{c} + 32], ymm1",
-            "vmovupd ymmword ptr [{c} + 64], ymm2",
-            "vmovupd ymmword ptr [{c} + 96], ymm3",
-            "vmovupd ymmword ptr [{c} + 128], ymm4",
-            "vmovupd ymmword ptr [{c} + 160], ymm5",
-            "vmovupd ymmword ptr [{c} + 192], ymm6",
-            "vmovupd ymmword ptr [{c} + 224], ymm7",
+            tile64_store!(),
             $($fin,)*
             "vstmxcsr dword ptr [{csr} + 4]",
             "vldmxcsr dword ptr [{csr}]",
@@ -1618,14 +1638,7 @@ macro_rules! ne64_asm {
             "vpbroadcastq ymm13, qword ptr [{k} + 8]",
             "vpbroadcastq ymm14, qword ptr [{k} + 16]",
             "vpxor ymm12, ymm12, ymm12",
-            "vmovupd ymm0, ymmword ptr [{c}]",
-            "vmovupd ymm1, ymmword ptr [{c} + 32]",
-            "vmovupd ymm2, ymmword ptr [{c} + 64]",
-            "vmovupd ymm3, ymmword ptr [{c} + 96]",
-            "vmovupd ymm4, ymmword ptr [{c} + 128]",
-            "vmovupd ymm5, ymmword ptr [{c} + 160]",
-            "vmovupd ymm6, ymmword ptr [{c} + 192]",
-            "vmovupd ymm7, ymmword ptr [{c} + 224]",
+            tile64_load!(),
             "2:",
             "vmovupd ymm8, ymmword ptr [{pb}]",
             "vmovupd ymm9, ymmword ptr [{pb} + 32]",
@@ -1637,14 +1650,7 @@ macro_rules! ne64_asm {
             "add {pb}, {ld}",
             "dec {kn}",
             "jnz 2b",
-            "vmovupd ymmword ptr [{c}], ymm0",
-            "vmovupd ymmword ptr [{c} + 32], ymm1",
-            "vmovupd ymmword ptr [{c} + 64], ymm2",
-            "vmovupd ymmword ptr [{c} + 96], ymm3",
-            "vmovupd ymmword ptr [{c} + 128], ymm4",
-            "vmovupd ymmword ptr [{c} + 160], ymm5",
-            "vmovupd ymmword ptr [{c} + 192], ymm6",
-            "vmovupd ymmword ptr [{c} + 224], ymm7",
+            tile64_store!(),
             "vmovdqu ymmword ptr [{k} + 56], ymm12",
             "vldmxcsr dword ptr [{csr}]",
             c = in(reg) $acc.0.as_mut_ptr(),

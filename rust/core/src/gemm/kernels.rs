@@ -982,6 +982,42 @@ pub(super) fn row_code(d: &Dec) -> Option<u8> {
     }
 }
 
+/// 8 contiguous elements from element `j` of `p`, stored as `code`
+/// ([`ROW_F32`], [`ROW_BF16`], [`ROW_F16`]), as f32.
+///
+/// # Safety
+/// The CPU must support avx2 (and f16c for fp16); the 8 elements must be readable.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,f16c")]
+#[inline]
+unsafe fn code_load8(code: u8, p: *const u8, j: usize) -> std::arch::x86_64::__m256 {
+    use std::arch::x86_64::*;
+    // SAFETY: the elements are readable (the caller's contract).
+    unsafe {
+        match code {
+            ROW_F32 => _mm256_loadu_ps((p as *const f32).add(j)),
+            ROW_BF16 => _mm256_castsi256_ps(_mm256_slli_epi32::<16>(_mm256_cvtepu16_epi32(_mm_loadu_si128((p as *const u16).add(j) as *const __m128i)))),
+            _ => _mm256_cvtph_ps(_mm_loadu_si128((p as *const u16).add(j) as *const __m128i)),
+        }
+    }
+}
+
+/// Element `j` of `p`, stored as `code`, as f32 ([`code_load8`]'s one at a time).
+///
+/// # Safety
+/// The element must be readable.
+#[inline(always)]
+unsafe fn code_one(code: u8, p: *const u8, j: usize) -> f32 {
+    // SAFETY: the element is readable (the caller's contract).
+    unsafe {
+        match code {
+            ROW_F32 => *(p as *const f32).add(j),
+            ROW_BF16 => f32::from_bits((*(p as *const u16).add(j) as u32) << 16),
+            _ => super::f16_to_f32(*(p as *const u16).add(j)),
+        }
+    }
+}
+
 /// A depth block of [`super::driver::gemv_f32`]'s row streaming:
 /// `t[j] = sum_kk a[kk] * row_kk[j]` for `j < nw`, each from zero by one FMA a
 /// step in order, where row kk starts `kk * rs` bytes after `b` and holds
@@ -1001,17 +1037,9 @@ pub(super) unsafe fn gemv_block_avx2(code: u8, a: &[f32], b: *const u8, rs: isiz
     // SAFETY: the rows' first nw elements are readable (the caller's contract);
     // t holds nw values.
     unsafe {
-        // 8 elements of a row at element j, as f32.
-        let load = |row: *const u8, j: usize| match code {
-            ROW_F32 => _mm256_loadu_ps((row as *const f32).add(j)),
-            ROW_BF16 => _mm256_castsi256_ps(_mm256_slli_epi32::<16>(_mm256_cvtepu16_epi32(_mm_loadu_si128((row as *const u16).add(j) as *const __m128i)))),
-            _ => _mm256_cvtph_ps(_mm_loadu_si128((row as *const u16).add(j) as *const __m128i)),
-        };
-        let one = |row: *const u8, j: usize| match code {
-            ROW_F32 => *(row as *const f32).add(j),
-            ROW_BF16 => f32::from_bits((*(row as *const u16).add(j) as u32) << 16),
-            _ => super::f16_to_f32(*(row as *const u16).add(j)),
-        };
+        // Elements of a row (or column) at element j, as f32: 8 of them, or one.
+        let load = |p: *const u8, j: usize| code_load8(code, p, j);
+        let one = |p: *const u8, j: usize| code_one(code, p, j);
         let tp = t.as_mut_ptr();
         // Four rows at a time: each vector of sums loaded once, its four FMAs in
         // step order, stored once (four streams of B read side by side).
@@ -1084,16 +1112,9 @@ pub(super) unsafe fn gemv_cols_avx2(code: u8, x: &[f32], b: *const u8, cs: isize
     // elements below kc, are readable per the contract.
     unsafe {
         let cols: [*const u8; 32] = std::array::from_fn(|l| b.wrapping_offset(l.min(nc - 1) as isize * cs));
-        let load = |col: *const u8, j: usize| match code {
-            ROW_F32 => _mm256_loadu_ps((col as *const f32).add(j)),
-            ROW_BF16 => _mm256_castsi256_ps(_mm256_slli_epi32::<16>(_mm256_cvtepu16_epi32(_mm_loadu_si128((col as *const u16).add(j) as *const __m128i)))),
-            _ => _mm256_cvtph_ps(_mm_loadu_si128((col as *const u16).add(j) as *const __m128i)),
-        };
-        let one = |col: *const u8, j: usize| match code {
-            ROW_F32 => *(col as *const f32).add(j),
-            ROW_BF16 => f32::from_bits((*(col as *const u16).add(j) as u32) << 16),
-            _ => super::f16_to_f32(*(col as *const u16).add(j)),
-        };
+        // Elements of a row (or column) at element j, as f32: 8 of them, or one.
+        let load = |p: *const u8, j: usize| code_load8(code, p, j);
+        let one = |p: *const u8, j: usize| code_one(code, p, j);
         let groups = nc.div_ceil(8);
         let mut acc = [_mm256_setzero_ps(); 4];
         let mut kk = 0;

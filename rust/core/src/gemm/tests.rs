@@ -1329,6 +1329,37 @@ fn for_batch_runs_each_product_once() {
     crate::parallel::set_num_threads(old).unwrap();
 }
 
+/// (storage, format) of inputs of every f32 decoding: float32, bfloat16,
+/// float16, e4m3fn (a table), posit16.
+fn decodings() -> [(Storage, Option<Format>); 5] {
+    [
+        (Storage::F32, None),
+        (Storage::U16, Some(Format::Float(BFLOAT16))),
+        (Storage::U16, Some(Format::Float(FLOAT16))),
+        (Storage::U8, Some(Format::Float(FLOAT8_E4M3FN))),
+        (Storage::U16, Some(Format::Posit(POSIT16))),
+    ]
+}
+
+/// Random codes of `len` elements of storage `st` (as bytes): with `specials`,
+/// some infinities and NaNs among float32 values and any codes; without, finite
+/// float32 values and codes with their top bits cleared (finite in every format).
+fn random_codes(g: &mut Lcg, st: Storage, len: usize, specials: bool) -> Vec<u8> {
+    match st {
+        Storage::F32 => (0..len)
+            .flat_map(|i| {
+                let v = match g.next() % 97 {
+                    0 if specials && i % 3 == 0 => f32::INFINITY,
+                    1 if specials && i % 5 == 0 => f32::NAN,
+                    _ => (g.unit() * 4.0) as f32,
+                };
+                v.to_ne_bytes()
+            })
+            .collect(),
+        _ => (0..len * st.bytes()).map(|i| (g.next() >> 7) as u8 & if !specials && i % st.bytes() == st.bytes() - 1 { 0x3f } else { 0xff }).collect(),
+    }
+}
+
 /// The small-product path ([`driver::small_f32`]) sums every element as the loop
 /// nest does, bit for bit, for every input decoding, shape edge and stride, and
 /// takes no product it cannot compute that way.
@@ -1339,30 +1370,8 @@ fn small_products_match_the_loop_nest() {
         return;
     }
     let mut g = Lcg(11);
-    // (storage, format) of the inputs: float32, bfloat16, float16, e4m3fn (a table), posit16.
-    let kinds: [(Storage, Option<Format>); 5] = [
-        (Storage::F32, None),
-        (Storage::U16, Some(Format::Float(BFLOAT16))),
-        (Storage::U16, Some(Format::Float(FLOAT16))),
-        (Storage::U8, Some(Format::Float(FLOAT8_E4M3FN))),
-        (Storage::U16, Some(Format::Posit(POSIT16))),
-    ];
-    // Random codes of `len` elements (bytes), some infinities and NaNs among the floats.
-    let codes = |g: &mut Lcg, st: Storage, len: usize| -> Vec<u8> {
-        match st {
-            Storage::F32 => (0..len)
-                .flat_map(|i| {
-                    let v = match g.next() % 97 {
-                        0 if i % 3 == 0 => f32::INFINITY,
-                        1 if i % 5 == 0 => f32::NAN,
-                        _ => (g.unit() * 4.0) as f32,
-                    };
-                    v.to_ne_bytes()
-                })
-                .collect(),
-            _ => (0..len * st.bytes()).map(|_| (g.next() >> 7) as u8).collect(),
-        }
-    };
+    let kinds = decodings();
+    let codes = |g: &mut Lcg, st: Storage, len: usize| random_codes(g, st, len, true);
     let mut taken = 0;
     for (ka, &(sa, fa)) in kinds.iter().enumerate() {
         let (sb, fb) = kinds[(ka + 1) % kinds.len()];
@@ -1418,20 +1427,8 @@ fn vector_products_match_the_loop_nest() {
         return;
     }
     let mut g = Lcg(12);
-    let kinds: [(Storage, Option<Format>); 5] = [
-        (Storage::F32, None),
-        (Storage::U16, Some(Format::Float(BFLOAT16))),
-        (Storage::U16, Some(Format::Float(FLOAT16))),
-        (Storage::U8, Some(Format::Float(FLOAT8_E4M3FN))),
-        (Storage::U16, Some(Format::Posit(POSIT16))),
-    ];
-    let codes = |g: &mut Lcg, st: Storage, len: usize| -> Vec<u8> {
-        match st {
-            Storage::F32 => (0..len).flat_map(|_| ((g.unit() * 4.0) as f32).to_ne_bytes()).collect(),
-            // (Codes with their top bits cleared: finite values of every format.)
-            _ => (0..len * st.bytes()).enumerate().map(|(i, _)| (g.next() >> 7) as u8 & if i % st.bytes() == st.bytes() - 1 { 0x3f } else { 0xff }).collect(),
-        }
-    };
+    let kinds = decodings();
+    let codes = |g: &mut Lcg, st: Storage, len: usize| random_codes(g, st, len, false);
     let mut cases = 0;
     for &(m, k, n) in &[(1, 1, 1), (1, 7, 9), (1, 300, 33), (1, 513, 1100), (9, 300, 1), (1030, 257, 1), (1, 1024, 4100), (4100, 1024, 1), (1, 5, 1)] {
         for (ka, &(sa, fa)) in kinds.iter().enumerate() {
