@@ -514,22 +514,32 @@ pub(super) unsafe fn small_f32(a: &Operand, b: &Operand, c: OutMat<f32>) -> bool
 /// Columns of B packed per strip of [`gemv_f32`] (a strip of a depth block: 32 KiB of f32).
 const GEMV_W: usize = 32;
 
+/// Columns of B dotted at a time where its columns are contiguous (as many
+/// streams of B read side by side; more than the prefetchers follow reads slower).
+const GEMV_COLS: usize = super::kernels::GEMV_COLS;
+
+/// Columns of C per chunk where B's rows are contiguous (4 KiB of f32 sums, in L1).
+const GEMV_NW: usize = 1024;
+
 /// `c = a @ b` for a single row of A (a vector-matrix product), or a single
 /// column of B (then computed as `c^T = b^T @ a^T`): the loop nest would pack
 /// all of B into strips for tiles whose rows are mostly padding. Here B is read
-/// once, strip by strip of [`GEMV_W`] columns and a depth block ([`PB`]-row
-/// bands, as the nest packs), each strip decoded into a buffer of this thread
-/// that stays in L1 and summed at once against A's row: the same FMAs, in the
-/// same order, as the loop nest's (each depth block summed from zero, then added
-/// to the total), so the same bits. Strips split over the threads as the nest
-/// splits columns (products of [`PAR_MIN`] multiply-adds and more). Returns
-/// false, having done nothing, for other shapes.
+/// once, by one of three depth-block kernels over units of C's columns
+/// ([`gemv_units`]): rows of B stored as f32, bf16 or fp16 and contiguous,
+/// streamed and decoded in registers ([`super::kernels::gemv_block_avx2`],
+/// chunks of [`GEMV_NW`]); columns of B so stored and contiguous, dotted
+/// [`GEMV_COLS`] at a time ([`super::kernels::gemv_cols_avx2`]); any other B
+/// strip by strip of [`GEMV_W`] columns, each strip packed as the loop nest
+/// packs it into a buffer of this thread that stays in L1
+/// ([`super::kernels::gemv_strip_avx2`]). Each is the loop nest's FMAs in its
+/// order (each depth block summed from zero, then added to the total), so the
+/// same bits. Returns false, having done nothing, for other shapes.
 ///
 /// # Safety
-/// The CPU must support avx2 and fma.
+/// The CPU must support avx2, fma and f16c.
 #[cfg(target_arch = "x86_64")]
 pub(super) unsafe fn gemv_f32(a: &Operand, b: &Operand, c: OutMat<f32>) -> bool {
-    use super::kernels::F32Avx2;
+    use super::kernels::{self, F32Avx2};
     let (m, n, k) = (a.rows, b.cols, a.cols);
     if m == 0 || n == 0 || k == 0 {
         return false;
@@ -540,146 +550,65 @@ pub(super) unsafe fn gemv_f32(a: &Operand, b: &Operand, c: OutMat<f32>) -> bool 
         (_, 1) => (b.t(), a.t(), OutMat { ptr: c.ptr, rows: 1, cols: m, rs: c.cs, cs: c.rs }),
         _ => return false,
     };
-    let n = b.cols;
-    let kc_max = F32Avx2::KC.min(k);
-    let threads = crate::parallel::num_threads();
-    // Rows of B contiguous, stored as f32, bf16 or fp16 codes: streamed a row
-    // at a time ([`gemv_rows`]).
-    if let (1, Some(code)) = (b.cs, super::kernels::row_code(&b.dec)) {
-        // SAFETY: the caller guarantees avx2 and fma.
-        unsafe { gemv_rows(&a, &b, c, code, threads) };
-        return true;
+    let (b, bytes) = (&b, b.storage.bytes() as isize);
+    // Element (pc, j0) of B.
+    let at = move |pc: usize, j0: usize| b.ptr.wrapping_offset((pc as isize * b.rs + j0 as isize * b.cs) * bytes);
+    // SAFETY (all three): each block reads rows pc..pc+kc and columns j0..j0+w of
+    // b, which lie inside it; the caller guarantees the CPU features.
+    unsafe {
+        match (b.cs, b.rs, kernels::row_code(&b.dec)) {
+            (1, _, Some(code)) => gemv_units(&a, c, b.cols, GEMV_NW, &|av, pc, j0, w, t| {
+                kernels::gemv_block_avx2(code, av, at(pc, j0), b.rs * bytes, w, t)
+            }),
+            (_, 1, Some(code)) => gemv_units(&a, c, b.cols, GEMV_COLS, &|av, pc, j0, w, t| {
+                kernels::gemv_cols_avx2(code, av, at(pc, j0), b.cs * bytes, w, t)
+            }),
+            _ => gemv_units(&a, c, b.cols, GEMV_W, &|av, pc, j0, w, t| {
+                with_scratch::<f32, ()>(&BPACK, av.len() * GEMV_W, |bs| {
+                    // bs[kk*W + j] = b[pc+kk, j0+j], zeros past column w.
+                    F32Avx2::pack(b, pc as isize * b.rs + j0 as isize * b.cs, b.cs, b.rs, w, GEMV_W, av.len(), bs);
+                    kernels::gemv_strip_avx2(av, bs, t);
+                })
+            }),
+        }
     }
-    // Columns of B contiguous (a row-major A of a matrix-vector product): dots
-    // of 16 columns at a time ([`gemv_cols`]).
-    if let (1, Some(code)) = (b.rs, super::kernels::row_code(&b.dec)) {
-        // SAFETY: the caller guarantees avx2 and fma.
-        unsafe { gemv_cols(&a, &b, c, code, threads) };
-        return true;
-    }
-    let strips = n.div_ceil(GEMV_W);
-    // A's row decoded once (k values), then the strips.
-    let run = |s0: usize, s1: usize| {
-        with_scratch::<f32, ()>(&APACK, k, |av| {
-            // SAFETY: row 0 of a, columns 0..k.
-            unsafe { F32Avx2::pack(&a, 0, a.cs, a.rs, k, k, 1, av) };
-            with_scratch::<f32, ()>(&BPACK, kc_max * GEMV_W, |bs| {
-                for s in s0..s1 {
-                    let j0 = s * GEMV_W;
-                    let w = GEMV_W.min(n - j0);
-                    for pc in (0..k).step_by(F32Avx2::KC) {
-                        let kc = F32Avx2::KC.min(k - pc);
-                        // SAFETY: rows pc..pc+kc and columns j0..j0+w lie inside b;
-                        // bs[kk*W + j] = b[pc+kk, j0+j], zeros past column w.
-                        unsafe {
-                            F32Avx2::pack(&b, pc as isize * b.rs + j0 as isize * b.cs, b.cs, b.rs, w, GEMV_W, kc, bs);
-                            super::kernels::gemv_strip_avx2(&av[pc..pc + kc], bs, c.at(0, j0), c.cs, w, pc > 0);
-                        }
-                    }
-                }
-            })
-        })
-    };
-    split_units(strips, n * k, threads, &run);
     true
 }
 
-/// Columns of B dotted at a time by [`gemv_cols`] (as many streams of B read
-/// side by side; more than the prefetchers follow reads slower).
-const GEMV_COLS: usize = 16;
+/// A depth block of a vector path: `(a_block, pc, j0, w, t)`, see [`gemv_units`].
+type GemvBlock<'a> = &'a (dyn Fn(&[f32], usize, usize, usize, &mut [f32]) + Sync);
 
-/// Columns of C per chunk of [`gemv_rows`] (4 KiB of f32 sums, in L1).
-const GEMV_NW: usize = 1024;
-
-/// [`gemv_f32`] for a B whose rows are contiguous (`b.cs == 1`) and stored as
-/// `code` ([`super::kernels::row_code`]): C's columns in chunks of [`GEMV_NW`]
-/// (split over the threads), and in each chunk every depth block summed from
-/// zero row by row of B (each row's part read once, in order, decoded in
-/// registers), then added to the total: the loop nest's FMAs in its order.
+/// The loop of [`gemv_f32`]'s paths over the `n` columns of C (1 x n), in units
+/// of `width` (split over the threads as the loop nest splits columns, from
+/// [`PAR_MIN`] multiply-adds on): A's only row decoded once into this thread's
+/// buffer, then for each unit and depth block `block(a_block, pc, j0, w, t)`
+/// puts the block's sums of columns `j0..j0 + w` into `t[..w]`, which are
+/// stored (the first block) or added to C, as the loop nest's tiles are.
 ///
 /// # Safety
-/// The CPU must support avx2 and fma (and f16c for fp16 codes); `a` is 1 x k,
-/// `b` k x n with `b.cs == 1` and storage `code`; `c` 1 x n.
+/// `block` must be safe to call for every unit and depth block of the product.
 #[cfg(target_arch = "x86_64")]
-unsafe fn gemv_rows(a: &Operand, b: &Operand, c: OutMat<f32>, code: u8, threads: usize) {
+unsafe fn gemv_units(a: &Operand, c: OutMat<f32>, n: usize, width: usize, block: GemvBlock) {
     use super::kernels::F32Avx2;
-    let (n, k) = (b.cols, a.cols);
-    let chunks = n.div_ceil(GEMV_NW);
-    let bytes = b.storage.bytes() as isize;
-    let run = |c0: usize, c1: usize| {
-        with_scratch::<f32, ()>(&APACK, k + GEMV_NW, |buf| {
+    let k = a.cols;
+    let units = n.div_ceil(width);
+    let run = |u0: usize, u1: usize| {
+        with_scratch::<f32, ()>(&APACK, k + width, |buf| {
             let (av, t) = buf.split_at_mut(k);
             // SAFETY: row 0 of a, columns 0..k.
             unsafe { F32Avx2::pack(a, 0, a.cs, a.rs, k, k, 1, av) };
-            for ch in c0..c1 {
-                let j0 = ch * GEMV_NW;
-                let nw = GEMV_NW.min(n - j0);
+            for u in u0..u1 {
+                let (j0, w) = (u * width, width.min(n - u * width));
                 for pc in (0..k).step_by(F32Avx2::KC) {
-                    let kc = F32Avx2::KC.min(k - pc);
-                    let first = b.ptr.wrapping_offset((pc as isize * b.rs + j0 as isize) * bytes);
-                    // SAFETY: rows pc..pc+kc, columns j0..j0+nw of b (contiguous
-                    // along the row), rs elements apart.
-                    unsafe { super::kernels::gemv_block_avx2(code, &av[pc..pc + kc], first, b.rs * bytes, nw, &mut t[..nw]) };
-                    for (j, &x) in t[..nw].iter().enumerate() {
-                        // SAFETY: column j0 + j of c's only row.
-                        unsafe {
-                            let q = c.at(0, j0 + j);
-                            *q = if pc > 0 { *q + x } else { x };
-                        }
-                    }
+                    block(&av[pc..pc + F32Avx2::KC.min(k - pc)], pc, j0, w, t);
+                    // SAFETY: columns j0..j0+w of c's only row.
+                    unsafe { super::kernels::store_tile(t, width, c.at(0, j0), c.rs, c.cs, 1, w, pc > 0) };
                 }
             }
         })
     };
-    split_units(chunks, n * k, threads, &run);
-}
-
-/// [`gemv_f32`] for a B whose columns are contiguous (`b.rs == 1`) and stored
-/// as `code`: groups of [`GEMV_COLS`] columns (split over the threads), each depth block's
-/// sums by [`super::kernels::gemv_cols_avx2`], then added to the total: the
-/// loop nest's FMAs in its order.
-///
-/// # Safety
-/// As [`gemv_rows`], with `b.rs == 1`.
-#[cfg(target_arch = "x86_64")]
-unsafe fn gemv_cols(a: &Operand, b: &Operand, c: OutMat<f32>, code: u8, threads: usize) {
-    use super::kernels::F32Avx2;
-    let (n, k) = (b.cols, a.cols);
-    let groups = n.div_ceil(GEMV_COLS);
-    let bytes = b.storage.bytes() as isize;
-    let run = |g0: usize, g1: usize| {
-        with_scratch::<f32, ()>(&APACK, k, |av| {
-            // SAFETY: row 0 of a, columns 0..k.
-            unsafe { F32Avx2::pack(a, 0, a.cs, a.rs, k, k, 1, av) };
-            let mut t = [0f32; 32];
-            for g in g0..g1 {
-                let j0 = g * GEMV_COLS;
-                let nc = GEMV_COLS.min(n - j0);
-                for pc in (0..k).step_by(F32Avx2::KC) {
-                    let kc = F32Avx2::KC.min(k - pc);
-                    let first = b.ptr.wrapping_offset((pc as isize + j0 as isize * b.cs) * bytes);
-                    // SAFETY: columns j0..j0+nc, rows pc..pc+kc of b (contiguous
-                    // along the column), cs elements apart.
-                    unsafe { super::kernels::gemv_cols_avx2(code, &av[pc..pc + kc], first, b.cs * bytes, nc, &mut t) };
-                    for (l, &x) in t.iter().enumerate().take(nc) {
-                        // SAFETY: column j0 + l of c's only row.
-                        unsafe {
-                            let q = c.at(0, j0 + l);
-                            *q = if pc > 0 { *q + x } else { x };
-                        }
-                    }
-                }
-            }
-        })
-    };
-    split_units(groups, n * k, threads, &run);
-}
-
-/// `run(u0, u1)` over `units` units of a vector product of `madds`
-/// multiply-adds: in equal ranges over the threads where the product is large
-/// enough to split ([`PAR_MIN`], as the loop nest decides), else at once.
-fn split_units(units: usize, madds: usize, threads: usize, run: &(dyn Fn(usize, usize) + Sync)) {
-    let parts = if threads > 1 && madds >= PAR_MIN { threads.min(units) } else { 1 };
+    let threads = crate::parallel::num_threads();
+    let parts = if threads > 1 && n * k >= PAR_MIN { threads.min(units) } else { 1 };
     if parts <= 1 {
         run(0, units);
     } else {

@@ -399,7 +399,7 @@ unsafe fn transpose8(v: [std::arch::x86_64::__m256; 8]) -> [std::arch::x86_64::_
 /// As [`Kernel::run`].
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-unsafe fn store_tile<T: Copy + std::ops::Add<Output = T>>(t: &[T], nr_full: usize, c: *mut T, rs: isize, cs: isize, mr: usize, nr: usize, accumulate: bool) {
+pub(super) unsafe fn store_tile<T: Copy + std::ops::Add<Output = T>>(t: &[T], nr_full: usize, c: *mut T, rs: isize, cs: isize, mr: usize, nr: usize, accumulate: bool) {
     // SAFETY: the caller guarantees the mr x nr tile of c is writable.
     unsafe {
         for i in 0..mr {
@@ -922,9 +922,7 @@ unsafe fn small_cols<const MR: usize, const NV: usize>(m: usize, n: usize, k: us
                     for (v, x) in acc_r.iter().enumerate() {
                         _mm256_storeu_ps(t.as_mut_ptr().add(8 * v), *x);
                     }
-                    for (j, x) in t.iter().enumerate().take(cols) {
-                        *q.offset(j as isize * c.cs) = *x;
-                    }
+                    store_tile(&t, 16, q, 0, c.cs, 1, cols, false);
                 }
             }
             i0 += MR;
@@ -932,20 +930,18 @@ unsafe fn small_cols<const MR: usize, const NV: usize>(m: usize, n: usize, k: us
     }
 }
 
-/// One strip of [`super::driver::gemv_f32`]: `c[j] (+)= sum_kk a[kk] * b[kk*32 + j]`
-/// for the first `w` of 32 columns (`cs` apart in `c`), each sum from zero by
-/// one FMA a step in order, then stored (or, with `accumulate`, added to `c`),
-/// as [`f32_6x16_avx2`] sums one depth block.
+/// One strip of [`super::driver::gemv_f32`]: `t[j] = sum_kk a[kk] * b[kk*32 + j]`
+/// for the 32 columns of the strip, each sum from zero by one FMA a step in
+/// order, as [`f32_6x16_avx2`] sums one depth block.
 ///
 /// # Safety
-/// The CPU must support avx2 and fma; `b` holds `a.len() * 32` values; `c`
-/// addresses `w <= 32` writable elements `cs` apart.
+/// The CPU must support avx2 and fma; `b` holds `a.len() * 32` values, `t` 32.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-pub(super) unsafe fn gemv_strip_avx2(a: &[f32], b: &[f32], c: *mut f32, cs: isize, w: usize, accumulate: bool) {
+pub(super) unsafe fn gemv_strip_avx2(a: &[f32], b: &[f32], t: &mut [f32]) {
     use std::arch::x86_64::*;
-    assert!(b.len() >= a.len() * 32 && w <= 32);
-    // SAFETY: loads inside b (asserted); stores to the caller's w elements of c.
+    assert!(b.len() >= a.len() * 32 && t.len() >= 32);
+    // SAFETY: loads inside b, stores inside t (asserted).
     unsafe {
         let mut r = [_mm256_setzero_ps(); 4];
         let mut bp = b.as_ptr();
@@ -956,13 +952,8 @@ pub(super) unsafe fn gemv_strip_avx2(a: &[f32], b: &[f32], c: *mut f32, cs: isiz
             }
             bp = bp.add(32);
         }
-        let mut t = [0f32; 32];
         for (v, rv) in r.iter().enumerate() {
             _mm256_storeu_ps(t.as_mut_ptr().add(8 * v), *rv);
-        }
-        for (j, x) in t.iter().enumerate().take(w) {
-            let q = c.offset(j as isize * cs);
-            *q = if accumulate { *q + *x } else { *x };
         }
     }
 }
@@ -1037,7 +1028,6 @@ pub(super) unsafe fn gemv_block_avx2(code: u8, a: &[f32], b: *const u8, rs: isiz
     // SAFETY: the rows' first nw elements are readable (the caller's contract);
     // t holds nw values.
     unsafe {
-        // Elements of a row (or column) at element j, as f32: 8 of them, or one.
         let load = |p: *const u8, j: usize| code_load8(code, p, j);
         let one = |p: *const u8, j: usize| code_one(code, p, j);
         let tp = t.as_mut_ptr();
@@ -1090,37 +1080,38 @@ pub(super) unsafe fn gemv_block_avx2(code: u8, a: &[f32], b: *const u8, rs: isiz
     }
 }
 
+/// Columns [`gemv_cols_avx2`] dots at a time: two groups of 8, two
+/// independent chains of FMAs (four groups, 32 streams of B, read slower).
+pub(super) const GEMV_COLS: usize = 16;
+
 /// A depth block of [`super::driver::gemv_f32`]'s column dots: `t[l] = sum_kk
-/// x[kk] * col_l[kk]` for the `nc <= 32` columns whose elements are contiguous,
-/// column l starting `l * cs` bytes after `b`, stored as `code` (as
-/// [`gemv_block_avx2`]'s rows); each sum from zero by one FMA a step in order:
-/// 8 steps of 8 columns loaded and transposed in registers (lanes are
-/// columns), four such groups side by side (four independent chains of FMAs),
-/// the last steps one column at a time.
+/// x[kk] * col_l[kk]` for the `nc <= GEMV_COLS` columns whose elements are
+/// contiguous, column l starting `l * cs` bytes after `b`, stored as `code`
+/// (as [`gemv_block_avx2`]'s rows); each sum from zero by one FMA a step in
+/// order: 8 steps of 8 columns loaded and transposed in registers (lanes are
+/// columns), the two groups side by side, the last steps one column at a time.
 ///
 /// # Safety
 /// The CPU must support avx2 and fma (and f16c for [`ROW_F16`]); the columns'
-/// first `x.len()` elements must be readable; `1 <= nc <= 32`.
+/// first `x.len()` elements must be readable; `1 <= nc <= GEMV_COLS`;
+/// `t.len() >= GEMV_COLS`.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn gemv_cols_avx2(code: u8, x: &[f32], b: *const u8, cs: isize, nc: usize, t: &mut [f32; 32]) {
+pub(super) unsafe fn gemv_cols_avx2(code: u8, x: &[f32], b: *const u8, cs: isize, nc: usize, t: &mut [f32]) {
     use std::arch::x86_64::*;
-    assert!((1..=32).contains(&nc) && code <= ROW_F16);
+    assert!((1..=GEMV_COLS).contains(&nc) && t.len() >= GEMV_COLS && code <= ROW_F16);
     let kc = x.len();
     let full = kc / 8 * 8;
     // SAFETY: columns l < nc (the last one standing in for the missing ones),
-    // elements below kc, are readable per the contract.
+    // elements below kc, are readable per the contract; stores inside t.
     unsafe {
-        let cols: [*const u8; 32] = std::array::from_fn(|l| b.wrapping_offset(l.min(nc - 1) as isize * cs));
-        // Elements of a row (or column) at element j, as f32: 8 of them, or one.
-        let load = |p: *const u8, j: usize| code_load8(code, p, j);
-        let one = |p: *const u8, j: usize| code_one(code, p, j);
+        let cols: [*const u8; GEMV_COLS] = std::array::from_fn(|l| b.wrapping_offset(l.min(nc - 1) as isize * cs));
         let groups = nc.div_ceil(8);
-        let mut acc = [_mm256_setzero_ps(); 4];
+        let mut acc = [_mm256_setzero_ps(); GEMV_COLS / 8];
         let mut kk = 0;
         while kk < full {
             for (g, ag) in acc.iter_mut().enumerate().take(groups) {
-                let w = transpose8(std::array::from_fn(|l| load(cols[8 * g + l], kk)));
+                let w = transpose8(std::array::from_fn(|l| code_load8(code, cols[8 * g + l], kk)));
                 for (q, wq) in w.iter().enumerate() {
                     *ag = _mm256_fmadd_ps(_mm256_set1_ps(x[kk + q]), *wq, *ag);
                 }
@@ -1132,7 +1123,7 @@ pub(super) unsafe fn gemv_cols_avx2(code: u8, x: &[f32], b: *const u8, cs: isize
         }
         for (l, tl) in t.iter_mut().enumerate().take(nc) {
             for (q, &xq) in x.iter().enumerate().skip(full) {
-                *tl = xq.mul_add(one(cols[l], q), *tl);
+                *tl = xq.mul_add(code_one(code, cols[l], q), *tl);
             }
         }
     }

@@ -329,7 +329,7 @@ pub fn matmul_f32(a: &Operand, b: &Operand, c: OutMat<f32>) -> Result<()> {
     }
     if simd() {
         #[cfg(target_arch = "x86_64")]
-        // SAFETY: simd() means avx2 and fma were detected.
+        // SAFETY: simd() means avx2, fma and f16c were detected.
         if unsafe { driver::small_f32(a, b, c) || driver::gemv_f32(a, b, c) } {
             return Ok(());
         }
