@@ -1000,7 +1000,7 @@ impl<const M: u8> Fast<M> {
     /// bit the decision reads. The scale takes the format's smallest normal to
     /// f64's, and its subnormals to f64's.
     fn sr_scale(&self, rbits: u32) -> Option<i32> {
-        (M == M_ST && rbits >= 1 && self.man + rbits <= 51).then_some(-1022 - self.emin)
+        (M == M_ST && rbits >= 1 && self.man + rbits <= 51).then_some(self.f64_scale())
     }
 
     /// [`Fast::sr_scale`], and with more bits (float32's default 32: 23 + 32 >
@@ -1010,7 +1010,7 @@ impl<const M: u8> Fast<M> {
     /// placed ones, [`Words::place_row`]) decide as all the bits do. The
     /// kernels report an inexact sum (MXCSR's precision flag).
     fn sr_checked(&self, rbits: u32) -> Option<(i32, bool)> {
-        (M == M_ST && rbits >= 1 && self.man <= 50).then_some((-1022 - self.emin, self.man + rbits > 51))
+        (M == M_ST && rbits >= 1 && self.man <= 50).then_some((self.f64_scale(), self.man + rbits > 51))
     }
 
     /// [`tile64_sr`] on a tile of `nr` rows x 8 columns of `acc` (row stride
@@ -1044,14 +1044,10 @@ impl<const M: u8> Fast<M> {
             let Some(amax) = (unsafe { tile64_in(&mut t, acc, ldc, nr, sc) }) else { return false };
             // Each rounding grows a magnitude by at most one unit: a factor 1 + 2^-man
             // in the normal range, the smallest subnormal below it.
-            let p = match (a.0, b.0) {
-                (Some(a), Some(b)) => pow2(a.1 + b.1),
-                _ => 0.0,
-            };
             let max = f64::from_bits(self.max_bits);
             // (1 + e)^kn <= exp(kn e) <= 1 / (1 - kn e) while kn e < 1.
             let e = pow2(-(self.man as i32));
-            let add = p + pow2(self.emin - self.man as i32);
+            let add = self.step_add(a, b);
             let ke = kn as f64 * e;
             let track = ke >= 0.5 || (amax + kn as f64 * add) * (1.0 + 1e-9) > max * (1.0 - ke);
             // Past that bound: runs checked at their starts ([`tile64_sr_runs`]) where a
@@ -1105,12 +1101,31 @@ impl<const M: u8> Fast<M> {
 }
 
 impl<const M: u8> Fast<M> {
+    /// The power of two that takes the format's smallest normal to f64's (and
+    /// its subnormals to f64's): the scale of the f64 tiles that round at the
+    /// unit bit of the pattern ([`tile64_sr`], [`tile64_ne`]).
+    fn f64_scale(&self) -> i32 {
+        -1022 - self.emin
+    }
+
+    /// The most a step can add to a magnitude, before its rounding grows it by
+    /// a factor 1 + 2^-man in the normal range: the largest product of the
+    /// block's values (`a`, `b`: their [`exp_bounds64`]) and the smallest
+    /// subnormal (a rounding below the smallest normal).
+    fn step_add(&self, a: Bounds64, b: Bounds64) -> f64 {
+        let p = match (a.0, b.0) {
+            (Some(a), Some(b)) => pow2(a.1 + b.1),
+            _ => 0.0,
+        };
+        p + pow2(self.emin - self.man as i32)
+    }
+
     /// The power of two that [`tile64_ne`] scales the values by, when it can
     /// round into this format: to nearest (even or away), the format's unit at
     /// least 2 bits up the f64 pattern. As [`Fast::sr_scale`]: the format's
     /// smallest normal becomes f64's, and its subnormals f64's.
     fn ne_scale(&self) -> Option<i32> {
-        ((M == M_NE || M == M_NA) && self.man <= 50).then_some(-1022 - self.emin)
+        ((M == M_NE || M == M_NA) && self.man <= 50).then_some(self.f64_scale())
     }
 
     /// [`tile64_ne`] on a tile of `nr` rows x 8 columns of `acc` (row stride
@@ -1147,19 +1162,15 @@ impl<const M: u8> Fast<M> {
             // magnitude by at most a unit in the normal range, a factor 1 + 2^-man,
             // and by the smallest subnormal below it. The steps run in segments as
             // long as that bound allows from the largest accumulator at their start.
-            let p = match (a.0, b.0) {
-                (Some(a), Some(b)) => pow2(a.1 + b.1),
-                _ => 0.0,
-            };
-            let (g, add, max) = (1.0 + pow2(-(self.man as i32)), p + pow2(self.emin - self.man as i32), f64::from_bits(self.max_bits));
+            let (g, add, max) = (1.0 + pow2(-(self.man as i32)), self.step_add(a, b), f64::from_bits(self.max_bits));
             let fits = |amax: f64, len: usize| (amax + len as f64 * add) * g.powi(len as i32) * (1.0 + 1e-9) <= max;
-            let (mut amax, mut done, mut tied) = (amax, 0, false);
+            let (mut amax, mut done) = (amax, 0);
             while done < kn {
                 let left = kn - done;
                 let Some(len) = [left, 64, 16, 4].into_iter().filter(|&l| l <= left).find(|&l| fits(amax, l)) else { return false };
                 // SAFETY: `simd` is only true when avx2 and fma were detected; steps
                 // done..done+len lie inside aps and bp (asserted above).
-                tied |= unsafe {
+                let tied = unsafe {
                     let (aps, bp) = (&aps[done * TILE_ROWS..], &bp[done * ld..]);
                     if M == M_NE {
                         tile64_ne::<true>(&mut t, aps, bp, ld, len, 52 - self.man)
@@ -5391,7 +5402,8 @@ fn drive<R: Round>(r: &R, a: &Operand, b: &Operand, c: EmuOut, spec: &AccumSpec,
                     if words_used {
                         place_tile_rows(&words, i0 + i, nr, kb, rbits, dunit, &mut urun[..kn], &mut upl);
                     }
-                    // The stochastic tile toward zero: A's values of the strip scale exactly.
+                    // The tiles on scaled values (stochastic, or to nearest from sums
+                    // toward zero): A's values of the strip scale exactly.
                     let sr_on = match scaled {
                         Some(sc) if !ab64.1 && !pb64.1 && ab64.0.is_none_or(|(lo, _)| lo + sc >= -1074) => {
                             let f = pow2(sc);
