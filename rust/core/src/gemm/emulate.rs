@@ -5472,7 +5472,8 @@ fn drive<R: Round>(r: &R, a: &Operand, b: &Operand, c: EmuOut, spec: &AccumSpec,
                     let kidx = kb + kk;
                     let row = &mut acc[i * jb..(i + 1) * jb];
                     // SAFETY: (i0+i, kidx) is inside a.
-                    let av = unsafe { a.get_f64(i0 + i, kidx) };
+                    // (Quieted as the packed operands are: see `pack_real_any`.)
+                    let av = super::kernels::Real::quiet(unsafe { a.get_f64(i0 + i, kidx) });
                     let (u, vw) = if words_used { (words.row(i0 + i, kidx, rbits), &vpan[kk * jb..(kk + 1) * jb]) } else { (0, &vpan[..0]) };
                     step_row(row, &panel[kk * jb..(kk + 1) * jb], av, u, vw);
                     flush(&mut acc, &mut tot, i, kidx);

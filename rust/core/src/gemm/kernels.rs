@@ -49,6 +49,9 @@ pub(crate) trait Real: Copy + Default + Send + Sync + std::ops::Add<Output = Sel
     fn from_f32(x: f32) -> Self;
     fn from_f64(x: f64) -> Self;
     fn madd(self, b: Self, c: Self) -> Self;
+    /// The value, or the default quiet NaN (positive, only the quiet bit in
+    /// its payload) in place of any NaN.
+    fn quiet(self) -> Self;
 }
 
 impl Real for f32 {
@@ -64,6 +67,14 @@ impl Real for f32 {
     fn madd(self, b: Self, c: Self) -> Self {
         self.mul_add(b, c)
     }
+    #[inline(always)]
+    fn quiet(self) -> Self {
+        if self.is_nan() {
+            Self::NAN
+        } else {
+            self
+        }
+    }
 }
 
 impl Real for f64 {
@@ -78,6 +89,14 @@ impl Real for f64 {
     #[inline(always)]
     fn madd(self, b: Self, c: Self) -> Self {
         self.mul_add(b, c)
+    }
+    #[inline(always)]
+    fn quiet(self) -> Self {
+        if self.is_nan() {
+            Self::NAN
+        } else {
+            self
+        }
     }
 }
 
@@ -460,8 +479,13 @@ unsafe fn pack_real_avx2<T: Real>(op: &Operand, base: isize, sl: isize, sk: isiz
     unsafe { pack_real(op, base, sl, sk, nv, w, kc, dst) }
 }
 
-/// [`pack_real`], compiled with AVX2 ([`pack_real_avx2`]) where the CPU has it
-/// and the SIMD paths are on.
+/// [`pack_real`] with every NaN packed as the default quiet NaN ([`Real::quiet`]),
+/// compiled with AVX2 ([`pack_quiet_avx2`]) where the CPU has it and the SIMD
+/// paths are on. The emulated accumulation packs its operands so: its kernels
+/// round bit patterns by integer adds below a unit, which would carry through
+/// the payload of a NaN read from the inputs (all ones, say) into its sign, or
+/// clear it to an infinity; the default NaN, and the NaNs arithmetic makes of
+/// it and of invalid operations, have room below their top bits.
 ///
 /// # Safety
 /// As [`pack_real`].
@@ -470,10 +494,34 @@ pub(super) unsafe fn pack_real_any<T: Real>(op: &Operand, base: isize, sl: isize
     #[cfg(target_arch = "x86_64")]
     if super::simd() {
         // SAFETY: forwarded contract; simd() implies avx2 and fma were detected.
-        return unsafe { pack_real_avx2(op, base, sl, sk, nv, w, kc, dst) };
+        return unsafe { pack_quiet_avx2(op, base, sl, sk, nv, w, kc, dst) };
     }
     // SAFETY: forwarded contract.
-    unsafe { pack_real(op, base, sl, sk, nv, w, kc, dst) }
+    unsafe { pack_quiet(op, base, sl, sk, nv, w, kc, dst) }
+}
+
+/// [`pack_quiet`] compiled with AVX2 enabled.
+///
+/// # Safety
+/// As [`pack_real`]; the CPU must support avx2 and fma.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn pack_quiet_avx2<T: Real>(op: &Operand, base: isize, sl: isize, sk: isize, nv: usize, w: usize, kc: usize, dst: &mut [T]) {
+    // SAFETY: forwarded contract.
+    unsafe { pack_quiet(op, base, sl, sk, nv, w, kc, dst) }
+}
+
+/// [`pack_real`], then its `kc` rows of `w` values quieted ([`Real::quiet`]).
+///
+/// # Safety
+/// As [`pack_real`].
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn pack_quiet<T: Real>(op: &Operand, base: isize, sl: isize, sk: isize, nv: usize, w: usize, kc: usize, dst: &mut [T]) {
+    // SAFETY: forwarded contract.
+    unsafe { pack_real(op, base, sl, sk, nv, w, kc, dst) };
+    dst[..kc * w].iter_mut().for_each(|x| *x = x.quiet());
 }
 
 macro_rules! real_kernel {
