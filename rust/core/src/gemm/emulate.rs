@@ -2382,6 +2382,14 @@ impl From<OutMat<f32>> for EmuOut {
 }
 
 impl EmuOut {
+    /// The transposed view of the same elements.
+    fn t(self) -> Self {
+        match self {
+            EmuOut::F64(c) => EmuOut::F64(c.t()),
+            EmuOut::F32(c) => EmuOut::F32(c.t()),
+        }
+    }
+
     fn shape(&self) -> (usize, usize) {
         match self {
             EmuOut::F64(c) => (c.rows, c.cols),
@@ -2477,16 +2485,31 @@ fn run(a: &Operand, b: &Operand, c: EmuOut, spec: &AccumSpec) -> Result<()> {
             return Err(Error::value("chunk: must be a positive integer"));
         }
     }
+    // One column of B against several rows of A (a matrix-vector product): the
+    // tiles span 8 or 16 columns, which one column would leave as padding, so the
+    // product runs as c^T = b^T a^T, one row of A against C's rows as columns.
+    // Each element meets the same adds in the same order and, with the words of
+    // rows and columns trading places ([`StepRand::transposed`]), draws the same
+    // bits; the chunk totals' key, row * n + column, is the row's index either way.
+    if b.cols == 1 && a.rows > 1 {
+        return run_as(&b.t(), &a.t(), c.t(), spec, true);
+    }
+    run_as(a, b, c, spec, false)
+}
+
+/// [`run`]'s product as given, `tr` when it is the transposed one (its words
+/// trade places).
+fn run_as(a: &Operand, b: &Operand, c: EmuOut, spec: &AccumSpec, tr: bool) -> Result<()> {
     let outer = chunk_rounder(spec)?;
     let fmt = spec.fmt;
     let opts = spec.opts;
     // Validate the inner format (and get the errors right) before dispatching.
     Dyn::new(fmt, opts)?;
     if fmt == Format::Float(named::FLOAT64) {
-        return drive(&F64Acc { mode: opts.mode }, a, b, c, spec, outer.as_ref());
+        return drive(&F64Acc { mode: opts.mode }, a, b, c, spec, outer.as_ref(), tr);
     }
     if !fast_ok(&fmt) {
-        return drive(&Generic { fmt, opts }, a, b, c, spec, outer.as_ref());
+        return drive(&Generic { fmt, opts }, a, b, c, spec, outer.as_ref(), tr);
     }
     // float32 operands whose values all belong to a narrower format, as its codes:
     // the kernels then see the bits their products really have (float32 x float32
@@ -2498,11 +2521,11 @@ fn run(a: &Operand, b: &Operand, c: EmuOut, spec: &AccumSpec) -> Result<()> {
     #[cfg(target_arch = "x86_64")]
     if let Some((kind, bf)) = kind16(&fmt, &opts, a, b) {
         // (With wide bits it may give the product up: then the f64 tiles below.)
-        if drive16(kind, bf, a, b, c, spec, outer.as_ref())? {
+        if drive16(kind, bf, a, b, c, spec, outer.as_ref(), tr)? {
             return Ok(());
         }
     }
-    by_mode!(mode_code(opts.mode), C => drive(&Fast::<C>::new(fmt, opts), a, b, c, spec, outer.as_ref()))
+    by_mode!(mode_code(opts.mode), C => drive(&Fast::<C>::new(fmt, opts), a, b, c, spec, outer.as_ref(), tr))
 }
 
 /// The fp8 formats whose products feed [`Kind16::Fma`]: for every pair of
@@ -4570,9 +4593,9 @@ fn sr_states(rng: &Rng, idx0: u64, stride: u64, len: usize) -> Option<[u32; 16]>
 /// whose values could make an f32 product inexact (kinds `Odd` and `Mid`) run
 /// through the f64 rounding. `false` where kind `Sr` with wide bits gave the
 /// product up (its tiles' sums too often inexact in f32): `c` is then to be
-/// computed by the f64 path.
+/// computed by the f64 path. `tr` as [`drive`]'s.
 #[cfg(target_arch = "x86_64")]
-fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &AccumSpec, outer: Option<&Dyn>) -> Result<bool> {
+fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &AccumSpec, outer: Option<&Dyn>, tr: bool) -> Result<bool> {
     use std::arch::x86_64::_MM_FROUND_TO_NEAREST_INT;
     use std::sync::atomic::Ordering::Relaxed;
     let (m, n, k) = (a.rows, b.cols, a.cols);
@@ -4631,6 +4654,7 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
     let (rng2, rbits) = (Rng::new(chunk_opts(spec.opts).key), spec.opts.rbits);
     // The products' random bits: words of rows and columns ([`StepRand`], as `drive`'s).
     let words = StepRand::new(spec.opts.key, steps);
+    let words = if tr { words.transposed() } else { words };
     // Kind Sr's kernel adds `2^R - 1 - rand` below the unit: the xor of a row's
     // complemented bits and a column's bits, each placed there.
     let sr_unit = sf.map_or(0, |f| f.unit);
@@ -5236,7 +5260,10 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
     Ok(!gave_up.load(Relaxed))
 }
 
-fn drive<R: Round>(r: &R, a: &Operand, b: &Operand, c: EmuOut, spec: &AccumSpec, outer: Option<&Dyn>) -> Result<()> {
+/// `c = a @ b`, every add rounded by `r` (chunk totals by `outer`): the f64
+/// register tiles, the step path and the one-column chains. `tr` when this is
+/// [`run`]'s transposed product, whose words of rows and columns trade places.
+fn drive<R: Round>(r: &R, a: &Operand, b: &Operand, c: EmuOut, spec: &AccumSpec, outer: Option<&Dyn>, tr: bool) -> Result<()> {
     let (m, n, k) = (a.rows, b.cols, a.cols);
     if m == 0 || n == 0 {
         return Ok(());
@@ -5255,6 +5282,7 @@ fn drive<R: Round>(r: &R, a: &Operand, b: &Operand, c: EmuOut, spec: &AccumSpec,
     let nchunks = if outer.is_some() { k.div_ceil(chunk) } else { 0 };
     let steps = (k + nchunks) as u64;
     let words = StepRand::new(spec.opts.key, steps);
+    let words = if tr { words.transposed() } else { words };
     let simd = super::simd();
     let tiled = r.has_tile(simd, rbits);
     // The stochastic tile toward zero, on A's values scaled by 2^sr_scale; or the
@@ -5742,12 +5770,17 @@ pub(crate) mod testing {
     /// How many times [`tile_both`] ran the stochastic tile toward zero.
     pub static SR_TILES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
+    /// [`matmul_emulated`] without [`run`]'s transposition of a matrix-vector product.
+    pub fn matmul_as_given(a: &Operand, b: &Operand, c: OutMat<f64>, spec: &AccumSpec) -> Result<()> {
+        run_as(a, b, EmuOut::F64(c), spec, false)
+    }
+
     /// The emulated matmul through the f64 lanes only (no f32 tile kernels).
     pub fn matmul_f64_lanes(a: &Operand, b: &Operand, c: OutMat<f64>, spec: &AccumSpec) -> Result<()> {
         let c = EmuOut::F64(c);
         let outer = chunk_rounder(spec)?;
         assert!(fast_ok(&spec.fmt));
-        by_mode!(mode_code(spec.opts.mode), C => drive(&Fast::<C>::new(spec.fmt, spec.opts), a, b, c, spec, outer.as_ref()))
+        by_mode!(mode_code(spec.opts.mode), C => drive(&Fast::<C>::new(spec.fmt, spec.opts), a, b, c, spec, outer.as_ref(), false))
     }
 
     /// Does [`Fast::exact_ok`] hold for accumulators `acc`, A values `ap` and B

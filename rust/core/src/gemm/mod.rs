@@ -297,6 +297,11 @@ impl<T> OutMat<T> {
         OutMat { ptr, rows, cols, rs, cs }
     }
 
+    /// The transposed view of the same elements.
+    pub fn t(self) -> Self {
+        OutMat { ptr: self.ptr, rows: self.cols, cols: self.rows, rs: self.cs, cs: self.rs }
+    }
+
     /// Pointer to element (i, j) (no bounds check; dereferencing needs i < rows, j < cols).
     #[inline(always)]
     pub fn at(&self, i: usize, j: usize) -> *mut T {

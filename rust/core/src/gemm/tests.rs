@@ -1475,3 +1475,70 @@ fn vector_products_match_the_loop_nest() {
     // SAFETY: c holds 2 x 2.
     assert!(!unsafe { driver::gemv_f32(&a, &b, OutMat::from_raw(c.as_mut_ptr(), 2, 2, 2, 1)) });
 }
+
+/// An emulated matrix-vector product runs transposed (one row of A, C's rows as
+/// columns, the words of rows and columns trading places): the same bits as the
+/// product as given, in every mode (stochastic with chunk totals too), from
+/// float32, bfloat16, float16 and e4m3fn inputs, at 1 and 2 threads, into a
+/// strided column of C.
+#[test]
+fn matrix_vector_products_run_transposed() {
+    let _settings = crate::settings_write();
+    let old = crate::parallel::num_threads();
+    let mut g = Lcg(31);
+    let custom = |e, m| Format::Float(FloatFormat::new(e, m, None, true, crate::format::NanPolicy::Ieee, true).unwrap());
+    let (f16, bf16, e5m2, f32f) = (Format::Float(FLOAT16), Format::Float(BFLOAT16), Format::Float(FLOAT8_E5M2), Format::Float(FLOAT32));
+    let o = RoundOpts::new;
+    let sr = |rbits: u32| RoundOpts { rbits, key: SeedKey::from_seed(rbits as u64 + 3), ..o(Mode::Stochastic) };
+    let modes = [
+        (f16, o(Mode::NearestEven)),
+        (bf16, o(Mode::NearestEven)),
+        (e5m2, o(Mode::NearestEven)),
+        (custom(6, 9), o(Mode::NearestEven)),
+        (f16, o(Mode::TowardZero)),
+        (bf16, o(Mode::Up)),
+        (e5m2, o(Mode::Down)),
+        (f32f, o(Mode::Up)),
+        (f16, sr(32)),
+        (bf16, sr(32)),
+        (f16, sr(13)),
+        (e5m2, sr(32)),
+        (f32f, sr(32)),
+        (custom(6, 9), sr(14)),
+    ];
+    let inputs = [(Storage::F32, None), (Storage::U16, Some(Format::Float(BFLOAT16))), (Storage::U16, Some(Format::Float(FLOAT16))), (Storage::U8, Some(Format::Float(FLOAT8_E4M3FN)))];
+    let mut cases = 0;
+    for &(m, k) in &[(2, 1), (5, 40), (17, 300), (70, 129), (260, 33), (9, 530)] {
+        for (q, &(st, fmt)) in inputs.iter().enumerate() {
+            let (av, bv) = if st == Storage::U8 {
+                let sp = [0x7e, 0xfe, 0x7f, 0x80, 0x00, 0x01, 0x81];
+                (fp8_codes(&mut g, m * k, &sp, 300), fp8_codes(&mut g, k, &sp, 300))
+            } else {
+                (random_codes(&mut g, st, m * k, q == 1), random_codes(&mut g, st, k, false))
+            };
+            // SAFETY: the views cover their vectors (B: one column, k rows).
+            let (a, b) = unsafe { (Operand::from_raw(av.as_ptr(), st, fmt, m, k, k as isize, 1, "a").unwrap(), Operand::from_raw(bv.as_ptr(), st, fmt, k, 1, 1, 1, "b").unwrap()) };
+            for &(fmt, opts) in &modes {
+                for chunk in [None, Some((7, fmt)), Some((5, f32f)), Some((16, if fmt == f16 { bf16 } else { f16 }))] {
+                    let spec = AccumSpec { fmt, chunk, opts };
+                    for threads in [1, 2] {
+                        crate::parallel::set_num_threads(threads).unwrap();
+                        // C: column 1 of an m x 3 matrix.
+                        let mut got = vec![-5f64; m * 3];
+                        let mut want = vec![-5f64; m * 3];
+                        // SAFETY: both hold m rows of 3.
+                        matmul_emulated(&a, &b, unsafe { OutMat::from_raw(got.as_mut_ptr().add(1), m, 1, 3, 1) }, &spec).unwrap();
+                        super::emulate::testing::matmul_as_given(&a, &b, unsafe { OutMat::from_raw(want.as_mut_ptr().add(1), m, 1, 3, 1) }, &spec).unwrap();
+                        for (idx, (x, y)) in got.iter().zip(&want).enumerate() {
+                            assert!(x.to_bits() == y.to_bits() || (x.is_nan() && y.is_nan()), "{m}x{k} {st:?} {fmt:?} {opts:?} {chunk:?} {threads} thr [{idx}]: {x:e} vs {y:e}");
+                            assert!(idx % 3 == 1 || *x == -5.0, "wrote outside C");
+                        }
+                        cases += 1;
+                    }
+                }
+            }
+        }
+    }
+    crate::parallel::set_num_threads(old).unwrap();
+    assert_eq!(cases, 6 * 4 * 14 * 4 * 2);
+}

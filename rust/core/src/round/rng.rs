@@ -286,6 +286,13 @@ impl StepRand {
         }
     }
 
+    /// The words of the transposed product: row `i`'s are column `i`'s and
+    /// column `j`'s row `j`'s, so element `(j, i)` of `c^T = b^T a^T` draws the
+    /// bits element `(i, j)` of `c = a b` draws.
+    pub fn transposed(self) -> Self {
+        StepRand { rows: self.cols, cols: self.rows, steps: self.steps }
+    }
+
     /// Row `i`'s word at step `t` (its top `rbits` bits used).
     #[inline(always)]
     pub fn row(&self, i: usize, t: usize, rbits: u32) -> u64 {
