@@ -172,22 +172,29 @@ def stacks() -> None:
 
 def vectors() -> None:
     """Vector-matrix and matrix-vector products (a row of A, or a column of B): lowp on
-    bfloat16 and float32 against numpy's float32 (sgemv) and ml_dtypes' own np.matmul
-    on bfloat16. Memory-bound: B (or A) is read once."""
+    bfloat16, float32 and the fp8 formats (both operands in the format) against
+    numpy's float32 (sgemv) and ml_dtypes' own np.matmul on bfloat16 and
+    float8_e4m3fn. Memory-bound: B (or A) is read once."""
     g = np.random.default_rng(4)
     print("\n== vector products: milliseconds; ratios other / lowp (> 1: lowp is faster)")
-    print(f"{'m x k x n':>18} {'thr':>3} {'lowp bf16':>9} {'lowp f32':>8} {'np f32':>7} {'vs f32':>6} {'ml bf16':>7} {'vs ml':>6}")
+    print(f"{'m x k x n':>18} {'thr':>3} {'lowp bf16':>9} {'lowp f32':>8} {'np f32':>7} {'vs f32':>6} {'ml bf16':>7} {'vs ml':>6} "
+          f"{'lowp e4m3':>9} {'lowp e5m2':>9} {'ml e4m3':>7} {'vs ml':>6}")
     for m, k, n in ((1, 4096, 4096), (4096, 4096, 1), (1, 4096, 11008), (11008, 4096, 1), (1, 1024, 1024), (1024, 1024, 1)):
         x32 = g.standard_normal((m, k)).astype(np.float32)
         y32 = g.standard_normal((k, n)).astype(np.float32)
         x, y = x32.astype(ml_dtypes.bfloat16), y32.astype(ml_dtypes.bfloat16)
+        x4, y4 = x32.astype(ml_dtypes.float8_e4m3fn), y32.astype(ml_dtypes.float8_e4m3fn)
+        x5, y5 = x32.astype(ml_dtypes.float8_e5m2), y32.astype(ml_dtypes.float8_e5m2)
         for t in (1, 2):
             set_threads(t)
             t32, tl = best_pair(lambda: np.matmul(x32, y32), lambda: lowp.matmul(x, y), 12, rounds=4)
             tl32 = best(lambda: lowp.matmul(x32, y32), 6)
             tml = best(lambda: np.matmul(x, y), 2)
+            tl4 = best(lambda: lowp.matmul(x4, y4), 6)
+            tl5 = best(lambda: lowp.matmul(x5, y5), 6)
+            tml4 = best(lambda: np.matmul(x4, y4), 2)
             print(f"{f'{m} x {k} x {n}':>18} {t:3d} {tl * 1e3:9.3f} {tl32 * 1e3:8.3f} {t32 * 1e3:7.3f} {t32 / tl:6.2f} "
-                  f"{tml * 1e3:7.3f} {tml / tl:6.2f}", flush=True)
+                  f"{tml * 1e3:7.3f} {tml / tl:6.2f} {tl4 * 1e3:9.3f} {tl5 * 1e3:9.3f} {tml4 * 1e3:7.3f} {tml4 / tl4:6.2f}", flush=True)
 
 
 def emulated(sizes) -> None:

@@ -525,11 +525,13 @@ const GEMV_NW: usize = 1024;
 /// column of B (then computed as `c^T = b^T @ a^T`): the loop nest would pack
 /// all of B into strips for tiles whose rows are mostly padding. Here B is read
 /// once, by one of three depth-block kernels over units of C's columns
-/// ([`gemv_units`]): rows of B stored as f32, bf16 or fp16 and contiguous,
-/// streamed and decoded in registers ([`super::kernels::gemv_block_avx2`],
-/// chunks of [`GEMV_NW`]); columns of B so stored and contiguous, dotted
-/// [`GEMV_COLS`] at a time ([`super::kernels::gemv_cols_avx2`]); any other B
-/// strip by strip of [`GEMV_W`] columns, each strip packed as the loop nest
+/// ([`gemv_units`]): rows of B stored as f32, bf16, fp16, float8_e5m2 or
+/// float8_e4m3fn ([`super::kernels::row_code`]) and contiguous, streamed and
+/// decoded in registers ([`super::kernels::gemv_block_avx2`], chunks of
+/// [`GEMV_NW`]); columns of B so stored and contiguous, dotted [`GEMV_COLS`]
+/// at a time ([`super::kernels::gemv_cols_avx2`]); any other B, and blocks
+/// those refuse, strip by strip of [`GEMV_W`] columns, each strip packed as
+/// the loop nest
 /// packs it into a buffer of this thread that stays in L1
 /// ([`super::kernels::gemv_strip_avx2`]). Each is the loop nest's FMAs in its
 /// order (each depth block summed from zero, then added to the total), so the
@@ -556,20 +558,46 @@ pub(super) unsafe fn gemv_f32(a: &Operand, b: &Operand, c: OutMat<f32>) -> bool 
     // SAFETY (all three): each block reads rows pc..pc+kc and columns j0..j0+w of
     // b, which lie inside it; the caller guarantees the CPU features.
     unsafe {
-        match (b.cs, b.rs, kernels::row_code(&b.dec)) {
+        // A block strip by strip, packed as the loop nest packs it.
+        let strips = |av: &[f32], pc: usize, j0: usize, w: usize, t: &mut [f32]| {
+            for s in (0..w).step_by(GEMV_W) {
+                with_scratch::<f32, ()>(&BPACK, av.len() * GEMV_W, |bs| {
+                    // bs[kk*W + j] = b[pc+kk, j0+s+j], zeros past column w.
+                    F32Avx2::pack(b, pc as isize * b.rs + (j0 + s) as isize * b.cs, b.cs, b.rs, GEMV_W.min(w - s), GEMV_W, av.len(), bs);
+                    kernels::gemv_strip_avx2(av, bs, &mut t[s..]);
+                })
+            }
+        };
+        // The decodings in registers: e4m3fn's reads its values times 2^-8, and takes
+        // A's block times 2^8 (the same products), where that stays finite.
+        let code = kernels::row_code(&b.dec, b.fmt);
+        let scaled = |av: &[f32], go: &mut dyn FnMut(&[f32]) -> bool| {
+            if code != Some(kernels::ROW_E4M3FN) {
+                return go(av);
+            }
+            let mut sa = [0f32; F32Avx2::KC];
+            for (d, &x) in sa.iter_mut().zip(av) {
+                *d = x * kernels::E4M3FN_SCALE;
+                if d.is_infinite() && x.is_finite() {
+                    return false;
+                }
+            }
+            go(&sa[..av.len()])
+        };
+        // A block goes strip by strip where those cannot take it (or met an
+        // e4m3fn NaN code, which they read as 1.875).
+        match (b.cs, b.rs, code) {
             (1, _, Some(code)) => gemv_units(&a, c, b.cols, GEMV_NW, &|av, pc, j0, w, t| {
-                kernels::gemv_block_avx2(code, av, at(pc, j0), b.rs * bytes, w, t)
+                if !scaled(av, &mut |x| kernels::gemv_block(code, x, at(pc, j0), b.rs * bytes, w, t)) {
+                    strips(av, pc, j0, w, t)
+                }
             }),
             (_, 1, Some(code)) => gemv_units(&a, c, b.cols, GEMV_COLS, &|av, pc, j0, w, t| {
-                kernels::gemv_cols_avx2(code, av, at(pc, j0), b.cs * bytes, w, t)
+                if !scaled(av, &mut |x| kernels::gemv_cols(code, x, at(pc, j0), b.cs * bytes, w, t)) {
+                    strips(av, pc, j0, w, t)
+                }
             }),
-            _ => gemv_units(&a, c, b.cols, GEMV_W, &|av, pc, j0, w, t| {
-                with_scratch::<f32, ()>(&BPACK, av.len() * GEMV_W, |bs| {
-                    // bs[kk*W + j] = b[pc+kk, j0+j], zeros past column w.
-                    F32Avx2::pack(b, pc as isize * b.rs + j0 as isize * b.cs, b.cs, b.rs, w, GEMV_W, av.len(), bs);
-                    kernels::gemv_strip_avx2(av, bs, t);
-                })
-            }),
+            _ => gemv_units(&a, c, b.cols, GEMV_W, &strips),
         }
     }
     true
@@ -593,7 +621,8 @@ unsafe fn gemv_units(a: &Operand, c: OutMat<f32>, n: usize, width: usize, block:
     let k = a.cols;
     let units = n.div_ceil(width);
     let run = |u0: usize, u1: usize| {
-        with_scratch::<f32, ()>(&APACK, k + width, |buf| {
+        // (Sums of at least one strip's width: a block may go strip by strip.)
+        with_scratch::<f32, ()>(&APACK, k + width.max(GEMV_W), |buf| {
             let (av, t) = buf.split_at_mut(k);
             // SAFETY: row 0 of a, columns 0..k.
             unsafe { F32Avx2::pack(a, 0, a.cs, a.rs, k, k, 1, av) };

@@ -6,6 +6,7 @@
 //! serves bf16, fp16, fp8, posit8/16, int8 and f32 inputs alike.
 
 use super::{Dec, Operand};
+use crate::format::{named, Format};
 
 /// A micro-kernel, its packed element type, output type and block sizes.
 pub(crate) trait Kernel: Sync {
@@ -1006,53 +1007,118 @@ pub(super) unsafe fn gemv_strip_avx2(a: &[f32], b: &[f32], t: &mut [f32]) {
     }
 }
 
-/// The row codes [`gemv_block_avx2`] decodes in registers: f32, bf16, fp16.
+/// The row codes [`gemv_block_avx2`] decodes in registers: f32, bf16, fp16,
+/// float8_e5m2 (the top byte of an fp16), and float8_e4m3fn placed as an fp16
+/// of 4 exponent bits, which is its value times 2^-8 ([`E4M3FN_SCALE`]: the
+/// caller multiplies A by 2^8 instead, which leaves every product as it was).
+/// Its NaN codes read as 1.875 there; the kernels report meeting one.
 pub(super) const ROW_F32: u8 = 0;
 pub(super) const ROW_BF16: u8 = 1;
 pub(super) const ROW_F16: u8 = 2;
+pub(super) const ROW_E5M2: u8 = 3;
+pub(super) const ROW_E4M3FN: u8 = 4;
 
-/// How [`gemv_block_avx2`] reads elements of this decoding, if it can.
-pub(super) fn row_code(d: &Dec) -> Option<u8> {
-    match d {
-        Dec::F32 => Some(ROW_F32),
-        Dec::Bf16 => Some(ROW_BF16),
-        Dec::F16 => Some(ROW_F16),
+/// `$go::<C>` with the const `C` set to the row code `$code`.
+macro_rules! by_row_code {
+    ($code:expr, $go:ident($($arg:expr),*)) => {
+        match $code {
+            ROW_F32 => $go::<ROW_F32>($($arg),*),
+            ROW_BF16 => $go::<ROW_BF16>($($arg),*),
+            ROW_F16 => $go::<ROW_F16>($($arg),*),
+            ROW_E5M2 => $go::<ROW_E5M2>($($arg),*),
+            _ => $go::<ROW_E4M3FN>($($arg),*),
+        }
+    };
+}
+
+/// [`gemv_block_avx2`] for the row code `code`.
+///
+/// # Safety
+/// As [`gemv_block_avx2`].
+#[cfg(target_arch = "x86_64")]
+pub(super) unsafe fn gemv_block(code: u8, a: &[f32], b: *const u8, rs: isize, nw: usize, t: &mut [f32]) -> bool {
+    // SAFETY: forwarded contract.
+    unsafe { by_row_code!(code, gemv_block_avx2(a, b, rs, nw, t)) }
+}
+
+/// [`gemv_cols_avx2`] for the row code `code`.
+///
+/// # Safety
+/// As [`gemv_cols_avx2`].
+#[cfg(target_arch = "x86_64")]
+pub(super) unsafe fn gemv_cols(code: u8, x: &[f32], b: *const u8, cs: isize, nc: usize, t: &mut [f32]) -> bool {
+    // SAFETY: forwarded contract.
+    unsafe { by_row_code!(code, gemv_cols_avx2(x, b, cs, nc, t)) }
+}
+
+/// What [`ROW_E4M3FN`]'s decoding leaves out of the value.
+pub(super) const E4M3FN_SCALE: f32 = 256.0;
+
+/// How [`gemv_block_avx2`] reads elements of this decoding (of format `fmt`), if it can.
+pub(super) fn row_code(d: &Dec, fmt: Option<Format>) -> Option<u8> {
+    match (d, fmt) {
+        (Dec::F32, _) => Some(ROW_F32),
+        (Dec::Bf16, _) => Some(ROW_BF16),
+        (Dec::F16, _) => Some(ROW_F16),
+        (Dec::Lut8(_), Some(Format::Float(f))) if f == named::FLOAT8_E5M2 => Some(ROW_E5M2),
+        (Dec::Lut8(_), Some(Format::Float(f))) if f == named::FLOAT8_E4M3FN => Some(ROW_E4M3FN),
         _ => None,
     }
 }
 
-/// 8 contiguous elements from element `j` of `p`, stored as `code`
-/// ([`ROW_F32`], [`ROW_BF16`], [`ROW_F16`]), as f32.
+/// 8 contiguous elements from element `j` of `p`, stored as `C` (a
+/// [`row_code`]), as f32; for [`ROW_E4M3FN`] the values times 2^-8, and the
+/// lanes of `nan` set where a code is a NaN.
 ///
 /// # Safety
-/// The CPU must support avx2 (and f16c for fp16); the 8 elements must be readable.
+/// The CPU must support avx2 and f16c; the 8 elements must be readable.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,f16c")]
 #[inline]
-unsafe fn code_load8(code: u8, p: *const u8, j: usize) -> std::arch::x86_64::__m256 {
+unsafe fn code_load8<const C: u8>(p: *const u8, j: usize, nan: &mut std::arch::x86_64::__m128i) -> std::arch::x86_64::__m256 {
     use std::arch::x86_64::*;
     // SAFETY: the elements are readable (the caller's contract).
     unsafe {
-        match code {
+        match C {
             ROW_F32 => _mm256_loadu_ps((p as *const f32).add(j)),
             ROW_BF16 => _mm256_castsi256_ps(_mm256_slli_epi32::<16>(_mm256_cvtepu16_epi32(_mm_loadu_si128((p as *const u16).add(j) as *const __m128i)))),
-            _ => _mm256_cvtph_ps(_mm_loadu_si128((p as *const u16).add(j) as *const __m128i)),
+            ROW_F16 => _mm256_cvtph_ps(_mm_loadu_si128((p as *const u16).add(j) as *const __m128i)),
+            ROW_E5M2 => _mm256_cvtph_ps(_mm_slli_epi16::<8>(_mm_cvtepu8_epi16(_mm_loadl_epi64(p.add(j) as *const __m128i)))),
+            _ => {
+                // The bytes sign-extended (a NaN code, low 7 bits set, is then all
+                // ones with bits 7..15 set), moved up 7 bits: the sign at bits 15 and
+                // 14 (cleared), the exponent at 13..10, the mantissa at 9..7.
+                let x = _mm_cvtepi8_epi16(_mm_loadl_epi64(p.add(j) as *const __m128i));
+                let all = _mm_set1_epi16(-1);
+                *nan = _mm_or_si128(*nan, _mm_cmpeq_epi16(_mm_or_si128(x, _mm_set1_epi16(0xff80_u16 as i16)), all));
+                _mm256_cvtph_ps(_mm_and_si128(_mm_slli_epi16::<7>(x), _mm_set1_epi16(0xbfff_u16 as i16)))
+            }
         }
     }
 }
 
-/// Element `j` of `p`, stored as `code`, as f32 ([`code_load8`]'s one at a time).
+/// Element `j` of `p`, stored as `C`, as f32 ([`code_load8`]'s one at a time;
+/// an e4m3fn NaN code is a NaN).
 ///
 /// # Safety
 /// The element must be readable.
 #[inline(always)]
-unsafe fn code_one(code: u8, p: *const u8, j: usize) -> f32 {
+unsafe fn code_one<const C: u8>(p: *const u8, j: usize) -> f32 {
     // SAFETY: the element is readable (the caller's contract).
     unsafe {
-        match code {
+        match C {
             ROW_F32 => *(p as *const f32).add(j),
             ROW_BF16 => f32::from_bits((*(p as *const u16).add(j) as u32) << 16),
-            _ => super::f16_to_f32(*(p as *const u16).add(j)),
+            ROW_F16 => super::f16_to_f32(*(p as *const u16).add(j)),
+            ROW_E5M2 => super::f16_to_f32((*p.add(j) as u16) << 8),
+            _ => {
+                let x = *p.add(j);
+                if x & 0x7f == 0x7f {
+                    f32::NAN
+                } else {
+                    super::f16_to_f32((((x as i8 as i16) << 7) as u16) & 0xbfff)
+                }
+            }
         }
     }
 }
@@ -1060,24 +1126,26 @@ unsafe fn code_one(code: u8, p: *const u8, j: usize) -> f32 {
 /// A depth block of [`super::driver::gemv_f32`]'s row streaming:
 /// `t[j] = sum_kk a[kk] * row_kk[j]` for `j < nw`, each from zero by one FMA a
 /// step in order, where row kk starts `kk * rs` bytes after `b` and holds
-/// `nw` contiguous elements stored as `code` ([`ROW_F32`], [`ROW_BF16`],
-/// [`ROW_F16`]).
+/// `nw` contiguous elements stored as `C` (a [`row_code`]; [`ROW_E4M3FN`]'s
+/// values read times 2^-8, so A's are to be given times 2^8). Returns false,
+/// `t` then void, where an e4m3fn NaN code was read in a vector.
 ///
 /// # Safety
-/// The CPU must support avx2 and fma (and f16c for [`ROW_F16`]); the rows'
-/// elements must be readable; `t.len() >= nw`.
+/// The CPU must support avx2, fma and f16c; the rows' elements must be
+/// readable; `t.len() >= nw`.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn gemv_block_avx2(code: u8, a: &[f32], b: *const u8, rs: isize, nw: usize, t: &mut [f32]) {
+unsafe fn gemv_block_avx2<const C: u8>(a: &[f32], b: *const u8, rs: isize, nw: usize, t: &mut [f32]) -> bool {
     use std::arch::x86_64::*;
-    assert!(t.len() >= nw && code <= ROW_F16);
+    assert!(t.len() >= nw && C <= ROW_E4M3FN);
     t[..nw].fill(0.0);
     let full = nw / 8 * 8;
     // SAFETY: the rows' first nw elements are readable (the caller's contract);
     // t holds nw values.
     unsafe {
-        let load = |p: *const u8, j: usize| code_load8(code, p, j);
-        let one = |p: *const u8, j: usize| code_one(code, p, j);
+        let mut nan = _mm_setzero_si128();
+        let mut load = |p: *const u8, j: usize| code_load8::<C>(p, j, &mut nan);
+        let one = |p: *const u8, j: usize| code_one::<C>(p, j);
         let tp = t.as_mut_ptr();
         // Four rows at a time: each vector of sums loaded once, its four FMAs in
         // step order, stored once (four streams of B read side by side).
@@ -1125,6 +1193,7 @@ pub(super) unsafe fn gemv_block_avx2(code: u8, a: &[f32], b: *const u8, rs: isiz
                 *tp.add(q) = x.mul_add(one(row, q), *tp.add(q));
             }
         }
+        _mm_testz_si128(nan, nan) == 1
     }
 }
 
@@ -1134,20 +1203,21 @@ pub(super) const GEMV_COLS: usize = 16;
 
 /// A depth block of [`super::driver::gemv_f32`]'s column dots: `t[l] = sum_kk
 /// x[kk] * col_l[kk]` for the `nc <= GEMV_COLS` columns whose elements are
-/// contiguous, column l starting `l * cs` bytes after `b`, stored as `code`
-/// (as [`gemv_block_avx2`]'s rows); each sum from zero by one FMA a step in
-/// order: 8 steps of 8 columns loaded and transposed in registers (lanes are
-/// columns), the two groups side by side, the last steps one column at a time.
+/// contiguous, column l starting `l * cs` bytes after `b`, stored as `C`
+/// (as [`gemv_block_avx2`]'s rows, `x` times 2^8 for [`ROW_E4M3FN`]); each sum
+/// from zero by one FMA a step in order: 8 steps of 8 columns loaded and
+/// transposed in registers (lanes are columns), the two groups side by side,
+/// the last steps one column at a time. Returns false, `t` then void, where an
+/// e4m3fn NaN code was read in a vector.
 ///
 /// # Safety
-/// The CPU must support avx2 and fma (and f16c for [`ROW_F16`]); the columns'
-/// first `x.len()` elements must be readable; `1 <= nc <= GEMV_COLS`;
-/// `t.len() >= GEMV_COLS`.
+/// The CPU must support avx2, fma and f16c; the columns' first `x.len()`
+/// elements must be readable; `1 <= nc <= GEMV_COLS`; `t.len() >= GEMV_COLS`.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn gemv_cols_avx2(code: u8, x: &[f32], b: *const u8, cs: isize, nc: usize, t: &mut [f32]) {
+unsafe fn gemv_cols_avx2<const C: u8>(x: &[f32], b: *const u8, cs: isize, nc: usize, t: &mut [f32]) -> bool {
     use std::arch::x86_64::*;
-    assert!((1..=GEMV_COLS).contains(&nc) && t.len() >= GEMV_COLS && code <= ROW_F16);
+    assert!((1..=GEMV_COLS).contains(&nc) && t.len() >= GEMV_COLS && C <= ROW_E4M3FN);
     let kc = x.len();
     let full = kc / 8 * 8;
     // SAFETY: columns l < nc (the last one standing in for the missing ones),
@@ -1156,10 +1226,11 @@ pub(super) unsafe fn gemv_cols_avx2(code: u8, x: &[f32], b: *const u8, cs: isize
         let cols: [*const u8; GEMV_COLS] = std::array::from_fn(|l| b.wrapping_offset(l.min(nc - 1) as isize * cs));
         let groups = nc.div_ceil(8);
         let mut acc = [_mm256_setzero_ps(); GEMV_COLS / 8];
+        let mut nan = _mm_setzero_si128();
         let mut kk = 0;
         while kk < full {
             for (g, ag) in acc.iter_mut().enumerate().take(groups) {
-                let w = transpose8(std::array::from_fn(|l| code_load8(code, cols[8 * g + l], kk)));
+                let w = transpose8(std::array::from_fn(|l| code_load8::<C>(cols[8 * g + l], kk, &mut nan)));
                 for (q, wq) in w.iter().enumerate() {
                     *ag = _mm256_fmadd_ps(_mm256_set1_ps(x[kk + q]), *wq, *ag);
                 }
@@ -1171,8 +1242,9 @@ pub(super) unsafe fn gemv_cols_avx2(code: u8, x: &[f32], b: *const u8, cs: isize
         }
         for (l, tl) in t.iter_mut().enumerate().take(nc) {
             for (q, &xq) in x.iter().enumerate().skip(full) {
-                *tl = xq.mul_add(code_one(code, cols[l], q), *tl);
+                *tl = xq.mul_add(code_one::<C>(cols[l], q), *tl);
             }
         }
+        _mm_testz_si128(nan, nan) == 1
     }
 }
