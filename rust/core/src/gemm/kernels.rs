@@ -46,16 +46,26 @@ pub(crate) trait Kernel: Sync {
 }
 
 /// f32 / f64 element of the real kernels.
-pub(crate) trait Real: Copy + Default + Send + Sync + std::ops::Add<Output = Self> + std::ops::Mul<Output = Self> {
+pub(crate) trait Real: Copy + Default + PartialEq + Send + Sync + std::ops::Add<Output = Self> + std::ops::Mul<Output = Self> {
     fn from_f32(x: f32) -> Self;
     fn from_f64(x: f64) -> Self;
     fn madd(self, b: Self, c: Self) -> Self;
-    /// The value, or the default quiet NaN (positive, only the quiet bit in
-    /// its payload) in place of any NaN.
-    fn quiet(self) -> Self;
+    /// The default quiet NaN (positive, only the quiet bit in its payload).
+    const NAN: Self;
+    /// The value, or [`Real::NAN`] in place of any NaN.
+    #[inline(always)]
+    #[allow(clippy::eq_op)]
+    fn quiet(self) -> Self {
+        if self != self {
+            Self::NAN
+        } else {
+            self
+        }
+    }
 }
 
 impl Real for f32 {
+    const NAN: Self = f32::NAN;
     #[inline(always)]
     fn from_f32(x: f32) -> Self {
         x
@@ -68,17 +78,10 @@ impl Real for f32 {
     fn madd(self, b: Self, c: Self) -> Self {
         self.mul_add(b, c)
     }
-    #[inline(always)]
-    fn quiet(self) -> Self {
-        if self.is_nan() {
-            Self::NAN
-        } else {
-            self
-        }
-    }
 }
 
 impl Real for f64 {
+    const NAN: Self = f64::NAN;
     #[inline(always)]
     fn from_f32(x: f32) -> Self {
         x as f64
@@ -90,14 +93,6 @@ impl Real for f64 {
     #[inline(always)]
     fn madd(self, b: Self, c: Self) -> Self {
         self.mul_add(b, c)
-    }
-    #[inline(always)]
-    fn quiet(self) -> Self {
-        if self.is_nan() {
-            Self::NAN
-        } else {
-            self
-        }
     }
 }
 
