@@ -5319,7 +5319,7 @@ fn drive<R: Round>(r: &R, a: &Operand, b: &Operand, c: EmuOut, spec: &AccumSpec,
         // row's word `u` and the columns' `vw` at this step (used when stochastic).
         let mut step_row = |row: &mut [f64], bp: &[f64], av: f64, u: u64, vw: &[u64]| {
             if let ([x], [bv]) = (&mut *row, bp) {
-                // One column (a 1-D sum, a matrix-vector product): the scalar add,
+                // One column (a 1-D sum; a matrix-vector product as given): the scalar add,
                 // which the lanes of `step` equal.
                 let rd = if words_used { StepRand::top(u ^ vw[0], rbits) } else { 0 };
                 *x = r.add(*x, av * bv, rd);
@@ -5356,7 +5356,7 @@ fn drive<R: Round>(r: &R, a: &Operand, b: &Operand, c: EmuOut, spec: &AccumSpec,
             o.add_row(simd, trow, row, &rng2, e0, steps, (k + ridx) as u64, rbits, stochastic, fine);
             row.fill(0.0);
         };
-        // One column (1-D sums, matrix-vector products): per row, a chain of
+        // One column (1-D sums; matrix-vector products as given): per row, a chain of
         // dependent adds over packed segments of A and B, the same adds and
         // random bits as `step_row` and `flush`.
         let mut arow = vec![0f64; if n == 1 { KB.min(k.max(1)) } else { 0 }];
