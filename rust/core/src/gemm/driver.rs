@@ -574,6 +574,7 @@ pub(super) unsafe fn gemv_f32(a: &Operand, b: &Operand, c: OutMat<f32>) -> bool 
             if code != Some(kernels::ROW_E4M3FN) {
                 return go(av);
             }
+            // (For the columns' clean decoding too: `code` is the operand's.)
             let mut sa = [0f32; F32Avx2::KC];
             for (d, &x) in sa.iter_mut().zip(av) {
                 *d = x * kernels::E4M3FN_SCALE;
@@ -592,6 +593,13 @@ pub(super) unsafe fn gemv_f32(a: &Operand, b: &Operand, c: OutMat<f32>) -> bool 
                 }
             }),
             (_, 1, Some(code)) => gemv_units(&a, c, b.cols, GEMV_COLS, &|av, pc, j0, w, t| {
+                // e4m3fn columns: the block's codes (a few KiB, read next from L1)
+                // scanned first, the NaN check of the decoding then left out.
+                let code = match code {
+                    kernels::ROW_E4M3FN if kernels::e4m3fn_nan_free(at(pc, j0), w, b.cs * bytes, av.len()) => kernels::ROW_E4M3FN_CLEAN,
+                    kernels::ROW_E4M3FN => return strips(av, pc, j0, w, t),
+                    _ => code,
+                };
                 if !scaled(av, &mut |x| kernels::gemv_cols(code, x, at(pc, j0), b.cs * bytes, w, t)) {
                     strips(av, pc, j0, w, t)
                 }

@@ -1012,6 +1012,8 @@ pub(super) const ROW_BF16: u8 = 1;
 pub(super) const ROW_F16: u8 = 2;
 pub(super) const ROW_E5M2: u8 = 3;
 pub(super) const ROW_E4M3FN: u8 = 4;
+/// [`ROW_E4M3FN`] where the caller found no NaN code ([`e4m3fn_nan_free`]): no flag kept.
+pub(super) const ROW_E4M3FN_CLEAN: u8 = 5;
 
 /// `$go::<C>` with the const `C` set to the row code `$code`.
 macro_rules! by_row_code {
@@ -1021,7 +1023,8 @@ macro_rules! by_row_code {
             ROW_BF16 => $go::<ROW_BF16>($($arg),*),
             ROW_F16 => $go::<ROW_F16>($($arg),*),
             ROW_E5M2 => $go::<ROW_E5M2>($($arg),*),
-            _ => $go::<ROW_E4M3FN>($($arg),*),
+            ROW_E4M3FN => $go::<ROW_E4M3FN>($($arg),*),
+            _ => $go::<ROW_E4M3FN_CLEAN>($($arg),*),
         }
     };
 }
@@ -1061,6 +1064,35 @@ pub(super) fn row_code(d: &Dec, fmt: Option<Format>) -> Option<u8> {
     }
 }
 
+/// No float8_e4m3fn NaN code (0x7f, 0xff) among `lines` runs of `len` bytes,
+/// run l starting `l * stride` bytes after `p`: 32 bytes at a time, the bytes
+/// with their top bit set equal to 0xff.
+///
+/// # Safety
+/// The CPU must support avx2; the bytes must be readable.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+pub(super) unsafe fn e4m3fn_nan_free(p: *const u8, lines: usize, stride: isize, len: usize) -> bool {
+    use std::arch::x86_64::*;
+    let full = len / 32 * 32;
+    // SAFETY: the runs are readable (the caller's contract).
+    unsafe {
+        let (top, all) = (_mm256_set1_epi8(-128), _mm256_set1_epi8(-1));
+        let mut hit = _mm256_setzero_si256();
+        for l in 0..lines {
+            let q = p.wrapping_offset(l as isize * stride);
+            for j in (0..full).step_by(32) {
+                let v = _mm256_loadu_si256(q.add(j) as *const __m256i);
+                hit = _mm256_or_si256(hit, _mm256_cmpeq_epi8(_mm256_or_si256(v, top), all));
+            }
+            if (full..len).any(|j| *q.add(j) & 0x7f == 0x7f) {
+                return false;
+            }
+        }
+        _mm256_testz_si256(hit, hit) == 1
+    }
+}
+
 /// 8 contiguous elements from element `j` of `p`, stored as `C` (a
 /// [`row_code`]), as f32; for [`ROW_E4M3FN`] the values times 2^-8, and the
 /// lanes of `nan` set where a code is a NaN.
@@ -1084,8 +1116,10 @@ unsafe fn code_load8<const C: u8>(p: *const u8, j: usize, nan: &mut std::arch::x
                 // ones with bits 7..15 set), moved up 7 bits: the sign at bits 15 and
                 // 14 (cleared), the exponent at 13..10, the mantissa at 9..7.
                 let x = _mm_cvtepi8_epi16(_mm_loadl_epi64(p.add(j) as *const __m128i));
-                let all = _mm_set1_epi16(-1);
-                *nan = _mm_or_si128(*nan, _mm_cmpeq_epi16(_mm_or_si128(x, _mm_set1_epi16(0xff80_u16 as i16)), all));
+                if C == ROW_E4M3FN {
+                    let all = _mm_set1_epi16(-1);
+                    *nan = _mm_or_si128(*nan, _mm_cmpeq_epi16(_mm_or_si128(x, _mm_set1_epi16(0xff80_u16 as i16)), all));
+                }
                 _mm256_cvtph_ps(_mm_and_si128(_mm_slli_epi16::<7>(x), _mm_set1_epi16(0xbfff_u16 as i16)))
             }
         }
@@ -1132,7 +1166,7 @@ unsafe fn code_one<const C: u8>(p: *const u8, j: usize) -> f32 {
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn gemv_block_avx2<const C: u8>(a: &[f32], b: *const u8, rs: isize, nw: usize, t: &mut [f32]) -> bool {
     use std::arch::x86_64::*;
-    assert!(t.len() >= nw && C <= ROW_E4M3FN);
+    assert!(t.len() >= nw && C <= ROW_E4M3FN_CLEAN);
     t[..nw].fill(0.0);
     let full = nw / 8 * 8;
     // SAFETY: the rows' first nw elements are readable (the caller's contract);
@@ -1212,7 +1246,7 @@ pub(super) const GEMV_COLS: usize = 16;
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn gemv_cols_avx2<const C: u8>(x: &[f32], b: *const u8, cs: isize, nc: usize, t: &mut [f32]) -> bool {
     use std::arch::x86_64::*;
-    assert!((1..=GEMV_COLS).contains(&nc) && t.len() >= GEMV_COLS && C <= ROW_E4M3FN);
+    assert!((1..=GEMV_COLS).contains(&nc) && t.len() >= GEMV_COLS && C <= ROW_E4M3FN_CLEAN);
     let kc = x.len();
     let full = kc / 8 * 8;
     // SAFETY: columns l < nc (the last one standing in for the missing ones),
