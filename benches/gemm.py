@@ -229,6 +229,25 @@ def emulated(sizes) -> None:
                           f"{op / tf / 1e9:8.1f} {tf / te:6.3f}", flush=True)
 
 
+def emulated_vectors() -> None:
+    """Emulated vector products (bf16 into fp16, 1 thread): a row of A (tiles of one row)
+    and a column of B (run transposed), against lowp's own f32 path on the same shape."""
+    g = np.random.default_rng(6)
+    print("\n== emulated vector products, bf16 into fp16, 1 thread: ms (ratio to lowp's own f32 path)")
+    modes = ("nearest_even", "toward_zero", "stochastic")
+    print(f"{'m x k x n':>18} {'f32 path':>9} " + " ".join(f"{m:>17}" for m in modes))
+    set_threads(1)
+    for m, k, n in ((1, 4096, 4096), (4096, 4096, 1), (1, 1024, 1024), (1024, 1024, 1)):
+        a = g.standard_normal((m, k)).astype(np.float32).astype(ml_dtypes.bfloat16)
+        b = g.standard_normal((k, n)).astype(np.float32).astype(ml_dtypes.bfloat16)
+        tf = best(lambda: lowp.matmul(a, b), 6)
+        cells = []
+        for mode in modes:
+            te = best(lambda: lowp.matmul(a, b, accumulate="float16", rounding=mode, seed=1), 3)
+            cells.append(f"{te * 1e3:9.3f} ({tf / te:5.3f})")
+        print(f"{f'{m} x {k} x {n}':>18} {tf * 1e3:9.3f} " + " ".join(f"{c:>17}" for c in cells), flush=True)
+
+
 def emulated_formats(n: int) -> None:
     """Every add rounded into several accumulator formats and modes (1 thread)."""
     g = np.random.default_rng(4)
@@ -358,6 +377,7 @@ def main() -> None:
             vectors()
         if "emulated" in run:
             emulated([256] if args.quick else [256, 512])
+            emulated_vectors()
         if "formats" in run:
             emulated_formats(256 if args.quick else 512)
         if "memory" in run:
