@@ -5377,11 +5377,25 @@ fn drive<R: Round>(r: &R, a: &Operand, b: &Operand, c: EmuOut, spec: &AccumSpec,
             if words_used {
                 for kk in 0..kn {
                     if tmaj {
+                        // Tile q's 8 words of step kk at q*8*kn + kk*8, as the panel.
                         words.col_run(j0, kb + kk, rbits, &mut wrow);
-                        for (j, &w) in wrow.iter().enumerate() {
-                            let ix = (j / 8) * 8 * kn + kk * 8 + j % 8;
-                            vpan[ix] = w;
-                            vpl[ix] = Words::place_col(w, rbits, dunit);
+                        // (Words::place_col with its mask and shift taken out of the loop.)
+                        let (pmask, psh) = (u64::MAX << (64 - rbits.clamp(1, 64)), 64 - dunit);
+                        let place = |ws: &[u64], dv: &mut [u64], dp: &mut [u64]| {
+                            for ((v, p), &w) in dv.iter_mut().zip(dp.iter_mut()).zip(ws) {
+                                (*v, *p) = (w, (!w & pmask) >> psh);
+                            }
+                        };
+                        let full = jb / 8;
+                        for (q, ws) in wrow.chunks_exact(8).enumerate() {
+                            let at = q * 8 * kn + kk * 8;
+                            let (dv, dp): (&mut [u64; 8], &mut [u64; 8]) = ((&mut vpan[at..at + 8]).try_into().expect("8"), (&mut vpl[at..at + 8]).try_into().expect("8"));
+                            place(ws, dv, dp);
+                        }
+                        let ws = &wrow[full * 8..];
+                        if !ws.is_empty() {
+                            let at = full * 8 * kn + kk * 8;
+                            place(ws, &mut vpan[at..at + ws.len()], &mut vpl[at..at + ws.len()]);
                         }
                     } else {
                         words.col_run(j0, kb + kk, rbits, &mut vpan[kk * jb..(kk + 1) * jb]);
