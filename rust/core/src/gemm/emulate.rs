@@ -1417,21 +1417,20 @@ macro_rules! tile64_store {
     };
 }
 
-/// The assembly block of [`tile64_sr`] and [`tile64_sr_runs`]: MXCSR entered
-/// (toward zero), the unit mask in ymm15 and `setup`, the 8 accumulators
-/// loaded, `pre`, then `{kn}` steps (B's 8 values in ymm8, ymm9, then `bx`,
-/// then [`sr_row_of`] `$t` for the 4 rows), `post`, the accumulators stored,
-/// `fin`, the kernel's MXCSR stored at `[{csr} + 4]` (its flags) and MXCSR
-/// restored. Operands `c`, `pa`, `pb`, `pu`, `pv`, `ld` (the
-/// row stride in bytes), `kn`, `csr`, `rc`, `t`, `k` (the constants), then the
-/// caller's; every vector register is declared clobbered.
+/// The assembly block of a [`Tile64`] kernel: MXCSR entered (rounding control
+/// `{rc}`), `setup`, the 8 accumulators loaded, `pre`, then `{kn}` steps (B's 8
+/// values in ymm8, ymm9, then `bx`, the 4 `rows`, A's pointer moved 4 values and
+/// B's `{ld}` bytes, then `step`), `post`, the accumulators stored, `fin`, the
+/// kernel's MXCSR stored at `[{csr} + 4]` (its flags) and MXCSR restored.
+/// Operands `c`, `pa`, `pb`, `ld` (the row stride in bytes), `kn`, `csr`,
+/// `rc`, `t`, `k` (the constants), then the caller's; every vector register
+/// is declared clobbered.
 #[cfg(target_arch = "x86_64")]
-macro_rules! sr64_asm {
-    ($t:ident, setup: [$($setup:expr),*], bx: [$($bx:expr),*], pre: [$($pre:expr),*], post: [$($post:expr),*], fin: [$($fin:expr),*],
-     io: ($acc:expr, $ap:expr, $bp:expr, $up:expr, $vp:expr, $ld:expr, $kn:expr, $csr:expr, $rc:expr, $k:expr), $($ops:tt)*) => {
+macro_rules! tile64_asm {
+    (setup: [$($setup:expr),*], bx: [$($bx:expr),*], rows: [$($row:expr),*], step: [$($step:expr),*], pre: [$($pre:expr),*],
+     post: [$($post:expr),*], fin: [$($fin:expr),*], io: ($acc:expr, $ap:expr, $bp:expr, $ld:expr, $kn:expr, $csr:expr, $rc:expr, $k:expr), $($ops:tt)*) => {
         asm!(
             mxcsr_enter!(),
-            "vpbroadcastq ymm15, qword ptr [{k}]",
             $($setup,)*
             tile64_load!(),
             $($pre,)*
@@ -1439,14 +1438,10 @@ macro_rules! sr64_asm {
             "vmovupd ymm8, ymmword ptr [{pb}]",
             "vmovupd ymm9, ymmword ptr [{pb} + 32]",
             $($bx,)*
-            sr_row_of!(f64, $t, "0", "ymm0", "ymm1"),
-            sr_row_of!(f64, $t, "8", "ymm2", "ymm3"),
-            sr_row_of!(f64, $t, "16", "ymm4", "ymm5"),
-            sr_row_of!(f64, $t, "24", "ymm6", "ymm7"),
+            $($row,)*
             "add {pa}, 32",
-            "add {pu}, 32",
             "add {pb}, {ld}",
-            "add {pv}, {ld}",
+            $($step,)*
             "dec {kn}",
             "jnz 2b",
             $($post,)*
@@ -1457,8 +1452,6 @@ macro_rules! sr64_asm {
             c = in(reg) $acc.0.as_mut_ptr(),
             pa = inout(reg) $ap.as_ptr() => _,
             pb = inout(reg) $bp.as_ptr() => _,
-            pu = inout(reg) $up.as_ptr() => _,
-            pv = inout(reg) $vp.as_ptr() => _,
             ld = in(reg) $ld * 8,
             kn = inout(reg) $kn => _,
             csr = in(reg) $csr.as_mut_ptr(),
@@ -1471,6 +1464,35 @@ macro_rules! sr64_asm {
             out("ymm8") _, out("ymm9") _, out("ymm10") _, out("ymm11") _,
             out("ymm12") _, out("ymm13") _, out("ymm14") _, out("ymm15") _,
             options(nostack),
+        )
+    };
+}
+
+/// The assembly block of [`tile64_sr`] and [`tile64_sr_runs`] ([`tile64_asm`]
+/// toward zero): the unit mask in ymm15 before `setup`, the rows [`sr_row_of`]
+/// `$t`, the row words at `{pu}` (4 a step) and the column words at `{pv}`
+/// (the row stride `{ld}`) beside A and B.
+#[cfg(target_arch = "x86_64")]
+macro_rules! sr64_asm {
+    ($t:ident, setup: [$($setup:expr),*], bx: [$($bx:expr),*], pre: [$($pre:expr),*], post: [$($post:expr),*], fin: [$($fin:expr),*],
+     io: ($acc:expr, $ap:expr, $bp:expr, $up:expr, $vp:expr, $ld:expr, $kn:expr, $csr:expr, $rc:expr, $k:expr), $($ops:tt)*) => {
+        tile64_asm!(
+            setup: ["vpbroadcastq ymm15, qword ptr [{k}]" $(, $setup)*],
+            bx: [$($bx),*],
+            rows: [
+                sr_row_of!(f64, $t, "0", "ymm0", "ymm1"),
+                sr_row_of!(f64, $t, "8", "ymm2", "ymm3"),
+                sr_row_of!(f64, $t, "16", "ymm4", "ymm5"),
+                sr_row_of!(f64, $t, "24", "ymm6", "ymm7")
+            ],
+            step: ["add {pu}, 32", "add {pv}, {ld}"],
+            pre: [$($pre),*],
+            post: [$($post),*],
+            fin: [$($fin),*],
+            io: ($acc, $ap, $bp, $ld, $kn, $csr, $rc, $k),
+            pu = inout(reg) $up.as_ptr() => _,
+            pv = inout(reg) $vp.as_ptr() => _,
+            $($ops)*
         )
     };
 }
@@ -1639,45 +1661,30 @@ macro_rules! ne64_row {
     };
 }
 
-/// The assembly block of [`tile64_ne`] with rounding `$t` ([`ne64_acc`]).
+/// The assembly block of [`tile64_ne`] with rounding `$t` ([`ne64_acc`]):
+/// [`tile64_asm`] toward zero, its marks' lanes stored at `[{k} + 56]`.
 #[cfg(target_arch = "x86_64")]
 macro_rules! ne64_asm {
     ($t:ident, $acc:expr, $ap:expr, $bp:expr, $ld:expr, $kn:expr, $csr:expr, $rc:expr, $k:expr) => {
-        asm!(
-            mxcsr_enter!(),
-            "vpbroadcastq ymm15, qword ptr [{k}]",
-            "vpbroadcastq ymm13, qword ptr [{k} + 8]",
-            "vpbroadcastq ymm14, qword ptr [{k} + 16]",
-            "vpxor ymm12, ymm12, ymm12",
-            tile64_load!(),
-            "2:",
-            "vmovupd ymm8, ymmword ptr [{pb}]",
-            "vmovupd ymm9, ymmword ptr [{pb} + 32]",
-            ne64_row!($t, "0", "ymm0", "ymm1"),
-            ne64_row!($t, "8", "ymm2", "ymm3"),
-            ne64_row!($t, "16", "ymm4", "ymm5"),
-            ne64_row!($t, "24", "ymm6", "ymm7"),
-            "add {pa}, 32",
-            "add {pb}, {ld}",
-            "dec {kn}",
-            "jnz 2b",
-            tile64_store!(),
-            "vmovdqu ymmword ptr [{k} + 56], ymm12",
-            "vldmxcsr dword ptr [{csr}]",
-            c = in(reg) $acc.0.as_mut_ptr(),
-            pa = inout(reg) $ap.as_ptr() => _,
-            pb = inout(reg) $bp.as_ptr() => _,
-            ld = in(reg) $ld * 8,
-            kn = inout(reg) $kn => _,
-            csr = in(reg) $csr.as_mut_ptr(),
-            rc = in(reg) $rc,
-            t = out(reg) _,
-            k = in(reg) $k.as_mut_ptr(),
-            out("ymm0") _, out("ymm1") _, out("ymm2") _, out("ymm3") _,
-            out("ymm4") _, out("ymm5") _, out("ymm6") _, out("ymm7") _,
-            out("ymm8") _, out("ymm9") _, out("ymm10") _, out("ymm11") _,
-            out("ymm12") _, out("ymm13") _, out("ymm14") _, out("ymm15") _,
-            options(nostack),
+        tile64_asm!(
+            setup: [
+                "vpbroadcastq ymm15, qword ptr [{k}]",
+                "vpbroadcastq ymm13, qword ptr [{k} + 8]",
+                "vpbroadcastq ymm14, qword ptr [{k} + 16]",
+                "vpxor ymm12, ymm12, ymm12"
+            ],
+            bx: [],
+            rows: [
+                ne64_row!($t, "0", "ymm0", "ymm1"),
+                ne64_row!($t, "8", "ymm2", "ymm3"),
+                ne64_row!($t, "16", "ymm4", "ymm5"),
+                ne64_row!($t, "24", "ymm6", "ymm7")
+            ],
+            step: [],
+            pre: [],
+            post: [],
+            fin: ["vmovdqu ymmword ptr [{k} + 56], ymm12"],
+            io: ($acc, $ap, $bp, $ld, $kn, $csr, $rc, $k),
         )
     };
 }

@@ -1416,7 +1416,7 @@ fn small_products_match_the_loop_nest() {
 }
 
 /// The vector-matrix and matrix-vector paths ([`driver::gemv_f32`]: rows of B
-/// streamed, columns dotted 8 at a time, or strips) sum every element as the
+/// streamed, columns dotted 16 at a time, or strips) sum every element as the
 /// loop nest does, bit for bit: every decoding, B and A in either layout,
 /// strided and reversed, depths over several blocks with tails, C strided, and
 /// a product large enough to split over the threads.
