@@ -1112,3 +1112,31 @@ def test_nan_payloads_stay_nan(dtype, shape):
                     continue  # the float32 path, which sums in its own order
                 got = matmul_as_scalar(a, b, accumulate=acc, rounding=mode, seed=3, chunk=chunk)
                 assert np.isnan(got).sum() >= m * n // 4 or m * n < 4 and np.isnan(got).any()
+
+
+@pytest.mark.parametrize("dtype", [ml_dtypes.bfloat16, np.float16, np.float32, ml_dtypes.float8_e5m2,
+                                   ml_dtypes.float8_e4m3fn], ids=lambda d: np.dtype(d).name)
+def test_one_row_products_four_strips_at_a_time(dtype, threads):
+    """One-row products (and one-column ones, which run as one row) take the f32 tile
+    kernels four 16-column strips at a time, each strip a row of a four-row tile with
+    its own part of B: 341 columns are 22 strips, so each task has runs of four and
+    single strips left over. Depth 300 crosses a depth block; B holds an inf, a -inf
+    and a NaN in some strips, and wide-ranging values in others. Against the scalar
+    path bit for bit, every accumulator and deterministic mode, with and without chunks."""
+    g = np.random.default_rng(zlib.crc32(np.dtype(dtype).name.encode()))
+    k, n = 300, 341
+    a = (g.standard_normal((1, k)) * 3.0).astype(np.float32).astype(dtype)
+    bf = g.standard_normal((k, n)) * np.exp2(g.integers(-8, 8, (1, n)))
+    b = bf.astype(np.float32).astype(dtype)
+    b[7, 40], b[100, 130], b[299, 300] = np.inf, -np.inf, np.nan
+    accs = ["float16", "bfloat16", "float8_e5m2", lowp.FloatFormat(6, 9), "float32"]
+    for acc in accs:
+        for mode in ["nearest_even", "toward_zero", "up", "down"]:
+            for chunk in (None, 24):
+                if acc == "float32" and mode == "nearest_even" and chunk is None:
+                    continue  # the float32 path, which sums in its own order
+                got = matmul_as_scalar(a, b, accumulate=acc, rounding=mode, chunk=chunk)
+                assert np.isnan(got[0, 40]) or np.isinf(got[0, 40])
+                assert np.isfinite(got[0, :16]).all() or acc == "float8_e5m2"
+                matmul_as_scalar(np.ascontiguousarray(b.T), np.ascontiguousarray(a.T), accumulate=acc,
+                                 rounding=mode, chunk=chunk)

@@ -3025,17 +3025,36 @@ unsafe fn round16<const BF: bool>(x: std::arch::x86_64::__m256) -> std::arch::x8
 }
 
 /// `MR x 16` accumulators (row-major in `acc`) over `kn` depth steps:
-/// `acc[r][j] = round(acc[r][j] + ap[kk*MR + r] * bp[kk*16 + j])` for kk in
+/// `acc[r][j] = round(acc[r][j] + ap[kk*MR + r] * bp[r*sw + kk*16 + j])` for kk in
 /// order, each add as [`add16`] with `K`, `BF` (and Veltkamp's multiplier
 /// `spl`, [`split_mult`], for [`Kind16::Split`]).
 ///
 /// # Safety
-/// The CPU must support avx2, fma and f16c; `ap` holds kn*MR values, `bp` kn*16.
+/// The CPU must support avx2, fma and f16c; `ap` holds kn*MR values, `bp`
+/// [`strips_len`]`(MR, sw, kn)`: with `sw` = 0 one strip of kn*16 that every
+/// row reads, else (four rows) row r's strip at `bp[r * sw..]`.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn tile16<const MR: usize, const K: u8, const BF: bool>(acc: &mut [f32], ap: &[f32], bp: &[f32], kn: usize, spl: f32) {
+unsafe fn tile16<const MR: usize, const K: u8, const BF: bool>(acc: &mut [f32], ap: &[f32], bp: &[f32], kn: usize, spl: f32, sw: usize) {
+    // SAFETY: per the caller.
+    unsafe {
+        if sw != 0 {
+            tile16_strips::<MR, K, BF, true>(acc, ap, bp, kn, spl, sw)
+        } else {
+            tile16_strips::<MR, K, BF, false>(acc, ap, bp, kn, spl, 0)
+        }
+    }
+}
+
+/// [`tile16`], each row on its own strip of B with `STRIPS`.
+///
+/// # Safety
+/// As [`tile16`].
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn tile16_strips<const MR: usize, const K: u8, const BF: bool, const STRIPS: bool>(acc: &mut [f32], ap: &[f32], bp: &[f32], kn: usize, spl: f32, sw: usize) {
     use std::arch::x86_64::*;
-    assert!(acc.len() >= MR * 16 && ap.len() >= kn * MR && bp.len() >= kn * 16);
+    assert!(acc.len() >= MR * 16 && ap.len() >= kn * MR && bp.len() >= strips_len(MR, sw, kn));
     // SAFETY: every offset is inside the slices (asserted above); the CPU features are the caller's contract.
     unsafe {
         let mut c = [[_mm256_setzero_ps(); 2]; MR];
@@ -3050,6 +3069,7 @@ unsafe fn tile16<const MR: usize, const K: u8, const BF: bool>(acc: &mut [f32], 
             let b1 = _mm256_loadu_ps(pb.add(8));
             for (r, cr) in c.iter_mut().enumerate() {
                 let av = _mm256_broadcast_ss(&*pa.add(r));
+                let (b0, b1) = if STRIPS && r > 0 { (_mm256_loadu_ps(pb.add(r * sw)), _mm256_loadu_ps(pb.add(r * sw + 8))) } else { (b0, b1) };
                 cr[0] = add16::<K, BF>(cr[0], av, b0, spl);
                 cr[1] = add16::<K, BF>(cr[1], av, b1, spl);
             }
@@ -3219,6 +3239,13 @@ macro_rules! tile_store {
     };
 }
 
+/// The length of B's values a tile kernel of `mr` rows reads over `kn` steps:
+/// one strip of `kn` x 16 values (`sw` = 0, every row on it) or one per row,
+/// `sw` values apart.
+fn strips_len(mr: usize, sw: usize, kn: usize) -> usize {
+    if sw == 0 { kn * 16 } else { (mr - 1) * sw + kn * 16 }
+}
+
 /// The assembly block of the f32 tile kernels that set MXCSR ([`tile16_dir`],
 /// [`tile16_oddz`], [`tile16_sr`]) for `MR` = 6, 4 or 1 rows: MXCSR entered
 /// and `setup`, the accumulators loaded, then `{kn}` steps, each loading 16
@@ -3237,7 +3264,11 @@ macro_rules! tile_store {
 /// before the steps' loop and `post` after it (an outer loop of runs checked
 /// at their starts, [`tile16_dir_runs`]). With `scale: [in], [out]`, `in`
 /// runs after the loads and `out` before the stores (the accumulators scaled
-/// in the kernel, [`tile16_sr`]).
+/// in the kernel, [`tile16_sr`]). With `(w4, sw, sw3)` for `MR`, four rows
+/// each read their own strip of B, `sw` bytes apart (operands `sw`, `sw3` =
+/// 3 * `sw`): row 0 the step's loads, rows 1 to 3 their own loads into `b`
+/// before their row macros (one row's product taken four strips at a time,
+/// on A's value repeated in the four rows).
 #[cfg(target_arch = "x86_64")]
 macro_rules! tile_asm {
     (6, $($rest:tt)*) => {
@@ -3256,7 +3287,20 @@ macro_rules! tile_asm {
     (1, $($rest:tt)*) => {
         tile_asm!(@rows "4", [("0", "ymm0", "0", "ymm1", "32")], $($rest)*)
     };
-    (@rows $stride:literal, [$(($off:literal, $c0:tt, $o0:literal, $c1:tt, $o1:literal)),*],
+    // Four rows, each on its own strip of B: row r's at `{pb} + r * {sw}`
+    // bytes (`{sw3}` = 3 * `{sw}`), loaded into `b` before its row.
+    ((w4, $sw:expr, $sw3:expr), setup: [$($setup:expr),*], b: ([$b0:tt], $b1:tt), $($rest:tt)*) => {
+        tile_asm!(@rows "16", [
+            ("0", "ymm0", "0", "ymm1", "32"),
+            ("4", "ymm2", "64", "ymm3", "96",
+                concat!("vmovups ", $b0, ", ymmword ptr [{pb} + {sw}]"), concat!("vmovups ", $b1, ", ymmword ptr [{pb} + {sw} + 32]")),
+            ("8", "ymm4", "128", "ymm5", "160",
+                concat!("vmovups ", $b0, ", ymmword ptr [{pb} + {sw}*2]"), concat!("vmovups ", $b1, ", ymmword ptr [{pb} + {sw}*2 + 32]")),
+            ("12", "ymm6", "192", "ymm7", "224",
+                concat!("vmovups ", $b0, ", ymmword ptr [{pb} + {sw3}]"), concat!("vmovups ", $b1, ", ymmword ptr [{pb} + {sw3} + 32]"))
+        ], setup: [$($setup),*], b: ([$b0], $b1), $($rest)* sw = in(reg) $sw, sw3 = in(reg) $sw3,)
+    };
+    (@rows $stride:literal, [$(($off:literal, $c0:tt, $o0:literal, $c1:tt, $o1:literal $(, $ld:expr)*)),*],
      setup: [$($setup:expr),*], b: ([$($b0:tt)?], $b1:tt $(, $bx:expr)*), row: $row:ident($r:ident), step: [$($step:expr),*],
      store: $store:ident, clobber: [$($clob:tt),*], $(scale: [$($sin:expr),*], [$($sout:expr),*],)?
      $(runs: [$($pre:expr),*], [$($post:expr),*],)?
@@ -3271,7 +3315,7 @@ macro_rules! tile_asm {
             $(concat!("vmovups ", $b0, ", ymmword ptr [{pb}]"),)?
             concat!("vmovups ", $b1, ", ymmword ptr [{pb} + 32]"),
             $($bx,)*
-            $($row!($r, $off, $c0, $o0, $c1, $o1),)*
+            $($($ld,)* $row!($r, $off, $c0, $o0, $c1, $o1),)*
             concat!("add {pa}, ", $stride),
             "add {pb}, 64",
             $($step,)*
@@ -3396,7 +3440,7 @@ static DIR_NO_FIX: [u32; 8] = [u32::MAX; 8];
 
 /// The tile kernel of the directed modes ([`Kind16::Dir`]) into float16
 /// (`T` = 0), bfloat16 (1), float32 (2) or float8_e5m2 (3), `MR` (1 or 6)
-/// rows: as [`tile16`], each add the FMA with MXCSR set to the mode RM (one of
+/// rows, or 4 on their own strips: as [`tile16`], each add the FMA with MXCSR set to the mode RM (one of
 /// the `vcvtps2ph` rounding controls, which are MXCSR's codes), then the
 /// rounding into the format in RM: `vcvtps2ph` and back, the integer rounding
 /// of the top 16 bits, nothing, or `vcvtps2ph`, the integer rounding of the
@@ -3419,14 +3463,16 @@ static DIR_NO_FIX: [u32; 8] = [u32::MAX; 8];
 /// and come from earlier tiles' stores.
 ///
 /// # Safety
-/// The CPU must support avx2, fma and f16c; `ap` holds kn*MR values, `bp` kn*16.
+/// The CPU must support avx2, fma and f16c; `ap` holds kn*MR values, `bp`
+/// [`strips_len`]`(MR, sw, kn)`: with `sw` = 0 one strip of kn*16 that every
+/// row reads, else (four rows) row r's strip at `bp[r * sw..]`.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn tile16_dir<const MR: usize, const T: u8, const RM: i32>(acc: &mut [f32], ap: &[f32], bp: &[f32], kn: usize, k: &DirConsts) {
+unsafe fn tile16_dir<const MR: usize, const T: u8, const RM: i32>(acc: &mut [f32], ap: &[f32], bp: &[f32], kn: usize, k: &DirConsts, sw: usize) {
     use std::arch::asm;
     use std::arch::x86_64::{_MM_FROUND_TO_NEG_INF, _MM_FROUND_TO_POS_INF, _MM_FROUND_TO_ZERO};
-    assert!((MR == 1 || MR == 6) && T <= 3 && (1..4).contains(&RM));
-    assert!(acc.len() >= MR * 16 && ap.len() >= kn * MR && bp.len() >= kn * 16);
+    assert!((MR == 1 || MR == 6 || MR == 4 && sw != 0) && T <= 3 && (1..4).contains(&RM));
+    assert!(acc.len() >= MR * 16 && ap.len() >= kn * MR && bp.len() >= strips_len(MR, sw, kn));
     if kn == 0 {
         return;
     }
@@ -3447,7 +3493,10 @@ unsafe fn tile16_dir<const MR: usize, const T: u8, const RM: i32>(acc: &mut [f32
     // bp (kn*16), asserted above, and the 32-byte constants; MXCSR is restored
     // before the block ends; the clobbered vector registers are declared.
     unsafe {
-        if MR == 6 {
+        let (swb, sw3b) = (sw * 4, sw * 12);
+        if MR == 4 {
+            by_dir_rounding!(T, RM, go!((w4, swb, sw3b),))
+        } else if MR == 6 {
             by_dir_rounding!(T, RM, go!(6,))
         } else {
             by_dir_rounding!(T, RM, go!(1,))
@@ -3461,15 +3510,15 @@ unsafe fn tile16_dir<const MR: usize, const T: u8, const RM: i32>(acc: &mut [f32
 /// As [`tile16_dir`].
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn tile16_dir_to<const MR: usize>(to: DirTo, rm: i32, acc: &mut [f32], ap: &[f32], bp: &[f32], kn: usize) {
+unsafe fn tile16_dir_to<const MR: usize>(to: DirTo, rm: i32, acc: &mut [f32], ap: &[f32], bp: &[f32], kn: usize, sw: usize) {
     let k = DirConsts::of(to);
     // SAFETY: per the caller.
     unsafe {
         match to {
-            DirTo::F16 => by_f16_rounding!(rm, R => tile16_dir::<MR, 0, R>(acc, ap, bp, kn, &k)),
-            DirTo::Bf16 | DirTo::Unit(_) => by_f16_rounding!(rm, R => tile16_dir::<MR, 1, R>(acc, ap, bp, kn, &k)),
-            DirTo::F32 => by_f16_rounding!(rm, R => tile16_dir::<MR, 2, R>(acc, ap, bp, kn, &k)),
-            DirTo::E5m2 => by_f16_rounding!(rm, R => tile16_dir::<MR, 3, R>(acc, ap, bp, kn, &k)),
+            DirTo::F16 => by_f16_rounding!(rm, R => tile16_dir::<MR, 0, R>(acc, ap, bp, kn, &k, sw)),
+            DirTo::Bf16 | DirTo::Unit(_) => by_f16_rounding!(rm, R => tile16_dir::<MR, 1, R>(acc, ap, bp, kn, &k, sw)),
+            DirTo::F32 => by_f16_rounding!(rm, R => tile16_dir::<MR, 2, R>(acc, ap, bp, kn, &k, sw)),
+            DirTo::E5m2 => by_f16_rounding!(rm, R => tile16_dir::<MR, 3, R>(acc, ap, bp, kn, &k, sw)),
         }
     }
 }
@@ -3809,13 +3858,15 @@ const ODD_E5M2: u8 = 2;
 /// to nearest. All of it runs in one assembly block that restores MXCSR.
 ///
 /// # Safety
-/// The CPU must support avx2, fma and f16c; `ap` holds kn*MR values, `bp` kn*16.
+/// The CPU must support avx2, fma and f16c; `ap` holds kn*MR values, `bp`
+/// [`strips_len`]`(MR, sw, kn)`: with `sw` = 0 one strip of kn*16 that every
+/// row reads, else (four rows) row r's strip at `bp[r * sw..]`.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn tile16_oddz<const MR: usize, const T: u8>(acc: &mut [f32], ap: &[f32], bp: &[f32], kn: usize) {
+unsafe fn tile16_oddz<const MR: usize, const T: u8>(acc: &mut [f32], ap: &[f32], bp: &[f32], kn: usize, sw: usize) {
     use std::arch::asm;
-    assert!(MR == 1 || MR == 4 || MR == 6 && T == ODD_F16);
-    assert!(acc.len() >= MR * 16 && ap.len() >= kn * MR && bp.len() >= kn * 16);
+    assert!(MR == 1 || MR == 4 || MR == 6 && T == ODD_F16 && sw == 0);
+    assert!(acc.len() >= MR * 16 && ap.len() >= kn * MR && bp.len() >= strips_len(MR, sw, kn));
     if kn == 0 {
         return;
     }
@@ -3834,7 +3885,10 @@ unsafe fn tile16_oddz<const MR: usize, const T: u8>(acc: &mut [f32], ap: &[f32],
     // bp (kn*16), asserted above, and the constants; MXCSR is restored before the
     // block ends; the clobbered vector registers are declared.
     unsafe {
+        let (swb, sw3b) = (sw * 4, sw * 12);
         match (MR, T) {
+            (4, ODD_F16) if sw != 0 => go!((w4, swb, sw3b), oddz_f16),
+            (4, _) if sw != 0 => go!((w4, swb, sw3b), oddz_e5),
             (6, _) => tile_asm!(6,
                 setup: [],
                 b: ([], "ymm15"),
@@ -3968,13 +4022,15 @@ macro_rules! une_round {
 /// 2^(-126 - man), 13 or more bits up) is the single rounding.
 ///
 /// # Safety
-/// The CPU must support avx2 and fma; `ap` holds kn*MR values, `bp` kn*16.
+/// The CPU must support avx2 and fma; `ap` holds kn*MR values, `bp`
+/// [`strips_len`]`(MR, sw, kn)`: with `sw` = 0 one strip of kn*16 that every
+/// row reads, else (four rows) row r's strip at `bp[r * sw..]`.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn tile16_unit<const MR: usize, const ODD: bool>(acc: &mut [f32], ap: &[f32], bp: &[f32], kn: usize, unit: u32) {
+unsafe fn tile16_unit<const MR: usize, const ODD: bool>(acc: &mut [f32], ap: &[f32], bp: &[f32], kn: usize, unit: u32, sw: usize) {
     use std::arch::asm;
     assert!(MR == 1 || MR == 4);
-    assert!(acc.len() >= MR * 16 && ap.len() >= kn * MR && bp.len() >= kn * 16);
+    assert!(acc.len() >= MR * 16 && ap.len() >= kn * MR && bp.len() >= strips_len(MR, sw, kn));
     assert!((13..=21).contains(&unit));
     if kn == 0 {
         return;
@@ -4020,7 +4076,10 @@ unsafe fn tile16_unit<const MR: usize, const ODD: bool>(acc: &mut [f32], ap: &[f
     // bp (kn*16) and the constants; MXCSR is restored before the block ends; the
     // clobbered vector registers are declared.
     unsafe {
-        if MR == 4 {
+        let (swb, sw3b) = (sw * 4, sw * 12);
+        if MR == 4 && sw != 0 {
+            by_unit_bit!(unit, go, (w4, swb, sw3b))
+        } else if MR == 4 {
             by_unit_bit!(unit, go, 4)
         } else {
             by_unit_bit!(unit, go, 1)
@@ -4824,6 +4883,8 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
             // Their lanes kept by [`flush_sr`] with `ties`, a byte for 8.
             let mut marks = vec![0u8; sr_st.len() / 8];
             let mut apack = vec![0f32; groups * kbs * mr];
+            // One row's A block, each value four times (four strips at a time).
+            let mut a4 = vec![0f32; if mr == 1 { kbs * 4 } else { 0 }];
             // A's block for the conversions' kernel where kind Dir's checked runs hand over to it.
             let mut apalt = vec![0f32; if du.is_some() && dalt.is_some() { groups * kbs * mr } else { 0 }];
             // Kind Sr: the rows' placed complemented random bits, as apack.
@@ -4987,18 +5048,30 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
                         }
                     }
                 }
+                // One row: the kernels that cannot fail run four strips at a time, each
+                // a row of a four-row tile (eight chains of adds in flight, not two),
+                // on A's values repeated four times.
+                let four = mr == 1 && fast && !sr && dir_runs.is_none() && ns >= 4;
+                if four {
+                    a4.iter_mut().take(kn * 4).enumerate().for_each(|(x, v)| *v = apack[x / 4]);
+                }
                 let mut k0 = kb;
                 while k0 < kb + kn {
                     let k1 = (kb + kn).min(if chunk == usize::MAX { usize::MAX } else { (k0 / chunk + 1) * chunk });
                     let (o0, len) = (k0 - kb, k1 - k0);
                     // Strip-major: one packed B strip (L1-resident) meets every row group.
-                    for s in s0..s1 {
+                    let mut s = s0;
+                    while s < s1 {
+                        // Strips s.. taken together (`w` of them, `sw` values apart in the panel).
+                        let (w, sw) = if four && s + 4 <= s1 { (4, kbs * 16) } else { (1, 0) };
                         let q = (kbi * strips + s) * kbs * 16;
-                        let bp = &bpanel[q + o0 * 16..q + (o0 + len) * 16];
+                        let bp = &bpanel[q + o0 * 16..q + (w - 1) * sw + (o0 + len) * 16];
+                        s += w;
+                        let s = s - w;
                         for g in 0..groups {
-                            let ap = &apack[g * kbs * mr + o0 * mr..g * kbs * mr + (o0 + len) * mr];
+                            let ap = if w == 4 { &a4[o0 * 4..(o0 + len) * 4] } else { &apack[g * kbs * mr + o0 * mr..g * kbs * mr + (o0 + len) * mr] };
                             let apa = if apalt.is_empty() { &apalt[..0] } else { &apalt[g * kbs * mr + o0 * mr..g * kbs * mr + (o0 + len) * mr] };
-                            let t = &mut acc[(g * ns + s - s0) * tile..(g * ns + s - s0 + 1) * tile];
+                            let t = &mut acc[(g * ns + s - s0) * tile..(g * ns + s - s0 + w) * tile];
                             let (row0, col0) = (i0 + g * mr, j0 + 16 * s);
                             // Wide bits: past a quarter of the task's tiles redone (after 8), the
                             // whole product goes to the f64 tiles instead (the same bits).
@@ -5018,19 +5091,19 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
                                     let t_sc = if scaled { sc } else { 1.0 };
                                     // Tiles of MR_FMA (FMA) or MR_ODD rows, or of one row throughout.
                                     macro_rules! tiles {
-                                        ($mf:expr, $mo:expr, $ok:ident, $inexact:ident) => {
+                                        ($mf:expr, $mo:expr, $ok:ident, $inexact:ident, $sw:expr) => {
                                             match (kind, bf) {
-                                                (Kind16::Fma, false) => tile16::<$mf, K_FMA, false>(t, ap, bp, len, spl),
-                                                (Kind16::Fma, true) => tile16::<$mf, K_FMA, true>(t, ap, bp, len, spl),
-                                                (Kind16::Split, false) => tile16::<$mf, K_SPLIT, false>(t, ap, bp, len, spl),
-                                                (Kind16::Split, true) => tile16::<$mf, K_SPLIT, true>(t, ap, bp, len, spl),
-                                                (Kind16::UnitNe, _) => tile16_unit::<$mo, false>(t, ap, bp, len, gs.map_or(21, |f| f.unit)),
-                                                (Kind16::Mid, false) => tile16::<$mo, K_MID, false>(t, ap, bp, len, spl),
-                                                (Kind16::Mid, true) => tile16::<$mo, K_MID, true>(t, ap, bp, len, spl),
-                                                (Kind16::Odd, true) => tile16_unit::<$mo, true>(t, ap, bp, len, 16),
-                                                (Kind16::Odd, false) => tile16_oddz::<$mf, ODD_F16>(t, ap, bp, len),
-                                                (Kind16::OddE5m2, _) => tile16_oddz::<$mo, ODD_E5M2>(t, ap, bp, len),
-                                                (Kind16::OddUnit, _) => tile16_unit::<$mo, true>(t, ap, bp, len, gs.map_or(21, |f| f.unit)),
+                                                (Kind16::Fma, false) => tile16::<$mf, K_FMA, false>(t, ap, bp, len, spl, $sw),
+                                                (Kind16::Fma, true) => tile16::<$mf, K_FMA, true>(t, ap, bp, len, spl, $sw),
+                                                (Kind16::Split, false) => tile16::<$mf, K_SPLIT, false>(t, ap, bp, len, spl, $sw),
+                                                (Kind16::Split, true) => tile16::<$mf, K_SPLIT, true>(t, ap, bp, len, spl, $sw),
+                                                (Kind16::UnitNe, _) => tile16_unit::<$mo, false>(t, ap, bp, len, gs.map_or(21, |f| f.unit), $sw),
+                                                (Kind16::Mid, false) => tile16::<$mo, K_MID, false>(t, ap, bp, len, spl, $sw),
+                                                (Kind16::Mid, true) => tile16::<$mo, K_MID, true>(t, ap, bp, len, spl, $sw),
+                                                (Kind16::Odd, true) => tile16_unit::<$mo, true>(t, ap, bp, len, 16, $sw),
+                                                (Kind16::Odd, false) => tile16_oddz::<$mf, ODD_F16>(t, ap, bp, len, $sw),
+                                                (Kind16::OddE5m2, _) => tile16_oddz::<$mo, ODD_E5M2>(t, ap, bp, len, $sw),
+                                                (Kind16::OddUnit, _) => tile16_unit::<$mo, true>(t, ap, bp, len, gs.map_or(21, |f| f.unit), $sw),
                                                 (Kind16::Dir(to), _) if dir_runs.is_some() => {
                                                     let done = dir_checked(to, rm, t, ap, bp, len, dir_runs.as_ref().map_or(&[], |p| &p[..]));
                                                     if done < len {
@@ -5039,7 +5112,7 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
                                                         match dalt {
                                                             Some(alt) => {
                                                                 t.iter_mut().for_each(|x| *x *= acc_un);
-                                                                tile16_dir_to::<$mf>(alt, rm, t, &apa[done * mr..], &bp[done * 16..], len - done);
+                                                                tile16_dir_to::<$mf>(alt, rm, t, &apa[done * mr..], &bp[done * 16..], len - done, 0);
                                                                 t.iter_mut().for_each(|x| *x *= sc);
                                                             }
                                                             None => $ok = false,
@@ -5047,7 +5120,7 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
                                                     }
                                                 }
                                                 (Kind16::Dir(to), _) => {
-                                                    tile16_dir_to::<$mf>(to, rm, t, ap, bp, len);
+                                                    tile16_dir_to::<$mf>(to, rm, t, ap, bp, len, $sw);
                                                     // (On the scaled sums of the kernel at the unit.)
                                                     if sided && matches!(to, DirTo::Unit(_)) {
                                                         dir_sided(t, spec.opts.mode == Mode::Up, sided_top);
@@ -5071,10 +5144,12 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
                                     if outside {
                                         t.iter_mut().for_each(|x| *x *= sc);
                                     }
-                                    if mr == 1 {
-                                        tiles!(1, 1, ok, inexact)
+                                    if w == 4 {
+                                        tiles!(4, 4, ok, inexact, sw)
+                                    } else if mr == 1 {
+                                        tiles!(1, 1, ok, inexact, 0)
                                     } else {
-                                        tiles!(MR_FMA, MR_ODD, ok, inexact)
+                                        tiles!(MR_FMA, MR_ODD, ok, inexact, 0)
                                     }
                                     if outside {
                                         t.iter_mut().for_each(|x| *x *= acc_un);
@@ -5110,14 +5185,13 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
                                 }
                             };
                             if !done {
-                                for kk in 0..len {
-                                    for r in 0..mr {
-                                        let av = ap[kk * mr + r] as f64 * aun;
-                                        for j in 0..16 {
-                                            let rd = if sr { words.bits(row0 + r, col0 + j, kb + o0 + kk, rbits) } else { 0 };
-                                            // The product of two f32 values of <= 24 bits together is exact in f64.
-                                            t[r * 16 + j] = exact.add(t[r * 16 + j] as f64, av * (bp[kk * 16 + j] as f64 * bun), rd) as f32;
-                                        }
+                                // (Strips taken together are one row's: `w` > 1 only with `mr` = 1.)
+                                for (si, kk, r) in (0..w).flat_map(|si| (0..len).flat_map(move |kk| (0..mr).map(move |r| (si, kk, r)))) {
+                                    let (av, tr, br) = (ap[kk * mr * w + r] as f64 * aun, &mut t[(si * mr + r) * 16..][..16], &bp[si * sw + kk * 16..][..16]);
+                                    for (j, (x, &y)) in tr.iter_mut().zip(br).enumerate() {
+                                        let rd = if sr { words.bits(row0 + r, col0 + 16 * si + j, kb + o0 + kk, rbits) } else { 0 };
+                                        // The product of two f32 values of <= 24 bits together is exact in f64.
+                                        *x = exact.add(*x as f64, av * (y as f64 * bun), rd) as f32;
                                     }
                                 }
                             }
@@ -5615,16 +5689,16 @@ pub(crate) mod testing {
                         }};
                     }
                     let r = match (kind, bf) {
-                        (Kind16::Odd, false) => rows!(6, tile16_oddz::<1, ODD_F16>, tile16_oddz::<6, ODD_F16>),
+                        (Kind16::Odd, false) => rows!(6, |t, ap, bp, kn| tile16_oddz::<1, ODD_F16>(t, ap, bp, kn, 0), |t, ap, bp, kn| tile16_oddz::<6, ODD_F16>(t, ap, bp, kn, 0)),
                         (Kind16::Fma, false) => add16::<K_FMA, false>(c, av, bv, av),
                         (Kind16::Split, false) => add16::<K_SPLIT, false>(c, av, bv, _mm256_set1_ps(split_mult(11))),
                         (Kind16::Split, true) => add16::<K_SPLIT, true>(c, av, bv, _mm256_set1_ps(split_mult(8))),
                         (Kind16::Mid, false) => add16::<K_MID, false>(c, av, bv, av),
-                        (Kind16::Odd, true) => rows!(4, |t, ap, bp, kn| tile16_unit::<1, true>(t, ap, bp, kn, 16), |t, ap, bp, kn| tile16_unit::<4, true>(t, ap, bp, kn, 16)),
+                        (Kind16::Odd, true) => rows!(4, |t, ap, bp, kn| tile16_unit::<1, true>(t, ap, bp, kn, 16, 0), |t, ap, bp, kn| tile16_unit::<4, true>(t, ap, bp, kn, 16, 0)),
                         (Kind16::Fma, true) => add16::<K_FMA, true>(c, av, bv, av),
                         (Kind16::Mid, true) => add16::<K_MID, true>(c, av, bv, av),
-                        (Kind16::OddE5m2, _) => rows!(4, tile16_oddz::<1, ODD_E5M2>, tile16_oddz::<4, ODD_E5M2>),
-                        (Kind16::Dir(to), _) => one_row!(t, bp => tile16_dir_to::<1>(to, rm, &mut t, &[a], &bp, 1)),
+                        (Kind16::OddE5m2, _) => rows!(4, |t, ap, bp, kn| tile16_oddz::<1, ODD_E5M2>(t, ap, bp, kn, 0), |t, ap, bp, kn| tile16_oddz::<4, ODD_E5M2>(t, ap, bp, kn, 0)),
+                        (Kind16::Dir(to), _) => one_row!(t, bp => tile16_dir_to::<1>(to, rm, &mut t, &[a], &bp, 1, 0)),
                         (Kind16::UnitNe, _) => {
                             // On the values scaled as the tiles scale them (exact for fp8 products).
                             let sc = unit_scale(&sr_fmt(&Format::Float(named::FLOAT8_E5M2)).expect("e5m2"));
@@ -5633,7 +5707,7 @@ pub(crate) mod testing {
                             t[..8].iter_mut().zip(acc).for_each(|(x, v)| *x = v * up);
                             let mut bp = [0f32; 16];
                             bp[..8].copy_from_slice(&b);
-                            tile16_unit::<1, false>(&mut t, &[a * up], &bp, 1, 21);
+                            tile16_unit::<1, false>(&mut t, &[a * up], &bp, 1, 21, 0);
                             _mm256_mul_ps(_mm256_loadu_ps(t.as_ptr()), _mm256_set1_ps(down))
                         }
                         (Kind16::OddUnit, _) => {
@@ -5645,7 +5719,7 @@ pub(crate) mod testing {
                             t[..8].iter_mut().zip(acc).for_each(|(x, v)| *x = v * h * h);
                             let mut bp = [0f32; 16];
                             bp[..8].iter_mut().zip(b).for_each(|(x, v)| *x = v * h);
-                            tile16_unit::<1, true>(&mut t, &[a * h], &bp, 1, 21);
+                            tile16_unit::<1, true>(&mut t, &[a * h], &bp, 1, 21, 0);
                             _mm256_mul_ps(_mm256_loadu_ps(t.as_ptr()), _mm256_set1_ps(down))
                         }
                         (Kind16::Sr, _) => panic!("the stochastic kernel draws bits per element: it is checked through matmul_emulated"),
@@ -5691,7 +5765,7 @@ pub(crate) mod testing {
         #[cfg(target_arch = "x86_64")]
         if crate::convert::detected_isa() >= crate::convert::Isa::Avx2 {
             // SAFETY: avx2, fma and f16c were detected; a one-row tile of 16 lanes.
-            unsafe { tile16_dir_to::<1>(DirTo::Unit(f.unit as u8), f16_rounding(mode), &mut t, &[a2], &bp, 1) };
+            unsafe { tile16_dir_to::<1>(DirTo::Unit(f.unit as u8), f16_rounding(mode), &mut t, &[a2], &bp, 1, 0) };
             return Some(std::array::from_fn(|l| t[l] * 2f32.powi(-sa - sb)));
         }
         let _ = (t, bp, a2, f);
