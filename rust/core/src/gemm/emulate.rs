@@ -4825,7 +4825,12 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
         };
         let used = &mut bpanel[..kblocks * strips * kbs * 16];
         let mut sb: Vec<(Option<(i32, i32)>, f32)> = vec![(None, 0.0); kblocks * strips];
-        let pieces: Vec<_> = used.chunks_mut(kbs * 16).zip(sb.iter_mut()).enumerate().collect();
+        let mut pieces: Vec<_> = used.chunks_mut(kbs * 16).zip(sb.iter_mut()).enumerate().collect();
+        if b.rs == 1 && b.cs != 1 {
+            // Columns contiguous: a strip's depth blocks in turn, so that its 16
+            // columns are read from end to end.
+            pieces.sort_by_key(|p| (p.0 % strips, p.0 / strips));
+        }
         parallel::for_each_piece(pieces, &|(q, (d, bound))| *bound = pack_b(q, d));
         if sr {
             let vused = &mut vpanel[..kblocks * strips * kbs * 16];

@@ -110,31 +110,12 @@ unsafe fn pack_lines<T: Copy + Default>(get: impl Fn(isize) -> T, base: isize, s
         if sk == 1 && sl != 1 && w == 6 {
             // Rows along the depth (A row-major): decode a block of each line with
             // contiguous (vectorizable) reads, then interleave six lines at a time.
-            const PBLK: usize = 64;
-            // Not zeroed first (a call on a small product would spend more on that
-            // than on its values): each block writes the first pn values of every
-            // line before they are read.
-            let mut tmp = [[std::mem::MaybeUninit::<T>::uninit(); PBLK]; 6];
-            for p0 in (0..kc).step_by(PBLK) {
-                let pn = PBLK.min(kc - p0);
-                for (l, t) in tmp.iter_mut().enumerate() {
-                    if l < nv {
-                        let row = base + l as isize * sl + p0 as isize;
-                        for (q, x) in t[..pn].iter_mut().enumerate() {
-                            x.write(get(row + q as isize));
-                        }
-                    } else {
-                        t[..pn].fill(std::mem::MaybeUninit::new(T::default()));
-                    }
-                }
-                for q in 0..pn {
-                    let dq = d.add((p0 + q) * 6);
-                    for (l, t) in tmp.iter().enumerate() {
-                        // Written above (q < pn).
-                        *dq.add(l) = t[q].assume_init();
-                    }
-                }
-            }
+            pack_across::<T, 6>(&get, base, sl, nv, kc, d);
+            return;
+        } else if sk == 1 && sl != 1 && w == 16 {
+            // The same for sixteen lines (the emulated paths' strips of a B whose
+            // columns are contiguous).
+            pack_across::<T, 16>(&get, base, sl, nv, kc, d);
             return;
         } else if sk == 1 && sl != 1 {
             for l in 0..nv {
@@ -164,6 +145,42 @@ unsafe fn pack_lines<T: Copy + Default>(get: impl Fn(isize) -> T, base: isize, s
                 for l in nv..w {
                     *d.add(p * w + l) = T::default();
                 }
+            }
+        }
+    }
+}
+
+/// [`pack_lines`] of `W` lines along the depth (`sk` = 1): a block of each
+/// line decoded with contiguous (vectorizable) reads, then the lines
+/// interleaved, `d[p*W + l]`, zeros in lines `nv..W`.
+///
+/// # Safety
+/// `d` holds `kc * W` values; the offsets are valid per [`pack_lines`]' contract.
+#[inline(always)]
+unsafe fn pack_across<T: Copy + Default, const W: usize>(get: &impl Fn(isize) -> T, base: isize, sl: isize, nv: usize, kc: usize, d: *mut T) {
+    const PBLK: usize = 64;
+    // Not zeroed first (a call on a small product would spend more on that
+    // than on its values): each block writes the first pn values of every
+    // line before they are read.
+    let mut tmp = [[std::mem::MaybeUninit::<T>::uninit(); PBLK]; W];
+    for p0 in (0..kc).step_by(PBLK) {
+        let pn = PBLK.min(kc - p0);
+        for (l, t) in tmp.iter_mut().enumerate() {
+            if l < nv {
+                let row = base + l as isize * sl + p0 as isize;
+                for (q, x) in t[..pn].iter_mut().enumerate() {
+                    x.write(get(row + q as isize));
+                }
+            } else {
+                t[..pn].fill(std::mem::MaybeUninit::new(T::default()));
+            }
+        }
+        for q in 0..pn {
+            // SAFETY: (p0 + q) * W + l < kc * W, inside d per the caller.
+            let dq = unsafe { d.add((p0 + q) * W) };
+            for (l, t) in tmp.iter().enumerate() {
+                // SAFETY: written above (q < pn); dq + l inside d.
+                unsafe { *dq.add(l) = t[q].assume_init() };
             }
         }
     }
