@@ -3490,7 +3490,7 @@ unsafe fn tile16_dir<const MR: usize, const T: u8, const RM: i32>(acc: &mut [f32
         };
     }
     // SAFETY: the loads and stores stay inside acc (MR*16 values), ap (kn*MR) and
-    // bp (kn*16), asserted above, and the 32-byte constants; MXCSR is restored
+    // bp (strips_len(MR, sw, kn)), asserted above, and the 32-byte constants; MXCSR is restored
     // before the block ends; the clobbered vector registers are declared.
     unsafe {
         let (swb, sw3b) = (sw * 4, sw * 12);
@@ -3882,7 +3882,7 @@ unsafe fn tile16_oddz<const MR: usize, const T: u8>(acc: &mut [f32], ap: &[f32],
         };
     }
     // SAFETY: the loads and stores stay inside acc (MR*16 values), ap (kn*MR) and
-    // bp (kn*16), asserted above, and the constants; MXCSR is restored before the
+    // bp (strips_len(MR, sw, kn)), asserted above, and the constants; MXCSR is restored before the
     // block ends; the clobbered vector registers are declared.
     unsafe {
         let (swb, sw3b) = (sw * 4, sw * 12);
@@ -4073,7 +4073,7 @@ unsafe fn tile16_unit<const MR: usize, const ODD: bool>(acc: &mut [f32], ap: &[f
         };
     }
     // SAFETY: the loads and stores stay inside acc (MR*16 values), ap (kn*MR),
-    // bp (kn*16) and the constants; MXCSR is restored before the block ends; the
+    // bp (strips_len(MR, sw, kn)) and the constants; MXCSR is restored before the block ends; the
     // clobbered vector registers are declared.
     unsafe {
         let (swb, sw3b) = (sw * 4, sw * 12);
