@@ -369,7 +369,7 @@ unsafe fn pack_b<K: Kernel>(b: &Operand, jc: usize, pc: usize, kc: usize, s0: us
 /// (`op.cs == 1`): the next part of an operand to pack, so that its loads do
 /// not wait on the memory. A hint: no effect on results, nothing is read.
 #[inline(always)]
-fn prefetch_rows(op: &Operand, base: isize, rs: isize, len: usize, rows: usize) {
+pub(super) fn prefetch_rows(op: &Operand, base: isize, rs: isize, len: usize, rows: usize) {
     #[cfg(target_arch = "x86_64")]
     if op.cs == 1 && len > 0 {
         use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};

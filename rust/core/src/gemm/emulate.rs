@@ -742,6 +742,49 @@ fn place_tile_rows(words: &StepRand, row0: usize, nr: usize, t0: usize, rbits: u
     }
 }
 
+/// The column words `ws` of step `kk` into panels laid out as [`drive`]'s
+/// tile-major B panel (tile q's 8 words at `q*ts + kk*8`, the last tile's
+/// partly): as drawn into `vpan`, and complemented and placed below the unit
+/// (bit `d`) into `vpl` ([`Words::place_col`], its mask and shift taken out of
+/// the loop), with AVX2 where `simd` (the CPU has it).
+#[allow(clippy::too_many_arguments)]
+fn place_step_cols(simd: bool, ws: &[u64], kk: usize, ts: usize, rbits: u32, d: u32, vpan: &mut [u64], vpl: &mut [u64]) {
+    #[inline(always)]
+    fn body(ws: &[u64], kk: usize, ts: usize, rbits: u32, d: u32, vpan: &mut [u64], vpl: &mut [u64]) {
+        let (pmask, psh) = (u64::MAX << (64 - rbits.clamp(1, 64)), 64 - d);
+        let place = |ws: &[u64], dv: &mut [u64], dp: &mut [u64]| {
+            for ((v, p), &w) in dv.iter_mut().zip(dp.iter_mut()).zip(ws) {
+                (*v, *p) = (w, (!w & pmask) >> psh);
+            }
+        };
+        let full = ws.len() / 8;
+        for (q, w8) in ws.chunks_exact(8).enumerate() {
+            let at = q * ts + kk * 8;
+            let (dv, dp): (&mut [u64; 8], &mut [u64; 8]) = ((&mut vpan[at..at + 8]).try_into().expect("8"), (&mut vpl[at..at + 8]).try_into().expect("8"));
+            place(w8, dv, dp);
+        }
+        let rest = &ws[full * 8..];
+        if !rest.is_empty() {
+            let at = full * ts + kk * 8;
+            place(rest, &mut vpan[at..at + rest.len()], &mut vpl[at..at + rest.len()]);
+        }
+    }
+    /// # Safety
+    /// The CPU must support avx2.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2")]
+    unsafe fn body_avx2(ws: &[u64], kk: usize, ts: usize, rbits: u32, d: u32, vpan: &mut [u64], vpl: &mut [u64]) {
+        body(ws, kk, ts, rbits, d, vpan, vpl)
+    }
+    #[cfg(target_arch = "x86_64")]
+    if simd {
+        // SAFETY: `simd` holds only where avx2 was detected.
+        return unsafe { body_avx2(ws, kk, ts, rbits, d, vpan, vpl) };
+    }
+    let _ = simd;
+    body(ws, kk, ts, rbits, d, vpan, vpl)
+}
+
 impl Words<'_> {
     /// No words (the deterministic modes).
     pub const NONE: Words<'static> = Words { rows: &[], cols: &[], ldv: 0 };
@@ -5392,13 +5435,17 @@ fn drive<R: Round>(r: &R, a: &Operand, b: &Operand, c: EmuOut, spec: &AccumSpec,
         let mut acc = vec![0f64; rb * jb];
         let mut tot = vec![0f64; if outer.is_some() { rb * jb } else { 0 }];
         // Register tiles read the panel tile by tile: with `tmaj`, the 8 columns
-        // of tile q at step kk are `panel[q*8*kn + kk*8..][..8]` (the last tile
-        // padded with zeros), else `panel[kk*jb + j]`.
+        // of tile q at step kk are `panel[q*(8*kn + 8) + kk*8..][..8]` (the last
+        // tile padded with zeros; 8 zeros after each tile, so that the tiles of a
+        // depth block of 256 steps do not start 16 KiB apart, which the placing
+        // of a step's column words across them would meet in one set of the L1),
+        // else `panel[kk*jb + j]`.
         let tmaj = tiled && n > 1;
         let wpad = if tmaj { jb.div_ceil(8) * 8 } else { jb };
-        let mut panel = vec![0f64; KB.min(k.max(1)) * wpad];
+        let tpad = if tmaj { 8 } else { 0 };
+        let mut panel = vec![0f64; KB.min(k.max(1)) * wpad + tpad * (wpad / 8)];
         // The column words of the panel's steps, laid out as the panel, when drawn.
-        let mut vpan = vec![0u64; if words_used { KB.min(k.max(1)) * wpad } else { 0 }];
+        let mut vpan = vec![0u64; if words_used { panel.len() } else { 0 }];
         let mut wrow = vec![0u64; if tmaj && words_used { jb } else { 0 }];
         let (mut rands, mut old, mut bad) = (vec![0u64; jb], vec![0f64; jb], vec![0u8; jb]);
         // One depth step of a row segment, `row[j] = round(row[j] + av*bp[j])`; the
@@ -5449,11 +5496,26 @@ fn drive<R: Round>(r: &R, a: &Operand, b: &Operand, c: EmuOut, spec: &AccumSpec,
         for kb in (0..k).step_by(KB) {
             let kn = KB.min(k - kb);
             let base = kb as isize * b.rs + j0 as isize * b.cs;
+            // The tiles' stride in the panels.
+            let ts = 8 * kn + tpad;
             if tmaj {
+                // Rows contiguous: in bands of 16 rows across the tiles (a band's rows
+                // read side by side, the next band's prefetched first); else tile by tile.
+                let band = if b.cs == 1 { 16 } else { kn.max(1) };
+                for r0 in (0..kn).step_by(band) {
+                    let rn = band.min(kn - r0);
+                    if r0 + rn < kn {
+                        super::driver::prefetch_rows(b, base + (r0 + rn) as isize * b.rs, b.rs, jb, band.min(kn - r0 - rn));
+                    }
+                    for q in 0..jb.div_ceil(8) {
+                        // SAFETY: rows kb+r0..kb+r0+rn and columns j0+8q..j0+8q+w are inside b;
+                        // panel[q*ts + kk*8 + l] = b[kb+kk, j0+8q+l], zeros past w.
+                        unsafe { super::kernels::pack_real_any::<f64>(b, base + r0 as isize * b.rs + (8 * q) as isize * b.cs, b.cs, b.rs, (jb - 8 * q).min(8), 8, rn, &mut panel[q * ts + r0 * 8..]) };
+                    }
+                }
                 for q in 0..jb.div_ceil(8) {
-                    // SAFETY: rows kb..kb+kn and columns j0+8q..j0+8q+w are inside b;
-                    // panel[q*8*kn + kk*8 + l] = b[kb+kk, j0+8q+l], zeros past w.
-                    unsafe { super::kernels::pack_real_any::<f64>(b, base + (8 * q) as isize * b.cs, b.cs, b.rs, (jb - 8 * q).min(8), 8, kn, &mut panel[q * 8 * kn..]) };
+                    // (A longer block's values may lie where this one's zeros go.)
+                    panel[q * ts + 8 * kn..(q + 1) * ts].fill(0.0);
                 }
             } else {
                 // SAFETY: rows kb..kb+kn and columns j0..j0+jb are inside b; the panel
@@ -5463,26 +5525,9 @@ fn drive<R: Round>(r: &R, a: &Operand, b: &Operand, c: EmuOut, spec: &AccumSpec,
             if words_used {
                 for kk in 0..kn {
                     if tmaj {
-                        // Tile q's 8 words of step kk at q*8*kn + kk*8, as the panel.
+                        // Tile q's 8 words of step kk at q*ts + kk*8, as the panel.
                         words.col_run(j0, kb + kk, rbits, &mut wrow);
-                        // (Words::place_col with its mask and shift taken out of the loop.)
-                        let (pmask, psh) = (u64::MAX << (64 - rbits.clamp(1, 64)), 64 - dunit);
-                        let place = |ws: &[u64], dv: &mut [u64], dp: &mut [u64]| {
-                            for ((v, p), &w) in dv.iter_mut().zip(dp.iter_mut()).zip(ws) {
-                                (*v, *p) = (w, (!w & pmask) >> psh);
-                            }
-                        };
-                        let full = jb / 8;
-                        for (q, ws) in wrow.chunks_exact(8).enumerate() {
-                            let at = q * 8 * kn + kk * 8;
-                            let (dv, dp): (&mut [u64; 8], &mut [u64; 8]) = ((&mut vpan[at..at + 8]).try_into().expect("8"), (&mut vpl[at..at + 8]).try_into().expect("8"));
-                            place(ws, dv, dp);
-                        }
-                        let ws = &wrow[full * 8..];
-                        if !ws.is_empty() {
-                            let at = full * 8 * kn + kk * 8;
-                            place(ws, &mut vpan[at..at + ws.len()], &mut vpl[at..at + ws.len()]);
-                        }
+                        place_step_cols(simd, &wrow, kk, ts, rbits, dunit, &mut vpan, &mut vpl);
                     } else {
                         words.col_run(j0, kb + kk, rbits, &mut vpan[kk * jb..(kk + 1) * jb]);
                     }
@@ -5516,7 +5561,8 @@ fn drive<R: Round>(r: &R, a: &Operand, b: &Operand, c: EmuOut, spec: &AccumSpec,
             }
             if tiled {
                 // Sums exact in f64 for this block's values (see `block_exact`)?
-                let pb64 = exp_bounds64_of(&panel[..kn * wpad], prec_b);
+                // (The tiles run only tile-major: here n > 1.)
+                let pb64 = exp_bounds64_of(&panel[..(wpad / 8) * ts], prec_b);
                 // Register tiles: TILE_ROWS rows, 8 columns, the steps up to the next chunk end.
                 for i in (0..rb).step_by(TILE_ROWS) {
                     let nr = TILE_ROWS.min(rb - i);
@@ -5553,7 +5599,7 @@ fn drive<R: Round>(r: &R, a: &Operand, b: &Operand, c: EmuOut, spec: &AccumSpec,
                         while j < jb {
                             let w = if j + 8 <= jb { 8 } else { jb - j };
                             // This tile's panel, column words and placed words from step kk0 (row stride 8).
-                            let t0 = j * kn + kk0 * 8;
+                            let t0 = j / 8 * ts + kk0 * 8;
                             let bp = &panel[t0..];
                             let (vp, vpp) = if words_used { (&vpan[t0..], &vpl[t0..]) } else { (&vpan[..0], &vpl[..0]) };
                             let tw = if words_used { Words { rows: upp, cols: vpp, ldv: 8 } } else { Words::NONE };

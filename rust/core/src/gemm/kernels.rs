@@ -114,8 +114,11 @@ unsafe fn pack_lines<T: Copy + Default>(get: impl Fn(isize) -> T, base: isize, s
             return;
         } else if sk == 1 && sl != 1 && w == 16 {
             // The same for sixteen lines (the emulated paths' strips of a B whose
-            // columns are contiguous).
+            // columns are contiguous), and for eight (their f64 tiles').
             pack_across::<T, 16>(&get, base, sl, nv, kc, d);
+            return;
+        } else if sk == 1 && sl != 1 && w == 8 {
+            pack_across::<T, 8>(&get, base, sl, nv, kc, d);
             return;
         } else if sk == 1 && sl != 1 {
             for l in 0..nv {
