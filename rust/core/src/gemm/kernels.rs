@@ -156,6 +156,16 @@ unsafe fn pack_lines<T: Copy + Default>(get: impl Fn(isize) -> T, base: isize, s
 /// Depth steps of [`pack_across`]'s blocks.
 const PBLK: usize = 64;
 
+/// `f(l0, q0)` for the `n x n` squares of a block of `w` lines by PBLK steps.
+#[inline(always)]
+fn squares(w: usize, n: usize, mut f: impl FnMut(usize, usize)) {
+    for l0 in (0..w).step_by(n) {
+        for q0 in (0..PBLK).step_by(n) {
+            f(l0, q0)
+        }
+    }
+}
+
 /// `d[q*w + l] = t[l*PBLK + q]` for l < w (a multiple of 8) and q < PBLK:
 /// [`pack_across`]'s interleave of a block of 4-byte values, in 8 x 8
 /// transposes (moves and shuffles: every bit pattern kept).
@@ -166,36 +176,34 @@ const PBLK: usize = 64;
 #[target_feature(enable = "avx2")]
 unsafe fn interleave32_avx2(t: *const f32, w: usize, d: *mut f32) {
     use std::arch::x86_64::*;
-    // SAFETY: the offsets stay inside t and d per the contract.
-    unsafe {
-        for l0 in (0..w).step_by(8) {
-            for q0 in (0..PBLK).step_by(8) {
-                let r: [__m256; 8] = std::array::from_fn(|i| _mm256_loadu_ps(t.add((l0 + i) * PBLK + q0)));
-                let (t0, t1) = (_mm256_unpacklo_ps(r[0], r[1]), _mm256_unpackhi_ps(r[0], r[1]));
-                let (t2, t3) = (_mm256_unpacklo_ps(r[2], r[3]), _mm256_unpackhi_ps(r[2], r[3]));
-                let (t4, t5) = (_mm256_unpacklo_ps(r[4], r[5]), _mm256_unpackhi_ps(r[4], r[5]));
-                let (t6, t7) = (_mm256_unpacklo_ps(r[6], r[7]), _mm256_unpackhi_ps(r[6], r[7]));
-                let (s0, s1) = (_mm256_shuffle_ps::<0x44>(t0, t2), _mm256_shuffle_ps::<0xee>(t0, t2));
-                let (s2, s3) = (_mm256_shuffle_ps::<0x44>(t1, t3), _mm256_shuffle_ps::<0xee>(t1, t3));
-                let (s4, s5) = (_mm256_shuffle_ps::<0x44>(t4, t6), _mm256_shuffle_ps::<0xee>(t4, t6));
-                let (s6, s7) = (_mm256_shuffle_ps::<0x44>(t5, t7), _mm256_shuffle_ps::<0xee>(t5, t7));
-                // Column j of the 8 x 8 block (lines l0.., step q0 + j).
-                let c = [
-                    _mm256_permute2f128_ps::<0x20>(s0, s4),
-                    _mm256_permute2f128_ps::<0x20>(s1, s5),
-                    _mm256_permute2f128_ps::<0x20>(s2, s6),
-                    _mm256_permute2f128_ps::<0x20>(s3, s7),
-                    _mm256_permute2f128_ps::<0x31>(s0, s4),
-                    _mm256_permute2f128_ps::<0x31>(s1, s5),
-                    _mm256_permute2f128_ps::<0x31>(s2, s6),
-                    _mm256_permute2f128_ps::<0x31>(s3, s7),
-                ];
-                for (j, v) in c.into_iter().enumerate() {
-                    _mm256_storeu_ps(d.add((q0 + j) * w + l0), v);
-                }
+    squares(w, 8, |l0, q0| {
+        // SAFETY: the offsets stay inside t and d per the contract.
+        unsafe {
+            let r: [__m256; 8] = std::array::from_fn(|i| _mm256_loadu_ps(t.add((l0 + i) * PBLK + q0)));
+            let (t0, t1) = (_mm256_unpacklo_ps(r[0], r[1]), _mm256_unpackhi_ps(r[0], r[1]));
+            let (t2, t3) = (_mm256_unpacklo_ps(r[2], r[3]), _mm256_unpackhi_ps(r[2], r[3]));
+            let (t4, t5) = (_mm256_unpacklo_ps(r[4], r[5]), _mm256_unpackhi_ps(r[4], r[5]));
+            let (t6, t7) = (_mm256_unpacklo_ps(r[6], r[7]), _mm256_unpackhi_ps(r[6], r[7]));
+            let (s0, s1) = (_mm256_shuffle_ps::<0x44>(t0, t2), _mm256_shuffle_ps::<0xee>(t0, t2));
+            let (s2, s3) = (_mm256_shuffle_ps::<0x44>(t1, t3), _mm256_shuffle_ps::<0xee>(t1, t3));
+            let (s4, s5) = (_mm256_shuffle_ps::<0x44>(t4, t6), _mm256_shuffle_ps::<0xee>(t4, t6));
+            let (s6, s7) = (_mm256_shuffle_ps::<0x44>(t5, t7), _mm256_shuffle_ps::<0xee>(t5, t7));
+            // Column j of the 8 x 8 block (lines l0.., step q0 + j).
+            let c = [
+                _mm256_permute2f128_ps::<0x20>(s0, s4),
+                _mm256_permute2f128_ps::<0x20>(s1, s5),
+                _mm256_permute2f128_ps::<0x20>(s2, s6),
+                _mm256_permute2f128_ps::<0x20>(s3, s7),
+                _mm256_permute2f128_ps::<0x31>(s0, s4),
+                _mm256_permute2f128_ps::<0x31>(s1, s5),
+                _mm256_permute2f128_ps::<0x31>(s2, s6),
+                _mm256_permute2f128_ps::<0x31>(s3, s7),
+            ];
+            for (j, v) in c.into_iter().enumerate() {
+                _mm256_storeu_ps(d.add((q0 + j) * w + l0), v);
             }
         }
-    }
+    })
 }
 
 /// [`interleave32_avx2`] for 8-byte values, `w` a multiple of 4, in 4 x 4 transposes.
@@ -206,25 +214,23 @@ unsafe fn interleave32_avx2(t: *const f32, w: usize, d: *mut f32) {
 #[target_feature(enable = "avx2")]
 unsafe fn interleave64_avx2(t: *const f64, w: usize, d: *mut f64) {
     use std::arch::x86_64::*;
-    // SAFETY: the offsets stay inside t and d per the contract.
-    unsafe {
-        for l0 in (0..w).step_by(4) {
-            for q0 in (0..PBLK).step_by(4) {
-                let r: [__m256d; 4] = std::array::from_fn(|i| _mm256_loadu_pd(t.add((l0 + i) * PBLK + q0)));
-                let (t0, t1) = (_mm256_unpacklo_pd(r[0], r[1]), _mm256_unpackhi_pd(r[0], r[1]));
-                let (t2, t3) = (_mm256_unpacklo_pd(r[2], r[3]), _mm256_unpackhi_pd(r[2], r[3]));
-                let c = [
-                    _mm256_permute2f128_pd::<0x20>(t0, t2),
-                    _mm256_permute2f128_pd::<0x20>(t1, t3),
-                    _mm256_permute2f128_pd::<0x31>(t0, t2),
-                    _mm256_permute2f128_pd::<0x31>(t1, t3),
-                ];
-                for (j, v) in c.into_iter().enumerate() {
-                    _mm256_storeu_pd(d.add((q0 + j) * w + l0), v);
-                }
+    squares(w, 4, |l0, q0| {
+        // SAFETY: the offsets stay inside t and d per the contract.
+        unsafe {
+            let r: [__m256d; 4] = std::array::from_fn(|i| _mm256_loadu_pd(t.add((l0 + i) * PBLK + q0)));
+            let (t0, t1) = (_mm256_unpacklo_pd(r[0], r[1]), _mm256_unpackhi_pd(r[0], r[1]));
+            let (t2, t3) = (_mm256_unpacklo_pd(r[2], r[3]), _mm256_unpackhi_pd(r[2], r[3]));
+            let c = [
+                _mm256_permute2f128_pd::<0x20>(t0, t2),
+                _mm256_permute2f128_pd::<0x20>(t1, t3),
+                _mm256_permute2f128_pd::<0x31>(t0, t2),
+                _mm256_permute2f128_pd::<0x31>(t1, t3),
+            ];
+            for (j, v) in c.into_iter().enumerate() {
+                _mm256_storeu_pd(d.add((q0 + j) * w + l0), v);
             }
         }
-    }
+    })
 }
 
 /// [`pack_lines`] of `W` lines along the depth (`sk` = 1): a block of each
