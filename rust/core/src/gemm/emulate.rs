@@ -4669,7 +4669,36 @@ const RB16: usize = 24;
 /// parallel packing and one parallel loop for the whole product), else
 /// `NP16` columns.
 const NP16: usize = 256;
+/// Strips of a B panel whose columns' random words one piece draws.
+const WORDS16: usize = 16;
 const NP16_BYTES: usize = 16 << 20;
+
+/// A step's column words `run` (of up to WORDS16 strips' columns) placed into
+/// the strips of `d` (`sl` values apart) at step `kk`: each word's top bits
+/// (`w >> wsh`) moved to just below the unit (`<< psh`), as [`drive16`]'s
+/// `place_run` places them; with AVX2 where the CPU has it.
+#[cfg(target_arch = "x86_64")]
+fn place_strips(run: &[u64], wsh: u32, psh: u32, kk: usize, sl: usize, d: &mut [u32]) {
+    #[inline(always)]
+    fn body(run: &[u64], wsh: u32, psh: u32, kk: usize, sl: usize, d: &mut [u32]) {
+        for (ws, ds) in run.chunks(16).zip(d.chunks_exact_mut(sl)) {
+            for (x, &w) in ds[kk * 16..kk * 16 + ws.len()].iter_mut().zip(ws) {
+                *x = ((w >> wsh) as u32) << psh;
+            }
+        }
+    }
+    /// # Safety
+    /// The CPU must support avx2.
+    #[target_feature(enable = "avx2")]
+    unsafe fn body_avx2(run: &[u64], wsh: u32, psh: u32, kk: usize, sl: usize, d: &mut [u32]) {
+        body(run, wsh, psh, kk, sl, d)
+    }
+    if super::simd() {
+        // SAFETY: simd() holds only where avx2 was detected.
+        return unsafe { body_avx2(run, wsh, psh, kk, sl, d) };
+    }
+    body(run, wsh, psh, kk, sl, d)
+}
 
 /// The Weyl states ([`Rng::weyl0`]) of a [`flush_sr`] row of 16 lanes at its
 /// first step, lane l of index `idx0 + l * stride` (wrapping); `None` when
@@ -4876,16 +4905,22 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
         }
         parallel::for_each_piece(pieces, &|(q, (d, bound))| *bound = pack_b(q, d));
         if sr {
+            // The columns' words of a depth block, up to WORDS16 strips a piece: each
+            // step's words drawn across the piece's columns at once, then placed
+            // into the strips.
             let vused = &mut vpanel[..kblocks * strips * kbs * 16];
-            let vpieces: Vec<_> = vused.chunks_mut(kbs * 16).enumerate().collect();
-            parallel::for_each_piece(vpieces, &|(q, d): (usize, &mut [u32])| {
-                let (kbi, s) = (q / strips, q % strips);
+            let vpieces: Vec<(usize, usize, &mut [u32])> = vused
+                .chunks_mut(strips * kbs * 16)
+                .enumerate()
+                .flat_map(|(kbi, blk)| blk.chunks_mut(WORDS16 * kbs * 16).enumerate().map(move |(g, d)| (kbi, g * WORDS16, d)))
+                .collect();
+            parallel::for_each_piece(vpieces, &|(kbi, s, d): (usize, usize, &mut [u32])| {
                 let (kb, kn) = (kbi * KB, KB.min(k - kbi * KB));
-                let w = 16.min(jb - 16 * s);
-                let mut run = [0u64; 16];
+                let cols = jb.min(16 * (s + d.len() / (kbs * 16))) - 16 * s;
+                let mut run = [0u64; 16 * WORDS16];
                 for kk in 0..kn {
-                    words.col_run(j0 + 16 * s, kb + kk, kbits, &mut run[..w]);
-                    place_run(&run[..w], 0, &mut d[kk * 16..kk * 16 + w], 1);
+                    words.col_run(j0 + 16 * s, kb + kk, kbits, &mut run[..cols]);
+                    place_strips(&run[..cols], wsh, psh, kk, kbs * 16, d);
                 }
             });
         }
