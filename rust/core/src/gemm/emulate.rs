@@ -745,16 +745,15 @@ fn place_tile_rows(words: &StepRand, row0: usize, nr: usize, t0: usize, rbits: u
 /// The column words `ws` of step `kk` into panels laid out as [`drive`]'s
 /// tile-major B panel (tile q's 8 words at `q*ts + kk*8`, the last tile's
 /// partly): as drawn into `vpan`, and complemented and placed below the unit
-/// (bit `d`) into `vpl` ([`Words::place_col`], its mask and shift taken out of
-/// the loop), with AVX2 where `simd` (the CPU has it).
+/// (bit `d`) into `vpl` ([`Words::place_col`]), with AVX2 where `simd` (the
+/// CPU has it).
 #[allow(clippy::too_many_arguments)]
 fn place_step_cols(simd: bool, ws: &[u64], kk: usize, ts: usize, rbits: u32, d: u32, vpan: &mut [u64], vpl: &mut [u64]) {
     #[inline(always)]
     fn body(ws: &[u64], kk: usize, ts: usize, rbits: u32, d: u32, vpan: &mut [u64], vpl: &mut [u64]) {
-        let (pmask, psh) = (u64::MAX << (64 - rbits.clamp(1, 64)), 64 - d);
         let place = |ws: &[u64], dv: &mut [u64], dp: &mut [u64]| {
             for ((v, p), &w) in dv.iter_mut().zip(dp.iter_mut()).zip(ws) {
-                (*v, *p) = (w, (!w & pmask) >> psh);
+                (*v, *p) = (w, Words::place_col(w, rbits, d));
             }
         };
         let full = ws.len() / 8;
@@ -4673,17 +4672,23 @@ const NP16: usize = 256;
 const WORDS16: usize = 16;
 const NP16_BYTES: usize = 16 << 20;
 
-/// A step's column words `run` (of up to WORDS16 strips' columns) placed into
-/// the strips of `d` (`sl` values apart) at step `kk`: each word's top bits
-/// (`w >> wsh`) moved to just below the unit (`<< psh`), as [`drive16`]'s
-/// `place_run` places them; with AVX2 where the CPU has it.
+/// A word of the f32 stochastic tiles placed: its top bits (`w >> wsh`), xor
+/// `flip`, moved to just below the unit (`<< psh`).
+#[inline(always)]
+fn place_word(w: u64, flip: u32, wsh: u32, psh: u32) -> u32 {
+    (((w >> wsh) as u32) ^ flip) << psh
+}
+
+/// A step's column words `run` (of up to WORDS16 strips' columns) placed
+/// ([`place_word`]) into the strips of `d` (`sl` values apart) at step `kk`,
+/// with AVX2 where the CPU has it.
 #[cfg(target_arch = "x86_64")]
 fn place_strips(run: &[u64], wsh: u32, psh: u32, kk: usize, sl: usize, d: &mut [u32]) {
     #[inline(always)]
     fn body(run: &[u64], wsh: u32, psh: u32, kk: usize, sl: usize, d: &mut [u32]) {
         for (ws, ds) in run.chunks(16).zip(d.chunks_exact_mut(sl)) {
             for (x, &w) in ds[kk * 16..kk * 16 + ws.len()].iter_mut().zip(ws) {
-                *x = ((w >> wsh) as u32) << psh;
+                *x = place_word(w, 0, wsh, psh);
             }
         }
     }
@@ -4807,13 +4812,13 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
     // from its saved accumulators ([`Dyn::sr_tile64`]).
     let wide = sr && rbits > sr_unit;
     let kbits = if wide { sr_unit } else { rbits };
-    // The placed words: a word's top `kbits` bits (xor `flip`) moved to just below
-    // the unit, `dst[q * stride]` from `src[q]` (shift counts in locals: one loop
-    // the compiler vectorizes where the stride is 1).
+    // The placed words ([`place_word`]): a word's top `kbits` bits (xor `flip`)
+    // moved to just below the unit, `dst[q * stride]` from `src[q]` (shift counts
+    // in locals: one loop the compiler vectorizes where the stride is 1).
     let (wsh, psh) = (64 - kbits.clamp(1, 64), sr_unit.saturating_sub(kbits));
     let place_run = move |src: &[u64], flip: u32, dst: &mut [u32], stride: usize| {
         for (q, &w) in src.iter().enumerate() {
-            dst[q * stride] = (((w >> wsh) as u32) ^ flip) << psh;
+            dst[q * stride] = place_word(w, flip, wsh, psh);
         }
     };
     // The largest value's pattern, scaled: a watched sum past it voids the tile.
