@@ -345,12 +345,14 @@ fn dir_skips(kind: Kind16, mode: Mode, acc: f32) -> bool {
 /// below 2^100, products on their subnormal grids), the directed kernels at
 /// float16's and float8_e5m2's units (`DirTo::Unit(13)`, `Unit(21)`: below the
 /// largest value) and the nearest-even kernel at float8_e5m2's unit (below its
-/// largest value, products below 2^(-16 + 23) = 128). Lanes outside that are
-/// not compared.
+/// largest value, products below 2^(-16 + 23) = 128), and the round-to-odd
+/// kernel into float16 from finite accumulators (`OddFin`: below float16's
+/// overflow threshold). Lanes outside that are not compared.
 fn block_skips(kind: Kind16, bf: bool, acc: f32, p: f32) -> bool {
     let (limit, unit, pmax) = match kind {
         Kind16::Split if bf => (2f64.powi(100), 2f64.powi(-133), f64::INFINITY),
         Kind16::Split => (65520.0, 2f64.powi(-24), f64::INFINITY),
+        Kind16::OddFin => (65520.0, 0.0, f64::INFINITY),
         Kind16::Dir(DirTo::Unit(13)) => (65504.0, 0.0, f64::INFINITY),
         Kind16::Dir(DirTo::Unit(21)) => (57344.0, 0.0, f64::INFINITY),
         Kind16::UnitNe => (57344.0, 0.0, 128.0),
@@ -553,6 +555,8 @@ fn fp16_odd_path_adversarial() {
     }
     prods.extend([0.0, -0.0, f32::MIN_POSITIVE, -1e-45, 65504.0, 65519.99, 65520.0, -65520.0, 1e30, f32::INFINITY, f32::NEG_INFINITY, f32::NAN]);
     check_add16(Kind16::Odd, false, Mode::NearestEven, &prods);
+    // Its variant from finite accumulators, on sums below float16's overflow threshold.
+    check_add16(Kind16::OddFin, false, Mode::NearestEven, &prods);
     for mode in [Mode::TowardZero, Mode::Up, Mode::Down] {
         check_add16(Kind16::Dir(DirTo::F16), false, mode, &prods);
         check_add16(Kind16::Dir(DirTo::E5m2), false, mode, &prods);
