@@ -1140,3 +1140,23 @@ def test_one_row_products_four_strips_at_a_time(dtype, threads):
                 assert np.isfinite(got[0, :16]).all() or acc == "float8_e5m2"
                 matmul_as_scalar(np.ascontiguousarray(b.T), np.ascontiguousarray(a.T), accumulate=acc,
                                  rounding=mode, chunk=chunk)
+
+
+@pytest.mark.parametrize("acc, mode", [("fp16", "stochastic"), ("float32", "stochastic"), ("e5m2", "nearest_even"),
+                                       ("e5m2", "up"), ("f6m9", "stochastic")], ids=str)
+@pytest.mark.parametrize("chunk", [None, 7])
+def test_f64_tiles_widths_not_a_multiple_of_eight(acc, mode, chunk, threads):
+    # The f64 register tiles span 8 columns; a last tile of fewer columns runs on
+    # accumulator rows padded to whole tiles (the padding never stored): widths 1
+    # to 17 and 100, against the scalar path, with chunk totals, and with an
+    # infinity in A (NaN padding lanes, which would spill into the next row's
+    # first columns if the rows were not padded) and a NaN.
+    f = lowp.format("float32") if acc == "float32" else ACC_FORMATS[acc]
+    g = np.random.default_rng(zlib.crc32(f"{acc}{mode}{chunk}".encode()))
+    a = (g.standard_normal((13, 70)) * 8).astype(np.float32).astype(ml_dtypes.bfloat16)
+    a[5, 5] = np.inf
+    a[12, 9] = np.nan
+    for n in list(range(1, 18)) + [100]:
+        b = (g.standard_normal((70, n)) * 8).astype(np.float32).astype(ml_dtypes.bfloat16)
+        got = matmul_as_scalar(a, b, accumulate=f, chunk=chunk, rounding=mode, seed=5)
+        assert np.isnan(got[12]).all()

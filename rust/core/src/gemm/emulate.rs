@@ -5538,8 +5538,6 @@ fn drive<R: Round>(r: &R, a: &Operand, b: &Operand, c: EmuOut, spec: &AccumSpec,
         let (i0, j0) = (ib * rbs, jbk * JB);
         let rb = rbs.min(m - i0);
         let jb = JB.min(n - j0);
-        let mut acc = vec![0f64; rb * jb];
-        let mut tot = vec![0f64; if outer.is_some() { rb * jb } else { 0 }];
         // Register tiles read the panel tile by tile: with `tmaj`, the 8 columns
         // of tile q at step kk are `panel[q*(8*kn + 8) + kk*8..][..8]` (the last
         // tile padded with zeros; 8 zeros after each tile, so that the tiles of a
@@ -5549,6 +5547,12 @@ fn drive<R: Round>(r: &R, a: &Operand, b: &Operand, c: EmuOut, spec: &AccumSpec,
         let tmaj = tiled && n > 1;
         let wpad = if tmaj { jb.div_ceil(8) * 8 } else { jb };
         let tpad = if tmaj { 8 } else { 0 };
+        // The accumulators' rows, `ld` apart: with `tmaj` padded to whole tiles, so
+        // that the last tile of a width that is no multiple of 8 runs as a register
+        // tile too (its padding columns, on the panel's zeros, are never stored).
+        let ld = wpad;
+        let mut acc = vec![0f64; rb * ld];
+        let mut tot = vec![0f64; if outer.is_some() { rb * ld } else { 0 }];
         let mut panel = vec![0f64; KB.min(k.max(1)) * wpad + tpad * (wpad / 8)];
         // The column words of the panel's steps, laid out as the panel, when drawn.
         let mut vpan = vec![0u64; if words_used { panel.len() } else { 0 }];
@@ -5588,12 +5592,13 @@ fn drive<R: Round>(r: &R, a: &Operand, b: &Operand, c: EmuOut, spec: &AccumSpec,
             }
             let ridx = kidx / chunk;
             let e0 = ((i0 + i) * n + j0) as u64;
-            let (row, trow) = (&mut acc[i * jb..(i + 1) * jb], &mut tot[i * jb..(i + 1) * jb]);
+            let (row, trow) = (&mut acc[i * ld..i * ld + jb], &mut tot[i * ld..i * ld + jb]);
             if inner_nz {
                 row.iter_mut().for_each(|x| *x += 0.0);
             }
             o.add_row(simd, trow, row, &rng2, e0, steps, (k + ridx) as u64, rbits, stochastic, fine);
-            row.fill(0.0);
+            // (The padding columns too.)
+            acc[i * ld..(i + 1) * ld].fill(0.0);
         };
         // One column (1-D sums; matrix-vector products as given): per row, a chain of
         // dependent adds over packed segments of A and B, the same adds and
@@ -5710,26 +5715,23 @@ fn drive<R: Round>(r: &R, a: &Operand, b: &Operand, c: EmuOut, spec: &AccumSpec,
                             let (vp, vpp) = if words_used { (&vpan[t0..], &vpl[t0..]) } else { (&vpan[..0], &vpl[..0]) };
                             let tw = if words_used { Words { rows: upp, cols: vpp, ldv: 8 } } else { Words::NONE };
                             let tile = |acc: &mut [f64]| {
-                                if w < 8 {
-                                    return false;
-                                }
-                                if sr_on && r.tile_sr(nr, &mut acc[i * jb + j..], jb, &aps[kk0 * TILE_ROWS..], bp, 8, seg, tw, rbits, ab64, pb64) {
+                                if sr_on && r.tile_sr(nr, &mut acc[i * ld + j..], ld, &aps[kk0 * TILE_ROWS..], bp, 8, seg, tw, rbits, ab64, pb64) {
                                     return true;
                                 }
-                                if sr_on && !exact && r.tile_ne(nr, &mut acc[i * jb + j..], jb, &aps[kk0 * TILE_ROWS..], bp, 8, seg, ab64, pb64) {
+                                if sr_on && !exact && r.tile_ne(nr, &mut acc[i * ld + j..], ld, &aps[kk0 * TILE_ROWS..], bp, 8, seg, ab64, pb64) {
                                     return true;
                                 }
-                                let tile_vals = || (0..nr).flat_map(|rr| &acc[(i + rr) * jb + j..(i + rr) * jb + j + w]);
+                                let tile_vals = || (0..nr).flat_map(|rr| &acc[(i + rr) * ld + j..(i + rr) * ld + j + w]);
                                 let amax = abs_max(tile_vals());
                                 // Sums that cannot leave the normal range need no watching.
                                 let track = !r.quiet(ab64, pb64, amax, seg);
                                 // Sums exact for this tile's values, if not for the block's formats.
                                 let exact = exact || r.exact_vals(exp_bounds64(tile_vals(), r.prec()), amax, ab64, pb64, seg);
-                                r.tile(simd, nr, &mut acc[i * jb + j..], jb, ap, bp, 8, seg, tw, rbits, exact, track)
+                                r.tile(simd, nr, &mut acc[i * ld + j..], ld, ap, bp, 8, seg, tw, rbits, exact, track)
                             };
                             if !tile(&mut acc) {
                                 for rr in 0..nr {
-                                    let row = &mut acc[(i + rr) * jb + j..(i + rr) * jb + j + w];
+                                    let row = &mut acc[(i + rr) * ld + j..(i + rr) * ld + j + w];
                                     for kk in 0..seg {
                                         let bpk = &bp[kk * 8..kk * 8 + w];
                                         let (u, vw) = if words_used { (words.row(i0 + i + rr, kidx0 + kk, rbits), &vp[kk * 8..kk * 8 + w]) } else { (0, &vp[..0]) };
@@ -5750,7 +5752,7 @@ fn drive<R: Round>(r: &R, a: &Operand, b: &Operand, c: EmuOut, spec: &AccumSpec,
             for i in 0..rb {
                 for kk in 0..kn {
                     let kidx = kb + kk;
-                    let row = &mut acc[i * jb..(i + 1) * jb];
+                    let row = &mut acc[i * ld..i * ld + jb];
                     // SAFETY: (i0+i, kidx) is inside a.
                     // (Quieted as the packed operands are: see `pack_real_any`.)
                     let av = super::kernels::Real::quiet(unsafe { a.get_f64(i0 + i, kidx) });
@@ -5763,7 +5765,7 @@ fn drive<R: Round>(r: &R, a: &Operand, b: &Operand, c: EmuOut, spec: &AccumSpec,
         let res = if outer.is_some() { &tot } else { &acc };
         for i in 0..rb {
             for j in 0..jb {
-                let v = res[i * jb + j];
+                let v = res[i * ld + j];
                 // SAFETY: (i0+i, j0+j) is inside c and only this task writes it.
                 unsafe { c.put(i0 + i, j0 + j, if final_nz { v + 0.0 } else { v }) };
             }
