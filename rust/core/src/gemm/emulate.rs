@@ -5529,10 +5529,20 @@ fn drive<R: Round>(r: &R, a: &Operand, b: &Operand, c: EmuOut, spec: &AccumSpec,
     let dunit = (53 - r.prec()).max(1) as u32;
     let (prec_a, prec_b) = (a.format().map_or(53, |f| profile(&f).0), b.format().map_or(53, |f| profile(&f).0));
     let fbounds = value_bounds(&spec.fmt);
-    // Register tiles reuse a packed B panel over more rows.
-    let rbs = if tiled { 16 * RB } else { RB };
-    let rblocks = m.div_ceil(rbs);
+    // Register tiles reuse a packed B panel over more rows; with more than one
+    // thread and few column blocks (a product of few columns), the rows are split
+    // further, so that each thread has two tasks (blocks of at least RB rows).
     let cblocks = n.div_ceil(JB);
+    let threads = parallel::num_threads();
+    let rbs = if !tiled {
+        RB
+    } else if threads > 1 {
+        let want = (2 * threads).div_ceil(cblocks);
+        (16 * RB).min(m.div_ceil(want).next_multiple_of(TILE_ROWS).max(RB))
+    } else {
+        16 * RB
+    };
+    let rblocks = m.div_ceil(rbs);
     let task = |t: usize| {
         let (ib, jbk) = (t / cblocks, t % cblocks);
         let (i0, j0) = (ib * rbs, jbk * JB);
