@@ -127,6 +127,22 @@ unsafe fn pack_lines<T: Copy + Default>(get: impl Fn(isize) -> T, base: isize, s
                     *d.add(p * w + l) = get(row + p as isize);
                 }
             }
+        } else if sl == 1 && nv == w && (w == 16 || w == 8) {
+            // Whole strips of contiguous lines (a row-major B's): a decode-copy of a
+            // fixed width per step, which compiles to straight vector code.
+            for p in 0..kc {
+                let row = base + p as isize * sk;
+                let dp = d.add(p * w);
+                if w == 16 {
+                    for l in 0..16 {
+                        *dp.add(l) = get(row + l as isize);
+                    }
+                } else {
+                    for l in 0..8 {
+                        *dp.add(l) = get(row + l as isize);
+                    }
+                }
+            }
         } else {
             for p in 0..kc {
                 let row = base + p as isize * sk;
@@ -285,36 +301,50 @@ unsafe fn pack_across<T: Copy + Default, const W: usize>(get: &impl Fn(isize) ->
     }
 }
 
-/// Pack into f32/f64, decoding the operand's storage.
+/// `x`, quieted ([`Real::quiet`]) when `Q`.
+#[inline(always)]
+fn quiet_if<T: Real, const Q: bool>(x: T) -> T {
+    if Q {
+        x.quiet()
+    } else {
+        x
+    }
+}
+
+/// Pack into f32/f64, decoding the operand's storage; with `Q`, every NaN
+/// packed as [`Real::NAN`] ([`pack_real_any`]).
 ///
 /// # Safety
 /// As [`Kernel::pack`].
 #[inline(always)]
-pub(super) unsafe fn pack_real<T: Real>(op: &Operand, base: isize, sl: isize, sk: isize, nv: usize, w: usize, kc: usize, dst: &mut [T]) {
+#[allow(clippy::too_many_arguments)]
+pub(super) unsafe fn pack_real<T: Real, const Q: bool>(op: &Operand, base: isize, sl: isize, sk: isize, nv: usize, w: usize, kc: usize, dst: &mut [T]) {
     let p = op.ptr;
+    let q = quiet_if::<T, Q>;
     // SAFETY (all arms): offsets are inside the operand per the caller's contract.
     unsafe {
         match &op.dec {
-            Dec::F32 => pack_lines(|o| T::from_f32(*(p as *const f32).offset(o)), base, sl, sk, nv, w, kc, dst),
-            Dec::F64 => pack_lines(|o| T::from_f64(*(p as *const f64).offset(o)), base, sl, sk, nv, w, kc, dst),
+            Dec::F32 => pack_lines(|o| q(T::from_f32(*(p as *const f32).offset(o))), base, sl, sk, nv, w, kc, dst),
+            Dec::F64 => pack_lines(|o| q(T::from_f64(*(p as *const f64).offset(o))), base, sl, sk, nv, w, kc, dst),
             Dec::I8 => pack_lines(|o| T::from_f32(*(p as *const i8).offset(o) as f32), base, sl, sk, nv, w, kc, dst),
             // bf16 is the upper half of an f32.
-            Dec::Bf16 => pack_lines(|o| T::from_f32(f32::from_bits((*(p as *const u16).offset(o) as u32) << 16)), base, sl, sk, nv, w, kc, dst),
-            Dec::F16 => pack_lines(|o| T::from_f32(super::f16_to_f32(*(p as *const u16).offset(o))), base, sl, sk, nv, w, kc, dst),
+            Dec::Bf16 => pack_lines(|o| q(T::from_f32(f32::from_bits((*(p as *const u16).offset(o) as u32) << 16))), base, sl, sk, nv, w, kc, dst),
+            Dec::F16 => pack_lines(|o| q(T::from_f32(super::f16_to_f32(*(p as *const u16).offset(o)))), base, sl, sk, nv, w, kc, dst),
+            // (NaR decodes to the default NaN.)
             #[cfg(target_arch = "x86_64")]
             &Dec::Posit16(es) if super::simd() && (sl == 1 || sk == 1) => pack_posit16_avx2(p as *const u16, es, base, sl, sk, nv, w, kc, dst),
-            &Dec::Posit16(es) => pack_lines(|o| T::from_f32(super::posit16_to_f32(*(p as *const u16).offset(o), es)), base, sl, sk, nv, w, kc, dst),
+            &Dec::Posit16(es) => pack_lines(|o| q(T::from_f32(super::posit16_to_f32(*(p as *const u16).offset(o), es))), base, sl, sk, nv, w, kc, dst),
             Dec::Lut8(t) => {
                 let t = t.as_ptr();
-                pack_lines(|o| T::from_f32(*t.add(*p.offset(o) as usize)), base, sl, sk, nv, w, kc, dst)
+                pack_lines(|o| q(T::from_f32(*t.add(*p.offset(o) as usize))), base, sl, sk, nv, w, kc, dst)
             }
             Dec::Lut16(t) => {
                 let t = t.as_ptr();
-                pack_lines(|o| T::from_f32(*t.add(*(p as *const u16).offset(o) as usize)), base, sl, sk, nv, w, kc, dst)
+                pack_lines(|o| q(T::from_f32(*t.add(*(p as *const u16).offset(o) as usize))), base, sl, sk, nv, w, kc, dst)
             }
             Dec::Fmt(..) => {
                 let d = &op.dec;
-                pack_lines(|o| T::from_f64(super::dec_f64(d, p, o)), base, sl, sk, nv, w, kc, dst)
+                pack_lines(|o| q(T::from_f64(super::dec_f64(d, p, o))), base, sl, sk, nv, w, kc, dst)
             }
         }
     }
@@ -588,7 +618,7 @@ unsafe fn real_body<T: Real, const MR: usize, const NR: usize, const FMA: bool>(
 #[allow(clippy::too_many_arguments)]
 unsafe fn pack_real_avx2<T: Real>(op: &Operand, base: isize, sl: isize, sk: isize, nv: usize, w: usize, kc: usize, dst: &mut [T]) {
     // SAFETY: forwarded contract.
-    unsafe { pack_real(op, base, sl, sk, nv, w, kc, dst) }
+    unsafe { pack_real::<T, false>(op, base, sl, sk, nv, w, kc, dst) }
 }
 
 /// [`pack_real`] with every NaN packed as the default quiet NaN ([`Real::quiet`]),
@@ -624,7 +654,7 @@ unsafe fn pack_quiet_avx2<T: Real>(op: &Operand, base: isize, sl: isize, sk: isi
     unsafe { pack_quiet(op, base, sl, sk, nv, w, kc, dst) }
 }
 
-/// [`pack_real`], then its `kc` rows of `w` values quieted ([`Real::quiet`]).
+/// [`pack_real`], its values quieted ([`Real::quiet`]) as they are decoded.
 ///
 /// # Safety
 /// As [`pack_real`].
@@ -632,8 +662,7 @@ unsafe fn pack_quiet_avx2<T: Real>(op: &Operand, base: isize, sl: isize, sk: isi
 #[allow(clippy::too_many_arguments)]
 unsafe fn pack_quiet<T: Real>(op: &Operand, base: isize, sl: isize, sk: isize, nv: usize, w: usize, kc: usize, dst: &mut [T]) {
     // SAFETY: forwarded contract.
-    unsafe { pack_real(op, base, sl, sk, nv, w, kc, dst) };
-    dst[..kc * w].iter_mut().for_each(|x| *x = x.quiet());
+    unsafe { pack_real::<T, true>(op, base, sl, sk, nv, w, kc, dst) };
 }
 
 macro_rules! real_kernel {
@@ -653,7 +682,7 @@ macro_rules! real_kernel {
                 unsafe { pack_real_avx2(op, base, sl, sk, nv, w, kc, dst) }
                 #[cfg(not(target_arch = "x86_64"))]
                 // SAFETY: forwarded contract.
-                unsafe { pack_real(op, base, sl, sk, nv, w, kc, dst) }
+                unsafe { pack_real::<$t, false>(op, base, sl, sk, nv, w, kc, dst) }
             }
             $run
         }
@@ -670,7 +699,7 @@ macro_rules! real_kernel {
             const NC: usize = $nc;
             unsafe fn pack(op: &Operand, base: isize, sl: isize, sk: isize, nv: usize, w: usize, kc: usize, dst: &mut [$t]) {
                 // SAFETY: forwarded contract.
-                unsafe { pack_real(op, base, sl, sk, nv, w, kc, dst) }
+                unsafe { pack_real::<$t, false>(op, base, sl, sk, nv, w, kc, dst) }
             }
             $run
         }
