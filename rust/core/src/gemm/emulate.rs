@@ -2864,14 +2864,47 @@ unsafe fn exp_bounds_avx2(v: &[f32], prec: i32) -> Option<(i32, i32)> {
 /// [`exp_bounds`]' loop (with AVX2 when the CPU has it: [`exp_bounds_avx2`]).
 #[inline(always)]
 fn exp_bounds_body(v: &[f32], prec: i32) -> Option<(i32, i32)> {
-    let (mut lo, mut hi) = (u32::MAX, 0u32);
+    let (lo, hi, _) = mag_scan(v);
+    exp_bounds_of(lo, hi, prec)
+}
+
+/// One pass over `v`: the smallest and the largest nonzero finite magnitude,
+/// as f32 patterns (`u32::MAX`, 0 when there is none), and the largest
+/// magnitude pattern of all (a NaN's when there is one). Bit patterns of
+/// magnitudes order like the values; the loop vectorizes (integer minima and
+/// maxima, no branches).
+#[inline(always)]
+fn mag_scan(v: &[f32]) -> (u32, u32, u32) {
+    let (mut lo1, mut hi, mut top) = (u32::MAX, 0u32, 0u32);
     for &x in v {
         let m = x.to_bits() & 0x7fff_ffff;
-        // Nonzero finite magnitudes only (bit patterns order like the values).
-        let ok = m != 0 && m < 0x7f80_0000;
-        lo = lo.min(if ok { m } else { u32::MAX });
-        hi = hi.max(if ok { m } else { 0 });
+        // Finite magnitudes (others as 0), less one: zero's wraps to the largest.
+        let f = if m < 0x7f80_0000 { m } else { 0 };
+        lo1 = lo1.min(f.wrapping_sub(1));
+        hi = hi.max(f);
+        top = top.max(m);
     }
+    (lo1.wrapping_add(1) | u32::from(lo1 == u32::MAX).wrapping_neg(), hi, top)
+}
+
+/// [`exp_bounds`] and [`abs_max32`] of `v` in one pass.
+fn exp_bounds_max(v: &[f32], prec: i32) -> (Option<(i32, i32)>, f32) {
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2")]
+    unsafe fn go(v: &[f32]) -> (u32, u32, u32) {
+        mag_scan(v)
+    }
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: simd() holds only when avx2 was detected.
+    let (lo, hi, top) = if super::simd() { unsafe { go(v) } } else { mag_scan(v) };
+    #[cfg(not(target_arch = "x86_64"))]
+    let (lo, hi, top) = mag_scan(v);
+    (exp_bounds_of(lo, hi, prec), f32::from_bits(top))
+}
+
+/// [`exp_bounds`] from the smallest and largest nonzero finite magnitude
+/// patterns ([`mag_scan`]).
+fn exp_bounds_of(lo: u32, hi: u32, prec: i32) -> Option<(i32, i32)> {
     if hi == 0 {
         return None;
     }
@@ -4958,8 +4991,11 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
             // dst[kk*16 + j] = b[kb+kk, j0+16s+j], zeros past the last column.
             unsafe { super::kernels::pack_real_any::<f32>(b, base, b.cs, b.rs, 16.min(jb - 16 * s), 16, kn, dst) };
             let v = &dst[..kn * 16];
-            let bounds = if scan || bounds_used { exp_bounds(v, pb) } else { None };
-            (bounds, if bounds_used { abs_max32(v) } else { 0.0 })
+            if bounds_used {
+                exp_bounds_max(v, pb)
+            } else {
+                (if scan { exp_bounds(v, pb) } else { None }, 0.0)
+            }
         };
         let used = &mut bpanel[..kblocks * strips * kbs * 16];
         let mut sb: Vec<(Option<(i32, i32)>, f32)> = vec![(None, 0.0); kblocks * strips];
