@@ -2469,6 +2469,22 @@ impl EmuOut {
             }
         }
     }
+
+    /// Store `src` at (i, j), (i, j + 1), ...: a copy into a float32 row whose
+    /// columns are contiguous, else value by value.
+    ///
+    /// # Safety
+    /// (i, j + src.len() - 1) is inside the matrix and no other thread writes those.
+    #[inline(always)]
+    unsafe fn put_run32(&self, i: usize, j: usize, src: &[f32]) {
+        // SAFETY: per the caller.
+        unsafe {
+            match self {
+                EmuOut::F32(c) if c.cs == 1 => std::ptr::copy_nonoverlapping(src.as_ptr(), c.at(i, j), src.len()),
+                _ => src.iter().enumerate().for_each(|(l, &v)| self.put(i, j + l, v as f64)),
+            }
+        }
+    }
 }
 
 /// `c = a @ b` with every add rounded as `spec` says.
@@ -5511,17 +5527,25 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
                     k0 = k1;
                 }
             }
-            let (jl, jh) = (16 * s0, jb.min(16 * s1));
+            // Row i of the task, strip s: 16 values at ((i / mr) * ns + s - s0) * tile + (i % mr) * 16.
+            let jh = jb.min(16 * s1);
             for i in 0..rb {
-                for j in jl..jh {
-                    let idx = ((i / mr) * ns + j / 16 - s0) * tile + (i % mr) * 16 + j % 16;
-                    let v = match outer {
-                        Some(_) if tot32_used => tot32[idx] as f64,
-                        Some(_) => tot64[idx],
-                        None => acc[idx] as f64,
-                    };
-                    // SAFETY: (i0+i, j0+j) is inside c and only this task writes it.
-                    unsafe { c.put(i0 + i, j0 + j, v) };
+                let (g, r) = (i / mr, i % mr);
+                for s in s0..s1 {
+                    let (ja, jz) = (16 * s, jh.min(16 * s + 16));
+                    if ja >= jz {
+                        break;
+                    }
+                    let q = (g * ns + s - s0) * tile + r * 16;
+                    let w = jz - ja;
+                    // SAFETY: (i0+i, j0+ja..j0+jz) is inside c and only this task writes it.
+                    unsafe {
+                        match outer {
+                            Some(_) if tot32_used => c.put_run32(i0 + i, j0 + ja, &tot32[q..q + w]),
+                            Some(_) => tot64[q..q + w].iter().enumerate().for_each(|(l, &v)| c.put(i0 + i, j0 + ja + l, v)),
+                            None => c.put_run32(i0 + i, j0 + ja, &acc[q..q + w]),
+                        }
+                    }
                 }
             }
         };
