@@ -2485,6 +2485,31 @@ impl EmuOut {
             }
         }
     }
+
+    /// Store `src` at (i, j), (i, j + 1), ..., each value plus 0 with `nz` (a
+    /// -0 stored as +0: formats without -0), into a row whose columns are
+    /// contiguous by a loop that vectorizes, else value by value.
+    ///
+    /// # Safety
+    /// As [`EmuOut::put_run32`].
+    #[inline(always)]
+    unsafe fn put_run64(&self, i: usize, j: usize, src: &[f64], nz: bool) {
+        let z = |v: f64| if nz { v + 0.0 } else { v };
+        // SAFETY: per the caller.
+        unsafe {
+            match self {
+                EmuOut::F32(c) if c.cs == 1 => {
+                    let d = std::slice::from_raw_parts_mut(c.at(i, j), src.len());
+                    d.iter_mut().zip(src).for_each(|(x, &v)| *x = z(v) as f32);
+                }
+                EmuOut::F64(c) if c.cs == 1 => {
+                    let d = std::slice::from_raw_parts_mut(c.at(i, j), src.len());
+                    d.iter_mut().zip(src).for_each(|(x, &v)| *x = z(v));
+                }
+                _ => src.iter().enumerate().for_each(|(l, &v)| self.put(i, j + l, z(v))),
+            }
+        }
+    }
 }
 
 /// `c = a @ b` with every add rounded as `spec` says.
@@ -5542,7 +5567,7 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
                     unsafe {
                         match outer {
                             Some(_) if tot32_used => c.put_run32(i0 + i, j0 + ja, &tot32[q..q + w]),
-                            Some(_) => tot64[q..q + w].iter().enumerate().for_each(|(l, &v)| c.put(i0 + i, j0 + ja + l, v)),
+                            Some(_) => c.put_run64(i0 + i, j0 + ja, &tot64[q..q + w], false),
                             None => c.put_run32(i0 + i, j0 + ja, &acc[q..q + w]),
                         }
                     }
@@ -5834,11 +5859,8 @@ fn drive<R: Round>(r: &R, a: &Operand, b: &Operand, c: EmuOut, spec: &AccumSpec,
         }
         let res = if outer.is_some() { &tot } else { &acc };
         for i in 0..rb {
-            for j in 0..jb {
-                let v = res[i * ld + j];
-                // SAFETY: (i0+i, j0+j) is inside c and only this task writes it.
-                unsafe { c.put(i0 + i, j0 + j, if final_nz { v + 0.0 } else { v }) };
-            }
+            // SAFETY: (i0+i, j0..j0+jb) is inside c and only this task writes it.
+            unsafe { c.put_run64(i0 + i, j0, &res[i * ld..i * ld + jb], final_nz) };
         }
     };
     parallel::for_each_item(rblocks * cblocks, &task);
