@@ -5580,6 +5580,15 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
     Ok(!gave_up.load(Relaxed))
 }
 
+std::thread_local! {
+    /// The panels of [`drive`]'s tasks (B's values, the columns' words and their
+    /// placed bits), kept by each thread from one task to the next and from one
+    /// product to the next, so that a product of many column blocks (a
+    /// vector-matrix product: one per 128 columns) neither allocates nor faults
+    /// in fresh pages for each. At most 3 x 256 x 136 words (about 0.8 MB) a thread.
+    static DRIVE_PANELS: std::cell::RefCell<(Vec<f64>, Vec<u64>, Vec<u64>)> = const { std::cell::RefCell::new((Vec::new(), Vec::new(), Vec::new())) };
+}
+
 /// `c = a @ b`, every add rounded by `r` (chunk totals by `outer`): the f64
 /// register tiles, the step path and the one-column chains. `tr` when this is
 /// [`run`]'s transposed product, whose words of rows and columns trade places.
@@ -5648,9 +5657,25 @@ fn drive<R: Round>(r: &R, a: &Operand, b: &Operand, c: EmuOut, spec: &AccumSpec,
         let ld = wpad;
         let mut acc = vec![0f64; rb * ld];
         let mut tot = vec![0f64; if outer.is_some() { rb * ld } else { 0 }];
-        let mut panel = vec![0f64; KB.min(k.max(1)) * wpad + tpad * (wpad / 8)];
+        // The panels are this thread's kept buffers ([`DRIVE_PANELS`]), put back at the
+        // end of the task: every value a tile or step reads is written first in each
+        // depth block (the words of padding columns aside, which only the padding
+        // columns' adds, never stored, draw).
+        let (mut panel_buf, mut vpan_buf, mut vpl_buf) = DRIVE_PANELS.with(|c| c.take());
+        let panel_len = KB.min(k.max(1)) * wpad + tpad * (wpad / 8);
+        // (Each starting on a cache line: the tiles' rows of 8 values then do not
+        // straddle two, whatever address the allocation got.)
+        fn kept<T: Copy + Default>(v: &mut Vec<T>, len: usize) -> &mut [T] {
+            if v.len() < len + 8 {
+                v.resize(len + 8, T::default());
+            }
+            let off = v.as_ptr().align_offset(64).min(8);
+            &mut v[off..off + len]
+        }
+        let panel = kept(&mut panel_buf, panel_len);
         // The column words of the panel's steps, laid out as the panel, when drawn.
-        let mut vpan = vec![0u64; if words_used { panel.len() } else { 0 }];
+        let vpan_len = if words_used { panel_len } else { 0 };
+        let vpan = kept(&mut vpan_buf, vpan_len);
         let mut wrow = vec![0u64; if tmaj && words_used { jb } else { 0 }];
         let (mut rands, mut old, mut bad) = (vec![0u64; jb], vec![0f64; jb], vec![0u8; jb]);
         // One depth step of a row segment, `row[j] = round(row[j] + av*bp[j])`; the
@@ -5676,7 +5701,8 @@ fn drive<R: Round>(r: &R, a: &Operand, b: &Operand, c: EmuOut, spec: &AccumSpec,
         // The rows' placed words of the tiles ([`Words::place_row`]), `upl[kk*TILE_ROWS + r]`
         // as A's values, and A's values scaled for the stochastic tile.
         let mut upl = vec![0u64; if tiled && words_used { KB.min(k.max(1)) * TILE_ROWS } else { 0 }];
-        let mut vpl = vec![0u64; if tmaj && words_used { vpan.len() } else { 0 }];
+        let vpl_len = if tmaj && words_used { vpan_len } else { 0 };
+        let vpl = kept(&mut vpl_buf, vpl_len);
         let mut aps = vec![0f64; if scaled.is_some() { apk.len() } else { 0 }];
         let mut urun = vec![0u64; if tiled && words_used { KB.min(k.max(1)) } else { 0 }];
         // Chunk totals of row i (of this task) after step kidx, when a chunk ends there.
@@ -5726,14 +5752,14 @@ fn drive<R: Round>(r: &R, a: &Operand, b: &Operand, c: EmuOut, spec: &AccumSpec,
             } else {
                 // SAFETY: rows kb..kb+kn and columns j0..j0+jb are inside b; the panel
                 // holds kn rows of jb values, panel[kk*jb + j] = b[kb+kk, j0+j].
-                unsafe { super::kernels::pack_real_any::<f64>(b, base, b.cs, b.rs, jb, jb, kn, &mut panel) };
+                unsafe { super::kernels::pack_real_any::<f64>(b, base, b.cs, b.rs, jb, jb, kn, panel) };
             }
             if words_used {
                 for kk in 0..kn {
                     if tmaj {
                         // Tile q's 8 words of step kk at q*ts + kk*8, as the panel.
                         words.col_run(j0, kb + kk, rbits, &mut wrow);
-                        place_step_cols(simd, &wrow, kk, ts, rbits, dunit, &mut vpan, &mut vpl);
+                        place_step_cols(simd, &wrow, kk, ts, rbits, dunit, vpan, vpl);
                     } else {
                         words.col_run(j0, kb + kk, rbits, &mut vpan[kk * jb..(kk + 1) * jb]);
                     }
@@ -5862,6 +5888,7 @@ fn drive<R: Round>(r: &R, a: &Operand, b: &Operand, c: EmuOut, spec: &AccumSpec,
             // SAFETY: (i0+i, j0..j0+jb) is inside c and only this task writes it.
             unsafe { c.put_run64(i0 + i, j0, &res[i * ld..i * ld + jb], final_nz) };
         }
+        DRIVE_PANELS.with(|c| c.replace((panel_buf, vpan_buf, vpl_buf)));
     };
     parallel::for_each_item(rblocks * cblocks, &task);
     Ok(())
