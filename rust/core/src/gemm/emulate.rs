@@ -5007,7 +5007,10 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
     let np = if k.max(1) * n.div_ceil(16) * 16 * 4 <= NP16_BYTES { n } else { NP16 };
     let pstrips = np.min(n).div_ceil(16);
     // B panel: block kbi, strip s at (kbi * strips + s) * kbs * 16, [kk*16 + j].
-    let mut bpanel = vec![0f32; kblocks * pstrips * kbs * 16];
+    // (Starting on a cache line: a strip's rows of 16 values are lines.)
+    let mut bpanel_buf = vec![0f32; kblocks * pstrips * kbs * 16 + 16];
+    let boff = bpanel_buf.as_ptr().align_offset(64).min(16);
+    let bpanel = &mut bpanel_buf[boff..boff + kblocks * pstrips * kbs * 16];
     // Kind Sr: the columns' placed random bits, as the B panel ([kk*16 + j]).
     let mut vpanel = vec![0u32; if sr { bpanel.len() } else { 0 }];
     let mut bbounds: Vec<Option<(i32, i32)>> = vec![None; kblocks];
@@ -5083,7 +5086,7 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
                 used[kbi * strips * kbs * 16..(kbi + 1) * strips * kbs * 16].iter_mut().for_each(|x| *x *= f);
             }
         }
-        let (bpanel, vpanel, bbounds, bmaxes, bsc) = (&bpanel, &vpanel, &bbounds, &bmaxes, &bsc);
+        let (bpanel, vpanel, bbounds, bmaxes, bsc) = (&*bpanel, &vpanel, &bbounds, &bmaxes, &bsc);
         // Few row blocks (a short A): the strips of the panel are split too.
         let csplit = if rblocks >= 2 * threads { 1 } else { (2 * threads).div_ceil(rblocks).min(strips) };
         let task = |t: usize| {
