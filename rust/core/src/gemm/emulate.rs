@@ -4924,8 +4924,10 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
     let growth = |prec: i32| if spec.opts.mode == Mode::TowardZero { 1.0 } else { 1.0 + 2f64.powi(1 - prec) };
     // And in the subnormal range, by a unit (toward zero: nothing).
     let sub_unit = |f: SrFmt| if spec.opts.mode == Mode::TowardZero { 0.0 } else { pow2(f.sub) };
-    // Kind Odd into float16: blocks whose sums stay finite run kind OddFin.
-    let odd16 = kind == Kind16::Odd && !bf;
+    // Kind Odd into float16: blocks whose sums stay finite run kind OddFin (in
+    // products of 2^15 multiply-adds and more: below, the scans for its bound
+    // cost more than it saves).
+    let odd16 = kind == Kind16::Odd && !bf && m * n * k >= 1 << 15;
     let bounds_used = split || sr || du.is_some() || odd16;
     let chunk = spec.chunk.map(|(cs, _)| cs).unwrap_or(usize::MAX);
     let steps = (k + if outer.is_some() { k.div_ceil(chunk) } else { 0 }) as u64;
