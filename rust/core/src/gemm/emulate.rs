@@ -3898,15 +3898,10 @@ macro_rules! oddz_e5 {
 macro_rules! oddz6_acc {
     ($c:literal, $b:literal) => {
         concat!(
-            "vmovaps ymm13, ", $c, "\n",
-            "vfmadd231ps ymm13, ymm12, ", $b, "\n",
-            "vsubps ymm14, ", $c, ", ymm13\n",
-            "vfmadd231ps ymm14, ymm12, ", $b, "\n",
+            oddz6_sum!($c, $b),
             "vcmpps ymm14, ymm14, ymmword ptr [{z}], 12\n",
             "vandps ymm14, ymm14, ymmword ptr [{z} + 32]\n",
-            "vorps ", $c, ", ymm13, ymm14\n",
-            "vcvtps2ph xmm14, ", $c, ", 0\n",
-            "vcvtph2ps ", $c, ", xmm14\n",
+            oddz6_round!($c),
         )
     };
 }
@@ -3916,16 +3911,28 @@ macro_rules! oddz6_acc {
 #[cfg(target_arch = "x86_64")]
 macro_rules! oddz6_fin_acc {
     ($c:literal, $b:literal) => {
+        concat!(oddz6_sum!($c, $b), "vpminud ymm14, ymm14, ymmword ptr [{z} + 32]\n", oddz6_round!($c))
+    };
+}
+
+/// The sum toward zero (ymm13) and the residual (ymm14) of [`oddz6_acc`].
+#[cfg(target_arch = "x86_64")]
+macro_rules! oddz6_sum {
+    ($c:literal, $b:literal) => {
         concat!(
             "vmovaps ymm13, ", $c, "\n",
             "vfmadd231ps ymm13, ymm12, ", $b, "\n",
             "vsubps ymm14, ", $c, ", ymm13\n",
             "vfmadd231ps ymm14, ymm12, ", $b, "\n",
-            "vpminud ymm14, ymm14, ymmword ptr [{z} + 32]\n",
-            "vpor ", $c, ", ymm13, ymm14\n",
-            "vcvtps2ph xmm14, ", $c, ", 0\n",
-            "vcvtph2ps ", $c, ", xmm14\n",
         )
+    };
+}
+
+/// The sum (ymm13) with the last bit ymm14 holds (0 or 1) into `$c`, to float16 and back.
+#[cfg(target_arch = "x86_64")]
+macro_rules! oddz6_round {
+    ($c:literal) => {
+        concat!("vorps ", $c, ", ymm13, ymm14\n", "vcvtps2ph xmm14, ", $c, ", 0\n", "vcvtph2ps ", $c, ", xmm14\n")
     };
 }
 
