@@ -6348,7 +6348,7 @@ mod unit_tests {
         // (format, total, row): the sum's remainder below the unit has its top
         // `unit` bits F and a last bit below them (float16: F = 512 at 1024).
         let cases = [
-            (named::FLOAT16, 1024.0, 2f64.powi(-4) + 2f64.powi(-14)),
+            (named::FLOAT16, 1024.0f64, 2f64.powi(-4) + 2f64.powi(-14)),
             (named::BFLOAT16, 128.0, 2f64.powi(-10) + 2f64.powi(-17)),
             (named::FLOAT8_E5M2, 32768.0, 2f64.powi(-8) + 2f64.powi(-10)),
         ];
@@ -6359,7 +6359,7 @@ mod unit_tests {
             let all = Dyn::new(f, RoundOpts { rbits: 32, ..RoundOpts::new(Mode::Stochastic) }).expect("fast");
             let top = Dyn::new(f, RoundOpts { rbits: unit, ..RoundOpts::new(Mode::Stochastic) }).expect("fast");
             // F: the remainder's top bits, in units of 2^-unit of the total's unit.
-            let ulp = pow2(value_bounds(&f).0.max((tot as f64).log2().floor() as i32 - (sf.prec - 1)));
+            let ulp = pow2(value_bounds(&f).0.max(tot.log2().floor() as i32 - (sf.prec - 1)));
             let frac = row.abs() / ulp;
             let tie = (frac * pow2(unit as i32)).floor() as u64;
             assert!(frac < 1.0 && tie > 0 && (tot + row) as f32 as f64 != tot + row, "{fmt:?}: an inexact f32 sum");

@@ -800,7 +800,7 @@ fn emulated_fp16_tile_paths_match_f64_lanes() {
                 b8 = small(&mut g, k * n);
                 av = Vec::new();
                 bv = Vec::new();
-            } else if case < 2 || case >= 8 {
+            } else if !(2..8).contains(&case) {
                 let specials: &[u8] = if case % 8 == 0 { &[0x7e, 0xfe, 0x7f, 0x80, 0x00, 0x01, 0x81] } else { &[0x7b, 0xfb, 0x7c, 0xfc, 0x7f, 0x80, 0x01] };
                 let every = if case < 2 { 23 } else { 1500 };
                 a8 = fp8_codes(&mut g, m * k, specials, every);
@@ -843,7 +843,7 @@ fn emulated_fp16_tile_paths_match_f64_lanes() {
                         Operand::from_raw(a32.as_ptr() as *const u8, sa, f, m, k, k as isize, 1, "a").unwrap(),
                         Operand::from_raw(b32.as_ptr() as *const u8, sa, f, k, n, n as isize, 1, "b").unwrap(),
                     )
-                } else if case < 2 || case >= 8 {
+                } else if !(2..8).contains(&case) {
                     (
                         Operand::from_raw(a8.as_ptr(), sa, f, m, k, k as isize, 1, "a").unwrap(),
                         Operand::from_raw(b8.as_ptr(), sa, f, k, n, n as isize, 1, "b").unwrap(),
