@@ -2886,27 +2886,7 @@ fn sr_kind(fmt: &Format, opts: &RoundOpts, fa: &Format, fb: &Format, fits: bool)
 /// value's last bit, for values of `prec` bits; bound `h` with |x| < 2^h for
 /// every finite x). `None` when no value is nonzero and finite.
 fn exp_bounds(v: &[f32], prec: i32) -> Option<(i32, i32)> {
-    #[cfg(target_arch = "x86_64")]
-    if super::simd() {
-        // SAFETY: simd() holds only when avx2 was detected.
-        return unsafe { exp_bounds_avx2(v, prec) };
-    }
-    exp_bounds_body(v, prec)
-}
-
-/// # Safety
-/// The CPU must support avx2.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-unsafe fn exp_bounds_avx2(v: &[f32], prec: i32) -> Option<(i32, i32)> {
-    exp_bounds_body(v, prec)
-}
-
-/// [`exp_bounds`]' loop (with AVX2 when the CPU has it: [`exp_bounds_avx2`]).
-#[inline(always)]
-fn exp_bounds_body(v: &[f32], prec: i32) -> Option<(i32, i32)> {
-    let (lo, hi, _) = mag_scan(v);
-    exp_bounds_of(lo, hi, prec)
+    exp_bounds_max(v, prec).0
 }
 
 /// One pass over `v`: the smallest and the largest nonzero finite magnitude,
@@ -2928,7 +2908,8 @@ fn mag_scan(v: &[f32]) -> (u32, u32, u32) {
     (lo1.wrapping_add(1) | u32::from(lo1 == u32::MAX).wrapping_neg(), hi, top)
 }
 
-/// [`exp_bounds`] and [`abs_max32`] of `v` in one pass.
+/// [`exp_bounds`] and [`abs_max32`] of `v` in one pass ([`mag_scan`], with AVX2
+/// where the CPU has it).
 fn exp_bounds_max(v: &[f32], prec: i32) -> (Option<(i32, i32)>, f32) {
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2")]
@@ -5044,11 +5025,11 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
             // dst[kk*16 + j] = b[kb+kk, j0+16s+j], zeros past the last column.
             unsafe { super::kernels::pack_real_any::<f32>(b, base, b.cs, b.rs, 16.min(jb - 16 * s), 16, kn, dst) };
             let v = &dst[..kn * 16];
-            if bounds_used {
-                exp_bounds_max(v, pb)
-            } else {
-                (if scan { exp_bounds(v, pb) } else { None }, 0.0)
+            if !(scan || bounds_used) {
+                return (None, 0.0);
             }
+            let (bounds, top) = exp_bounds_max(v, pb);
+            (bounds, if bounds_used { top } else { 0.0 })
         };
         let used = &mut bpanel[..kblocks * strips * kbs * 16];
         let mut sb: Vec<(Option<(i32, i32)>, f32)> = vec![(None, 0.0); kblocks * strips];

@@ -107,18 +107,16 @@ unsafe fn pack_lines<T: Copy + Default>(get: impl Fn(isize) -> T, base: isize, s
     let d = dst.as_mut_ptr();
     // SAFETY: indices p*w + l < kc*w <= dst.len(); offsets are valid per the contract.
     unsafe {
-        if sk == 1 && sl != 1 && w == 6 {
-            // Rows along the depth (A row-major): decode a block of each line with
-            // contiguous (vectorizable) reads, then interleave six lines at a time.
-            pack_across::<T, 6>(&get, base, sl, nv, kc, d);
-            return;
-        } else if sk == 1 && sl != 1 && w == 16 {
-            // The same for sixteen lines (the emulated paths' strips of a B whose
-            // columns are contiguous), and for eight (their f64 tiles').
-            pack_across::<T, 16>(&get, base, sl, nv, kc, d);
-            return;
-        } else if sk == 1 && sl != 1 && w == 8 {
-            pack_across::<T, 8>(&get, base, sl, nv, kc, d);
+        if sk == 1 && sl != 1 && matches!(w, 6 | 8 | 16) {
+            // Lines along the depth: decode a block of each line with contiguous
+            // (vectorizable) reads, then interleave them. Six lines: A row-major;
+            // sixteen: the emulated paths' strips of a B whose columns are
+            // contiguous; eight: their f64 tiles'.
+            match w {
+                6 => pack_across::<T, 6>(&get, base, sl, nv, kc, d),
+                8 => pack_across::<T, 8>(&get, base, sl, nv, kc, d),
+                _ => pack_across::<T, 16>(&get, base, sl, nv, kc, d),
+            }
             return;
         } else if sk == 1 && sl != 1 {
             for l in 0..nv {
