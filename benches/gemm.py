@@ -8,13 +8,14 @@ Prints, for n x n x n products:
   * stacks of small products (B x n x n, numpy matmul shapes) against numpy's float32
     matmul and ml_dtypes' np.matmul;
   * vector-matrix and matrix-vector products against numpy's float32 and ml_dtypes;
+  * products of few rows (m x 4096 x 4096, B row-major and as w.T) against numpy's float32;
   * emulated accumulation (every add rounded: fp16 accumulators, and e5m2 products into
     FloatFormat(6, 9) as in Wang et al. 2018) against lowp's f32 path, and a table of
     accumulator formats x rounding modes;
   * peak memory of a 2048^3 bfloat16 matmul (inputs + output + extra);
   * the leading-dimension experiment: an unpacked kernel and lowp.matmul at ld 1024 vs 1040.
 
-Usage: python benches/gemm.py [--quick] [--sizes 256,512,...] [--sections f32,int8,stacks,vectors,emulated,formats,memory,ld]
+Usage: python benches/gemm.py [--quick] [--sizes 256,512,...] [--sections f32,int8,stacks,vectors,skinny,emulated,formats,memory,ld]
 """
 
 from __future__ import annotations
@@ -197,6 +198,30 @@ def vectors() -> None:
                   f"{tml * 1e3:7.3f} {tml / tl:6.2f} {tl4 * 1e3:9.3f} {tl5 * 1e3:9.3f} {tml4 * 1e3:7.3f} {tml4 / tl4:6.2f}", flush=True)
 
 
+def skinny() -> None:
+    """Products of few rows (a batch of tokens times a weight matrix, m x 4096 x 4096): B
+    row-major, and as the transposed view of a row-major weight matrix w (x @ w.T, whose
+    columns are contiguous), lowp on bfloat16 and float32 against numpy's float32 matmul
+    on the same layout. B is read from memory once or twice: packing order decides."""
+    g = np.random.default_rng(7)
+    print("\n== few rows: milliseconds; ratios numpy f32 / lowp (> 1: lowp is faster)")
+    print(f"{'m x k x n':>16} {'B':>8} {'thr':>3} {'lowp bf16':>9} {'lowp f32':>8} {'np f32':>7} {'vs bf16':>7} {'vs f32':>6}")
+    k = n = 4096
+    w32 = g.standard_normal((n, k)).astype(np.float32)
+    w = w32.astype(ml_dtypes.bfloat16)
+    for m in (1, 8, 32, 128):
+        x32 = g.standard_normal((m, k)).astype(np.float32)
+        x = x32.astype(ml_dtypes.bfloat16)
+        for layout in ("rows", "w.T"):
+            b32, b = (np.ascontiguousarray(w32.T), np.ascontiguousarray(w.T)) if layout == "rows" else (w32.T, w.T)
+            for t in (1, 2):
+                set_threads(t)
+                t32, tl = best_pair(lambda: x32 @ b32, lambda: lowp.matmul(x, b), 8, rounds=4)
+                tl32 = best(lambda: lowp.matmul(x32, b32), 6)
+                print(f"{f'{m} x {k} x {n}':>16} {layout:>8} {t:3d} {tl * 1e3:9.3f} {tl32 * 1e3:8.3f} {t32 * 1e3:7.3f} "
+                      f"{t32 / tl:7.2f} {t32 / tl32:6.2f}", flush=True)
+
+
 def emulated(sizes) -> None:
     g = np.random.default_rng(2)
     print("\n== emulated accumulation (every add rounded) vs lowp's own f32 path, same inputs")
@@ -349,7 +374,7 @@ def leading_dimension(quick: bool) -> None:
           f"(packing copies the operands into alias-free strips)")
 
 
-SECTIONS = ("f32", "int8", "stacks", "vectors", "emulated", "formats", "memory", "ld")
+SECTIONS = ("f32", "int8", "stacks", "vectors", "skinny", "emulated", "formats", "memory", "ld")
 
 
 def main() -> None:
@@ -375,6 +400,8 @@ def main() -> None:
             stacks()
         if "vectors" in run:
             vectors()
+        if "skinny" in run:
+            skinny()
         if "emulated" in run:
             emulated([256] if args.quick else [256, 512])
             emulated_vectors()

@@ -71,6 +71,41 @@ def test_strides_and_views(isa, dtype):
         check_f32(lowp.matmul(a, b), a, b)
 
 
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES + [np.int8], ids=lambda d: np.dtype(d).name)
+def test_b_layouts_give_the_same_bits(isa, dtype):
+    """B row-major, as the transposed view of a row-major W (x @ w.T: its columns
+    contiguous, packed a strip at a time), Fortran-ordered and strided: one
+    result, bit for bit, at 1 and 2 threads, over several depth blocks, strips
+    and a partial last strip; and that result the float64 product's within
+    float32 accumulation error (int8: exact)."""
+    n0 = lowp.get_num_threads()
+    try:
+        for m, k, n in [(8, 700, 70), (1, 1030, 33), (13, 513, 17), (40, 600, 200)]:
+            if dtype is np.int8:
+                g = np.random.default_rng(m + k)
+                a = g.integers(-128, 128, (m, k)).astype(np.int8)
+                w = g.integers(-128, 128, (n, k)).astype(np.int8)
+            else:
+                a = rand((m, k), dtype, m + k)
+                w = rand((n, k), dtype, n + k)
+            wide = np.zeros((n, 2 * k), w.dtype)
+            wide[:, ::2] = w
+            layouts = [np.ascontiguousarray(w.T), w.T, np.asfortranarray(w.T), wide[:, ::2].T, w[::-1].T[:, ::-1]]
+            results = []
+            for threads in (1, 2):
+                lowp.set_num_threads(threads)
+                results += [lowp.matmul(a, b) for b in layouts]
+            ref = results[0]
+            for r in results[1:]:
+                assert r.dtype == ref.dtype and np.array_equal(r.view(np.uint8), ref.view(np.uint8)), (m, k, n)
+            if dtype is np.int8:
+                assert np.array_equal(ref.astype(np.int64), a.astype(np.int64) @ w.T.astype(np.int64))
+            else:
+                check_f32(ref, a, w.T)
+    finally:
+        lowp.set_num_threads(n0)
+
+
 def test_mixed_formats_and_f64(isa):
     a = rand((20, 30), ml_dtypes.bfloat16, 5)
     b = rand((30, 10), ml_dtypes.float8_e5m2, 6)

@@ -334,8 +334,12 @@ impl<P: Copy> SharedB<P> {
 }
 
 /// Pack strips `s0..s1` of the B block at (jc, pc) of depth `kc` into `bs`
-/// (the block's start; strip s at `s * sb`), a band of PB rows at a time across
-/// the strips, so that the rows of B are read as a few sequential streams.
+/// (the block's start; strip s at `s * sb`). Rows contiguous: a band of PB
+/// rows at a time across the strips, the next band prefetched (each line
+/// once), so that the rows of B are read as a few sequential streams. Columns
+/// contiguous (a transposed view, `x @ w.T`): strip by strip, each of its
+/// lines read whole along the depth (the decode's blocks of 64 values and
+/// their transposes), the next strip's lines prefetched.
 ///
 /// # Safety
 /// `bs` addresses `s1 * sb` writable elements, and no other thread touches
@@ -343,17 +347,36 @@ impl<P: Copy> SharedB<P> {
 #[allow(clippy::too_many_arguments)]
 unsafe fn pack_b<K: Kernel>(b: &Operand, jc: usize, pc: usize, kc: usize, s0: usize, s1: usize, bs: *mut K::P, sb: usize) {
     let (n, nr) = (b.cols, K::NR);
+    if b.rs == 1 && b.cs != 1 {
+        for s in s0..s1 {
+            let j0 = jc + s * nr;
+            let nv = nr.min(n - j0);
+            let base = pc as isize + j0 as isize * b.cs;
+            if s + 1 < s1 {
+                prefetch_lines(b, base + nr as isize * b.cs, b.cs, kc, nr.min(n - j0 - nr));
+            }
+            // SAFETY: strip s of the block lies within the caller's range, which
+            // only this thread writes; rows pc..pc+kc and columns j0..j0+nv are inside b.
+            unsafe {
+                let d = std::slice::from_raw_parts_mut(bs.add(s * sb), K::strip_len(nr, kc));
+                K::pack(b, base, b.cs, b.rs, nv, nr, kc, d);
+            }
+        }
+        return;
+    }
+    // The strips' columns, for the prefetch of a band.
+    let (js, jn) = (jc + s0 * nr, (jc + s1 * nr).min(n).saturating_sub(jc + s0 * nr));
     for p0 in (0..kc).step_by(PB) {
         let pk = PB.min(kc - p0);
         let off = K::strip_len(nr, p0);
+        if p0 + PB < kc {
+            // The next band: its rows are read side by side.
+            prefetch_rows(b, (pc + p0 + PB) as isize * b.rs + js as isize * b.cs, b.rs, jn, PB.min(kc - p0 - PB));
+        }
         for s in s0..s1 {
             let j0 = jc + s * nr;
             let nv = nr.min(n - j0);
             let base = (pc + p0) as isize * b.rs + j0 as isize * b.cs;
-            if p0 + PB < kc {
-                // The strip's part of the next band: the band's rows are read side by side.
-                prefetch_rows(b, base + PB as isize * b.rs, b.rs, nv, PB.min(kc - p0 - PB));
-            }
             // SAFETY: strip s of the block lies within the caller's range, which
             // only this thread writes; rows pc+p0..pc+p0+pk and columns j0..j0+nv are inside b.
             unsafe {
@@ -370,13 +393,23 @@ unsafe fn pack_b<K: Kernel>(b: &Operand, jc: usize, pc: usize, kc: usize, s0: us
 /// not wait on the memory. A hint: no effect on results, nothing is read.
 #[inline(always)]
 pub(super) fn prefetch_rows(op: &Operand, base: isize, rs: isize, len: usize, rows: usize) {
+    if op.cs == 1 {
+        prefetch_lines(op, base, rs, len, rows);
+    }
+}
+
+/// Prefetch `len` contiguous elements from element offset `base` on in each of
+/// `lines` lines `ls` elements apart (the caller knows the elements of a line
+/// are contiguous). A hint, as [`prefetch_rows`].
+#[inline(always)]
+fn prefetch_lines(op: &Operand, base: isize, ls: isize, len: usize, lines: usize) {
     #[cfg(target_arch = "x86_64")]
-    if op.cs == 1 && len > 0 {
+    if len > 0 {
         use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
         let bytes = op.storage.bytes() as isize;
         let span = len * bytes as usize;
-        for r in 0..rows as isize {
-            let p = op.ptr.wrapping_offset((base + r * rs) * bytes);
+        for r in 0..lines as isize {
+            let p = op.ptr.wrapping_offset((base + r * ls) * bytes);
             let first = p as usize & !63;
             for line in (first..p as usize + span).step_by(64) {
                 // SAFETY: a prefetch is a hint; it reads nothing and cannot fault.
@@ -385,7 +418,7 @@ pub(super) fn prefetch_rows(op: &Operand, base: isize, rs: isize, len: usize, ro
         }
     }
     #[cfg(not(target_arch = "x86_64"))]
-    let _ = (op, base, rs, len, rows);
+    let _ = (op, base, ls, len, lines);
 }
 
 /// The loop nest on one thread, with B packed into this thread's own buffer
