@@ -752,11 +752,31 @@ unsafe fn f64_6x8_avx2(kc: usize, a: *const f64, b: *const f64, c: *mut f64, rs:
 
 /// The 6x16 f32 tile: 12 ymm accumulators, two B loads and six broadcasts per
 /// step (enough independent FMAs to cover their latency on two FMA pipes).
+/// A last strip of at most 2 or 4 rows (a product of few rows: 8 = 6 + 2)
+/// computes only those ([`f32_tile_avx2`] with 2 or 4): the same FMAs on the
+/// same values for every row it stores, so the same bits.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 #[allow(clippy::too_many_arguments)]
 unsafe fn f32_6x16_avx2(kc: usize, a: *const f32, b: *const f32, c: *mut f32, rs: isize, cs: isize, mr: usize, nr: usize, accumulate: bool) {
+    // SAFETY: per the caller; each variant reads the first R rows of the strip.
+    unsafe {
+        match mr {
+            0..=2 => f32_tile_avx2::<2>(kc, a, b, c, rs, cs, mr, nr, accumulate),
+            3..=4 => f32_tile_avx2::<4>(kc, a, b, c, rs, cs, mr, nr, accumulate),
+            _ => f32_tile_avx2::<6>(kc, a, b, c, rs, cs, mr, nr, accumulate),
+        }
+    }
+}
+
+/// The first `R` rows (2, 4 or 6, at least `mr`) of [`f32_6x16_avx2`]'s tile, on
+/// the same packed strips (A's of 6 rows a step).
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn f32_tile_avx2<const R: usize>(kc: usize, a: *const f32, b: *const f32, c: *mut f32, rs: isize, cs: isize, mr: usize, nr: usize, accumulate: bool) {
     use std::arch::x86_64::*;
+    debug_assert!(mr <= R && R <= 6);
     // SAFETY: a holds kc*6 and b kc*16 packed values; the tile of c is writable.
     unsafe {
         // Fetch the C tile early (its rows may share L1 sets at power-of-two strides).
@@ -767,8 +787,8 @@ unsafe fn f32_6x16_avx2(kc: usize, a: *const f32, b: *const f32, c: *mut f32, rs
                 _mm_prefetch::<_MM_HINT_T0>(q.wrapping_add(60));
             }
         }
-        let mut r0 = [_mm256_setzero_ps(); 6];
-        let mut r1 = [_mm256_setzero_ps(); 6];
+        let mut r0 = [_mm256_setzero_ps(); R];
+        let mut r1 = [_mm256_setzero_ps(); R];
         let mut ap = a;
         let mut bp = b;
         let mut p = 0;
@@ -776,7 +796,7 @@ unsafe fn f32_6x16_avx2(kc: usize, a: *const f32, b: *const f32, c: *mut f32, rs
             ($off:expr) => {{
                 let b0 = _mm256_loadu_ps(bp.add(16 * $off));
                 let b1 = _mm256_loadu_ps(bp.add(16 * $off + 8));
-                for i in 0..6 {
+                for i in 0..R {
                     let ai = _mm256_broadcast_ss(&*ap.add(6 * $off + i));
                     r0[i] = _mm256_fmadd_ps(ai, b0, r0[i]);
                     r1[i] = _mm256_fmadd_ps(ai, b1, r1[i]);
@@ -799,8 +819,8 @@ unsafe fn f32_6x16_avx2(kc: usize, a: *const f32, b: *const f32, c: *mut f32, rs
             bp = bp.add(16);
             p += 1;
         }
-        if mr == 6 && nr == 16 && cs == 1 {
-            for i in 0..6 {
+        if mr == R && nr == 16 && cs == 1 {
+            for i in 0..R {
                 let q = c.offset(i as isize * rs);
                 let (mut v0, mut v1) = (r0[i], r1[i]);
                 if accumulate {
@@ -812,7 +832,7 @@ unsafe fn f32_6x16_avx2(kc: usize, a: *const f32, b: *const f32, c: *mut f32, rs
             }
         } else {
             let mut t = [0f32; 96];
-            for i in 0..6 {
+            for i in 0..R {
                 _mm256_storeu_ps(t.as_mut_ptr().add(16 * i), r0[i]);
                 _mm256_storeu_ps(t.as_mut_ptr().add(16 * i + 8), r1[i]);
             }
