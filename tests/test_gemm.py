@@ -98,6 +98,10 @@ def test_b_layouts_give_the_same_bits(isa, dtype):
             ref = results[0]
             for r in results[1:]:
                 assert r.dtype == ref.dtype and np.array_equal(r.view(np.uint8), ref.view(np.uint8)), (m, k, n)
+            # Columns in reverse (a negative stride between the contiguous columns).
+            rev = lowp.matmul(a, w[::-1].T)
+            assert np.array_equal(rev.view(np.uint8), lowp.matmul(a, np.ascontiguousarray(w[::-1].T)).view(np.uint8))
+            assert np.array_equal(rev.view(np.uint8), np.ascontiguousarray(ref[:, ::-1]).view(np.uint8))
             if dtype is np.int8:
                 assert np.array_equal(ref.astype(np.int64), a.astype(np.int64) @ w.T.astype(np.int64))
             else:
