@@ -330,8 +330,21 @@ impl<const M: u8> Fast<M> {
 
     fn new(fmt: Format, opts: RoundOpts) -> Self {
         let Format::Float(f) = fmt else { unreachable!("fast_ok checked") };
-        let big = f.max_value() * 4.0;
-        let ovf = [fmt.decode(fmt.encode(big, &opts, 0)), fmt.decode(fmt.encode(-big, &opts, 0))];
+        // What overflow gives: the format's own rounding of 4 times its largest value,
+        // computed once per thread for the last format and options (a stack of small
+        // products sets up the same ones for each).
+        std::thread_local! {
+            static OVF: std::cell::Cell<Option<(Format, RoundOpts, [f64; 2])>> = const { std::cell::Cell::new(None) };
+        }
+        let ovf = match OVF.with(|c| c.get()) {
+            Some((f0, o0, v)) if f0 == fmt && o0 == opts => v,
+            _ => {
+                let big = f.max_value() * 4.0;
+                let v = [fmt.decode(fmt.encode(big, &opts, 0)), fmt.decode(fmt.encode(-big, &opts, 0))];
+                OVF.with(|c| c.set(Some((fmt, opts, v))));
+                v
+            }
+        };
         Fast { man: f.man_bits, emin: f.emin(), max_bits: f.max_value().to_bits(), ovf, rbits: opts.rbits, fmt, opts }
     }
 
