@@ -73,14 +73,15 @@ def test_strides_and_views(isa, dtype):
 
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES + [np.int8], ids=lambda d: np.dtype(d).name)
 def test_b_layouts_give_the_same_bits(isa, dtype):
-    """B row-major, as the transposed view of a row-major W (x @ w.T: its columns
-    contiguous, packed a strip at a time), Fortran-ordered and strided: one
-    result, bit for bit, at 1 and 2 threads, over several depth blocks, strips
+    """B row-major (its rows in either order; bf16 rows of products of few rows
+    are read in place, not packed), as the transposed view of a row-major W (x @
+    w.T: its columns contiguous, packed a strip at a time), Fortran-ordered and
+    strided: one result, bit for bit, at 1 and 2 threads, over several depth blocks, strips
     and a partial last strip; and that result the float64 product's within
     float32 accumulation error (int8: exact)."""
     n0 = lowp.get_num_threads()
     try:
-        for m, k, n in [(8, 700, 70), (1, 1030, 33), (13, 513, 17), (40, 600, 200)]:
+        for m, k, n in [(8, 700, 70), (1, 1030, 33), (13, 513, 17), (40, 600, 200), (12, 300, 48), (2, 257, 20)]:
             if dtype is np.int8:
                 g = np.random.default_rng(m + k)
                 a = g.integers(-128, 128, (m, k)).astype(np.int8)
@@ -90,7 +91,8 @@ def test_b_layouts_give_the_same_bits(isa, dtype):
                 w = rand((n, k), dtype, n + k)
             wide = np.zeros((n, 2 * k), w.dtype)
             wide[:, ::2] = w
-            layouts = [np.ascontiguousarray(w.T), w.T, np.asfortranarray(w.T), wide[:, ::2].T, w[::-1].T[:, ::-1]]
+            layouts = [np.ascontiguousarray(w.T), w.T, np.asfortranarray(w.T), wide[:, ::2].T, w[::-1].T[:, ::-1],
+                       np.ascontiguousarray(w.T[::-1])[::-1]]
             results = []
             for threads in (1, 2):
                 lowp.set_num_threads(threads)

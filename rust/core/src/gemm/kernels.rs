@@ -36,6 +36,24 @@ pub(crate) trait Kernel: Sync {
     /// All those elements must lie inside `op`.
     unsafe fn pack(op: &Operand, base: isize, sl: isize, sk: isize, nv: usize, w: usize, kc: usize, dst: &mut [Self::P]);
 
+    /// How [`Kernel::run_direct`] can read B's rows in place (without packing
+    /// them), for a B whose rows are contiguous: `Some(code)` ([`DIRECT_BF16`]),
+    /// or `None`.
+    fn direct(&self, _b: &Operand) -> Option<u8> {
+        None
+    }
+
+    /// [`Kernel::run`] on B's rows read in place: the `NR` values of step p at `b +
+    /// p * bstride` bytes, decoded as `code` says ([`Kernel::direct`]); the same
+    /// bits as packing them first.
+    ///
+    /// # Safety
+    /// As [`Kernel::run`], with `NR` values of B readable at each of the `kc` rows.
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn run_direct(&self, _code: u8, _kc: usize, _a: *const Self::P, _b: *const u8, _bstride: isize, _c: *mut Self::C, _rs: isize, _cs: isize, _mr: usize, _nr: usize, _accumulate: bool) {
+        unreachable!("direct() returned None")
+    }
+
     /// `C[tile] (+)= A_strip * B_strip`, writing only the top-left `mr x nr`.
     ///
     /// # Safety
@@ -664,7 +682,7 @@ unsafe fn pack_quiet<T: Real>(op: &Operand, base: isize, sl: isize, sk: isize, n
 }
 
 macro_rules! real_kernel {
-    ($name:ident, $t:ty, $mr:expr, $nr:expr, $mc:expr, $kc:expr, $nc:expr, avx2, $run:item) => {
+    ($name:ident, $t:ty, $mr:expr, $nr:expr, $mc:expr, $kc:expr, $nc:expr, avx2, $($run:item)*) => {
         pub(crate) struct $name;
         impl Kernel for $name {
             type P = $t;
@@ -682,7 +700,7 @@ macro_rules! real_kernel {
                 // SAFETY: forwarded contract.
                 unsafe { pack_real::<$t, false>(op, base, sl, sk, nv, w, kc, dst) }
             }
-            $run
+            $($run)*
         }
     };
     ($name:ident, $t:ty, $mr:expr, $nr:expr, $mc:expr, $kc:expr, $nc:expr, $run:item) => {
@@ -713,6 +731,21 @@ real_kernel!(F32Avx2, f32, 6, 16, 144, 256, 4080, avx2,
         #[cfg(not(target_arch = "x86_64"))]
         // SAFETY: forwarded contract.
         unsafe { real_body::<f32, 6, 16, false>(kc, a, b, c, rs, cs, mr, nr, accumulate) }
+    }
+    fn direct(&self, b: &Operand) -> Option<u8> {
+        // (float32 rows read in place ran slower than packed ones: 8 x 1024 x 1024
+        // 0.38 against 0.26 ms, rows of 4 KiB each a page of their own.)
+        (b.cs == 1 && matches!(b.dec, Dec::Bf16) && cfg!(target_arch = "x86_64")).then_some(DIRECT_BF16)
+    }
+    unsafe fn run_direct(&self, code: u8, kc: usize, a: *const f32, b: *const u8, bstride: isize, c: *mut f32, rs: isize, cs: isize, mr: usize, nr: usize, accumulate: bool) {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: this kernel is only selected when avx2 and fma were detected.
+        unsafe {
+            assert_eq!(code, DIRECT_BF16);
+            f32_direct_avx2::<DIRECT_BF16>(kc, a, b, bstride, c, rs, cs, mr, nr, accumulate)
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = (code, kc, a, b, bstride, c, rs, cs, mr, nr, accumulate);
     }
 );
 
@@ -750,6 +783,10 @@ unsafe fn f64_6x8_avx2(kc: usize, a: *const f64, b: *const f64, c: *mut f64, rs:
     unsafe { real_body::<f64, 6, 8, true>(kc, a, b, c, rs, cs, mr, nr, accumulate) }
 }
 
+/// B's rows read in place by [`Kernel::run_direct`]: bf16 codes (the upper
+/// halves of float32 values).
+pub(crate) const DIRECT_BF16: u8 = 1;
+
 /// The 6x16 f32 tile: 12 ymm accumulators, two B loads and six broadcasts per
 /// step (enough independent FMAs to cover their latency on two FMA pipes).
 /// A last strip of at most 2 or 4 rows (a product of few rows: 8 = 6 + 2)
@@ -762,22 +799,42 @@ unsafe fn f32_6x16_avx2(kc: usize, a: *const f32, b: *const f32, c: *mut f32, rs
     // SAFETY: per the caller; each variant reads the first R rows of the strip.
     unsafe {
         match mr {
-            0..=2 => f32_tile_avx2::<2>(kc, a, b, c, rs, cs, mr, nr, accumulate),
-            3..=4 => f32_tile_avx2::<4>(kc, a, b, c, rs, cs, mr, nr, accumulate),
-            _ => f32_tile_avx2::<6>(kc, a, b, c, rs, cs, mr, nr, accumulate),
+            0..=2 => f32_tile_avx2::<2, 0>(kc, a, b as *const u8, 64, c, rs, cs, mr, nr, accumulate),
+            3..=4 => f32_tile_avx2::<4, 0>(kc, a, b as *const u8, 64, c, rs, cs, mr, nr, accumulate),
+            _ => f32_tile_avx2::<6, 0>(kc, a, b as *const u8, 64, c, rs, cs, mr, nr, accumulate),
+        }
+    }
+}
+
+/// [`f32_6x16_avx2`] on B's rows in place ([`Kernel::run_direct`]), `bstride` bytes apart.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn f32_direct_avx2<const D: u8>(kc: usize, a: *const f32, b: *const u8, bstride: isize, c: *mut f32, rs: isize, cs: isize, mr: usize, nr: usize, accumulate: bool) {
+    // SAFETY: per the caller.
+    unsafe {
+        match mr {
+            0..=2 => f32_tile_avx2::<2, D>(kc, a, b, bstride, c, rs, cs, mr, nr, accumulate),
+            3..=4 => f32_tile_avx2::<4, D>(kc, a, b, bstride, c, rs, cs, mr, nr, accumulate),
+            _ => f32_tile_avx2::<6, D>(kc, a, b, bstride, c, rs, cs, mr, nr, accumulate),
         }
     }
 }
 
 /// The first `R` rows (2, 4 or 6, at least `mr`) of [`f32_6x16_avx2`]'s tile, on
-/// the same packed strips (A's of 6 rows a step).
+/// A's packed strip (6 rows a step) and B's 16 values of step p at `b + p *
+/// bstride` bytes: packed float32 (`D` = 0, `bstride` 64), or a B's bf16 rows
+/// in place ([`DIRECT_BF16`]).
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-unsafe fn f32_tile_avx2<const R: usize>(kc: usize, a: *const f32, b: *const f32, c: *mut f32, rs: isize, cs: isize, mr: usize, nr: usize, accumulate: bool) {
+unsafe fn f32_tile_avx2<const R: usize, const D: u8>(kc: usize, a: *const f32, b: *const u8, bstride: isize, c: *mut f32, rs: isize, cs: isize, mr: usize, nr: usize, accumulate: bool) {
     use std::arch::x86_64::*;
     debug_assert!(mr <= R && R <= 6);
-    // SAFETY: a holds kc*6 and b kc*16 packed values; the tile of c is writable.
+    // (Packed strips: a constant stride.)
+    let bstride = if D == 0 { 64 } else { bstride };
+    // SAFETY: a holds kc*6 packed values and each of the kc rows of b 16 values;
+    // the tile of c is writable.
     unsafe {
         // Fetch the C tile early (its rows may share L1 sets at power-of-two strides).
         if accumulate && cs == 1 {
@@ -787,6 +844,16 @@ unsafe fn f32_tile_avx2<const R: usize>(kc: usize, a: *const f32, b: *const f32,
                 _mm_prefetch::<_MM_HINT_T0>(q.wrapping_add(60));
             }
         }
+        let load = |p: *const u8| -> (__m256, __m256) {
+            if D == DIRECT_BF16 {
+                let w = _mm256_loadu_si256(p as *const __m256i);
+                let lo = _mm256_slli_epi32::<16>(_mm256_cvtepu16_epi32(_mm256_castsi256_si128(w)));
+                let hi = _mm256_slli_epi32::<16>(_mm256_cvtepu16_epi32(_mm256_extracti128_si256::<1>(w)));
+                (_mm256_castsi256_ps(lo), _mm256_castsi256_ps(hi))
+            } else {
+                (_mm256_loadu_ps(p as *const f32), _mm256_loadu_ps((p as *const f32).add(8)))
+            }
+        };
         let mut r0 = [_mm256_setzero_ps(); R];
         let mut r1 = [_mm256_setzero_ps(); R];
         let mut ap = a;
@@ -794,8 +861,7 @@ unsafe fn f32_tile_avx2<const R: usize>(kc: usize, a: *const f32, b: *const f32,
         let mut p = 0;
         macro_rules! step {
             ($off:expr) => {{
-                let b0 = _mm256_loadu_ps(bp.add(16 * $off));
-                let b1 = _mm256_loadu_ps(bp.add(16 * $off + 8));
+                let (b0, b1) = load(bp.offset($off * bstride));
                 for i in 0..R {
                     let ai = _mm256_broadcast_ss(&*ap.add(6 * $off + i));
                     r0[i] = _mm256_fmadd_ps(ai, b0, r0[i]);
@@ -804,19 +870,19 @@ unsafe fn f32_tile_avx2<const R: usize>(kc: usize, a: *const f32, b: *const f32,
             }};
         }
         while p + 4 <= kc {
-            _mm_prefetch::<_MM_HINT_T0>(bp.add(16 * 8) as *const i8);
+            _mm_prefetch::<_MM_HINT_T0>(bp.wrapping_offset(8 * bstride) as *const i8);
             step!(0);
             step!(1);
             step!(2);
             step!(3);
             ap = ap.add(24);
-            bp = bp.add(64);
+            bp = bp.offset(4 * bstride);
             p += 4;
         }
         while p < kc {
             step!(0);
             ap = ap.add(6);
-            bp = bp.add(16);
+            bp = bp.offset(bstride);
             p += 1;
         }
         if mr == R && nr == 16 && cs == 1 {
