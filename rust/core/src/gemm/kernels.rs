@@ -861,7 +861,7 @@ unsafe fn f32_tile_avx2<const R: usize, const D: u8>(kc: usize, a: *const f32, b
         let mut p = 0;
         macro_rules! step {
             ($off:expr) => {{
-                let (b0, b1) = load(bp.offset($off * bstride));
+                let (b0, b1) = load(bp.wrapping_offset($off * bstride));
                 for i in 0..R {
                     let ai = _mm256_broadcast_ss(&*ap.add(6 * $off + i));
                     r0[i] = _mm256_fmadd_ps(ai, b0, r0[i]);
@@ -876,13 +876,14 @@ unsafe fn f32_tile_avx2<const R: usize, const D: u8>(kc: usize, a: *const f32, b
             step!(2);
             step!(3);
             ap = ap.add(24);
-            bp = bp.offset(4 * bstride);
+            // (Wrapping: past the last step B's rows in place may end.)
+            bp = bp.wrapping_offset(4 * bstride);
             p += 4;
         }
         while p < kc {
             step!(0);
             ap = ap.add(6);
-            bp = bp.offset(bstride);
+            bp = bp.wrapping_offset(bstride);
             p += 1;
         }
         if mr == R && nr == 16 && cs == 1 {
