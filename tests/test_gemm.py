@@ -112,6 +112,28 @@ def test_b_layouts_give_the_same_bits(isa, dtype):
         lowp.set_num_threads(n0)
 
 
+@pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16, np.float32], ids=lambda d: np.dtype(d).name)
+def test_b_layouts_give_the_same_nan_bits(isa, dtype):
+    """Signaling and quiet NaNs of both signs and payloads, and infinities, in A and
+    B: B read in place (bf16 and fp16 rows of products of few rows) and packed
+    (its transposed view) give the same bits, NaN payloads included."""
+    bits = {np.float16: (np.uint16, [0x7C01, 0xFC05, 0x7E00, 0x7D55, 0x7C00, 0xFC00]),
+            ml_dtypes.bfloat16: (np.uint16, [0x7F81, 0xFF85, 0x7FC0, 0x7FD5, 0x7F80, 0xFF80]),
+            np.float32: (np.uint32, [0x7F800001, 0xFF800005, 0x7FC00000, 0x7FD55555, 0x7F800000, 0xFF800000])}
+    ut, codes = bits[dtype]
+    for m, k, n in [(8, 300, 48), (3, 600, 33)]:
+        a = rand((m, k), dtype, m)
+        w = rand((n, k), dtype, n)
+        g = np.random.default_rng(k)
+        for x, count in ((w, 40), (a, 3)):
+            flat = x.reshape(-1).view(ut)
+            flat[g.integers(0, flat.size, count)] = g.choice(np.array(codes, ut), count)
+        rows = lowp.matmul(a, np.ascontiguousarray(w.T))
+        packed = lowp.matmul(a, w.T)
+        assert np.isnan(rows).any()
+        assert np.array_equal(rows.view(np.uint32), packed.view(np.uint32)), (m, k, n)
+
+
 def test_mixed_formats_and_f64(isa):
     a = rand((20, 30), ml_dtypes.bfloat16, 5)
     b = rand((30, 10), ml_dtypes.float8_e5m2, 6)

@@ -37,8 +37,8 @@ pub(crate) trait Kernel: Sync {
     unsafe fn pack(op: &Operand, base: isize, sl: isize, sk: isize, nv: usize, w: usize, kc: usize, dst: &mut [Self::P]);
 
     /// How [`Kernel::run_direct`] can read B's rows in place (without packing
-    /// them), for a B whose rows are contiguous: `Some(code)` ([`DIRECT_BF16`]),
-    /// or `None`.
+    /// them), for a B whose rows are contiguous: `Some(code)` ([`DIRECT_BF16`],
+    /// [`DIRECT_F16`]), or `None`.
     fn direct(&self, _b: &Operand) -> Option<u8> {
         None
     }
@@ -735,14 +735,22 @@ real_kernel!(F32Avx2, f32, 6, 16, 144, 256, 4080, avx2,
     fn direct(&self, b: &Operand) -> Option<u8> {
         // (float32 rows read in place ran slower than packed ones: 8 x 1024 x 1024
         // 0.38 against 0.26 ms, rows of 4 KiB each a page of their own.)
-        (b.cs == 1 && matches!(b.dec, Dec::Bf16) && cfg!(target_arch = "x86_64")).then_some(DIRECT_BF16)
+        match b.dec {
+            _ if b.cs != 1 || !cfg!(target_arch = "x86_64") => None,
+            Dec::Bf16 => Some(DIRECT_BF16),
+            Dec::F16 => Some(DIRECT_F16),
+            _ => None,
+        }
     }
     unsafe fn run_direct(&self, code: u8, kc: usize, a: *const f32, b: *const u8, bstride: isize, c: *mut f32, rs: isize, cs: isize, mr: usize, nr: usize, accumulate: bool) {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: this kernel is only selected when avx2 and fma were detected.
         unsafe {
-            assert_eq!(code, DIRECT_BF16);
-            f32_direct_avx2::<DIRECT_BF16>(kc, a, b, bstride, c, rs, cs, mr, nr, accumulate)
+            match code {
+                DIRECT_BF16 => f32_direct_avx2::<DIRECT_BF16>(kc, a, b, bstride, c, rs, cs, mr, nr, accumulate),
+                DIRECT_F16 => f32_direct_avx2::<DIRECT_F16>(kc, a, b, bstride, c, rs, cs, mr, nr, accumulate),
+                _ => unreachable!("a code of direct()"),
+            }
         }
         #[cfg(not(target_arch = "x86_64"))]
         let _ = (code, kc, a, b, bstride, c, rs, cs, mr, nr, accumulate);
@@ -784,8 +792,11 @@ unsafe fn f64_6x8_avx2(kc: usize, a: *const f64, b: *const f64, c: *mut f64, rs:
 }
 
 /// B's rows read in place by [`Kernel::run_direct`]: bf16 codes (the upper
-/// halves of float32 values).
+/// halves of float32 values), or fp16 codes (`vcvtph2ps`: exact, a signaling
+/// NaN quieted, which the FMA it meets would quiet too, so the same bits as the
+/// packed codes).
 pub(crate) const DIRECT_BF16: u8 = 1;
+pub(crate) const DIRECT_F16: u8 = 2;
 
 /// The 6x16 f32 tile: 12 ymm accumulators, two B loads and six broadcasts per
 /// step (enough independent FMAs to cover their latency on two FMA pipes).
@@ -808,7 +819,7 @@ unsafe fn f32_6x16_avx2(kc: usize, a: *const f32, b: *const f32, c: *mut f32, rs
 
 /// [`f32_6x16_avx2`] on B's rows in place ([`Kernel::run_direct`]), `bstride` bytes apart.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
+#[target_feature(enable = "avx2,fma,f16c")]
 #[allow(clippy::too_many_arguments)]
 unsafe fn f32_direct_avx2<const D: u8>(kc: usize, a: *const f32, b: *const u8, bstride: isize, c: *mut f32, rs: isize, cs: isize, mr: usize, nr: usize, accumulate: bool) {
     // SAFETY: per the caller.
@@ -823,8 +834,8 @@ unsafe fn f32_direct_avx2<const D: u8>(kc: usize, a: *const f32, b: *const u8, b
 
 /// The first `R` rows (2, 4 or 6, at least `mr`) of [`f32_6x16_avx2`]'s tile, on
 /// A's packed strip (6 rows a step) and B's 16 values of step p at `b + p *
-/// bstride` bytes: packed float32 (`D` = 0, `bstride` 64), or a B's bf16 rows
-/// in place ([`DIRECT_BF16`]).
+/// bstride` bytes: packed float32 (`D` = 0, `bstride` 64), or a B's bf16 or
+/// fp16 rows in place ([`DIRECT_BF16`], [`DIRECT_F16`]; the CPU then has f16c).
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
@@ -850,6 +861,9 @@ unsafe fn f32_tile_avx2<const R: usize, const D: u8>(kc: usize, a: *const f32, b
                 let lo = _mm256_slli_epi32::<16>(_mm256_cvtepu16_epi32(_mm256_castsi256_si128(w)));
                 let hi = _mm256_slli_epi32::<16>(_mm256_cvtepu16_epi32(_mm256_extracti128_si256::<1>(w)));
                 (_mm256_castsi256_ps(lo), _mm256_castsi256_ps(hi))
+            } else if D == DIRECT_F16 {
+                let w = _mm256_loadu_si256(p as *const __m256i);
+                (_mm256_cvtph_ps(_mm256_castsi256_si128(w)), _mm256_cvtph_ps(_mm256_extracti128_si256::<1>(w)))
             } else {
                 (_mm256_loadu_ps(p as *const f32), _mm256_loadu_ps((p as *const f32).add(8)))
             }
