@@ -801,20 +801,14 @@ pub(crate) const DIRECT_F16: u8 = 2;
 /// The 6x16 f32 tile: 12 ymm accumulators, two B loads and six broadcasts per
 /// step (enough independent FMAs to cover their latency on two FMA pipes).
 /// A last strip of at most 2 or 4 rows (a product of few rows: 8 = 6 + 2)
-/// computes only those ([`f32_tile_avx2`] with 2 or 4): the same FMAs on the
-/// same values for every row it stores, so the same bits.
+/// computes only those ([`f32_rows_avx2`]): the same FMAs on the same values
+/// for every row it stores, so the same bits.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 #[allow(clippy::too_many_arguments)]
 unsafe fn f32_6x16_avx2(kc: usize, a: *const f32, b: *const f32, c: *mut f32, rs: isize, cs: isize, mr: usize, nr: usize, accumulate: bool) {
-    // SAFETY: per the caller; each variant reads the first R rows of the strip.
-    unsafe {
-        match mr {
-            0..=2 => f32_tile_avx2::<2, 0>(kc, a, b as *const u8, 64, c, rs, cs, mr, nr, accumulate),
-            3..=4 => f32_tile_avx2::<4, 0>(kc, a, b as *const u8, 64, c, rs, cs, mr, nr, accumulate),
-            _ => f32_tile_avx2::<6, 0>(kc, a, b as *const u8, 64, c, rs, cs, mr, nr, accumulate),
-        }
-    }
+    // SAFETY: per the caller (packed strips: 64 bytes a step).
+    unsafe { f32_rows_avx2::<0>(kc, a, b as *const u8, 64, c, rs, cs, mr, nr, accumulate) }
 }
 
 /// [`f32_6x16_avx2`] on B's rows in place ([`Kernel::run_direct`]), `bstride` bytes apart.
@@ -823,6 +817,15 @@ unsafe fn f32_6x16_avx2(kc: usize, a: *const f32, b: *const f32, c: *mut f32, rs
 #[allow(clippy::too_many_arguments)]
 unsafe fn f32_direct_avx2<const D: u8>(kc: usize, a: *const f32, b: *const u8, bstride: isize, c: *mut f32, rs: isize, cs: isize, mr: usize, nr: usize, accumulate: bool) {
     // SAFETY: per the caller.
+    unsafe { f32_rows_avx2::<D>(kc, a, b, bstride, c, rs, cs, mr, nr, accumulate) }
+}
+
+/// [`f32_tile_avx2`] with as few rows as cover `mr`: 2, 4 or 6.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn f32_rows_avx2<const D: u8>(kc: usize, a: *const f32, b: *const u8, bstride: isize, c: *mut f32, rs: isize, cs: isize, mr: usize, nr: usize, accumulate: bool) {
+    // SAFETY: per the caller; each variant reads the first R rows of the strip.
     unsafe {
         match mr {
             0..=2 => f32_tile_avx2::<2, D>(kc, a, b, bstride, c, rs, cs, mr, nr, accumulate),
