@@ -73,7 +73,8 @@
 //!   rounding to <= 22 bits), when the values of the depth block keep every
 //!   product exact in f32 (exponent scan of the packed block); otherwise that
 //!   block runs through the f64 rounding; into float8_e5m2, rounded to odd
-//!   again at float16 ([`Kind16::OddE5m2`]). Chunk totals into float16 or
+//!   again at float16 ([`Kind16::OddE5m2`]). A one-row product with a
+//!   row-major bfloat16 B reads B's codes in place ([`BSrc::Bf16`]). Chunk totals into float16 or
 //!   bfloat16, to nearest, use TwoSum in f32 and round to odd.
 //!   Stochastic into float16, bfloat16 and other IEEE-style formats of 2 to
 //!   10 mantissa bits whose normal range f32 holds, with at most `23 - man`
@@ -2909,9 +2910,15 @@ fn exp_bounds(v: &[f32], prec: i32) -> Option<(i32, i32)> {
 /// maxima, no branches).
 #[inline(always)]
 fn mag_scan(v: &[f32]) -> (u32, u32, u32) {
+    mag_scan_bits(v.iter().map(|x| x.to_bits()))
+}
+
+/// [`mag_scan`] of f32 patterns.
+#[inline(always)]
+fn mag_scan_bits(v: impl Iterator<Item = u32>) -> (u32, u32, u32) {
     let (mut lo1, mut hi, mut top) = (u32::MAX, 0u32, 0u32);
-    for &x in v {
-        let m = x.to_bits() & 0x7fff_ffff;
+    for x in v {
+        let m = x & 0x7fff_ffff;
         // Finite magnitudes (others as 0), less one: zero's wraps to the largest.
         let f = if m < 0x7f80_0000 { m } else { 0 };
         lo1 = lo1.min(f.wrapping_sub(1));
@@ -2935,6 +2942,59 @@ fn exp_bounds_max(v: &[f32], prec: i32) -> (Option<(i32, i32)>, f32) {
     #[cfg(not(target_arch = "x86_64"))]
     let (lo, hi, top) = mag_scan(v);
     (exp_bounds_of(lo, hi, prec), f32::from_bits(top))
+}
+
+/// [`mag_scan`] of the bfloat16 values of `rows` rows of `cols` codes from
+/// `p`, `ld` codes apart: the f32 patterns of their values (a code is the top
+/// half of its value's pattern).
+///
+/// # Safety
+/// Those codes must be readable.
+unsafe fn bf16_scan(p: *const u16, ld: isize, rows: usize, cols: usize) -> (u32, u32, u32) {
+    #[inline(always)]
+    unsafe fn body(p: *const u16, ld: isize, rows: usize, cols: usize) -> (u32, u32, u32) {
+        let (mut lo, mut hi, mut top) = (u32::MAX, 0u32, 0u32);
+        for r in 0..rows {
+            // Each row on pages of its own: the one eight rows on fetched line by line
+            // (the hardware's prefetch stops at a page's end).
+            #[cfg(target_arch = "x86_64")]
+            if r + 8 < rows {
+                let q = p.wrapping_offset((r + 8) as isize * ld) as *const i8;
+                for l in (0..2 * cols).step_by(64) {
+                    // SAFETY: a prefetch reads nothing.
+                    unsafe { std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(q.wrapping_add(l)) };
+                }
+            }
+            // SAFETY: row r's cols codes are readable (the caller's contract).
+            let row = unsafe { std::slice::from_raw_parts(p.wrapping_offset(r as isize * ld), cols) };
+            // On 16-bit lanes, as `mag_scan_bits` on the patterns' top halves.
+            let (mut lo1, mut h, mut t) = (u16::MAX, 0u16, 0u16);
+            for &c in row {
+                let m = c & 0x7fff;
+                let f = if m < 0x7f80 { m } else { 0 };
+                lo1 = lo1.min(f.wrapping_sub(1));
+                h = h.max(f);
+                t = t.max(m);
+            }
+            // (lo1 + 1: the smallest nonzero finite magnitude, none where lo1 wrapped.)
+            let l = if lo1 == u16::MAX { u32::MAX } else { lo1 as u32 + 1 };
+            (lo, hi, top) = (lo.min(l), hi.max(h as u32), top.max(t as u32));
+        }
+        (if lo == u32::MAX { lo } else { lo << 16 }, hi << 16, top << 16)
+    }
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2")]
+    unsafe fn go(p: *const u16, ld: isize, rows: usize, cols: usize) -> (u32, u32, u32) {
+        // SAFETY: per the caller.
+        unsafe { body(p, ld, rows, cols) }
+    }
+    #[cfg(target_arch = "x86_64")]
+    if super::simd() {
+        // SAFETY: simd() holds only when avx2 was detected; the rest per the caller.
+        return unsafe { go(p, ld, rows, cols) };
+    }
+    // SAFETY: per the caller.
+    unsafe { body(p, ld, rows, cols) }
 }
 
 /// [`exp_bounds`] from the smallest and largest nonzero finite magnitude
@@ -3362,6 +3422,71 @@ fn strips_len(mr: usize, sw: usize, kn: usize) -> usize {
     if sw == 0 { kn * 16 } else { (mr - 1) * sw + kn * 16 }
 }
 
+/// Where the tile kernels of [`tile16_oddz`] and [`tile16_unit`] read B.
+#[derive(Clone, Copy)]
+enum BSrc<'a> {
+    /// Packed strips of 16 values a step: with `sw` = 0 one strip that every
+    /// row reads, else (four rows) row r's strip at `sw * r` ([`strips_len`]).
+    Packed(&'a [f32], usize),
+    /// A row-major bfloat16 B in place (one row's product, [`drive16`]): the
+    /// code of the tile's first column at the first step, `ld` codes (possibly
+    /// negative) from one step to the next; a one-row tile reads 16 codes a
+    /// step, a four-row one 64, row r the 16 from `16 * r` (`bf16_load!`).
+    /// None of them is a NaN.
+    Bf16(*const u16, isize),
+}
+
+impl<'a> BSrc<'a> {
+    /// The packed strips and their distance (an empty strip for [`BSrc::Bf16`]).
+    fn packed(self) -> (&'a [f32], usize) {
+        match self {
+            BSrc::Packed(bp, sw) => (bp, sw),
+            BSrc::Bf16(..) => (&[], 0),
+        }
+    }
+}
+
+/// The loads of a step's 16 values of B into `$b0` and `$b1` (`tile_asm!`):
+/// packed f32 (`f32`; with no `$b0`, only the second 8, the row macros reading
+/// the first from `[{pb}]`), or bf16 codes in place (`bf16`, `bf16_load!`).
+#[cfg(target_arch = "x86_64")]
+macro_rules! tile_top {
+    (f32, [$($b0:tt)?], $b1:tt) => {
+        concat!($("vmovups ", $b0, ", ymmword ptr [{pb}]\n",)? "vmovups ", $b1, ", ymmword ptr [{pb} + 32]")
+    };
+    (bf16, [$b0:tt], $b1:tt) => {
+        bf16_load!($b0, $b1, "0")
+    };
+}
+
+/// 16 bf16 codes at byte `$off` of `[{pb}]` as f32 values in `$b0` and `$b1`:
+/// each code widened to 32 bits and moved to the top half (a bf16 value is
+/// the top half of its f32 pattern; a NaN keeps its payload, so the callers
+/// read in place only blocks without NaNs).
+#[cfg(target_arch = "x86_64")]
+macro_rules! bf16_load {
+    ($b0:tt, $b1:tt, $off:literal) => {
+        concat!(
+            "vpmovzxwd ", $b0, ", xmmword ptr [{pb} + ", $off, "]\n",
+            "vpmovzxwd ", $b1, ", xmmword ptr [{pb} + ", $off, " + 16]\n",
+            "vpslld ", $b0, ", ", $b0, ", 16\n",
+            "vpslld ", $b1, ", ", $b1, ", 16",
+        )
+    };
+}
+
+/// The step of B's pointer in `tile_asm!`: a packed strip's 64 bytes, or B's
+/// row stride in place (`{bs}` bytes).
+#[cfg(target_arch = "x86_64")]
+macro_rules! tile_bstep {
+    (f32) => {
+        "add {pb}, 64"
+    };
+    (bf16) => {
+        concat!("prefetcht0 byte ptr [{pb} + {pf}]\n", "prefetcht0 byte ptr [{pb} + {pf} + 64]\n", "add {pb}, {bs}")
+    };
+}
+
 /// The assembly block of the f32 tile kernels that set MXCSR ([`tile16_dir`],
 /// [`tile16_oddz`], [`tile16_sr`]) for `MR` = 6, 4 or 1 rows: MXCSR entered
 /// and `setup`, the accumulators loaded, then `{kn}` steps, each loading 16
@@ -3384,29 +3509,33 @@ fn strips_len(mr: usize, sw: usize, kn: usize) -> usize {
 /// each read their own strip of B, `sw` bytes apart (operands `sw`, `sw3` =
 /// 3 * `sw`): row 0 the step's loads, rows 1 to 3 their own loads into `b`
 /// before their row macros (one row's product taken four strips at a time,
-/// on A's value repeated in the four rows).
+/// on A's value repeated in the four rows). With `(bf4, bs)` or `(bf1, bs)`,
+/// four rows as `w4`'s or one, B's bfloat16 rows in place ([`BSrc::Bf16`]):
+/// each step's codes decoded into `b` (`bf16_load!`), row r's 16 at byte 32 r,
+/// the next step `bs` bytes on (operand `bs`), the codes a depth block further
+/// on prefetched (operand `pf`), where the next block's kernels will read them.
 #[cfg(target_arch = "x86_64")]
 macro_rules! tile_asm {
     (6, $($rest:tt)*) => {
-        tile_asm!(@rows "24", [
+        tile_asm!(@rows f32 "24", [
             ("0", "ymm0", "0", "ymm1", "32"), ("4", "ymm2", "64", "ymm3", "96"),
             ("8", "ymm4", "128", "ymm5", "160"), ("12", "ymm6", "192", "ymm7", "224"),
             ("16", "ymm8", "256", "ymm9", "288"), ("20", "ymm10", "320", "ymm11", "352")
         ], $($rest)*)
     };
     (4, $($rest:tt)*) => {
-        tile_asm!(@rows "16", [
+        tile_asm!(@rows f32 "16", [
             ("0", "ymm0", "0", "ymm1", "32"), ("4", "ymm2", "64", "ymm3", "96"),
             ("8", "ymm4", "128", "ymm5", "160"), ("12", "ymm6", "192", "ymm7", "224")
         ], $($rest)*)
     };
     (1, $($rest:tt)*) => {
-        tile_asm!(@rows "4", [("0", "ymm0", "0", "ymm1", "32")], $($rest)*)
+        tile_asm!(@rows f32 "4", [("0", "ymm0", "0", "ymm1", "32")], $($rest)*)
     };
     // Four rows, each on its own strip of B: row r's at `{pb} + r * {sw}`
     // bytes (`{sw3}` = 3 * `{sw}`), loaded into `b` before its row.
     ((w4, $sw:expr, $sw3:expr), setup: [$($setup:expr),*], b: ([$b0:tt], $b1:tt), $($rest:tt)*) => {
-        tile_asm!(@rows "16", [
+        tile_asm!(@rows f32 "16", [
             ("0", "ymm0", "0", "ymm1", "32"),
             ("4", "ymm2", "64", "ymm3", "96",
                 concat!("vmovups ", $b0, ", ymmword ptr [{pb} + {sw}]"), concat!("vmovups ", $b1, ", ymmword ptr [{pb} + {sw} + 32]")),
@@ -3416,7 +3545,21 @@ macro_rules! tile_asm {
                 concat!("vmovups ", $b0, ", ymmword ptr [{pb} + {sw3}]"), concat!("vmovups ", $b1, ", ymmword ptr [{pb} + {sw3} + 32]"))
         ], setup: [$($setup),*], b: ([$b0], $b1), $($rest)* sw = in(reg) $sw, sw3 = in(reg) $sw3,)
     };
-    (@rows $stride:literal, [$(($off:literal, $c0:tt, $o0:literal, $c1:tt, $o1:literal $(, $ld:expr)*)),*],
+    // B's bf16 rows in place, `{bs}` bytes apart (operand `bs`), decoded in
+    // registers ([`bf16_load`]): four rows each on its own 16 columns of a row,
+    // 32 bytes apart, as `w4`'s strips; or one row.
+    ((bf4, $bs:expr), setup: [$($setup:expr),*], b: ([$b0:tt], $b1:tt), $($rest:tt)*) => {
+        tile_asm!(@rows bf16 "16", [
+            ("0", "ymm0", "0", "ymm1", "32"),
+            ("4", "ymm2", "64", "ymm3", "96", bf16_load!($b0, $b1, "32")),
+            ("8", "ymm4", "128", "ymm5", "160", bf16_load!($b0, $b1, "64")),
+            ("12", "ymm6", "192", "ymm7", "224", bf16_load!($b0, $b1, "96"))
+        ], setup: [$($setup),*], b: ([$b0], $b1), $($rest)* bs = in(reg) $bs, pf = in(reg) $bs * KB as isize,)
+    };
+    ((bf1, $bs:expr), $($rest:tt)*) => {
+        tile_asm!(@rows bf16 "4", [("0", "ymm0", "0", "ymm1", "32")], $($rest)* bs = in(reg) $bs, pf = in(reg) $bs * KB as isize,)
+    };
+    (@rows $mode:ident $stride:literal, [$(($off:literal, $c0:tt, $o0:literal, $c1:tt, $o1:literal $(, $ld:expr)*)),*],
      setup: [$($setup:expr),*], b: ([$($b0:tt)?], $b1:tt $(, $bx:expr)*), row: $row:ident($r:ident), step: [$($step:expr),*],
      store: $store:ident, clobber: [$($clob:tt),*], $(scale: [$($sin:expr),*], [$($sout:expr),*],)?
      $(runs: [$($pre:expr),*], [$($post:expr),*],)?
@@ -3428,12 +3571,11 @@ macro_rules! tile_asm {
             $($($sin,)*)?
             $($($pre,)*)?
             "2:",
-            $(concat!("vmovups ", $b0, ", ymmword ptr [{pb}]"),)?
-            concat!("vmovups ", $b1, ", ymmword ptr [{pb} + 32]"),
+            tile_top!($mode, [$($b0)?], $b1),
             $($bx,)*
             $($($ld,)* $row!($r, $off, $c0, $o0, $c1, $o1),)*
             concat!("add {pa}, ", $stride),
-            "add {pb}, 64",
+            tile_bstep!($mode),
             $($step,)*
             "dec {kn}",
             "jnz 2b",
@@ -3444,7 +3586,7 @@ macro_rules! tile_asm {
             "vldmxcsr dword ptr [{csr}]",
             c = in(reg) $acc.as_mut_ptr(),
             pa = inout(reg) $ap.as_ptr() => _,
-            pb = inout(reg) $bp.as_ptr() => _,
+            pb = inout(reg) $bp => _,
             kn = inout(reg) $kn => _,
             csr = in(reg) $csr.as_mut_ptr(),
             rc = in(reg) $rc,
@@ -3598,7 +3740,7 @@ unsafe fn tile16_dir<const MR: usize, const T: u8, const RM: i32>(acc: &mut [f32
     macro_rules! go {
         ($mr:tt, $r:ident) => {
             dir_asm!($mr, $r,
-                io: (acc, ap, bp, kn, csr, rc),
+                io: (acc, ap, bp.as_ptr(), kn, csr, rc),
                 nz = in(reg) nz,
                 k = in(reg) k.0.as_ptr(),
                 rm = const RM,
@@ -3694,7 +3836,7 @@ unsafe fn tile16_dir_runs<const RM: i32>(to: DirTo, acc: &mut [f32], ap: &[f32],
                 runs: [runs_check!("ymm14", "ymm15", "ymmword ptr [{rk}]", "ymmword ptr [{rk} + 32]",
                     ["ymm0", "ymm1", "ymm2", "ymm3", "ymm4", "ymm5", "ymm6", "ymm7", "ymm8", "ymm9", "ymm10", "ymm11"])],
                     ["dec {runs}", "jnz 3b", "9:"],
-                io: (acc, ap, bp, run, csr, rc),
+                io: (acc, ap, bp.as_ptr(), run, csr, rc),
                 nz = in(reg) nz,
                 k = in(reg) k.0.as_ptr(),
                 rm = const RM,
@@ -4025,10 +4167,11 @@ const ODD_E5M2: u8 = 2;
 /// row reads, else (four rows) row r's strip at `bp[r * sw..]`.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn tile16_oddz<const MR: usize, const T: u8>(acc: &mut [f32], ap: &[f32], bp: &[f32], kn: usize, sw: usize) {
+unsafe fn tile16_oddz<const MR: usize, const T: u8>(acc: &mut [f32], ap: &[f32], b: BSrc, kn: usize) {
     use std::arch::asm;
+    let (bp, sw) = b.packed();
     assert!(T <= ODD_E5M2 && (MR == 1 || MR == 4 || MR == 6 && T != ODD_E5M2 && sw == 0));
-    assert!(acc.len() >= MR * 16 && ap.len() >= kn * MR && bp.len() >= strips_len(MR, sw, kn));
+    assert!(acc.len() >= MR * 16 && ap.len() >= kn * MR && (matches!(b, BSrc::Bf16(..)) || bp.len() >= strips_len(MR, sw, kn)));
     if kn == 0 {
         return;
     }
@@ -4037,11 +4180,31 @@ unsafe fn tile16_oddz<const MR: usize, const T: u8>(acc: &mut [f32], ap: &[f32],
     let mut csr = [0u32; 2];
     macro_rules! go {
         ($mr:tt, $r:ident) => {
+            go!($mr, $r, bp.as_ptr())
+        };
+        ($mr:tt, $r:ident, $bp:expr) => {
             oddz_asm!($mr, $r,
-                io: (acc, ap, bp, kn, csr, rc),
+                io: (acc, ap, $bp, kn, csr, rc),
                 k = in(reg) DIR_CONSTS.0.as_ptr(),
             )
         };
+    }
+    if let BSrc::Bf16(codes, ld) = b {
+        assert!((MR == 1 || MR == 4) && T != ODD_E5M2);
+        let bs = ld * 2;
+        // SAFETY: per the caller, B's codes of the kn steps (16 * MR from `codes`, `ld`
+        // apart) are readable; the stores stay inside acc (asserted), the loads inside
+        // ap and the constants; MXCSR is restored before the block ends; the clobbered
+        // vector registers are declared.
+        unsafe {
+            match (MR, T) {
+                (4, ODD_F16) => go!((bf4, bs), oddz_f16, codes),
+                (4, _) => go!((bf4, bs), oddz_f16_fin, codes),
+                (_, ODD_F16) => go!((bf1, bs), oddz_f16, codes),
+                _ => go!((bf1, bs), oddz_f16_fin, codes),
+            }
+        }
+        return;
     }
     // SAFETY: the loads and stores stay inside acc (MR*16 values), ap (kn*MR) and
     // bp (strips_len(MR, sw, kn)), asserted above, and the constants; MXCSR is restored before the
@@ -4062,7 +4225,7 @@ unsafe fn tile16_oddz<const MR: usize, const T: u8>(acc: &mut [f32], ap: &[f32],
                             step: [],
                             store: tile_store,
                             clobber: ["ymm12", "ymm13", "ymm14"],
-                            io: (acc, ap, bp, kn, csr, rc),
+                            io: (acc, ap, bp.as_ptr(), kn, csr, rc),
                             z = in(reg) ODD_CONSTS.0.as_ptr(),
                         )
                     };
@@ -4203,10 +4366,11 @@ macro_rules! une_round {
 /// row reads, else (four rows) row r's strip at `bp[r * sw..]`.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn tile16_unit<const MR: usize, const ODD: bool>(acc: &mut [f32], ap: &[f32], bp: &[f32], kn: usize, unit: u32, sw: usize) {
+unsafe fn tile16_unit<const MR: usize, const ODD: bool>(acc: &mut [f32], ap: &[f32], b: BSrc, kn: usize, unit: u32) {
     use std::arch::asm;
+    let (bp, sw) = b.packed();
     assert!(MR == 1 || MR == 4);
-    assert!(acc.len() >= MR * 16 && ap.len() >= kn * MR && bp.len() >= strips_len(MR, sw, kn));
+    assert!(acc.len() >= MR * 16 && ap.len() >= kn * MR && (matches!(b, BSrc::Bf16(..)) || bp.len() >= strips_len(MR, sw, kn)));
     assert!((13..=21).contains(&unit));
     if kn == 0 {
         return;
@@ -4221,6 +4385,9 @@ unsafe fn tile16_unit<const MR: usize, const ODD: bool>(acc: &mut [f32], ap: &[f
     let mut csr = [0u32; 2];
     macro_rules! go {
         ($mr:tt, $u:literal) => {
+            go!($mr, $u, bp.as_ptr())
+        };
+        ($mr:tt, $u:literal, $bp:expr) => {
             if ODD {
                 tile_asm!($mr,
                     setup: ["vpcmpeqd ymm14, ymm14, ymm14", "vpsrld ymm14, ymm14, 31"],
@@ -4229,7 +4396,7 @@ unsafe fn tile16_unit<const MR: usize, const ODD: bool>(acc: &mut [f32], ap: &[f
                     step: [],
                     store: tile_store,
                     clobber: ["ymm10", "ymm11", "ymm12", "ymm13", "ymm14"],
-                    io: (acc, ap, bp, kn, csr, rc),
+                    io: (acc, ap, $bp, kn, csr, rc),
                     k = in(reg) k.0.as_ptr(),
                     u = const $u,
                 )
@@ -4241,12 +4408,29 @@ unsafe fn tile16_unit<const MR: usize, const ODD: bool>(acc: &mut [f32], ap: &[f
                     step: [],
                     store: tile_store,
                     clobber: ["ymm8", "ymm9", "ymm10", "ymm14", "ymm15"],
-                    io: (acc, ap, bp, kn, csr, rc),
+                    io: (acc, ap, bp.as_ptr(), kn, csr, rc),
                     k = in(reg) k.0.as_ptr(),
                     u = const $u,
                 )
             }
         };
+    }
+    if let BSrc::Bf16(codes, ld) = b {
+        // (Nearest-even at bfloat16's unit from the sum rounded to odd, unscaled.)
+        assert!(ODD && unit == 16);
+        let bs = ld * 2;
+        // SAFETY: per the caller, B's codes of the kn steps (16 * MR from `codes`, `ld`
+        // apart) are readable; the stores stay inside acc (asserted), the loads inside
+        // ap and the constants; MXCSR is restored before the block ends; the clobbered
+        // vector registers are declared.
+        unsafe {
+            if MR == 4 {
+                go!((bf4, bs), 16, codes)
+            } else {
+                go!((bf1, bs), 16, codes)
+            }
+        }
+        return;
     }
     // SAFETY: the loads and stores stay inside acc (MR*16 values), ap (kn*MR),
     // bp (strips_len(MR, sw, kn)) and the constants; MXCSR is restored before the block ends; the
@@ -4435,7 +4619,7 @@ unsafe fn tile16_sr<const MR: usize, const W: u8>(acc: &mut [f32], ap: &[f32], b
                 store: $store,
                 clobber: ["ymm10", "ymm11", "ymm12", "ymm13", "ymm14", "ymm15"],
                 scale: $sin, $sout,
-                io: (acc, ap, bp, kn, csr, rc),
+                io: (acc, ap, bp.as_ptr(), kn, csr, rc),
                 k = in(reg) k.as_ptr(),
                 pu = inout(reg) up.as_ptr() => _,
                 pv = inout(reg) vp.as_ptr() => _,
@@ -4519,7 +4703,7 @@ unsafe fn tile16_sr_runs(acc: &mut [f32], ap: &[f32], bp: &[f32], up: &[u32], vp
             runs: [runs_check!("ymm10", "ymm11", "ymmword ptr [{k} + 32]", "ymmword ptr [{k} + 64]",
                 ["ymm0", "ymm1", "ymm2", "ymm3", "ymm4", "ymm5", "ymm6", "ymm7"])],
                 ["dec {runs}", "jnz 3b", "9:"],
-            io: (acc, ap, bp, run, csr, rc),
+            io: (acc, ap, bp.as_ptr(), run, csr, rc),
             k = in(reg) k.as_ptr(),
             pu = inout(reg) up.as_ptr() => _,
             pv = inout(reg) vp.as_ptr() => _,
@@ -5008,12 +5192,24 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
         _ => true,
     };
     let np = if k.max(1) * n.div_ceil(16) * 16 * 4 <= NP16_BYTES { n } else { NP16 };
+    // One row against a row-major bfloat16 B (a vector-matrix product), to nearest
+    // from the sum rounded to odd (kind Odd, into float16 or bfloat16): the kernels
+    // read B's codes in place, decoded in registers ([`BSrc::Bf16`]), where a packed
+    // panel would write each value and read it back for its one product. The tasks
+    // scan their columns of each depth block for its bounds; a block holding a NaN
+    // (whose payload the decode keeps), or whose products the kernels cannot take,
+    // and a last strip of fewer than 16 columns, are packed into the task's own
+    // buffer (`bloc`) as the panel would hold them.
+    let b_codes = matches!(b.dec, super::Dec::Bf16) && b.cs == 1 && mr == 1 && kind == Kind16::Odd && !scaled_kind;
+    // (No panel in place: one column block, each task's codes of a row contiguous.)
+    let np = if b_codes { n } else { np };
     let pstrips = np.min(n).div_ceil(16);
     // B panel: block kbi, strip s at (kbi * strips + s) * kbs * 16, [kk*16 + j].
     // (Starting on a cache line: a strip's rows of 16 values are lines.)
-    let mut bpanel_buf = vec![0f32; kblocks * pstrips * kbs * 16 + 16];
+    let plen = if b_codes { 0 } else { kblocks * pstrips * kbs * 16 };
+    let mut bpanel_buf = vec![0f32; plen + 16];
     let boff = bpanel_buf.as_ptr().align_offset(64).min(16);
-    let bpanel = &mut bpanel_buf[boff..boff + kblocks * pstrips * kbs * 16];
+    let bpanel = &mut bpanel_buf[boff..boff + plen];
     // Kind Sr: the columns' placed random bits, as the B panel ([kk*16 + j]).
     let mut vpanel = vec![0u32; if sr { bpanel.len() } else { 0 }];
     let mut bbounds: Vec<Option<(i32, i32)>> = vec![None; kblocks];
@@ -5044,8 +5240,8 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
             let (bounds, top) = exp_bounds_max(v, pb);
             (bounds, if bounds_used { top } else { 0.0 })
         };
-        let used = &mut bpanel[..kblocks * strips * kbs * 16];
-        let mut sb: Vec<(Option<(i32, i32)>, f32)> = vec![(None, 0.0); kblocks * strips];
+        let used = &mut bpanel[..if b_codes { 0 } else { kblocks * strips * kbs * 16 }];
+        let mut sb: Vec<(Option<(i32, i32)>, f32)> = vec![(None, 0.0); if b_codes { 0 } else { kblocks * strips }];
         let mut pieces: Vec<_> = used.chunks_mut(kbs * 16).zip(sb.iter_mut()).enumerate().collect();
         if b.rs == 1 && b.cs != 1 {
             // Columns contiguous: a strip's depth blocks in turn, so that its 16
@@ -5073,7 +5269,8 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
                 }
             });
         }
-        for (kbi, (bb, bm)) in bbounds.iter_mut().zip(bmaxes.iter_mut()).enumerate() {
+        // (In place, each task scans its own columns.)
+        for (kbi, (bb, bm)) in bbounds.iter_mut().zip(bmaxes.iter_mut()).enumerate().filter(|_| !b_codes) {
             let blk = &sb[kbi * strips..(kbi + 1) * strips];
             *bb = blk.iter().filter_map(|x| x.0).reduce(merge_bounds);
             // The largest pattern: a strip's NaN ([`abs_max32`]) stays NaN.
@@ -5129,8 +5326,25 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
             // the tiles tried on f32 lanes and redone.
             let mut buf64: Option<Sr64Buf> = None;
             let (mut tried, mut redone) = (0usize, 0usize);
+            // In place: the task's strips of a depth block packed where they cannot be
+            // read in place, strip s at (s - pk0) * kbs * 16 (pk0 below: the first
+            // one packed), as in the panel.
+            let mut bloc: Vec<f32> = Vec::new();
+            // The task's columns and their full strips (in place: the rest packed).
+            let (ja, jz) = (16 * s0, jb.min(16 * s1));
+            let full = s0.max(jz / 16);
             for (kbi, &bbk) in bbounds.iter().enumerate() {
                 let (kb, kn) = (kbi * KB, KB.min(k - kbi * KB));
+                // In place: this block's bounds and largest magnitude from the task's
+                // codes; none of them a NaN?
+                let (bbk, b_max, nan_free) = if b_codes {
+                    let p = (b.ptr as *const u16).wrapping_offset(kb as isize * b.rs + (j0 + ja) as isize);
+                    // SAFETY: rows kb..kb+kn, columns j0+ja..j0+jz are inside b.
+                    let (lo, hi, top) = unsafe { bf16_scan(p, b.rs, kn, jz - ja) };
+                    (exp_bounds_of(lo, hi, pb), f32::from_bits(top), top <= 0x7f80_0000)
+                } else {
+                    (bbk, bmaxes[kbi], false)
+                };
                 for g in 0..groups {
                     let base = (i0 + g * mr) as isize * a.rs + kb as isize * a.cs;
                     // SAFETY: rows i0+g*mr.. (at most mr, inside a), columns kb..kb+kn;
@@ -5154,19 +5368,18 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
                 // Kind Dir up or down into a `Unit` format: past the largest value on one
                 // side only, where its sums stay ([`sided_ok`]).
                 // (A's infinities and NaNs, which the bounds of its values leave out, make `row_max` so.)
-                let sided = row_max.is_finite() && du.is_some_and(|(f, _)| sided_ok(spec.opts.mode, f, ab.map(|x| x.1), bmaxes[kbi]));
+                let sided = row_max.is_finite() && du.is_some_and(|(f, _)| sided_ok(spec.opts.mode, f, ab.map(|x| x.1), b_max));
                 let bounded = bounds_used && {
                     let lo = ab.zip(bbk).map(|(x, y)| x.0 + y.0);
                     match (sf.or(du.map(|d| d.0)), gs) {
                         // Stochastic or directed: every sum below the largest value, which no
                         // rounding then passes, and A's values scaled exactly.
                         (Some(f), _) => {
-                            (block_ok(growth(f.prec), sub_unit(f), f.max, acc_max, row_max, bmaxes[kbi], kn) || sided) && scale_ok(sa, ab.map(|x| x.0))
+                            (block_ok(growth(f.prec), sub_unit(f), f.max, acc_max, row_max, b_max, kn) || sided) && scale_ok(sa, ab.map(|x| x.0))
                         }
                         // To nearest: likewise (a sum below it rounds to at most it); kind
                         // UnitNe needs no grid but every product below 2^(sub + 23).
                         (_, Some(f)) => {
-                            let b_max = bmaxes[kbi];
                             if unit_ne {
                                 // The largest pattern: a NaN stays NaN ([`abs_max32`]).
                                 let a_max = f32::from_bits((0..groups).map(|g| abs_max32(ablock(g)).to_bits()).max().unwrap_or(0));
@@ -5196,13 +5409,13 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
                         }
                         _ => {
                             let (p, limit, sub) = if bf { (8, 2f64.powi(100), -133) } else { (11, 65520.0, -24) };
-                            split_ok(p, limit, sub, acc_max, row_max, bmaxes[kbi], lo, kn)
+                            split_ok(p, limit, sub, acc_max, row_max, b_max, lo, kn)
                         }
                     }
                 };
                 // Kind Odd into float16 from finite accumulators whose sums stay below
                 // its overflow threshold: kind OddFin.
-                let odd_fin = odd16 && near_ok(11, 65520.0, -24, acc_max, row_max, bmaxes[kbi], kn);
+                let odd_fin = odd16 && near_ok(11, 65520.0, -24, acc_max, row_max, b_max, kn);
                 // Kind Sr's blocks outside the bound run the f64 rounding, and so do kind Split's into a `gs` format
                 // and kind Dir's into a `Unit` format other than float16 and float8_e5m2.
                 // Kind OddUnit into float8_e5m2 outside its bound: kind OddE5m2 where that holds.
@@ -5212,7 +5425,7 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
                 // however each add grows it, comes near f32's overflow.
                 let track = sr && !bounded && {
                     let f = sf.expect("kind Sr");
-                    let loose = (acc_max as f64 + row_max * bmaxes[kbi] as f64 + kn as f64 * sub_unit(f)) * growth(f.prec).powi(kn as i32);
+                    let loose = (acc_max as f64 + row_max * b_max as f64 + kn as f64 * sub_unit(f)) * growth(f.prec).powi(kn as i32);
                     scale_ok(sa, ab.map(|x| x.0)) && loose * 2f64.powi(usc) < 2f64.powi(100)
                 };
                 // ... in runs checked at their starts ([`tile16_sr_runs`]), where a bound
@@ -5221,7 +5434,7 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
                 // twice the block's largest accumulator below it), and that `top`, scaled,
                 // as an f32 pattern rounded down.
                 let run_top = |f: SrFmt, run: usize| {
-                    let top = f.max / growth(f.prec).powi(run as i32) - row_max * bmaxes[kbi] as f64 - run as f64 * 2f64.powi(f.sub);
+                    let top = f.max / growth(f.prec).powi(run as i32) - row_max * b_max as f64 - run as f64 * 2f64.powi(f.sub);
                     let ts = top * 2f64.powi(usc);
                     let tp = ts as f32;
                     let tp = if tp as f64 > ts { f32::from_bits(tp.to_bits() - 1) } else { tp };
@@ -5291,6 +5504,22 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
                 if four {
                     a4.iter_mut().take(kn * 4).enumerate().for_each(|(x, v)| *v = apack[x / 4]);
                 }
+                // In place: this block's full strips, where its codes hold no NaN and the
+                // kernels take it; the other strips packed into `bloc`.
+                let in_place = nan_free && fast && matches!(kind, Kind16::Odd | Kind16::OddFin);
+                // (From strip pk0, the first one packed.)
+                let pk0 = if in_place { full } else { s0 };
+                if b_codes && pk0 < s1 {
+                    if bloc.len() < (s1 - pk0) * kbs * 16 {
+                        bloc.resize((s1 - pk0) * kbs * 16, 0.0);
+                    }
+                    for st in pk0..s1 {
+                        let base = kb as isize * b.rs + (j0 + 16 * st) as isize;
+                        // SAFETY: rows kb..kb+kn, columns j0+16st.. (at most 16, inside b);
+                        // bloc[(st-s0)*kbs*16 + kk*16 + j] = b[kb+kk, j0+16st+j], zeros past the last column.
+                        unsafe { super::kernels::pack_real_any::<f32>(b, base, 1, b.rs, 16.min(jb - 16 * st), 16, kn, &mut bloc[(st - pk0) * kbs * 16..]) };
+                    }
+                }
                 let mut k0 = kb;
                 while k0 < kb + kn {
                     let k1 = (kb + kn).min(if chunk == usize::MAX { usize::MAX } else { (k0 / chunk + 1) * chunk });
@@ -5299,9 +5528,27 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
                     let mut s = s0;
                     while s < s1 {
                         // Strips s.. taken together (`w` of them, `sw` values apart in the panel).
-                        let (w, sw) = if four && s + 4 <= s1 { (4, kbs * 16) } else { (1, 0) };
+                        // In place, four full strips or one; B's codes from step o0 at strip s.
+                        let (w, sw) = if four && s + 4 <= if in_place { full } else { s1 } { (4, kbs * 16) } else { (1, 0) };
+                        let codes = (in_place && s + w <= full).then(|| (b.ptr as *const u16).wrapping_offset((kb + o0) as isize * b.rs + (j0 + 16 * s) as isize));
                         let q = (kbi * strips + s) * kbs * 16;
-                        let bp = &bpanel[q + o0 * 16..q + (w - 1) * sw + (o0 + len) * 16];
+                        let bp = if !b_codes {
+                            &bpanel[q + o0 * 16..q + (w - 1) * sw + (o0 + len) * 16]
+                        } else if codes.is_some() {
+                            &bloc[..0]
+                        } else {
+                            let q = (s - pk0) * kbs * 16;
+                            &bloc[q + o0 * 16..q + (w - 1) * sw + (o0 + len) * 16]
+                        };
+                        // The kernels of kind Odd read B as `bsrc!`.
+                        macro_rules! bsrc {
+                            ($bp:expr, $sw:expr) => {
+                                match codes {
+                                    Some(c) => BSrc::Bf16(c, b.rs),
+                                    None => BSrc::Packed($bp, $sw),
+                                }
+                            };
+                        }
                         s += w;
                         let s = s - w;
                         for g in 0..groups {
@@ -5333,14 +5580,14 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
                                                 (Kind16::Fma, true) => tile16::<$mf, K_FMA, true>(t, ap, bp, len, spl, $sw),
                                                 (Kind16::Split, false) => tile16::<$mf, K_SPLIT, false>(t, ap, bp, len, spl, $sw),
                                                 (Kind16::Split, true) => tile16::<$mf, K_SPLIT, true>(t, ap, bp, len, spl, $sw),
-                                                (Kind16::UnitNe, _) => tile16_unit::<$mo, false>(t, ap, bp, len, gs.map_or(21, |f| f.unit), $sw),
+                                                (Kind16::UnitNe, _) => tile16_unit::<$mo, false>(t, ap, BSrc::Packed(bp, $sw), len, gs.map_or(21, |f| f.unit)),
                                                 (Kind16::Mid, false) => tile16::<$mo, K_MID, false>(t, ap, bp, len, spl, $sw),
                                                 (Kind16::Mid, true) => tile16::<$mo, K_MID, true>(t, ap, bp, len, spl, $sw),
-                                                (Kind16::Odd, true) => tile16_unit::<$mo, true>(t, ap, bp, len, 16, $sw),
-                                                (Kind16::Odd, false) => tile16_oddz::<$mf, ODD_F16>(t, ap, bp, len, $sw),
-                                                (Kind16::OddFin, _) => tile16_oddz::<$mf, ODD_F16_FIN>(t, ap, bp, len, $sw),
-                                                (Kind16::OddE5m2, _) => tile16_oddz::<$mo, ODD_E5M2>(t, ap, bp, len, $sw),
-                                                (Kind16::OddUnit, _) => tile16_unit::<$mo, true>(t, ap, bp, len, gs.map_or(21, |f| f.unit), $sw),
+                                                (Kind16::Odd, true) => tile16_unit::<$mo, true>(t, ap, bsrc!(bp, $sw), len, 16),
+                                                (Kind16::Odd, false) => tile16_oddz::<$mf, ODD_F16>(t, ap, bsrc!(bp, $sw), len),
+                                                (Kind16::OddFin, _) => tile16_oddz::<$mf, ODD_F16_FIN>(t, ap, bsrc!(bp, $sw), len),
+                                                (Kind16::OddE5m2, _) => tile16_oddz::<$mo, ODD_E5M2>(t, ap, BSrc::Packed(bp, $sw), len),
+                                                (Kind16::OddUnit, _) => tile16_unit::<$mo, true>(t, ap, BSrc::Packed(bp, $sw), len, gs.map_or(21, |f| f.unit)),
                                                 (Kind16::Dir(to), _) if dir_runs.is_some() => {
                                                     let done = dir_checked(to, rm, t, ap, bp, len, dir_runs.as_ref().map_or(&[], |p| &p[..]));
                                                     if done < len {
@@ -5973,19 +6220,19 @@ pub(crate) mod testing {
                         }};
                     }
                     let r = match (kind, bf) {
-                        (Kind16::Odd, false) => rows!(6, |t, ap, bp, kn| tile16_oddz::<1, ODD_F16>(t, ap, bp, kn, 0), |t, ap, bp, kn| tile16_oddz::<6, ODD_F16>(t, ap, bp, kn, 0)),
+                        (Kind16::Odd, false) => rows!(6, |t, ap, bp, kn| tile16_oddz::<1, ODD_F16>(t, ap, BSrc::Packed(bp, 0), kn), |t, ap, bp, kn| tile16_oddz::<6, ODD_F16>(t, ap, BSrc::Packed(bp, 0), kn)),
                         (Kind16::OddFin, false) => {
-                            rows!(6, |t, ap, bp, kn| tile16_oddz::<1, ODD_F16_FIN>(t, ap, bp, kn, 0), |t, ap, bp, kn| tile16_oddz::<6, ODD_F16_FIN>(t, ap, bp, kn, 0))
+                            rows!(6, |t, ap, bp, kn| tile16_oddz::<1, ODD_F16_FIN>(t, ap, BSrc::Packed(bp, 0), kn), |t, ap, bp, kn| tile16_oddz::<6, ODD_F16_FIN>(t, ap, BSrc::Packed(bp, 0), kn))
                         }
                         (Kind16::OddFin, true) => panic!("kind OddFin rounds into float16 only"),
                         (Kind16::Fma, false) => add16::<K_FMA, false>(c, av, bv, av),
                         (Kind16::Split, false) => add16::<K_SPLIT, false>(c, av, bv, _mm256_set1_ps(split_mult(11))),
                         (Kind16::Split, true) => add16::<K_SPLIT, true>(c, av, bv, _mm256_set1_ps(split_mult(8))),
                         (Kind16::Mid, false) => add16::<K_MID, false>(c, av, bv, av),
-                        (Kind16::Odd, true) => rows!(4, |t, ap, bp, kn| tile16_unit::<1, true>(t, ap, bp, kn, 16, 0), |t, ap, bp, kn| tile16_unit::<4, true>(t, ap, bp, kn, 16, 0)),
+                        (Kind16::Odd, true) => rows!(4, |t, ap, bp, kn| tile16_unit::<1, true>(t, ap, BSrc::Packed(bp, 0), kn, 16), |t, ap, bp, kn| tile16_unit::<4, true>(t, ap, BSrc::Packed(bp, 0), kn, 16)),
                         (Kind16::Fma, true) => add16::<K_FMA, true>(c, av, bv, av),
                         (Kind16::Mid, true) => add16::<K_MID, true>(c, av, bv, av),
-                        (Kind16::OddE5m2, _) => rows!(4, |t, ap, bp, kn| tile16_oddz::<1, ODD_E5M2>(t, ap, bp, kn, 0), |t, ap, bp, kn| tile16_oddz::<4, ODD_E5M2>(t, ap, bp, kn, 0)),
+                        (Kind16::OddE5m2, _) => rows!(4, |t, ap, bp, kn| tile16_oddz::<1, ODD_E5M2>(t, ap, BSrc::Packed(bp, 0), kn), |t, ap, bp, kn| tile16_oddz::<4, ODD_E5M2>(t, ap, BSrc::Packed(bp, 0), kn)),
                         (Kind16::Dir(to), _) => one_row!(t, bp => tile16_dir_to::<1>(to, rm, &mut t, &[a], &bp, 1, 0)),
                         (Kind16::UnitNe, _) => {
                             // On the values scaled as the tiles scale them (exact for fp8 products).
@@ -5995,7 +6242,7 @@ pub(crate) mod testing {
                             t[..8].iter_mut().zip(acc).for_each(|(x, v)| *x = v * up);
                             let mut bp = [0f32; 16];
                             bp[..8].copy_from_slice(&b);
-                            tile16_unit::<1, false>(&mut t, &[a * up], &bp, 1, 21, 0);
+                            tile16_unit::<1, false>(&mut t, &[a * up], BSrc::Packed(&bp, 0), 1, 21);
                             _mm256_mul_ps(_mm256_loadu_ps(t.as_ptr()), _mm256_set1_ps(down))
                         }
                         (Kind16::OddUnit, _) => {
@@ -6007,7 +6254,7 @@ pub(crate) mod testing {
                             t[..8].iter_mut().zip(acc).for_each(|(x, v)| *x = v * h * h);
                             let mut bp = [0f32; 16];
                             bp[..8].iter_mut().zip(b).for_each(|(x, v)| *x = v * h);
-                            tile16_unit::<1, true>(&mut t, &[a * h], &bp, 1, 21, 0);
+                            tile16_unit::<1, true>(&mut t, &[a * h], BSrc::Packed(&bp, 0), 1, 21);
                             _mm256_mul_ps(_mm256_loadu_ps(t.as_ptr()), _mm256_set1_ps(down))
                         }
                         (Kind16::Sr, _) => panic!("the stochastic kernel draws bits per element: it is checked through matmul_emulated"),
