@@ -1163,11 +1163,14 @@ def test_f64_tiles_widths_not_a_multiple_of_eight(acc, mode, chunk, threads):
 
 
 @pytest.mark.parametrize("acc", ["float16", "bfloat16"])
+@pytest.mark.parametrize("mode", ["nearest_even", "toward_zero", "up", "down"])
 @pytest.mark.parametrize("layout", ["rows", "reversed", "strided"])
 @pytest.mark.parametrize("chunk", [None, 40])
-def test_one_row_bf16_rows_read_in_place(acc, layout, chunk, threads):
+def test_one_row_bf16_rows_read_in_place(acc, mode, layout, chunk, threads):
     """A one-row product with a row-major bfloat16 B, to nearest (the sum rounded to
-    odd): the kernels read B's codes in place, decoded in registers. Its depth blocks
+    odd) or in a directed mode (into float16 at its unit bit on scaled values, whose
+    whole scale A then takes, or through the conversions): the kernels read B's codes
+    in place, decoded in registers. Its depth blocks
     (k = 700: three of them) test each path: plain values; one block holding a NaN
     (with a payload the in-place decode would keep), another whose products underflow
     float32 (B's values near 2^-140), both packed instead; and sums that grow toward
@@ -1191,12 +1194,13 @@ def test_one_row_bf16_rows_read_in_place(acc, layout, chunk, threads):
         wide[::2, :n] = b
         b = wide[::2, :n]
     assert b.strides[1] == 2
-    got = matmul_as_scalar(a, b, accumulate=acc, chunk=chunk)
-    assert same_bits(got, lowp.matmul(a, np.asfortranarray(b), accumulate=acc, chunk=chunk))
+    kw = dict(accumulate=acc, rounding=mode, chunk=chunk)
+    got = matmul_as_scalar(a, b, **kw)
+    assert same_bits(got, lowp.matmul(a, np.asfortranarray(b), **kw))
     assert np.isnan(got[0, 7]) and np.isfinite(got[0]).sum() >= n // 2
     # Without the NaN: the first block in place as well.
     b2 = np.array(b)
     b2[50, 7] = 1.0
-    got = matmul_as_scalar(a, b2, accumulate=acc, chunk=chunk)
-    assert same_bits(got, lowp.matmul(a, np.asfortranarray(b2), accumulate=acc, chunk=chunk))
+    got = matmul_as_scalar(a, b2, **kw)
+    assert same_bits(got, lowp.matmul(a, np.asfortranarray(b2), **kw))
     assert np.isfinite(got[0]).sum() >= n // 2

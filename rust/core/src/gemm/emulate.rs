@@ -3358,16 +3358,16 @@ macro_rules! dir_e5_dn {
 /// in the mode of rounding control `$rm` (the `_MM_FROUND_*` constants in scope).
 #[cfg(target_arch = "x86_64")]
 macro_rules! by_dir_rounding {
-    ($t:expr, $rm:expr, $go:ident!($($pre:tt)*)) => {
+    ($t:expr, $rm:expr, $go:ident!($($pre:tt)*) $(, $post:expr)?) => {
         match ($t, $rm) {
-            (0, _) => $go!($($pre)* dir_f16),
-            (2, _) => $go!($($pre)* dir_f32),
-            (1, _MM_FROUND_TO_ZERO) => $go!($($pre)* dir_bf_tz),
-            (1, _MM_FROUND_TO_POS_INF) => $go!($($pre)* dir_bf_up),
-            (1, _) => $go!($($pre)* dir_bf_dn),
-            (_, _MM_FROUND_TO_ZERO) => $go!($($pre)* dir_e5_tz),
-            (_, _MM_FROUND_TO_POS_INF) => $go!($($pre)* dir_e5_up),
-            _ => $go!($($pre)* dir_e5_dn),
+            (0, _) => $go!($($pre)* dir_f16 $(, $post)?),
+            (2, _) => $go!($($pre)* dir_f32 $(, $post)?),
+            (1, _MM_FROUND_TO_ZERO) => $go!($($pre)* dir_bf_tz $(, $post)?),
+            (1, _MM_FROUND_TO_POS_INF) => $go!($($pre)* dir_bf_up $(, $post)?),
+            (1, _) => $go!($($pre)* dir_bf_dn $(, $post)?),
+            (_, _MM_FROUND_TO_ZERO) => $go!($($pre)* dir_e5_tz $(, $post)?),
+            (_, _MM_FROUND_TO_POS_INF) => $go!($($pre)* dir_e5_up $(, $post)?),
+            _ => $go!($($pre)* dir_e5_dn $(, $post)?),
         }
     };
 }
@@ -3726,11 +3726,13 @@ static DIR_NO_FIX: [u32; 8] = [u32::MAX; 8];
 /// row reads, else (four rows) row r's strip at `bp[r * sw..]`.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn tile16_dir<const MR: usize, const T: u8, const RM: i32>(acc: &mut [f32], ap: &[f32], bp: &[f32], kn: usize, k: &DirConsts, sw: usize) {
+unsafe fn tile16_dir<const MR: usize, const T: u8, const RM: i32>(acc: &mut [f32], ap: &[f32], b: BSrc, kn: usize, k: &DirConsts) {
     use std::arch::asm;
     use std::arch::x86_64::{_MM_FROUND_TO_NEG_INF, _MM_FROUND_TO_POS_INF, _MM_FROUND_TO_ZERO};
-    assert!((MR == 1 || MR == 6 || MR == 4 && sw != 0) && T <= 3 && (1..4).contains(&RM));
-    assert!(acc.len() >= MR * 16 && ap.len() >= kn * MR && bp.len() >= strips_len(MR, sw, kn));
+    let (bp, sw) = b.packed();
+    let in_place = matches!(b, BSrc::Bf16(..));
+    assert!((MR == 1 || MR == 6 && !in_place || MR == 4 && (sw != 0 || in_place)) && T <= 3 && (1..4).contains(&RM));
+    assert!(acc.len() >= MR * 16 && ap.len() >= kn * MR && (in_place || bp.len() >= strips_len(MR, sw, kn)));
     if kn == 0 {
         return;
     }
@@ -3739,13 +3741,31 @@ unsafe fn tile16_dir<const MR: usize, const T: u8, const RM: i32>(acc: &mut [f32
     let mut csr = [0u32; 2];
     macro_rules! go {
         ($mr:tt, $r:ident) => {
+            go!($mr, $r, bp.as_ptr())
+        };
+        ($mr:tt, $r:ident, $bp:expr) => {
             dir_asm!($mr, $r,
-                io: (acc, ap, bp.as_ptr(), kn, csr, rc),
+                io: (acc, ap, $bp, kn, csr, rc),
                 nz = in(reg) nz,
                 k = in(reg) k.0.as_ptr(),
                 rm = const RM,
             )
         };
+    }
+    if let BSrc::Bf16(codes, ld) = b {
+        let bs = ld * 2;
+        // SAFETY: per the caller, B's codes of the kn steps (16 * MR from `codes`, `ld`
+        // apart) are readable; the stores stay inside acc (asserted), the loads inside
+        // ap and the constants; MXCSR is restored before the block ends; the clobbered
+        // vector registers are declared.
+        unsafe {
+            if MR == 4 {
+                by_dir_rounding!(T, RM, go!((bf4, bs),), codes)
+            } else {
+                by_dir_rounding!(T, RM, go!((bf1, bs),), codes)
+            }
+        }
+        return;
     }
     // SAFETY: the loads and stores stay inside acc (MR*16 values), ap (kn*MR) and
     // bp (strips_len(MR, sw, kn)), asserted above, and the 32-byte constants; MXCSR is restored
@@ -3768,15 +3788,15 @@ unsafe fn tile16_dir<const MR: usize, const T: u8, const RM: i32>(acc: &mut [f32
 /// As [`tile16_dir`].
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn tile16_dir_to<const MR: usize>(to: DirTo, rm: i32, acc: &mut [f32], ap: &[f32], bp: &[f32], kn: usize, sw: usize) {
+unsafe fn tile16_dir_to<const MR: usize>(to: DirTo, rm: i32, acc: &mut [f32], ap: &[f32], b: BSrc, kn: usize) {
     let k = DirConsts::of(to);
     // SAFETY: per the caller.
     unsafe {
         match to {
-            DirTo::F16 => by_f16_rounding!(rm, R => tile16_dir::<MR, 0, R>(acc, ap, bp, kn, &k, sw)),
-            DirTo::Bf16 | DirTo::Unit(_) => by_f16_rounding!(rm, R => tile16_dir::<MR, 1, R>(acc, ap, bp, kn, &k, sw)),
-            DirTo::F32 => by_f16_rounding!(rm, R => tile16_dir::<MR, 2, R>(acc, ap, bp, kn, &k, sw)),
-            DirTo::E5m2 => by_f16_rounding!(rm, R => tile16_dir::<MR, 3, R>(acc, ap, bp, kn, &k, sw)),
+            DirTo::F16 => by_f16_rounding!(rm, R => tile16_dir::<MR, 0, R>(acc, ap, b, kn, &k)),
+            DirTo::Bf16 | DirTo::Unit(_) => by_f16_rounding!(rm, R => tile16_dir::<MR, 1, R>(acc, ap, b, kn, &k)),
+            DirTo::F32 => by_f16_rounding!(rm, R => tile16_dir::<MR, 2, R>(acc, ap, b, kn, &k)),
+            DirTo::E5m2 => by_f16_rounding!(rm, R => tile16_dir::<MR, 3, R>(acc, ap, b, kn, &k)),
         }
     }
 }
@@ -5193,14 +5213,15 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
     };
     let np = if k.max(1) * n.div_ceil(16) * 16 * 4 <= NP16_BYTES { n } else { NP16 };
     // One row against a row-major bfloat16 B (a vector-matrix product), to nearest
-    // from the sum rounded to odd (kind Odd, into float16 or bfloat16): the kernels
-    // read B's codes in place, decoded in registers ([`BSrc::Bf16`]), where a packed
-    // panel would write each value and read it back for its one product. The tasks
-    // scan their columns of each depth block for its bounds; a block holding a NaN
-    // (whose payload the decode keeps), or whose products the kernels cannot take,
-    // and a last strip of fewer than 16 columns, are packed into the task's own
-    // buffer (`bloc`) as the panel would hold them.
-    let b_codes = matches!(b.dec, super::Dec::Bf16) && b.cs == 1 && mr == 1 && kind == Kind16::Odd && !scaled_kind;
+    // from the sum rounded to odd (kind Odd, into float16 or bfloat16) or in a
+    // directed mode (kind Dir): the kernels read B's codes in place, decoded in
+    // registers ([`BSrc::Bf16`]), where a packed panel would write each value and
+    // read it back for its one product. The tasks scan their columns of each depth
+    // block for its bounds; a block holding a NaN (whose payload the decode keeps),
+    // or whose products the kernels cannot take, and a last strip of fewer than 16
+    // columns, are packed into the task's own buffer (`bloc`) as the panel would hold
+    // them, unscaled: A's block takes the whole of a scaled kind's scale.
+    let b_codes = matches!(b.dec, super::Dec::Bf16) && b.cs == 1 && mr == 1 && (kind == Kind16::Odd && !scaled_kind || matches!(kind, Kind16::Dir(_)));
     // (No panel in place: one column block, each task's codes of a row contiguous.)
     let np = if b_codes { n } else { np };
     let pstrips = np.min(n).div_ceil(16);
@@ -5278,8 +5299,9 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
         }
         // Kinds on scaled values: each depth block of the panel scaled by 2^bsc, the
         // part of the scale its values take exactly (their last bits at or above
-        // 2^-149; bounds and largest values above stay those of the values).
-        let bsc: Vec<i32> = if scaled_kind { bbounds.iter().map(|bb| bb.map_or(usc, |(lo, _)| usc.max(-149 - lo))).collect() } else { vec![0; kblocks] };
+        // 2^-149; bounds and largest values above stay those of the values). In
+        // place, none.
+        let bsc: Vec<i32> = if scaled_kind && !b_codes { bbounds.iter().map(|bb| bb.map_or(usc, |(lo, _)| usc.max(-149 - lo))).collect() } else { vec![0; kblocks] };
         for (kbi, &e) in bsc.iter().enumerate() {
             if e != 0 {
                 let f = 2f32.powi(e);
@@ -5506,7 +5528,7 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
                 }
                 // In place: this block's full strips, where its codes hold no NaN and the
                 // kernels take it; the other strips packed into `bloc`.
-                let in_place = nan_free && fast && matches!(kind, Kind16::Odd | Kind16::OddFin);
+                let in_place = nan_free && fast && matches!(kind, Kind16::Odd | Kind16::OddFin | Kind16::Dir(_)) && dir_runs.is_none();
                 // (From strip pk0, the first one packed.)
                 let pk0 = if in_place { full } else { s0 };
                 if b_codes && pk0 < s1 {
@@ -5596,7 +5618,7 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
                                                         match dalt {
                                                             Some(alt) => {
                                                                 t.iter_mut().for_each(|x| *x *= acc_un);
-                                                                tile16_dir_to::<$mf>(alt, rm, t, &apa[done * mr..], &bp[done * 16..], len - done, 0);
+                                                                tile16_dir_to::<$mf>(alt, rm, t, &apa[done * mr..], BSrc::Packed(&bp[done * 16..], 0), len - done);
                                                                 t.iter_mut().for_each(|x| *x *= sc);
                                                             }
                                                             None => $ok = false,
@@ -5604,7 +5626,7 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
                                                     }
                                                 }
                                                 (Kind16::Dir(to), _) => {
-                                                    tile16_dir_to::<$mf>(to, rm, t, ap, bp, len, $sw);
+                                                    tile16_dir_to::<$mf>(to, rm, t, ap, bsrc!(bp, $sw), len);
                                                     // (On the scaled sums of the kernel at the unit.)
                                                     if sided && matches!(to, DirTo::Unit(_)) {
                                                         dir_sided(t, spec.opts.mode == Mode::Up, sided_top);
@@ -6233,7 +6255,7 @@ pub(crate) mod testing {
                         (Kind16::Fma, true) => add16::<K_FMA, true>(c, av, bv, av),
                         (Kind16::Mid, true) => add16::<K_MID, true>(c, av, bv, av),
                         (Kind16::OddE5m2, _) => rows!(4, |t, ap, bp, kn| tile16_oddz::<1, ODD_E5M2>(t, ap, BSrc::Packed(bp, 0), kn), |t, ap, bp, kn| tile16_oddz::<4, ODD_E5M2>(t, ap, BSrc::Packed(bp, 0), kn)),
-                        (Kind16::Dir(to), _) => one_row!(t, bp => tile16_dir_to::<1>(to, rm, &mut t, &[a], &bp, 1, 0)),
+                        (Kind16::Dir(to), _) => one_row!(t, bp => tile16_dir_to::<1>(to, rm, &mut t, &[a], BSrc::Packed(&bp, 0), 1)),
                         (Kind16::UnitNe, _) => {
                             // On the values scaled as the tiles scale them (exact for fp8 products).
                             let sc = unit_scale(&sr_fmt(&Format::Float(named::FLOAT8_E5M2)).expect("e5m2"));
@@ -6300,7 +6322,7 @@ pub(crate) mod testing {
         #[cfg(target_arch = "x86_64")]
         if crate::convert::detected_isa() >= crate::convert::Isa::Avx2 {
             // SAFETY: avx2, fma and f16c were detected; a one-row tile of 16 lanes.
-            unsafe { tile16_dir_to::<1>(DirTo::Unit(f.unit as u8), f16_rounding(mode), &mut t, &[a2], &bp, 1, 0) };
+            unsafe { tile16_dir_to::<1>(DirTo::Unit(f.unit as u8), f16_rounding(mode), &mut t, &[a2], BSrc::Packed(&bp, 0), 1) };
             return Some(std::array::from_fn(|l| t[l] * 2f32.powi(-sa - sb)));
         }
         let _ = (t, bp, a2, f);
