@@ -1162,35 +1162,38 @@ def test_f64_tiles_widths_not_a_multiple_of_eight(acc, mode, chunk, threads):
         assert np.isnan(got[12]).all()
 
 
+@pytest.mark.parametrize("dtype", [ml_dtypes.bfloat16, np.float16], ids=lambda d: np.dtype(d).name)
 @pytest.mark.parametrize("acc", ["float16", "bfloat16"])
 @pytest.mark.parametrize("mode", ["nearest_even", "toward_zero", "up", "down"])
 @pytest.mark.parametrize("layout", ["rows", "reversed", "strided"])
 @pytest.mark.parametrize("chunk", [None, 40])
-def test_one_row_bf16_rows_read_in_place(acc, mode, layout, chunk, threads):
-    """A one-row product with a row-major bfloat16 B, to nearest (the sum rounded to
-    odd) or in a directed mode (into float16 at its unit bit on scaled values, whose
-    whole scale A then takes, or through the conversions): the kernels read B's codes
-    in place, decoded in registers. Its depth blocks
-    (k = 700: three of them) test each path: plain values; one block holding a NaN
-    (with a payload the in-place decode would keep), another whose products underflow
-    float32 (B's values near 2^-140), both packed instead; and sums that grow toward
-    float16's largest value. 300 columns are tasks of four strips taken together and
-    single ones, and leave a last strip of 12, packed too. B with its rows reversed
-    and B a view of every other row of a wider array (row strides -300 and 2*320)
-    take the same path. Bit for bit against the scalar path and the same B
-    packed (Fortran-ordered)."""
+def test_one_row_rows_read_in_place(dtype, acc, mode, layout, chunk, threads):
+    """A one-row product with a row-major bfloat16 or float16 B, to nearest (from bf16,
+    the sum rounded to odd; from fp16, the FMA and a midpoint check) or in a directed
+    mode (into float16 at its unit bit on scaled values, whose whole scale A then
+    takes, or through the conversions): the kernels read B's codes in place, decoded in
+    registers. Its depth blocks (k = 700: three of them) test each path: plain values;
+    one block holding a NaN (with a payload the in-place decode would keep), another
+    whose products underflow float32 (bf16: B's values near 2^-140; fp16: subnormals),
+    both packed instead (fp16: the NaN's alone); and sums that grow toward float16's
+    largest value. 300 columns are tasks of four strips taken together and single
+    ones, and leave a last strip of 12, packed too. B with its rows reversed and B a
+    view of every other row of a wider array (row strides -300 and 2*320) take the
+    same path. Bit for bit against the scalar path and the same B packed
+    (Fortran-ordered)."""
     g = np.random.default_rng(31)
     k, n = 700, 300
-    a = g.standard_normal((1, k)).astype(np.float32).astype(ml_dtypes.bfloat16)
+    a = g.standard_normal((1, k)).astype(np.float32).astype(dtype)
     base = (g.standard_normal((k, n)) * 8.0).astype(np.float32)
-    base[300:512] *= np.float32(2.0**-140)  # the second block: products below 2^-149
+    base[300:512] *= np.float32(2.0**-140 if dtype == ml_dtypes.bfloat16 else 2.0**-20)
     base[600:] *= np.float32(2.0**7)  # the third: sums near the largest float16
-    b = base.astype(ml_dtypes.bfloat16)
-    b.view(np.uint16)[50, 7] = 0x7FC1  # a NaN with a payload in the first block
+    b = base.astype(dtype)
+    # A NaN with a payload in the first block.
+    b.view(np.uint16)[50, 7] = 0x7FC1 if dtype == ml_dtypes.bfloat16 else 0x7E01
     if layout == "reversed":
         b = np.ascontiguousarray(b[::-1])[::-1]
     elif layout == "strided":
-        wide = np.zeros((2 * k, 320), ml_dtypes.bfloat16)
+        wide = np.zeros((2 * k, 320), dtype)
         wide[::2, :n] = b
         b = wide[::2, :n]
     assert b.strides[1] == 2

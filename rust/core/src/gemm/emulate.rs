@@ -74,7 +74,7 @@
 //!   product exact in f32 (exponent scan of the packed block); otherwise that
 //!   block runs through the f64 rounding; into float8_e5m2, rounded to odd
 //!   again at float16 ([`Kind16::OddE5m2`]). A one-row product with a
-//!   row-major bfloat16 B reads B's codes in place ([`BSrc::Bf16`]). Chunk totals into float16 or
+//!   row-major bfloat16 or float16 B reads B's codes in place ([`BSrc::Codes`]). Chunk totals into float16 or
 //!   bfloat16, to nearest, use TwoSum in f32 and round to odd.
 //!   Stochastic into float16, bfloat16 and other IEEE-style formats of 2 to
 //!   10 mantissa bits whose normal range f32 holds, with at most `23 - man`
@@ -2944,16 +2944,17 @@ fn exp_bounds_max(v: &[f32], prec: i32) -> (Option<(i32, i32)>, f32) {
     (exp_bounds_of(lo, hi, prec), f32::from_bits(top))
 }
 
-/// [`mag_scan`] of the bfloat16 values of `rows` rows of `cols` codes from
-/// `p`, `ld` codes apart: the f32 patterns of their values (a code is the top
-/// half of its value's pattern).
+/// [`mag_scan`] of the bfloat16 (or, with `f16`, float16) values of `rows`
+/// rows of `cols` codes from `p`, `ld` codes apart: the f32 patterns of their
+/// values. The codes' magnitudes order as the values', so their minima and
+/// maxima are taken on the codes (16-bit lanes), then converted.
 ///
 /// # Safety
 /// Those codes must be readable.
-unsafe fn bf16_scan(p: *const u16, ld: isize, rows: usize, cols: usize) -> (u32, u32, u32) {
+unsafe fn code_scan(p: *const u16, ld: isize, rows: usize, cols: usize, f16: bool) -> (u32, u32, u32) {
     #[inline(always)]
-    unsafe fn body(p: *const u16, ld: isize, rows: usize, cols: usize) -> (u32, u32, u32) {
-        let (mut lo, mut hi, mut top) = (u32::MAX, 0u32, 0u32);
+    unsafe fn body(p: *const u16, ld: isize, rows: usize, cols: usize, inf: u16) -> (u32, u32, u32) {
+        let (mut lo, mut hi, mut top) = (u32::MAX, 0u16, 0u16);
         for r in 0..rows {
             // Each row on pages of its own: the one eight rows on fetched line by line
             // (the hardware's prefetch stops at a page's end).
@@ -2967,34 +2968,36 @@ unsafe fn bf16_scan(p: *const u16, ld: isize, rows: usize, cols: usize) -> (u32,
             }
             // SAFETY: row r's cols codes are readable (the caller's contract).
             let row = unsafe { std::slice::from_raw_parts(p.wrapping_offset(r as isize * ld), cols) };
-            // On 16-bit lanes, as `mag_scan_bits` on the patterns' top halves.
+            // As `mag_scan_bits`, on the codes' magnitudes (`inf`: the infinity's).
             let (mut lo1, mut h, mut t) = (u16::MAX, 0u16, 0u16);
             for &c in row {
                 let m = c & 0x7fff;
-                let f = if m < 0x7f80 { m } else { 0 };
+                let f = if m < inf { m } else { 0 };
                 lo1 = lo1.min(f.wrapping_sub(1));
                 h = h.max(f);
                 t = t.max(m);
             }
             // (lo1 + 1: the smallest nonzero finite magnitude, none where lo1 wrapped.)
             let l = if lo1 == u16::MAX { u32::MAX } else { lo1 as u32 + 1 };
-            (lo, hi, top) = (lo.min(l), hi.max(h as u32), top.max(t as u32));
+            (lo, hi, top) = (lo.min(l), hi.max(h), top.max(t));
         }
-        (if lo == u32::MAX { lo } else { lo << 16 }, hi << 16, top << 16)
+        (lo, hi as u32, top as u32)
     }
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2")]
-    unsafe fn go(p: *const u16, ld: isize, rows: usize, cols: usize) -> (u32, u32, u32) {
+    unsafe fn go(p: *const u16, ld: isize, rows: usize, cols: usize, inf: u16) -> (u32, u32, u32) {
         // SAFETY: per the caller.
-        unsafe { body(p, ld, rows, cols) }
+        unsafe { body(p, ld, rows, cols, inf) }
     }
+    let inf = if f16 { 0x7c00 } else { 0x7f80 };
     #[cfg(target_arch = "x86_64")]
-    if super::simd() {
-        // SAFETY: simd() holds only when avx2 was detected; the rest per the caller.
-        return unsafe { go(p, ld, rows, cols) };
-    }
+    // SAFETY: simd() holds only when avx2 was detected; the rest per the caller.
+    let (lo, hi, top) = if super::simd() { unsafe { go(p, ld, rows, cols, inf) } } else { unsafe { body(p, ld, rows, cols, inf) } };
+    #[cfg(not(target_arch = "x86_64"))]
     // SAFETY: per the caller.
-    unsafe { body(p, ld, rows, cols) }
+    let (lo, hi, top) = unsafe { body(p, ld, rows, cols, inf) };
+    let pat = |c: u32| if f16 { super::f16_to_f32(c as u16).to_bits() } else { c << 16 };
+    (if lo == u32::MAX { lo } else { pat(lo) }, pat(hi), pat(top))
 }
 
 /// [`exp_bounds`] from the smallest and largest nonzero finite magnitude
@@ -3211,13 +3214,60 @@ unsafe fn round16<const BF: bool>(x: std::arch::x86_64::__m256) -> std::arch::x8
 /// row reads, else (four rows) row r's strip at `bp[r * sw..]`.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn tile16<const MR: usize, const K: u8, const BF: bool>(acc: &mut [f32], ap: &[f32], bp: &[f32], kn: usize, spl: f32, sw: usize) {
+unsafe fn tile16<const MR: usize, const K: u8, const BF: bool>(acc: &mut [f32], ap: &[f32], b: BSrc, kn: usize, spl: f32) {
     // SAFETY: per the caller.
     unsafe {
-        if sw != 0 {
-            tile16_strips::<MR, K, BF, true>(acc, ap, bp, kn, spl, sw)
-        } else {
-            tile16_strips::<MR, K, BF, false>(acc, ap, bp, kn, spl, 0)
+        match b {
+            BSrc::Packed(bp, 0) => tile16_strips::<MR, K, BF, false>(acc, ap, bp, kn, spl, 0),
+            BSrc::Packed(bp, sw) => tile16_strips::<MR, K, BF, true>(acc, ap, bp, kn, spl, sw),
+            BSrc::Codes(codes, ld, false) => tile16_codes::<MR, K, BF, false>(acc, ap, codes, ld, kn, spl),
+            BSrc::Codes(codes, ld, true) => tile16_codes::<MR, K, BF, true>(acc, ap, codes, ld, kn, spl),
+        }
+    }
+}
+
+/// [`tile16`] on B's codes in place ([`BSrc::Codes`]): one row, or four rows
+/// each on its own 16 columns (row r's from `codes + 16 * r`), bfloat16 codes
+/// or (`F16`) float16 codes decoded as they are loaded.
+///
+/// # Safety
+/// As [`tile16`]; the codes of the kn steps (`16 * MR` from `codes`, `ld` apart) readable.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn tile16_codes<const MR: usize, const K: u8, const BF: bool, const F16: bool>(acc: &mut [f32], ap: &[f32], codes: *const u16, ld: isize, kn: usize, spl: f32) {
+    use std::arch::x86_64::*;
+    assert!((MR == 1 || MR == 4) && acc.len() >= MR * 16 && ap.len() >= kn * MR);
+    // SAFETY: the loads of A and the accumulators are inside the slices (asserted
+    // above), those of B's codes per the caller; the CPU features are the caller's contract.
+    unsafe {
+        let load = |p: *const u16| -> __m256 {
+            let w = _mm_loadu_si128(p as *const __m128i);
+            if F16 {
+                _mm256_cvtph_ps(w)
+            } else {
+                _mm256_castsi256_ps(_mm256_slli_epi32::<16>(_mm256_cvtepu16_epi32(w)))
+            }
+        };
+        let mut c = [[_mm256_setzero_ps(); 2]; MR];
+        for (r, cr) in c.iter_mut().enumerate() {
+            cr[0] = _mm256_loadu_ps(acc.as_ptr().add(r * 16));
+            cr[1] = _mm256_loadu_ps(acc.as_ptr().add(r * 16 + 8));
+        }
+        let spl = _mm256_set1_ps(spl);
+        let (mut pa, mut pb) = (ap.as_ptr(), codes);
+        for _ in 0..kn {
+            for (r, cr) in c.iter_mut().enumerate() {
+                let av = _mm256_broadcast_ss(&*pa.add(r));
+                let q = pb.wrapping_add(16 * r);
+                cr[0] = add16::<K, BF>(cr[0], av, load(q), spl);
+                cr[1] = add16::<K, BF>(cr[1], av, load(q.wrapping_add(8)), spl);
+            }
+            pa = pa.add(MR);
+            pb = pb.wrapping_offset(ld);
+        }
+        for (r, cr) in c.iter().enumerate() {
+            _mm256_storeu_ps(acc.as_mut_ptr().add(r * 16), cr[0]);
+            _mm256_storeu_ps(acc.as_mut_ptr().add(r * 16 + 8), cr[1]);
         }
     }
 }
@@ -3428,49 +3478,56 @@ enum BSrc<'a> {
     /// Packed strips of 16 values a step: with `sw` = 0 one strip that every
     /// row reads, else (four rows) row r's strip at `sw * r` ([`strips_len`]).
     Packed(&'a [f32], usize),
-    /// A row-major bfloat16 B in place (one row's product, [`drive16`]): the
-    /// code of the tile's first column at the first step, `ld` codes (possibly
-    /// negative) from one step to the next; a one-row tile reads 16 codes a
-    /// step, a four-row one 64, row r the 16 from `16 * r` (`bf16_load!`).
-    /// None of them is a NaN.
-    Bf16(*const u16, isize),
+    /// A row-major bfloat16 (or, with `true`, float16) B in place (one row's
+    /// product, [`drive16`]): the code of the tile's first column at the first
+    /// step, `ld` codes (possibly negative) from one step to the next; a
+    /// one-row tile reads 16 codes a step, a four-row one 64, row r the 16 from
+    /// `16 * r` (`code_load!`). None of them is a NaN.
+    Codes(*const u16, isize, bool),
 }
 
 impl<'a> BSrc<'a> {
-    /// The packed strips and their distance (an empty strip for [`BSrc::Bf16`]).
+    /// The packed strips and their distance (an empty strip for [`BSrc::Codes`]).
     fn packed(self) -> (&'a [f32], usize) {
         match self {
             BSrc::Packed(bp, sw) => (bp, sw),
-            BSrc::Bf16(..) => (&[], 0),
+            BSrc::Codes(..) => (&[], 0),
         }
     }
 }
 
 /// The loads of a step's 16 values of B into `$b0` and `$b1` (`tile_asm!`):
 /// packed f32 (`f32`; with no `$b0`, only the second 8, the row macros reading
-/// the first from `[{pb}]`), or bf16 codes in place (`bf16`, `bf16_load!`).
+/// the first from `[{pb}]`), or codes in place (`bf16`, `f16`: `code_load!`).
 #[cfg(target_arch = "x86_64")]
 macro_rules! tile_top {
     (f32, [$($b0:tt)?], $b1:tt) => {
         concat!($("vmovups ", $b0, ", ymmword ptr [{pb}]\n",)? "vmovups ", $b1, ", ymmword ptr [{pb} + 32]")
     };
-    (bf16, [$b0:tt], $b1:tt) => {
-        bf16_load!($b0, $b1, "0")
+    ($mode:ident, [$b0:tt], $b1:tt) => {
+        code_load!($mode, $b0, $b1, "0")
     };
 }
 
-/// 16 bf16 codes at byte `$off` of `[{pb}]` as f32 values in `$b0` and `$b1`:
-/// each code widened to 32 bits and moved to the top half (a bf16 value is
-/// the top half of its f32 pattern; a NaN keeps its payload, so the callers
-/// read in place only blocks without NaNs).
+/// 16 codes at byte `$off` of `[{pb}]` as f32 values in `$b0` and `$b1`:
+/// bfloat16 codes (`bf16`) widened to 32 bits and moved to the top half (a
+/// bfloat16 value is the top half of its f32 pattern; a NaN keeps its payload,
+/// so the callers read in place only blocks without NaNs), or float16 codes
+/// (`f16`) by `vcvtph2ps` (exact; a NaN quieted, its payload kept).
 #[cfg(target_arch = "x86_64")]
-macro_rules! bf16_load {
-    ($b0:tt, $b1:tt, $off:literal) => {
+macro_rules! code_load {
+    (bf16, $b0:tt, $b1:tt, $off:literal) => {
         concat!(
             "vpmovzxwd ", $b0, ", xmmword ptr [{pb} + ", $off, "]\n",
             "vpmovzxwd ", $b1, ", xmmword ptr [{pb} + ", $off, " + 16]\n",
             "vpslld ", $b0, ", ", $b0, ", 16\n",
             "vpslld ", $b1, ", ", $b1, ", 16",
+        )
+    };
+    (f16, $b0:tt, $b1:tt, $off:literal) => {
+        concat!(
+            "vcvtph2ps ", $b0, ", xmmword ptr [{pb} + ", $off, "]\n",
+            "vcvtph2ps ", $b1, ", xmmword ptr [{pb} + ", $off, " + 16]",
         )
     };
 }
@@ -3482,7 +3539,7 @@ macro_rules! tile_bstep {
     (f32) => {
         "add {pb}, 64"
     };
-    (bf16) => {
+    ($mode:ident) => {
         concat!("prefetcht0 byte ptr [{pb} + {pf}]\n", "prefetcht0 byte ptr [{pb} + {pf} + 64]\n", "add {pb}, {bs}")
     };
 }
@@ -3509,9 +3566,9 @@ macro_rules! tile_bstep {
 /// each read their own strip of B, `sw` bytes apart (operands `sw`, `sw3` =
 /// 3 * `sw`): row 0 the step's loads, rows 1 to 3 their own loads into `b`
 /// before their row macros (one row's product taken four strips at a time,
-/// on A's value repeated in the four rows). With `(bf4, bs)` or `(bf1, bs)`,
-/// four rows as `w4`'s or one, B's bfloat16 rows in place ([`BSrc::Bf16`]):
-/// each step's codes decoded into `b` (`bf16_load!`), row r's 16 at byte 32 r,
+/// on A's value repeated in the four rows). With `(in4, mode, bs)` or `(in1, mode, bs)`,
+/// four rows as `w4`'s or one, B's bfloat16 or float16 rows in place ([`BSrc::Codes`]):
+/// each step's codes decoded into `b` (`code_load!`, `mode` bf16 or f16), row r's 16 at byte 32 r,
 /// the next step `bs` bytes on (operand `bs`), the codes a depth block further
 /// on prefetched (operand `pf`), where the next block's kernels will read them.
 #[cfg(target_arch = "x86_64")]
@@ -3546,18 +3603,18 @@ macro_rules! tile_asm {
         ], setup: [$($setup),*], b: ([$b0], $b1), $($rest)* sw = in(reg) $sw, sw3 = in(reg) $sw3,)
     };
     // B's bf16 rows in place, `{bs}` bytes apart (operand `bs`), decoded in
-    // registers ([`bf16_load`]): four rows each on its own 16 columns of a row,
+    // registers (`code_load!`): four rows each on its own 16 columns of a row,
     // 32 bytes apart, as `w4`'s strips; or one row.
-    ((bf4, $bs:expr), setup: [$($setup:expr),*], b: ([$b0:tt], $b1:tt), $($rest:tt)*) => {
-        tile_asm!(@rows bf16 "16", [
+    ((in4, $mode:ident, $bs:expr), setup: [$($setup:expr),*], b: ([$b0:tt], $b1:tt), $($rest:tt)*) => {
+        tile_asm!(@rows $mode "16", [
             ("0", "ymm0", "0", "ymm1", "32"),
-            ("4", "ymm2", "64", "ymm3", "96", bf16_load!($b0, $b1, "32")),
-            ("8", "ymm4", "128", "ymm5", "160", bf16_load!($b0, $b1, "64")),
-            ("12", "ymm6", "192", "ymm7", "224", bf16_load!($b0, $b1, "96"))
+            ("4", "ymm2", "64", "ymm3", "96", code_load!($mode, $b0, $b1, "32")),
+            ("8", "ymm4", "128", "ymm5", "160", code_load!($mode, $b0, $b1, "64")),
+            ("12", "ymm6", "192", "ymm7", "224", code_load!($mode, $b0, $b1, "96"))
         ], setup: [$($setup),*], b: ([$b0], $b1), $($rest)* bs = in(reg) $bs, pf = in(reg) $bs * KB as isize,)
     };
-    ((bf1, $bs:expr), $($rest:tt)*) => {
-        tile_asm!(@rows bf16 "4", [("0", "ymm0", "0", "ymm1", "32")], $($rest)* bs = in(reg) $bs, pf = in(reg) $bs * KB as isize,)
+    ((in1, $mode:ident, $bs:expr), $($rest:tt)*) => {
+        tile_asm!(@rows $mode "4", [("0", "ymm0", "0", "ymm1", "32")], $($rest)* bs = in(reg) $bs, pf = in(reg) $bs * KB as isize,)
     };
     (@rows $mode:ident $stride:literal, [$(($off:literal, $c0:tt, $o0:literal, $c1:tt, $o1:literal $(, $ld:expr)*)),*],
      setup: [$($setup:expr),*], b: ([$($b0:tt)?], $b1:tt $(, $bx:expr)*), row: $row:ident($r:ident), step: [$($step:expr),*],
@@ -3730,7 +3787,7 @@ unsafe fn tile16_dir<const MR: usize, const T: u8, const RM: i32>(acc: &mut [f32
     use std::arch::asm;
     use std::arch::x86_64::{_MM_FROUND_TO_NEG_INF, _MM_FROUND_TO_POS_INF, _MM_FROUND_TO_ZERO};
     let (bp, sw) = b.packed();
-    let in_place = matches!(b, BSrc::Bf16(..));
+    let in_place = matches!(b, BSrc::Codes(..));
     assert!((MR == 1 || MR == 6 && !in_place || MR == 4 && (sw != 0 || in_place)) && T <= 3 && (1..4).contains(&RM));
     assert!(acc.len() >= MR * 16 && ap.len() >= kn * MR && (in_place || bp.len() >= strips_len(MR, sw, kn)));
     if kn == 0 {
@@ -3752,17 +3809,18 @@ unsafe fn tile16_dir<const MR: usize, const T: u8, const RM: i32>(acc: &mut [f32
             )
         };
     }
-    if let BSrc::Bf16(codes, ld) = b {
+    if let BSrc::Codes(codes, ld, f16) = b {
         let bs = ld * 2;
         // SAFETY: per the caller, B's codes of the kn steps (16 * MR from `codes`, `ld`
         // apart) are readable; the stores stay inside acc (asserted), the loads inside
         // ap and the constants; MXCSR is restored before the block ends; the clobbered
         // vector registers are declared.
         unsafe {
-            if MR == 4 {
-                by_dir_rounding!(T, RM, go!((bf4, bs),), codes)
-            } else {
-                by_dir_rounding!(T, RM, go!((bf1, bs),), codes)
+            match (MR, f16) {
+                (4, false) => by_dir_rounding!(T, RM, go!((in4, bf16, bs),), codes),
+                (4, true) => by_dir_rounding!(T, RM, go!((in4, f16, bs),), codes),
+                (_, false) => by_dir_rounding!(T, RM, go!((in1, bf16, bs),), codes),
+                _ => by_dir_rounding!(T, RM, go!((in1, f16, bs),), codes),
             }
         }
         return;
@@ -4191,7 +4249,7 @@ unsafe fn tile16_oddz<const MR: usize, const T: u8>(acc: &mut [f32], ap: &[f32],
     use std::arch::asm;
     let (bp, sw) = b.packed();
     assert!(T <= ODD_E5M2 && (MR == 1 || MR == 4 || MR == 6 && T != ODD_E5M2 && sw == 0));
-    assert!(acc.len() >= MR * 16 && ap.len() >= kn * MR && (matches!(b, BSrc::Bf16(..)) || bp.len() >= strips_len(MR, sw, kn)));
+    assert!(acc.len() >= MR * 16 && ap.len() >= kn * MR && (matches!(b, BSrc::Codes(..)) || bp.len() >= strips_len(MR, sw, kn)));
     if kn == 0 {
         return;
     }
@@ -4209,7 +4267,7 @@ unsafe fn tile16_oddz<const MR: usize, const T: u8>(acc: &mut [f32], ap: &[f32],
             )
         };
     }
-    if let BSrc::Bf16(codes, ld) = b {
+    if let BSrc::Codes(codes, ld, f16) = b {
         assert!((MR == 1 || MR == 4) && T != ODD_E5M2);
         let bs = ld * 2;
         // SAFETY: per the caller, B's codes of the kn steps (16 * MR from `codes`, `ld`
@@ -4217,11 +4275,15 @@ unsafe fn tile16_oddz<const MR: usize, const T: u8>(acc: &mut [f32], ap: &[f32],
         // ap and the constants; MXCSR is restored before the block ends; the clobbered
         // vector registers are declared.
         unsafe {
-            match (MR, T) {
-                (4, ODD_F16) => go!((bf4, bs), oddz_f16, codes),
-                (4, _) => go!((bf4, bs), oddz_f16_fin, codes),
-                (_, ODD_F16) => go!((bf1, bs), oddz_f16, codes),
-                _ => go!((bf1, bs), oddz_f16_fin, codes),
+            match (MR, T, f16) {
+                (4, ODD_F16, false) => go!((in4, bf16, bs), oddz_f16, codes),
+                (4, _, false) => go!((in4, bf16, bs), oddz_f16_fin, codes),
+                (_, ODD_F16, false) => go!((in1, bf16, bs), oddz_f16, codes),
+                (_, _, false) => go!((in1, bf16, bs), oddz_f16_fin, codes),
+                (4, ODD_F16, true) => go!((in4, f16, bs), oddz_f16, codes),
+                (4, _, true) => go!((in4, f16, bs), oddz_f16_fin, codes),
+                (_, ODD_F16, true) => go!((in1, f16, bs), oddz_f16, codes),
+                (_, _, true) => go!((in1, f16, bs), oddz_f16_fin, codes),
             }
         }
         return;
@@ -4390,7 +4452,7 @@ unsafe fn tile16_unit<const MR: usize, const ODD: bool>(acc: &mut [f32], ap: &[f
     use std::arch::asm;
     let (bp, sw) = b.packed();
     assert!(MR == 1 || MR == 4);
-    assert!(acc.len() >= MR * 16 && ap.len() >= kn * MR && (matches!(b, BSrc::Bf16(..)) || bp.len() >= strips_len(MR, sw, kn)));
+    assert!(acc.len() >= MR * 16 && ap.len() >= kn * MR && (matches!(b, BSrc::Codes(..)) || bp.len() >= strips_len(MR, sw, kn)));
     assert!((13..=21).contains(&unit));
     if kn == 0 {
         return;
@@ -4435,7 +4497,7 @@ unsafe fn tile16_unit<const MR: usize, const ODD: bool>(acc: &mut [f32], ap: &[f
             }
         };
     }
-    if let BSrc::Bf16(codes, ld) = b {
+    if let BSrc::Codes(codes, ld, f16) = b {
         // (Nearest-even at bfloat16's unit from the sum rounded to odd, unscaled.)
         assert!(ODD && unit == 16);
         let bs = ld * 2;
@@ -4444,10 +4506,11 @@ unsafe fn tile16_unit<const MR: usize, const ODD: bool>(acc: &mut [f32], ap: &[f
         // ap and the constants; MXCSR is restored before the block ends; the clobbered
         // vector registers are declared.
         unsafe {
-            if MR == 4 {
-                go!((bf4, bs), 16, codes)
-            } else {
-                go!((bf1, bs), 16, codes)
+            match (MR, f16) {
+                (4, false) => go!((in4, bf16, bs), 16, codes),
+                (4, true) => go!((in4, f16, bs), 16, codes),
+                (_, false) => go!((in1, bf16, bs), 16, codes),
+                _ => go!((in1, f16, bs), 16, codes),
             }
         }
         return;
@@ -5212,16 +5275,17 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
         _ => true,
     };
     let np = if k.max(1) * n.div_ceil(16) * 16 * 4 <= NP16_BYTES { n } else { NP16 };
-    // One row against a row-major bfloat16 B (a vector-matrix product), to nearest
-    // from the sum rounded to odd (kind Odd, into float16 or bfloat16) or in a
-    // directed mode (kind Dir): the kernels read B's codes in place, decoded in
-    // registers ([`BSrc::Bf16`]), where a packed panel would write each value and
+    // One row against a row-major bfloat16 or float16 B (a vector-matrix product), to
+    // nearest (kinds Odd and Mid, into float16 or bfloat16) or in a directed mode
+    // (kind Dir): the kernels read B's codes in place, decoded in
+    // registers ([`BSrc::Codes`]), where a packed panel would write each value and
     // read it back for its one product. The tasks scan their columns of each depth
     // block for its bounds; a block holding a NaN (whose payload the decode keeps),
     // or whose products the kernels cannot take, and a last strip of fewer than 16
     // columns, are packed into the task's own buffer (`bloc`) as the panel would hold
     // them, unscaled: A's block takes the whole of a scaled kind's scale.
-    let b_codes = matches!(b.dec, super::Dec::Bf16) && b.cs == 1 && mr == 1 && (kind == Kind16::Odd && !scaled_kind || matches!(kind, Kind16::Dir(_)));
+    let b_f16 = matches!(b.dec, super::Dec::F16);
+    let b_codes = (matches!(b.dec, super::Dec::Bf16) || b_f16) && b.cs == 1 && mr == 1 && (matches!(kind, Kind16::Odd | Kind16::Mid) && !scaled_kind || matches!(kind, Kind16::Dir(_)));
     // (No panel in place: one column block, each task's codes of a row contiguous.)
     let np = if b_codes { n } else { np };
     let pstrips = np.min(n).div_ceil(16);
@@ -5362,7 +5426,7 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
                 let (bbk, b_max, nan_free) = if b_codes {
                     let p = (b.ptr as *const u16).wrapping_offset(kb as isize * b.rs + (j0 + ja) as isize);
                     // SAFETY: rows kb..kb+kn, columns j0+ja..j0+jz are inside b.
-                    let (lo, hi, top) = unsafe { bf16_scan(p, b.rs, kn, jz - ja) };
+                    let (lo, hi, top) = unsafe { code_scan(p, b.rs, kn, jz - ja, b_f16) };
                     (exp_bounds_of(lo, hi, pb), f32::from_bits(top), top <= 0x7f80_0000)
                 } else {
                     (bbk, bmaxes[kbi], false)
@@ -5528,7 +5592,7 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
                 }
                 // In place: this block's full strips, where its codes hold no NaN and the
                 // kernels take it; the other strips packed into `bloc`.
-                let in_place = nan_free && fast && matches!(kind, Kind16::Odd | Kind16::OddFin | Kind16::Dir(_)) && dir_runs.is_none();
+                let in_place = nan_free && fast && matches!(kind, Kind16::Odd | Kind16::OddFin | Kind16::Mid | Kind16::Dir(_)) && dir_runs.is_none();
                 // (From strip pk0, the first one packed.)
                 let pk0 = if in_place { full } else { s0 };
                 if b_codes && pk0 < s1 {
@@ -5566,7 +5630,7 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
                         macro_rules! bsrc {
                             ($bp:expr, $sw:expr) => {
                                 match codes {
-                                    Some(c) => BSrc::Bf16(c, b.rs),
+                                    Some(c) => BSrc::Codes(c, b.rs, b_f16),
                                     None => BSrc::Packed($bp, $sw),
                                 }
                             };
@@ -5598,13 +5662,13 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
                                     macro_rules! tiles {
                                         ($mf:expr, $mo:expr, $ok:ident, $inexact:ident, $sw:expr) => {
                                             match (kind, bf) {
-                                                (Kind16::Fma, false) => tile16::<$mf, K_FMA, false>(t, ap, bp, len, spl, $sw),
-                                                (Kind16::Fma, true) => tile16::<$mf, K_FMA, true>(t, ap, bp, len, spl, $sw),
-                                                (Kind16::Split, false) => tile16::<$mf, K_SPLIT, false>(t, ap, bp, len, spl, $sw),
-                                                (Kind16::Split, true) => tile16::<$mf, K_SPLIT, true>(t, ap, bp, len, spl, $sw),
+                                                (Kind16::Fma, false) => tile16::<$mf, K_FMA, false>(t, ap, bsrc!(bp, $sw), len, spl),
+                                                (Kind16::Fma, true) => tile16::<$mf, K_FMA, true>(t, ap, bsrc!(bp, $sw), len, spl),
+                                                (Kind16::Split, false) => tile16::<$mf, K_SPLIT, false>(t, ap, bsrc!(bp, $sw), len, spl),
+                                                (Kind16::Split, true) => tile16::<$mf, K_SPLIT, true>(t, ap, bsrc!(bp, $sw), len, spl),
                                                 (Kind16::UnitNe, _) => tile16_unit::<$mo, false>(t, ap, BSrc::Packed(bp, $sw), len, gs.map_or(21, |f| f.unit)),
-                                                (Kind16::Mid, false) => tile16::<$mo, K_MID, false>(t, ap, bp, len, spl, $sw),
-                                                (Kind16::Mid, true) => tile16::<$mo, K_MID, true>(t, ap, bp, len, spl, $sw),
+                                                (Kind16::Mid, false) => tile16::<$mo, K_MID, false>(t, ap, bsrc!(bp, $sw), len, spl),
+                                                (Kind16::Mid, true) => tile16::<$mo, K_MID, true>(t, ap, bsrc!(bp, $sw), len, spl),
                                                 (Kind16::Odd, true) => tile16_unit::<$mo, true>(t, ap, bsrc!(bp, $sw), len, 16),
                                                 (Kind16::Odd, false) => tile16_oddz::<$mf, ODD_F16>(t, ap, bsrc!(bp, $sw), len),
                                                 (Kind16::OddFin, _) => tile16_oddz::<$mf, ODD_F16_FIN>(t, ap, bsrc!(bp, $sw), len),
