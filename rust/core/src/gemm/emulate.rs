@@ -3256,6 +3256,10 @@ unsafe fn tile16_codes<const MR: usize, const K: u8, const BF: bool, const F16: 
         let spl = _mm256_set1_ps(spl);
         let (mut pa, mut pb) = (ap.as_ptr(), codes);
         for _ in 0..kn {
+            // The codes a depth block on, where the next block's kernels read them.
+            let pf = pb.wrapping_offset(KB as isize * ld) as *const i8;
+            _mm_prefetch::<_MM_HINT_T0>(pf);
+            _mm_prefetch::<_MM_HINT_T0>(pf.wrapping_add(64));
             for (r, cr) in c.iter_mut().enumerate() {
                 let av = _mm256_broadcast_ss(&*pa.add(r));
                 let q = pb.wrapping_add(16 * r);
@@ -3602,9 +3606,9 @@ macro_rules! tile_asm {
                 concat!("vmovups ", $b0, ", ymmword ptr [{pb} + {sw3}]"), concat!("vmovups ", $b1, ", ymmword ptr [{pb} + {sw3} + 32]"))
         ], setup: [$($setup),*], b: ([$b0], $b1), $($rest)* sw = in(reg) $sw, sw3 = in(reg) $sw3,)
     };
-    // B's bf16 rows in place, `{bs}` bytes apart (operand `bs`), decoded in
-    // registers (`code_load!`): four rows each on its own 16 columns of a row,
-    // 32 bytes apart, as `w4`'s strips; or one row.
+    // B's rows of bf16 or f16 codes in place, `{bs}` bytes apart (operand `bs`),
+    // decoded in registers (`code_load!`): four rows each on its own 16 columns of
+    // a row, 32 bytes apart, as `w4`'s strips; or one row.
     ((in4, $mode:ident, $bs:expr), setup: [$($setup:expr),*], b: ([$b0:tt], $b1:tt), $($rest:tt)*) => {
         tile_asm!(@rows $mode "16", [
             ("0", "ymm0", "0", "ymm1", "32"),
