@@ -1,7 +1,10 @@
 """Emulated low-precision accumulation (matmul accumulate=/chunk=, lowp.sum) against
 an exact-rational reference: every add is the exact sum rounded once."""
 
+import ctypes
 import math
+import mmap
+import sys
 import zlib
 from fractions import Fraction
 
@@ -1207,3 +1210,36 @@ def test_one_row_rows_read_in_place(dtype, acc, mode, layout, chunk, threads):
     got = matmul_as_scalar(a, b2, **kw)
     assert same_bits(got, lowp.matmul(a, np.asfortranarray(b2), **kw))
     assert np.isfinite(got[0]).sum() >= n // 2
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="mprotect through libc")
+@pytest.mark.parametrize("dtype", [ml_dtypes.bfloat16, np.float16], ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("shape", [(700, 300), (257, 16), (100, 17)], ids=str)
+def test_one_row_in_place_reads_stay_inside_b(dtype, shape, threads):
+    """B's codes read in place end right before a page that may not be read: a kernel
+    or scan reading past B's last row (or past its last column, as a last strip of
+    fewer than 16 columns would) faults. Rows forward and reversed, every mode that
+    reads in place, against the same B packed."""
+    libc = ctypes.CDLL(None)
+    libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    k, n = shape
+    page = mmap.PAGESIZE
+    nbytes = k * n * 2
+    total = (nbytes // page + 2) * page
+    buf = mmap.mmap(-1, total)
+    base = ctypes.addressof(ctypes.c_char.from_buffer(buf))
+    guard = base + total - page
+    assert libc.mprotect(guard, page, 0) == 0  # PROT_NONE
+    try:
+        g = np.random.default_rng(3)
+        b = np.frombuffer(buf, np.uint8, nbytes, guard - nbytes - base).view(dtype).reshape(k, n)
+        b[...] = g.standard_normal((k, n)).astype(dtype)
+        a = g.standard_normal((1, k)).astype(dtype)
+        for bb in (b, b[::-1]):
+            for acc in ("float16", "bfloat16"):
+                for mode in ("nearest_even", "toward_zero", "up", "down"):
+                    got = lowp.matmul(a, bb, accumulate=acc, rounding=mode)
+                    assert same_bits(got, lowp.matmul(a, np.asfortranarray(bb), accumulate=acc, rounding=mode))
+        del b, bb
+    finally:
+        assert libc.mprotect(guard, page, 3) == 0  # PROT_READ | PROT_WRITE
