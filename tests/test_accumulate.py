@@ -1165,28 +1165,30 @@ def test_f64_tiles_widths_not_a_multiple_of_eight(acc, mode, chunk, threads):
         assert np.isnan(got[12]).all()
 
 
+@pytest.mark.parametrize("m", [1, 7])
 @pytest.mark.parametrize("dtype", [ml_dtypes.bfloat16, np.float16], ids=lambda d: np.dtype(d).name)
 @pytest.mark.parametrize("acc", ["float16", "bfloat16"])
 @pytest.mark.parametrize("mode", ["nearest_even", "toward_zero", "up", "down"])
 @pytest.mark.parametrize("layout", ["rows", "reversed", "strided"])
 @pytest.mark.parametrize("chunk", [None, 40])
-def test_one_row_rows_read_in_place(dtype, acc, mode, layout, chunk, threads):
-    """A one-row product with a row-major bfloat16 or float16 B, to nearest (from bf16,
-    the sum rounded to odd; from fp16, the FMA and a midpoint check) or in a directed
-    mode (into float16 at its unit bit on scaled values, whose whole scale A then
-    takes, or through the conversions): the kernels read B's codes in place, decoded in
-    registers. Its depth blocks (k = 700: three of them) test each path: plain values;
-    one block holding a NaN (with a payload the in-place decode would keep), another
-    whose products underflow float32 (bf16: B's values near 2^-140; fp16: subnormals),
-    both packed instead (fp16: the NaN's alone); and sums that grow toward float16's
-    largest value. 300 columns are tasks of four strips taken together and single
-    ones, and leave a last strip of 12, packed too. B with its rows reversed and B a
-    view of every other row of a wider array (row strides -300 and 2*320) take the
-    same path. Bit for bit against the scalar path and the same B packed
+def test_few_rows_read_b_in_place(m, dtype, acc, mode, layout, chunk, threads):
+    """A product of few rows with a row-major bfloat16 or float16 B reads B's codes in
+    place, decoded in registers: to nearest (from bf16, the sum rounded to odd, into
+    float16 for one row only; from fp16, the FMA and a midpoint check) and in the
+    directed modes (into float16 at its unit bit on scaled values, whose whole scale A
+    then takes, or through the conversions). One row takes four 16-column strips at a
+    time; 7 rows are row groups of 6 or 4, the last one partial, each decoding B again.
+    The depth blocks (k = 700: three of them) test each path: plain values; one block
+    holding a NaN (with a payload the in-place decode would keep), another whose
+    products underflow float32 (bf16: B's values near 2^-140; fp16: subnormals), both
+    packed instead (fp16: the NaN's alone); and sums that grow toward float16's largest
+    value. 300 columns leave a last strip of 12, packed too. B with its rows reversed
+    and B a view of every other row of a wider array (row strides -300 and 2*320) take
+    the same path. Bit for bit against the scalar path and the same B packed
     (Fortran-ordered)."""
     g = np.random.default_rng(31)
     k, n = 700, 300
-    a = g.standard_normal((1, k)).astype(np.float32).astype(dtype)
+    a = g.standard_normal((m, k)).astype(np.float32).astype(dtype)
     base = (g.standard_normal((k, n)) * 8.0).astype(np.float32)
     base[300:512] *= np.float32(2.0**-140 if dtype == ml_dtypes.bfloat16 else 2.0**-20)
     base[600:] *= np.float32(2.0**7)  # the third: sums near the largest float16
@@ -1203,7 +1205,7 @@ def test_one_row_rows_read_in_place(dtype, acc, mode, layout, chunk, threads):
     kw = dict(accumulate=acc, rounding=mode, chunk=chunk)
     got = matmul_as_scalar(a, b, **kw)
     assert same_bits(got, lowp.matmul(a, np.asfortranarray(b), **kw))
-    assert np.isnan(got[0, 7]) and np.isfinite(got[0]).sum() >= n // 2
+    assert np.isnan(got[:, 7]).all() and np.isfinite(got[0]).sum() >= n // 2
     # Without the NaN: the first block in place as well.
     b2 = np.array(b)
     b2[50, 7] = 1.0
@@ -1214,15 +1216,15 @@ def test_one_row_rows_read_in_place(dtype, acc, mode, layout, chunk, threads):
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="mprotect through libc")
 @pytest.mark.parametrize("dtype", [ml_dtypes.bfloat16, np.float16], ids=lambda d: np.dtype(d).name)
-@pytest.mark.parametrize("shape", [(700, 300), (257, 16), (100, 17)], ids=str)
-def test_one_row_in_place_reads_stay_inside_b(dtype, shape, threads):
+@pytest.mark.parametrize("shape", [(1, 700, 300), (1, 257, 16), (1, 100, 17), (5, 300, 40)], ids=str)
+def test_few_rows_in_place_reads_stay_inside_b(dtype, shape, threads):
     """B's codes read in place end right before a page that may not be read: a kernel
     or scan reading past B's last row (or past its last column, as a last strip of
     fewer than 16 columns would) faults. Rows forward and reversed, every mode that
     reads in place, against the same B packed."""
     libc = ctypes.CDLL(None)
     libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-    k, n = shape
+    m, k, n = shape
     page = mmap.PAGESIZE
     nbytes = k * n * 2
     total = (nbytes // page + 2) * page
@@ -1234,7 +1236,7 @@ def test_one_row_in_place_reads_stay_inside_b(dtype, shape, threads):
         g = np.random.default_rng(3)
         b = np.frombuffer(buf, np.uint8, nbytes, guard - nbytes - base).view(dtype).reshape(k, n)
         b[...] = g.standard_normal((k, n)).astype(dtype)
-        a = g.standard_normal((1, k)).astype(dtype)
+        a = g.standard_normal((m, k)).astype(dtype)
         for bb in (b, b[::-1]):
             for acc in ("float16", "bfloat16"):
                 for mode in ("nearest_even", "toward_zero", "up", "down"):

@@ -73,8 +73,10 @@
 //!   rounding to <= 22 bits), when the values of the depth block keep every
 //!   product exact in f32 (exponent scan of the packed block); otherwise that
 //!   block runs through the f64 rounding; into float8_e5m2, rounded to odd
-//!   again at float16 ([`Kind16::OddE5m2`]). A one-row product with a
-//!   row-major bfloat16 or float16 B reads B's codes in place ([`BSrc::Codes`]). Chunk totals into float16 or
+//!   again at float16 ([`Kind16::OddE5m2`]). A product of at most 12 rows
+//!   with a row-major bfloat16 or float16 B reads B's codes in place
+//!   ([`BSrc::Codes`]) in these kinds and kind Dir (kind Odd into float16: one
+//!   row only). Chunk totals into float16 or
 //!   bfloat16, to nearest, use TwoSum in f32 and round to odd.
 //!   Stochastic into float16, bfloat16 and other IEEE-style formats of 2 to
 //!   10 mantissa bits whose normal range f32 holds, with at most `23 - man`
@@ -3220,23 +3222,26 @@ unsafe fn tile16<const MR: usize, const K: u8, const BF: bool>(acc: &mut [f32], 
         match b {
             BSrc::Packed(bp, 0) => tile16_strips::<MR, K, BF, false>(acc, ap, bp, kn, spl, 0),
             BSrc::Packed(bp, sw) => tile16_strips::<MR, K, BF, true>(acc, ap, bp, kn, spl, sw),
-            BSrc::Codes(codes, ld, false) => tile16_codes::<MR, K, BF, false>(acc, ap, codes, ld, kn, spl),
-            BSrc::Codes(codes, ld, true) => tile16_codes::<MR, K, BF, true>(acc, ap, codes, ld, kn, spl),
+            BSrc::Codes { p, ld, f16: false, strips: false } => tile16_codes::<MR, K, BF, false, false>(acc, ap, p, ld, kn, spl),
+            BSrc::Codes { p, ld, f16: true, strips: false } => tile16_codes::<MR, K, BF, true, false>(acc, ap, p, ld, kn, spl),
+            BSrc::Codes { p, ld, f16: false, strips: true } => tile16_codes::<MR, K, BF, false, true>(acc, ap, p, ld, kn, spl),
+            BSrc::Codes { p, ld, f16: true, strips: true } => tile16_codes::<MR, K, BF, true, true>(acc, ap, p, ld, kn, spl),
         }
     }
 }
 
-/// [`tile16`] on B's codes in place ([`BSrc::Codes`]): one row, or four rows
-/// each on its own 16 columns (row r's from `codes + 16 * r`), bfloat16 codes
-/// or (`F16`) float16 codes decoded as they are loaded.
+/// [`tile16`] on B's codes in place ([`BSrc::Codes`]): every row on the same
+/// 16 columns, or with `STRIPS` four rows each on its own (row r's from `codes
+/// + 16 * r`), bfloat16 codes or (`F16`) float16 codes decoded as they are loaded.
 ///
 /// # Safety
-/// As [`tile16`]; the codes of the kn steps (`16 * MR` from `codes`, `ld` apart) readable.
+/// As [`tile16`]; the codes of the kn steps (16, or `16 * MR` with `STRIPS`,
+/// from `codes`, `ld` apart) readable.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn tile16_codes<const MR: usize, const K: u8, const BF: bool, const F16: bool>(acc: &mut [f32], ap: &[f32], codes: *const u16, ld: isize, kn: usize, spl: f32) {
+unsafe fn tile16_codes<const MR: usize, const K: u8, const BF: bool, const F16: bool, const STRIPS: bool>(acc: &mut [f32], ap: &[f32], codes: *const u16, ld: isize, kn: usize, spl: f32) {
     use std::arch::x86_64::*;
-    assert!((MR == 1 || MR == 4) && acc.len() >= MR * 16 && ap.len() >= kn * MR);
+    assert!((!STRIPS || MR == 4) && acc.len() >= MR * 16 && ap.len() >= kn * MR);
     // SAFETY: the loads of A and the accumulators are inside the slices (asserted
     // above), those of B's codes per the caller; the CPU features are the caller's contract.
     unsafe {
@@ -3262,7 +3267,7 @@ unsafe fn tile16_codes<const MR: usize, const K: u8, const BF: bool, const F16: 
             _mm_prefetch::<_MM_HINT_T0>(pf.wrapping_add(64));
             for (r, cr) in c.iter_mut().enumerate() {
                 let av = _mm256_broadcast_ss(&*pa.add(r));
-                let q = pb.wrapping_add(16 * r);
+                let q = if STRIPS { pb.wrapping_add(16 * r) } else { pb };
                 cr[0] = add16::<K, BF>(cr[0], av, load(q), spl);
                 cr[1] = add16::<K, BF>(cr[1], av, load(q.wrapping_add(8)), spl);
             }
@@ -3482,12 +3487,13 @@ enum BSrc<'a> {
     /// Packed strips of 16 values a step: with `sw` = 0 one strip that every
     /// row reads, else (four rows) row r's strip at `sw * r` ([`strips_len`]).
     Packed(&'a [f32], usize),
-    /// A row-major bfloat16 (or, with `true`, float16) B in place (one row's
-    /// product, [`drive16`]): the code of the tile's first column at the first
-    /// step, `ld` codes (possibly negative) from one step to the next; a
-    /// one-row tile reads 16 codes a step, a four-row one 64, row r the 16 from
-    /// `16 * r` (`code_load!`). None of them is a NaN.
-    Codes(*const u16, isize, bool),
+    /// A row-major bfloat16 (or, with `f16`, float16) B in place (products of
+    /// few rows, [`drive16`]): the code of the tile's first column at the first
+    /// step, `ld` codes (possibly negative) from one step to the next; every row
+    /// of the tile reads the same 16 codes a step, or with `strips` (one row's
+    /// product taken four strips at a time) row r the 16 from `16 * r`
+    /// (`code_load!`). None of them is a NaN.
+    Codes { p: *const u16, ld: isize, f16: bool, strips: bool },
 }
 
 impl<'a> BSrc<'a> {
@@ -3495,7 +3501,7 @@ impl<'a> BSrc<'a> {
     fn packed(self) -> (&'a [f32], usize) {
         match self {
             BSrc::Packed(bp, sw) => (bp, sw),
-            BSrc::Codes(..) => (&[], 0),
+            BSrc::Codes { .. } => (&[], 0),
         }
     }
 }
@@ -3578,20 +3584,40 @@ macro_rules! tile_bstep {
 #[cfg(target_arch = "x86_64")]
 macro_rules! tile_asm {
     (6, $($rest:tt)*) => {
-        tile_asm!(@rows f32 "24", [
+        tile_asm!(@six f32 [] $($rest)*)
+    };
+    (4, $($rest:tt)*) => {
+        tile_asm!(@four f32 [] $($rest)*)
+    };
+    (1, $($rest:tt)*) => {
+        tile_asm!(@one f32 [] $($rest)*)
+    };
+    // B's rows of bf16 or f16 codes in place, `{bs}` bytes apart (operand `bs`),
+    // decoded in registers (`code_load!`), every row on the same 16 columns.
+    ((in6, $mode:ident, $bs:expr), $($rest:tt)*) => {
+        tile_asm!(@six $mode [bs = in(reg) $bs, pf = in(reg) $bs * KB as isize,] $($rest)*)
+    };
+    ((in4, $mode:ident, $bs:expr), $($rest:tt)*) => {
+        tile_asm!(@four $mode [bs = in(reg) $bs, pf = in(reg) $bs * KB as isize,] $($rest)*)
+    };
+    ((in1, $mode:ident, $bs:expr), $($rest:tt)*) => {
+        tile_asm!(@one $mode [bs = in(reg) $bs, pf = in(reg) $bs * KB as isize,] $($rest)*)
+    };
+    (@six $mode:ident [$($op:tt)*] $($rest:tt)*) => {
+        tile_asm!(@rows $mode "24", [
             ("0", "ymm0", "0", "ymm1", "32"), ("4", "ymm2", "64", "ymm3", "96"),
             ("8", "ymm4", "128", "ymm5", "160"), ("12", "ymm6", "192", "ymm7", "224"),
             ("16", "ymm8", "256", "ymm9", "288"), ("20", "ymm10", "320", "ymm11", "352")
-        ], $($rest)*)
+        ], $($rest)* $($op)*)
     };
-    (4, $($rest:tt)*) => {
-        tile_asm!(@rows f32 "16", [
+    (@four $mode:ident [$($op:tt)*] $($rest:tt)*) => {
+        tile_asm!(@rows $mode "16", [
             ("0", "ymm0", "0", "ymm1", "32"), ("4", "ymm2", "64", "ymm3", "96"),
             ("8", "ymm4", "128", "ymm5", "160"), ("12", "ymm6", "192", "ymm7", "224")
-        ], $($rest)*)
+        ], $($rest)* $($op)*)
     };
-    (1, $($rest:tt)*) => {
-        tile_asm!(@rows f32 "4", [("0", "ymm0", "0", "ymm1", "32")], $($rest)*)
+    (@one $mode:ident [$($op:tt)*] $($rest:tt)*) => {
+        tile_asm!(@rows $mode "4", [("0", "ymm0", "0", "ymm1", "32")], $($rest)* $($op)*)
     };
     // Four rows, each on its own strip of B: row r's at `{pb} + r * {sw}`
     // bytes (`{sw3}` = 3 * `{sw}`), loaded into `b` before its row.
@@ -3606,19 +3632,15 @@ macro_rules! tile_asm {
                 concat!("vmovups ", $b0, ", ymmword ptr [{pb} + {sw3}]"), concat!("vmovups ", $b1, ", ymmword ptr [{pb} + {sw3} + 32]"))
         ], setup: [$($setup),*], b: ([$b0], $b1), $($rest)* sw = in(reg) $sw, sw3 = in(reg) $sw3,)
     };
-    // B's rows of bf16 or f16 codes in place, `{bs}` bytes apart (operand `bs`),
-    // decoded in registers (`code_load!`): four rows each on its own 16 columns of
-    // a row, 32 bytes apart, as `w4`'s strips; or one row.
-    ((in4, $mode:ident, $bs:expr), setup: [$($setup:expr),*], b: ([$b0:tt], $b1:tt), $($rest:tt)*) => {
+    // B's codes in place, four rows each on its own 16 columns of a row, 32 bytes
+    // apart, as `w4`'s strips.
+    ((in4s, $mode:ident, $bs:expr), setup: [$($setup:expr),*], b: ([$b0:tt], $b1:tt), $($rest:tt)*) => {
         tile_asm!(@rows $mode "16", [
             ("0", "ymm0", "0", "ymm1", "32"),
             ("4", "ymm2", "64", "ymm3", "96", code_load!($mode, $b0, $b1, "32")),
             ("8", "ymm4", "128", "ymm5", "160", code_load!($mode, $b0, $b1, "64")),
             ("12", "ymm6", "192", "ymm7", "224", code_load!($mode, $b0, $b1, "96"))
         ], setup: [$($setup),*], b: ([$b0], $b1), $($rest)* bs = in(reg) $bs, pf = in(reg) $bs * KB as isize,)
-    };
-    ((in1, $mode:ident, $bs:expr), $($rest:tt)*) => {
-        tile_asm!(@rows $mode "4", [("0", "ymm0", "0", "ymm1", "32")], $($rest)* bs = in(reg) $bs, pf = in(reg) $bs * KB as isize,)
     };
     (@rows $mode:ident $stride:literal, [$(($off:literal, $c0:tt, $o0:literal, $c1:tt, $o1:literal $(, $ld:expr)*)),*],
      setup: [$($setup:expr),*], b: ([$($b0:tt)?], $b1:tt $(, $bx:expr)*), row: $row:ident($r:ident), step: [$($step:expr),*],
@@ -3791,8 +3813,9 @@ unsafe fn tile16_dir<const MR: usize, const T: u8, const RM: i32>(acc: &mut [f32
     use std::arch::asm;
     use std::arch::x86_64::{_MM_FROUND_TO_NEG_INF, _MM_FROUND_TO_POS_INF, _MM_FROUND_TO_ZERO};
     let (bp, sw) = b.packed();
-    let in_place = matches!(b, BSrc::Codes(..));
-    assert!((MR == 1 || MR == 6 && !in_place || MR == 4 && (sw != 0 || in_place)) && T <= 3 && (1..4).contains(&RM));
+    let in_place = matches!(b, BSrc::Codes { .. });
+    let strips = matches!(b, BSrc::Codes { strips: true, .. });
+    assert!((MR == 1 || MR == 6 && !strips || MR == 4 && (sw != 0 || strips)) && T <= 3 && (1..4).contains(&RM));
     assert!(acc.len() >= MR * 16 && ap.len() >= kn * MR && (in_place || bp.len() >= strips_len(MR, sw, kn)));
     if kn == 0 {
         return;
@@ -3813,16 +3836,18 @@ unsafe fn tile16_dir<const MR: usize, const T: u8, const RM: i32>(acc: &mut [f32
             )
         };
     }
-    if let BSrc::Codes(codes, ld, f16) = b {
+    if let BSrc::Codes { p: codes, ld, f16, .. } = b {
         let bs = ld * 2;
-        // SAFETY: per the caller, B's codes of the kn steps (16 * MR from `codes`, `ld`
-        // apart) are readable; the stores stay inside acc (asserted), the loads inside
-        // ap and the constants; MXCSR is restored before the block ends; the clobbered
-        // vector registers are declared.
+        // SAFETY: per the caller, B's codes of the kn steps (16, or 64 for four strips,
+        // from `codes`, `ld` apart) are readable; the stores stay inside acc (asserted),
+        // the loads inside ap and the constants; MXCSR is restored before the block
+        // ends; the clobbered vector registers are declared.
         unsafe {
             match (MR, f16) {
-                (4, false) => by_dir_rounding!(T, RM, go!((in4, bf16, bs),), codes),
-                (4, true) => by_dir_rounding!(T, RM, go!((in4, f16, bs),), codes),
+                (4, false) => by_dir_rounding!(T, RM, go!((in4s, bf16, bs),), codes),
+                (4, true) => by_dir_rounding!(T, RM, go!((in4s, f16, bs),), codes),
+                (6, false) => by_dir_rounding!(T, RM, go!((in6, bf16, bs),), codes),
+                (6, true) => by_dir_rounding!(T, RM, go!((in6, f16, bs),), codes),
                 (_, false) => by_dir_rounding!(T, RM, go!((in1, bf16, bs),), codes),
                 _ => by_dir_rounding!(T, RM, go!((in1, f16, bs),), codes),
             }
@@ -4253,7 +4278,7 @@ unsafe fn tile16_oddz<const MR: usize, const T: u8>(acc: &mut [f32], ap: &[f32],
     use std::arch::asm;
     let (bp, sw) = b.packed();
     assert!(T <= ODD_E5M2 && (MR == 1 || MR == 4 || MR == 6 && T != ODD_E5M2 && sw == 0));
-    assert!(acc.len() >= MR * 16 && ap.len() >= kn * MR && (matches!(b, BSrc::Codes(..)) || bp.len() >= strips_len(MR, sw, kn)));
+    assert!(acc.len() >= MR * 16 && ap.len() >= kn * MR && (matches!(b, BSrc::Codes { .. }) || bp.len() >= strips_len(MR, sw, kn)));
     if kn == 0 {
         return;
     }
@@ -4271,8 +4296,8 @@ unsafe fn tile16_oddz<const MR: usize, const T: u8>(acc: &mut [f32], ap: &[f32],
             )
         };
     }
-    if let BSrc::Codes(codes, ld, f16) = b {
-        assert!((MR == 1 || MR == 4) && T != ODD_E5M2);
+    if let BSrc::Codes { p: codes, ld, f16, strips } = b {
+        assert!((MR == 1 || MR == 4 && strips) && T != ODD_E5M2);
         let bs = ld * 2;
         // SAFETY: per the caller, B's codes of the kn steps (16 * MR from `codes`, `ld`
         // apart) are readable; the stores stay inside acc (asserted), the loads inside
@@ -4280,12 +4305,12 @@ unsafe fn tile16_oddz<const MR: usize, const T: u8>(acc: &mut [f32], ap: &[f32],
         // vector registers are declared.
         unsafe {
             match (MR, T, f16) {
-                (4, ODD_F16, false) => go!((in4, bf16, bs), oddz_f16, codes),
-                (4, _, false) => go!((in4, bf16, bs), oddz_f16_fin, codes),
+                (4, ODD_F16, false) => go!((in4s, bf16, bs), oddz_f16, codes),
+                (4, _, false) => go!((in4s, bf16, bs), oddz_f16_fin, codes),
                 (_, ODD_F16, false) => go!((in1, bf16, bs), oddz_f16, codes),
                 (_, _, false) => go!((in1, bf16, bs), oddz_f16_fin, codes),
-                (4, ODD_F16, true) => go!((in4, f16, bs), oddz_f16, codes),
-                (4, _, true) => go!((in4, f16, bs), oddz_f16_fin, codes),
+                (4, ODD_F16, true) => go!((in4s, f16, bs), oddz_f16, codes),
+                (4, _, true) => go!((in4s, f16, bs), oddz_f16_fin, codes),
                 (_, ODD_F16, true) => go!((in1, f16, bs), oddz_f16, codes),
                 (_, _, true) => go!((in1, f16, bs), oddz_f16_fin, codes),
             }
@@ -4456,7 +4481,7 @@ unsafe fn tile16_unit<const MR: usize, const ODD: bool>(acc: &mut [f32], ap: &[f
     use std::arch::asm;
     let (bp, sw) = b.packed();
     assert!(MR == 1 || MR == 4);
-    assert!(acc.len() >= MR * 16 && ap.len() >= kn * MR && (matches!(b, BSrc::Codes(..)) || bp.len() >= strips_len(MR, sw, kn)));
+    assert!(acc.len() >= MR * 16 && ap.len() >= kn * MR && (matches!(b, BSrc::Codes { .. }) || bp.len() >= strips_len(MR, sw, kn)));
     assert!((13..=21).contains(&unit));
     if kn == 0 {
         return;
@@ -4501,7 +4526,7 @@ unsafe fn tile16_unit<const MR: usize, const ODD: bool>(acc: &mut [f32], ap: &[f
             }
         };
     }
-    if let BSrc::Codes(codes, ld, f16) = b {
+    if let BSrc::Codes { p: codes, ld, f16, strips } = b {
         // (Nearest-even at bfloat16's unit from the sum rounded to odd, unscaled.)
         assert!(ODD && unit == 16);
         let bs = ld * 2;
@@ -4510,10 +4535,12 @@ unsafe fn tile16_unit<const MR: usize, const ODD: bool>(acc: &mut [f32], ap: &[f
         // ap and the constants; MXCSR is restored before the block ends; the clobbered
         // vector registers are declared.
         unsafe {
-            match (MR, f16) {
-                (4, false) => go!((in4, bf16, bs), 16, codes),
-                (4, true) => go!((in4, f16, bs), 16, codes),
-                (_, false) => go!((in1, bf16, bs), 16, codes),
+            match (MR, f16, strips) {
+                (4, false, true) => go!((in4s, bf16, bs), 16, codes),
+                (4, true, true) => go!((in4s, f16, bs), 16, codes),
+                (4, false, false) => go!((in4, bf16, bs), 16, codes),
+                (4, true, false) => go!((in4, f16, bs), 16, codes),
+                (_, false, _) => go!((in1, bf16, bs), 16, codes),
                 _ => go!((in1, f16, bs), 16, codes),
             }
         }
@@ -5076,6 +5103,9 @@ const NP16: usize = 256;
 /// Strips of a B panel whose columns' random words one piece draws.
 const WORDS16: usize = 16;
 const NP16_BYTES: usize = 16 << 20;
+/// The most rows of a [`drive16`] product that reads a bfloat16 or float16 B in
+/// place ([`BSrc::Codes`]).
+const IN_PLACE_M: usize = 12;
 
 /// A word of the f32 stochastic tiles placed: its top bits (`w >> wsh`), xor
 /// `flip`, moved to just below the unit (`<< psh`).
@@ -5279,17 +5309,23 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
         _ => true,
     };
     let np = if k.max(1) * n.div_ceil(16) * 16 * 4 <= NP16_BYTES { n } else { NP16 };
-    // One row against a row-major bfloat16 or float16 B (a vector-matrix product), to
-    // nearest (kinds Odd and Mid, into float16 or bfloat16) or in a directed mode
-    // (kind Dir): the kernels read B's codes in place, decoded in
+    // Few rows against a row-major bfloat16 or float16 B (a vector-matrix product, a
+    // small batch), to nearest (kinds Odd and Mid, into float16 or bfloat16) or in a
+    // directed mode (kind Dir): the kernels read B's codes in place, decoded in
     // registers ([`BSrc::Codes`]), where a packed panel would write each value and
-    // read it back for its one product. The tasks scan their columns of each depth
+    // read it back for the few rows' products. The tasks scan their columns of each depth
     // block for its bounds; a block holding a NaN (whose payload the decode keeps),
     // or whose products the kernels cannot take, and a last strip of fewer than 16
     // columns, are packed into the task's own buffer (`bloc`) as the panel would hold
     // them, unscaled: A's block takes the whole of a scaled kind's scale.
     let b_f16 = matches!(b.dec, super::Dec::F16);
-    let b_codes = (matches!(b.dec, super::Dec::Bf16) || b_f16) && b.cs == 1 && mr == 1 && (matches!(kind, Kind16::Odd | Kind16::Mid) && !scaled_kind || matches!(kind, Kind16::Dir(_)));
+    // Products of up to IN_PLACE_M rows: every row group decodes the codes again
+    // (cheaper than packing while the groups are few). Kind Odd into float16 takes
+    // tiles of 6 rows whose first 8 values of B are memory operands: one row only.
+    let b_codes = (matches!(b.dec, super::Dec::Bf16) || b_f16)
+        && b.cs == 1
+        && m <= IN_PLACE_M
+        && (matches!(kind, Kind16::Odd | Kind16::Mid) && !scaled_kind && (mr == 1 || kind == Kind16::Mid || bf) || matches!(kind, Kind16::Dir(_)));
     // (No panel in place: one column block, each task's codes of a row contiguous.)
     let np = if b_codes { n } else { np };
     let pstrips = np.min(n).div_ceil(16);
@@ -5634,7 +5670,7 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
                         macro_rules! bsrc {
                             ($bp:expr, $sw:expr) => {
                                 match codes {
-                                    Some(c) => BSrc::Codes(c, b.rs, b_f16),
+                                    Some(c) => BSrc::Codes { p: c, ld: b.rs, f16: b_f16, strips: $sw != 0 },
                                     None => BSrc::Packed($bp, $sw),
                                 }
                             };
