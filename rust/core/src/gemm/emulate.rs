@@ -5642,7 +5642,7 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
                     for st in pk0..s1 {
                         let base = kb as isize * b.rs + (j0 + 16 * st) as isize;
                         // SAFETY: rows kb..kb+kn, columns j0+16st.. (at most 16, inside b);
-                        // bloc[(st-s0)*kbs*16 + kk*16 + j] = b[kb+kk, j0+16st+j], zeros past the last column.
+                        // bloc[(st-pk0)*kbs*16 + kk*16 + j] = b[kb+kk, j0+16st+j], zeros past the last column.
                         unsafe { super::kernels::pack_real_any::<f32>(b, base, 1, b.rs, 16.min(jb - 16 * st), 16, kn, &mut bloc[(st - pk0) * kbs * 16..]) };
                     }
                 }
@@ -5666,7 +5666,7 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
                             let q = (s - pk0) * kbs * 16;
                             &bloc[q + o0 * 16..q + (w - 1) * sw + (o0 + len) * 16]
                         };
-                        // The kernels of kind Odd read B as `bsrc!`.
+                        // The kernels that read B in place (kinds Odd, Mid, Dir) take it as `bsrc!`.
                         macro_rules! bsrc {
                             ($bp:expr, $sw:expr) => {
                                 match codes {
@@ -5694,7 +5694,8 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
                                 (&upack[..0], &vpanel[..0])
                             };
                             let done = fast && {
-                                // SAFETY: kind16 checked avx2/fma/f16c (simd); slices sized as required.
+                                // SAFETY: kind16 checked avx2/fma/f16c (simd); slices sized as required; B's
+                                // codes in place (`codes`) of steps o0..o0+len, strips s..s+w, inside b (full strips).
                                 unsafe {
                                     // Kind Sr's scale, applied by its kernels.
                                     let t_sc = if scaled { sc } else { 1.0 };
