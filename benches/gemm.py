@@ -255,22 +255,25 @@ def emulated(sizes) -> None:
 
 
 def emulated_vectors() -> None:
-    """Emulated vector products (bf16 into fp16, 1 thread): a row of A (tiles of one row)
-    and a column of B (run transposed), against lowp's own f32 path on the same shape."""
+    """Emulated products of one or few rows, and of one column (run transposed), on bf16
+    and fp16 operands, against lowp's own f32 path on the same shape."""
     g = np.random.default_rng(6)
-    print("\n== emulated vector products, bf16 into fp16, 1 thread: ms (ratio to lowp's own f32 path)")
-    modes = ("nearest_even", "toward_zero", "stochastic")
-    print(f"{'m x k x n':>18} {'f32 path':>9} " + " ".join(f"{m:>17}" for m in modes))
-    set_threads(1)
-    for m, k, n in ((1, 4096, 4096), (4096, 4096, 1), (1, 1024, 1024), (1024, 1024, 1)):
-        a = g.standard_normal((m, k)).astype(np.float32).astype(ml_dtypes.bfloat16)
-        b = g.standard_normal((k, n)).astype(np.float32).astype(ml_dtypes.bfloat16)
-        tf = best(lambda: lowp.matmul(a, b), 6)
-        cells = []
-        for mode in modes:
-            te = best(lambda: lowp.matmul(a, b, accumulate="float16", rounding=mode, seed=1), 3)
-            cells.append(f"{te * 1e3:9.3f} ({tf / te:5.3f})")
-        print(f"{f'{m} x {k} x {n}':>18} {tf * 1e3:9.3f} " + " ".join(f"{c:>17}" for c in cells), flush=True)
+    runs = (("float16", "nearest_even"), ("bfloat16", "nearest_even"), ("float16", "toward_zero"), ("float16", "stochastic"))
+    labels = ("fp16 nearest", "bf16 nearest", "fp16 to zero", "fp16 stochastic")
+    print("\n== emulated products of few rows: ms (ratio to lowp's own f32 path); accumulator and mode")
+    print(f"{'inputs':>6} {'m x k x n':>17} {'thr':>3} {'f32 path':>9} " + " ".join(f"{x:>17}" for x in labels))
+    for name, dt in (("bf16", ml_dtypes.bfloat16), ("fp16", np.float16)):
+        for m, k, n, t in ((1, 4096, 4096, 1), (1, 4096, 4096, 2), (8, 4096, 4096, 1), (4096, 4096, 1, 1),
+                           (1, 1024, 1024, 1), (1024, 1024, 1, 1)):
+            set_threads(t)
+            a = g.standard_normal((m, k)).astype(np.float32).astype(dt)
+            b = g.standard_normal((k, n)).astype(np.float32).astype(dt)
+            tf = best(lambda: lowp.matmul(a, b), 6)
+            cells = []
+            for acc, mode in runs:
+                te = best(lambda: lowp.matmul(a, b, accumulate=acc, rounding=mode, seed=1), 3)
+                cells.append(f"{te * 1e3:9.3f} ({tf / te:5.3f})")
+            print(f"{name:>6} {f'{m} x {k} x {n}':>17} {t:3d} {tf * 1e3:9.3f} " + " ".join(f"{c:>17}" for c in cells), flush=True)
 
 
 def emulated_formats(n: int) -> None:
