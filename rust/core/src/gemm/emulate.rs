@@ -2912,15 +2912,9 @@ fn exp_bounds(v: &[f32], prec: i32) -> Option<(i32, i32)> {
 /// maxima, no branches).
 #[inline(always)]
 fn mag_scan(v: &[f32]) -> (u32, u32, u32) {
-    mag_scan_bits(v.iter().map(|x| x.to_bits()))
-}
-
-/// [`mag_scan`] of f32 patterns.
-#[inline(always)]
-fn mag_scan_bits(v: impl Iterator<Item = u32>) -> (u32, u32, u32) {
     let (mut lo1, mut hi, mut top) = (u32::MAX, 0u32, 0u32);
-    for x in v {
-        let m = x & 0x7fff_ffff;
+    for &x in v {
+        let m = x.to_bits() & 0x7fff_ffff;
         // Finite magnitudes (others as 0), less one: zero's wraps to the largest.
         let f = if m < 0x7f80_0000 { m } else { 0 };
         lo1 = lo1.min(f.wrapping_sub(1));
@@ -2970,7 +2964,7 @@ unsafe fn code_scan(p: *const u16, ld: isize, rows: usize, cols: usize, f16: boo
             }
             // SAFETY: row r's cols codes are readable (the caller's contract).
             let row = unsafe { std::slice::from_raw_parts(p.wrapping_offset(r as isize * ld), cols) };
-            // As `mag_scan_bits`, on the codes' magnitudes (`inf`: the infinity's).
+            // As `mag_scan`, on the codes' magnitudes (`inf`: the infinity's).
             let (mut lo1, mut h, mut t) = (u16::MAX, 0u16, 0u16);
             for &c in row {
                 let m = c & 0x7fff;
@@ -3245,14 +3239,7 @@ unsafe fn tile16_codes<const MR: usize, const K: u8, const BF: bool, const F16: 
     // SAFETY: the loads of A and the accumulators are inside the slices (asserted
     // above), those of B's codes per the caller; the CPU features are the caller's contract.
     unsafe {
-        let load = |p: *const u16| -> __m256 {
-            let w = _mm_loadu_si128(p as *const __m128i);
-            if F16 {
-                _mm256_cvtph_ps(w)
-            } else {
-                _mm256_castsi256_ps(_mm256_slli_epi32::<16>(_mm256_cvtepu16_epi32(w)))
-            }
-        };
+        let load = |p: *const u16| super::kernels::codes8_avx2::<F16>(p);
         let mut c = [[_mm256_setzero_ps(); 2]; MR];
         for (r, cr) in c.iter_mut().enumerate() {
             cr[0] = _mm256_loadu_ps(acc.as_ptr().add(r * 16));

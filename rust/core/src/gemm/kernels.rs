@@ -798,6 +798,28 @@ unsafe fn f64_6x8_avx2(kc: usize, a: *const f64, b: *const f64, c: *mut f64, rs:
 pub(crate) const DIRECT_BF16: u8 = 1;
 pub(crate) const DIRECT_F16: u8 = 2;
 
+/// Eight codes at `p` as f32 lanes: bf16 codes (`F16` false), each the top half
+/// of its float32 pattern (a NaN keeps its payload), or fp16 codes by
+/// `vcvtph2ps` (exact; a signaling NaN quieted). Inlined into callers that
+/// enable avx2 and f16c.
+///
+/// # Safety
+/// The CPU must support avx2 and f16c; eight codes at `p` must be readable.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+pub(crate) unsafe fn codes8_avx2<const F16: bool>(p: *const u16) -> std::arch::x86_64::__m256 {
+    use std::arch::x86_64::*;
+    // SAFETY: per the caller.
+    unsafe {
+        let w = _mm_loadu_si128(p as *const __m128i);
+        if F16 {
+            _mm256_cvtph_ps(w)
+        } else {
+            _mm256_castsi256_ps(_mm256_slli_epi32::<16>(_mm256_cvtepu16_epi32(w)))
+        }
+    }
+}
+
 /// The 6x16 f32 tile: 12 ymm accumulators, two B loads and six broadcasts per
 /// step (enough independent FMAs to cover their latency on two FMA pipes).
 /// A last strip of at most 2 or 4 rows (a product of few rows: 8 = 6 + 2)
@@ -859,14 +881,11 @@ unsafe fn f32_tile_avx2<const R: usize, const D: u8>(kc: usize, a: *const f32, b
             }
         }
         let load = |p: *const u8| -> (__m256, __m256) {
+            let q = p as *const u16;
             if D == DIRECT_BF16 {
-                let w = _mm256_loadu_si256(p as *const __m256i);
-                let lo = _mm256_slli_epi32::<16>(_mm256_cvtepu16_epi32(_mm256_castsi256_si128(w)));
-                let hi = _mm256_slli_epi32::<16>(_mm256_cvtepu16_epi32(_mm256_extracti128_si256::<1>(w)));
-                (_mm256_castsi256_ps(lo), _mm256_castsi256_ps(hi))
+                (codes8_avx2::<false>(q), codes8_avx2::<false>(q.wrapping_add(8)))
             } else if D == DIRECT_F16 {
-                let w = _mm256_loadu_si256(p as *const __m256i);
-                (_mm256_cvtph_ps(_mm256_castsi256_si128(w)), _mm256_cvtph_ps(_mm256_extracti128_si256::<1>(w)))
+                (codes8_avx2::<true>(q), codes8_avx2::<true>(q.wrapping_add(8)))
             } else {
                 (_mm256_loadu_ps(p as *const f32), _mm256_loadu_ps((p as *const f32).add(8)))
             }
