@@ -350,6 +350,16 @@ pub(super) unsafe fn pack_real<T: Real, const Q: bool>(op: &Operand, base: isize
             #[cfg(target_arch = "x86_64")]
             &Dec::Posit16(es) if super::simd() && (sl == 1 || sk == 1) => pack_posit16_avx2(p as *const u16, es, base, sl, sk, nv, w, kc, dst),
             &Dec::Posit16(es) => pack_lines(|o| q(T::from_f32(super::posit16_to_f32(*(p as *const u16).offset(o), es))), base, sl, sk, nv, w, kc, dst),
+            #[cfg(target_arch = "x86_64")]
+            Dec::Lut8(t) if sl == 1 && super::simd() && fp8_kind(op).is_some() => {
+                let d = dst.as_mut_ptr();
+                assert!(dst.len() >= w * kc && nv <= w);
+                if fp8_kind(op) == Some(FP8_E5M2) {
+                    pack_fp8_avx2::<T, Q, FP8_E5M2>(p.offset(base), t, sk, nv, w, kc, d)
+                } else {
+                    pack_fp8_avx2::<T, Q, FP8_E4M3FN>(p.offset(base), t, sk, nv, w, kc, d)
+                }
+            }
             Dec::Lut8(t) => {
                 let t = t.as_ptr();
                 pack_lines(|o| q(T::from_f32(*t.add(*p.offset(o) as usize))), base, sl, sk, nv, w, kc, dst)
@@ -361,6 +371,80 @@ pub(super) unsafe fn pack_real<T: Real, const Q: bool>(op: &Operand, base: isize
             Dec::Fmt(..) => {
                 let d = &op.dec;
                 pack_lines(|o| q(T::from_f64(super::dec_f64(d, p, o))), base, sl, sk, nv, w, kc, dst)
+            }
+        }
+    }
+}
+
+/// The float8 formats [`pack_fp8_avx2`] decodes arithmetically.
+const FP8_E5M2: u8 = 1;
+const FP8_E4M3FN: u8 = 2;
+
+/// Which of [`pack_fp8_avx2`]'s formats an operand's codes are in, if any.
+fn fp8_kind(op: &Operand) -> Option<u8> {
+    match op.format() {
+        Some(Format::Float(f)) if f == named::FLOAT8_E5M2 => Some(FP8_E5M2),
+        Some(Format::Float(f)) if f == named::FLOAT8_E4M3FN => Some(FP8_E4M3FN),
+        _ => None,
+    }
+}
+
+/// [`pack_real`] of float8_e5m2 (`F` = [`FP8_E5M2`]) or float8_e4m3fn codes
+/// whose lines are contiguous: `dst[p*w + l]` = the value of code `src[p*sk +
+/// l]` (zeros for l in nv..w), decoded 8 at a time through float16. An e5m2
+/// code is the top byte of the float16 of its value. An e4m3fn code's
+/// magnitude bits moved up 7 are the float16 pattern of its value times 2^-8
+/// (exponent bias 15 for 7, subnormals included), scaled back exactly. The
+/// lanes of NaN codes (e5m2: exponent all ones and a mantissa; e4m3fn: 0x7f,
+/// 0xff) then take the table's value `t[code]`, quieted with `Q`, as the
+/// scalar decode gives them.
+///
+/// # Safety
+/// The CPU must support avx2 and f16c; the codes `src[p*sk + l]` (p < kc, l <
+/// nv) readable; `dst` holds `kc * w` values; `t` holds 256.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn pack_fp8_avx2<T: Real, const Q: bool, const F: u8>(src: *const u8, t: &[f32], sk: isize, nv: usize, w: usize, kc: usize, dst: *mut T) {
+    use std::arch::x86_64::*;
+    assert!(t.len() == 256 && (std::mem::size_of::<T>() == 4 || std::mem::size_of::<T>() == 8));
+    // SAFETY: the reads and writes stay inside the caller's bounds; the CPU features are its contract.
+    unsafe {
+        let scalar = |c: u8| quiet_if::<T, Q>(T::from_f32(t[c as usize]));
+        let (m7, nan_lo, scale) = (_mm_set1_epi16(0x7f), _mm_set1_epi16(if F == FP8_E5M2 { 0x7c } else { 0x7e }), _mm256_set1_ps(256.0));
+        for p in 0..kc {
+            let row = src.offset(p as isize * sk);
+            let dp = dst.add(p * w);
+            let mut l = 0;
+            while l + 8 <= nv {
+                let x = _mm_cvtepu8_epi16(_mm_loadl_epi64(row.add(l) as *const __m128i));
+                let v = if F == FP8_E5M2 {
+                    _mm256_cvtph_ps(_mm_slli_epi16::<8>(x))
+                } else {
+                    // Sign to bit 15, the magnitude's 7 bits to 13..7.
+                    let h = _mm_or_si128(_mm_slli_epi16::<8>(_mm_andnot_si128(m7, x)), _mm_slli_epi16::<7>(_mm_and_si128(m7, x)));
+                    _mm256_mul_ps(_mm256_cvtph_ps(h), scale)
+                };
+                if std::mem::size_of::<T>() == 4 {
+                    _mm256_storeu_ps(dp.add(l) as *mut f32, v);
+                } else {
+                    _mm256_storeu_pd(dp.add(l) as *mut f64, _mm256_cvtps_pd(_mm256_castps256_ps128(v)));
+                    _mm256_storeu_pd((dp.add(l) as *mut f64).add(4), _mm256_cvtps_pd(_mm256_extractf128_ps::<1>(v)));
+                }
+                // NaN codes: magnitude above 0x7c (e5m2) or 0x7e (e4m3fn).
+                let nan = _mm_cmpgt_epi16(_mm_and_si128(x, m7), nan_lo);
+                if _mm_movemask_epi8(nan) != 0 {
+                    for i in l..l + 8 {
+                        *dp.add(i) = scalar(*row.add(i));
+                    }
+                }
+                l += 8;
+            }
+            for i in l..nv {
+                *dp.add(i) = scalar(*row.add(i));
+            }
+            for i in nv..w {
+                *dp.add(i) = T::default();
             }
         }
     }

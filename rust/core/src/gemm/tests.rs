@@ -1571,3 +1571,63 @@ fn matrix_vector_products_run_transposed() {
     crate::parallel::set_num_threads(old).unwrap();
     assert_eq!(cases, 6 * 4 * 14 * 4 * 2);
 }
+
+/// Packing float8_e5m2 and float8_e4m3fn codes whose lines are contiguous (a
+/// row-major B's rows; the arithmetic decode, 8 codes at a time, and its scalar
+/// tail) gives every code's value (`Format::decode`), in f32 and f64, NaN
+/// codes a NaN (the default quiet NaN when quieted), zeros past the line's
+/// values; the same with the table's scalar decode (`LOWP_ISA=scalar`).
+#[test]
+fn pack_fp8_codes_every_code() {
+    let _settings = crate::settings_write();
+    fn check<T: kernels::Real + Into<f64>>(op: &Operand, f: &FloatFormat, codes: &[u8], cols: usize, nv: usize, w: usize, kc: usize, quiet: bool, bits: impl Fn(T) -> u64, nan_bits: u64) {
+        let mut dst = vec![T::from_f32(7.0); w * kc + 3];
+        // SAFETY: rows 0..kc and columns 0..nv are inside the codes (row-major, `cols` apart).
+        unsafe {
+            if quiet {
+                kernels::pack_real::<T, true>(op, 0, 1, cols as isize, nv, w, kc, &mut dst);
+            } else {
+                kernels::pack_real::<T, false>(op, 0, 1, cols as isize, nv, w, kc, &mut dst);
+            }
+        }
+        for p in 0..kc {
+            for l in 0..w {
+                let got = dst[p * w + l];
+                let g: f64 = got.into();
+                if l >= nv {
+                    assert_eq!(bits(got), 0, "{f:?} row {p} column {l}: padding");
+                    continue;
+                }
+                let c = codes[p * cols + l];
+                let want = f.decode(c as u64);
+                if want.is_nan() {
+                    assert!(g.is_nan(), "{f:?} code {c:#04x}: {g}");
+                    if quiet {
+                        assert_eq!(bits(got), nan_bits, "{f:?} code {c:#04x}: not the default NaN");
+                    }
+                } else {
+                    assert!(g == want && g.is_sign_negative() == want.is_sign_negative(), "{f:?} code {c:#04x}: {g:e} vs {want:e}");
+                }
+            }
+        }
+        assert_eq!(dst[w * kc..].iter().map(|&x| bits(x)).collect::<Vec<_>>(), vec![bits(T::from_f32(7.0)); 3], "{f:?}: written past the panel");
+    }
+    let mut g = Lcg(41);
+    for f in [FLOAT8_E5M2, FLOAT8_E4M3FN] {
+        let (rows, cols) = (40, 37);
+        // Every code, in order (runs of 8 with and without NaN codes), then random ones.
+        let codes: Vec<u8> = (0..rows * cols).map(|x| if x < 256 { x as u8 } else { g.next() as u8 }).collect();
+        // SAFETY: the view is inside `codes`.
+        let op = unsafe { Operand::from_raw(codes.as_ptr(), Storage::U8, Some(Format::Float(f)), rows, cols, cols as isize, 1, "b").unwrap() };
+        for isa in [None, Some(crate::convert::Isa::Scalar)] {
+            set_isa(isa).unwrap();
+            for (nv, w) in [(37, 40), (16, 16), (8, 8), (5, 8), (29, 32)] {
+                for quiet in [false, true] {
+                    check::<f32>(&op, &f, &codes, cols, nv, w, rows, quiet, |x| x.to_bits() as u64, f32::NAN.to_bits() as u64);
+                    check::<f64>(&op, &f, &codes, cols, nv, w, rows, quiet, |x| x.to_bits(), f64::NAN.to_bits());
+                }
+            }
+        }
+        set_isa(None).unwrap();
+    }
+}
