@@ -75,8 +75,8 @@
 //!   block runs through the f64 rounding; into float8_e5m2, rounded to odd
 //!   again at float16 ([`Kind16::OddE5m2`]). A product of at most 12 rows
 //!   with a row-major bfloat16 or float16 B reads B's codes in place
-//!   ([`BSrc::Codes`]) in these kinds and kind Dir (kind Odd into float16: one
-//!   row only). Chunk totals into float16 or
+//!   ([`BSrc::Codes`]) in these kinds and kind Dir (kind Odd into float16 on
+//!   tiles of 4 rows, not 6). Chunk totals into float16 or
 //!   bfloat16, to nearest, use TwoSum in f32 and round to odd.
 //!   Stochastic into float16, bfloat16 and other IEEE-style formats of 2 to
 //!   10 mantissa bits whose normal range f32 holds, with at most `23 - man`
@@ -4284,7 +4284,7 @@ unsafe fn tile16_oddz<const MR: usize, const T: u8>(acc: &mut [f32], ap: &[f32],
         };
     }
     if let BSrc::Codes { p: codes, ld, f16, strips } = b {
-        assert!((MR == 1 || MR == 4 && strips) && T != ODD_E5M2);
+        assert!((MR == 1 || MR == 4) && T != ODD_E5M2);
         let bs = ld * 2;
         // SAFETY: per the caller, B's codes of the kn steps (16 * MR from `codes`, `ld`
         // apart) are readable; the stores stay inside acc (asserted), the loads inside
@@ -4292,12 +4292,16 @@ unsafe fn tile16_oddz<const MR: usize, const T: u8>(acc: &mut [f32], ap: &[f32],
         // vector registers are declared.
         unsafe {
             match (MR, T, f16) {
-                (4, ODD_F16, false) => go!((in4s, bf16, bs), oddz_f16, codes),
-                (4, _, false) => go!((in4s, bf16, bs), oddz_f16_fin, codes),
+                (4, ODD_F16, false) if strips => go!((in4s, bf16, bs), oddz_f16, codes),
+                (4, _, false) if strips => go!((in4s, bf16, bs), oddz_f16_fin, codes),
+                (4, ODD_F16, false) => go!((in4, bf16, bs), oddz_f16, codes),
+                (4, _, false) => go!((in4, bf16, bs), oddz_f16_fin, codes),
                 (_, ODD_F16, false) => go!((in1, bf16, bs), oddz_f16, codes),
                 (_, _, false) => go!((in1, bf16, bs), oddz_f16_fin, codes),
-                (4, ODD_F16, true) => go!((in4s, f16, bs), oddz_f16, codes),
-                (4, _, true) => go!((in4s, f16, bs), oddz_f16_fin, codes),
+                (4, ODD_F16, true) if strips => go!((in4s, f16, bs), oddz_f16, codes),
+                (4, _, true) if strips => go!((in4s, f16, bs), oddz_f16_fin, codes),
+                (4, ODD_F16, true) => go!((in4, f16, bs), oddz_f16, codes),
+                (4, _, true) => go!((in4, f16, bs), oddz_f16_fin, codes),
                 (_, ODD_F16, true) => go!((in1, f16, bs), oddz_f16, codes),
                 (_, _, true) => go!((in1, f16, bs), oddz_f16_fin, codes),
             }
@@ -5170,9 +5174,12 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
     let exact = Dyn::new(spec.fmt, spec.opts)?;
     let rm = f16_rounding(spec.opts.mode);
     // One row (sums, vector-matrix products): tiles of one row, no padding rows.
+    // Kind Odd into float16 on a B read in place (below): tiles of four rows, whose
+    // B is decoded into registers (the six-row tiles read it from memory).
+    let odd_codes = kind == Kind16::Odd && !bf && matches!(b.dec, super::Dec::Bf16 | super::Dec::F16) && b.cs == 1 && m <= IN_PLACE_M;
     let mr = if m == 1 {
         1
-    } else if matches!(kind, Kind16::Fma | Kind16::Split | Kind16::Dir(_)) || kind == Kind16::Odd && !bf {
+    } else if matches!(kind, Kind16::Fma | Kind16::Split | Kind16::Dir(_)) || kind == Kind16::Odd && !bf && !odd_codes {
         MR_FMA
     } else {
         MR_ODD
@@ -5307,12 +5314,12 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
     // them, unscaled: A's block takes the whole of a scaled kind's scale.
     let b_f16 = matches!(b.dec, super::Dec::F16);
     // Products of up to IN_PLACE_M rows: every row group decodes the codes again
-    // (cheaper than packing while the groups are few). Kind Odd into float16 takes
-    // tiles of 6 rows whose first 8 values of B are memory operands: one row only.
+    // (cheaper than packing while the groups are few). Kind Odd into float16 then
+    // takes tiles of 4 rows (`odd_codes`), not its 6.
     let b_codes = (matches!(b.dec, super::Dec::Bf16) || b_f16)
         && b.cs == 1
         && m <= IN_PLACE_M
-        && (matches!(kind, Kind16::Odd | Kind16::Mid) && !scaled_kind && (mr == 1 || kind == Kind16::Mid || bf) || matches!(kind, Kind16::Dir(_)));
+        && (matches!(kind, Kind16::Odd | Kind16::Mid) && !scaled_kind || matches!(kind, Kind16::Dir(_)));
     // (No panel in place: one column block, each task's codes of a row contiguous.)
     let np = if b_codes { n } else { np };
     let pstrips = np.min(n).div_ceil(16);
@@ -5746,6 +5753,8 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
                                         tiles!(4, 4, ok, inexact, sw)
                                     } else if mr == 1 {
                                         tiles!(1, 1, ok, inexact, 0)
+                                    } else if odd_codes {
+                                        tiles!(MR_ODD, MR_ODD, ok, inexact, 0)
                                     } else {
                                         tiles!(MR_FMA, MR_ODD, ok, inexact, 0)
                                     }
