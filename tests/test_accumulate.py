@@ -1214,8 +1214,54 @@ def test_few_rows_read_b_in_place(m, dtype, acc, mode, layout, chunk, threads):
     assert np.isfinite(got[0]).sum() >= n // 2
 
 
+@pytest.mark.parametrize("m", [1, 7, 10])
+@pytest.mark.parametrize("dtype", [ml_dtypes.float8_e5m2, ml_dtypes.float8_e4m3fn], ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("acc", ["float16", "bfloat16"])
+@pytest.mark.parametrize("layout", ["rows", "reversed", "strided"])
+@pytest.mark.parametrize("chunk", [None, 40])
+def test_few_rows_read_fp8_b_in_place(m, dtype, acc, layout, chunk, threads):
+    """A product of few rows with a row-major float8_e5m2 or float8_e4m3fn B, to nearest
+    into float16 or bfloat16 (FMA and Veltkamp's split, or the FMA and the conversion in
+    blocks whose sums could pass the bound), reads B's codes in place, decoded in
+    registers through float16 (e4m3fn: its value times 2^-8, scaled back). Depth 700
+    (three blocks): plain values; one block holding a NaN code (packed instead; e5m2
+    also an infinity, read in place); values large enough in the third that its sums
+    may pass the split's bound. 300 columns leave a last strip of 12, packed. Rows
+    forward, reversed and every other row of a wider array. Bit for bit against the
+    scalar path and the same B packed (Fortran-ordered). 7 rows run as tiles of 4 rows,
+    10 as tiles of 6, each group decoding B again."""
+    g = np.random.default_rng(37)
+    k, n = 700, 300
+    a = g.standard_normal((m, k)).astype(np.float32).astype(dtype)
+    base = (g.standard_normal((k, n)) * 4.0).astype(np.float32)
+    base[600:] *= np.float32(16.0)
+    b = base.astype(dtype)
+    # A NaN code in the first block; e5m2: an infinity in the second.
+    b.view(np.uint8)[50, 7] = 0x7F if dtype == ml_dtypes.float8_e4m3fn else 0x7D
+    if dtype == ml_dtypes.float8_e5m2:
+        b.view(np.uint8)[400, 9] = 0x7C
+    if layout == "reversed":
+        b = np.ascontiguousarray(b[::-1])[::-1]
+    elif layout == "strided":
+        wide = np.zeros((2 * k, 320), dtype)
+        wide[::2, :n] = b
+        b = wide[::2, :n]
+    assert b.strides[1] == 1
+    kw = dict(accumulate=acc, rounding="nearest_even", chunk=chunk)
+    got = matmul_as_scalar(a, b, **kw)
+    assert same_bits(got, lowp.matmul(a, np.asfortranarray(b), **kw))
+    assert np.isnan(got[:, 7]).all() and np.isfinite(got[0]).sum() >= n // 2
+    # Without the NaN: the first block in place as well.
+    b2 = np.array(b)
+    b2[50, 7] = 1.0
+    got = matmul_as_scalar(a, b2, **kw)
+    assert same_bits(got, lowp.matmul(a, np.asfortranarray(b2), **kw))
+    assert np.isfinite(got[0]).sum() >= n // 2
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="mprotect through libc")
-@pytest.mark.parametrize("dtype", [ml_dtypes.bfloat16, np.float16], ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("dtype", [ml_dtypes.bfloat16, np.float16, ml_dtypes.float8_e5m2, ml_dtypes.float8_e4m3fn],
+                         ids=lambda d: np.dtype(d).name)
 @pytest.mark.parametrize("shape", [(1, 700, 300), (1, 257, 16), (1, 100, 17), (5, 300, 40)], ids=str)
 def test_few_rows_in_place_reads_stay_inside_b(dtype, shape, threads):
     """B's codes read in place end right before a page that may not be read: a kernel
@@ -1226,7 +1272,7 @@ def test_few_rows_in_place_reads_stay_inside_b(dtype, shape, threads):
     libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
     m, k, n = shape
     page = mmap.PAGESIZE
-    nbytes = k * n * 2
+    nbytes = k * n * np.dtype(dtype).itemsize
     total = (nbytes // page + 2) * page
     buf = mmap.mmap(-1, total)
     base = ctypes.addressof(ctypes.c_char.from_buffer(buf))

@@ -76,7 +76,9 @@
 //!   again at float16 ([`Kind16::OddE5m2`]). A product of at most 12 rows
 //!   with a row-major bfloat16 or float16 B reads B's codes in place
 //!   ([`BSrc::Codes`]) in these kinds and kind Dir (kind Odd into float16 on
-//!   tiles of 4 rows, not 6). Chunk totals into float16 or
+//!   tiles of 4 rows, not 6); one with a row-major float8_e5m2 or
+//!   float8_e4m3fn B, to nearest into float16 or bfloat16 (kind Split and its
+//!   fallback Fma), likewise ([`BSrc::Codes8`]). Chunk totals into float16 or
 //!   bfloat16, to nearest, use TwoSum in f32 and round to odd.
 //!   Stochastic into float16, bfloat16 and other IEEE-style formats of 2 to
 //!   10 mantissa bits whose normal range f32 holds, with at most `23 - man`
@@ -2996,6 +2998,55 @@ unsafe fn code_scan(p: *const u16, ld: isize, rows: usize, cols: usize, f16: boo
     (if lo == u32::MAX { lo } else { pat(lo) }, pat(hi), pat(top))
 }
 
+/// [`code_scan`] of float8 codes (`rows` rows of `cols` bytes from `p`, `ld`
+/// apart), each code's value `table[code]` (a NaN code's a NaN, an infinity's
+/// an infinity), `inf` the first magnitude code past the finite ones (0x7c for
+/// float8_e5m2, 0x7f for float8_e4m3fn). Their magnitudes order as the values'.
+///
+/// # Safety
+/// Those codes must be readable.
+unsafe fn code_scan8(p: *const u8, ld: isize, rows: usize, cols: usize, inf: u8, table: &[f32]) -> (u32, u32, u32) {
+    #[inline(always)]
+    unsafe fn body(p: *const u8, ld: isize, rows: usize, cols: usize, inf: u8) -> (u8, u8, u8) {
+        let (mut lo, mut hi, mut top) = (u8::MAX, 0u8, 0u8);
+        for r in 0..rows {
+            #[cfg(target_arch = "x86_64")]
+            if r + 8 < rows {
+                let q = p.wrapping_offset((r + 8) as isize * ld) as *const i8;
+                for l in (0..cols).step_by(64) {
+                    // SAFETY: a prefetch reads nothing.
+                    unsafe { std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(q.wrapping_add(l)) };
+                }
+            }
+            // SAFETY: row r's cols codes are readable (the caller's contract).
+            let row = unsafe { std::slice::from_raw_parts(p.wrapping_offset(r as isize * ld), cols) };
+            // (lo: the smallest nonzero finite magnitude less one, wrapping for none.)
+            for &c in row {
+                let m = c & 0x7f;
+                let f = if m < inf { m } else { 0 };
+                lo = lo.min(f.wrapping_sub(1));
+                hi = hi.max(f);
+                top = top.max(m);
+            }
+        }
+        (lo, hi, top)
+    }
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2")]
+    unsafe fn go(p: *const u8, ld: isize, rows: usize, cols: usize, inf: u8) -> (u8, u8, u8) {
+        // SAFETY: per the caller.
+        unsafe { body(p, ld, rows, cols, inf) }
+    }
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: simd() holds only when avx2 was detected; the rest per the caller.
+    let (lo, hi, top) = if super::simd() { unsafe { go(p, ld, rows, cols, inf) } } else { unsafe { body(p, ld, rows, cols, inf) } };
+    #[cfg(not(target_arch = "x86_64"))]
+    // SAFETY: per the caller.
+    let (lo, hi, top) = unsafe { body(p, ld, rows, cols, inf) };
+    let pat = |c: u8| table[c as usize].to_bits();
+    (if lo == u8::MAX { u32::MAX } else { pat(lo + 1) }, pat(hi), pat(top))
+}
+
 /// [`exp_bounds`] from the smallest and largest nonzero finite magnitude
 /// patterns ([`mag_scan`]).
 fn exp_bounds_of(lo: u32, hi: u32, prec: i32) -> Option<(i32, i32)> {
@@ -3216,30 +3267,76 @@ unsafe fn tile16<const MR: usize, const K: u8, const BF: bool>(acc: &mut [f32], 
         match b {
             BSrc::Packed(bp, 0) => tile16_strips::<MR, K, BF, false>(acc, ap, bp, kn, spl, 0),
             BSrc::Packed(bp, sw) => tile16_strips::<MR, K, BF, true>(acc, ap, bp, kn, spl, sw),
-            BSrc::Codes { p, ld, f16: false, strips: false } => tile16_codes::<MR, K, BF, false, false>(acc, ap, p, ld, kn, spl),
-            BSrc::Codes { p, ld, f16: true, strips: false } => tile16_codes::<MR, K, BF, true, false>(acc, ap, p, ld, kn, spl),
-            BSrc::Codes { p, ld, f16: false, strips: true } => tile16_codes::<MR, K, BF, false, true>(acc, ap, p, ld, kn, spl),
-            BSrc::Codes { p, ld, f16: true, strips: true } => tile16_codes::<MR, K, BF, true, true>(acc, ap, p, ld, kn, spl),
+            BSrc::Codes { p, ld, f16: false, strips: false } => tile16_codes::<MR, K, BF, CODE_BF16, false>(acc, ap, p as *const u8, ld, kn, spl),
+            BSrc::Codes { p, ld, f16: true, strips: false } => tile16_codes::<MR, K, BF, CODE_F16, false>(acc, ap, p as *const u8, ld, kn, spl),
+            BSrc::Codes { p, ld, f16: false, strips: true } => tile16_codes::<MR, K, BF, CODE_BF16, true>(acc, ap, p as *const u8, ld, kn, spl),
+            BSrc::Codes { p, ld, f16: true, strips: true } => tile16_codes::<MR, K, BF, CODE_F16, true>(acc, ap, p as *const u8, ld, kn, spl),
+            BSrc::Codes8 { p, ld, e4m3: false, strips: false } => tile16_codes::<MR, K, BF, CODE_E5M2, false>(acc, ap, p, ld, kn, spl),
+            BSrc::Codes8 { p, ld, e4m3: true, strips: false } => tile16_codes::<MR, K, BF, CODE_E4M3FN, false>(acc, ap, p, ld, kn, spl),
+            BSrc::Codes8 { p, ld, e4m3: false, strips: true } => tile16_codes::<MR, K, BF, CODE_E5M2, true>(acc, ap, p, ld, kn, spl),
+            BSrc::Codes8 { p, ld, e4m3: true, strips: true } => tile16_codes::<MR, K, BF, CODE_E4M3FN, true>(acc, ap, p, ld, kn, spl),
         }
     }
 }
 
-/// [`tile16`] on B's codes in place ([`BSrc::Codes`]): every row on the same
-/// 16 columns, or with `STRIPS` four rows each on its own (row r's from `codes
-/// + 16 * r`), bfloat16 codes or (`F16`) float16 codes decoded as they are loaded.
+/// The codes [`tile16_codes`] reads in place: bfloat16, float16 (16 bits),
+/// float8_e5m2, float8_e4m3fn (8 bits).
+const CODE_BF16: u8 = 0;
+const CODE_F16: u8 = 1;
+const CODE_E5M2: u8 = 2;
+const CODE_E4M3FN: u8 = 3;
+
+/// Eight codes of kind `C` at `p` as f32 lanes: [`super::kernels::codes8_avx2`]
+/// for 16-bit codes; an e5m2 code is the top byte of its value's float16; an
+/// e4m3fn code's magnitude moved up 7 bits is the float16 of its value times
+/// 2^-8, scaled back exactly (NaN codes decode as numbers: the callers read
+/// none).
+///
+/// # Safety
+/// The CPU must support avx2 and f16c; eight codes at `p` readable.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn load_codes8<const C: u8>(p: *const u8) -> std::arch::x86_64::__m256 {
+    use std::arch::x86_64::*;
+    // SAFETY: per the caller.
+    unsafe {
+        match C {
+            CODE_BF16 => super::kernels::codes8_avx2::<false>(p as *const u16),
+            CODE_F16 => super::kernels::codes8_avx2::<true>(p as *const u16),
+            _ => {
+                let x = _mm_cvtepu8_epi16(_mm_loadl_epi64(p as *const __m128i));
+                if C == CODE_E5M2 {
+                    _mm256_cvtph_ps(_mm_slli_epi16::<8>(x))
+                } else {
+                    let m7 = _mm_set1_epi16(0x7f);
+                    let h = _mm_or_si128(_mm_slli_epi16::<8>(_mm_andnot_si128(m7, x)), _mm_slli_epi16::<7>(_mm_and_si128(m7, x)));
+                    _mm256_mul_ps(_mm256_cvtph_ps(h), _mm256_set1_ps(256.0))
+                }
+            }
+        }
+    }
+}
+
+/// [`tile16`] on B's codes in place ([`BSrc::Codes`], [`BSrc::Codes8`]): every
+/// row on the same 16 columns, or with `STRIPS` four rows each on its own (row
+/// r's from the code 16 * r on), codes of kind `C` ([`load_codes8`]) decoded as
+/// they are loaded.
 ///
 /// # Safety
 /// As [`tile16`]; the codes of the kn steps (16, or `16 * MR` with `STRIPS`,
-/// from `codes`, `ld` apart) readable.
+/// from `codes`, `ld` codes apart) readable, none of them a NaN.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn tile16_codes<const MR: usize, const K: u8, const BF: bool, const F16: bool, const STRIPS: bool>(acc: &mut [f32], ap: &[f32], codes: *const u16, ld: isize, kn: usize, spl: f32) {
+unsafe fn tile16_codes<const MR: usize, const K: u8, const BF: bool, const C: u8, const STRIPS: bool>(acc: &mut [f32], ap: &[f32], codes: *const u8, ld: isize, kn: usize, spl: f32) {
     use std::arch::x86_64::*;
     assert!((!STRIPS || MR == 4) && acc.len() >= MR * 16 && ap.len() >= kn * MR);
+    // Bytes a code.
+    let es = if C == CODE_BF16 || C == CODE_F16 { 2 } else { 1 };
+    let ld = ld * es as isize;
     // SAFETY: the loads of A and the accumulators are inside the slices (asserted
     // above), those of B's codes per the caller; the CPU features are the caller's contract.
     unsafe {
-        let load = |p: *const u16| super::kernels::codes8_avx2::<F16>(p);
+        let load = |p: *const u8| load_codes8::<C>(p);
         let mut c = [[_mm256_setzero_ps(); 2]; MR];
         for (r, cr) in c.iter_mut().enumerate() {
             cr[0] = _mm256_loadu_ps(acc.as_ptr().add(r * 16));
@@ -3254,9 +3351,9 @@ unsafe fn tile16_codes<const MR: usize, const K: u8, const BF: bool, const F16: 
             _mm_prefetch::<_MM_HINT_T0>(pf.wrapping_add(64));
             for (r, cr) in c.iter_mut().enumerate() {
                 let av = _mm256_broadcast_ss(&*pa.add(r));
-                let q = if STRIPS { pb.wrapping_add(16 * r) } else { pb };
+                let q = if STRIPS { pb.wrapping_add(16 * r * es) } else { pb };
                 cr[0] = add16::<K, BF>(cr[0], av, load(q), spl);
-                cr[1] = add16::<K, BF>(cr[1], av, load(q.wrapping_add(8)), spl);
+                cr[1] = add16::<K, BF>(cr[1], av, load(q.wrapping_add(8 * es)), spl);
             }
             pa = pa.add(MR);
             pb = pb.wrapping_offset(ld);
@@ -3481,6 +3578,9 @@ enum BSrc<'a> {
     /// product taken four strips at a time) row r the 16 from `16 * r`
     /// (`code_load!`). None of them is a NaN.
     Codes { p: *const u16, ld: isize, f16: bool, strips: bool },
+    /// As `Codes`, a row-major float8_e5m2 (or, with `e4m3`, float8_e4m3fn) B,
+    /// which only [`tile16`] reads ([`load_codes8`]).
+    Codes8 { p: *const u8, ld: isize, e4m3: bool, strips: bool },
 }
 
 impl<'a> BSrc<'a> {
@@ -3488,7 +3588,7 @@ impl<'a> BSrc<'a> {
     fn packed(self) -> (&'a [f32], usize) {
         match self {
             BSrc::Packed(bp, sw) => (bp, sw),
-            BSrc::Codes { .. } => (&[], 0),
+            BSrc::Codes { .. } | BSrc::Codes8 { .. } => (&[], 0),
         }
     }
 }
@@ -5175,11 +5275,16 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
     let rm = f16_rounding(spec.opts.mode);
     // One row (sums, vector-matrix products): tiles of one row, no padding rows.
     // Kind Odd into float16 on a B read in place (below): tiles of four rows, whose
-    // B is decoded into registers (the six-row tiles read it from memory).
+    // B is decoded into registers (its six-row tiles read it from memory).
     let odd_codes = kind == Kind16::Odd && !bf && matches!(b.dec, super::Dec::Bf16 | super::Dec::F16) && b.cs == 1 && m <= IN_PLACE_M;
+    // And kind Split on float8 codes in place (below), up to 8 rows (4 + 4, not 6 +
+    // 2); 9 to 12 take two groups of 6.
+    let odd_codes = odd_codes || kind == Kind16::Split && super::kernels::fp8_kind(b).is_some() && b.cs == 1 && m <= 8 && split_fmt(&spec.fmt, &spec.opts).is_none();
     let mr = if m == 1 {
         1
-    } else if matches!(kind, Kind16::Fma | Kind16::Split | Kind16::Dir(_)) || kind == Kind16::Odd && !bf && !odd_codes {
+    } else if odd_codes {
+        MR_ODD
+    } else if matches!(kind, Kind16::Fma | Kind16::Split | Kind16::Dir(_)) || kind == Kind16::Odd && !bf {
         MR_FMA
     } else {
         MR_ODD
@@ -5316,10 +5421,18 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
     // Products of up to IN_PLACE_M rows: every row group decodes the codes again
     // (cheaper than packing while the groups are few). Kind Odd into float16 then
     // takes tiles of 4 rows (`odd_codes`), not its 6.
-    let b_codes = (matches!(b.dec, super::Dec::Bf16) || b_f16)
+    // float8_e5m2 and float8_e4m3fn codes (`b8`: their table), to nearest into
+    // float16 or bfloat16 (kind Split, its blocks past the bound Fma), likewise.
+    let b8 = match (&b.dec, super::kernels::fp8_kind(b)) {
+        (super::Dec::Lut8(t), Some(f)) if kind == Kind16::Split && gs.is_none() && !scaled_kind => Some((f == super::kernels::FP8_E4M3FN, &t[..])),
+        _ => None,
+    };
+    let b_codes = (matches!(b.dec, super::Dec::Bf16) || b_f16 || b8.is_some())
         && b.cs == 1
         && m <= IN_PLACE_M
-        && (matches!(kind, Kind16::Odd | Kind16::Mid) && !scaled_kind || matches!(kind, Kind16::Dir(_)));
+        && (matches!(kind, Kind16::Odd | Kind16::Mid | Kind16::Split) && !scaled_kind || matches!(kind, Kind16::Dir(_)));
+    // Bytes a code in place.
+    let code_bytes = if b8.is_some() { 1 } else { 2 };
     // (No panel in place: one column block, each task's codes of a row contiguous.)
     let np = if b_codes { n } else { np };
     let pstrips = np.min(n).div_ceil(16);
@@ -5458,9 +5571,12 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
                 // In place: this block's bounds and largest magnitude from the task's
                 // codes; none of them a NaN?
                 let (bbk, b_max, nan_free) = if b_codes {
-                    let p = (b.ptr as *const u16).wrapping_offset(kb as isize * b.rs + (j0 + ja) as isize);
+                    let p = b.ptr.wrapping_offset((kb as isize * b.rs + (j0 + ja) as isize) * code_bytes);
                     // SAFETY: rows kb..kb+kn, columns j0+ja..j0+jz are inside b.
-                    let (lo, hi, top) = unsafe { code_scan(p, b.rs, kn, jz - ja, b_f16) };
+                    let (lo, hi, top) = match b8 {
+                        Some((e4m3, t)) => unsafe { code_scan8(p, b.rs, kn, jz - ja, if e4m3 { 0x7f } else { 0x7c }, t) },
+                        None => unsafe { code_scan(p as *const u16, b.rs, kn, jz - ja, b_f16) },
+                    };
                     (exp_bounds_of(lo, hi, pb), f32::from_bits(top), top <= 0x7f80_0000)
                 } else {
                     (bbk, bmaxes[kbi], false)
@@ -5626,7 +5742,7 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
                 }
                 // In place: this block's full strips, where its codes hold no NaN and the
                 // kernels take it; the other strips packed into `bloc`.
-                let in_place = nan_free && fast && matches!(kind, Kind16::Odd | Kind16::OddFin | Kind16::Mid | Kind16::Dir(_)) && dir_runs.is_none();
+                let in_place = nan_free && fast && matches!(kind, Kind16::Odd | Kind16::OddFin | Kind16::Mid | Kind16::Dir(_) | Kind16::Split | Kind16::Fma) && dir_runs.is_none();
                 // (From strip pk0, the first one packed.)
                 let pk0 = if in_place { full } else { s0 };
                 if b_codes && pk0 < s1 {
@@ -5650,7 +5766,7 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
                         // Strips s.. taken together (`w` of them, `sw` values apart in the panel).
                         // In place, four full strips or one; B's codes from step o0 at strip s.
                         let (w, sw) = if four && s + 4 <= if in_place { full } else { s1 } { (4, kbs * 16) } else { (1, 0) };
-                        let codes = (in_place && s + w <= full).then(|| (b.ptr as *const u16).wrapping_offset((kb + o0) as isize * b.rs + (j0 + 16 * s) as isize));
+                        let codes = (in_place && s + w <= full).then(|| b.ptr.wrapping_offset(((kb + o0) as isize * b.rs + (j0 + 16 * s) as isize) * code_bytes));
                         let q = (kbi * strips + s) * kbs * 16;
                         let bp = if !b_codes {
                             &bpanel[q + o0 * 16..q + (w - 1) * sw + (o0 + len) * 16]
@@ -5664,7 +5780,10 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
                         macro_rules! bsrc {
                             ($bp:expr, $sw:expr) => {
                                 match codes {
-                                    Some(c) => BSrc::Codes { p: c, ld: b.rs, f16: b_f16, strips: $sw != 0 },
+                                    Some(c) => match b8 {
+                                        Some((e4m3, _)) => BSrc::Codes8 { p: c, ld: b.rs, e4m3, strips: $sw != 0 },
+                                        None => BSrc::Codes { p: c as *const u16, ld: b.rs, f16: b_f16, strips: $sw != 0 },
+                                    },
                                     None => BSrc::Packed($bp, $sw),
                                 }
                             };

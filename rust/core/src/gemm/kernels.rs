@@ -377,11 +377,11 @@ pub(super) unsafe fn pack_real<T: Real, const Q: bool>(op: &Operand, base: isize
 }
 
 /// The float8 formats [`pack_fp8_avx2`] decodes arithmetically.
-const FP8_E5M2: u8 = 1;
-const FP8_E4M3FN: u8 = 2;
+pub(super) const FP8_E5M2: u8 = 1;
+pub(super) const FP8_E4M3FN: u8 = 2;
 
 /// Which of [`pack_fp8_avx2`]'s formats an operand's codes are in, if any.
-fn fp8_kind(op: &Operand) -> Option<u8> {
+pub(super) fn fp8_kind(op: &Operand) -> Option<u8> {
     match op.format() {
         Some(Format::Float(f)) if f == named::FLOAT8_E5M2 => Some(FP8_E5M2),
         Some(Format::Float(f)) if f == named::FLOAT8_E4M3FN => Some(FP8_E4M3FN),
