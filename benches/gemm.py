@@ -255,16 +255,19 @@ def emulated(sizes) -> None:
 
 
 def emulated_vectors() -> None:
-    """Emulated products of one or few rows, and of one column (run transposed), on bf16
-    and fp16 operands, against lowp's own f32 path on the same shape."""
+    """Emulated products of one or few rows, and of one column (run transposed), on bf16,
+    fp16, e4m3fn and e5m2 operands, against lowp's own f32 path on the same shape."""
     g = np.random.default_rng(6)
     runs = (("float16", "nearest_even"), ("bfloat16", "nearest_even"), ("float16", "toward_zero"), ("float16", "stochastic"))
     labels = ("fp16 nearest", "bf16 nearest", "fp16 to zero", "fp16 stochastic")
     print("\n== emulated products of few rows: ms (ratio to lowp's own f32 path); accumulator and mode")
     print(f"{'inputs':>6} {'m x k x n':>17} {'thr':>3} {'f32 path':>9} " + " ".join(f"{x:>17}" for x in labels))
-    for name, dt in (("bf16", ml_dtypes.bfloat16), ("fp16", np.float16)):
-        for m, k, n, t in ((1, 4096, 4096, 1), (1, 4096, 4096, 2), (8, 4096, 4096, 1), (4096, 4096, 1, 1),
-                           (1, 1024, 1024, 1), (1024, 1024, 1, 1)):
+    shapes16 = ((1, 4096, 4096, 1), (1, 4096, 4096, 2), (8, 4096, 4096, 1), (4096, 4096, 1, 1),
+                (1, 1024, 1024, 1), (1024, 1024, 1, 1))
+    shapes8 = ((1, 4096, 4096, 1), (8, 4096, 4096, 1), (1, 1024, 1024, 1))
+    for name, dt, shapes in (("bf16", ml_dtypes.bfloat16, shapes16), ("fp16", np.float16, shapes16),
+                             ("e4m3fn", ml_dtypes.float8_e4m3fn, shapes8), ("e5m2", ml_dtypes.float8_e5m2, shapes8)):
+        for m, k, n, t in shapes:
             set_threads(t)
             a = g.standard_normal((m, k)).astype(np.float32).astype(dt)
             b = g.standard_normal((k, n)).astype(np.float32).astype(dt)
