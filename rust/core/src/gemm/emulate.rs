@@ -2942,109 +2942,98 @@ fn exp_bounds_max(v: &[f32], prec: i32) -> (Option<(i32, i32)>, f32) {
     (exp_bounds_of(lo, hi, prec), f32::from_bits(top))
 }
 
-/// [`mag_scan`] of the bfloat16 (or, with `f16`, float16) values of `rows`
-/// rows of `cols` codes from `p`, `ld` codes apart: the f32 patterns of their
-/// values. The codes' magnitudes order as the values', so their minima and
-/// maxima are taken on the codes (16-bit lanes), then converted.
+/// The codes [`code_scan`] reads: 16-bit (bfloat16, float16) or 8-bit (float8).
+trait ScanCode: Copy + Ord + std::ops::BitAnd<Output = Self> {
+    /// The magnitude bits.
+    const MAG: Self;
+    const ZERO: Self;
+    const MAX: Self;
+    fn dec(self) -> Self;
+    fn wide(self) -> u32;
+}
+
+impl ScanCode for u16 {
+    const MAG: Self = 0x7fff;
+    const ZERO: Self = 0;
+    const MAX: Self = u16::MAX;
+    #[inline(always)]
+    fn dec(self) -> Self {
+        self.wrapping_sub(1)
+    }
+    #[inline(always)]
+    fn wide(self) -> u32 {
+        self as u32
+    }
+}
+
+impl ScanCode for u8 {
+    const MAG: Self = 0x7f;
+    const ZERO: Self = 0;
+    const MAX: Self = u8::MAX;
+    #[inline(always)]
+    fn dec(self) -> Self {
+        self.wrapping_sub(1)
+    }
+    #[inline(always)]
+    fn wide(self) -> u32 {
+        self as u32
+    }
+}
+
+/// [`mag_scan`] of the values of `rows` rows of `cols` codes from `p`, `ld`
+/// codes apart (bfloat16 or float16 codes, or float8_e5m2 or float8_e4m3fn
+/// ones), as f32 patterns: `pat(c)` of the magnitude codes, `inf` the first of
+/// them past the finite ones (an infinity's or a NaN's). The codes' magnitudes
+/// order as the values', so their minima and maxima are taken on the codes,
+/// then converted.
 ///
 /// # Safety
 /// Those codes must be readable.
-unsafe fn code_scan(p: *const u16, ld: isize, rows: usize, cols: usize, f16: bool) -> (u32, u32, u32) {
+unsafe fn code_scan<T: ScanCode>(p: *const T, ld: isize, rows: usize, cols: usize, inf: T, pat: impl Fn(u32) -> u32) -> (u32, u32, u32) {
     #[inline(always)]
-    unsafe fn body(p: *const u16, ld: isize, rows: usize, cols: usize, inf: u16) -> (u32, u32, u32) {
-        let (mut lo, mut hi, mut top) = (u32::MAX, 0u16, 0u16);
+    unsafe fn body<T: ScanCode>(p: *const T, ld: isize, rows: usize, cols: usize, inf: T) -> (u32, u32, u32) {
+        let (mut lo, mut hi, mut top) = (u32::MAX, T::ZERO, T::ZERO);
         for r in 0..rows {
             // Each row on pages of its own: the one eight rows on fetched line by line
             // (the hardware's prefetch stops at a page's end).
             #[cfg(target_arch = "x86_64")]
             if r + 8 < rows {
                 let q = p.wrapping_offset((r + 8) as isize * ld) as *const i8;
-                for l in (0..2 * cols).step_by(64) {
+                for l in (0..cols * std::mem::size_of::<T>()).step_by(64) {
                     // SAFETY: a prefetch reads nothing.
                     unsafe { std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(q.wrapping_add(l)) };
                 }
             }
             // SAFETY: row r's cols codes are readable (the caller's contract).
             let row = unsafe { std::slice::from_raw_parts(p.wrapping_offset(r as isize * ld), cols) };
-            // As `mag_scan`, on the codes' magnitudes (`inf`: the infinity's).
-            let (mut lo1, mut h, mut t) = (u16::MAX, 0u16, 0u16);
+            // As `mag_scan`, on the codes' magnitudes.
+            let (mut lo1, mut h, mut t) = (T::MAX, T::ZERO, T::ZERO);
             for &c in row {
-                let m = c & 0x7fff;
-                let f = if m < inf { m } else { 0 };
-                lo1 = lo1.min(f.wrapping_sub(1));
+                let m = c & T::MAG;
+                let f = if m < inf { m } else { T::ZERO };
+                lo1 = lo1.min(f.dec());
                 h = h.max(f);
                 t = t.max(m);
             }
             // (lo1 + 1: the smallest nonzero finite magnitude, none where lo1 wrapped.)
-            let l = if lo1 == u16::MAX { u32::MAX } else { lo1 as u32 + 1 };
+            let l = if lo1 == T::MAX { u32::MAX } else { lo1.wide() + 1 };
             (lo, hi, top) = (lo.min(l), hi.max(h), top.max(t));
         }
-        (lo, hi as u32, top as u32)
+        (lo, hi.wide(), top.wide())
     }
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2")]
-    unsafe fn go(p: *const u16, ld: isize, rows: usize, cols: usize, inf: u16) -> (u32, u32, u32) {
+    unsafe fn go<T: ScanCode>(p: *const T, ld: isize, rows: usize, cols: usize, inf: T) -> (u32, u32, u32) {
         // SAFETY: per the caller.
         unsafe { body(p, ld, rows, cols, inf) }
     }
-    let inf = if f16 { 0x7c00 } else { 0x7f80 };
     #[cfg(target_arch = "x86_64")]
     // SAFETY: simd() holds only when avx2 was detected; the rest per the caller.
     let (lo, hi, top) = if super::simd() { unsafe { go(p, ld, rows, cols, inf) } } else { unsafe { body(p, ld, rows, cols, inf) } };
     #[cfg(not(target_arch = "x86_64"))]
     // SAFETY: per the caller.
     let (lo, hi, top) = unsafe { body(p, ld, rows, cols, inf) };
-    let pat = |c: u32| if f16 { super::f16_to_f32(c as u16).to_bits() } else { c << 16 };
     (if lo == u32::MAX { lo } else { pat(lo) }, pat(hi), pat(top))
-}
-
-/// [`code_scan`] of float8 codes (`rows` rows of `cols` bytes from `p`, `ld`
-/// apart), each code's value `table[code]` (a NaN code's a NaN, an infinity's
-/// an infinity), `inf` the first magnitude code past the finite ones (0x7c for
-/// float8_e5m2, 0x7f for float8_e4m3fn). Their magnitudes order as the values'.
-///
-/// # Safety
-/// Those codes must be readable.
-unsafe fn code_scan8(p: *const u8, ld: isize, rows: usize, cols: usize, inf: u8, table: &[f32]) -> (u32, u32, u32) {
-    #[inline(always)]
-    unsafe fn body(p: *const u8, ld: isize, rows: usize, cols: usize, inf: u8) -> (u8, u8, u8) {
-        let (mut lo, mut hi, mut top) = (u8::MAX, 0u8, 0u8);
-        for r in 0..rows {
-            #[cfg(target_arch = "x86_64")]
-            if r + 8 < rows {
-                let q = p.wrapping_offset((r + 8) as isize * ld) as *const i8;
-                for l in (0..cols).step_by(64) {
-                    // SAFETY: a prefetch reads nothing.
-                    unsafe { std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(q.wrapping_add(l)) };
-                }
-            }
-            // SAFETY: row r's cols codes are readable (the caller's contract).
-            let row = unsafe { std::slice::from_raw_parts(p.wrapping_offset(r as isize * ld), cols) };
-            // (lo: the smallest nonzero finite magnitude less one, wrapping for none.)
-            for &c in row {
-                let m = c & 0x7f;
-                let f = if m < inf { m } else { 0 };
-                lo = lo.min(f.wrapping_sub(1));
-                hi = hi.max(f);
-                top = top.max(m);
-            }
-        }
-        (lo, hi, top)
-    }
-    #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx2")]
-    unsafe fn go(p: *const u8, ld: isize, rows: usize, cols: usize, inf: u8) -> (u8, u8, u8) {
-        // SAFETY: per the caller.
-        unsafe { body(p, ld, rows, cols, inf) }
-    }
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: simd() holds only when avx2 was detected; the rest per the caller.
-    let (lo, hi, top) = if super::simd() { unsafe { go(p, ld, rows, cols, inf) } } else { unsafe { body(p, ld, rows, cols, inf) } };
-    #[cfg(not(target_arch = "x86_64"))]
-    // SAFETY: per the caller.
-    let (lo, hi, top) = unsafe { body(p, ld, rows, cols, inf) };
-    let pat = |c: u8| table[c as usize].to_bits();
-    (if lo == u8::MAX { u32::MAX } else { pat(lo + 1) }, pat(hi), pat(top))
 }
 
 /// [`exp_bounds`] from the smallest and largest nonzero finite magnitude
@@ -3287,32 +3276,21 @@ const CODE_E5M2: u8 = 2;
 const CODE_E4M3FN: u8 = 3;
 
 /// Eight codes of kind `C` at `p` as f32 lanes: [`super::kernels::codes8_avx2`]
-/// for 16-bit codes; an e5m2 code is the top byte of its value's float16; an
-/// e4m3fn code's magnitude moved up 7 bits is the float16 of its value times
-/// 2^-8, scaled back exactly (NaN codes decode as numbers: the callers read
-/// none).
+/// for 16-bit codes, [`super::kernels::fp8x8_avx2`] for 8-bit ones (the
+/// callers read no NaN code).
 ///
 /// # Safety
 /// The CPU must support avx2 and f16c; eight codes at `p` readable.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
 unsafe fn load_codes8<const C: u8>(p: *const u8) -> std::arch::x86_64::__m256 {
-    use std::arch::x86_64::*;
     // SAFETY: per the caller.
     unsafe {
         match C {
             CODE_BF16 => super::kernels::codes8_avx2::<false>(p as *const u16),
             CODE_F16 => super::kernels::codes8_avx2::<true>(p as *const u16),
-            _ => {
-                let x = _mm_cvtepu8_epi16(_mm_loadl_epi64(p as *const __m128i));
-                if C == CODE_E5M2 {
-                    _mm256_cvtph_ps(_mm_slli_epi16::<8>(x))
-                } else {
-                    let m7 = _mm_set1_epi16(0x7f);
-                    let h = _mm_or_si128(_mm_slli_epi16::<8>(_mm_andnot_si128(m7, x)), _mm_slli_epi16::<7>(_mm_and_si128(m7, x)));
-                    _mm256_mul_ps(_mm256_cvtph_ps(h), _mm256_set1_ps(256.0))
-                }
-            }
+            CODE_E4M3FN => super::kernels::fp8x8_avx2::<true>(p).0,
+            _ => super::kernels::fp8x8_avx2::<false>(p).0,
         }
     }
 }
@@ -5574,8 +5552,10 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
                     let p = b.ptr.wrapping_offset((kb as isize * b.rs + (j0 + ja) as isize) * code_bytes);
                     // SAFETY: rows kb..kb+kn, columns j0+ja..j0+jz are inside b.
                     let (lo, hi, top) = match b8 {
-                        Some((e4m3, t)) => unsafe { code_scan8(p, b.rs, kn, jz - ja, if e4m3 { 0x7f } else { 0x7c }, t) },
-                        None => unsafe { code_scan(p as *const u16, b.rs, kn, jz - ja, b_f16) },
+                        // (The table's value of each code: a NaN's NaN, an infinity's infinity.)
+                        Some((e4m3, t)) => unsafe { code_scan(p, b.rs, kn, jz - ja, if e4m3 { 0x7f } else { 0x7c }, |c| t[c as usize].to_bits()) },
+                        None if b_f16 => unsafe { code_scan(p as *const u16, b.rs, kn, jz - ja, 0x7c00, |c| super::f16_to_f32(c as u16).to_bits()) },
+                        None => unsafe { code_scan(p as *const u16, b.rs, kn, jz - ja, 0x7f80, |c| c << 16) },
                     };
                     (exp_bounds_of(lo, hi, pb), f32::from_bits(top), top <= 0x7f80_0000)
                 } else {
@@ -6696,6 +6676,49 @@ pub(crate) mod testing {
 #[cfg(test)]
 mod unit_tests {
     use super::*;
+
+    /// [`code_scan`] on bfloat16, float16, float8_e5m2 and float8_e4m3fn codes
+    /// equals [`mag_scan`] of their values, whatever the codes (every code, and
+    /// rows of random ones with and without specials), rows forward and reversed.
+    #[test]
+    fn code_scan_matches_the_scan_of_the_values() {
+        let _settings = crate::settings_read();
+        let mut s = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move || {
+            s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            (s >> 33) as u32
+        };
+        let (rows, cols) = (37, 23);
+        // (The largest pattern: a NaN's may differ where the decode quiets it; both must be NaN.)
+        let same = |x: u32, y: u32| x == y || f32::from_bits(x).is_nan() && f32::from_bits(y).is_nan();
+        for case in 0..60 {
+            // Every code first, then random codes; every third case without the specials.
+            let raw: Vec<u32> = (0..rows * cols).map(|x| if case == 0 { x as u32 } else { next() }).collect();
+            let finite = case % 3 == 2;
+            // bfloat16 and float16.
+            for f16 in [false, true] {
+                let inf: u16 = if f16 { 0x7c00 } else { 0x7f80 };
+                let codes: Vec<u16> = raw.iter().map(|&r| if finite && (r as u16 & 0x7fff) >= inf { r as u16 & 0x3fff } else { r as u16 }).collect();
+                let val = |c: u16| if f16 { super::super::f16_to_f32(c) } else { f32::from_bits((c as u32) << 16) };
+                let want = mag_scan(&codes.iter().map(|&c| val(c)).collect::<Vec<_>>());
+                for rev in [false, true] {
+                    let (p, ld) = if rev { (codes.as_ptr().wrapping_add((rows - 1) * cols), -(cols as isize)) } else { (codes.as_ptr(), cols as isize) };
+                    // SAFETY: rows x cols codes from p, ld apart, inside `codes`.
+                    let got = unsafe { code_scan(p, ld, rows, cols, inf, |c| val(c as u16).to_bits()) };
+                    assert!(got.0 == want.0 && got.1 == want.1 && same(got.2, want.2), "case {case} f16 {f16} rev {rev}: {got:x?} vs {want:x?}");
+                }
+            }
+            for fmt in [named::FLOAT8_E5M2, named::FLOAT8_E4M3FN] {
+                let inf: u8 = if fmt == named::FLOAT8_E5M2 { 0x7c } else { 0x7f };
+                let table: Vec<f32> = (0..256u64).map(|c| fmt.decode(c) as f32).collect();
+                let codes: Vec<u8> = raw.iter().map(|&r| if finite && (r as u8 & 0x7f) >= inf { r as u8 & 0x3f } else { r as u8 }).collect();
+                let want = mag_scan(&codes.iter().map(|&c| table[c as usize]).collect::<Vec<_>>());
+                // SAFETY: rows x cols codes, inside `codes`.
+                let got = unsafe { code_scan(codes.as_ptr(), cols as isize, rows, cols, inf, |c| table[c as usize].to_bits()) };
+                assert!(got.0 == want.0 && got.1 == want.1 && same(got.2, want.2), "case {case} {fmt:?}: {got:x?} vs {want:x?}");
+            }
+        }
+    }
 
     /// The bounds of a block scanned 4 values at a time ([`mag_range_avx2`])
     /// equal the scalar scan's, for every length up to 70 (the 4-value steps

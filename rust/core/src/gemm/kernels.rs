@@ -389,13 +389,36 @@ pub(super) fn fp8_kind(op: &Operand) -> Option<u8> {
     }
 }
 
+/// Eight float8_e5m2 (or, with `E4M3`, float8_e4m3fn) codes at `p` as f32
+/// lanes, and the codes widened to 16-bit lanes. An e5m2 code is the top byte
+/// of the float16 of its value; an e4m3fn code's magnitude moved up 7 bits
+/// (its sign to bit 15) is the float16 of its value times 2^-8 (exponent bias
+/// 15 for 7, subnormals included), scaled back exactly. The NaN codes of
+/// e4m3fn (0x7f, 0xff) decode as numbers.
+///
+/// # Safety
+/// The CPU must support avx2 and f16c; eight codes at `p` readable.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+pub(crate) unsafe fn fp8x8_avx2<const E4M3: bool>(p: *const u8) -> (std::arch::x86_64::__m256, std::arch::x86_64::__m128i) {
+    use std::arch::x86_64::*;
+    // SAFETY: per the caller.
+    unsafe {
+        let x = _mm_cvtepu8_epi16(_mm_loadl_epi64(p as *const __m128i));
+        if E4M3 {
+            let m7 = _mm_set1_epi16(0x7f);
+            let h = _mm_or_si128(_mm_slli_epi16::<8>(_mm_andnot_si128(m7, x)), _mm_slli_epi16::<7>(_mm_and_si128(m7, x)));
+            (_mm256_mul_ps(_mm256_cvtph_ps(h), _mm256_set1_ps(256.0)), x)
+        } else {
+            (_mm256_cvtph_ps(_mm_slli_epi16::<8>(x)), x)
+        }
+    }
+}
+
 /// [`pack_real`] of float8_e5m2 (`F` = [`FP8_E5M2`]) or float8_e4m3fn codes
 /// whose lines are contiguous: `dst[p*w + l]` = the value of code `src[p*sk +
-/// l]` (zeros for l in nv..w), decoded 8 at a time through float16. An e5m2
-/// code is the top byte of the float16 of its value. An e4m3fn code's
-/// magnitude bits moved up 7 are the float16 pattern of its value times 2^-8
-/// (exponent bias 15 for 7, subnormals included), scaled back exactly. The
-/// lanes of NaN codes (e5m2: exponent all ones and a mantissa; e4m3fn: 0x7f,
+/// l]` (zeros for l in nv..w), decoded 8 at a time through float16
+/// ([`fp8x8_avx2`]). The lanes of NaN codes (e5m2: exponent all ones and a mantissa; e4m3fn: 0x7f,
 /// 0xff) then take the table's value `t[code]`, quieted with `Q`, as the
 /// scalar decode gives them.
 ///
@@ -411,20 +434,13 @@ unsafe fn pack_fp8_avx2<T: Real, const Q: bool, const F: u8>(src: *const u8, t: 
     // SAFETY: the reads and writes stay inside the caller's bounds; the CPU features are its contract.
     unsafe {
         let scalar = |c: u8| quiet_if::<T, Q>(T::from_f32(t[c as usize]));
-        let (m7, nan_lo, scale) = (_mm_set1_epi16(0x7f), _mm_set1_epi16(if F == FP8_E5M2 { 0x7c } else { 0x7e }), _mm256_set1_ps(256.0));
+        let (m7, nan_lo) = (_mm_set1_epi16(0x7f), _mm_set1_epi16(if F == FP8_E5M2 { 0x7c } else { 0x7e }));
         for p in 0..kc {
             let row = src.offset(p as isize * sk);
             let dp = dst.add(p * w);
             let mut l = 0;
             while l + 8 <= nv {
-                let x = _mm_cvtepu8_epi16(_mm_loadl_epi64(row.add(l) as *const __m128i));
-                let v = if F == FP8_E5M2 {
-                    _mm256_cvtph_ps(_mm_slli_epi16::<8>(x))
-                } else {
-                    // Sign to bit 15, the magnitude's 7 bits to 13..7.
-                    let h = _mm_or_si128(_mm_slli_epi16::<8>(_mm_andnot_si128(m7, x)), _mm_slli_epi16::<7>(_mm_and_si128(m7, x)));
-                    _mm256_mul_ps(_mm256_cvtph_ps(h), scale)
-                };
+                let (v, x) = if F == FP8_E4M3FN { fp8x8_avx2::<true>(row.add(l)) } else { fp8x8_avx2::<false>(row.add(l)) };
                 if std::mem::size_of::<T>() == 4 {
                     _mm256_storeu_ps(dp.add(l) as *mut f32, v);
                 } else {
