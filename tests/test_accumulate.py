@@ -1165,6 +1165,29 @@ def test_f64_tiles_widths_not_a_multiple_of_eight(acc, mode, chunk, threads):
         assert np.isnan(got[12]).all()
 
 
+def check_in_place(a, b, layout, kw):
+    """``a @ b`` (with ``kw``) on B laid out as ``layout`` (rows forward, reversed, or every
+    other row of a wider array), bit for bit against the scalar path and the same B packed
+    (Fortran-ordered); B's element (50, 7) a NaN, then set to 1.0."""
+    k, n = b.shape
+    if layout == "reversed":
+        b = np.ascontiguousarray(b[::-1])[::-1]
+    elif layout == "strided":
+        wide = np.zeros((2 * k, n + 20), b.dtype)
+        wide[::2, :n] = b
+        b = wide[::2, :n]
+    assert b.strides[1] == b.itemsize
+    got = matmul_as_scalar(a, b, **kw)
+    assert same_bits(got, lowp.matmul(a, np.asfortranarray(b), **kw))
+    assert np.isnan(got[:, 7]).all() and np.isfinite(got[0]).sum() >= n // 2
+    # Without the NaN: the first block in place as well.
+    b2 = np.array(b)
+    b2[50, 7] = 1.0
+    got = matmul_as_scalar(a, b2, **kw)
+    assert same_bits(got, lowp.matmul(a, np.asfortranarray(b2), **kw))
+    assert np.isfinite(got[0]).sum() >= n // 2
+
+
 @pytest.mark.parametrize("m", [1, 7])
 @pytest.mark.parametrize("dtype", [ml_dtypes.bfloat16, np.float16], ids=lambda d: np.dtype(d).name)
 @pytest.mark.parametrize("acc", ["float16", "bfloat16"])
@@ -1195,23 +1218,7 @@ def test_few_rows_read_b_in_place(m, dtype, acc, mode, layout, chunk, threads):
     b = base.astype(dtype)
     # A NaN with a payload in the first block.
     b.view(np.uint16)[50, 7] = 0x7FC1 if dtype == ml_dtypes.bfloat16 else 0x7E01
-    if layout == "reversed":
-        b = np.ascontiguousarray(b[::-1])[::-1]
-    elif layout == "strided":
-        wide = np.zeros((2 * k, 320), dtype)
-        wide[::2, :n] = b
-        b = wide[::2, :n]
-    assert b.strides[1] == 2
-    kw = dict(accumulate=acc, rounding=mode, chunk=chunk)
-    got = matmul_as_scalar(a, b, **kw)
-    assert same_bits(got, lowp.matmul(a, np.asfortranarray(b), **kw))
-    assert np.isnan(got[:, 7]).all() and np.isfinite(got[0]).sum() >= n // 2
-    # Without the NaN: the first block in place as well.
-    b2 = np.array(b)
-    b2[50, 7] = 1.0
-    got = matmul_as_scalar(a, b2, **kw)
-    assert same_bits(got, lowp.matmul(a, np.asfortranarray(b2), **kw))
-    assert np.isfinite(got[0]).sum() >= n // 2
+    check_in_place(a, b, layout, dict(accumulate=acc, rounding=mode, chunk=chunk))
 
 
 @pytest.mark.parametrize("m", [1, 7, 10])
@@ -1240,23 +1247,7 @@ def test_few_rows_read_fp8_b_in_place(m, dtype, acc, layout, chunk, threads):
     b.view(np.uint8)[50, 7] = 0x7F if dtype == ml_dtypes.float8_e4m3fn else 0x7D
     if dtype == ml_dtypes.float8_e5m2:
         b.view(np.uint8)[400, 9] = 0x7C
-    if layout == "reversed":
-        b = np.ascontiguousarray(b[::-1])[::-1]
-    elif layout == "strided":
-        wide = np.zeros((2 * k, 320), dtype)
-        wide[::2, :n] = b
-        b = wide[::2, :n]
-    assert b.strides[1] == 1
-    kw = dict(accumulate=acc, rounding="nearest_even", chunk=chunk)
-    got = matmul_as_scalar(a, b, **kw)
-    assert same_bits(got, lowp.matmul(a, np.asfortranarray(b), **kw))
-    assert np.isnan(got[:, 7]).all() and np.isfinite(got[0]).sum() >= n // 2
-    # Without the NaN: the first block in place as well.
-    b2 = np.array(b)
-    b2[50, 7] = 1.0
-    got = matmul_as_scalar(a, b2, **kw)
-    assert same_bits(got, lowp.matmul(a, np.asfortranarray(b2), **kw))
-    assert np.isfinite(got[0]).sum() >= n // 2
+    check_in_place(a, b, layout, dict(accumulate=acc, rounding="nearest_even", chunk=chunk))
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="mprotect through libc")

@@ -2952,33 +2952,25 @@ trait ScanCode: Copy + Ord + std::ops::BitAnd<Output = Self> {
     fn wide(self) -> u32;
 }
 
-impl ScanCode for u16 {
-    const MAG: Self = 0x7fff;
-    const ZERO: Self = 0;
-    const MAX: Self = u16::MAX;
-    #[inline(always)]
-    fn dec(self) -> Self {
-        self.wrapping_sub(1)
-    }
-    #[inline(always)]
-    fn wide(self) -> u32 {
-        self as u32
-    }
+macro_rules! scan_code {
+    ($t:ty, $mag:expr) => {
+        impl ScanCode for $t {
+            const MAG: Self = $mag;
+            const ZERO: Self = 0;
+            const MAX: Self = <$t>::MAX;
+            #[inline(always)]
+            fn dec(self) -> Self {
+                self.wrapping_sub(1)
+            }
+            #[inline(always)]
+            fn wide(self) -> u32 {
+                self as u32
+            }
+        }
+    };
 }
-
-impl ScanCode for u8 {
-    const MAG: Self = 0x7f;
-    const ZERO: Self = 0;
-    const MAX: Self = u8::MAX;
-    #[inline(always)]
-    fn dec(self) -> Self {
-        self.wrapping_sub(1)
-    }
-    #[inline(always)]
-    fn wide(self) -> u32 {
-        self as u32
-    }
-}
+scan_code!(u16, 0x7fff);
+scan_code!(u8, 0x7f);
 
 /// [`mag_scan`] of the values of `rows` rows of `cols` codes from `p`, `ld`
 /// codes apart (bfloat16 or float16 codes, or float8_e5m2 or float8_e4m3fn
@@ -6677,17 +6669,22 @@ pub(crate) mod testing {
 mod unit_tests {
     use super::*;
 
+    /// A 64-bit LCG's top 53 bits, step by step from `s`.
+    fn lcg(mut s: u64) -> impl FnMut() -> u64 {
+        move || {
+            s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            s >> 11
+        }
+    }
+
     /// [`code_scan`] on bfloat16, float16, float8_e5m2 and float8_e4m3fn codes
     /// equals [`mag_scan`] of their values, whatever the codes (every code, and
     /// rows of random ones with and without specials), rows forward and reversed.
     #[test]
     fn code_scan_matches_the_scan_of_the_values() {
         let _settings = crate::settings_read();
-        let mut s = 0x2545_f491_4f6c_dd1du64;
-        let mut next = move || {
-            s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-            (s >> 33) as u32
-        };
+        let mut g = lcg(0x2545_f491_4f6c_dd1d);
+        let mut next = move || (g() >> 22) as u32;
         let (rows, cols) = (37, 23);
         // (The largest pattern: a NaN's may differ where the decode quiets it; both must be NaN.)
         let same = |x: u32, y: u32| x == y || f32::from_bits(x).is_nan() && f32::from_bits(y).is_nan();
@@ -6726,11 +6723,7 @@ mod unit_tests {
     #[test]
     fn vector_bounds_match_the_scalar_scan() {
         let _settings = crate::settings_read();
-        let mut s = 0x9e37_79b9_7f4a_7c15u64;
-        let mut next = move || {
-            s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-            s >> 11
-        };
+        let mut next = lcg(0x9e37_79b9_7f4a_7c15);
         let specials = [0.0, -0.0, 5e-324, -2.2e-308, f64::INFINITY, f64::NEG_INFINITY, f64::NAN, 1e300, -3.0];
         for len in 0..=70 {
             for case in 0..40 {
