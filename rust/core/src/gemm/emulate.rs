@@ -78,7 +78,7 @@
 //!   ([`BSrc::Codes`]) in these kinds and kind Dir (kind Odd into float16 on
 //!   tiles of 4 rows, not 6); one with a row-major float8_e5m2 or
 //!   float8_e4m3fn B, to nearest into float16 or bfloat16 (kind Split and its
-//!   fallback Fma), likewise ([`BSrc::Codes8`]). Chunk totals into float16 or
+//!   fallback Fma) and in kind Dir, likewise ([`BSrc::Codes8`]). Chunk totals into float16 or
 //!   bfloat16, to nearest, use TwoSum in f32 and round to odd.
 //!   Stochastic into float16, bfloat16 and other IEEE-style formats of 2 to
 //!   10 mantissa bits whose normal range f32 holds, with at most `23 - man`
@@ -3549,7 +3549,7 @@ enum BSrc<'a> {
     /// (`code_load!`). None of them is a NaN.
     Codes { p: *const u16, ld: isize, f16: bool, strips: bool },
     /// As `Codes`, a row-major float8_e5m2 (or, with `e4m3`, float8_e4m3fn) B,
-    /// which only [`tile16`] reads ([`load_codes8`]).
+    /// which [`tile16`] ([`load_codes8`]) and [`tile16_dir`] (`code_load!`) read.
     Codes8 { p: *const u8, ld: isize, e4m3: bool, strips: bool },
 }
 
@@ -3583,7 +3583,7 @@ macro_rules! tile_top {
 /// (`f16`) by `vcvtph2ps` (exact; a NaN quieted, its payload kept).
 #[cfg(target_arch = "x86_64")]
 macro_rules! code_load {
-    (bf16, $b0:tt, $b1:tt, $off:literal) => {
+    (bf16, $b0:tt, $b1:tt, $off:expr) => {
         concat!(
             "vpmovzxwd ", $b0, ", xmmword ptr [{pb} + ", $off, "]\n",
             "vpmovzxwd ", $b1, ", xmmword ptr [{pb} + ", $off, " + 16]\n",
@@ -3591,12 +3591,54 @@ macro_rules! code_load {
             "vpslld ", $b1, ", ", $b1, ", 16",
         )
     };
-    (f16, $b0:tt, $b1:tt, $off:literal) => {
+    (f16, $b0:tt, $b1:tt, $off:expr) => {
         concat!(
             "vcvtph2ps ", $b0, ", xmmword ptr [{pb} + ", $off, "]\n",
             "vcvtph2ps ", $b1, ", xmmword ptr [{pb} + ", $off, " + 16]",
         )
     };
+    // float8 codes, into the registers of [`tile16_dir`] (ymm12, ymm13): e5m2 codes
+    // are the top bytes of float16 codes; e4m3fn codes sign-extended and moved up 7
+    // bits, bit 14 cleared (`[{k} + 160]`), are the float16 codes of their values
+    // times 2^-8, multiplied back by 2^8 (`[{k} + 176]`, exact in any rounding mode).
+    (e5m2, "ymm12", "ymm13", $off:expr) => {
+        concat!(
+            "vpmovzxbw xmm12, qword ptr [{pb} + ", $off, "]\n",
+            "vpmovzxbw xmm13, qword ptr [{pb} + ", $off, " + 8]\n",
+            "vpsllw xmm12, xmm12, 8\n",
+            "vpsllw xmm13, xmm13, 8\n",
+            "vcvtph2ps ymm12, xmm12\n",
+            "vcvtph2ps ymm13, xmm13",
+        )
+    };
+    (e4m3, "ymm12", "ymm13", $off:expr) => {
+        concat!(
+            "vpmovsxbw xmm12, qword ptr [{pb} + ", $off, "]\n",
+            "vpmovsxbw xmm13, qword ptr [{pb} + ", $off, " + 8]\n",
+            "vpsllw xmm12, xmm12, 7\n",
+            "vpsllw xmm13, xmm13, 7\n",
+            "vpand xmm12, xmm12, xmmword ptr [{k} + 160]\n",
+            "vpand xmm13, xmm13, xmmword ptr [{k} + 160]\n",
+            "vcvtph2ps ymm12, xmm12\n",
+            "vcvtph2ps ymm13, xmm13\n",
+            "vmulps ymm12, ymm12, ymmword ptr [{k} + 176]\n",
+            "vmulps ymm13, ymm13, ymmword ptr [{k} + 176]",
+        )
+    };
+}
+
+/// The byte offset of strip `$s` (1 to 3) of a row in place for `tile_asm!`'s
+/// `in4s`: 16 codes a strip.
+#[cfg(target_arch = "x86_64")]
+macro_rules! strip_off {
+    (bf16, 1) => { "32" };
+    (bf16, 2) => { "64" };
+    (bf16, 3) => { "96" };
+    (f16, $s:tt) => { strip_off!(bf16, $s) };
+    (e5m2, 1) => { "16" };
+    (e5m2, 2) => { "32" };
+    (e5m2, 3) => { "48" };
+    (e4m3, $s:tt) => { strip_off!(e5m2, $s) };
 }
 
 /// The step of B's pointer in `tile_asm!`: a packed strip's 64 bytes, or B's
@@ -3689,14 +3731,14 @@ macro_rules! tile_asm {
                 concat!("vmovups ", $b0, ", ymmword ptr [{pb} + {sw3}]"), concat!("vmovups ", $b1, ", ymmword ptr [{pb} + {sw3} + 32]"))
         ], setup: [$($setup),*], b: ([$b0], $b1), $($rest)* sw = in(reg) $sw, sw3 = in(reg) $sw3,)
     };
-    // B's codes in place, four rows each on its own 16 columns of a row, 32 bytes
-    // apart, as `w4`'s strips.
+    // B's codes in place, four rows each on its own 16 columns of a row (`strip_off!`
+    // apart), as `w4`'s strips.
     ((in4s, $mode:ident, $bs:expr), setup: [$($setup:expr),*], b: ([$b0:tt], $b1:tt), $($rest:tt)*) => {
         tile_asm!(@rows $mode "16", [
             ("0", "ymm0", "0", "ymm1", "32"),
-            ("4", "ymm2", "64", "ymm3", "96", code_load!($mode, $b0, $b1, "32")),
-            ("8", "ymm4", "128", "ymm5", "160", code_load!($mode, $b0, $b1, "64")),
-            ("12", "ymm6", "192", "ymm7", "224", code_load!($mode, $b0, $b1, "96"))
+            ("4", "ymm2", "64", "ymm3", "96", code_load!($mode, $b0, $b1, strip_off!($mode, 1))),
+            ("8", "ymm4", "128", "ymm5", "160", code_load!($mode, $b0, $b1, strip_off!($mode, 2))),
+            ("12", "ymm6", "192", "ymm7", "224", code_load!($mode, $b0, $b1, strip_off!($mode, 3)))
         ], setup: [$($setup),*], b: ([$b0], $b1), $($rest)* bs = in(reg) $bs, pf = in(reg) $bs * KB as isize,)
     };
     (@rows $mode:ident $stride:literal, [$(($off:literal, $c0:tt, $o0:literal, $c1:tt, $o1:literal $(, $ld:expr)*)),*],
@@ -3789,11 +3831,12 @@ fn dir_to(fmt: &Format, opts: &RoundOpts) -> Option<DirTo> {
 
 /// Constants of the bfloat16 and float8_e5m2 roundings in [`tile16_dir`] and
 /// [`tile16_oddz`]: 8 words each of 0xffff0000, 0xffff and 0x7fff, then 4 words
-/// each of 0xff00ff00, 0x00ff00ff, 0x00010001 and 0x007f007f (16-bit halves
-/// 0xff00, 0x00ff, 0x0001, 0x007f).
+/// each of 0xff00ff00, 0x00ff00ff, 0x00010001, 0x007f007f and 0xbfffbfff
+/// (16-bit halves 0xff00, 0x00ff, 0x0001, 0x007f, 0xbfff), then 8 of 256.0
+/// (the decode of e4m3fn codes in place, `code_load!`).
 #[cfg(target_arch = "x86_64")]
 #[repr(C, align(32))]
-struct DirConsts([u32; 40]);
+struct DirConsts([u32; 52]);
 
 #[cfg(target_arch = "x86_64")]
 impl DirConsts {
@@ -3812,16 +3855,19 @@ impl DirConsts {
 }
 #[cfg(target_arch = "x86_64")]
 static DIR_CONSTS: DirConsts = DirConsts({
-    let mut w = [0xffff_0000u32; 40];
+    let mut w = [0xffff_0000u32; 52];
     let mut i = 8;
-    while i < 40 {
+    while i < 52 {
         w[i] = match i / 4 {
             2 | 3 => 0xffff,
             4 | 5 => 0x7fff,
             6 => 0xff00_ff00,
             7 => 0x00ff_00ff,
             8 => 0x0001_0001,
-            _ => 0x007f_007f,
+            9 => 0x007f_007f,
+            10 => 0xbfff_bfff,
+            // 256.0
+            _ => 0x4380_0000,
         };
         i += 1;
     }
@@ -3870,8 +3916,8 @@ unsafe fn tile16_dir<const MR: usize, const T: u8, const RM: i32>(acc: &mut [f32
     use std::arch::asm;
     use std::arch::x86_64::{_MM_FROUND_TO_NEG_INF, _MM_FROUND_TO_POS_INF, _MM_FROUND_TO_ZERO};
     let (bp, sw) = b.packed();
-    let in_place = matches!(b, BSrc::Codes { .. });
-    let strips = matches!(b, BSrc::Codes { strips: true, .. });
+    let in_place = matches!(b, BSrc::Codes { .. } | BSrc::Codes8 { .. });
+    let strips = matches!(b, BSrc::Codes { strips: true, .. } | BSrc::Codes8 { strips: true, .. });
     assert!((MR == 1 || MR == 6 && !strips || MR == 4 && (sw != 0 || strips)) && T <= 3 && (1..4).contains(&RM));
     assert!(acc.len() >= MR * 16 && ap.len() >= kn * MR && (in_place || bp.len() >= strips_len(MR, sw, kn)));
     if kn == 0 {
@@ -3892,6 +3938,20 @@ unsafe fn tile16_dir<const MR: usize, const T: u8, const RM: i32>(acc: &mut [f32
                 rm = const RM,
             )
         };
+    }
+    if let BSrc::Codes8 { p: codes, ld: bs, e4m3, .. } = b {
+        // SAFETY: as for 16-bit codes below, a byte a code.
+        unsafe {
+            match (MR, e4m3) {
+                (4, false) => by_dir_rounding!(T, RM, go!((in4s, e5m2, bs),), codes),
+                (4, true) => by_dir_rounding!(T, RM, go!((in4s, e4m3, bs),), codes),
+                (6, false) => by_dir_rounding!(T, RM, go!((in6, e5m2, bs),), codes),
+                (6, true) => by_dir_rounding!(T, RM, go!((in6, e4m3, bs),), codes),
+                (_, false) => by_dir_rounding!(T, RM, go!((in1, e5m2, bs),), codes),
+                _ => by_dir_rounding!(T, RM, go!((in1, e4m3, bs),), codes),
+            }
+        }
+        return;
     }
     if let BSrc::Codes { p: codes, ld, f16, .. } = b {
         let bs = ld * 2;
@@ -5392,9 +5452,12 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
     // (cheaper than packing while the groups are few). Kind Odd into float16 then
     // takes tiles of 4 rows (`odd_codes`), not its 6.
     // float8_e5m2 and float8_e4m3fn codes (`b8`: their table), to nearest into
-    // float16 or bfloat16 (kind Split, its blocks past the bound Fma), likewise.
+    // float16 or bfloat16 (kind Split, its blocks past the bound Fma) and in the
+    // directed modes (kind Dir), likewise.
     let b8 = match (&b.dec, super::kernels::fp8_kind(b)) {
-        (super::Dec::Lut8(t), Some(f)) if kind == Kind16::Split && gs.is_none() && !scaled_kind => Some((f == super::kernels::FP8_E4M3FN, &t[..])),
+        (super::Dec::Lut8(t), Some(f)) if kind == Kind16::Split && gs.is_none() && !scaled_kind || matches!(kind, Kind16::Dir(_)) => {
+            Some((f == super::kernels::FP8_E4M3FN, &t[..]))
+        }
         _ => None,
     };
     let b_codes = (matches!(b.dec, super::Dec::Bf16) || b_f16 || b8.is_some())
