@@ -1223,29 +1223,35 @@ def test_few_rows_read_b_in_place(m, dtype, acc, mode, layout, chunk, threads):
 
 @pytest.mark.parametrize("m", [1, 7, 10])
 @pytest.mark.parametrize("dtype", [ml_dtypes.float8_e5m2, ml_dtypes.float8_e4m3fn], ids=lambda d: np.dtype(d).name)
-@pytest.mark.parametrize("acc", ["float16", "bfloat16"])
+@pytest.mark.parametrize("acc", ["float16", "bfloat16", "f6m9"])
 @pytest.mark.parametrize("mode", ["nearest_even", "toward_zero", "up", "down"])
 @pytest.mark.parametrize("layout", ["rows", "reversed", "strided"])
 @pytest.mark.parametrize("chunk", [None, 40])
 def test_few_rows_read_fp8_b_in_place(m, dtype, acc, mode, layout, chunk, threads):
     """A product of few rows with a row-major float8_e5m2 or float8_e4m3fn B, to nearest
-    into float16 or bfloat16 (FMA and Veltkamp's split, or the FMA and the conversion in
-    blocks whose sums could pass the bound) and in the directed modes (the FMA in the
-    mode; into float16 at its unit bit on scaled values, A taking the whole scale),
+    into float16, bfloat16 or FloatFormat(6, 9) (FMA and Veltkamp's split; in blocks whose
+    sums could pass the bound the FMA and the conversion, or for FloatFormat(6, 9) the f64
+    rounding on B packed) and in the directed modes (the FMA in the mode; into float16
+    and FloatFormat(6, 9) at the unit bit on scaled values, A taking the whole scale),
     reads B's codes in place, decoded in registers through float16 (e4m3fn: its value
     times 2^-8, scaled back; the directed kernels' decode is assembly). Depth 700
     (three blocks): plain values; one block holding a NaN code (packed instead; e5m2
     also an infinity, read in place); values large enough in the third that its sums
-    may pass the split's bound. 300 columns leave a last strip of 12, packed. Rows
+    may pass the split's bound (e5m2 into FloatFormat(6, 9): its largest value, 2^32).
+    300 columns leave a last strip of 12, packed. Rows
     forward, reversed and every other row of a wider array. Bit for bit against the
     scalar path and the same B packed (Fortran-ordered). To nearest, 7 rows run as tiles
     of 4 rows, 10 as tiles of 6; directed, both as tiles of 6; each group decodes B again."""
     g = np.random.default_rng(37)
     k, n = 700, 300
-    a = g.standard_normal((m, k)).astype(np.float32).astype(dtype)
+    big = acc == "f6m9" and dtype == ml_dtypes.float8_e5m2
+    a = g.standard_normal((m, k)).astype(np.float32)
+    a[:, 600:] *= np.float32(2.0**8 if big else 1.0)
+    a = a.astype(dtype)
     base = (g.standard_normal((k, n)) * 4.0).astype(np.float32)
-    base[600:] *= np.float32(16.0)
+    base[600:] *= np.float32(2.0**10 if big else 16.0)
     b = base.astype(dtype)
+    acc = ACC_FORMATS[acc] if acc == "f6m9" else acc
     # A NaN code in the first block; e5m2: an infinity in the second.
     b.view(np.uint8)[50, 7] = 0x7F if dtype == ml_dtypes.float8_e4m3fn else 0x7D
     if dtype == ml_dtypes.float8_e5m2:

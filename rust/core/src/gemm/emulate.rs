@@ -77,8 +77,8 @@
 //!   with a row-major bfloat16 or float16 B reads B's codes in place
 //!   ([`BSrc::Codes`]) in these kinds and kind Dir (kind Odd into float16 on
 //!   tiles of 4 rows, not 6); one with a row-major float8_e5m2 or
-//!   float8_e4m3fn B, to nearest into float16 or bfloat16 (kind Split and its
-//!   fallback Fma) and in kind Dir, likewise ([`BSrc::Codes8`]). Chunk totals into float16 or
+//!   float8_e4m3fn B in kinds Split (and its fallback Fma) and Dir, likewise
+//!   ([`BSrc::Codes8`]). Chunk totals into float16 or
 //!   bfloat16, to nearest, use TwoSum in f32 and round to odd.
 //!   Stochastic into float16, bfloat16 and other IEEE-style formats of 2 to
 //!   10 mantissa bits whose normal range f32 holds, with at most `23 - man`
@@ -5309,7 +5309,7 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
     let odd_codes = kind == Kind16::Odd && !bf && matches!(b.dec, super::Dec::Bf16 | super::Dec::F16) && b.cs == 1 && m <= IN_PLACE_M;
     // And kind Split on float8 codes in place (below), up to 8 rows (4 + 4, not 6 +
     // 2); 9 to 12 take two groups of 6.
-    let odd_codes = odd_codes || kind == Kind16::Split && super::kernels::fp8_kind(b).is_some() && b.cs == 1 && m <= 8 && split_fmt(&spec.fmt, &spec.opts).is_none();
+    let odd_codes = odd_codes || kind == Kind16::Split && super::kernels::fp8_kind(b).is_some() && b.cs == 1 && m <= 8;
     let mr = if m == 1 {
         1
     } else if odd_codes {
@@ -5451,11 +5451,12 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
     // Products of up to IN_PLACE_M rows: every row group decodes the codes again
     // (cheaper than packing while the groups are few). Kind Odd into float16 then
     // takes tiles of 4 rows (`odd_codes`), not its 6.
-    // float8_e5m2 and float8_e4m3fn codes (`b8`: their table), to nearest into
-    // float16 or bfloat16 (kind Split, its blocks past the bound Fma) and in the
-    // directed modes (kind Dir), likewise.
+    // float8_e5m2 and float8_e4m3fn codes (`b8`: their table), to nearest (kind
+    // Split; its blocks past the bound Fma into float16 or bfloat16, into other
+    // formats packed for the f64 rounding) and in the directed modes (kind Dir),
+    // likewise.
     let b8 = match (&b.dec, super::kernels::fp8_kind(b)) {
-        (super::Dec::Lut8(t), Some(f)) if kind == Kind16::Split && gs.is_none() && !scaled_kind || matches!(kind, Kind16::Dir(_)) => {
+        (super::Dec::Lut8(t), Some(f)) if matches!(kind, Kind16::Split | Kind16::Dir(_)) => {
             Some((f == super::kernels::FP8_E4M3FN, &t[..]))
         }
         _ => None,
