@@ -3939,34 +3939,32 @@ unsafe fn tile16_dir<const MR: usize, const T: u8, const RM: i32>(acc: &mut [f32
             )
         };
     }
-    if let BSrc::Codes8 { p: codes, ld: bs, e4m3, .. } = b {
-        // SAFETY: as for 16-bit codes below, a byte a code.
-        unsafe {
-            match (MR, e4m3) {
-                (4, false) => by_dir_rounding!(T, RM, go!((in4s, e5m2, bs),), codes),
-                (4, true) => by_dir_rounding!(T, RM, go!((in4s, e4m3, bs),), codes),
-                (6, false) => by_dir_rounding!(T, RM, go!((in6, e5m2, bs),), codes),
-                (6, true) => by_dir_rounding!(T, RM, go!((in6, e4m3, bs),), codes),
-                (_, false) => by_dir_rounding!(T, RM, go!((in1, e5m2, bs),), codes),
-                _ => by_dir_rounding!(T, RM, go!((in1, e4m3, bs),), codes),
-            }
-        }
-        return;
-    }
-    if let BSrc::Codes { p: codes, ld, f16, .. } = b {
-        let bs = ld * 2;
+    // B's codes in place: the first code, the bytes from one step to the next, and
+    // their kind ([`CODE_BF16`] ...).
+    let codes = match b {
+        BSrc::Codes { p, ld, f16, .. } => Some((p as *const u8, ld * 2, if f16 { CODE_F16 } else { CODE_BF16 })),
+        BSrc::Codes8 { p, ld, e4m3, .. } => Some((p, ld, if e4m3 { CODE_E4M3FN } else { CODE_E5M2 })),
+        BSrc::Packed(..) => None,
+    };
+    if let Some((codes, bs, kind)) = codes {
         // SAFETY: per the caller, B's codes of the kn steps (16, or 64 for four strips,
-        // from `codes`, `ld` apart) are readable; the stores stay inside acc (asserted),
-        // the loads inside ap and the constants; MXCSR is restored before the block
-        // ends; the clobbered vector registers are declared.
+        // from `codes`, `bs` bytes apart) are readable; the stores stay inside acc
+        // (asserted), the loads inside ap and the constants; MXCSR is restored before
+        // the block ends; the clobbered vector registers are declared.
         unsafe {
-            match (MR, f16) {
-                (4, false) => by_dir_rounding!(T, RM, go!((in4s, bf16, bs),), codes),
-                (4, true) => by_dir_rounding!(T, RM, go!((in4s, f16, bs),), codes),
-                (6, false) => by_dir_rounding!(T, RM, go!((in6, bf16, bs),), codes),
-                (6, true) => by_dir_rounding!(T, RM, go!((in6, f16, bs),), codes),
-                (_, false) => by_dir_rounding!(T, RM, go!((in1, bf16, bs),), codes),
-                _ => by_dir_rounding!(T, RM, go!((in1, f16, bs),), codes),
+            match (MR, kind) {
+                (4, CODE_BF16) => by_dir_rounding!(T, RM, go!((in4s, bf16, bs),), codes),
+                (4, CODE_F16) => by_dir_rounding!(T, RM, go!((in4s, f16, bs),), codes),
+                (4, CODE_E5M2) => by_dir_rounding!(T, RM, go!((in4s, e5m2, bs),), codes),
+                (4, _) => by_dir_rounding!(T, RM, go!((in4s, e4m3, bs),), codes),
+                (6, CODE_BF16) => by_dir_rounding!(T, RM, go!((in6, bf16, bs),), codes),
+                (6, CODE_F16) => by_dir_rounding!(T, RM, go!((in6, f16, bs),), codes),
+                (6, CODE_E5M2) => by_dir_rounding!(T, RM, go!((in6, e5m2, bs),), codes),
+                (6, _) => by_dir_rounding!(T, RM, go!((in6, e4m3, bs),), codes),
+                (_, CODE_BF16) => by_dir_rounding!(T, RM, go!((in1, bf16, bs),), codes),
+                (_, CODE_F16) => by_dir_rounding!(T, RM, go!((in1, f16, bs),), codes),
+                (_, CODE_E5M2) => by_dir_rounding!(T, RM, go!((in1, e5m2, bs),), codes),
+                _ => by_dir_rounding!(T, RM, go!((in1, e4m3, bs),), codes),
             }
         }
         return;
