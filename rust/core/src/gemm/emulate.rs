@@ -77,8 +77,8 @@
 //!   with a row-major bfloat16 or float16 B reads B's codes in place
 //!   ([`BSrc::Codes`]) in these kinds and kind Dir (kind Odd into float16 on
 //!   tiles of 4 rows, not 6); one with a row-major float8_e5m2 or
-//!   float8_e4m3fn B in kinds Split (and its fallback Fma) and Dir, likewise
-//!   ([`BSrc::Codes8`]). Chunk totals into float16 or
+//!   float8_e4m3fn B in kinds Split (and its fallback Fma), UnitNe and Dir,
+//!   likewise ([`BSrc::Codes8`]). Chunk totals into float16 or
 //!   bfloat16, to nearest, use TwoSum in f32 and round to odd.
 //!   Stochastic into float16, bfloat16 and other IEEE-style formats of 2 to
 //!   10 mantissa bits whose normal range f32 holds, with at most `23 - man`
@@ -3549,7 +3549,8 @@ enum BSrc<'a> {
     /// (`code_load!`). None of them is a NaN.
     Codes { p: *const u16, ld: isize, f16: bool, strips: bool },
     /// As `Codes`, a row-major float8_e5m2 (or, with `e4m3`, float8_e4m3fn) B,
-    /// which [`tile16`] ([`load_codes8`]) and [`tile16_dir`] (`code_load!`) read.
+    /// which [`tile16`] ([`load_codes8`]), [`tile16_dir`] and [`tile16_unit`]
+    /// without `ODD` (`code_load!`) read.
     Codes8 { p: *const u8, ld: isize, e4m3: bool, strips: bool },
 }
 
@@ -3597,7 +3598,8 @@ macro_rules! code_load {
             "vcvtph2ps ", $b1, ", xmmword ptr [{pb} + ", $off, " + 16]",
         )
     };
-    // float8 codes, into the registers of [`tile16_dir`] (ymm12, ymm13): e5m2 codes
+    // float8 codes, into the registers of [`tile16_dir`] and [`tile16_unit`]'s
+    // nearest-even kernel (ymm12, ymm13), whose constants `{k}` hold: e5m2 codes
     // are the top bytes of float16 codes; e4m3fn codes sign-extended and moved up 7
     // bits, bit 14 cleared (`[{k} + 160]`), are the float16 codes of their values
     // times 2^-8, multiplied back by 2^8 (`[{k} + 176]`, exact in any rounding mode).
@@ -4480,17 +4482,17 @@ unsafe fn tile16_oddz<const MR: usize, const T: u8>(acc: &mut [f32], ap: &[f32],
 /// [`tile16_unit`] with `ODD` and [`tile16_unit`].
 #[cfg(target_arch = "x86_64")]
 macro_rules! by_unit_bit {
-    ($unit:expr, $go:ident, $mr:tt) => {
+    ($unit:expr, $go:ident, $mr:tt $(, $bp:expr)?) => {
         match $unit {
-            13 => $go!($mr, 13),
-            14 => $go!($mr, 14),
-            15 => $go!($mr, 15),
-            16 => $go!($mr, 16),
-            17 => $go!($mr, 17),
-            18 => $go!($mr, 18),
-            19 => $go!($mr, 19),
-            20 => $go!($mr, 20),
-            _ => $go!($mr, 21),
+            13 => $go!($mr, 13 $(, $bp)?),
+            14 => $go!($mr, 14 $(, $bp)?),
+            15 => $go!($mr, 15 $(, $bp)?),
+            16 => $go!($mr, 16 $(, $bp)?),
+            17 => $go!($mr, 17 $(, $bp)?),
+            18 => $go!($mr, 18 $(, $bp)?),
+            19 => $go!($mr, 19 $(, $bp)?),
+            20 => $go!($mr, 20 $(, $bp)?),
+            _ => $go!($mr, 21 $(, $bp)?),
         }
     };
 }
@@ -4600,16 +4602,24 @@ unsafe fn tile16_unit<const MR: usize, const ODD: bool>(acc: &mut [f32], ap: &[f
     use std::arch::asm;
     let (bp, sw) = b.packed();
     assert!(MR == 1 || MR == 4);
-    assert!(acc.len() >= MR * 16 && ap.len() >= kn * MR && (matches!(b, BSrc::Codes { .. }) || bp.len() >= strips_len(MR, sw, kn)));
+    assert!(acc.len() >= MR * 16 && ap.len() >= kn * MR && (matches!(b, BSrc::Codes { .. } | BSrc::Codes8 { .. }) || bp.len() >= strips_len(MR, sw, kn)));
     assert!((13..=21).contains(&unit));
     if kn == 0 {
         return;
     }
-    // Ones, 2^(u-1) - 1, the mask of the bits from the unit up.
+    // Ones, 2^(u-1) - 1, the mask of the bits from the unit up; at bytes 160 and 176
+    // the constants of e4m3fn codes read in place (`code_load!`, as [`DirConsts`]).
     #[repr(C, align(32))]
-    struct Consts([[u32; 8]; 3]);
+    struct Consts([u32; 52]);
     let low = (1u32 << unit) - 1;
-    let k = Consts([[1; 8], [low >> 1; 8], [!low; 8]]);
+    let k = Consts(std::array::from_fn(|i| match i / 8 {
+        0 => 1,
+        1 => low >> 1,
+        2 => !low,
+        _ if i / 4 == 10 => 0xbfff_bfff,
+        _ if i >= 44 => 0x4380_0000,
+        _ => 0,
+    }));
     // Round to odd toward zero, else to nearest.
     let rc = if ODD { 3u32 << 13 } else { 0 };
     let mut csr = [0u32; 2];
@@ -4631,19 +4641,44 @@ unsafe fn tile16_unit<const MR: usize, const ODD: bool>(acc: &mut [f32], ap: &[f
                     u = const $u,
                 )
             } else {
-                tile_asm!($mr,
-                    setup: ["vmovdqa ymm8, ymmword ptr [{k}]", "vmovdqa ymm9, ymmword ptr [{k} + 32]", "vmovdqa ymm10, ymmword ptr [{k} + 64]"],
-                    b: (["ymm12"], "ymm13"),
-                    row: une_row(une),
-                    step: [],
-                    store: tile_store,
-                    clobber: ["ymm8", "ymm9", "ymm10", "ymm14", "ymm15"],
-                    io: (acc, ap, bp.as_ptr(), kn, csr, rc),
-                    k = in(reg) k.0.as_ptr(),
-                    u = const $u,
-                )
+                go_ne!($mr, $u, $bp)
             }
         };
+    }
+    // (Nearest-even, without `ODD`: also on float8 codes in place.)
+    macro_rules! go_ne {
+        ($mr:tt, $u:literal, $bp:expr) => {
+            tile_asm!($mr,
+                setup: ["vmovdqa ymm8, ymmword ptr [{k}]", "vmovdqa ymm9, ymmword ptr [{k} + 32]", "vmovdqa ymm10, ymmword ptr [{k} + 64]"],
+                b: (["ymm12"], "ymm13"),
+                row: une_row(une),
+                step: [],
+                store: tile_store,
+                clobber: ["ymm8", "ymm9", "ymm10", "ymm14", "ymm15"],
+                io: (acc, ap, $bp, kn, csr, rc),
+                k = in(reg) k.0.as_ptr(),
+                u = const $u,
+            )
+        };
+    }
+    if let BSrc::Codes8 { p: codes, ld: bs, e4m3, strips } = b {
+        // (Nearest-even at the unit from fp8 products, scaled, whose FMA is exact.)
+        assert!(!ODD);
+        // SAFETY: per the caller, B's codes of the kn steps (16 * MR from `codes`, `bs`
+        // bytes apart) are readable; the stores stay inside acc (asserted), the loads
+        // inside ap and the constants; MXCSR is restored before the block ends; the
+        // clobbered vector registers are declared.
+        unsafe {
+            match (MR, e4m3, strips) {
+                (4, false, true) => by_unit_bit!(unit, go_ne, (in4s, e5m2, bs), codes),
+                (4, true, true) => by_unit_bit!(unit, go_ne, (in4s, e4m3, bs), codes),
+                (4, false, false) => by_unit_bit!(unit, go_ne, (in4, e5m2, bs), codes),
+                (4, true, false) => by_unit_bit!(unit, go_ne, (in4, e4m3, bs), codes),
+                (_, false, _) => by_unit_bit!(unit, go_ne, (in1, e5m2, bs), codes),
+                _ => by_unit_bit!(unit, go_ne, (in1, e4m3, bs), codes),
+            }
+        }
+        return;
     }
     if let BSrc::Codes { p: codes, ld, f16, strips } = b {
         // (Nearest-even at bfloat16's unit from the sum rounded to odd, unscaled.)
@@ -5449,12 +5484,12 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
     // Products of up to IN_PLACE_M rows: every row group decodes the codes again
     // (cheaper than packing while the groups are few). Kind Odd into float16 then
     // takes tiles of 4 rows (`odd_codes`), not its 6.
-    // float8_e5m2 and float8_e4m3fn codes (`b8`: their table), to nearest (kind
-    // Split; its blocks past the bound Fma into float16 or bfloat16, into other
-    // formats packed for the f64 rounding) and in the directed modes (kind Dir),
-    // likewise.
+    // float8_e5m2 and float8_e4m3fn codes (`b8`: their table), to nearest (kinds
+    // Split and UnitNe; blocks past the bound Fma into float16 or bfloat16, into
+    // other formats packed for the f64 rounding) and in the directed modes (kind
+    // Dir), likewise.
     let b8 = match (&b.dec, super::kernels::fp8_kind(b)) {
-        (super::Dec::Lut8(t), Some(f)) if matches!(kind, Kind16::Split | Kind16::Dir(_)) => {
+        (super::Dec::Lut8(t), Some(f)) if matches!(kind, Kind16::Split | Kind16::UnitNe | Kind16::Dir(_)) => {
             Some((f == super::kernels::FP8_E4M3FN, &t[..]))
         }
         _ => None,
@@ -5462,7 +5497,7 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
     let b_codes = (matches!(b.dec, super::Dec::Bf16) || b_f16 || b8.is_some())
         && b.cs == 1
         && m <= IN_PLACE_M
-        && (matches!(kind, Kind16::Odd | Kind16::Mid | Kind16::Split) && !scaled_kind || matches!(kind, Kind16::Dir(_)));
+        && (matches!(kind, Kind16::Odd | Kind16::Mid | Kind16::Split) && !scaled_kind || matches!(kind, Kind16::Dir(_) | Kind16::UnitNe));
     // Bytes a code in place.
     let code_bytes = if b8.is_some() { 1 } else { 2 };
     // (No panel in place: one column block, each task's codes of a row contiguous.)
@@ -5776,7 +5811,7 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
                 }
                 // In place: this block's full strips, where its codes hold no NaN and the
                 // kernels take it; the other strips packed into `bloc`.
-                let in_place = nan_free && fast && matches!(kind, Kind16::Odd | Kind16::OddFin | Kind16::Mid | Kind16::Dir(_) | Kind16::Split | Kind16::Fma) && dir_runs.is_none();
+                let in_place = nan_free && fast && matches!(kind, Kind16::Odd | Kind16::OddFin | Kind16::Mid | Kind16::Dir(_) | Kind16::Split | Kind16::Fma | Kind16::UnitNe) && dir_runs.is_none();
                 // (From strip pk0, the first one packed.)
                 let pk0 = if in_place { full } else { s0 };
                 if b_codes && pk0 < s1 {
@@ -5854,7 +5889,7 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
                                                 (Kind16::Fma, true) => tile16::<$mf, K_FMA, true>(t, ap, bsrc!(bp, $sw), len, spl),
                                                 (Kind16::Split, false) => tile16::<$mf, K_SPLIT, false>(t, ap, bsrc!(bp, $sw), len, spl),
                                                 (Kind16::Split, true) => tile16::<$mf, K_SPLIT, true>(t, ap, bsrc!(bp, $sw), len, spl),
-                                                (Kind16::UnitNe, _) => tile16_unit::<$mo, false>(t, ap, BSrc::Packed(bp, $sw), len, gs.map_or(21, |f| f.unit)),
+                                                (Kind16::UnitNe, _) => tile16_unit::<$mo, false>(t, ap, bsrc!(bp, $sw), len, gs.map_or(21, |f| f.unit)),
                                                 (Kind16::Mid, false) => tile16::<$mo, K_MID, false>(t, ap, bsrc!(bp, $sw), len, spl),
                                                 (Kind16::Mid, true) => tile16::<$mo, K_MID, true>(t, ap, bsrc!(bp, $sw), len, spl),
                                                 (Kind16::Odd, true) => tile16_unit::<$mo, true>(t, ap, bsrc!(bp, $sw), len, 16),
