@@ -288,7 +288,8 @@ def emulated_formats(n: int) -> None:
     print(f"\n== emulated accumulation, n = {n}, 1 thread: ratio to lowp's own f32 path (its GFLOP/s in brackets)")
     print(f"{'inputs':>8} {'accumulator':>18} " + " ".join(f"{m if r is None else f'{m[:10]}/{r}':>13}" for m, r in modes))
     set_threads(1)
-    for name, dt in (("bfloat16", ml_dtypes.bfloat16), ("e4m3fn", ml_dtypes.float8_e4m3fn), ("e5m2", ml_dtypes.float8_e5m2)):
+    for name, dt in (("bfloat16", ml_dtypes.bfloat16), ("e4m3fn", ml_dtypes.float8_e4m3fn), ("e5m2", ml_dtypes.float8_e5m2),
+                     ("float16", np.float16)):
         a = g.standard_normal((n, n)).astype(np.float32).astype(dt)
         b = g.standard_normal((n, n)).astype(np.float32).astype(dt)
         for acc in accs:
