@@ -78,7 +78,7 @@
 //!   ([`BSrc::Codes`]) in these kinds and kind Dir (kind Odd into float16 on
 //!   tiles of 4 rows, not 6); one with a row-major float8_e5m2 or
 //!   float8_e4m3fn B in kinds Split (and its fallback Fma), UnitNe and Dir,
-//!   likewise ([`BSrc::Codes8`]). Chunk totals into float16 or
+//!   likewise. Chunk totals into float16 or
 //!   bfloat16, to nearest, use TwoSum in f32 and round to odd.
 //!   Stochastic into float16, bfloat16 and other IEEE-style formats of 2 to
 //!   10 mantissa bits whose normal range f32 holds, with at most `23 - man`
@@ -3248,24 +3248,33 @@ unsafe fn tile16<const MR: usize, const K: u8, const BF: bool>(acc: &mut [f32], 
         match b {
             BSrc::Packed(bp, 0) => tile16_strips::<MR, K, BF, false>(acc, ap, bp, kn, spl, 0),
             BSrc::Packed(bp, sw) => tile16_strips::<MR, K, BF, true>(acc, ap, bp, kn, spl, sw),
-            BSrc::Codes { p, ld, f16: false, strips: false } => tile16_codes::<MR, K, BF, CODE_BF16, false>(acc, ap, p as *const u8, ld, kn, spl),
-            BSrc::Codes { p, ld, f16: true, strips: false } => tile16_codes::<MR, K, BF, CODE_F16, false>(acc, ap, p as *const u8, ld, kn, spl),
-            BSrc::Codes { p, ld, f16: false, strips: true } => tile16_codes::<MR, K, BF, CODE_BF16, true>(acc, ap, p as *const u8, ld, kn, spl),
-            BSrc::Codes { p, ld, f16: true, strips: true } => tile16_codes::<MR, K, BF, CODE_F16, true>(acc, ap, p as *const u8, ld, kn, spl),
-            BSrc::Codes8 { p, ld, e4m3: false, strips: false } => tile16_codes::<MR, K, BF, CODE_E5M2, false>(acc, ap, p, ld, kn, spl),
-            BSrc::Codes8 { p, ld, e4m3: true, strips: false } => tile16_codes::<MR, K, BF, CODE_E4M3FN, false>(acc, ap, p, ld, kn, spl),
-            BSrc::Codes8 { p, ld, e4m3: false, strips: true } => tile16_codes::<MR, K, BF, CODE_E5M2, true>(acc, ap, p, ld, kn, spl),
-            BSrc::Codes8 { p, ld, e4m3: true, strips: true } => tile16_codes::<MR, K, BF, CODE_E4M3FN, true>(acc, ap, p, ld, kn, spl),
+            BSrc::Codes { p, ld, code: CODE_BF16, strips: false } => tile16_codes::<MR, K, BF, CODE_BF16, false>(acc, ap, p, ld, kn, spl),
+            BSrc::Codes { p, ld, code: CODE_F16, strips: false } => tile16_codes::<MR, K, BF, CODE_F16, false>(acc, ap, p, ld, kn, spl),
+            BSrc::Codes { p, ld, code: CODE_E5M2, strips: false } => tile16_codes::<MR, K, BF, CODE_E5M2, false>(acc, ap, p, ld, kn, spl),
+            BSrc::Codes { p, ld, code: _, strips: false } => tile16_codes::<MR, K, BF, CODE_E4M3FN, false>(acc, ap, p, ld, kn, spl),
+            BSrc::Codes { p, ld, code: CODE_BF16, strips: true } => tile16_codes::<MR, K, BF, CODE_BF16, true>(acc, ap, p, ld, kn, spl),
+            BSrc::Codes { p, ld, code: CODE_F16, strips: true } => tile16_codes::<MR, K, BF, CODE_F16, true>(acc, ap, p, ld, kn, spl),
+            BSrc::Codes { p, ld, code: CODE_E5M2, strips: true } => tile16_codes::<MR, K, BF, CODE_E5M2, true>(acc, ap, p, ld, kn, spl),
+            BSrc::Codes { p, ld, code: _, strips: true } => tile16_codes::<MR, K, BF, CODE_E4M3FN, true>(acc, ap, p, ld, kn, spl),
         }
     }
 }
 
-/// The codes [`tile16_codes`] reads in place: bfloat16, float16 (16 bits),
+/// The codes read in place ([`BSrc::Codes`]): bfloat16, float16 (16 bits),
 /// float8_e5m2, float8_e4m3fn (8 bits).
 const CODE_BF16: u8 = 0;
 const CODE_F16: u8 = 1;
 const CODE_E5M2: u8 = 2;
 const CODE_E4M3FN: u8 = 3;
+
+/// Bytes a code of kind `code` ([`CODE_BF16`] ...).
+const fn code_bytes(code: u8) -> isize {
+    if code == CODE_BF16 || code == CODE_F16 {
+        2
+    } else {
+        1
+    }
+}
 
 /// Eight codes of kind `C` at `p` as f32 lanes: [`super::kernels::codes8_avx2`]
 /// for 16-bit codes, [`super::kernels::fp8x8_avx2`] for 8-bit ones (the
@@ -3287,7 +3296,7 @@ unsafe fn load_codes8<const C: u8>(p: *const u8) -> std::arch::x86_64::__m256 {
     }
 }
 
-/// [`tile16`] on B's codes in place ([`BSrc::Codes`], [`BSrc::Codes8`]): every
+/// [`tile16`] on B's codes in place ([`BSrc::Codes`]): every
 /// row on the same 16 columns, or with `STRIPS` four rows each on its own (row
 /// r's from the code 16 * r on), codes of kind `C` ([`load_codes8`]) decoded as
 /// they are loaded.
@@ -3300,8 +3309,7 @@ unsafe fn load_codes8<const C: u8>(p: *const u8) -> std::arch::x86_64::__m256 {
 unsafe fn tile16_codes<const MR: usize, const K: u8, const BF: bool, const C: u8, const STRIPS: bool>(acc: &mut [f32], ap: &[f32], codes: *const u8, ld: isize, kn: usize, spl: f32) {
     use std::arch::x86_64::*;
     assert!((!STRIPS || MR == 4) && acc.len() >= MR * 16 && ap.len() >= kn * MR);
-    // Bytes a code.
-    let es = if C == CODE_BF16 || C == CODE_F16 { 2 } else { 1 };
+    let es = code_bytes(C) as usize;
     let ld = ld * es as isize;
     // SAFETY: the loads of A and the accumulators are inside the slices (asserted
     // above), those of B's codes per the caller; the CPU features are the caller's contract.
@@ -3541,17 +3549,15 @@ enum BSrc<'a> {
     /// Packed strips of 16 values a step: with `sw` = 0 one strip that every
     /// row reads, else (four rows) row r's strip at `sw * r` ([`strips_len`]).
     Packed(&'a [f32], usize),
-    /// A row-major bfloat16 (or, with `f16`, float16) B in place (products of
-    /// few rows, [`drive16`]): the code of the tile's first column at the first
-    /// step, `ld` codes (possibly negative) from one step to the next; every row
-    /// of the tile reads the same 16 codes a step, or with `strips` (one row's
+    /// A row-major B in place (products of few rows, [`drive16`]), of codes of
+    /// kind `code` ([`CODE_BF16`], [`CODE_F16`], [`CODE_E5M2`],
+    /// [`CODE_E4M3FN`]): the code of the tile's first column at the first step,
+    /// `ld` codes (possibly negative) from one step to the next; every row of
+    /// the tile reads the same 16 codes a step, or with `strips` (one row's
     /// product taken four strips at a time) row r the 16 from `16 * r`
-    /// (`code_load!`). None of them is a NaN.
-    Codes { p: *const u16, ld: isize, f16: bool, strips: bool },
-    /// As `Codes`, a row-major float8_e5m2 (or, with `e4m3`, float8_e4m3fn) B,
-    /// which [`tile16`] ([`load_codes8`]), [`tile16_dir`] and [`tile16_unit`]
-    /// without `ODD` (`code_load!`) read.
-    Codes8 { p: *const u8, ld: isize, e4m3: bool, strips: bool },
+    /// ([`load_codes8`], `code_load!`). None of them is a NaN. The 8-bit codes
+    /// are read by [`tile16`], [`tile16_dir`] and [`tile16_unit`] without `ODD`.
+    Codes { p: *const u8, ld: isize, code: u8, strips: bool },
 }
 
 impl<'a> BSrc<'a> {
@@ -3559,7 +3565,7 @@ impl<'a> BSrc<'a> {
     fn packed(self) -> (&'a [f32], usize) {
         match self {
             BSrc::Packed(bp, sw) => (bp, sw),
-            BSrc::Codes { .. } | BSrc::Codes8 { .. } => (&[], 0),
+            BSrc::Codes { .. } => (&[], 0),
         }
     }
 }
@@ -3918,8 +3924,8 @@ unsafe fn tile16_dir<const MR: usize, const T: u8, const RM: i32>(acc: &mut [f32
     use std::arch::asm;
     use std::arch::x86_64::{_MM_FROUND_TO_NEG_INF, _MM_FROUND_TO_POS_INF, _MM_FROUND_TO_ZERO};
     let (bp, sw) = b.packed();
-    let in_place = matches!(b, BSrc::Codes { .. } | BSrc::Codes8 { .. });
-    let strips = matches!(b, BSrc::Codes { strips: true, .. } | BSrc::Codes8 { strips: true, .. });
+    let in_place = matches!(b, BSrc::Codes { .. });
+    let strips = matches!(b, BSrc::Codes { strips: true, .. });
     assert!((MR == 1 || MR == 6 && !strips || MR == 4 && (sw != 0 || strips)) && T <= 3 && (1..4).contains(&RM));
     assert!(acc.len() >= MR * 16 && ap.len() >= kn * MR && (in_place || bp.len() >= strips_len(MR, sw, kn)));
     if kn == 0 {
@@ -3941,14 +3947,8 @@ unsafe fn tile16_dir<const MR: usize, const T: u8, const RM: i32>(acc: &mut [f32
             )
         };
     }
-    // B's codes in place: the first code, the bytes from one step to the next, and
-    // their kind ([`CODE_BF16`] ...).
-    let codes = match b {
-        BSrc::Codes { p, ld, f16, .. } => Some((p as *const u8, ld * 2, if f16 { CODE_F16 } else { CODE_BF16 })),
-        BSrc::Codes8 { p, ld, e4m3, .. } => Some((p, ld, if e4m3 { CODE_E4M3FN } else { CODE_E5M2 })),
-        BSrc::Packed(..) => None,
-    };
-    if let Some((codes, bs, kind)) = codes {
+    if let BSrc::Codes { p: codes, ld, code: kind, .. } = b {
+        let bs = ld * code_bytes(kind);
         // SAFETY: per the caller, B's codes of the kn steps (16, or 64 for four strips,
         // from `codes`, `bs` bytes apart) are readable; the stores stay inside acc
         // (asserted), the loads inside ap and the constants; MXCSR is restored before
@@ -4413,9 +4413,9 @@ unsafe fn tile16_oddz<const MR: usize, const T: u8>(acc: &mut [f32], ap: &[f32],
             )
         };
     }
-    if let BSrc::Codes { p: codes, ld, f16, strips } = b {
-        assert!((MR == 1 || MR == 4) && T != ODD_E5M2);
-        let bs = ld * 2;
+    if let BSrc::Codes { p: codes, ld, code, strips } = b {
+        assert!((MR == 1 || MR == 4) && T != ODD_E5M2 && code_bytes(code) == 2);
+        let (bs, f16) = (ld * 2, code == CODE_F16);
         // SAFETY: per the caller, B's codes of the kn steps (16 * MR from `codes`, `ld`
         // apart) are readable; the stores stay inside acc (asserted), the loads inside
         // ap and the constants; MXCSR is restored before the block ends; the clobbered
@@ -4602,7 +4602,7 @@ unsafe fn tile16_unit<const MR: usize, const ODD: bool>(acc: &mut [f32], ap: &[f
     use std::arch::asm;
     let (bp, sw) = b.packed();
     assert!(MR == 1 || MR == 4);
-    assert!(acc.len() >= MR * 16 && ap.len() >= kn * MR && (matches!(b, BSrc::Codes { .. } | BSrc::Codes8 { .. }) || bp.len() >= strips_len(MR, sw, kn)));
+    assert!(acc.len() >= MR * 16 && ap.len() >= kn * MR && (matches!(b, BSrc::Codes { .. }) || bp.len() >= strips_len(MR, sw, kn)));
     assert!((13..=21).contains(&unit));
     if kn == 0 {
         return;
@@ -4661,9 +4661,10 @@ unsafe fn tile16_unit<const MR: usize, const ODD: bool>(acc: &mut [f32], ap: &[f
             )
         };
     }
-    if let BSrc::Codes8 { p: codes, ld: bs, e4m3, strips } = b {
+    if let BSrc::Codes { p: codes, ld: bs, code: code @ (CODE_E5M2 | CODE_E4M3FN), strips } = b {
         // (Nearest-even at the unit from fp8 products, scaled, whose FMA is exact.)
         assert!(!ODD);
+        let e4m3 = code == CODE_E4M3FN;
         // SAFETY: per the caller, B's codes of the kn steps (16 * MR from `codes`, `bs`
         // bytes apart) are readable; the stores stay inside acc (asserted), the loads
         // inside ap and the constants; MXCSR is restored before the block ends; the
@@ -4680,10 +4681,10 @@ unsafe fn tile16_unit<const MR: usize, const ODD: bool>(acc: &mut [f32], ap: &[f
         }
         return;
     }
-    if let BSrc::Codes { p: codes, ld, f16, strips } = b {
+    if let BSrc::Codes { p: codes, ld, code, strips } = b {
         // (Nearest-even at bfloat16's unit from the sum rounded to odd, unscaled.)
         assert!(ODD && unit == 16);
-        let bs = ld * 2;
+        let (bs, f16) = (ld * 2, code == CODE_F16);
         // SAFETY: per the caller, B's codes of the kn steps (16 * MR from `codes`, `ld`
         // apart) are readable; the stores stay inside acc (asserted), the loads inside
         // ap and the constants; MXCSR is restored before the block ends; the clobbered
@@ -5342,7 +5343,7 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
     let odd_codes = kind == Kind16::Odd && !bf && matches!(b.dec, super::Dec::Bf16 | super::Dec::F16) && b.cs == 1 && m <= IN_PLACE_M;
     // And kind Split on float8 codes in place (below), up to 8 rows (4 + 4, not 6 +
     // 2); 9 to 12 take two groups of 6.
-    let odd_codes = odd_codes || kind == Kind16::Split && super::kernels::fp8_kind(b).is_some() && b.cs == 1 && m <= 8;
+    let odd_codes = odd_codes || kind == Kind16::Split && super::kernels::fp8_kind(b.format()).is_some() && b.cs == 1 && m <= 8;
     let mr = if m == 1 {
         1
     } else if odd_codes {
@@ -5488,7 +5489,7 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
     // Split and UnitNe; blocks past the bound Fma into float16 or bfloat16, into
     // other formats packed for the f64 rounding) and in the directed modes (kind
     // Dir), likewise.
-    let b8 = match (&b.dec, super::kernels::fp8_kind(b)) {
+    let b8 = match (&b.dec, super::kernels::fp8_kind(b.format())) {
         (super::Dec::Lut8(t), Some(f)) if matches!(kind, Kind16::Split | Kind16::UnitNe | Kind16::Dir(_)) => {
             Some((f == super::kernels::FP8_E4M3FN, &t[..]))
         }
@@ -5498,8 +5499,14 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
         && b.cs == 1
         && m <= IN_PLACE_M
         && (matches!(kind, Kind16::Odd | Kind16::Mid | Kind16::Split) && !scaled_kind || matches!(kind, Kind16::Dir(_) | Kind16::UnitNe));
-    // Bytes a code in place.
-    let code_bytes = if b8.is_some() { 1 } else { 2 };
+    // The kind of the codes in place and their bytes.
+    let b_code = match b8 {
+        Some((true, _)) => CODE_E4M3FN,
+        Some((false, _)) => CODE_E5M2,
+        None if b_f16 => CODE_F16,
+        None => CODE_BF16,
+    };
+    let cb = code_bytes(b_code);
     // (No panel in place: one column block, each task's codes of a row contiguous.)
     let np = if b_codes { n } else { np };
     let pstrips = np.min(n).div_ceil(16);
@@ -5638,7 +5645,7 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
                 // In place: this block's bounds and largest magnitude from the task's
                 // codes; none of them a NaN?
                 let (bbk, b_max, nan_free) = if b_codes {
-                    let p = b.ptr.wrapping_offset((kb as isize * b.rs + (j0 + ja) as isize) * code_bytes);
+                    let p = b.ptr.wrapping_offset((kb as isize * b.rs + (j0 + ja) as isize) * cb);
                     // SAFETY: rows kb..kb+kn, columns j0+ja..j0+jz are inside b.
                     let (lo, hi, top) = match b8 {
                         // (The table's value of each code: a NaN's NaN, an infinity's infinity.)
@@ -5835,7 +5842,7 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
                         // Strips s.. taken together (`w` of them, `sw` values apart in the panel).
                         // In place, four full strips or one; B's codes from step o0 at strip s.
                         let (w, sw) = if four && s + 4 <= if in_place { full } else { s1 } { (4, kbs * 16) } else { (1, 0) };
-                        let codes = (in_place && s + w <= full).then(|| b.ptr.wrapping_offset(((kb + o0) as isize * b.rs + (j0 + 16 * s) as isize) * code_bytes));
+                        let codes = (in_place && s + w <= full).then(|| b.ptr.wrapping_offset(((kb + o0) as isize * b.rs + (j0 + 16 * s) as isize) * cb));
                         let q = (kbi * strips + s) * kbs * 16;
                         let bp = if !b_codes {
                             &bpanel[q + o0 * 16..q + (w - 1) * sw + (o0 + len) * 16]
@@ -5849,10 +5856,7 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
                         macro_rules! bsrc {
                             ($bp:expr, $sw:expr) => {
                                 match codes {
-                                    Some(c) => match b8 {
-                                        Some((e4m3, _)) => BSrc::Codes8 { p: c, ld: b.rs, e4m3, strips: $sw != 0 },
-                                        None => BSrc::Codes { p: c as *const u16, ld: b.rs, f16: b_f16, strips: $sw != 0 },
-                                    },
+                                    Some(c) => BSrc::Codes { p: c, ld: b.rs, code: b_code, strips: $sw != 0 },
                                     None => BSrc::Packed($bp, $sw),
                                 }
                             };

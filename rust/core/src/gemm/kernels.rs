@@ -351,10 +351,10 @@ pub(super) unsafe fn pack_real<T: Real, const Q: bool>(op: &Operand, base: isize
             &Dec::Posit16(es) if super::simd() && (sl == 1 || sk == 1) => pack_posit16_avx2(p as *const u16, es, base, sl, sk, nv, w, kc, dst),
             &Dec::Posit16(es) => pack_lines(|o| q(T::from_f32(super::posit16_to_f32(*(p as *const u16).offset(o), es))), base, sl, sk, nv, w, kc, dst),
             #[cfg(target_arch = "x86_64")]
-            Dec::Lut8(t) if sl == 1 && super::simd() && fp8_kind(op).is_some() => {
+            Dec::Lut8(t) if sl == 1 && super::simd() && fp8_kind(op.format()).is_some() => {
                 let d = dst.as_mut_ptr();
                 assert!(dst.len() >= w * kc && nv <= w);
-                if fp8_kind(op) == Some(FP8_E5M2) {
+                if fp8_kind(op.format()) == Some(FP8_E5M2) {
                     pack_fp8_avx2::<T, Q, FP8_E5M2>(p.offset(base), t, sk, nv, w, kc, d)
                 } else {
                     pack_fp8_avx2::<T, Q, FP8_E4M3FN>(p.offset(base), t, sk, nv, w, kc, d)
@@ -380,9 +380,9 @@ pub(super) unsafe fn pack_real<T: Real, const Q: bool>(op: &Operand, base: isize
 pub(super) const FP8_E5M2: u8 = 1;
 pub(super) const FP8_E4M3FN: u8 = 2;
 
-/// Which of [`pack_fp8_avx2`]'s formats an operand's codes are in, if any.
-pub(super) fn fp8_kind(op: &Operand) -> Option<u8> {
-    match op.format() {
+/// Which of [`pack_fp8_avx2`]'s formats `fmt` (an operand's) is, if any.
+pub(super) fn fp8_kind(fmt: Option<Format>) -> Option<u8> {
+    match fmt {
         Some(Format::Float(f)) if f == named::FLOAT8_E5M2 => Some(FP8_E5M2),
         Some(Format::Float(f)) if f == named::FLOAT8_E4M3FN => Some(FP8_E4M3FN),
         _ => None,
@@ -1424,8 +1424,7 @@ pub(super) fn row_code(d: &Dec, fmt: Option<Format>) -> Option<u8> {
         (Dec::F32, _) => Some(ROW_F32),
         (Dec::Bf16, _) => Some(ROW_BF16),
         (Dec::F16, _) => Some(ROW_F16),
-        (Dec::Lut8(_), Some(Format::Float(f))) if f == named::FLOAT8_E5M2 => Some(ROW_E5M2),
-        (Dec::Lut8(_), Some(Format::Float(f))) if f == named::FLOAT8_E4M3FN => Some(ROW_E4M3FN),
+        (Dec::Lut8(_), fmt) => fp8_kind(fmt).map(|k| if k == FP8_E5M2 { ROW_E5M2 } else { ROW_E4M3FN }),
         _ => None,
     }
 }
@@ -1474,9 +1473,9 @@ unsafe fn code_load8<const C: u8>(p: *const u8, j: usize, nan: &mut std::arch::x
     unsafe {
         match C {
             ROW_F32 => _mm256_loadu_ps((p as *const f32).add(j)),
-            ROW_BF16 => _mm256_castsi256_ps(_mm256_slli_epi32::<16>(_mm256_cvtepu16_epi32(_mm_loadu_si128((p as *const u16).add(j) as *const __m128i)))),
-            ROW_F16 => _mm256_cvtph_ps(_mm_loadu_si128((p as *const u16).add(j) as *const __m128i)),
-            ROW_E5M2 => _mm256_cvtph_ps(_mm_slli_epi16::<8>(_mm_cvtepu8_epi16(_mm_loadl_epi64(p.add(j) as *const __m128i)))),
+            ROW_BF16 => codes8_avx2::<false>((p as *const u16).add(j)),
+            ROW_F16 => codes8_avx2::<true>((p as *const u16).add(j)),
+            ROW_E5M2 => fp8x8_avx2::<false>(p.add(j)).0,
             _ => {
                 // The bytes sign-extended (a NaN code, low 7 bits set, is then all
                 // ones with bits 7..15 set), moved up 7 bits: the sign at bits 15 and
