@@ -603,6 +603,32 @@ def test_scaled_kernels_tiny_operands(acc, mode, rbits):
             assert same(got[rows][:, cols], ref_matmul(aa[rows], bb[:, cols], f, mode))
 
 
+@pytest.mark.parametrize("acc", ["f6m9", "e5m2", "fp16", "bf16"])
+@pytest.mark.parametrize("chunk", [None, 64])
+def test_float16_subnormal_inputs(acc, chunk, threads):
+    # float16 values down to its smallest subnormal, 2^-24, whose last bits lie on
+    # float16's grid (at or above 2^-24, whatever their exponents say): the
+    # products of two stay f32 values once scaled into FloatFormat(6, 9)'s unit,
+    # so its depth blocks run the tile kernels. Values of every binade of
+    # float16's subnormals, rows and columns of them alone; every deterministic
+    # mode, against the scalar path and the exact reference.
+    f = ACC_FORMATS[acc]
+    g = np.random.default_rng(zlib.crc32(f"sub16{acc}{chunk}".encode()))
+    x = g.standard_normal((20, 300)).astype(np.float32)
+    y = g.standard_normal((300, 21)).astype(np.float32)
+    for v in (x, y):
+        tiny = g.random(v.shape) < 0.2
+        v[tiny] *= 2.0 ** -g.integers(14, 26, np.count_nonzero(tiny)).astype(np.float32)
+    x[1] *= 2.0 ** -16
+    y[:, 2] *= 2.0 ** -14
+    a, b = x.astype(np.float16), y.astype(np.float16)
+    assert np.count_nonzero((a != 0) & (np.abs(a) < 2.0 ** -14)) > 100
+    for mode in DETERMINISTIC:
+        got = matmul_as_scalar(a, b, accumulate=f, rounding=mode, chunk=chunk)
+        rows, cols = [0, 1, 19], [0, 2, 20]
+        assert same(got[rows][:, cols], ref_matmul(a[rows], b[:, cols], f, mode, chunk)), mode
+
+
 @pytest.mark.parametrize("chunk", [None, 32])
 def test_e5m2_nearest_products_below_the_scaled_grid(chunk):
     # bfloat16 products into float8_e5m2 to nearest: products whose last bits fall

@@ -5460,7 +5460,11 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
         let (f1, f2) = (sf?, sr_fmt(&f2)?);
         (f1.sub >= f2.sub && rbits <= 32).then_some(f2)
     });
-    let (pa, pb) = (profile(&a.format().expect("kind16 checked")).0, profile(&b.format().expect("kind16 checked")).0);
+    let ((pa, ga, _), (pb, gb, _)) = (profile(&a.format().expect("kind16 checked")), profile(&b.format().expect("kind16 checked")));
+    // Bounds of an operand's values ([`exp_bounds`]), their last bits at or above its
+    // format's smallest unit (2^-24 for float16), which the bounds from each value's
+    // exponent and the format's precision miss for its subnormals.
+    let on_grid = |x: Option<(i32, i32)>, g: i32| x.map(|(l, h)| (l.max(g), h));
     let kbs = KB.min(k.max(1));
     let kblocks = k.div_ceil(KB);
     let rblocks = m.div_ceil(RB16);
@@ -5544,6 +5548,7 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
                 return (None, 0.0);
             }
             let (bounds, top) = exp_bounds_max(v, pb);
+            let bounds = on_grid(bounds, gb);
             (bounds, if bounds_used { top } else { 0.0 })
         };
         let used = &mut bpanel[..if b_codes { 0 } else { kblocks * strips * kbs * 16 }];
@@ -5653,7 +5658,7 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
                         None if b_f16 => unsafe { code_scan(p as *const u16, b.rs, kn, jz - ja, 0x7c00, |c| super::f16_to_f32(c as u16).to_bits()) },
                         None => unsafe { code_scan(p as *const u16, b.rs, kn, jz - ja, 0x7f80, |c| c << 16) },
                     };
-                    (exp_bounds_of(lo, hi, pb), f32::from_bits(top), top <= 0x7f80_0000)
+                    (on_grid(exp_bounds_of(lo, hi, pb), gb), f32::from_bits(top), top <= 0x7f80_0000)
                 } else {
                     (bbk, bmaxes[kbi], false)
                 };
@@ -5665,7 +5670,7 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
                 }
                 let ablock = |g: usize| &apack[g * kbs * mr..g * kbs * mr + kn * mr];
                 // A's bounds, scanned once for the block's checks (before any scaling).
-                let ab = if scan || bounds_used { (0..groups).filter_map(|g| exp_bounds(ablock(g), pa)).reduce(merge_bounds) } else { None };
+                let ab = if scan || bounds_used { on_grid((0..groups).filter_map(|g| exp_bounds(ablock(g), pa)).reduce(merge_bounds), ga) } else { None };
                 // B's scale in this block and the rest of the scale, A's.
                 let sbk = bsc[kbi];
                 let sa = usc - sbk;
