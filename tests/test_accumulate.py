@@ -651,6 +651,42 @@ def test_e5m2_nearest_products_below_the_scaled_grid(chunk):
     assert np.all(got[:3] == 0) and np.count_nonzero(got[3:]) > 0.9 * got[3:].size
 
 
+@pytest.mark.parametrize("chunk", [None, 32])
+def test_e5m2_nearest_float16_products_below_the_scaled_grid(chunk, threads):
+    # float16 products into float8_e5m2 to nearest: products with bits below
+    # 2^-37 (below f32's smallest subnormal once scaled) run the tile kernel too,
+    # as no such product can put a sum within the lost sticky bit of a midpoint
+    # (2^22 - 1 = 2047 * 2049 would need a 12-bit factor). Tiny values in both
+    # operands; the exact reference and the scalar path.
+    f = ACC_FORMATS["e5m2"]
+    g = np.random.default_rng(11)
+    x = g.standard_normal((14, 200)).astype(np.float32)
+    y = g.standard_normal((200, 19)).astype(np.float32)
+    for v in (x, y):
+        tiny = g.random(v.shape) < 0.3
+        v[tiny] *= 2.0 ** -g.integers(8, 24, np.count_nonzero(tiny)).astype(np.float32)
+    x[:2] *= 2.0 ** -10
+    a, b = x.astype(np.float16), y.astype(np.float16)
+    got = matmul_as_scalar(a, b, accumulate=f, rounding="nearest_even", chunk=chunk)
+    rows, cols = [0, 1, 5, 13], [0, 7, 18]
+    assert same(got[rows][:, cols], ref_matmul(a[rows], b[:, cols], f, "nearest_even", chunk))
+
+
+@pytest.mark.parametrize("m", [1, 8])
+def test_e5m2_nearest_sticky_bit_below_the_scaled_grid(m):
+    # float16 x posit16 products (12-bit significands) into float8_e5m2: 1.25 * 2^-13,
+    # then -(2047 * 2^-24) * (2049 * 2^-14) = -(2^-16 - 2^-38), whose sum lies 2^-38
+    # above the midpoint 1.125 * 2^-13 and rounds back to 1.25 * 2^-13. Scaled for the
+    # kernel, 2^-38 falls below f32's smallest subnormal: its truncated sum would be
+    # the tie, rounded to even (2^-13). Such products keep the block off the kernel.
+    a = np.array([[1.25 * 2.0**-13, -2047 * 2.0**-24]] * m).astype(np.float16)
+    b = np.array([[1.0] * 20, [2049 * 2.0**-14] * 20]).astype(lowp.posit16)
+    for s in (1, -1):
+        got = np.asarray(lowp.matmul(s * a, b, accumulate="float8_e5m2"), np.float64)
+        assert np.all(got == s * 1.25 * 2.0**-13)
+        assert same(got, ref_matmul(s * a, b, ACC_FORMATS["e5m2"], "nearest_even"))
+
+
 def test_e5m2_nearest_product_past_its_bound():
     # 2^-16 then 18 * 16 = 288, a midpoint of e5m2 (256, 320): the exact sum is
     # above it and rounds to 320, but its float32 sum is the tie 288 (2^-16 is

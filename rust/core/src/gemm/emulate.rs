@@ -2706,7 +2706,9 @@ pub(crate) enum Kind16 {
     /// [`unit_scale`]: the sum rounded to odd at 24 bits (or at 2^-149, below the
     /// scaled smallest normal) as [`tile16_oddz`] does, then the integer
     /// nearest-even rounding at the unit bit ([`tile16_unit`] with `ODD`). Depth blocks
-    /// whose scaled products are not all exact f32 values, or whose sums could
+    /// whose scaled products are not all exact f32 values (unless the input
+    /// formats' products cannot lose a sticky bit that decides: [`tails_harmless`],
+    /// float16 or bfloat16 into float8_e5m2), or whose sums could
     /// pass the largest value, run `OddE5m2` (float8_e5m2, when its own
     /// condition holds) or the f64 rounding; chunk totals take [`flush_split`].
     OddUnit,
@@ -3104,6 +3106,53 @@ fn block_ok(growth: f64, unit: f64, limit: f64, acc_max: f32, row_max: f64, b_ma
 /// blocks would always fail the bound.
 fn bound_room(prec: i32) -> bool {
     (1.0 + 2f64.powi(1 - prec)).powi(KB as i32) < 1024.0
+}
+
+/// Can [`Kind16::OddUnit`]'s rounding to odd lose a sticky bit that decides,
+/// on products of `pa`- and `pb`-bit values scaled so that the format's
+/// smallest unit is 2^`unit` ([`unit_scale`])? `false` when it can (or when
+/// the search below would be long).
+///
+/// The kernel's FMA toward zero gives y, the exact sum x truncated to 24 bits
+/// or at 2^-149; the residual FMA gives x - y (acc - y is an f32: both lie on
+/// the grid of 2^-149 and |acc - y| <= |p| + |x - y|, below 2^-125 or within a
+/// factor 2 of both), truncated at 2^-149 too, so the sticky bit is lost exactly when
+/// 0 < |x - y| < 2^-149, which needs a product p with a bit below 2^-149 (a
+/// sum of f32 values lies on that grid), and so |p| < 2^(P - 150), P = pa + pb.
+/// Rounding y instead of x to nearest differs only where y is a midpoint of
+/// the format (the midpoints are f32 values: y can reach one but not pass
+/// it), all of them multiples of 2^(unit - 1) and none of them a value of the
+/// format, as the accumulator is: p = j 2^(unit - 1) + t with j != 0 and
+/// 0 < |t| < 2^-149. With p = N 2^e, N odd, the odd part of a product of
+/// integers below 2^pa and 2^pb, the search runs over each j (in units of
+/// 2^-149, m = j 2^(unit + 148) <= 2^(P - 1)) and each t, in units of p's
+/// lowest possible last bit (P bits below the top of m - 2^-149), both signs.
+/// Float16 products into float8_e5m2 (P = 22, unit 2^-128) meet none: the
+/// candidates are 2^22 - 1 = 2047 * 2049, 2^22 - 3, 2^21 - 1 and 2^21 + 1, no
+/// product of two integers below 2^11.
+fn tails_harmless(pa: i32, pb: i32, unit: i32) -> bool {
+    let p = pa + pb;
+    let sh = unit + 148;
+    if !(0..=40).contains(&sh) || !(1..=32).contains(&p) {
+        return false;
+    }
+    // j from 1 while m = j << sh <= 2^(p - 1).
+    let jmax = if p > sh { 1u64 << (p - 1 - sh) } else { 0 };
+    // The candidates: about 2^(p - 1 - sh) / j each.
+    if jmax > 1 << 10 || (1..=jmax).map(|j| (1u64 << (p - 1 - sh)) / j).sum::<u64>() > 1 << 14 {
+        return false;
+    }
+    // Is the odd part of n a product of integers below 2^pa and 2^pb?
+    let product = |n: u64| {
+        let n = n >> n.trailing_zeros();
+        64 - n.leading_zeros() <= p as u32 && (1..1u64 << pa).step_by(2).take_while(|&d| d <= n).any(|d| n % d == 0 && n / d < 1 << pb)
+    };
+    (1..=jmax).all(|j| {
+        let m = j << sh;
+        // t in units of 2^(-149 - s): p's last bit lies at or above that.
+        let s = p - (64 - (m - 1).leading_zeros()) as i32;
+        s <= 0 || (1..1u64 << s).all(|t| !product((m << s) + t) && !product((m << s) - t))
+    })
 }
 
 /// The power of two [`Kind16::Sr`] and [`DirTo::Unit`] scale their values by:
@@ -5465,6 +5514,8 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
     // format's smallest unit (2^-24 for float16), which the bounds from each value's
     // exponent and the format's precision miss for its subnormals.
     let on_grid = |x: Option<(i32, i32)>, g: i32| x.map(|(l, h)| (l.max(g), h));
+    // Kind OddUnit: may its products have bits below 2^-149 once scaled ([`tails_harmless`])?
+    let tails_ok = odd_unit && gs.is_some_and(|f| tails_harmless(pa, pb, f.sub + usc));
     let kbs = KB.min(k.max(1));
     let kblocks = k.div_ceil(KB);
     let rblocks = m.div_ceil(RB16);
@@ -5709,16 +5760,14 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
                             } else if odd_unit {
                                 // Every scaled product an f32 (its last bit at or above
                                 // 2^-149, none reaching 2^127), as kind Odd needs; or
-                                // products of so few bits (pa + pb) that one with a bit
-                                // below 2^-149 lies below half the format's smallest
-                                // unit, 2^(sub + usc): its sum with an accumulator (a value
-                                // of the format) is then no midpoint, nor its truncation,
-                                // and rounds to the accumulator whatever the residual
-                                // FMA's underflow loses (float8_e5m2 from bfloat16: 16 bits).
+                                // products of such bits that none of them with a bit
+                                // below 2^-149 can make the residual FMA's underflow lose
+                                // a sticky bit that decides ([`tails_harmless`]: float8_e5m2
+                                // from bfloat16 or float16).
                                 let hi = ab.zip(bbk).map(|(x, y)| x.1 + y.1);
                                 near_ok(f.prec, f.max, f.sub, acc_max, row_max, b_max, kn)
                                     && scale_ok(sa, ab.map(|x| x.0))
-                                    && (lo.is_none_or(|l| l + usc >= -149) || pa + pb <= f.sub + usc + 148)
+                                    && (lo.is_none_or(|l| l + usc >= -149) || tails_ok)
                                     && hi.is_none_or(|h| h <= 126)
                             } else {
                                 split_ok(f.prec, f.max, f.sub, acc_max, row_max, b_max, lo, kn)
@@ -6786,6 +6835,46 @@ mod unit_tests {
     /// [`code_scan`] on bfloat16, float16, float8_e5m2 and float8_e4m3fn codes
     /// equals [`mag_scan`] of their values, whatever the codes (every code, and
     /// rows of random ones with and without specials), rows forward and reversed.
+    #[test]
+    fn tails_harmless_matches_a_search_of_the_products() {
+        // Every product N 2^e (N odd, a product of odd integers below 2^pa and
+        // 2^pb) with a bit below 2^-149 that lies within 2^-149 of a nonzero
+        // multiple of 2^(unit - 1), off it: the harmful ones.
+        let harmful = |pa: i32, pb: i32, unit: i32| {
+            (1..1u64 << pa).step_by(2).any(|x| {
+                (1..1u64 << pb).step_by(2).any(|y| {
+                    let n = (x * y) as u128;
+                    // p = n 2^e, e from -150 down while p can reach 2^(unit - 1) - 2^-149.
+                    (150..150 + (pa + pb) as u32 + 2).any(|ne| {
+                        // In units of 2^-ne: half the unit, and 2^-149.
+                        let (h, w) = (1u128 << (ne as i32 + unit - 1), 1u128 << (ne - 149));
+                        let r = n % h;
+                        (r > 0 && r < w && n > r) || (h - r < w && r > 0)
+                    })
+                })
+            })
+        };
+        for (pa, pb) in [(8, 8), (11, 8), (8, 11), (11, 11), (11, 12), (12, 11), (9, 10), (4, 11)] {
+            for unit in [-128, -129, -130, -131, -134, -136] {
+                let fast = tails_harmless(pa, pb, unit);
+                // (`false` may also mean the search was too long: never past its
+                // verdict the other way.)
+                assert!(!fast || !harmful(pa, pb, unit), "{pa} {pb} {unit}");
+                if !fast {
+                    let p = pa + pb;
+                    let sh = unit + 148;
+                    let long = p > sh && (1u64..=1 << (p - 1 - sh)).map(|j| (1u64 << (p - 1 - sh)) / j).sum::<u64>() > 1 << 14;
+                    assert!(long || harmful(pa, pb, unit), "{pa} {pb} {unit}");
+                }
+            }
+        }
+        // float16 products into float8_e5m2 meet none; with a 12-bit factor (posit16), 2047 * 2049.
+        assert!(tails_harmless(11, 11, -128) && !harmful(11, 11, -128));
+        assert!(!tails_harmless(11, 12, -128) && harmful(11, 12, -128));
+        // bfloat16 products: none reach a midpoint.
+        assert!(tails_harmless(8, 8, -128));
+    }
+
     #[test]
     fn code_scan_matches_the_scan_of_the_values() {
         let _settings = crate::settings_read();
