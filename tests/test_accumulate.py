@@ -843,6 +843,9 @@ def test_stochastic_bits_of_rows_and_columns(dtype, rbits):
     # columns after them; another seed draws other bits.
     assert same_bits(lowp.matmul(a[:7], b, **kw), c[:7].astype(np.float32))
     assert same_bits(lowp.matmul(a, b[:, :9], **kw), c[:, :9].astype(np.float32))
+    # (One row, and five: tiles of a single row, computed alone.)
+    assert same_bits(lowp.matmul(a[:1], b, **kw), c[:1].astype(np.float32))
+    assert same_bits(lowp.matmul(a[:5], b, **kw), c[:5].astype(np.float32))
     assert not np.array_equal(lowp.matmul(a, b, **{**kw, "seed": 12}), c)
 
 
