@@ -672,6 +672,32 @@ def test_e5m2_nearest_float16_products_below_the_scaled_grid(chunk, threads):
     assert same(got[rows][:, cols], ref_matmul(a[rows], b[:, cols], f, "nearest_even", chunk))
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_wide_range_float16_products_match_the_scalar_path(seed):
+    # Random shapes, float16 A over the whole float16 range (subnormals, zeros) against
+    # a float16, bfloat16 or posit16 B, row- or column-major; accumulators float8_e5m2,
+    # FloatFormat(6, 9), float16, bfloat16; mostly to nearest, some chunked: every
+    # kernel's choice of its depth blocks (the bounds, the search for harmful
+    # products) against the scalar float64 path, bit for bit.
+    g = np.random.default_rng(100 + seed)
+    accs = [ACC_FORMATS["e5m2"], ACC_FORMATS["f6m9"], ACC_FORMATS["fp16"], ACC_FORMATS["bf16"]]
+    for case in range(12):
+        m, k, n = int(g.integers(1, 30)), int(g.integers(1, 600)), int(g.integers(1, 40))
+
+        def values(shape):
+            x = g.standard_normal(shape) * 2.0 ** g.integers(-26, 8, shape)
+            x[g.random(shape) < 0.05] = 0.0
+            return x
+
+        a = values((m, k)).astype(np.float16)
+        b = values((k, n)).astype(np.float16).astype(np.float64).astype([np.float16, ml_dtypes.bfloat16, lowp.posit16][case % 3])
+        if case % 2:
+            b = np.asfortranarray(b)
+        mode = DETERMINISTIC[int(g.integers(0, 6))] if case % 4 == 3 else "nearest_even"
+        chunk = int(g.integers(1, 100)) if case % 3 == 2 else None
+        matmul_as_scalar(a, b, accumulate=accs[case % 4], rounding=mode, chunk=chunk)
+
+
 @pytest.mark.parametrize("m", [1, 8])
 def test_e5m2_nearest_sticky_bit_below_the_scaled_grid(m):
     # float16 x posit16 products (12-bit significands) into float8_e5m2: 1.25 * 2^-13,
