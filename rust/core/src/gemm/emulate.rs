@@ -5391,22 +5391,6 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
     }
     let exact = Dyn::new(spec.fmt, spec.opts)?;
     let rm = f16_rounding(spec.opts.mode);
-    // One row (sums, vector-matrix products): tiles of one row, no padding rows.
-    // Kind Odd into float16 on a B read in place (below): tiles of four rows, whose
-    // B is decoded into registers (its six-row tiles read it from memory).
-    let odd_codes = kind == Kind16::Odd && !bf && matches!(b.dec, super::Dec::Bf16 | super::Dec::F16) && b.cs == 1 && m <= IN_PLACE_M;
-    // And kind Split on float8 codes in place (below), up to 8 rows (4 + 4, not 6 +
-    // 2); 9 to 12 take two groups of 6.
-    let odd_codes = odd_codes || kind == Kind16::Split && super::kernels::fp8_kind(b.format()).is_some() && b.cs == 1 && m <= 8;
-    let mr = if m == 1 {
-        1
-    } else if odd_codes {
-        MR_ODD
-    } else if matches!(kind, Kind16::Fma | Kind16::Split | Kind16::Dir(_)) || kind == Kind16::Odd && !bf {
-        MR_FMA
-    } else {
-        MR_ODD
-    };
     // Kinds Odd and Mid need every product of a depth block exact in f32.
     let scan = matches!(kind, Kind16::Odd | Kind16::Mid | Kind16::OddE5m2);
     // Kind Split checks each depth block's values ([`split_ok`]).
@@ -5544,7 +5528,7 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
     let b_f16 = matches!(b.dec, super::Dec::F16);
     // Products of up to IN_PLACE_M rows: every row group decodes the codes again
     // (cheaper than packing while the groups are few). Kind Odd into float16 then
-    // takes tiles of 4 rows (`odd_codes`), not its 6.
+    // takes tiles of 4 rows (`four_in_place`), not its 6.
     // float8_e5m2 and float8_e4m3fn codes (`b8`: their table), to nearest (kinds
     // Split and UnitNe; blocks past the bound Fma into float16 or bfloat16, into
     // other formats packed for the f64 rounding) and in the directed modes (kind
@@ -5559,6 +5543,21 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
         && b.cs == 1
         && m <= IN_PLACE_M
         && (matches!(kind, Kind16::Odd | Kind16::Mid | Kind16::Split) && !scaled_kind || matches!(kind, Kind16::Dir(_) | Kind16::UnitNe));
+    // One row (sums, vector-matrix products): tiles of one row, no padding rows.
+    // Kind Odd into float16 on a B read in place: tiles of four rows, whose B is
+    // decoded into registers (its six-row tiles read it from memory); and kind
+    // Split on float8 codes in place, up to 8 rows (4 + 4, not 6 + 2; 9 to 12 take
+    // two groups of 6).
+    let four_in_place = b_codes && (kind == Kind16::Odd && !bf || kind == Kind16::Split && b8.is_some() && m <= 8);
+    let mr = if m == 1 {
+        1
+    } else if four_in_place {
+        MR_ODD
+    } else if matches!(kind, Kind16::Fma | Kind16::Split | Kind16::Dir(_)) || kind == Kind16::Odd && !bf {
+        MR_FMA
+    } else {
+        MR_ODD
+    };
     // The kind of the codes in place and their bytes.
     let b_code = match b8 {
         Some((true, _)) => CODE_E4M3FN,
@@ -6004,7 +6003,7 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
                                         tiles!(4, 4, ok, inexact, sw)
                                     } else if mr == 1 {
                                         tiles!(1, 1, ok, inexact, 0)
-                                    } else if odd_codes {
+                                    } else if four_in_place {
                                         tiles!(MR_ODD, MR_ODD, ok, inexact, 0)
                                     } else {
                                         tiles!(MR_FMA, MR_ODD, ok, inexact, 0)
@@ -6837,9 +6836,9 @@ mod unit_tests {
         }
     }
 
-    /// [`code_scan`] on bfloat16, float16, float8_e5m2 and float8_e4m3fn codes
-    /// equals [`mag_scan`] of their values, whatever the codes (every code, and
-    /// rows of random ones with and without specials), rows forward and reversed.
+    /// [`tails_harmless`] never calls harmless a product the search of every
+    /// pair of significands finds harmful, and refuses only those (or where its
+    /// own search would be long).
     #[test]
     fn tails_harmless_matches_a_search_of_the_products() {
         // Every product N 2^e (N odd, a product of odd integers below 2^pa and
@@ -6880,6 +6879,9 @@ mod unit_tests {
         assert!(tails_harmless(8, 8, -128));
     }
 
+    /// [`code_scan`] on bfloat16, float16, float8_e5m2 and float8_e4m3fn codes
+    /// equals [`mag_scan`] of their values, whatever the codes (every code, and
+    /// rows of random ones with and without specials), rows forward and reversed.
     #[test]
     fn code_scan_matches_the_scan_of_the_values() {
         let _settings = crate::settings_read();
