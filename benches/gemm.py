@@ -209,7 +209,7 @@ def skinny() -> None:
     k = n = 4096
     w32 = g.standard_normal((n, k)).astype(np.float32)
     w = w32.astype(ml_dtypes.bfloat16)
-    for m in (1, 8, 32, 128):
+    for m in (1, 2, 8, 32, 128):
         x32 = g.standard_normal((m, k)).astype(np.float32)
         x = x32.astype(ml_dtypes.bfloat16)
         for layout in ("rows", "w.T"):

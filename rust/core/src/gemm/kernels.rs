@@ -1400,9 +1400,10 @@ macro_rules! by_row_code {
 /// # Safety
 /// As [`gemv_block_avx2`].
 #[cfg(target_arch = "x86_64")]
-pub(super) unsafe fn gemv_block(code: u8, a: &[f32], b: *const u8, rs: isize, nw: usize, t: &mut [f32]) -> bool {
+#[allow(clippy::too_many_arguments)]
+pub(super) unsafe fn gemv_block(code: u8, a: &[f32], lda: usize, m: usize, kc: usize, b: *const u8, rs: isize, nw: usize, t: &mut [f32], ldt: usize) -> bool {
     // SAFETY: forwarded contract.
-    unsafe { by_row_code!(code, gemv_block_avx2(a, b, rs, nw, t)) }
+    unsafe { by_row_code!(code, gemv_block_avx2(a, lda, m, kc, b, rs, nw, t, ldt)) }
 }
 
 /// [`gemv_cols_avx2`] for the row code `code`.
@@ -1517,75 +1518,81 @@ unsafe fn code_one<const C: u8>(p: *const u8, j: usize) -> f32 {
     }
 }
 
-/// A depth block of [`super::driver::gemv_f32`]'s row streaming:
-/// `t[j] = sum_kk a[kk] * row_kk[j]` for `j < nw`, each from zero by one FMA a
-/// step in order, where row kk starts `kk * rs` bytes after `b` and holds
-/// `nw` contiguous elements stored as `C` (a [`row_code`]; [`ROW_E4M3FN`]'s
-/// values read times 2^-8, so A's are to be given times 2^8). Returns false,
-/// `t` then void, where an e4m3fn NaN code was read in a vector.
+/// A depth block of [`super::driver::gemv_f32`]'s row streaming, for `m`
+/// rows of A: `t[r * ldt + j] = sum_kk a[r * lda + kk] * row_kk[j]` for `r < m`,
+/// `kk < kc`, `j < nw`, each from zero by one FMA a step in order, where row kk
+/// of B starts `kk * rs` bytes after `b` and holds `nw` contiguous elements
+/// stored as `C` (a [`row_code`]; [`ROW_E4M3FN`]'s values read times 2^-8, so
+/// A's are to be given times 2^8). Four rows of B at a time (four streams read
+/// side by side), for each row of A in turn (the rows of B then in L1).
+/// Returns false, `t` then void, where an e4m3fn NaN code was read in a vector.
 ///
 /// # Safety
-/// The CPU must support avx2, fma and f16c; the rows' elements must be
-/// readable; `t.len() >= nw`.
+/// The CPU must support avx2, fma and f16c; the rows' first nw elements must
+/// be readable.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn gemv_block_avx2<const C: u8>(a: &[f32], b: *const u8, rs: isize, nw: usize, t: &mut [f32]) -> bool {
+#[allow(clippy::too_many_arguments)]
+unsafe fn gemv_block_avx2<const C: u8>(a: &[f32], lda: usize, m: usize, kc: usize, b: *const u8, rs: isize, nw: usize, t: &mut [f32], ldt: usize) -> bool {
     use std::arch::x86_64::*;
-    assert!(t.len() >= nw && C <= ROW_E4M3FN_CLEAN);
-    t[..nw].fill(0.0);
+    assert!(C <= ROW_E4M3FN_CLEAN && m >= 1 && kc <= lda && nw <= ldt && a.len() >= (m - 1) * lda + kc && t.len() >= (m - 1) * ldt + nw);
+    for r in 0..m {
+        t[r * ldt..r * ldt + nw].fill(0.0);
+    }
     let full = nw / 8 * 8;
     // SAFETY: the rows' first nw elements are readable (the caller's contract);
-    // t holds nw values.
+    // the loads of A and the loads and stores of t stay inside them (asserted).
     unsafe {
         let mut nan = _mm_setzero_si128();
         let mut load = |p: *const u8, j: usize| code_load8::<C>(p, j, &mut nan);
         let one = |p: *const u8, j: usize| code_one::<C>(p, j);
-        let tp = t.as_mut_ptr();
-        // Four rows at a time: each vector of sums loaded once, its four FMAs in
-        // step order, stored once (four streams of B read side by side).
-        let quads = a.len() / 4 * 4;
-        for kk in (0..quads).step_by(4) {
-            let rows: [*const u8; 4] = std::array::from_fn(|r| b.wrapping_offset((kk + r) as isize * rs));
-            let av: [__m256; 4] = std::array::from_fn(|r| _mm256_set1_ps(a[kk + r]));
-            let mut j = 0;
-            while j + 16 <= full {
-                let mut v0 = _mm256_loadu_ps(tp.add(j));
-                let mut v1 = _mm256_loadu_ps(tp.add(j + 8));
-                for r in 0..4 {
-                    v0 = _mm256_fmadd_ps(av[r], load(rows[r], j), v0);
-                    v1 = _mm256_fmadd_ps(av[r], load(rows[r], j + 8), v1);
+        // Four steps at a time (the last ones one at a time), and for each row of A
+        // its sums of the nw columns: each vector of sums loaded once, its FMAs
+        // in step order, stored once. The rows of B read for the first row of A
+        // are read again from L1 for the others.
+        // Steps kk..kk + $q (rows of B), every row of A.
+        macro_rules! steps {
+            ($kk:expr, $q:literal) => {
+                let rows: [*const u8; $q] = std::array::from_fn(|s| b.wrapping_offset(($kk + s) as isize * rs));
+                for r in 0..m {
+                    let (ar, tp) = (&a[r * lda + $kk..r * lda + $kk + $q], t.as_mut_ptr().add(r * ldt));
+                    let av: [__m256; $q] = std::array::from_fn(|s| _mm256_set1_ps(ar[s]));
+                    let mut j = 0;
+                    while j + 16 <= full {
+                        let mut v0 = _mm256_loadu_ps(tp.add(j));
+                        let mut v1 = _mm256_loadu_ps(tp.add(j + 8));
+                        for s in 0..$q {
+                            v0 = _mm256_fmadd_ps(av[s], load(rows[s], j), v0);
+                            v1 = _mm256_fmadd_ps(av[s], load(rows[s], j + 8), v1);
+                        }
+                        _mm256_storeu_ps(tp.add(j), v0);
+                        _mm256_storeu_ps(tp.add(j + 8), v1);
+                        j += 16;
+                    }
+                    while j < full {
+                        let mut v = _mm256_loadu_ps(tp.add(j));
+                        for s in 0..$q {
+                            v = _mm256_fmadd_ps(av[s], load(rows[s], j), v);
+                        }
+                        _mm256_storeu_ps(tp.add(j), v);
+                        j += 8;
+                    }
+                    for jj in full..nw {
+                        let mut v = *tp.add(jj);
+                        for (s, &x) in ar.iter().enumerate() {
+                            v = x.mul_add(one(rows[s], jj), v);
+                        }
+                        *tp.add(jj) = v;
+                    }
                 }
-                _mm256_storeu_ps(tp.add(j), v0);
-                _mm256_storeu_ps(tp.add(j + 8), v1);
-                j += 16;
-            }
-            while j < full {
-                let mut v = _mm256_loadu_ps(tp.add(j));
-                for r in 0..4 {
-                    v = _mm256_fmadd_ps(av[r], load(rows[r], j), v);
-                }
-                _mm256_storeu_ps(tp.add(j), v);
-                j += 8;
-            }
-            for q in full..nw {
-                let mut v = *tp.add(q);
-                for r in 0..4 {
-                    v = a[kk + r].mul_add(one(rows[r], q), v);
-                }
-                *tp.add(q) = v;
-            }
+            };
         }
-        for (kk, &x) in a.iter().enumerate().skip(quads) {
-            let row = b.wrapping_offset(kk as isize * rs);
-            let av = _mm256_set1_ps(x);
-            let mut j = 0;
-            while j < full {
-                _mm256_storeu_ps(tp.add(j), _mm256_fmadd_ps(av, load(row, j), _mm256_loadu_ps(tp.add(j))));
-                j += 8;
-            }
-            for q in full..nw {
-                *tp.add(q) = x.mul_add(one(row, q), *tp.add(q));
-            }
+        let quads = kc / 4 * 4;
+        for kk in (0..quads).step_by(4) {
+            steps!(kk, 4);
+        }
+        for kk in quads..kc {
+            steps!(kk, 1);
         }
         _mm_testz_si128(nan, nan) == 1
     }
