@@ -581,10 +581,11 @@ const GEMV_NW: usize = 1024;
 /// columns ([`gemv_units`]): rows of B stored as f32, bf16, fp16, float8_e5m2
 /// or float8_e4m3fn ([`super::kernels::row_code`]) and contiguous, streamed
 /// and decoded in registers ([`super::kernels::gemv_block`], chunks of
-/// [`GEMV_NW`] columns for one row of A, half as many for two); columns of B so stored and contiguous, dotted
-/// [`GEMV_COLS`] at a time ([`super::kernels::gemv_cols`]); any other B, and
-/// blocks those refuse, strip by strip of [`GEMV_W`] columns, each strip packed
-/// as the loop nest packs it into a buffer of this thread that stays in L1
+/// [`GEMV_NW`] columns for one row of A, half as many for two); columns of B
+/// so stored and contiguous, dotted [`GEMV_COLS`] at a time
+/// ([`super::kernels::gemv_cols`]); any other B, and blocks those refuse,
+/// strip by strip of [`GEMV_W`] columns, each strip packed as the loop nest
+/// packs it into a buffer of this thread that stays in L1
 /// ([`super::kernels::gemv_strip_avx2`]). Each is the loop nest's FMAs in its
 /// order (each depth block summed from zero, then added to the total), so the
 /// same bits. Returns false, having done nothing, for other shapes.

@@ -1546,11 +1546,10 @@ unsafe fn gemv_block_avx2<const C: u8>(a: &[f32], lda: usize, m: usize, kc: usiz
         let mut nan = _mm_setzero_si128();
         let mut load = |p: *const u8, j: usize| code_load8::<C>(p, j, &mut nan);
         let one = |p: *const u8, j: usize| code_one::<C>(p, j);
-        // Four steps at a time (the last ones one at a time), and for each row of A
-        // its sums of the nw columns: each vector of sums loaded once, its FMAs
-        // in step order, stored once. The rows of B read for the first row of A
-        // are read again from L1 for the others.
-        // Steps kk..kk + $q (rows of B), every row of A.
+        // Steps kk..kk + $q (rows of B: four at a time, the last ones one at a
+        // time), and for each row of A its sums of the nw columns: each vector of
+        // sums loaded once, its FMAs in step order, stored once. The rows of B
+        // read for the first row of A are read again from L1 for the others.
         macro_rules! steps {
             ($kk:expr, $q:literal) => {
                 let rows: [*const u8; $q] = std::array::from_fn(|s| b.wrapping_offset(($kk + s) as isize * rs));

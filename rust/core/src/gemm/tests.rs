@@ -1495,33 +1495,34 @@ fn vector_products_match_the_loop_nest() {
     // finite), as does one holding a NaN code (read as 1.875 by the decoding);
     // along rows and along columns.
     let k = 40;
+    // B's codes (k x 20), one of them an e4m3fn NaN.
+    let codes = |nan: bool| -> Vec<u8> { (0..k * 20).map(|q| if nan && q == 77 { 0xff } else { [0x01u8, 0x88, 0x12, 0x30][q % 4] }).collect() };
+    // gemv_f32 takes a @ b, with the loop nest's bits and `nans` NaNs.
+    let matches_nest = |a: &Operand, b: &Operand, nans: usize| {
+        let (m, n) = (a.rows, b.cols);
+        let mut fast = vec![0f32; m * n];
+        let mut nest = vec![0f32; m * n];
+        // SAFETY: both hold the m x n values of C; simd() holds.
+        assert!(unsafe { driver::gemv_f32(a, b, OutMat::from_raw(fast.as_mut_ptr(), m, n, n as isize, 1)) });
+        driver::gemm(&kernels::F32Avx2, a, b, unsafe { OutMat::from_raw(nest.as_mut_ptr(), m, n, n as isize, 1) });
+        assert!(fast.iter().filter(|x| x.is_nan()).count() == nans && fast.iter().zip(&nest).all(|(x, y)| x.to_bits() == y.to_bits() || x.is_nan() && y.is_nan()), "{fast:?} vs {nest:?}");
+    };
     for (rows, (rs, cs), nan) in [(false, (20, 1), false), (true, (1, k as isize), false), (false, (20, 1), true), (true, (1, k as isize), true)] {
         let av: Vec<f32> = (0..k).map(|q| if q == 5 && !nan { 2f32.powi(125) } else { 1.5 }).collect();
-        let bv: Vec<u8> = (0..k * 20).map(|q| if nan && q == 77 { 0xff } else { [0x01u8, 0x88, 0x12, 0x30][q % 4] }).collect();
+        let bv = codes(nan);
         // SAFETY: the views cover their vectors.
         let (a, b) = unsafe { (op_f32(&av, 1, k, k as isize, 1), Operand::from_raw(bv.as_ptr(), Storage::U8, Some(Format::Float(FLOAT8_E4M3FN)), k, 20, rs, cs, "b").unwrap()) };
         let (a, b) = if rows { (b.t(), a.t()) } else { (a, b) };
-        let (m, n) = (a.rows, b.cols);
-        let mut fast = vec![0f32; 20];
-        let mut nest = vec![0f32; 20];
-        // SAFETY: both hold the 20 values of C; simd() holds.
-        assert!(unsafe { driver::gemv_f32(&a, &b, OutMat::from_raw(fast.as_mut_ptr(), m, n, n as isize, 1)) });
-        driver::gemm(&kernels::F32Avx2, &a, &b, unsafe { OutMat::from_raw(nest.as_mut_ptr(), m, n, n as isize, 1) });
-        assert!(fast.iter().filter(|x| x.is_nan()).count() == usize::from(nan) && fast.iter().zip(&nest).all(|(x, y)| x.to_bits() == y.to_bits() || x.is_nan() && y.is_nan()), "{fast:?} vs {nest:?}");
+        matches_nest(&a, &b, usize::from(nan));
     }
     // The same with two rows of A (a row-major e4m3fn B): one row's 2^125
     // sends the block strip by strip for both rows.
     for nan in [false, true] {
         let av: Vec<f32> = (0..2 * k).map(|q| if q == k + 5 && !nan { 2f32.powi(125) } else { 0.5 + q as f32 / 64.0 }).collect();
-        let bv: Vec<u8> = (0..k * 20).map(|q| if nan && q == 77 { 0xff } else { [0x01u8, 0x88, 0x12, 0x30][q % 4] }).collect();
+        let bv = codes(nan);
         // SAFETY: the views cover their vectors.
         let (a, b) = unsafe { (op_f32(&av, 2, k, k as isize, 1), Operand::from_raw(bv.as_ptr(), Storage::U8, Some(Format::Float(FLOAT8_E4M3FN)), k, 20, 20, 1, "b").unwrap()) };
-        let mut fast = vec![0f32; 40];
-        let mut nest = vec![0f32; 40];
-        // SAFETY: both hold the 2 x 20 values of C; simd() holds.
-        assert!(unsafe { driver::gemv_f32(&a, &b, OutMat::from_raw(fast.as_mut_ptr(), 2, 20, 20, 1)) });
-        driver::gemm(&kernels::F32Avx2, &a, &b, unsafe { OutMat::from_raw(nest.as_mut_ptr(), 2, 20, 20, 1) });
-        assert!(fast.iter().filter(|x| x.is_nan()).count() == 2 * usize::from(nan) && fast.iter().zip(&nest).all(|(x, y)| x.to_bits() == y.to_bits() || x.is_nan() && y.is_nan()), "{fast:?} vs {nest:?}");
+        matches_nest(&a, &b, 2 * usize::from(nan));
     }
     // Other shapes are not taken: more rows than GEMV_ROWS, or a B whose rows
     // are not contiguous.
