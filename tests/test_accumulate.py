@@ -1389,3 +1389,65 @@ def test_few_rows_in_place_reads_stay_inside_b(dtype, shape, threads):
         del b, bb
     finally:
         assert libc.mprotect(guard, page, 3) == 0  # PROT_READ | PROT_WRITE
+
+
+@pytest.mark.parametrize("dtype", [ml_dtypes.bfloat16, np.float16, ml_dtypes.float8_e5m2, np.float32], ids=str)
+@pytest.mark.parametrize("acc", ["float16", "bfloat16", "e5m2", "f6m9", "float32"])
+@pytest.mark.parametrize("rbits, chunk", [(None, None), (13, None), (1, None), (None, 50)])
+def test_stochastic_few_rows_kernel(dtype, acc, rbits, chunk, threads):
+    """Products of 1 to 6 rows, stochastic on f64 lanes, take a kernel of their own: B
+    read once (bfloat16 and float16 codes in place when its rows are contiguous, packed
+    otherwise), the columns' random words drawn inside the kernel, two rows at a time.
+    The same bits as the scalar path and as those rows inside a product of more rows
+    (the four-row tiles), for widths that are no multiple of 16, a depth past three
+    depth blocks (each prefetching the next one's rows), B as given and as a transposed
+    view, and one-column products (which run transposed); in chunks of 50 (the kernel
+    runs up to each chunk's end, across depth blocks). (With 1 or 13 random bits,
+    products of narrow inputs into the narrow formats take the float32 tiles instead:
+    those cases check that path's few rows.) Magnitudes over 2^-4..2^4 keep the sums
+    below float16's largest value and the float32 accumulator's sums exact in f64,
+    so that the blocks run the kernel; its fallbacks have a test of their own."""
+    accf = ACC_FORMATS.get(acc, acc)
+    g = np.random.default_rng(zlib.crc32(f"{np.dtype(dtype).name}{acc}{rbits}{chunk}".encode()))
+    k, n = 700, 37
+    spread = lambda s: g.standard_normal(s) * np.exp2(g.integers(-4, 4, s))
+    a = spread((9, k)).astype(np.float32).astype(dtype)
+    b = spread((k, n)).astype(np.float32).astype(dtype)
+    bt = np.ascontiguousarray(b.T).T  # columns contiguous
+    kw = dict(accumulate=accf, rounding="stochastic", seed=3, rbits=rbits, chunk=chunk)
+    tall = lowp.matmul(a, b, **kw)
+    for m in (1, 2, 3, 6):
+        got = matmul_as_scalar(a[:m], b, **kw)
+        assert same_bits(got, tall[:m]), m
+        assert same_bits(lowp.matmul(a[:m], bt, **kw), got), m
+        if chunk is None:  # (chunk totals draw by row * n + column)
+            assert same_bits(lowp.matmul(a[:m], b[:, :16], **kw), got[:, :16]), m
+    col = matmul_as_scalar(np.ascontiguousarray(b.T), a[:1].T, **kw)
+    if chunk is None:
+        assert same_bits(col, lowp.matmul(np.ascontiguousarray(b.T), a.T, **kw)[:, :1])
+
+
+@pytest.mark.parametrize("acc", ["float16", "e5m2", "float32"])
+def test_stochastic_few_rows_kernel_fallbacks(acc, threads):
+    """The few-row kernel's blocks that cannot run it go the exact way: a B holding
+    inf and NaN, sums past the largest value (into float16 and e5m2), A values too small
+    to scale exactly, against the scalar path bit for bit."""
+    accf = ACC_FORMATS.get(acc, acc)
+    g = np.random.default_rng(5)
+    k, n = 600, 48
+    a = g.standard_normal((2, k)).astype(np.float32).astype(ml_dtypes.bfloat16)
+    b = g.standard_normal((k, n)).astype(np.float32).astype(ml_dtypes.bfloat16)
+    kw = dict(accumulate=accf, rounding="stochastic", seed=8)
+    bad = b.copy()
+    bad[3, 5], bad[300, 20], bad[599, 40] = np.inf, np.nan, -np.inf
+    got = matmul_as_scalar(a, bad, **kw)
+    assert np.isinf(got[:, 5]).all() and np.isnan(got[:, 20]).all()
+    # Sums past float16's largest value in the second column block only.
+    big = b.copy()
+    big[:, 16:32] = np.abs(big[:, 16:32]) * 400
+    got = matmul_as_scalar(np.abs(a), big, **kw)
+    if acc != "float32":
+        assert np.isinf(got[:, 16:32]).any() and np.isfinite(got[:, :16]).all()
+    tiny = a.copy()
+    tiny[1, 250] = ml_dtypes.bfloat16(2.0**-130)
+    matmul_as_scalar(tiny, b, **kw)

@@ -119,6 +119,14 @@
 //!   exactly on a midpoint (nearest-even: only there can it differ from
 //!   nearest-away) takes the path below, as does one whose steps no bound
 //!   keeps below the largest value, in segments of 64, 16 or 4 steps.
+//!   Stochastic products of at most [`FEW_ROWS`] rows with at most 32 bits,
+//!   where [`tile64_sr`] runs: [`sr64_rows`], the same adds
+//!   on one or two rows x 16 columns, B's values read once (bfloat16 and
+//!   float16 codes in place, each depth block scanned for its bounds; others
+//!   packed 16 columns at a time) and the columns' words drawn in the kernel
+//!   from their Weyl values ([`StepRand::col_weyl`]) instead of placed in
+//!   panels, which one row would read once; blocks it cannot take run the step
+//!   path.
 //!   Otherwise (`rbits <= 32`, or deterministic modes;
 //!   `tile_avx2`): the sum is the FMA when the
 //!   formats, the block's values or the tile's own (exponent scans) make every
@@ -251,6 +259,15 @@ trait Round: Sync {
     /// `false` leaves `acc` untouched.
     #[allow(clippy::too_many_arguments)]
     fn tile_ne(&self, _nr: usize, _acc: &mut [f64], _ldc: usize, _aps: &[f64], _bp: &[f64], _ld: usize, _kn: usize, _a: Bounds64, _b: Bounds64) -> bool {
+        false
+    }
+    /// The stochastic kernel of few rows ([`Fast::rows_sr_run`]); `false`
+    /// leaves `acc` untouched.
+    ///
+    /// # Safety
+    /// As [`Fast::rows_sr_run`]'s.
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn rows_sr(&self, _nr: usize, _w: usize, _acc: &mut [f64], _ldc: usize, _ap: &[f64], _up: &[u64], _blk: RowsBlock, _kn: usize, _rbits: u32, _a: Bounds64, _b: Bounds64) -> bool {
         false
     }
 }
@@ -1876,6 +1893,442 @@ unsafe fn flush64_sr(out: &mut [f64], tot: &[f64], sums: &[f64], w: &[u64], sc: 
     k[5..9].iter().fold(0f64, |m, &x| m.max(f64::from_bits(x)))
 }
 
+/// Products of at most [`FEW_ROWS`] rows on f64 lanes ([`drive`]'s few-row path):
+/// the source of B's values of a [`sr64_rows`] block, 16 columns a step:
+/// f64 values (`[kk*16 + l]`), or bfloat16 or float16 codes read in place.
+const ROWS_F64: u8 = 0;
+const ROWS_BF16: u8 = 1;
+const ROWS_F16: u8 = 2;
+
+/// The rows of A a product may have for [`drive`]'s few-row path.
+const FEW_ROWS: usize = 6;
+
+/// How [`sr64_rows`]' Weyl lanes map to columns: lane L of a half of 8 columns
+/// holds column `ROWS_LANES[L]`, so that the words of the even lanes (the low
+/// halves of the u64 lanes) are columns 0-3 in order, and those of the odd
+/// lanes 4-7.
+const ROWS_LANES: [usize; 8] = [0, 4, 1, 5, 2, 6, 3, 7];
+
+/// The constants of [`sr64_rows`], and the largest magnitude it returns.
+#[repr(C, align(32))]
+struct RowsConsts {
+    /// The columns' Weyl step (offset 0), the two multipliers of [`mix32`]
+    /// (32, 64).
+    gamma: [u32; 8],
+    m1: [u32; 8],
+    m2: [u32; 8],
+    /// A word's top `rbits` bits in the low half of each u64 lane (96), and in
+    /// the high half (128).
+    top_lo: [u64; 4],
+    top_hi: [u64; 4],
+    /// The shifts that place them below the unit (bit `d`): the low halves'
+    /// left by `d - 32` (or right by `32 - d`, [`sr64_rows`]' `LEFT`) (160), the
+    /// high halves' right by `64 - d` (176).
+    shift_lo: [u64; 2],
+    shift_hi: [u64; 2],
+    /// The mask that truncates at the unit (192), the magnitude bits (224), and
+    /// the largest magnitude of a rounded sum, out (256).
+    unit: [u64; 4],
+    abs: [u64; 4],
+    max: [u64; 4],
+}
+
+/// One quarter (4 columns) of B's values of a [`sr64_rows`] step into ymm12:
+/// f64 values at byte `$o` of the step's; float16 codes at byte `$c`;
+/// bfloat16 codes each under 16 zero bits (xmm15), the low (`$bq` = `lo`) or
+/// high 4 of the 8 at byte `$h`.
+#[cfg(target_arch = "x86_64")]
+macro_rules! rows_dec {
+    (f64, $bq:ident, $o:literal, $c:literal, $h:literal) => {
+        concat!("vmovupd ymm12, ymmword ptr [{pb} + ", $o, "]\n")
+    };
+    (bf16, lo, $o:literal, $c:literal, $h:literal) => {
+        concat!("vpunpcklwd xmm12, xmm15, xmmword ptr [{pb} + ", $h, "]\n", "vcvtps2pd ymm12, xmm12\n")
+    };
+    (bf16, hi, $o:literal, $c:literal, $h:literal) => {
+        concat!("vpunpckhwd xmm12, xmm15, xmmword ptr [{pb} + ", $h, "]\n", "vcvtps2pd ymm12, xmm12\n")
+    };
+    (f16, $bq:ident, $o:literal, $c:literal, $h:literal) => {
+        concat!("vcvtph2ps xmm12, qword ptr [{pb} + ", $c, "]\n", "vcvtps2pd ymm12, xmm12\n")
+    };
+}
+
+/// The placed column words of half `$w` (ymm8: columns 0-7, ymm9: 8-15) of a
+/// [`sr64_rows`] step: its Weyl values advanced by gamma, [`mix32`] (ymm13
+/// scratch; its multipliers where [`rows_part`] has them for `$mr` rows and
+/// adds `$t`), complemented and cut to the top
+/// `rbits` bits, the even lanes' (the low halves of the u64 lanes) into
+/// ymm11, the odd lanes' into ymm10, each shifted to end below the unit
+/// ([`Words::place_col`]): ymm11 the half's columns 0-3, ymm10 4-7. `$sh`:
+/// the low halves' shift (left, or right for a unit below bit 32).
+#[cfg(target_arch = "x86_64")]
+macro_rules! rows_words {
+    ($sh:literal, $mr:tt, $t:ident, $w:literal) => {
+        concat!(
+            "vpaddd ", $w, ", ", $w, ", ymmword ptr [{k}]\n",
+            "vpsrld ymm13, ", $w, ", 16\n",
+            "vpxor ymm10, ", $w, ", ymm13\n",
+            "vpmulld ymm10, ymm10, ", rows_part!($mr, $t, m1), "\n",
+            "vpsrld ymm13, ymm10, 15\n",
+            "vpxor ymm10, ymm10, ymm13\n",
+            "vpmulld ymm10, ymm10, ", rows_part!($mr, $t, m2), "\n",
+            "vpsrld ymm13, ymm10, 16\n",
+            "vpxor ymm10, ymm10, ymm13\n",
+            "vpandn ymm11, ymm10, ymmword ptr [{k} + 96]\n",
+            "vpandn ymm10, ymm10, ymmword ptr [{k} + 128]\n",
+            $sh, " ymm11, ymm11, xmmword ptr [{k} + 160]\n",
+            "vpsrlq ymm10, ymm10, xmmword ptr [{k} + 176]\n",
+        )
+    };
+}
+
+/// One accumulator's add of a [`sr64_rows`] step, as [`sr_acc`]: the row's
+/// placed word `$u` xor the columns' `$p`, the FMA toward zero with B's values
+/// (ymm12) and the row's `a` (`$a`), the add of the random complement, the
+/// bits below the unit cleared (`$unit`); `track`, the largest magnitude kept
+/// in ymm14.
+#[cfg(target_arch = "x86_64")]
+macro_rules! rows_acc {
+    (plain, $c:literal, $p:literal, $u:literal, $a:literal, $unit:literal) => {
+        concat!(
+            "vpxor ymm13, ", $p, ", ", $u, "\n",
+            "vfmadd231pd ", $c, ", ymm12, ", $a, "\n",
+            "vpaddq ", $c, ", ", $c, ", ymm13\n",
+            "vpand ", $c, ", ", $c, ", ", $unit, "\n",
+        )
+    };
+    (track, $c:literal, $p:literal, $u:literal, $a:literal, $unit:literal) => {
+        concat!(
+            rows_acc!(plain, $c, $p, $u, $a, $unit),
+            "vandpd ymm13, ", $c, ", ymmword ptr [{k} + 224]\n",
+            "vmaxpd ymm14, ymm14, ymm13\n",
+        )
+    };
+}
+
+/// A quarter of a [`sr64_rows`] step: B's values (`rows_dec!($src, ...)`),
+/// then the adds of one row (accumulator `$c0`: its `a` in ymm4, its word in
+/// ymm5, the unit mask in ymm6) or two (`$c1` too: each row's `a` and word
+/// read from the step's, the second's 32 bytes on; the unit mask in ymm14, or
+/// read with `track`).
+#[cfg(target_arch = "x86_64")]
+macro_rules! rows_quarter {
+    (1, $t:ident, $src:ident, $bq:ident, $o:literal, $cb:literal, $h:literal, $p:literal, $c0:literal, $c1:literal) => {
+        concat!(rows_dec!($src, $bq, $o, $cb, $h), rows_acc!($t, $c0, $p, "ymm5", "ymm4", "ymm6"))
+    };
+    (2, plain, $src:ident, $bq:ident, $o:literal, $cb:literal, $h:literal, $p:literal, $c0:literal, $c1:literal) => {
+        concat!(
+            rows_dec!($src, $bq, $o, $cb, $h),
+            rows_acc!(plain, $c0, $p, "ymmword ptr [{pu}]", "ymmword ptr [{pa}]", "ymm14"),
+            rows_acc!(plain, $c1, $p, "ymmword ptr [{pu} + 32]", "ymmword ptr [{pa} + 32]", "ymm14"),
+        )
+    };
+    (2, track, $src:ident, $bq:ident, $o:literal, $cb:literal, $h:literal, $p:literal, $c0:literal, $c1:literal) => {
+        concat!(
+            rows_dec!($src, $bq, $o, $cb, $h),
+            rows_acc!(track, $c0, $p, "ymmword ptr [{pu}]", "ymmword ptr [{pa}]", "ymmword ptr [{k} + 192]"),
+            rows_acc!(track, $c1, $p, "ymmword ptr [{pu} + 32]", "ymmword ptr [{pa} + 32]", "ymmword ptr [{k} + 192]"),
+        )
+    };
+}
+
+/// The parts of a [`sr64_rows`] block that depend on its rows and adds: the
+/// registers set up, the accumulators loaded and stored, the step's start,
+/// the multipliers' operands, the largest magnitude stored.
+#[cfg(target_arch = "x86_64")]
+macro_rules! rows_part {
+    (1, $t:ident, load) => {
+        concat!(
+            "vmovupd ymm0, ymmword ptr [{c}]\n",
+            "vmovupd ymm1, ymmword ptr [{c} + 32]\n",
+            "vmovupd ymm2, ymmword ptr [{c} + 64]\n",
+            "vmovupd ymm3, ymmword ptr [{c} + 96]\n",
+            "vmovdqu ymm6, ymmword ptr [{k} + 192]\n",
+            "vmovdqu ymm7, ymmword ptr [{k} + 32]\n",
+            rows_part!(1, $t, m2load),
+        )
+    };
+    (1, plain, m2load) => { "vmovdqu ymm14, ymmword ptr [{k} + 64]\n" };
+    (1, track, m2load) => { "vpxor ymm14, ymm14, ymm14\n" };
+    (1, $t:ident, store) => {
+        concat!(
+            "vmovupd ymmword ptr [{c}], ymm0\n",
+            "vmovupd ymmword ptr [{c} + 32], ymm1\n",
+            "vmovupd ymmword ptr [{c} + 64], ymm2\n",
+            "vmovupd ymmword ptr [{c} + 96], ymm3\n",
+            rows_part!(1, $t, max),
+        )
+    };
+    (1, $t:ident, step) => { "vbroadcastsd ymm4, qword ptr [{pa}]\nvpbroadcastq ymm5, qword ptr [{pu}]\n" };
+    (1, $t:ident, m1) => { "ymm7" };
+    (1, plain, m2) => { "ymm14" };
+    (1, track, m2) => { "ymmword ptr [{k} + 64]" };
+    (2, $t:ident, load) => {
+        concat!(
+            "vmovupd ymm0, ymmword ptr [{c}]\n",
+            "vmovupd ymm1, ymmword ptr [{c} + 32]\n",
+            "vmovupd ymm2, ymmword ptr [{c} + 64]\n",
+            "vmovupd ymm3, ymmword ptr [{c} + 96]\n",
+            "vmovupd ymm4, ymmword ptr [{c} + 128]\n",
+            "vmovupd ymm5, ymmword ptr [{c} + 160]\n",
+            "vmovupd ymm6, ymmword ptr [{c} + 192]\n",
+            "vmovupd ymm7, ymmword ptr [{c} + 224]\n",
+            rows_part!(2, $t, unit),
+        )
+    };
+    (2, plain, unit) => { "vmovdqu ymm14, ymmword ptr [{k} + 192]\n" };
+    (2, track, unit) => { "vpxor ymm14, ymm14, ymm14\n" };
+    (2, $t:ident, store) => {
+        concat!(
+            "vmovupd ymmword ptr [{c}], ymm0\n",
+            "vmovupd ymmword ptr [{c} + 32], ymm1\n",
+            "vmovupd ymmword ptr [{c} + 64], ymm2\n",
+            "vmovupd ymmword ptr [{c} + 96], ymm3\n",
+            "vmovupd ymmword ptr [{c} + 128], ymm4\n",
+            "vmovupd ymmword ptr [{c} + 160], ymm5\n",
+            "vmovupd ymmword ptr [{c} + 192], ymm6\n",
+            "vmovupd ymmword ptr [{c} + 224], ymm7\n",
+            rows_part!(2, $t, max),
+        )
+    };
+    (2, $t:ident, step) => { "" };
+    (2, $t:ident, m1) => { "ymmword ptr [{k} + 32]" };
+    (2, $t:ident, m2) => { "ymmword ptr [{k} + 64]" };
+    ($mr:tt, plain, max) => { "" };
+    ($mr:tt, track, max) => { "vmovupd ymmword ptr [{k} + 256], ymm14\n" };
+}
+
+/// The assembly block of [`sr64_rows`]: `$mr` rows (1 or 2), adds `$t`, B's
+/// values from `$src`, the words' low halves shifted by `$sh`.
+#[cfg(target_arch = "x86_64")]
+macro_rules! rows_asm {
+    ($mr:tt, $t:ident, $src:ident, $sh:literal, $acc:expr, $ap:expr, $up:expr, $pb:expr, $ld:expr, $pf:expr, $weyl:expr, $k:expr, $kn:expr, $csr:expr, $rc:expr) => {
+        asm!(
+            mxcsr_enter!(),
+            "vpxor ymm15, ymm15, ymm15",
+            "vmovdqu ymm8, ymmword ptr [{w}]",
+            "vmovdqu ymm9, ymmword ptr [{w} + 32]",
+            rows_part!($mr, $t, load),
+            "2:",
+            rows_part!($mr, $t, step),
+            rows_words!($sh, $mr, $t, "ymm8"),
+            rows_quarter!($mr, $t, $src, lo, "0", "0", "0", "ymm11", "ymm0", "ymm4"),
+            rows_quarter!($mr, $t, $src, hi, "32", "8", "0", "ymm10", "ymm1", "ymm5"),
+            rows_words!($sh, $mr, $t, "ymm9"),
+            rows_quarter!($mr, $t, $src, lo, "64", "16", "16", "ymm11", "ymm2", "ymm6"),
+            rows_quarter!($mr, $t, $src, hi, "96", "24", "16", "ymm10", "ymm3", "ymm7"),
+            "prefetcht0 byte ptr [{pf}]",
+            "add {pa}, {st}",
+            "add {pu}, {st}",
+            "add {pb}, {ld}",
+            "add {pf}, {pfs}",
+            "dec {kn}",
+            "jnz 2b",
+            rows_part!($mr, $t, store),
+            "vstmxcsr dword ptr [{csr} + 4]",
+            "vldmxcsr dword ptr [{csr}]",
+            c = in(reg) $acc.as_mut_ptr(),
+            pa = inout(reg) $ap.as_ptr() => _,
+            pu = inout(reg) $up.as_ptr() => _,
+            pb = inout(reg) $pb => _,
+            ld = in(reg) $ld,
+            pf = inout(reg) $pf.0 => _,
+            pfs = in(reg) $pf.1,
+            st = in(reg) $mr * 32usize,
+            w = in(reg) $weyl.as_ptr(),
+            k = in(reg) ($k as *mut RowsConsts),
+            kn = inout(reg) $kn => _,
+            csr = in(reg) $csr.as_mut_ptr(),
+            rc = in(reg) $rc,
+            t = out(reg) _,
+            out("ymm0") _, out("ymm1") _, out("ymm2") _, out("ymm3") _,
+            out("ymm4") _, out("ymm5") _, out("ymm6") _, out("ymm7") _,
+            out("ymm8") _, out("ymm9") _, out("ymm10") _, out("ymm11") _,
+            out("ymm12") _, out("ymm13") _, out("ymm14") _, out("ymm15") _,
+            options(nostack),
+        )
+    };
+}
+
+/// The stochastic kernel of [`drive`]'s few-row path: `kn` steps of `MR` rows
+/// (1 or 2) x 16 columns of f64 accumulators (`acc[r*16 + l]`, on values
+/// scaled by 2^[`Fast::sr_scale`]), each add as [`tile64_sr`]'s, with the
+/// columns' words drawn in the kernel instead of read from a panel: per step,
+/// the 16 columns' Weyl values (`weyl`, laid out by [`ROWS_LANES`], each
+/// gamma below its first step's) advance by gamma and are mixed
+/// ([`StepRand::col_weyl`]: they must keep the index's high half over the
+/// `kn` steps), then complemented and placed as [`Words::place_col`], which
+/// costs 28 vector operations a step for the 16 columns (that the rows share)
+/// where [`tile64_sr`] reads a placed panel that the caller fills; with one
+/// row, its work is a column word per add either way. `ap` holds each step's
+/// rows' scaled `a` and `up` their placed words ([`Words::place_row`]), each
+/// broadcast to 4 lanes (`[(kk*MR + r)*4 + l]`); B's values are read from `pb`
+/// (`ld` bytes a step) as `SRC` ([`ROWS_F64`], [`ROWS_BF16`], [`ROWS_F16`]).
+/// Each step prefetches the line at `pf.0 + kk * pf.1` (the next depth
+/// block's codes, which the caller's scan then finds in the cache while this
+/// block's arithmetic has hidden their fetch; a prefetch never faults).
+/// `k` holds the constants (`LEFT`: the unit `d` is at least bit 32, and the
+/// words' low halves shift left); with `TRACK` the largest magnitude of any
+/// rounded sum is left in `k.max`. Returns whether some FMA was inexact (MXCSR's
+/// precision flag), as [`tile64_sr`].
+///
+/// # Safety
+/// The CPU must support avx2, fma and f16c; `ap` and `up` hold kn*MR*4
+/// values; the `kn` steps' 16 values or codes from `pb`, `ld` bytes apart,
+/// are readable; the shifts in `k` are below 64 and `kn` is at least 1.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn sr64_rows<const MR: usize, const SRC: u8, const TRACK: bool, const LEFT: bool>(acc: &mut [f64; 32], ap: &[f64], up: &[u64], pb: *const u8, ld: isize, pf: (*const u8, isize), weyl: &[u32; 16], k: &mut RowsConsts, kn: usize) -> bool {
+    use std::arch::asm;
+    assert!((MR == 1 || MR == 2) && SRC <= ROWS_F16 && kn >= 1 && ap.len() >= kn * MR * 4 && up.len() >= kn * MR * 4);
+    // Toward zero.
+    let rc = 3u32 << 13;
+    let mut csr = [0u32; 2];
+    // SAFETY: the loads and stores stay inside acc (32 values), ap and up (kn*MR*4,
+    // asserted), weyl and k, and B's values (the caller's contract); MXCSR is
+    // restored before the block ends; every vector register is declared clobbered.
+    unsafe {
+        // (`$sh` of the words' low halves: left by d - 32, or right by 32 - d.)
+        macro_rules! go {
+            ($mr:tt, $t:ident, $sh:literal) => {
+                match SRC {
+                    ROWS_F64 => rows_asm!($mr, $t, f64, $sh, acc, ap, up, pb, ld, pf, weyl, k, kn, csr, rc),
+                    ROWS_BF16 => rows_asm!($mr, $t, bf16, $sh, acc, ap, up, pb, ld, pf, weyl, k, kn, csr, rc),
+                    _ => rows_asm!($mr, $t, f16, $sh, acc, ap, up, pb, ld, pf, weyl, k, kn, csr, rc),
+                }
+            };
+        }
+        match (MR, TRACK, LEFT) {
+            (1, false, true) => go!(1, plain, "vpsllq"),
+            (1, true, true) => go!(1, track, "vpsllq"),
+            (_, false, true) => go!(2, plain, "vpsllq"),
+            (_, true, true) => go!(2, track, "vpsllq"),
+            (1, false, false) => go!(1, plain, "vpsrlq"),
+            (1, true, false) => go!(1, track, "vpsrlq"),
+            (_, false, false) => go!(2, plain, "vpsrlq"),
+            (_, true, false) => go!(2, track, "vpsrlq"),
+        }
+    }
+    csr[1] & MXCSR_PE != 0
+}
+
+/// A block of [`drive`]'s few-row path for [`sr64_rows`]: B's values of its
+/// 16 columns, and the columns' Weyl values.
+#[derive(Clone, Copy)]
+struct RowsBlock<'a> {
+    /// [`ROWS_F64`], [`ROWS_BF16`] or [`ROWS_F16`], where the first step's
+    /// values start, and the bytes from one step's to the next.
+    src: u8,
+    pb: *const u8,
+    ld: isize,
+    /// The lines a step prefetches ([`sr64_rows`]): the first, and the bytes
+    /// from one to the next.
+    pf: (*const u8, isize),
+    weyl: &'a [u32; 16],
+    gamma: u32,
+}
+
+impl<const M: u8> Fast<M> {
+    /// [`sr64_rows`] on `nr` rows (1 or 2) x `w` columns (at most 16) of `acc`
+    /// (row stride `ldc`), as [`Fast::tile_sr_run`] runs [`tile64_sr`]: `ap`
+    /// and `up` hold the rows' scaled values and placed words, broadcast, `blk`
+    /// B's values and the columns' words (16 columns: those past `w` are
+    /// computed and dropped), `a` and `b` the bounds of the block's A and B
+    /// values. `false` (nothing written) as [`Fast::tile_sr_run`].
+    ///
+    /// # Safety
+    /// As [`sr64_rows`]' for `blk`'s values: `kn` steps of 16 from `blk.pb`.
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn rows_sr_run(&self, nr: usize, w: usize, acc: &mut [f64], ldc: usize, ap: &[f64], up: &[u64], blk: RowsBlock, kn: usize, rbits: u32, a: Bounds64, b: Bounds64) -> bool {
+        let Some((s, checked)) = self.sr_checked(rbits) else { return false };
+        if !super::simd() || !(1..=2).contains(&nr) || !(1..=16).contains(&w) || rbits > 32 || a.1 || b.1 {
+            return false;
+        }
+        if kn == 0 {
+            return true;
+        }
+        assert!(acc.len() >= (nr - 1) * ldc + w && ap.len() >= kn * nr * 4 && up.len() >= kn * nr * 4);
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            let _ = (s, checked, acc, ldc, ap, up, blk);
+            false
+        }
+        #[cfg(target_arch = "x86_64")]
+        {
+            let (sc, back) = (pow2(s), pow2(-s));
+            let mut t = [0f64; 32];
+            let mut amax = 0f64;
+            for r in 0..nr {
+                for l in 0..w {
+                    let v = acc[r * ldc + l];
+                    if !v.is_finite() {
+                        return false;
+                    }
+                    amax = amax.max(v.abs());
+                    t[r * 16 + l] = v * sc;
+                }
+            }
+            // Watch the sums unless a bound keeps them below the largest value (as
+            // `tile_sr_run`).
+            let max = f64::from_bits(self.max_bits);
+            let e = pow2(-(self.man as i32));
+            let ke = kn as f64 * e;
+            let track = ke >= 0.5 || (amax + kn as f64 * self.step_add(a, b)) * (1.0 + 1e-9) > max * (1.0 - ke);
+            let d = 52 - self.man;
+            let top = (u32::MAX << (32 - rbits)) as u64;
+            let left = d >= 32;
+            let mut k = RowsConsts {
+                gamma: [blk.gamma; 8],
+                m1: [0x7feb_352d; 8],
+                m2: [0x846c_a68b; 8],
+                top_lo: [top; 4],
+                top_hi: [top << 32; 4],
+                shift_lo: [if left { d - 32 } else { 32 - d } as u64, 0],
+                shift_hi: [(64 - d) as u64, 0],
+                unit: [!((1u64 << d) - 1); 4],
+                abs: [!SIGN; 4],
+                max: [0; 4],
+            };
+            // SAFETY: `simd` holds only where avx2, fma and f16c were detected; ap and up
+            // hold kn*nr*4 values (asserted), B's values are readable per the caller; the
+            // shift is 64 - d with d = 52 - man of 2 to 52.
+            let inexact = unsafe {
+                macro_rules! go {
+                    ($mr:literal, $tr:literal, $left:literal) => {
+                        match blk.src {
+                            ROWS_F64 => sr64_rows::<$mr, ROWS_F64, $tr, $left>(&mut t, ap, up, blk.pb, blk.ld, blk.pf, blk.weyl, &mut k, kn),
+                            ROWS_BF16 => sr64_rows::<$mr, ROWS_BF16, $tr, $left>(&mut t, ap, up, blk.pb, blk.ld, blk.pf, blk.weyl, &mut k, kn),
+                            _ => sr64_rows::<$mr, ROWS_F16, $tr, $left>(&mut t, ap, up, blk.pb, blk.ld, blk.pf, blk.weyl, &mut k, kn),
+                        }
+                    };
+                }
+                match (nr, track, left) {
+                    (1, false, true) => go!(1, false, true),
+                    (1, true, true) => go!(1, true, true),
+                    (_, false, true) => go!(2, false, true),
+                    (_, true, true) => go!(2, true, true),
+                    (1, false, false) => go!(1, false, false),
+                    (1, true, false) => go!(1, true, false),
+                    (_, false, false) => go!(2, false, false),
+                    (_, true, false) => go!(2, true, false),
+                }
+            };
+            let mx = k.max.iter().fold(0f64, |m, &x| m.max(f64::from_bits(x)));
+            // Past the largest value, or (checked) some sum not exact: void.
+            if mx > max * sc || (checked && inexact) {
+                return false;
+            }
+            for r in 0..nr {
+                for l in 0..w {
+                    acc[r * ldc + l] = t[r * 16 + l] * back;
+                }
+            }
+            true
+        }
+    }
+}
+
 impl<const M: u8> Round for Fast<M> {
     const STOCHASTIC: bool = M == M_ST;
     fn has_tile(&self, simd: bool, rbits: u32) -> bool {
@@ -1912,6 +2365,10 @@ impl<const M: u8> Round for Fast<M> {
     }
     fn tile_ne(&self, nr: usize, acc: &mut [f64], ldc: usize, aps: &[f64], bp: &[f64], ld: usize, kn: usize, a: Bounds64, b: Bounds64) -> bool {
         self.tile_ne_run(true, nr, acc, ldc, aps, bp, ld, kn, a, b)
+    }
+    unsafe fn rows_sr(&self, nr: usize, w: usize, acc: &mut [f64], ldc: usize, ap: &[f64], up: &[u64], blk: RowsBlock, kn: usize, rbits: u32, a: Bounds64, b: Bounds64) -> bool {
+        // SAFETY: forwarded contract.
+        unsafe { self.rows_sr_run(nr, w, acc, ldc, ap, up, blk, kn, rbits, a, b) }
     }
     fn step_st(&self, simd: bool, row: &mut [f64], bp: &[f64], av: f64, u: u64, vw: &[u64], rbits: u32, exact: bool) -> bool {
         #[cfg(target_arch = "x86_64")]
@@ -6263,6 +6720,17 @@ fn drive<R: Round>(r: &R, a: &Operand, b: &Operand, c: EmuOut, spec: &AccumSpec,
         16 * RB
     };
     let rblocks = m.div_ceil(rbs);
+    // Products of few rows, stochastic on f64 lanes ([`sr64_rows`]): where a row's
+    // work is a column word per add, B's values are read once (bfloat16 and
+    // float16 codes in place, others packed 16 columns at a time) and the
+    // columns' words drawn in the kernel, not placed in panels first; A's rows
+    // go two at a time, not in tiles of four.
+    let few = sr_scale.is_some() && rbits <= 32 && m <= FEW_ROWS && n > 1;
+    let few_src = match (&b.dec, b.cs) {
+        (super::Dec::Bf16, 1) => Some(ROWS_BF16),
+        (super::Dec::F16, 1) => Some(ROWS_F16),
+        _ => None,
+    };
     let task = |t: usize| {
         let (ib, jbk) = (t / cblocks, t % cblocks);
         let (i0, j0) = (ib * rbs, jbk * JB);
@@ -6351,9 +6819,153 @@ fn drive<R: Round>(r: &R, a: &Operand, b: &Operand, c: EmuOut, spec: &AccumSpec,
         // dependent adds over packed segments of A and B, the same adds and
         // random bits as `step_row` and `flush`.
         let mut arow = vec![0f64; if n == 1 { KB.min(k.max(1)) } else { 0 }];
+        // The few-row path's group of 16 columns of B (`[kk*16 + l]`), its pairs of
+        // rows' scaled values and placed words, broadcast, and values, and a step's
+        // column words for the step path.
+        let few_len = if few { KB.min(k.max(1)) } else { 0 };
+        let mut gbuf = vec![0f64; few_len * 16];
+        let (mut apb, mut upb) = (vec![0f64; few_len * FEW_ROWS * 4], vec![0u64; few_len * FEW_ROWS * 4]);
+        let mut araw = vec![0f64; few_len * FEW_ROWS.next_multiple_of(2)];
+        let mut vbuf = [0u64; 16];
         for kb in (0..k).step_by(KB) {
             let kn = KB.min(k - kb);
             let base = kb as isize * b.rs + j0 as isize * b.cs;
+            if few {
+                let sc = sr_scale.expect("few needs the scale");
+                let gamma = words.col_gamma();
+                // B's bounds for the block, of the codes in place (whose scan also
+                // brings them into the cache); of each group's packed values otherwise.
+                let b_codes = few_src.map(|code| {
+                    // SAFETY: rows kb..kb+kn and columns j0..j0+jb are inside b, codes of 2 bytes.
+                    let (lo, hi, top) = unsafe {
+                        let p = (b.ptr as *const u16).wrapping_offset(base);
+                        if code == ROWS_BF16 {
+                            code_scan::<u16>(p, b.rs, kn, jb, 0x7f80, |c| c << 16)
+                        } else {
+                            code_scan::<u16>(p, b.rs, kn, jb, 0x7c00, |c| super::f16_to_f32(c as u16).to_bits())
+                        }
+                    };
+                    (exp_bounds_of(lo, hi, prec_b), top >= 0x7f80_0000)
+                });
+                // A's rows in pairs: their values (apk, then `araw[(g*kn + kk)*2 + r]`
+                // for the step path), bounds, and (where they scale exactly) their
+                // scaled values and placed words, broadcast (`[g*kn*8 + (kk*nr + r)*4 + l]`).
+                let mut a_pairs = [((None, false), false); FEW_ROWS.div_ceil(2)];
+                for (g, pair) in a_pairs.iter_mut().enumerate().take(rb.div_ceil(2)) {
+                    let (i, nr) = (2 * g, 2.min(rb - 2 * g));
+                    let abase = (i0 + i) as isize * a.rs + kb as isize * a.cs;
+                    // SAFETY: rows i0+i..i0+i+nr and columns kb..kb+kn are inside a;
+                    // apk[kk*TILE_ROWS + r] = a[i0+i+r, kb+kk].
+                    unsafe { super::kernels::pack_real_any::<f64>(a, abase, a.rs, a.cs, nr, TILE_ROWS, kn, &mut apk) };
+                    let ab64 = exp_bounds64_of(&apk[..kn * TILE_ROWS], prec_a);
+                    // A's values scale exactly (as for the tiles).
+                    let a_ok = !ab64.1 && ab64.0.is_none_or(|(lo, _)| lo + sc >= -1074);
+                    *pair = (ab64, a_ok);
+                    for kk in 0..kn {
+                        araw[(g * kn + kk) * 2..][..nr].copy_from_slice(&apk[kk * TILE_ROWS..kk * TILE_ROWS + nr]);
+                    }
+                    if a_ok {
+                        let f = pow2(sc);
+                        let (ap, up) = (&mut apb[g * kn * 8..], &mut upb[g * kn * 8..]);
+                        for kk in 0..kn {
+                            for rr in 0..nr {
+                                ap[(kk * nr + rr) * 4..][..4].fill(apk[kk * TILE_ROWS + rr] * f);
+                            }
+                        }
+                        for rr in 0..nr {
+                            words.row_run(i0 + i + rr, kb, rbits, &mut urun[..kn]);
+                            for (kk, &u) in urun[..kn].iter().enumerate() {
+                                up[(kk * nr + rr) * 4..][..4].fill(Words::place_row(u, rbits, dunit));
+                            }
+                        }
+                    }
+                }
+                // The steps up to each chunk's end, then its totals (as the tiles); each
+                // group of 16 columns of B, read or packed once for all the pairs of rows.
+                let mut kk0 = 0;
+                while kk0 < kn {
+                    let kidx0 = kb + kk0;
+                    let seg = if outer.is_some() { (chunk - kidx0 % chunk).min(kn - kk0) } else { kn - kk0 };
+                    for j in (0..jb).step_by(16) {
+                        let w = 16.min(jb - j);
+                        let code = few_src.filter(|_| w == 16);
+                        let gbase = base + kk0 as isize * b.rs + j as isize * b.cs;
+                        // SAFETY: rows kidx0..kidx0+seg and columns j0+j..j0+j+w are inside b;
+                        // gbuf[kk*16 + l] = b[kidx0+kk, j0+j+l], zeros past w.
+                        let pack = |gbuf: &mut [f64]| unsafe { super::kernels::pack_real_any::<f64>(b, gbase, b.cs, b.rs, w, 16, seg, gbuf) };
+                        let mut packed = code.is_none();
+                        if packed {
+                            pack(&mut gbuf);
+                        }
+                        let pb64 = match b_codes {
+                            Some(bb) if code.is_some() => bb,
+                            _ => exp_bounds64_of(&gbuf[..seg * 16], prec_b),
+                        };
+                        // The columns' Weyl values, a step before the segment's first: column
+                        // c's index is c * steps more than the first column's, so its value
+                        // c * steps * gamma more, while the indices of the group's steps
+                        // (the first column's first to the last's last) keep their high half.
+                        let (w0, hi) = words.col_weyl(j0 + j, kidx0);
+                        let same = words.col_weyl(j0 + j + w - 1, kidx0 + seg - 1).1 == hi;
+                        let cstep = (steps as u32).wrapping_mul(gamma);
+                        let mut weyl = [0u32; 16];
+                        for h in 0..2 {
+                            for (l, &c) in ROWS_LANES.iter().enumerate() {
+                                weyl[h * 8 + l] = w0.wrapping_add(((8 * h + c) as u32).wrapping_mul(cstep)).wrapping_sub(gamma);
+                            }
+                        }
+                        for (g, &(ab64, a_ok)) in a_pairs.iter().enumerate().take(rb.div_ceil(2)) {
+                            let (i, nr) = (2 * g, 2.min(rb - 2 * g));
+                            let blk = match code {
+                                Some(code) => {
+                                    // (Codes of 2 bytes.) The first pair of rows, in the first
+                                    // groups of the block, prefetches the next block's codes, a
+                                    // line of each row each: group q its rows' q-th line (one
+                                    // more than the row's bytes fill: its codes need not start
+                                    // a line).
+                                    let pb = (b.ptr as *const u16).wrapping_offset(gbase) as *const u8;
+                                    let q = j / 16;
+                                    let pf = if g == 0 && kb + KB < k && q <= (jb * 2).div_ceil(64) {
+                                        ((b.ptr as *const u16).wrapping_offset(base + (KB + kk0) as isize * b.rs) as *const u8).wrapping_add(64 * q)
+                                    } else {
+                                        pb
+                                    };
+                                    RowsBlock { src: code, pb, ld: b.rs * 2, pf: (pf, b.rs * 2), weyl: &weyl, gamma }
+                                }
+                                None => {
+                                    let pb = gbuf.as_ptr() as *const u8;
+                                    RowsBlock { src: ROWS_F64, pb, ld: 128, pf: (pb, 128), weyl: &weyl, gamma }
+                                }
+                            };
+                            let (ap, up) = (&apb[g * kn * 8 + kk0 * nr * 4..], &upb[g * kn * 8 + kk0 * nr * 4..]);
+                            // SAFETY: the segment's seg steps of 16 values (gbuf) or codes (inside
+                            // b: w == 16 columns of row-major codes) are readable.
+                            let done = a_ok && same && unsafe { r.rows_sr(nr, w, &mut acc[i * ld + j..], ld, ap, up, blk, seg, rbits, ab64, pb64) };
+                            if done {
+                                continue;
+                            }
+                            if !packed {
+                                pack(&mut gbuf);
+                                packed = true;
+                            }
+                            for rr in 0..nr {
+                                let row0 = (i + rr) * ld + j;
+                                for kk in 0..seg {
+                                    let kidx = kidx0 + kk;
+                                    words.col_run(j0 + j, kidx, rbits, &mut vbuf[..w]);
+                                    let av = araw[(g * kn + kk0 + kk) * 2 + rr];
+                                    step_row(&mut acc[row0..row0 + w], &gbuf[kk * 16..kk * 16 + w], av, words.row(i0 + i + rr, kidx, rbits), &vbuf[..w]);
+                                }
+                            }
+                        }
+                    }
+                    kk0 += seg;
+                    for rr in 0..rb {
+                        flush(&mut acc, &mut tot, rr, kb + kk0 - 1);
+                    }
+                }
+                continue;
+            }
             // The tiles' stride in the panels.
             let ts = 8 * kn + tpad;
             if tmaj {

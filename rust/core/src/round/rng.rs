@@ -315,6 +315,21 @@ impl StepRand {
         self.cols.fill((j0 as u64).wrapping_mul(self.steps).wrapping_add(t as u64), self.steps, rbits, out)
     }
 
+    /// The Weyl value under column `j`'s first word at step `t`: that word
+    /// (the top 32 bits of [`StepRand::col`]) is [`mix32`] of it, and step
+    /// `t + 1`'s is `mix32` of it plus [`StepRand::col_gamma`] while the
+    /// index's high half stays the same (also returned: `(j * steps + t) >> 32`).
+    pub fn col_weyl(&self, j: usize, t: usize) -> (u32, u32) {
+        let x = (j as u64).wrapping_mul(self.steps).wrapping_add(t as u64);
+        let hi = mix32(((x >> 32) as u32) ^ self.cols.kc);
+        ((x as u32).wrapping_mul(self.cols.gamma).wrapping_add(self.cols.k0 ^ hi), (x >> 32) as u32)
+    }
+
+    /// The Weyl step of the column words ([`StepRand::col_weyl`]).
+    pub fn col_gamma(&self) -> u32 {
+        self.cols.gamma
+    }
+
     /// The top `rbits` (1..=64) bits of a word, in the low bits.
     #[inline(always)]
     pub fn top(w: u64, rbits: u32) -> u64 {
@@ -481,6 +496,18 @@ mod tests {
                 big.col_run(i, t0, rbits, &mut run);
                 assert!(run.iter().enumerate().all(|(l, &w)| w == big.col(i + l, t0, rbits)), "cols {rbits} {i} {t0}");
             }
+        }
+        // A column's Weyl values step by its gamma while the index's high half stays,
+        // and hold its words (here across a change of the high half: column 1's steps
+        // 2^31 - 8 .. 2^31 + 8 pass 2^32).
+        for (q, tr) in [(big, false), (big.transposed(), true)] {
+            let (w0, h0) = q.col_weyl(1, (1 << 31) - 8);
+            for t in 0..16u32 {
+                let (w, h) = q.col_weyl(1, (1 << 31) - 8 + t as usize);
+                assert_eq!((mix32(w) as u64) << 32, q.col(1, (1 << 31) - 8 + t as usize, 32), "tr {tr} t {t}");
+                assert_eq!(h == h0, w == w0.wrapping_add(t.wrapping_mul(q.col_gamma())), "tr {tr} t {t}");
+            }
+            assert_ne!(h0, q.col_weyl(1, (1 << 31) + 8).1);
         }
     }
 }
