@@ -1391,13 +1391,15 @@ def test_few_rows_in_place_reads_stay_inside_b(dtype, shape, threads):
         assert libc.mprotect(guard, page, 3) == 0  # PROT_READ | PROT_WRITE
 
 
-@pytest.mark.parametrize("dtype", [ml_dtypes.bfloat16, np.float16, ml_dtypes.float8_e5m2, np.float32], ids=str)
+@pytest.mark.parametrize("dtype", [ml_dtypes.bfloat16, np.float16, ml_dtypes.float8_e5m2, ml_dtypes.float8_e4m3fn,
+                                   np.float32], ids=str)
 @pytest.mark.parametrize("acc", ["float16", "bfloat16", "e5m2", "f6m9", "float32"])
 @pytest.mark.parametrize("rbits, chunk", [(None, None), (13, None), (1, None), (None, 50)])
 def test_stochastic_few_rows_kernel(dtype, acc, rbits, chunk, threads):
     """Products of 1 to 6 rows, stochastic on f64 lanes, take a kernel of their own: B
-    read once (bfloat16 and float16 codes in place when its rows are contiguous, packed
-    otherwise), the columns' random words drawn inside the kernel, two rows at a time.
+    read once (bfloat16, float16, e5m2 and e4m3fn codes in place when its rows are
+    contiguous, packed otherwise), the columns' random words drawn inside the kernel,
+    two rows at a time.
     The same bits as the scalar path and as those rows inside a product of more rows
     (the four-row tiles), for widths that are no multiple of 16, a depth past three
     depth blocks (each prefetching the next one's rows), B as given and as a transposed
@@ -1430,8 +1432,9 @@ def test_stochastic_few_rows_kernel(dtype, acc, rbits, chunk, threads):
 @pytest.mark.parametrize("acc", ["float16", "e5m2", "float32"])
 def test_stochastic_few_rows_kernel_fallbacks(acc, threads):
     """The few-row kernel's blocks that cannot run it go the exact way: a B holding
-    inf and NaN, sums past the largest value (into float16 and e5m2), A values too small
-    to scale exactly, against the scalar path bit for bit."""
+    inf and NaN (bfloat16, and e4m3fn's NaN codes), sums past the largest value (into
+    float16 and e5m2), A values too small to scale exactly, against the scalar path bit
+    for bit."""
     accf = ACC_FORMATS.get(acc, acc)
     g = np.random.default_rng(5)
     k, n = 600, 48
@@ -1442,6 +1445,10 @@ def test_stochastic_few_rows_kernel_fallbacks(acc, threads):
     bad[3, 5], bad[300, 20], bad[599, 40] = np.inf, np.nan, -np.inf
     got = matmul_as_scalar(a, bad, **kw)
     assert np.isinf(got[:, 5]).all() and np.isnan(got[:, 20]).all()
+    b8 = b.astype(ml_dtypes.float8_e4m3fn)
+    b8.view(np.uint8)[[7, 450], [3, 33]] = [0x7F, 0xFF]
+    got = matmul_as_scalar(a, b8, **kw)
+    assert np.isnan(got[:, [3, 33]]).all() and np.isfinite(got[:, :3]).all()
     # Sums past float16's largest value in the second column block only.
     big = b.copy()
     big[:, 16:32] = np.abs(big[:, 16:32]) * 400

@@ -1895,10 +1895,14 @@ unsafe fn flush64_sr(out: &mut [f64], tot: &[f64], sums: &[f64], w: &[u64], sc: 
 
 /// Products of at most [`FEW_ROWS`] rows on f64 lanes ([`drive`]'s few-row path):
 /// the source of B's values of a [`sr64_rows`] block, 16 columns a step:
-/// f64 values (`[kk*16 + l]`), or bfloat16 or float16 codes read in place.
+/// f64 values (`[kk*16 + l]`), or bfloat16, float16, float8_e5m2 or
+/// float8_e4m3fn codes read in place (e4m3fn's decode to 2^-8 times their
+/// values: the caller scales A by 2^8 more).
 const ROWS_F64: u8 = 0;
 const ROWS_BF16: u8 = 1;
 const ROWS_F16: u8 = 2;
+const ROWS_E5M2: u8 = 3;
+const ROWS_E4M3FN: u8 = 4;
 
 /// The rows of A a product may have for [`drive`]'s few-row path.
 const FEW_ROWS: usize = 6;
@@ -1931,25 +1935,52 @@ struct RowsConsts {
     unit: [u64; 4],
     abs: [u64; 4],
     max: [u64; 4],
+    /// The float16 pattern's bits an e4m3fn code's sign extension must not set (288).
+    e4m3: [u16; 8],
 }
 
 /// One quarter (4 columns) of B's values of a [`sr64_rows`] step into ymm12:
 /// f64 values at byte `$o` of the step's; float16 codes at byte `$c`;
 /// bfloat16 codes each under 16 zero bits (xmm15), the low (`$bq` = `lo`) or
-/// high 4 of the 8 at byte `$h`.
+/// high 4 of the 8 at byte `$h`; float8 codes, the half's 8 at byte `$b8`
+/// decoded by its low quarter into 8 f32 lanes (ymm15, which the float8
+/// kernels need not keep zero) as float16 patterns: an e5m2 code is the top
+/// byte of one; an e4m3fn code sign-extended and moved up 7 bits, its bit 14
+/// cleared, is the float16 of its value times 2^-8 (as [`super::kernels`]'
+/// packing decodes them).
 #[cfg(target_arch = "x86_64")]
 macro_rules! rows_dec {
-    (f64, $bq:ident, $o:literal, $c:literal, $h:literal) => {
+    (f64, $bq:ident, $o:literal, $c:literal, $h:literal, $b8:literal) => {
         concat!("vmovupd ymm12, ymmword ptr [{pb} + ", $o, "]\n")
     };
-    (bf16, lo, $o:literal, $c:literal, $h:literal) => {
+    (bf16, lo, $o:literal, $c:literal, $h:literal, $b8:literal) => {
         concat!("vpunpcklwd xmm12, xmm15, xmmword ptr [{pb} + ", $h, "]\n", "vcvtps2pd ymm12, xmm12\n")
     };
-    (bf16, hi, $o:literal, $c:literal, $h:literal) => {
+    (bf16, hi, $o:literal, $c:literal, $h:literal, $b8:literal) => {
         concat!("vpunpckhwd xmm12, xmm15, xmmword ptr [{pb} + ", $h, "]\n", "vcvtps2pd ymm12, xmm12\n")
     };
-    (f16, $bq:ident, $o:literal, $c:literal, $h:literal) => {
+    (f16, $bq:ident, $o:literal, $c:literal, $h:literal, $b8:literal) => {
         concat!("vcvtph2ps xmm12, qword ptr [{pb} + ", $c, "]\n", "vcvtps2pd ymm12, xmm12\n")
+    };
+    (e5m2, lo, $o:literal, $c:literal, $h:literal, $b8:literal) => {
+        concat!(
+            "vpmovzxbw xmm15, qword ptr [{pb} + ", $b8, "]\n",
+            "vpsllw xmm15, xmm15, 8\n",
+            "vcvtph2ps ymm15, xmm15\n",
+            "vcvtps2pd ymm12, xmm15\n",
+        )
+    };
+    (e4m3, lo, $o:literal, $c:literal, $h:literal, $b8:literal) => {
+        concat!(
+            "vpmovsxbw xmm15, qword ptr [{pb} + ", $b8, "]\n",
+            "vpsllw xmm15, xmm15, 7\n",
+            "vpand xmm15, xmm15, xmmword ptr [{k} + 288]\n",
+            "vcvtph2ps ymm15, xmm15\n",
+            "vcvtps2pd ymm12, xmm15\n",
+        )
+    };
+    ($f8:ident, hi, $o:literal, $c:literal, $h:literal, $b8:literal) => {
+        concat!("vextractf128 xmm12, ymm15, 1\n", "vcvtps2pd ymm12, xmm12\n")
     };
 }
 
@@ -2013,19 +2044,19 @@ macro_rules! rows_acc {
 /// read with `track`).
 #[cfg(target_arch = "x86_64")]
 macro_rules! rows_quarter {
-    (1, $t:ident, $src:ident, $bq:ident, $o:literal, $cb:literal, $h:literal, $p:literal, $c0:literal, $c1:literal) => {
-        concat!(rows_dec!($src, $bq, $o, $cb, $h), rows_acc!($t, $c0, $p, "ymm5", "ymm4", "ymm6"))
+    (1, $t:ident, $src:ident, $bq:ident, $o:literal, $cb:literal, $h:literal, $b8:literal, $p:literal, $c0:literal, $c1:literal) => {
+        concat!(rows_dec!($src, $bq, $o, $cb, $h, $b8), rows_acc!($t, $c0, $p, "ymm5", "ymm4", "ymm6"))
     };
-    (2, plain, $src:ident, $bq:ident, $o:literal, $cb:literal, $h:literal, $p:literal, $c0:literal, $c1:literal) => {
+    (2, plain, $src:ident, $bq:ident, $o:literal, $cb:literal, $h:literal, $b8:literal, $p:literal, $c0:literal, $c1:literal) => {
         concat!(
-            rows_dec!($src, $bq, $o, $cb, $h),
+            rows_dec!($src, $bq, $o, $cb, $h, $b8),
             rows_acc!(plain, $c0, $p, "ymmword ptr [{pu}]", "ymmword ptr [{pa}]", "ymm14"),
             rows_acc!(plain, $c1, $p, "ymmword ptr [{pu} + 32]", "ymmword ptr [{pa} + 32]", "ymm14"),
         )
     };
-    (2, track, $src:ident, $bq:ident, $o:literal, $cb:literal, $h:literal, $p:literal, $c0:literal, $c1:literal) => {
+    (2, track, $src:ident, $bq:ident, $o:literal, $cb:literal, $h:literal, $b8:literal, $p:literal, $c0:literal, $c1:literal) => {
         concat!(
-            rows_dec!($src, $bq, $o, $cb, $h),
+            rows_dec!($src, $bq, $o, $cb, $h, $b8),
             rows_acc!(track, $c0, $p, "ymmword ptr [{pu}]", "ymmword ptr [{pa}]", "ymmword ptr [{k} + 192]"),
             rows_acc!(track, $c1, $p, "ymmword ptr [{pu} + 32]", "ymmword ptr [{pa} + 32]", "ymmword ptr [{k} + 192]"),
         )
@@ -2112,11 +2143,11 @@ macro_rules! rows_asm {
             "2:",
             rows_part!($mr, $t, step),
             rows_words!($sh, $mr, $t, "ymm8"),
-            rows_quarter!($mr, $t, $src, lo, "0", "0", "0", "ymm11", "ymm0", "ymm4"),
-            rows_quarter!($mr, $t, $src, hi, "32", "8", "0", "ymm10", "ymm1", "ymm5"),
+            rows_quarter!($mr, $t, $src, lo, "0", "0", "0", "0", "ymm11", "ymm0", "ymm4"),
+            rows_quarter!($mr, $t, $src, hi, "32", "8", "0", "0", "ymm10", "ymm1", "ymm5"),
             rows_words!($sh, $mr, $t, "ymm9"),
-            rows_quarter!($mr, $t, $src, lo, "64", "16", "16", "ymm11", "ymm2", "ymm6"),
-            rows_quarter!($mr, $t, $src, hi, "96", "24", "16", "ymm10", "ymm3", "ymm7"),
+            rows_quarter!($mr, $t, $src, lo, "64", "16", "16", "8", "ymm11", "ymm2", "ymm6"),
+            rows_quarter!($mr, $t, $src, hi, "96", "24", "16", "8", "ymm10", "ymm3", "ymm7"),
             "prefetcht0 byte ptr [{pf}]",
             "add {pa}, {st}",
             "add {pu}, {st}",
@@ -2181,7 +2212,7 @@ macro_rules! rows_asm {
 #[allow(clippy::too_many_arguments)]
 unsafe fn sr64_rows<const MR: usize, const SRC: u8, const TRACK: bool, const LEFT: bool>(acc: &mut [f64; 32], ap: &[f64], up: &[u64], pb: *const u8, ld: isize, pf: (*const u8, isize), weyl: &[u32; 16], k: &mut RowsConsts, kn: usize) -> bool {
     use std::arch::asm;
-    assert!((MR == 1 || MR == 2) && SRC <= ROWS_F16 && kn >= 1 && ap.len() >= kn * MR * 4 && up.len() >= kn * MR * 4);
+    assert!((MR == 1 || MR == 2) && SRC <= ROWS_E4M3FN && kn >= 1 && ap.len() >= kn * MR * 4 && up.len() >= kn * MR * 4);
     // Toward zero.
     let rc = 3u32 << 13;
     let mut csr = [0u32; 2];
@@ -2195,7 +2226,9 @@ unsafe fn sr64_rows<const MR: usize, const SRC: u8, const TRACK: bool, const LEF
                 match SRC {
                     ROWS_F64 => rows_asm!($mr, $t, f64, $sh, acc, ap, up, pb, ld, pf, weyl, k, kn, csr, rc),
                     ROWS_BF16 => rows_asm!($mr, $t, bf16, $sh, acc, ap, up, pb, ld, pf, weyl, k, kn, csr, rc),
-                    _ => rows_asm!($mr, $t, f16, $sh, acc, ap, up, pb, ld, pf, weyl, k, kn, csr, rc),
+                    ROWS_F16 => rows_asm!($mr, $t, f16, $sh, acc, ap, up, pb, ld, pf, weyl, k, kn, csr, rc),
+                    ROWS_E5M2 => rows_asm!($mr, $t, e5m2, $sh, acc, ap, up, pb, ld, pf, weyl, k, kn, csr, rc),
+                    _ => rows_asm!($mr, $t, e4m3, $sh, acc, ap, up, pb, ld, pf, weyl, k, kn, csr, rc),
                 }
             };
         }
@@ -2289,6 +2322,7 @@ impl<const M: u8> Fast<M> {
                 unit: [!((1u64 << d) - 1); 4],
                 abs: [!SIGN; 4],
                 max: [0; 4],
+                e4m3: [0xbfff; 8],
             };
             // SAFETY: `simd` holds only where avx2, fma and f16c were detected; ap and up
             // hold kn*nr*4 values (asserted), B's values are readable per the caller; the
@@ -2299,7 +2333,9 @@ impl<const M: u8> Fast<M> {
                         match blk.src {
                             ROWS_F64 => sr64_rows::<$mr, ROWS_F64, $tr, $left>(&mut t, ap, up, blk.pb, blk.ld, blk.pf, blk.weyl, &mut k, kn),
                             ROWS_BF16 => sr64_rows::<$mr, ROWS_BF16, $tr, $left>(&mut t, ap, up, blk.pb, blk.ld, blk.pf, blk.weyl, &mut k, kn),
-                            _ => sr64_rows::<$mr, ROWS_F16, $tr, $left>(&mut t, ap, up, blk.pb, blk.ld, blk.pf, blk.weyl, &mut k, kn),
+                            ROWS_F16 => sr64_rows::<$mr, ROWS_F16, $tr, $left>(&mut t, ap, up, blk.pb, blk.ld, blk.pf, blk.weyl, &mut k, kn),
+                            ROWS_E5M2 => sr64_rows::<$mr, ROWS_E5M2, $tr, $left>(&mut t, ap, up, blk.pb, blk.ld, blk.pf, blk.weyl, &mut k, kn),
+                            _ => sr64_rows::<$mr, ROWS_E4M3FN, $tr, $left>(&mut t, ap, up, blk.pb, blk.ld, blk.pf, blk.weyl, &mut k, kn),
                         }
                     };
                 }
@@ -3086,8 +3122,14 @@ fn run_as(a: &Operand, b: &Operand, c: EmuOut, spec: &AccumSpec, tr: bool) -> Re
     let (a, b) = (na.as_ref().map_or(a, |n| &n.op), nb.as_ref().map_or(b, |n| &n.op));
     #[cfg(target_arch = "x86_64")]
     if let Some((kind, bf)) = kind16(&fmt, &opts, a, b) {
+        // Stochastic with more bits than the float32 tiles decide with (float8 E4M3
+        // products), on up to 4 rows: the f64 few-row kernel ([`sr64_rows`]), the
+        // same bits, 2.5-3x as fast on one row and as fast on four into bfloat16
+        // (1.5x into float16, whose float32 tiles redo more); the float32 tiles win
+        // from 6 rows on.
+        let wide_few = kind == Kind16::Sr && sr_fmt(&fmt).is_some_and(|f| opts.rbits > f.unit) && a.rows <= 4 && b.cols > 1;
         // (With wide bits it may give the product up: then the f64 tiles below.)
-        if drive16(kind, bf, a, b, c, spec, outer.as_ref(), tr)? {
+        if !wide_few && drive16(kind, bf, a, b, c, spec, outer.as_ref(), tr)? {
             return Ok(());
         }
     }
@@ -6726,11 +6768,17 @@ fn drive<R: Round>(r: &R, a: &Operand, b: &Operand, c: EmuOut, spec: &AccumSpec,
     // columns' words drawn in the kernel, not placed in panels first; A's rows
     // go two at a time, not in tiles of four.
     let few = sr_scale.is_some() && rbits <= 32 && m <= FEW_ROWS && n > 1;
-    let few_src = match (&b.dec, b.cs) {
-        (super::Dec::Bf16, 1) => Some(ROWS_BF16),
-        (super::Dec::F16, 1) => Some(ROWS_F16),
+    let few_src = match (&b.dec, b.cs, super::kernels::fp8_kind(b.format())) {
+        (super::Dec::Bf16, 1, _) => Some(ROWS_BF16),
+        (super::Dec::F16, 1, _) => Some(ROWS_F16),
+        (super::Dec::Lut8(_), 1, Some(super::kernels::FP8_E5M2)) => Some(ROWS_E5M2),
+        (super::Dec::Lut8(_), 1, Some(super::kernels::FP8_E4M3FN)) => Some(ROWS_E4M3FN),
         _ => None,
     };
+    // Bytes a code of B in place; the power of two that A's values take on besides
+    // the scale (e4m3fn codes decode to 2^-8 times their values).
+    let few_cb = if matches!(few_src, Some(ROWS_BF16 | ROWS_F16)) { 2 } else { 1 };
+    let few_up = if few_src == Some(ROWS_E4M3FN) { 8 } else { 0 };
     let task = |t: usize| {
         let (ib, jbk) = (t / cblocks, t % cblocks);
         let (i0, j0) = (ib * rbs, jbk * JB);
@@ -6836,13 +6884,18 @@ fn drive<R: Round>(r: &R, a: &Operand, b: &Operand, c: EmuOut, spec: &AccumSpec,
                 // B's bounds for the block, of the codes in place (whose scan also
                 // brings them into the cache); of each group's packed values otherwise.
                 let b_codes = few_src.map(|code| {
-                    // SAFETY: rows kb..kb+kn and columns j0..j0+jb are inside b, codes of 2 bytes.
+                    // SAFETY: rows kb..kb+kn and columns j0..j0+jb are inside b, codes of
+                    // `few_cb` bytes (float8 ones decoded by their table).
                     let (lo, hi, top) = unsafe {
-                        let p = (b.ptr as *const u16).wrapping_offset(base);
-                        if code == ROWS_BF16 {
-                            code_scan::<u16>(p, b.rs, kn, jb, 0x7f80, |c| c << 16)
-                        } else {
-                            code_scan::<u16>(p, b.rs, kn, jb, 0x7c00, |c| super::f16_to_f32(c as u16).to_bits())
+                        let p = b.ptr.wrapping_offset(base * few_cb);
+                        match (code, &b.dec) {
+                            (ROWS_BF16, _) => code_scan::<u16>(p as *const u16, b.rs, kn, jb, 0x7f80, |c| c << 16),
+                            (ROWS_F16, _) => code_scan::<u16>(p as *const u16, b.rs, kn, jb, 0x7c00, |c| super::f16_to_f32(c as u16).to_bits()),
+                            (_, super::Dec::Lut8(t)) => {
+                                let inf = if code == ROWS_E4M3FN { 0x7f } else { 0x7c };
+                                code_scan::<u8>(p, b.rs, kn, jb, inf, |c| t[c as usize].to_bits())
+                            }
+                            _ => unreachable!("few_src names the decodings"),
                         }
                     };
                     (exp_bounds_of(lo, hi, prec_b), top >= 0x7f80_0000)
@@ -6865,7 +6918,7 @@ fn drive<R: Round>(r: &R, a: &Operand, b: &Operand, c: EmuOut, spec: &AccumSpec,
                         araw[(g * kn + kk) * 2..][..nr].copy_from_slice(&apk[kk * TILE_ROWS..kk * TILE_ROWS + nr]);
                     }
                     if a_ok {
-                        let f = pow2(sc);
+                        let f = pow2(sc + few_up);
                         let (ap, up) = (&mut apb[g * kn * 8..], &mut upb[g * kn * 8..]);
                         for kk in 0..kn {
                             for rr in 0..nr {
@@ -6893,7 +6946,9 @@ fn drive<R: Round>(r: &R, a: &Operand, b: &Operand, c: EmuOut, spec: &AccumSpec,
                         // SAFETY: rows kidx0..kidx0+seg and columns j0+j..j0+j+w are inside b;
                         // gbuf[kk*16 + l] = b[kidx0+kk, j0+j+l], zeros past w.
                         let pack = |gbuf: &mut [f64]| unsafe { super::kernels::pack_real_any::<f64>(b, gbase, b.cs, b.rs, w, 16, seg, gbuf) };
-                        let mut packed = code.is_none();
+                        // (`packed`: gbuf holds the values; `shrunk`: times 2^-few_up, for A's
+                        // values scaled for the codes in place, in a last group packed.)
+                        let (mut packed, mut shrunk) = (code.is_none(), false);
                         if packed {
                             pack(&mut gbuf);
                         }
@@ -6901,6 +6956,12 @@ fn drive<R: Round>(r: &R, a: &Operand, b: &Operand, c: EmuOut, spec: &AccumSpec,
                             Some(bb) if code.is_some() => bb,
                             _ => exp_bounds64_of(&gbuf[..seg * 16], prec_b),
                         };
+                        if packed && few_up != 0 {
+                            // (Exact: e4m3fn's values are far from f64's subnormals.)
+                            let f = pow2(-few_up);
+                            gbuf[..seg * 16].iter_mut().for_each(|x| *x *= f);
+                            shrunk = true;
+                        }
                         // The columns' Weyl values, a step before the segment's first: column
                         // c's index is c * steps more than the first column's, so its value
                         // c * steps * gamma more, while the indices of the group's steps
@@ -6918,19 +6979,19 @@ fn drive<R: Round>(r: &R, a: &Operand, b: &Operand, c: EmuOut, spec: &AccumSpec,
                             let (i, nr) = (2 * g, 2.min(rb - 2 * g));
                             let blk = match code {
                                 Some(code) => {
-                                    // (Codes of 2 bytes.) The first pair of rows, in the first
-                                    // groups of the block, prefetches the next block's codes, a
-                                    // line of each row each: group q its rows' q-th line (one
-                                    // more than the row's bytes fill: its codes need not start
-                                    // a line).
-                                    let pb = (b.ptr as *const u16).wrapping_offset(gbase) as *const u8;
+                                    // (Codes of `few_cb` bytes.) The first pair of rows, in the
+                                    // first groups of the block, prefetches the next block's
+                                    // codes, a line of each row each: group q its rows' q-th
+                                    // line (one more than the row's bytes fill: its codes need
+                                    // not start a line).
+                                    let pb = b.ptr.wrapping_offset(gbase * few_cb);
                                     let q = j / 16;
-                                    let pf = if g == 0 && kb + KB < k && q <= (jb * 2).div_ceil(64) {
-                                        ((b.ptr as *const u16).wrapping_offset(base + (KB + kk0) as isize * b.rs) as *const u8).wrapping_add(64 * q)
+                                    let pf = if g == 0 && kb + KB < k && q <= (jb * few_cb as usize).div_ceil(64) {
+                                        b.ptr.wrapping_offset((base + (KB + kk0) as isize * b.rs) * few_cb).wrapping_add(64 * q)
                                     } else {
                                         pb
                                     };
-                                    RowsBlock { src: code, pb, ld: b.rs * 2, pf: (pf, b.rs * 2), weyl: &weyl, gamma }
+                                    RowsBlock { src: code, pb, ld: b.rs * few_cb, pf: (pf, b.rs * few_cb), weyl: &weyl, gamma }
                                 }
                                 None => {
                                     let pb = gbuf.as_ptr() as *const u8;
@@ -6944,9 +7005,9 @@ fn drive<R: Round>(r: &R, a: &Operand, b: &Operand, c: EmuOut, spec: &AccumSpec,
                             if done {
                                 continue;
                             }
-                            if !packed {
+                            if !packed || shrunk {
                                 pack(&mut gbuf);
-                                packed = true;
+                                (packed, shrunk) = (true, false);
                             }
                             for rr in 0..nr {
                                 let row0 = (i + rr) * ld + j;
