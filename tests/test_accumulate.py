@@ -1432,7 +1432,7 @@ def test_stochastic_few_rows_kernel(dtype, acc, rbits, chunk, threads):
 @pytest.mark.parametrize("acc", ["float16", "e5m2", "float32"])
 def test_stochastic_few_rows_kernel_fallbacks(acc, threads):
     """The few-row kernel's blocks that cannot run it go the exact way: a B holding
-    inf and NaN (bfloat16, and e4m3fn's NaN codes), sums past the largest value (into
+    inf and NaN (bfloat16, row-major and column-major, and e4m3fn's NaN codes), sums past the largest value (into
     float16 and e5m2), A values too small to scale exactly, against the scalar path bit
     for bit."""
     accf = ACC_FORMATS.get(acc, acc)
@@ -1442,9 +1442,13 @@ def test_stochastic_few_rows_kernel_fallbacks(acc, threads):
     b = g.standard_normal((k, n)).astype(np.float32).astype(ml_dtypes.bfloat16)
     kw = dict(accumulate=accf, rounding="stochastic", seed=8)
     bad = b.copy()
-    bad[3, 5], bad[300, 20], bad[599, 40] = np.inf, np.nan, -np.inf
+    bad[3, 5], bad[599, 40] = np.inf, -np.inf
+    # (A NaN whose payload is all ones.)
+    bad.view(np.uint16)[300, 20] = 0x7FFF
     got = matmul_as_scalar(a, bad, **kw)
     assert np.isinf(got[:, 5]).all() and np.isnan(got[:, 20]).all()
+    # (B's columns contiguous: its codes scanned along them.)
+    assert same_bits(matmul_as_scalar(a, np.asfortranarray(bad), **kw), got)
     b8 = b.astype(ml_dtypes.float8_e4m3fn)
     b8.view(np.uint8)[[7, 450], [3, 33]] = [0x7F, 0xFF]
     got = matmul_as_scalar(a, b8, **kw)

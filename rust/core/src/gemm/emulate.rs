@@ -6768,16 +6768,19 @@ fn drive<R: Round>(r: &R, a: &Operand, b: &Operand, c: EmuOut, spec: &AccumSpec,
     // columns' words drawn in the kernel, not placed in panels first; A's rows
     // go two at a time, not in tiles of four.
     let few = sr_scale.is_some() && rbits <= 32 && m <= FEW_ROWS && n > 1;
-    let few_src = match (&b.dec, b.cs, super::kernels::fp8_kind(b.format())) {
-        (super::Dec::Bf16, 1, _) => Some(ROWS_BF16),
-        (super::Dec::F16, 1, _) => Some(ROWS_F16),
-        (super::Dec::Lut8(_), 1, Some(super::kernels::FP8_E5M2)) => Some(ROWS_E5M2),
-        (super::Dec::Lut8(_), 1, Some(super::kernels::FP8_E4M3FN)) => Some(ROWS_E4M3FN),
+    // B's codes the kernel reads in place (rows contiguous), or whose bounds a scan
+    // of the codes takes (columns contiguous, as a matrix-vector product's).
+    let few_dec = match (&b.dec, super::kernels::fp8_kind(b.format())) {
+        (super::Dec::Bf16, _) => Some(ROWS_BF16),
+        (super::Dec::F16, _) => Some(ROWS_F16),
+        (super::Dec::Lut8(_), Some(super::kernels::FP8_E5M2)) => Some(ROWS_E5M2),
+        (super::Dec::Lut8(_), Some(super::kernels::FP8_E4M3FN)) => Some(ROWS_E4M3FN),
         _ => None,
     };
-    // Bytes a code of B in place; the power of two that A's values take on besides
-    // the scale (e4m3fn codes decode to 2^-8 times their values).
-    let few_cb = if matches!(few_src, Some(ROWS_BF16 | ROWS_F16)) { 2 } else { 1 };
+    let few_src = few_dec.filter(|_| b.cs == 1);
+    // Bytes a code of B; the power of two that A's values take on besides the scale
+    // (e4m3fn codes decode to 2^-8 times their values).
+    let few_cb = if matches!(few_dec, Some(ROWS_BF16 | ROWS_F16)) { 2 } else { 1 };
     let few_up = if few_src == Some(ROWS_E4M3FN) { 8 } else { 0 };
     let task = |t: usize| {
         let (ib, jbk) = (t / cblocks, t % cblocks);
@@ -6883,23 +6886,27 @@ fn drive<R: Round>(r: &R, a: &Operand, b: &Operand, c: EmuOut, spec: &AccumSpec,
                 let gamma = words.col_gamma();
                 // B's bounds for the block, of the codes in place (whose scan also
                 // brings them into the cache); of each group's packed values otherwise.
-                let b_codes = few_src.map(|code| {
-                    // SAFETY: rows kb..kb+kn and columns j0..j0+jb are inside b, codes of
-                    // `few_cb` bytes (float8 ones decoded by their table).
+                // The bounds of B's codes in `rows` runs of `cols` contiguous ones from
+                // element `off`, `ld` elements apart.
+                let scan = |code: u8, off: isize, ld: isize, rows: usize, cols: usize| -> Bounds64 {
+                    // SAFETY: the caller's runs are inside b, codes of `few_cb` bytes (float8
+                    // ones decoded by their table).
                     let (lo, hi, top) = unsafe {
-                        let p = b.ptr.wrapping_offset(base * few_cb);
+                        let p = b.ptr.wrapping_offset(off * few_cb);
                         match (code, &b.dec) {
-                            (ROWS_BF16, _) => code_scan::<u16>(p as *const u16, b.rs, kn, jb, 0x7f80, |c| c << 16),
-                            (ROWS_F16, _) => code_scan::<u16>(p as *const u16, b.rs, kn, jb, 0x7c00, |c| super::f16_to_f32(c as u16).to_bits()),
+                            (ROWS_BF16, _) => code_scan::<u16>(p as *const u16, ld, rows, cols, 0x7f80, |c| c << 16),
+                            (ROWS_F16, _) => code_scan::<u16>(p as *const u16, ld, rows, cols, 0x7c00, |c| super::f16_to_f32(c as u16).to_bits()),
                             (_, super::Dec::Lut8(t)) => {
                                 let inf = if code == ROWS_E4M3FN { 0x7f } else { 0x7c };
-                                code_scan::<u8>(p, b.rs, kn, jb, inf, |c| t[c as usize].to_bits())
+                                code_scan::<u8>(p, ld, rows, cols, inf, |c| t[c as usize].to_bits())
                             }
-                            _ => unreachable!("few_src names the decodings"),
+                            _ => unreachable!("few_dec names the decodings"),
                         }
                     };
                     (exp_bounds_of(lo, hi, prec_b), top >= 0x7f80_0000)
-                });
+                };
+                // (Rows kb..kb+kn, columns j0..j0+jb.)
+                let b_codes = few_src.map(|code| scan(code, base, b.rs, kn, jb));
                 // A's rows in pairs: their values (apk, then `araw[(g*kn + kk)*2 + r]`
                 // for the step path), bounds, and (where they scale exactly) their
                 // scaled values and placed words, broadcast (`[g*kn*8 + (kk*nr + r)*4 + l]`).
@@ -6952,8 +6959,11 @@ fn drive<R: Round>(r: &R, a: &Operand, b: &Operand, c: EmuOut, spec: &AccumSpec,
                         if packed {
                             pack(&mut gbuf);
                         }
-                        let pb64 = match b_codes {
-                            Some(bb) if code.is_some() => bb,
+                        let pb64 = match (b_codes, few_dec) {
+                            // (The block's, a superset.)
+                            (Some(bb), _) => bb,
+                            // Columns contiguous: the group's w columns of seg codes.
+                            (None, Some(dec)) if b.rs == 1 => scan(dec, gbase, b.cs, w, seg),
                             _ => exp_bounds64_of(&gbuf[..seg * 16], prec_b),
                         };
                         if packed && few_up != 0 {
