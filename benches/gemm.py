@@ -262,9 +262,9 @@ def emulated_vectors() -> None:
     labels = ("fp16 nearest", "bf16 nearest", "fp16 to zero", "fp16 stochastic")
     print("\n== emulated products of few rows: ms (ratio to lowp's own f32 path); accumulator and mode")
     print(f"{'inputs':>6} {'m x k x n':>17} {'thr':>3} {'f32 path':>9} " + " ".join(f"{x:>17}" for x in labels))
-    shapes16 = ((1, 4096, 4096, 1), (1, 4096, 4096, 2), (8, 4096, 4096, 1), (4096, 4096, 1, 1),
+    shapes16 = ((1, 4096, 4096, 1), (1, 4096, 4096, 2), (4, 4096, 4096, 1), (8, 4096, 4096, 1), (4096, 4096, 1, 1),
                 (1, 1024, 1024, 1), (1024, 1024, 1, 1))
-    shapes8 = ((1, 4096, 4096, 1), (8, 4096, 4096, 1), (1, 1024, 1024, 1))
+    shapes8 = ((1, 4096, 4096, 1), (4, 4096, 4096, 1), (8, 4096, 4096, 1), (1, 1024, 1024, 1))
     for name, dt, shapes in (("bf16", ml_dtypes.bfloat16, shapes16), ("fp16", np.float16, shapes16),
                              ("e4m3fn", ml_dtypes.float8_e4m3fn, shapes8), ("e5m2", ml_dtypes.float8_e5m2, shapes8)):
         for m, k, n, t in shapes:
