@@ -603,7 +603,7 @@ pub(super) unsafe fn gemv_f32(a: &Operand, b: &Operand, c: OutMat<f32>) -> bool 
     let (a, b, c) = match (m, n) {
         (1, _) => (a.clone(), b.clone(), c),
         (_, 1) => (b.t(), a.t(), OutMat { ptr: c.ptr, rows: 1, cols: m, rs: c.cs, cs: c.rs }),
-        (2..=GEMV_ROWS, _) if b.cs == 1 && kernels::row_code(&b.dec, b.fmt).is_some() => (a.clone(), b.clone(), c),
+        (2..=GEMV_ROWS, _) if b.cs == 1 && kernels::row_code(&b.dec, b.fmt).is_some_and(|code| m <= gemv_rows(code)) => (a.clone(), b.clone(), c),
         _ => return false,
     };
     let (b, bytes, m) = (&b, b.storage.bytes() as isize, a.rows);
@@ -670,12 +670,25 @@ pub(super) unsafe fn gemv_f32(a: &Operand, b: &Operand, c: OutMat<f32>) -> bool 
     true
 }
 
-/// Rows of A that [`gemv_f32`] takes with B's rows contiguous: up to 2 (3 to
-/// 12 rows read bf16 and fp16 rows in place faster in the loop nest's tiles,
-/// and decode fp8 codes once for all their rows; two rows of a 4096 x 4096 B
-/// stream 1.2-1.4x as fast as the loop nest packs or reads it, for float32 and
-/// e4m3fn B, as fast for bf16).
-pub(super) const GEMV_ROWS: usize = 2;
+/// Rows of A that [`gemv_f32`] takes with B's rows contiguous, at most
+/// ([`gemv_rows`] by B's decoding).
+pub(super) const GEMV_ROWS: usize = 6;
+
+/// Rows of A that [`gemv_f32`] takes with B's rows contiguous, stored as `code`
+/// ([`super::kernels::row_code`]): up to 6 of float8 codes, whose decode the
+/// streaming shares among the rows (4 x 4096 x 4096 at 1 thread: e5m2 1.9x
+/// as fast as the loop nest, which packs B to f32, e4m3fn 1.6x; 1.3-1.5x at
+/// 2 threads; 6 rows 1.1-1.4x; 8 as fast); 2 otherwise (float32 1.3-1.4x, bf16
+/// and fp16 as fast; from 3 rows on, 2 threads ran slower than the loop nest,
+/// whose tiles read bf16 and fp16 B in place).
+pub(super) fn gemv_rows(code: u8) -> usize {
+    use super::kernels::{ROW_E4M3FN, ROW_E5M2};
+    if code == ROW_E5M2 || code == ROW_E4M3FN {
+        GEMV_ROWS
+    } else {
+        2
+    }
+}
 
 /// Columns of C per unit of [`gemv_f32`]'s row streaming for `m` rows of A:
 /// [`GEMV_NW`] for one, fewer for more, the sums of every row staying in L1.

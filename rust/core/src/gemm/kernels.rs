@@ -1524,7 +1524,7 @@ unsafe fn code_one<const C: u8>(p: *const u8, j: usize) -> f32 {
 /// of B starts `kk * rs` bytes after `b` and holds `nw` contiguous elements
 /// stored as `C` (a [`row_code`]; [`ROW_E4M3FN`]'s values read times 2^-8, so
 /// A's are to be given times 2^8). Four rows of B at a time (four streams read
-/// side by side), for each row of A in turn (the rows of B then in L1).
+/// side by side), 16 columns of them decoded once for all the rows of A.
 /// Returns false, `t` then void, where an e4m3fn NaN code was read in a vector.
 ///
 /// # Safety
@@ -1547,35 +1547,44 @@ unsafe fn gemv_block_avx2<const C: u8>(a: &[f32], lda: usize, m: usize, kc: usiz
         let mut load = |p: *const u8, j: usize| code_load8::<C>(p, j, &mut nan);
         let one = |p: *const u8, j: usize| code_one::<C>(p, j);
         // Steps kk..kk + $q (rows of B: four at a time, the last ones one at a
-        // time), and for each row of A its sums of the nw columns: each vector of
-        // sums loaded once, its FMAs in step order, stored once. The rows of B
-        // read for the first row of A are read again from L1 for the others.
+        // time), 16 columns at a time: their values decoded once, then for each
+        // row of A its sums of those columns loaded, the FMAs in step order, the
+        // sums stored (each sum's FMAs in the same order as one row at a time).
         macro_rules! steps {
             ($kk:expr, $q:literal) => {
                 let rows: [*const u8; $q] = std::array::from_fn(|s| b.wrapping_offset(($kk + s) as isize * rs));
-                for r in 0..m {
-                    let (ar, tp) = (&a[r * lda + $kk..r * lda + $kk + $q], t.as_mut_ptr().add(r * ldt));
-                    let av: [__m256; $q] = std::array::from_fn(|s| _mm256_set1_ps(ar[s]));
-                    let mut j = 0;
-                    while j + 16 <= full {
+                let mut j = 0;
+                while j + 16 <= full {
+                    let b0: [__m256; $q] = std::array::from_fn(|s| load(rows[s], j));
+                    let b1: [__m256; $q] = std::array::from_fn(|s| load(rows[s], j + 8));
+                    for r in 0..m {
+                        let (ar, tp) = (&a[r * lda + $kk..r * lda + $kk + $q], t.as_mut_ptr().add(r * ldt));
                         let mut v0 = _mm256_loadu_ps(tp.add(j));
                         let mut v1 = _mm256_loadu_ps(tp.add(j + 8));
                         for s in 0..$q {
-                            v0 = _mm256_fmadd_ps(av[s], load(rows[s], j), v0);
-                            v1 = _mm256_fmadd_ps(av[s], load(rows[s], j + 8), v1);
+                            let av = _mm256_set1_ps(ar[s]);
+                            v0 = _mm256_fmadd_ps(av, b0[s], v0);
+                            v1 = _mm256_fmadd_ps(av, b1[s], v1);
                         }
                         _mm256_storeu_ps(tp.add(j), v0);
                         _mm256_storeu_ps(tp.add(j + 8), v1);
-                        j += 16;
                     }
-                    while j < full {
+                    j += 16;
+                }
+                while j < full {
+                    let b0: [__m256; $q] = std::array::from_fn(|s| load(rows[s], j));
+                    for r in 0..m {
+                        let (ar, tp) = (&a[r * lda + $kk..r * lda + $kk + $q], t.as_mut_ptr().add(r * ldt));
                         let mut v = _mm256_loadu_ps(tp.add(j));
                         for s in 0..$q {
-                            v = _mm256_fmadd_ps(av[s], load(rows[s], j), v);
+                            v = _mm256_fmadd_ps(_mm256_set1_ps(ar[s]), b0[s], v);
                         }
                         _mm256_storeu_ps(tp.add(j), v);
-                        j += 8;
                     }
+                    j += 8;
+                }
+                for r in 0..m {
+                    let (ar, tp) = (&a[r * lda + $kk..r * lda + $kk + $q], t.as_mut_ptr().add(r * ldt));
                     for jj in full..nw {
                         let mut v = *tp.add(jj);
                         for (s, &x) in ar.iter().enumerate() {

@@ -1439,11 +1439,12 @@ fn vector_products_match_the_loop_nest() {
         _ => random_codes(g, st, len, specials),
     };
     let mut cases = 0;
-    // Products of 2 (GEMV_ROWS) rows too, taken where B's rows are contiguous
-    // (not in layout 1); 2 x 1024 x 2100 splits over the threads.
-    assert_eq!(driver::GEMV_ROWS, 2);
+    // Products of 2 to 6 rows too, taken where B's rows are contiguous (not in
+    // layout 1), up to driver::gemv_rows of its decoding (2, or 6 for fp8 codes);
+    // 2 x 1024 x 2100 and 5 x 1024 x 900 split over the threads.
+    assert_eq!(driver::GEMV_ROWS, 6);
     let shapes = [(1, 1, 1), (1, 7, 9), (1, 300, 33), (1, 513, 1100), (9, 300, 1), (1030, 257, 1), (1, 1024, 4100), (4100, 1024, 1), (1, 5, 1)];
-    let rows = [(2, 300, 33), (2, 7, 9), (2, 513, 700), (2, 1024, 2100), (2, 260, 13), (2, 3, 200)];
+    let rows = [(2, 300, 33), (2, 7, 9), (2, 513, 700), (2, 1024, 2100), (2, 260, 13), (2, 3, 200), (3, 300, 70), (4, 257, 33), (5, 1024, 900), (6, 40, 300)];
     let mut skipped = 0;
     for &(m, k, n) in shapes.iter().chain(&rows) {
         for (ka, &(sa, fa)) in kinds.iter().enumerate() {
@@ -1475,7 +1476,7 @@ fn vector_products_match_the_loop_nest() {
                 // SAFETY: both buffers hold the m x n matrix at these strides; simd() holds.
                 let done = unsafe { driver::gemv_f32(&a, &b, OutMat::from_raw(fast.as_mut_ptr(), m, n, rs, cs)) };
                 driver::gemm(&kernels::F32Avx2, &a, &b, unsafe { OutMat::from_raw(nest.as_mut_ptr(), m, n, rs, cs) });
-                let taken = m == 1 || n == 1 || layout != 1 && kernels::row_code(&b.dec, b.fmt).is_some();
+                let taken = m == 1 || n == 1 || layout != 1 && kernels::row_code(&b.dec, b.fmt).is_some_and(|code| m <= driver::gemv_rows(code));
                 assert_eq!(done, taken, "{m}x{k}x{n} layout {layout}");
                 if !done {
                     skipped += 1;
@@ -1488,8 +1489,12 @@ fn vector_products_match_the_loop_nest() {
             }
         }
     }
-    assert_eq!(cases + skipped, 15 * 6 * 4);
-    assert_eq!(cases, 9 * 6 * 4 + 6 * 5 * 3);
+    assert_eq!(cases + skipped, 19 * 6 * 4);
+    // (Products of more than 2 rows: taken for the pairs whose B holds fp8 codes.)
+    let fp8 = |(st, f): (Storage, Option<Format>)| st == Storage::U8 && kernels::fp8_kind(f).is_some();
+    let fp8_b = (0..kinds.len()).filter(|&ka| fp8(if ka % 2 == 0 { kinds[ka] } else { kinds[(ka + 2) % kinds.len()] })).count();
+    assert!(fp8_b >= 2);
+    assert_eq!(cases, 9 * 6 * 4 + 6 * 5 * 3 + 4 * fp8_b * 3);
     // e4m3fn's decoding takes A's block times 2^8: a block whose A values would
     // overflow so goes strip by strip (2^125 times e4m3fn's small values is
     // finite), as does one holding a NaN code (read as 1.875 by the decoding);
@@ -1524,14 +1529,19 @@ fn vector_products_match_the_loop_nest() {
         let (a, b) = unsafe { (op_f32(&av, 2, k, k as isize, 1), Operand::from_raw(bv.as_ptr(), Storage::U8, Some(Format::Float(FLOAT8_E4M3FN)), k, 20, 20, 1, "b").unwrap()) };
         matches_nest(&a, &b, 2 * usize::from(nan));
     }
-    // Other shapes are not taken: more rows than GEMV_ROWS, or a B whose rows
-    // are not contiguous.
+    // Other shapes are not taken: more rows than gemv_rows (3 of float32, 7 of
+    // e5m2), or a B whose rows are not contiguous.
     let v = vec![0f32; 128];
-    let rows = driver::GEMV_ROWS + 1;
+    let rows = driver::gemv_rows(kernels::ROW_F32) + 1;
     let (a, b) = (op_f32(&v, rows, 8, 8, 1), op_f32(&v, 8, 2, 2, 1));
     let mut c = [0f32; 64];
     // SAFETY: c holds rows x 2.
     assert!(!unsafe { driver::gemv_f32(&a, &b, OutMat::from_raw(c.as_mut_ptr(), rows, 2, 2, 1)) });
+    let rows = driver::GEMV_ROWS + 1;
+    let b8 = [0x3cu8; 16];
+    // SAFETY: the view covers its vector (8 x 2 codes); c holds rows x 2.
+    let b = unsafe { Operand::from_raw(b8.as_ptr(), Storage::U8, Some(Format::Float(FLOAT8_E5M2)), 8, 2, 2, 1, "b").unwrap() };
+    assert!(!unsafe { driver::gemv_f32(&op_f32(&v, rows, 8, 8, 1), &b, OutMat::from_raw(c.as_mut_ptr(), rows, 2, 2, 1)) });
     let (a, b) = (op_f32(&v, 2, 8, 8, 1), op_f32(&v, 8, 2, 1, 8));
     // SAFETY: c holds 2 x 2.
     assert!(!unsafe { driver::gemv_f32(&a, &b, OutMat::from_raw(c.as_mut_ptr(), 2, 2, 2, 1)) });
