@@ -202,24 +202,29 @@ def skinny() -> None:
     """Products of few rows (a batch of tokens times a weight matrix, m x 4096 x 4096): B
     row-major, and as the transposed view of a row-major weight matrix w (x @ w.T, whose
     columns are contiguous), lowp on bfloat16 and float32 against numpy's float32 matmul
-    on the same layout. B is read from memory once or twice: packing order decides."""
+    on the same layout, and lowp with bfloat16 rows times an e4m3fn B (weights stored in
+    fp8). B is read from memory once or twice: packing order decides."""
     g = np.random.default_rng(7)
     print("\n== few rows: milliseconds; ratios numpy f32 / lowp (> 1: lowp is faster)")
-    print(f"{'m x k x n':>16} {'B':>8} {'thr':>3} {'lowp bf16':>9} {'lowp f32':>8} {'np f32':>7} {'vs bf16':>7} {'vs f32':>6}")
+    print(f"{'m x k x n':>16} {'B':>8} {'thr':>3} {'lowp bf16':>9} {'lowp f32':>8} {'np f32':>7} {'vs bf16':>7} {'vs f32':>6} "
+          f"{'bf16 x e4m3fn':>13} {'vs np':>6}")
     k = n = 4096
     w32 = g.standard_normal((n, k)).astype(np.float32)
     w = w32.astype(ml_dtypes.bfloat16)
-    for m in (1, 2, 8, 32, 128):
+    w8 = w32.astype(ml_dtypes.float8_e4m3fn)
+    for m in (1, 2, 4, 8, 32, 128):
         x32 = g.standard_normal((m, k)).astype(np.float32)
         x = x32.astype(ml_dtypes.bfloat16)
         for layout in ("rows", "w.T"):
             b32, b = (np.ascontiguousarray(w32.T), np.ascontiguousarray(w.T)) if layout == "rows" else (w32.T, w.T)
+            b8 = np.ascontiguousarray(w8.T) if layout == "rows" else w8.T
             for t in (1, 2):
                 set_threads(t)
                 t32, tl = best_pair(lambda: x32 @ b32, lambda: lowp.matmul(x, b), 8, rounds=4)
                 tl32 = best(lambda: lowp.matmul(x32, b32), 6)
+                t8 = best(lambda: lowp.matmul(x, b8), 6)
                 print(f"{f'{m} x {k} x {n}':>16} {layout:>8} {t:3d} {tl * 1e3:9.3f} {tl32 * 1e3:8.3f} {t32 * 1e3:7.3f} "
-                      f"{t32 / tl:7.2f} {t32 / tl32:6.2f}", flush=True)
+                      f"{t32 / tl:7.2f} {t32 / tl32:6.2f} {t8 * 1e3:13.3f} {t32 / t8:6.2f}", flush=True)
 
 
 def emulated(sizes) -> None:
