@@ -122,8 +122,10 @@
 //!   Stochastic products of at most [`FEW_ROWS`] rows with at most 32 bits,
 //!   where [`tile64_sr`] runs: [`sr64_rows`], the same adds
 //!   on one or two rows x 16 columns, B's values read once (bfloat16 and
-//!   float16 codes in place, each depth block scanned for its bounds; others
-//!   packed 16 columns at a time) and the columns' words drawn in the kernel
+//!   float16 codes in place, each depth block scanned for its bounds; those
+//!   of a B whose columns are contiguous moved into rows of 16 first
+//!   ([`transpose16`]); others packed 16 columns at a time) and the columns'
+//!   words drawn in the kernel
 //!   from their Weyl values ([`StepRand::col_weyl`]) instead of placed in
 //!   panels, which one row would read once; blocks it cannot take run the step
 //!   path.
@@ -1916,7 +1918,7 @@ const ROWS_LANES: [usize; 8] = [0, 4, 1, 5, 2, 6, 3, 7];
 /// The constants of [`sr64_rows`], and the largest magnitude it returns.
 #[repr(C, align(32))]
 struct RowsConsts {
-    /// The columns' Weyl step (offset 0), the two multipliers of [`mix32`]
+    /// The columns' Weyl step (offset 0), the two multipliers of `mix32`
     /// (32, 64).
     gamma: [u32; 8],
     m1: [u32; 8],
@@ -1985,8 +1987,8 @@ macro_rules! rows_dec {
 }
 
 /// The placed column words of half `$w` (ymm8: columns 0-7, ymm9: 8-15) of a
-/// [`sr64_rows`] step: its Weyl values advanced by gamma, [`mix32`] (ymm13
-/// scratch; its multipliers where [`rows_part`] has them for `$mr` rows and
+/// [`sr64_rows`] step: its Weyl values advanced by gamma, `mix32` (ymm13
+/// scratch; its multipliers where `rows_part!` has them for `$mr` rows and
 /// adds `$t`), complemented and cut to the top
 /// `rbits` bits, the even lanes' (the low halves of the u64 lanes) into
 /// ymm11, the odd lanes' into ymm10, each shifted to end below the unit
@@ -6705,6 +6707,58 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
     Ok(!gave_up.load(Relaxed))
 }
 
+/// Lines of 16-bit codes into rows of 16, for [`drive`]'s few-row path:
+/// `dst[kk*16 + l]` = code `kk` of line `l` (`off + l*cs` codes from `p`, its
+/// `seg` codes contiguous) for `l < w`, zero for the other lines: 8 x 8
+/// blocks transposed in registers (three rounds of unpacks), the last steps
+/// one at a time.
+///
+/// # Safety
+/// The CPU must support avx2; the `w` lines' `seg` codes must be readable;
+/// `w <= 16` and `dst.len() >= seg * 16`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn transpose16(p: *const u16, off: isize, cs: isize, w: usize, seg: usize, dst: &mut [u16]) {
+    use std::arch::x86_64::*;
+    assert!(w <= 16 && dst.len() >= seg * 16);
+    let full = seg / 8 * 8;
+    for h in 0..2 {
+        let lines: [*const u16; 8] = std::array::from_fn(|l| p.wrapping_offset(off + (8 * h + l) as isize * cs));
+        let live: [bool; 8] = std::array::from_fn(|l| 8 * h + l < w);
+        // SAFETY: the loads read codes kk..kk+8 < seg of live lines (readable per the
+        // contract); the stores write dst's rows kk..kk+8 < seg (asserted).
+        unsafe {
+            let mut kk = 0;
+            while kk < full {
+                let r: [__m128i; 8] = std::array::from_fn(|l| if live[l] { _mm_loadu_si128(lines[l].add(kk) as *const __m128i) } else { _mm_setzero_si128() });
+                // Pairs of lines interleaved, then pairs of pairs: each vector two steps
+                // of four lines; then the two halves of the lines joined.
+                let a: [__m128i; 8] = std::array::from_fn(|q| {
+                    let (x, y) = (r[2 * (q / 2)], r[2 * (q / 2) + 1]);
+                    if q % 2 == 0 { _mm_unpacklo_epi16(x, y) } else { _mm_unpackhi_epi16(x, y) }
+                });
+                // b[q]: steps 2q, 2q+1 of lines 0-3 (q < 4) or 4-7 (q - 4).
+                let b: [__m128i; 8] = std::array::from_fn(|q| {
+                    let g = 4 * (q / 4);
+                    let (x, y) = (a[g + (q % 4) / 2], a[g + 2 + (q % 4) / 2]);
+                    if q % 2 == 0 { _mm_unpacklo_epi32(x, y) } else { _mm_unpackhi_epi32(x, y) }
+                });
+                for q in 0..8 {
+                    let (x, y) = (b[q / 2], b[4 + q / 2]);
+                    let c = if q % 2 == 0 { _mm_unpacklo_epi64(x, y) } else { _mm_unpackhi_epi64(x, y) };
+                    _mm_storeu_si128(dst.as_mut_ptr().add((kk + q) * 16 + 8 * h) as *mut __m128i, c);
+                }
+                kk += 8;
+            }
+            for kk in full..seg {
+                for l in 0..8 {
+                    dst[kk * 16 + 8 * h + l] = if live[l] { *lines[l].add(kk) } else { 0 };
+                }
+            }
+        }
+    }
+}
+
 std::thread_local! {
     /// The panels of [`drive`]'s tasks (B's values, the columns' words and their
     /// placed bits), kept by each thread from one task to the next and from one
@@ -6875,6 +6929,11 @@ fn drive<R: Round>(r: &R, a: &Operand, b: &Operand, c: EmuOut, spec: &AccumSpec,
         // column words for the step path.
         let few_len = if few { KB.min(k.max(1)) } else { 0 };
         let mut gbuf = vec![0f64; few_len * 16];
+        // A B of 16-bit codes whose columns are contiguous (a matrix-vector product's,
+        // run transposed): a group's codes moved into rows of 16 (`[kk*16 + l]`,
+        // zeros past w), which the kernel decodes as it does codes in place.
+        let tcodes = few && few_src.is_none() && b.rs == 1 && matches!(few_dec, Some(ROWS_BF16 | ROWS_F16));
+        let mut cbuf = vec![0u16; if tcodes { few_len * 16 } else { 0 }];
         let (mut apb, mut upb) = (vec![0f64; few_len * FEW_ROWS * 4], vec![0u64; few_len * FEW_ROWS * 4]);
         let mut araw = vec![0f64; few_len * FEW_ROWS.next_multiple_of(2)];
         let mut vbuf = [0u64; 16];
@@ -6955,9 +7014,15 @@ fn drive<R: Round>(r: &R, a: &Operand, b: &Operand, c: EmuOut, spec: &AccumSpec,
                         let pack = |gbuf: &mut [f64]| unsafe { super::kernels::pack_real_any::<f64>(b, gbase, b.cs, b.rs, w, 16, seg, gbuf) };
                         // (`packed`: gbuf holds the values; `shrunk`: times 2^-few_up, for A's
                         // values scaled for the codes in place, in a last group packed.)
-                        let (mut packed, mut shrunk) = (code.is_none(), false);
+                        let (mut packed, mut shrunk) = (code.is_none() && !tcodes, false);
                         if packed {
                             pack(&mut gbuf);
+                        }
+                        #[cfg(target_arch = "x86_64")]
+                        if tcodes {
+                            // SAFETY: columns j0+j..j0+j+w, rows kidx0..kidx0+seg (each column's
+                            // contiguous) are inside b; cbuf holds seg rows of 16; simd() holds.
+                            unsafe { transpose16(b.ptr as *const u16, gbase, b.cs, w, seg, &mut cbuf) };
                         }
                         let pb64 = match (b_codes, few_dec) {
                             // (The block's, a superset.)
@@ -7003,6 +7068,10 @@ fn drive<R: Round>(r: &R, a: &Operand, b: &Operand, c: EmuOut, spec: &AccumSpec,
                                     };
                                     RowsBlock { src: code, pb, ld: b.rs * few_cb, pf: (pf, b.rs * few_cb), weyl: &weyl, gamma }
                                 }
+                                None if tcodes => {
+                                    let pb = cbuf.as_ptr() as *const u8;
+                                    RowsBlock { src: few_dec.expect("tcodes has a decoding"), pb, ld: 32, pf: (pb, 32), weyl: &weyl, gamma }
+                                }
                                 None => {
                                     let pb = gbuf.as_ptr() as *const u8;
                                     RowsBlock { src: ROWS_F64, pb, ld: 128, pf: (pb, 128), weyl: &weyl, gamma }
@@ -7010,7 +7079,7 @@ fn drive<R: Round>(r: &R, a: &Operand, b: &Operand, c: EmuOut, spec: &AccumSpec,
                             };
                             let (ap, up) = (&apb[g * kn * 8 + kk0 * nr * 4..], &upb[g * kn * 8 + kk0 * nr * 4..]);
                             // SAFETY: the segment's seg steps of 16 values (gbuf) or codes (inside
-                            // b: w == 16 columns of row-major codes) are readable.
+                            // b: w == 16 columns of row-major codes; or cbuf) are readable.
                             let done = a_ok && same && unsafe { r.rows_sr(nr, w, &mut acc[i * ld + j..], ld, ap, up, blk, seg, rbits, ab64, pb64) };
                             if done {
                                 continue;

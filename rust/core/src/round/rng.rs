@@ -316,7 +316,7 @@ impl StepRand {
     }
 
     /// The Weyl value under column `j`'s first word at step `t`: that word
-    /// (the top 32 bits of [`StepRand::col`]) is [`mix32`] of it, and step
+    /// (the top 32 bits of [`StepRand::col`]) is `mix32` of it, and step
     /// `t + 1`'s is `mix32` of it plus [`StepRand::col_gamma`] while the
     /// index's high half stays the same (also returned: `(j * steps + t) >> 32`).
     pub fn col_weyl(&self, j: usize, t: usize) -> (u32, u32) {
