@@ -1122,14 +1122,10 @@ impl<const M: u8> Fast<M> {
             let mut t = Tile64([0.0; 32]);
             // SAFETY: `simd` is only true when avx2 was detected; acc holds the nr rows (asserted).
             let Some(amax) = (unsafe { tile64_in(&mut t, acc, ldc, nr, sc) }) else { return false };
-            // Each rounding grows a magnitude by at most one unit: a factor 1 + 2^-man
-            // in the normal range, the smallest subnormal below it.
             let max = f64::from_bits(self.max_bits);
-            // (1 + e)^kn <= exp(kn e) <= 1 / (1 - kn e) while kn e < 1.
-            let e = pow2(-(self.man as i32));
-            let add = self.step_add(a, b);
-            let ke = kn as f64 * e;
-            let track = ke >= 0.5 || (amax + kn as f64 * add) * (1.0 + 1e-9) > max * (1.0 - ke);
+            // (A rounding's growth 1 + e and a step's add, as in [`Fast::sr_watch`].)
+            let (e, add) = (pow2(-(self.man as i32)), self.step_add(a, b));
+            let track = self.sr_watch(amax, kn, a, b);
             // Past that bound: runs checked at their starts ([`tile64_sr_runs`]) where a
             // run's bound leaves room: the longest of 16, 8 or 4 steps whose sums stay
             // below the largest value from accumulators of at most `top` (twice the
@@ -1198,6 +1194,19 @@ impl<const M: u8> Fast<M> {
             _ => 0.0,
         };
         p + pow2(self.emin - self.man as i32)
+    }
+
+    /// Must the stochastic kernels ([`tile64_sr`], [`sr64_rows`]) watch their
+    /// sums over `kn` steps from accumulators of magnitude at most `amax`
+    /// (unscaled), with the block's values of bounds `a` and `b`? Not where a
+    /// bound keeps every sum below the largest value: each rounding grows a
+    /// magnitude by at most one unit, a factor 1 + e (e = 2^-man) in the normal
+    /// range, the smallest subnormal below it, and (1 + e)^kn <= exp(kn e) <=
+    /// 1 / (1 - kn e) while kn e < 1.
+    fn sr_watch(&self, amax: f64, kn: usize, a: Bounds64, b: Bounds64) -> bool {
+        let max = f64::from_bits(self.max_bits);
+        let ke = kn as f64 * pow2(-(self.man as i32));
+        ke >= 0.5 || (amax + kn as f64 * self.step_add(a, b)) * (1.0 + 1e-9) > max * (1.0 - ke)
     }
 
     /// The power of two that [`tile64_ne`] scales the values by, when it can
@@ -2304,12 +2313,8 @@ impl<const M: u8> Fast<M> {
                     t[r * 16 + l] = v * sc;
                 }
             }
-            // Watch the sums unless a bound keeps them below the largest value (as
-            // `tile_sr_run`).
             let max = f64::from_bits(self.max_bits);
-            let e = pow2(-(self.man as i32));
-            let ke = kn as f64 * e;
-            let track = ke >= 0.5 || (amax + kn as f64 * self.step_add(a, b)) * (1.0 + 1e-9) > max * (1.0 - ke);
+            let track = self.sr_watch(amax, kn, a, b);
             let d = 52 - self.man;
             let top = (u32::MAX << (32 - rbits)) as u64;
             let left = d >= 32;
@@ -3534,6 +3539,29 @@ unsafe fn code_scan<T: ScanCode>(p: *const T, ld: isize, rows: usize, cols: usiz
     // SAFETY: per the caller.
     let (lo, hi, top) = unsafe { body(p, ld, rows, cols, inf) };
     (if lo == u32::MAX { lo } else { pat(lo) }, pat(hi), pat(top))
+}
+
+/// [`code_scan`] of `rows` runs of `cols` elements of `b` from element `off`,
+/// `ld` elements apart, for the decodings whose codes it reads (bfloat16,
+/// float16, and float8_e5m2 and float8_e4m3fn by their table, where a NaN's
+/// value is a NaN and an infinity's an infinity); `None` for the others.
+///
+/// # Safety
+/// Those elements must be inside `b`.
+unsafe fn operand_code_scan(b: &Operand, off: isize, ld: isize, rows: usize, cols: usize) -> Option<(u32, u32, u32)> {
+    let p = b.ptr.wrapping_offset(off * b.storage.bytes() as isize);
+    // SAFETY: the runs are inside b (the caller's contract), codes of its storage.
+    unsafe {
+        match (&b.dec, super::kernels::fp8_kind(b.format())) {
+            (super::Dec::Bf16, _) => Some(code_scan(p as *const u16, ld, rows, cols, 0x7f80, |c| c << 16)),
+            (super::Dec::F16, _) => Some(code_scan(p as *const u16, ld, rows, cols, 0x7c00, |c| super::f16_to_f32(c as u16).to_bits())),
+            (super::Dec::Lut8(t), Some(f)) => {
+                let inf = if f == super::kernels::FP8_E4M3FN { 0x7f } else { 0x7c };
+                Some(code_scan(p, ld, rows, cols, inf, |c| t[c as usize].to_bits()))
+            }
+            _ => None,
+        }
+    }
 }
 
 /// [`exp_bounds`] from the smallest and largest nonzero finite magnitude
@@ -6206,14 +6234,9 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
                 // In place: this block's bounds and largest magnitude from the task's
                 // codes; none of them a NaN?
                 let (bbk, b_max, nan_free) = if b_codes {
-                    let p = b.ptr.wrapping_offset((kb as isize * b.rs + (j0 + ja) as isize) * cb);
                     // SAFETY: rows kb..kb+kn, columns j0+ja..j0+jz are inside b.
-                    let (lo, hi, top) = match b8 {
-                        // (The table's value of each code: a NaN's NaN, an infinity's infinity.)
-                        Some((e4m3, t)) => unsafe { code_scan(p, b.rs, kn, jz - ja, if e4m3 { 0x7f } else { 0x7c }, |c| t[c as usize].to_bits()) },
-                        None if b_f16 => unsafe { code_scan(p as *const u16, b.rs, kn, jz - ja, 0x7c00, |c| super::f16_to_f32(c as u16).to_bits()) },
-                        None => unsafe { code_scan(p as *const u16, b.rs, kn, jz - ja, 0x7f80, |c| c << 16) },
-                    };
+                    let scan = unsafe { operand_code_scan(b, kb as isize * b.rs + (j0 + ja) as isize, b.rs, kn, jz - ja) };
+                    let (lo, hi, top) = scan.expect("codes in place are of a decoding the scan reads");
                     (on_grid(exp_bounds_of(lo, hi, pb), gb), f32::from_bits(top), top <= 0x7f80_0000)
                 } else {
                     (bbk, bmaxes[kbi], false)
@@ -6834,7 +6857,7 @@ fn drive<R: Round>(r: &R, a: &Operand, b: &Operand, c: EmuOut, spec: &AccumSpec,
     let few_src = few_dec.filter(|_| b.cs == 1);
     // Bytes a code of B; the power of two that A's values take on besides the scale
     // (e4m3fn codes decode to 2^-8 times their values).
-    let few_cb = if matches!(few_dec, Some(ROWS_BF16 | ROWS_F16)) { 2 } else { 1 };
+    let few_cb = b.storage.bytes() as isize;
     let few_up = if few_src == Some(ROWS_E4M3FN) { 8 } else { 0 };
     let task = |t: usize| {
         let (ib, jbk) = (t / cblocks, t % cblocks);
@@ -6946,26 +6969,15 @@ fn drive<R: Round>(r: &R, a: &Operand, b: &Operand, c: EmuOut, spec: &AccumSpec,
                 // B's bounds for the block, of the codes in place (whose scan also
                 // brings them into the cache); of each group's packed values otherwise.
                 // The bounds of B's codes in `rows` runs of `cols` contiguous ones from
-                // element `off`, `ld` elements apart.
-                let scan = |code: u8, off: isize, ld: isize, rows: usize, cols: usize| -> Bounds64 {
-                    // SAFETY: the caller's runs are inside b, codes of `few_cb` bytes (float8
-                    // ones decoded by their table).
-                    let (lo, hi, top) = unsafe {
-                        let p = b.ptr.wrapping_offset(off * few_cb);
-                        match (code, &b.dec) {
-                            (ROWS_BF16, _) => code_scan::<u16>(p as *const u16, ld, rows, cols, 0x7f80, |c| c << 16),
-                            (ROWS_F16, _) => code_scan::<u16>(p as *const u16, ld, rows, cols, 0x7c00, |c| super::f16_to_f32(c as u16).to_bits()),
-                            (_, super::Dec::Lut8(t)) => {
-                                let inf = if code == ROWS_E4M3FN { 0x7f } else { 0x7c };
-                                code_scan::<u8>(p, ld, rows, cols, inf, |c| t[c as usize].to_bits())
-                            }
-                            _ => unreachable!("few_dec names the decodings"),
-                        }
-                    };
+                // element `off`, `ld` elements apart (of a `few_dec` decoding).
+                let scan = |off: isize, ld: isize, rows: usize, cols: usize| -> Bounds64 {
+                    // SAFETY: the caller's runs are inside b.
+                    let scan = unsafe { operand_code_scan(b, off, ld, rows, cols) };
+                    let (lo, hi, top) = scan.expect("few_dec names decodings the scan reads");
                     (exp_bounds_of(lo, hi, prec_b), top >= 0x7f80_0000)
                 };
                 // (Rows kb..kb+kn, columns j0..j0+jb.)
-                let b_codes = few_src.map(|code| scan(code, base, b.rs, kn, jb));
+                let b_codes = few_src.map(|_| scan(base, b.rs, kn, jb));
                 // A's rows in pairs: their values (apk, then `araw[(g*kn + kk)*2 + r]`
                 // for the step path), bounds, and (where they scale exactly) their
                 // scaled values and placed words, broadcast (`[g*kn*8 + (kk*nr + r)*4 + l]`).
@@ -7028,7 +7040,7 @@ fn drive<R: Round>(r: &R, a: &Operand, b: &Operand, c: EmuOut, spec: &AccumSpec,
                             // (The block's, a superset.)
                             (Some(bb), _) => bb,
                             // Columns contiguous: the group's w columns of seg codes.
-                            (None, Some(dec)) if b.rs == 1 => scan(dec, gbase, b.cs, w, seg),
+                            (None, Some(_)) if b.rs == 1 => scan(gbase, b.cs, w, seg),
                             _ => exp_bounds64_of(&gbuf[..seg * 16], prec_b),
                         };
                         if packed && few_up != 0 {
