@@ -6965,11 +6965,14 @@ fn drive<R: Round>(r: &R, a: &Operand, b: &Operand, c: EmuOut, spec: &AccumSpec,
             let base = kb as isize * b.rs + j0 as isize * b.cs;
             if few {
                 let sc = sr_scale.expect("few needs the scale");
+                // The columns' Weyl step, and the step from one column's values to the next's.
                 let gamma = words.col_gamma();
-                // B's bounds for the block, of the codes in place (whose scan also
-                // brings them into the cache); of each group's packed values otherwise.
+                let cstep = (steps as u32).wrapping_mul(gamma);
                 // The bounds of B's codes in `rows` runs of `cols` contiguous ones from
-                // element `off`, `ld` elements apart (of a `few_dec` decoding).
+                // element `off`, `ld` elements apart (of a `few_dec` decoding): those of
+                // the block for codes in place (whose scan also brings them into the
+                // cache), of each group for columns contiguous; of each group's packed
+                // values otherwise.
                 let scan = |off: isize, ld: isize, rows: usize, cols: usize| -> Bounds64 {
                     // SAFETY: the caller's runs are inside b.
                     let scan = unsafe { operand_code_scan(b, off, ld, rows, cols) };
@@ -7055,7 +7058,6 @@ fn drive<R: Round>(r: &R, a: &Operand, b: &Operand, c: EmuOut, spec: &AccumSpec,
                         // (the first column's first to the last's last) keep their high half.
                         let (w0, hi) = words.col_weyl(j0 + j, kidx0);
                         let same = words.col_weyl(j0 + j + w - 1, kidx0 + seg - 1).1 == hi;
-                        let cstep = (steps as u32).wrapping_mul(gamma);
                         let mut weyl = [0u32; 16];
                         for h in 0..2 {
                             for (l, &c) in ROWS_LANES.iter().enumerate() {
