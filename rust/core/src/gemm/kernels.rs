@@ -1384,13 +1384,16 @@ pub(super) const ROW_E4M3FN_CLEAN: u8 = 5;
 /// `$go::<C>` with the const `C` set to the row code `$code`.
 macro_rules! by_row_code {
     ($code:expr, $go:ident($($arg:expr),*)) => {
+        by_row_code!($code, $go::<>($($arg),*))
+    };
+    ($code:expr, $go:ident::<$($g:literal),*>($($arg:expr),*)) => {
         match $code {
-            ROW_F32 => $go::<ROW_F32>($($arg),*),
-            ROW_BF16 => $go::<ROW_BF16>($($arg),*),
-            ROW_F16 => $go::<ROW_F16>($($arg),*),
-            ROW_E5M2 => $go::<ROW_E5M2>($($arg),*),
-            ROW_E4M3FN => $go::<ROW_E4M3FN>($($arg),*),
-            _ => $go::<ROW_E4M3FN_CLEAN>($($arg),*),
+            ROW_F32 => $go::<$($g,)* ROW_F32>($($arg),*),
+            ROW_BF16 => $go::<$($g,)* ROW_BF16>($($arg),*),
+            ROW_F16 => $go::<$($g,)* ROW_F16>($($arg),*),
+            ROW_E5M2 => $go::<$($g,)* ROW_E5M2>($($arg),*),
+            ROW_E4M3FN => $go::<$($g,)* ROW_E4M3FN>($($arg),*),
+            _ => $go::<$($g,)* ROW_E4M3FN_CLEAN>($($arg),*),
         }
     };
 }
@@ -1404,16 +1407,6 @@ macro_rules! by_row_code {
 pub(super) unsafe fn gemv_block(code: u8, a: &[f32], lda: usize, m: usize, kc: usize, b: *const u8, rs: isize, nw: usize, t: &mut [f32], ldt: usize) -> bool {
     // SAFETY: forwarded contract.
     unsafe { by_row_code!(code, gemv_block_avx2(a, lda, m, kc, b, rs, nw, t, ldt)) }
-}
-
-/// [`gemv_cols_avx2`] for the row code `code`.
-///
-/// # Safety
-/// As [`gemv_cols_avx2`].
-#[cfg(target_arch = "x86_64")]
-pub(super) unsafe fn gemv_cols(code: u8, x: &[f32], b: *const u8, cs: isize, nc: usize, t: &mut [f32]) -> bool {
-    // SAFETY: forwarded contract.
-    unsafe { by_row_code!(code, gemv_cols_avx2(x, b, cs, nc, t)) }
 }
 
 /// What [`ROW_E4M3FN`]'s decoding leaves out of the value.
@@ -1652,52 +1645,110 @@ unsafe fn gemv_block_avx2<const C: u8>(a: &[f32], lda: usize, m: usize, kc: usiz
     }
 }
 
-/// Columns [`gemv_cols_avx2`] dots at a time: two groups of 8, two
-/// independent chains of FMAs (four groups, 32 streams of B, read slower).
-pub(super) const GEMV_COLS: usize = 16;
+/// [`gemv_cols_avx2`] for the row code `code`, `rows` rows of A and `groups` groups of 8 columns.
+///
+/// # Safety
+/// As [`gemv_cols_avx2`].
+#[cfg(target_arch = "x86_64")]
+#[allow(clippy::too_many_arguments)]
+pub(super) unsafe fn gemv_cols(code: u8, rows: usize, groups: usize, x: &[f32], lda: usize, b: *const u8, cs: isize, nc: usize, kc: usize, t: &mut [f32], ldt: usize) -> bool {
+    macro_rules! go {
+        ($r:literal, $g:literal) => {
+            // SAFETY: forwarded contract.
+            unsafe { by_row_code!(code, gemv_cols_avx2::<$r, $g>(x, lda, b, cs, nc, kc, t, ldt)) }
+        };
+    }
+    match (rows, groups) {
+        (1, 1) => go!(1, 1),
+        (1, 2) => go!(1, 2),
+        (2, 1) => go!(2, 1),
+        (3, 1) => go!(3, 1),
+        (4, 1) => go!(4, 1),
+        (5, 1) => go!(5, 1),
+        (6, 1) => go!(6, 1),
+        _ => panic!("gemv_cols: {rows} rows of A in {groups} groups of columns; 1 to 6 rows in one group, or one row in two, are taken"),
+    }
+}
 
-/// A depth block of [`super::driver::gemv_f32`]'s column dots: `t[l] = sum_kk
-/// x[kk] * col_l[kk]` for the `nc <= GEMV_COLS` columns whose elements are
-/// contiguous, column l starting `l * cs` bytes after `b`, stored as `C`
-/// (as [`gemv_block_avx2`]'s rows, `x` times 2^8 for [`ROW_E4M3FN`]); each sum
-/// from zero by one FMA a step in order: 8 steps of 8 columns loaded and
-/// transposed in registers (lanes are columns), the two groups side by side,
-/// the last steps one column at a time. Returns false, `t` then void, where an
+/// A depth block of [`super::driver::gemv_f32`]'s column dots: `t[r * ldt +
+/// l] = sum_kk x[r * lda + kk] * col_l[kk]` for the `R` rows r of A and the `nc
+/// <= 8 * G` columns l whose `kc` elements are contiguous, column l starting
+/// `l * cs` bytes after `b`, stored as `C` (as [`gemv_block_avx2`]'s rows;
+/// [`ROW_E4M3FN`]'s values, read times 2^-8, multiplied back by 2^8 once
+/// transposed, where the rows take A's values times 2^8: one multiplication
+/// per 8 values, not A's block scaled for every group); each sum from zero by one FMA a step in
+/// order, as the loop nest sums a depth block. 8 steps of 8 columns are loaded
+/// and transposed in registers (lanes are columns), once for all the rows, the
+/// groups' in turn. The rows, and the `G` groups of 8 columns, are the
+/// independent chains of FMAs: one row in one group is bound by its chain (8
+/// FMAs a block of 64 elements), one row in two by the transposes. The last
+/// steps go one column at a time. Returns false, `t` then void, where an
 /// e4m3fn NaN code was read in a vector.
 ///
 /// # Safety
-/// The CPU must support avx2, fma and f16c; the columns' first `x.len()`
-/// elements must be readable; `1 <= nc <= GEMV_COLS`; `t.len() >= GEMV_COLS`.
+/// The CPU must support avx2, fma and f16c; the columns' first `kc` elements
+/// must be readable, and `x` must hold them for every row; `1 <= nc <= 8 * G`;
+/// `t` must hold `R` rows of `ldt >= 8 * G`.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn gemv_cols_avx2<const C: u8>(x: &[f32], b: *const u8, cs: isize, nc: usize, t: &mut [f32]) -> bool {
+#[allow(clippy::too_many_arguments)]
+unsafe fn gemv_cols_avx2<const R: usize, const G: usize, const C: u8>(x: &[f32], lda: usize, b: *const u8, cs: isize, nc: usize, kc: usize, t: &mut [f32], ldt: usize) -> bool {
     use std::arch::x86_64::*;
-    assert!((1..=GEMV_COLS).contains(&nc) && t.len() >= GEMV_COLS && C <= ROW_E4M3FN_CLEAN);
-    let kc = x.len();
-    let full = kc / 8 * 8;
+    assert!((1..=2).contains(&G) && (1..=8 * G).contains(&nc) && ldt >= 8 * G && t.len() >= (R - 1) * ldt + 8 * G);
+    assert!(C <= ROW_E4M3FN_CLEAN && x.len() >= (R - 1) * lda + kc);
+    // e4m3fn's values, read times 2^-8, taken back up (exactly) here.
+    let e4m3 = C == ROW_E4M3FN || C == ROW_E4M3FN_CLEAN;
     // SAFETY: columns l < nc (the last one standing in for the missing ones),
-    // elements below kc, are readable per the contract; stores inside t.
+    // elements below kc, are readable per the contract; x's reads and t's
+    // stores inside them (asserted).
     unsafe {
-        let cols: [*const u8; GEMV_COLS] = std::array::from_fn(|l| b.wrapping_offset(l.min(nc - 1) as isize * cs));
-        let groups = nc.div_ceil(8);
-        let mut acc = [_mm256_setzero_ps(); GEMV_COLS / 8];
+        let cols: [[*const u8; 8]; G] = std::array::from_fn(|g| std::array::from_fn(|l| b.wrapping_offset((8 * g + l).min(nc - 1) as isize * cs)));
+        let mut acc = [[_mm256_setzero_ps(); G]; R];
         let mut nan = _mm_setzero_si128();
-        let mut kk = 0;
-        while kk < full {
-            for (g, ag) in acc.iter_mut().enumerate().take(groups) {
-                let w = transpose8(std::array::from_fn(|l| code_load8::<C>(cols[8 * g + l], kk, &mut nan)));
-                for (q, wq) in w.iter().enumerate() {
-                    *ag = _mm256_fmadd_ps(_mm256_set1_ps(x[kk + q]), *wq, *ag);
+        let xp = x.as_ptr();
+        // 8 steps from `$j` of group `$g`, for every row. (A macro: as a
+        // closure, not always inlined, it kept the sums in memory.)
+        macro_rules! piece {
+            ($g:expr, $j:expr) => {
+                let w = transpose8(std::array::from_fn(|l| code_load8::<C>(cols[$g][l], $j, &mut nan)));
+                let w = if e4m3 { w.map(|v| _mm256_mul_ps(v, _mm256_set1_ps(E4M3FN_SCALE))) } else { w };
+                for (r, ar) in acc.iter_mut().enumerate() {
+                    let xr = xp.add(r * lda + $j);
+                    for (q, wq) in w.iter().enumerate() {
+                        ar[$g] = _mm256_fmadd_ps(_mm256_set1_ps(*xr.add(q)), *wq, ar[$g]);
+                    }
+                }
+            };
+        }
+        let full = kc / 8 * 8;
+        if C != ROW_F32 || G == 1 {
+            for j in (0..full).step_by(8) {
+                piece!(0, j);
+                if G > 1 {
+                    piece!(1, j);
                 }
             }
-            kk += 8;
+        } else {
+            // Two groups of float32 as a loop, their sums in memory: spelled
+            // out, the two transposes' registers spilled (B read from memory
+            // 1.4x slower; the codes' groups, spelled out, ran faster).
+            let groups = std::hint::black_box(G);
+            for j in (0..full).step_by(8) {
+                for g in 0..groups {
+                    piece!(g, j);
+                }
+            }
         }
-        for (g, ag) in acc.iter().enumerate() {
-            _mm256_storeu_ps(t.as_mut_ptr().add(8 * g), *ag);
-        }
-        for (l, tl) in t.iter_mut().enumerate().take(nc) {
-            for (q, &xq) in x.iter().enumerate().skip(full) {
-                *tl = xq.mul_add(code_one::<C>(cols[l], q), *tl);
+        for (r, ar) in acc.iter().enumerate() {
+            let tp = t.as_mut_ptr().add(r * ldt);
+            for (g, v) in ar.iter().enumerate() {
+                _mm256_storeu_ps(tp.add(8 * g), *v);
+            }
+            for (l, &col) in cols.iter().flatten().enumerate().take(nc) {
+                for q in full..kc {
+                    let v = if e4m3 { code_one::<C>(col, q) * E4M3FN_SCALE } else { code_one::<C>(col, q) };
+                    *tp.add(l) = (*xp.add(r * lda + q)).mul_add(v, *tp.add(l));
+                }
             }
         }
         _mm_testz_si128(nan, nan) == 1

@@ -1420,7 +1420,7 @@ fn small_products_match_the_loop_nest() {
 }
 
 /// The vector-matrix and matrix-vector paths ([`driver::gemv_f32`]: rows of B
-/// streamed, columns dotted 16 at a time, or strips) sum every element as the
+/// streamed, columns dotted 8 at a time, or strips) sum every element as the
 /// loop nest does, bit for bit: every decoding, B and A in either layout,
 /// strided and reversed, depths over several blocks with tails, C strided, and
 /// a product large enough to split over the threads.
@@ -1440,7 +1440,8 @@ fn vector_products_match_the_loop_nest() {
     };
     let mut cases = 0;
     // Products of 2 to 6 rows too, taken where B's rows are contiguous (not in
-    // layout 1), up to driver::gemv_rows of its decoding (2, or 6 for fp8 codes);
+    // layout 1) up to driver::gemv_rows of its decoding (2, or 6 for fp8 codes),
+    // and where its columns are (layout 1) up to driver::GEMV_ROWS (6);
     // 2 x 1024 x 2100 and 5 x 1024 x 900 split over the threads.
     assert_eq!(driver::GEMV_ROWS, 6);
     let shapes = [(1, 1, 1), (1, 7, 9), (1, 300, 33), (1, 513, 1100), (9, 300, 1), (1030, 257, 1), (1, 1024, 4100), (4100, 1024, 1), (1, 5, 1)];
@@ -1476,7 +1477,8 @@ fn vector_products_match_the_loop_nest() {
                 // SAFETY: both buffers hold the m x n matrix at these strides; simd() holds.
                 let done = unsafe { driver::gemv_f32(&a, &b, OutMat::from_raw(fast.as_mut_ptr(), m, n, rs, cs)) };
                 driver::gemm(&kernels::F32Avx2, &a, &b, unsafe { OutMat::from_raw(nest.as_mut_ptr(), m, n, rs, cs) });
-                let taken = m == 1 || n == 1 || layout != 1 && kernels::row_code(&b.dec, b.fmt).is_some_and(|code| m <= driver::gemv_rows(code));
+                let cap = |code| if layout == 1 { driver::GEMV_ROWS } else { driver::gemv_rows(code) };
+                let taken = m == 1 || n == 1 || kernels::row_code(&b.dec, b.fmt).is_some_and(|code| m <= cap(code));
                 assert_eq!(done, taken, "{m}x{k}x{n} layout {layout}");
                 if !done {
                     skipped += 1;
@@ -1494,7 +1496,9 @@ fn vector_products_match_the_loop_nest() {
     let fp8 = |(st, f): (Storage, Option<Format>)| st == Storage::U8 && kernels::fp8_kind(f).is_some();
     let fp8_b = (0..kinds.len()).filter(|&ka| fp8(if ka % 2 == 0 { kinds[ka] } else { kinds[(ka + 2) % kinds.len()] })).count();
     assert!(fp8_b >= 2);
-    assert_eq!(cases, 9 * 6 * 4 + 6 * 5 * 3 + 4 * fp8_b * 3);
+    // (Products of 2 to 6 rows with B's columns contiguous, layout 1: taken for
+    // the 5 kinds with a row code.)
+    assert_eq!(cases, 9 * 6 * 4 + 6 * 5 * 4 + 4 * fp8_b * 3 + 4 * 5);
     // e4m3fn's decoding takes A's block times 2^8: a block whose A values would
     // overflow so goes strip by strip (2^125 times e4m3fn's small values is
     // finite), as does one holding a NaN code (read as 1.875 by the decoding);
@@ -1530,7 +1534,7 @@ fn vector_products_match_the_loop_nest() {
         matches_nest(&a, &b, 2 * usize::from(nan));
     }
     // Other shapes are not taken: more rows than gemv_rows (3 of float32, 7 of
-    // e5m2), or a B whose rows are not contiguous.
+    // e5m2) or GEMV_ROWS (7), or a B with neither its rows nor its columns contiguous.
     let v = vec![0f32; 128];
     let rows = driver::gemv_rows(kernels::ROW_F32) + 1;
     let (a, b) = (op_f32(&v, rows, 8, 8, 1), op_f32(&v, 8, 2, 2, 1));
@@ -1542,7 +1546,9 @@ fn vector_products_match_the_loop_nest() {
     // SAFETY: the view covers its vector (8 x 2 codes); c holds rows x 2.
     let b = unsafe { Operand::from_raw(b8.as_ptr(), Storage::U8, Some(Format::Float(FLOAT8_E5M2)), 8, 2, 2, 1, "b").unwrap() };
     assert!(!unsafe { driver::gemv_f32(&op_f32(&v, rows, 8, 8, 1), &b, OutMat::from_raw(c.as_mut_ptr(), rows, 2, 2, 1)) });
-    let (a, b) = (op_f32(&v, 2, 8, 8, 1), op_f32(&v, 8, 2, 1, 8));
+    // SAFETY: c holds rows x 2.
+    assert!(!unsafe { driver::gemv_f32(&op_f32(&v, rows, 8, 8, 1), &op_f32(&v, 8, 2, 1, 8), OutMat::from_raw(c.as_mut_ptr(), rows, 2, 2, 1)) });
+    let (a, b) = (op_f32(&v, 2, 8, 8, 1), op_f32(&v, 8, 2, 2, 32));
     // SAFETY: c holds 2 x 2.
     assert!(!unsafe { driver::gemv_f32(&a, &b, OutMat::from_raw(c.as_mut_ptr(), 2, 2, 2, 1)) });
 }
