@@ -75,13 +75,15 @@ def test_strides_and_views(isa, dtype):
 def test_b_layouts_give_the_same_bits(isa, dtype):
     """B row-major (its rows in either order; bf16 rows of products of few rows
     are read in place, not packed), as the transposed view of a row-major W (x @
-    w.T: its columns contiguous, packed a strip at a time), Fortran-ordered and
+    w.T: its columns contiguous, packed a strip at a time, or dotted for up to 6
+    rows, two groups of columns or one where they lie 2 KiB apart), Fortran-ordered and
     strided: one result, bit for bit, at 1 and 2 threads, over several depth blocks, strips
     and a partial last strip; and that result the float64 product's within
     float32 accumulation error (int8: exact)."""
     n0 = lowp.get_num_threads()
     try:
-        for m, k, n in [(8, 700, 70), (1, 1030, 33), (13, 513, 17), (40, 600, 200), (12, 300, 48), (2, 257, 20)]:
+        for m, k, n in [(8, 700, 70), (1, 1030, 33), (13, 513, 17), (40, 600, 200), (12, 300, 48), (2, 257, 20), (5, 601, 40),
+                        (1, 1024, 24)]:
             if dtype is np.int8:
                 g = np.random.default_rng(m + k)
                 a = g.integers(-128, 128, (m, k)).astype(np.int8)
