@@ -114,6 +114,29 @@ def test_b_layouts_give_the_same_bits(isa, dtype):
         lowp.set_num_threads(n0)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, ml_dtypes.bfloat16, np.float16, ml_dtypes.float8_e5m2, ml_dtypes.float8_e4m3fn],
+                         ids=lambda d: np.dtype(d).name)
+def test_vector_times_aliasing_columns(isa, dtype):
+    """One row times a w.T whose rows (B's columns) lie a multiple of 2 KiB apart
+    (padded rows of 2048 bytes and 4096; float32's 4096 and 8192), its depth 800 (a last block of 32
+    steps), and a row-major matrix times a vector so stored: the bits of the
+    same product with B's rows contiguous, the float64 product's within float32
+    accumulation error."""
+    k, n = 800, 37
+    size = np.dtype(dtype).itemsize
+    for row_bytes in [r for r in (2048, 4096, 8192) if r // size >= k][:2]:
+        ld = row_bytes // size
+        big = rand((n, ld), dtype, ld)
+        w = big[:, :k]
+        x = rand((1, k), dtype, 5)
+        got = lowp.matmul(x, w.T)
+        assert np.array_equal(got.view(np.uint32), lowp.matmul(x, np.ascontiguousarray(w.T)).view(np.uint32)), row_bytes
+        check_f32(got, x, w.T)
+        col = lowp.matmul(w, x.T)
+        assert np.array_equal(col.view(np.uint32), lowp.matmul(np.ascontiguousarray(w), np.ascontiguousarray(x.T)).view(np.uint32))
+        assert np.array_equal(col[:, 0].view(np.uint32), got[0].view(np.uint32))
+
+
 @pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16, np.float32], ids=lambda d: np.dtype(d).name)
 def test_b_layouts_give_the_same_nan_bits(isa, dtype):
     """Signaling and quiet NaNs of both signs and payloads, and infinities, in A and

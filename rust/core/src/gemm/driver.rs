@@ -653,13 +653,18 @@ pub(super) unsafe fn gemv_f32(a: &Operand, b: &Operand, c: OutMat<f32>) -> bool 
             }),
             (_, 1, Some(code)) => {
                 // One row of A dots two groups of columns side by side (two chains
-                // of FMAs), except where the columns are a multiple of 2 KiB apart:
-                // the lines of the 16 columns at a depth would fall in one or two
-                // L1 sets (of 8 ways), 8 or 16 lines each, and with the vector's and
-                // the stack's lines there, the pieces of a line read later missed
-                // (2.5x slower, depending on where the vector lay).
+                // of FMAs). Where the columns are a multiple of 2 KiB apart, the
+                // lines of 16 columns at a depth fall in one or two L1 sets (of 8
+                // ways), and with the vector's lines there, the pieces of a line
+                // read later missed (2.5x slower, depending on where the vector lay):
+                // there the second group runs 64 steps behind, its lines in other
+                // sets; float32 keeps one group (in memory two ran 5-10% slower).
                 let apart = b.cs * bytes;
-                let groups = if m == 1 && apart % 2048 != 0 { 2 } else { 1 };
+                let (groups, skew) = match (m, apart % 2048 == 0, code == kernels::ROW_F32) {
+                    (1, false, _) => (2, 0),
+                    (1, true, false) => (2, 64),
+                    _ => (1, 0),
+                };
                 // Units of one kernel's columns: each column read whole, from
                 // block to block, before the next (long streams for the prefetchers).
                 gemv_units(&a, c, b.cols, 8 * groups, &|av, pc, kc, j0, w, t, ldt| {
@@ -670,7 +675,7 @@ pub(super) unsafe fn gemv_f32(a: &Operand, b: &Operand, c: OutMat<f32>) -> bool 
                         kernels::ROW_E4M3FN => return strips(av, pc, kc, j0, w, t, ldt),
                         _ => code,
                     };
-                    if !kernels::gemv_cols(code, m, groups, &av[pc..], k, at(pc, j0), apart, w, kc, t, ldt) {
+                    if !kernels::gemv_cols(code, m, groups, skew, &av[pc..], k, at(pc, j0), apart, w, kc, t, ldt) {
                         strips(av, pc, kc, j0, w, t, ldt)
                     }
                 })

@@ -1645,17 +1645,18 @@ unsafe fn gemv_block_avx2<const C: u8>(a: &[f32], lda: usize, m: usize, kc: usiz
     }
 }
 
-/// [`gemv_cols_avx2`] for the row code `code`, `rows` rows of A and `groups` groups of 8 columns.
+/// [`gemv_cols_avx2`] for the row code `code`, `rows` rows of A, `groups` groups of 8 columns
+/// and the second group `skew` steps behind.
 ///
 /// # Safety
 /// As [`gemv_cols_avx2`].
 #[cfg(target_arch = "x86_64")]
 #[allow(clippy::too_many_arguments)]
-pub(super) unsafe fn gemv_cols(code: u8, rows: usize, groups: usize, x: &[f32], lda: usize, b: *const u8, cs: isize, nc: usize, kc: usize, t: &mut [f32], ldt: usize) -> bool {
+pub(super) unsafe fn gemv_cols(code: u8, rows: usize, groups: usize, skew: usize, x: &[f32], lda: usize, b: *const u8, cs: isize, nc: usize, kc: usize, t: &mut [f32], ldt: usize) -> bool {
     macro_rules! go {
         ($r:literal, $g:literal) => {
             // SAFETY: forwarded contract.
-            unsafe { by_row_code!(code, gemv_cols_avx2::<$r, $g>(x, lda, b, cs, nc, kc, t, ldt)) }
+            unsafe { by_row_code!(code, gemv_cols_avx2::<$r, $g>(x, lda, b, cs, nc, kc, skew, t, ldt)) }
         };
     }
     match (rows, groups) {
@@ -1681,9 +1682,12 @@ pub(super) unsafe fn gemv_cols(code: u8, rows: usize, groups: usize, x: &[f32], 
 /// and transposed in registers (lanes are columns), once for all the rows, the
 /// groups' in turn. The rows, and the `G` groups of 8 columns, are the
 /// independent chains of FMAs: one row in one group is bound by its chain (8
-/// FMAs a block of 64 elements), one row in two by the transposes. The last
-/// steps go one column at a time. Returns false, `t` then void, where an
-/// e4m3fn NaN code was read in a vector.
+/// FMAs a block of 64 elements), one row in two by the transposes. The second
+/// group may run `skew` steps behind the first (a multiple of 8; codes, not
+/// float32): where the columns are a multiple of 2 KiB apart, its lines then
+/// lie in other L1 sets than the first group's. The last steps go one column
+/// at a time. Returns false, `t` then void, where an e4m3fn NaN code was read
+/// in a vector.
 ///
 /// # Safety
 /// The CPU must support avx2, fma and f16c; the columns' first `kc` elements
@@ -1692,10 +1696,10 @@ pub(super) unsafe fn gemv_cols(code: u8, rows: usize, groups: usize, x: &[f32], 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
 #[allow(clippy::too_many_arguments)]
-unsafe fn gemv_cols_avx2<const R: usize, const G: usize, const C: u8>(x: &[f32], lda: usize, b: *const u8, cs: isize, nc: usize, kc: usize, t: &mut [f32], ldt: usize) -> bool {
+unsafe fn gemv_cols_avx2<const R: usize, const G: usize, const C: u8>(x: &[f32], lda: usize, b: *const u8, cs: isize, nc: usize, kc: usize, skew: usize, t: &mut [f32], ldt: usize) -> bool {
     use std::arch::x86_64::*;
     assert!((1..=2).contains(&G) && (1..=8 * G).contains(&nc) && ldt >= 8 * G && t.len() >= (R - 1) * ldt + 8 * G);
-    assert!(C <= ROW_E4M3FN_CLEAN && x.len() >= (R - 1) * lda + kc);
+    assert!(C <= ROW_E4M3FN_CLEAN && x.len() >= (R - 1) * lda + kc && skew % 8 == 0 && (skew == 0 || G == 2 && C != ROW_F32));
     // e4m3fn's values, read times 2^-8, taken back up (exactly) here.
     let e4m3 = C == ROW_E4M3FN || C == ROW_E4M3FN_CLEAN;
     // SAFETY: columns l < nc (the last one standing in for the missing ones),
@@ -1722,10 +1726,13 @@ unsafe fn gemv_cols_avx2<const R: usize, const G: usize, const C: u8>(x: &[f32],
         }
         let full = kc / 8 * 8;
         if C != ROW_F32 || G == 1 {
-            for j in (0..full).step_by(8) {
-                piece!(0, j);
-                if G > 1 {
-                    piece!(1, j);
+            // The second group `skew` steps behind the first.
+            for j in (0..full + skew).step_by(8) {
+                if j < full {
+                    piece!(0, j);
+                }
+                if G > 1 && j >= skew && j - skew < full {
+                    piece!(1, j - skew);
                 }
             }
         } else {
