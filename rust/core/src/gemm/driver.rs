@@ -623,16 +623,15 @@ pub(super) unsafe fn gemv_f32(a: &Operand, b: &Operand, c: OutMat<f32>) -> bool 
                 })
             }
         };
-        // The decodings in registers: e4m3fn's reads its values times 2^-8, and takes
-        // A's block times 2^8 (the same products), where that stays finite.
+        // The row streaming's decoding: e4m3fn's reads its values times 2^-8, and
+        // takes A's block times 2^8 (the same products), where that stays finite.
+        // (The column dots multiply their transposed values back instead.)
         let code = kernels::row_code(&b.dec, b.fmt);
         let scaled = |av: &[f32], pc: usize, kc: usize, go: &mut dyn FnMut(&[f32], usize) -> bool| {
             if code != Some(kernels::ROW_E4M3FN) {
                 return go(&av[pc..], k);
             }
-            // (For the columns' clean decoding too: `code` is the operand's.)
             let mut sa = [0f32; GEMV_ROWS * F32Avx2::KC];
-            assert!(m * kc <= sa.len());
             for r in 0..m {
                 for (d, &x) in sa[r * kc..(r + 1) * kc].iter_mut().zip(&av[r * k + pc..r * k + pc + kc]) {
                     *d = x * kernels::E4M3FN_SCALE;
