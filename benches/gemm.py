@@ -4,7 +4,8 @@ Prints, for n x n x n products:
   * lowp.matmul GFLOP/s for every input format (float32 accumulation), and ratios
     against numpy float32 matmul (OpenBLAS sgemm), numpy's upcast-then-sgemm on
     ml_dtypes arrays (a.astype(f32) @ b.astype(f32)), and ml_dtypes' own np.dot;
-  * int8 x int8 -> int32 GOP/s against numpy sgemm;
+  * int8 x int8 -> int32 GOP/s against numpy sgemm, and int8 vector and few-row
+    products against numpy's float32;
   * stacks of small products (B x n x n, numpy matmul shapes) against numpy's float32
     matmul and ml_dtypes' np.matmul;
   * vector-matrix and matrix-vector products against numpy's float32 and ml_dtypes;
@@ -149,6 +150,26 @@ def int8(sizes) -> None:
             ts, ti = best_pair(lambda: x @ x, lambda: lowp.matmul(a, b), reps)
             op = 2.0 * n**3
             print(f"{n:5d} {t:3d} {op / ti / 1e9:10.1f} {op / ts / 1e9:7.1f} {ts / ti:6.2f}", flush=True)
+
+
+def int8_vectors() -> None:
+    """int8 products of few rows and matrix-vector products (B read in place, once),
+    against numpy's float32 on the same layout: B row-major or as w.T (the transposed
+    view of a row-major weight matrix)."""
+    g = np.random.default_rng(5)
+    print("\n== int8 x int8 -> int32 vector and few-row products: milliseconds; ratio numpy f32 / lowp int8")
+    print(f"{'m x k x n':>18} {'B':>5} {'thr':>3} {'lowp int8':>9} {'np f32':>7} {'ratio':>6}")
+    for m, k, n in ((1, 4096, 4096), (4, 4096, 4096), (8, 4096, 4096), (4096, 4096, 1), (1, 4096, 11008), (1, 1024, 1024),
+                    (1024, 1024, 1)):
+        a = g.integers(-128, 128, (m, k)).astype(np.int8)
+        w = g.integers(-128, 128, (n, k)).astype(np.int8)
+        a32, w32 = a.astype(np.float32), w.astype(np.float32)
+        for layout in (("rows", "w.T") if n > 1 else ("col",)):
+            b, b32 = (np.ascontiguousarray(w.T), np.ascontiguousarray(w32.T)) if layout != "w.T" else (w.T, w32.T)
+            for t in (1, 2):
+                set_threads(t)
+                ts, ti = best_pair(lambda: a32 @ b32, lambda: lowp.matmul(a, b), 10, rounds=3)
+                print(f"{f'{m} x {k} x {n}':>18} {layout:>5} {t:3d} {ti * 1e3:9.3f} {ts * 1e3:7.3f} {ts / ti:6.2f}", flush=True)
 
 
 def stacks() -> None:
@@ -408,6 +429,7 @@ def main() -> None:
             throughput(sizes, args.quick)
         if "int8" in run:
             int8(sizes)
+            int8_vectors()
         if "stacks" in run:
             stacks()
         if "vectors" in run:

@@ -352,6 +352,42 @@ def test_int8_strided(isa):
         assert np.array_equal(lowp.matmul(x, y).astype(np.int64), x.astype(np.int64) @ y.astype(np.int64))
 
 
+def test_int8_vector_products(isa):
+    """Products of 1 to 9 rows (up to 8 take the vector paths, B read in place) and
+    matrices times vectors, exact against int64: B row-major, as w.T, with its rows or
+    columns in reverse, Fortran-ordered and strided both ways; A row-major,
+    Fortran-ordered and strided; depths and widths around the 16-element steps and
+    strips; at 1 and 2 threads, the larger shapes split over them; sums past 2^31 wrap
+    as numpy's int32 arithmetic does."""
+    g = np.random.default_rng(21)
+    n0 = lowp.get_num_threads()
+    shapes = [(m, k, n) for m in (1, 2, 3, 5, 8, 9) for k, n in ((1, 1), (15, 17), (33, 16), (514, 47))]
+    shapes += [(3, 1000, 1500), (4100, 1030, 1), (1, 1030, 4100)]
+    try:
+        for threads in (1, 2):
+            lowp.set_num_threads(threads)
+            for m, k, n in shapes:
+                a = g.integers(-128, 128, (m, k)).astype(np.int8)
+                w = g.integers(-128, 128, (n, k)).astype(np.int8)
+                want = a.astype(np.int64) @ w.T.astype(np.int64)
+                wide = np.zeros((2 * k, 2 * n), np.int8)
+                wide[::2, ::2] = w.T
+                for b in (np.ascontiguousarray(w.T), w.T, w[::-1].T[:, ::-1], np.ascontiguousarray(w.T[::-1])[::-1],
+                          np.asfortranarray(w.T), wide[::2, ::2]):
+                    for x in (a, np.asfortranarray(a), np.repeat(a, 2, axis=1)[:, ::2]):
+                        r = lowp.matmul(x, b)
+                        assert r.dtype == np.int32 and np.array_equal(r.astype(np.int64), want), (threads, m, k, n)
+        # A row of -128 times columns of -128: 16384 a product, past 2^31 from depth 131073.
+        k = 140000
+        a = np.full((1, k), -128, np.int8)
+        w = np.full((3, k), -128, np.int8)
+        want = np.full((1, 3), (16384 * k + 2**31) % 2**32 - 2**31, np.int64)
+        for b in (w.T, np.ascontiguousarray(w.T)):
+            assert np.array_equal(lowp.matmul(a, b).astype(np.int64), want)
+    finally:
+        lowp.set_num_threads(n0)
+
+
 def test_qmatmul():
     g = np.random.default_rng(19)
     x = g.standard_normal((33, 70)).astype(np.float32)

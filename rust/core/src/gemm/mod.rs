@@ -16,6 +16,7 @@
 
 mod driver;
 pub mod emulate;
+mod int8v;
 mod kernels;
 mod narrow;
 
@@ -364,6 +365,11 @@ pub fn matmul_i8(a: &Operand, b: &Operand, c: OutMat<i32>) -> Result<()> {
         return Err(Error::type_("a, b: the int8 path needs two int8 operands"));
     }
     if simd() {
+        // SAFETY: avx2 was detected (simd); the operands and c as for the loop nest.
+        #[cfg(target_arch = "x86_64")]
+        if unsafe { int8v::gemv_i8(a, b, OutMat { ..c }) } {
+            return Ok(());
+        }
         driver::gemm(&kernels::I8Avx2, a, b, c);
     } else {
         driver::gemm(&kernels::I8Portable, a, b, c);

@@ -100,6 +100,76 @@ fn int8_exact_extremes() {
     set_isa(None).unwrap();
 }
 
+/// The int8 vector paths (up to 8 rows of A with B's rows or columns
+/// contiguous, either way round, and a matrix times a vector run transposed)
+/// give the exact sums, wrapped to i32, for depths around their 16-element
+/// steps and pairs, columns around their strips and units, A in either order,
+/// at 1 and 2 threads (the larger shapes split over them); they refuse 9 rows
+/// and a B with neither rows nor columns contiguous, which the loop nest takes.
+/// Writes stay inside C.
+#[test]
+fn int8_vector_paths_are_exact() {
+    let _settings = crate::settings_write();
+    let old = crate::parallel::num_threads();
+    let mut g = Lcg(808);
+    let mut shapes = vec![];
+    for m in 1..=9 {
+        for &(k, n) in &[(1, 1), (1, 17), (15, 16), (16, 33), (17, 15), (31, 40), (33, 1), (514, 47), (1027, 100)] {
+            shapes.push((m, k, n));
+        }
+    }
+    shapes.extend([(3, 1000, 1500), (8, 600, 1000), (4100, 1030, 1), (1, 140000, 3)]);
+    for threads in [1, 2] {
+        crate::parallel::set_num_threads(threads).unwrap();
+        for &(m, k, n) in &shapes {
+            let extreme = k == 140000;
+            let av: Vec<i8> = (0..m * k).map(|_| if extreme { -128 } else { g.next() as i8 }).collect();
+            // B stored with room for a stride of 2 both ways (the layout no vector path takes).
+            let bv: Vec<i8> = (0..4 * k * n).map(|_| if extreme { -128 } else { g.next() as i8 }).collect();
+            let (ap, bp) = (av.as_ptr() as *const u8, bv.as_ptr() as *const u8);
+            let (ki, ni) = (k as isize, n as isize);
+            // (base offset, rs, cs, taken by a vector path)
+            let b_layouts = [
+                (0, ni, 1, true),
+                ((ki - 1) * ni, -ni, 1, true),
+                (0, 1, ki, true),
+                ((ni - 1) * ki, 1, -ki, true),
+                (0, 2 * ni, 2, n == 1 && m > 1),
+            ];
+            for (a_rs, a_cs) in [(ki, 1), (1, m as isize)] {
+                // SAFETY: views inside av and bv.
+                let a = unsafe { Operand::from_raw(ap, Storage::I8, None, m, k, a_rs, a_cs, "a").unwrap() };
+                for &(off, rs, cs, vector) in &b_layouts {
+                    let b = unsafe { Operand::from_raw(bp.offset(off), Storage::I8, None, k, n, rs, cs, "b").unwrap() };
+                    let want: Vec<i32> = (0..m * n)
+                        .map(|ij| {
+                            let (i, j) = (ij / n, ij % n);
+                            // SAFETY: in bounds.
+                            (0..k).map(|p| unsafe { a.get_f64(i, p) * b.get_f64(p, j) } as i64).sum::<i64>() as i32
+                        })
+                        .collect();
+                    let ldc = n + 3;
+                    let mut c = vec![i32::MIN + 7; m * ldc];
+                    // SAFETY: c holds m rows of ldc.
+                    let out = unsafe { OutMat::from_raw(c.as_mut_ptr(), m, n, ldc as isize, 1) };
+                    let vector = vector && (m <= int8v::ROWS || n == 1);
+                    // SAFETY: avx2 on the machines that run the tests (checked); views in bounds.
+                    let done = simd() && unsafe { int8v::gemv_i8(&a, &b, out) };
+                    assert_eq!(done, vector && simd(), "{m}x{k}x{n} b ({rs}, {cs}): vector path taken");
+                    if !done {
+                        matmul_i8(&a, &b, out).unwrap();
+                    }
+                    for i in 0..m {
+                        assert_eq!(&c[i * ldc..i * ldc + n], &want[i * n..(i + 1) * n], "{m}x{k}x{n} a ({a_rs}, {a_cs}) b ({rs}, {cs}) row {i}");
+                        assert!(c[i * ldc + n..(i + 1) * ldc].iter().all(|&x| x == i32::MIN + 7), "wrote outside C");
+                    }
+                }
+            }
+        }
+    }
+    crate::parallel::set_num_threads(old).unwrap();
+}
+
 /// Row splits at two threads pack B once into a shared buffer, a group of strips
 /// by whichever thread claims it: the results equal the one-thread results bit
 /// for bit, over several depth blocks, a partial last group, two column blocks
