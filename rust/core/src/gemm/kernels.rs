@@ -1136,6 +1136,12 @@ unsafe fn pack_i8(op: &Operand, base: isize, sl: isize, sk: isize, nv: usize, w:
             pack_i8_16_avx2(src, base, sk, kc, d);
             return;
         }
+        #[cfg(target_arch = "x86_64")]
+        if sk == 1 && sl != 1 && w == 16 && nv == 16 && super::simd() {
+            // Depth contiguous (B as w.T), a full strip: 8 values of 16 lines per step.
+            pack_i8_lines16_avx2(src, base, sl, kc, d);
+            return;
+        }
         if sk == 1 && sl != 1 {
             // Depth contiguous (A row-major): each line's pairs read in order.
             for l in 0..w {
@@ -1220,6 +1226,64 @@ unsafe fn pack_i8_16_avx2(src: *const i8, base: isize, sk: isize, kc: usize, d: 
             let (lo, hi) = (_mm256_unpacklo_epi16(x0, x1), _mm256_unpackhi_epi16(x0, x1));
             _mm256_storeu_si256(d.add(32 * q) as *mut __m256i, _mm256_permute2x128_si256::<0x20>(lo, hi));
             _mm256_storeu_si256(d.add(32 * q + 16) as *mut __m256i, _mm256_permute2x128_si256::<0x31>(lo, hi));
+        }
+    }
+}
+
+/// [`pack_i8`] of 16 lines whose depth is contiguous (`sk = 1`; B as the
+/// transposed view of a row-major matrix), all inside the operand: four pairs
+/// of depth of every line per step (8 bytes each), the pairs of 16 lines
+/// gathered by a transpose of 16-bit words (three rounds of unpacks), each
+/// depth pair's 16 then widened with two `vpmovsxbw`. The last depths (fewer
+/// than 8, an odd one paired with a zero) go one at a time.
+///
+/// # Safety
+/// The CPU must support avx2; as [`pack_i8`], with `dst` holding `32 * ceil(kc/2)` values.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn pack_i8_lines16_avx2(src: *const i8, base: isize, sl: isize, kc: usize, d: *mut i16) {
+    use std::arch::x86_64::*;
+    // SAFETY: lines base + l*sl (l < 16) hold kc readable values; dst per the contract.
+    unsafe {
+        let line = |l: usize| src.offset(base + l as isize * sl);
+        let steps = kc / 8;
+        for s8 in 0..steps {
+            let p = 8 * s8;
+            let mut v = [_mm_setzero_si128(); 16];
+            for (l, x) in v.iter_mut().enumerate() {
+                *x = _mm_loadl_epi64(line(l).add(p) as *const __m128i);
+            }
+            // Words (pairs of depth) of lines 2i, 2i + 1 alternating, pairs 0..4.
+            // (Loops, not closures: those do not take the target features.)
+            let mut a = [_mm_setzero_si128(); 8];
+            for (i, x) in a.iter_mut().enumerate() {
+                *x = _mm_unpacklo_epi16(v[2 * i], v[2 * i + 1]);
+            }
+            // Four lines' words: pairs 0 and 1, then 2 and 3.
+            let (mut lo, mut hi) = ([_mm_setzero_si128(); 4], [_mm_setzero_si128(); 4]);
+            for j in 0..4 {
+                lo[j] = _mm_unpacklo_epi32(a[2 * j], a[2 * j + 1]);
+                hi[j] = _mm_unpackhi_epi32(a[2 * j], a[2 * j + 1]);
+            }
+            // Pair q of lines 0-7 and 8-15.
+            let pairs = [
+                (_mm_unpacklo_epi64(lo[0], lo[1]), _mm_unpacklo_epi64(lo[2], lo[3])),
+                (_mm_unpackhi_epi64(lo[0], lo[1]), _mm_unpackhi_epi64(lo[2], lo[3])),
+                (_mm_unpacklo_epi64(hi[0], hi[1]), _mm_unpacklo_epi64(hi[2], hi[3])),
+                (_mm_unpackhi_epi64(hi[0], hi[1]), _mm_unpackhi_epi64(hi[2], hi[3])),
+            ];
+            for (q, (x0, x1)) in pairs.into_iter().enumerate() {
+                let dq = d.add((4 * s8 + q) * 32);
+                _mm256_storeu_si256(dq as *mut __m256i, _mm256_cvtepi8_epi16(x0));
+                _mm256_storeu_si256(dq.add(16) as *mut __m256i, _mm256_cvtepi8_epi16(x1));
+            }
+        }
+        for q in 4 * steps..kc.div_ceil(2) {
+            let p = 2 * q;
+            for l in 0..16 {
+                *d.add(q * 32 + 2 * l) = *line(l).add(p) as i16;
+                *d.add(q * 32 + 2 * l + 1) = if p + 1 < kc { *line(l).add(p + 1) as i16 } else { 0 };
+            }
         }
     }
 }

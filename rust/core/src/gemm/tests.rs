@@ -105,8 +105,9 @@ fn int8_exact_extremes() {
 /// give the exact sums, wrapped to i32, for depths around their 16-element
 /// steps and pairs, columns around their strips and units, A in either order,
 /// at 1 and 2 threads (the larger shapes split over them); they refuse 9 rows
-/// and a B with neither rows nor columns contiguous, which the loop nest takes.
-/// Writes stay inside C.
+/// and a B with neither rows nor columns contiguous, which the loop nest takes
+/// (packing full strips of a B whose columns are contiguous 8 depths at a
+/// time). Writes stay inside C.
 #[test]
 fn int8_vector_paths_are_exact() {
     let _settings = crate::settings_write();
