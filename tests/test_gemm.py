@@ -389,17 +389,22 @@ def test_int8_vector_products(isa):
 
 
 def test_qmatmul():
+    """Against the float64 product of the dequantized operands, for 33 rows (the loop
+    nest), 1, 7 and 8 (B read in place; with zero points, B's column sums taken with
+    the rows below 8, by a product of its own above), B row-major and as w.T."""
     g = np.random.default_rng(19)
-    x = g.standard_normal((33, 70)).astype(np.float32)
-    w = g.standard_normal((70, 21)).astype(np.float32)
-    for sym in (True, False):
-        for ax_a, ax_b in [(None, None), (0, 1), (0, None), (None, 1), (1, 0)]:
-            qa = lowp.quantize(x, "int8", axis=ax_a, symmetric=sym)
-            qb = lowp.quantize(w, "int8", axis=ax_b, symmetric=sym)
-            c = lowp.qmatmul(qa, qb)
-            assert c.dtype == np.float32
-            ref = qa.dequantize().astype(np.float64) @ qb.dequantize().astype(np.float64)
-            assert np.allclose(c, ref, rtol=1e-4, atol=1e-4 * np.abs(ref).max()), (sym, ax_a, ax_b)
+    for m, k, n in ((33, 70, 21), (1, 300, 40), (7, 300, 40), (8, 300, 40)):
+        x = g.standard_normal((m, k)).astype(np.float32)
+        w = g.standard_normal((k, n)).astype(np.float32) + 0.5
+        for sym in (True, False):
+            for ax_a, ax_b in [(None, None), (0, 1), (0, None), (None, 1), (1, 0)]:
+                qa = lowp.quantize(x, "int8", axis=ax_a, symmetric=sym)
+                qb = lowp.quantize(w, "int8", axis=ax_b, symmetric=sym)
+                ref = qa.dequantize().astype(np.float64) @ qb.dequantize().astype(np.float64)
+                for qbl in (qb, lowp.QuantizedArray(np.ascontiguousarray(qb.values.T).T, qb.scale, qb.zero_point, qb.axis, qb.format)):
+                    c = lowp.qmatmul(qa, qbl)
+                    assert c.dtype == np.float32
+                    assert np.allclose(c, ref, rtol=1e-4, atol=1e-4 * np.abs(ref).max()), (m, sym, ax_a, ax_b)
     with pytest.raises(TypeError, match="qa"):
         lowp.qmatmul(x, qb)
 

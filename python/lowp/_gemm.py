@@ -358,6 +358,11 @@ def _scale_vec(p: Any, axis: Optional[int], ndim: int, want_axis: int, size: int
     return p.reshape(-1)
 
 
+# Rows of A the int8 products read B in place for (with B's rows or columns
+# contiguous), at most.
+_INT8_VECTOR_ROWS = 8
+
+
 def qmatmul(qa: QuantizedArray, qb: QuantizedArray, *, out_dtype: Any = np.float32) -> np.ndarray:
     """Product of two int8 ``QuantizedArray`` matrices: exact int32 accumulation of the
     values, then scales and zero points applied (per tensor, per row of ``qa``
@@ -390,12 +395,24 @@ def qmatmul(qa: QuantizedArray, qb: QuantizedArray, *, out_dtype: Any = np.float
         r = matmul(qa.dequantize(), qb.dequantize())
         _convert_into(r, res, "out_dtype")
         return res
-    s = matmul(A, B).astype(np.float64)  # exact int32 sums
-    if np.any(za != 0):
-        s -= za[:, None] * B.sum(axis=0, dtype=np.int64)[None, :].astype(np.float64)
-    if np.any(zb != 0):
-        s -= zb[None, :] * A.sum(axis=1, dtype=np.int64)[:, None].astype(np.float64)
-        if np.any(za != 0):
+    # Sums of B's columns and A's rows for the zero points, by the same exact int32
+    # products (a row or column of ones; exact below 2^24 values of 128): B's with A's
+    # rows where those stay few enough for the vector paths (B read once, in place).
+    zpa, zpb = bool(np.any(za != 0)), bool(np.any(zb != 0))
+    exact_sums = k < 2**24
+    if zpa and exact_sums and m < _INT8_VECTOR_ROWS:
+        both = matmul(np.concatenate([A, np.ones((1, k), np.int8)]), B)
+        s, col_b = both[:m].astype(np.float64), both[m].astype(np.float64)
+    else:
+        s = matmul(A, B).astype(np.float64)  # exact int32 sums
+        if zpa:
+            col_b = (matmul(np.ones((1, k), np.int8), B)[0] if exact_sums else B.sum(axis=0, dtype=np.int64)).astype(np.float64)
+    if zpa:
+        s -= za[:, None] * col_b[None, :]
+    if zpb:
+        row_a = matmul(A, np.ones((k, 1), np.int8))[:, 0] if exact_sums else A.sum(axis=1, dtype=np.int64)
+        s -= zb[None, :] * row_a.astype(np.float64)[:, None]
+        if zpa:
             s += k * za[:, None] * zb[None, :]
     s *= sa[:, None] * sb[None, :]
     _convert_into(s, res, "out_dtype")
