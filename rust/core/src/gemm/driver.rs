@@ -699,12 +699,14 @@ pub(super) const GEMV_ROWS: usize = 6;
 /// ([`super::kernels::row_code`]): up to 6 of float8 codes, whose decode the
 /// streaming shares among the rows (4 x 4096 x 4096 at 1 thread: e5m2 1.9x
 /// as fast as the loop nest, which packs B to f32, e4m3fn 1.6x; 1.3-1.5x at
-/// 2 threads; 6 rows 1.1-1.4x; 8 as fast); 2 otherwise (float32 1.3-1.4x, bf16
-/// and fp16 as fast; from 3 rows on, 2 threads ran slower than the loop nest,
-/// whose tiles read bf16 and fp16 B in place).
+/// 2 threads; 6 rows 1.1-1.4x; 8 as fast), and of float32, which the loop nest
+/// packs and reads again (since the rows go in pieces of 4096 columns, 3 and 4
+/// rows 1.6-1.7x as fast at 1 thread, 1.4-1.7x at 2; 6 rows 1.15x and
+/// 1.1x); 2 of bf16 and fp16 (from 4 rows on, as fast as the loop nest or
+/// slower, whose tiles read them in place).
 pub(super) fn gemv_rows(code: u8) -> usize {
-    use super::kernels::{ROW_E4M3FN, ROW_E5M2};
-    if code == ROW_E5M2 || code == ROW_E4M3FN {
+    use super::kernels::{ROW_E4M3FN, ROW_E5M2, ROW_F32};
+    if code == ROW_E5M2 || code == ROW_E4M3FN || code == ROW_F32 {
         GEMV_ROWS
     } else {
         2

@@ -1511,7 +1511,8 @@ fn vector_products_match_the_loop_nest() {
     };
     let mut cases = 0;
     // Products of 2 to 6 rows too, taken where B's rows are contiguous (not in
-    // layout 1) up to driver::gemv_rows of its decoding (2, or 6 for fp8 codes),
+    // layout 1) up to driver::gemv_rows of its decoding (2, or 6 for fp8 codes
+    // and float32),
     // and where its columns are (layout 1) up to driver::GEMV_ROWS (6);
     // 2 x 1024 x 2100 and 5 x 1024 x 900 split over the threads.
     assert_eq!(driver::GEMV_ROWS, 6);
@@ -1563,13 +1564,14 @@ fn vector_products_match_the_loop_nest() {
         }
     }
     assert_eq!(cases + skipped, 19 * 6 * 4);
-    // (Products of more than 2 rows: taken for the pairs whose B holds fp8 codes.)
-    let fp8 = |(st, f): (Storage, Option<Format>)| st == Storage::U8 && kernels::fp8_kind(f).is_some();
-    let fp8_b = (0..kinds.len()).filter(|&ka| fp8(if ka % 2 == 0 { kinds[ka] } else { kinds[(ka + 2) % kinds.len()] })).count();
-    assert!(fp8_b >= 2);
+    // (Products of more than 2 rows: taken for the pairs whose B holds fp8 codes
+    // or float32.)
+    let many = |(st, f): (Storage, Option<Format>)| st == Storage::U8 && kernels::fp8_kind(f).is_some() || st == Storage::F32;
+    let many_b = (0..kinds.len()).filter(|&ka| many(if ka % 2 == 0 { kinds[ka] } else { kinds[(ka + 2) % kinds.len()] })).count();
+    assert!(many_b >= 3);
     // (Products of 2 to 6 rows with B's columns contiguous, layout 1: taken for
     // the 5 kinds with a row code.)
-    assert_eq!(cases, 9 * 6 * 4 + 6 * 5 * 4 + 4 * fp8_b * 3 + 4 * 5);
+    assert_eq!(cases, 9 * 6 * 4 + 6 * 5 * 4 + 4 * many_b * 3 + 4 * 5);
     // e4m3fn's decoding takes A's block times 2^8: a block whose A values would
     // overflow so goes strip by strip (2^125 times e4m3fn's small values is
     // finite), as does one holding a NaN code (read as 1.875 by the decoding);
