@@ -367,7 +367,7 @@ pub fn matmul_i8(a: &Operand, b: &Operand, c: OutMat<i32>) -> Result<()> {
     if simd() {
         // SAFETY: avx2 was detected (simd); the operands and c as for the loop nest.
         #[cfg(target_arch = "x86_64")]
-        if unsafe { int8v::gemv_i8(a, b, OutMat { ..c }) } {
+        if unsafe { int8v::gemv_i8(a, b, c) } {
             return Ok(());
         }
         driver::gemm(&kernels::I8Avx2, a, b, c);
