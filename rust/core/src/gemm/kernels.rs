@@ -125,15 +125,17 @@ unsafe fn pack_lines<T: Copy + Default>(get: impl Fn(isize) -> T, base: isize, s
     let d = dst.as_mut_ptr();
     // SAFETY: indices p*w + l < kc*w <= dst.len(); offsets are valid per the contract.
     unsafe {
-        if sk == 1 && sl != 1 && matches!(w, 6 | 8 | 16) {
+        if sk == 1 && sl != 1 && matches!(w, 6 | 8 | 16 | 32) {
             // Lines along the depth: decode a block of each line with contiguous
             // (vectorizable) reads, then interleave them. Six lines: A row-major;
             // sixteen: the emulated paths' strips of a B whose columns are
-            // contiguous; eight: their f64 tiles'.
+            // contiguous; eight: their f64 tiles'; 32: the vector products'
+            // strips of such a B.
             match w {
                 6 => pack_across::<T, 6>(&get, base, sl, nv, kc, d),
                 8 => pack_across::<T, 8>(&get, base, sl, nv, kc, d),
-                _ => pack_across::<T, 16>(&get, base, sl, nv, kc, d),
+                16 => pack_across::<T, 16>(&get, base, sl, nv, kc, d),
+                _ => pack_across::<T, 32>(&get, base, sl, nv, kc, d),
             }
             return;
         } else if sk == 1 && sl != 1 {
