@@ -623,7 +623,7 @@ pub(super) unsafe fn gemv_f32(a: &Operand, b: &Operand, c: OutMat<f32>) -> bool 
                 if b.cs == 1 && s + GEMV_W < w {
                     for kk in 0..kc {
                         // (A prefetch of an address inside b: row pc + kk, column j0 + s + W.)
-                        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(at(pc + kk, j0 + s + GEMV_W) as *const i8);
+                        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T1 }>(at(pc + kk, j0 + s + GEMV_W) as *const i8);
                     }
                 }
                 with_scratch::<f32, ()>(&BPACK, kc * GEMV_W, |bs| {
