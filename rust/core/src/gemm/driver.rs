@@ -619,7 +619,8 @@ pub(super) unsafe fn gemv_f32(a: &Operand, b: &Operand, c: OutMat<f32>) -> bool 
         let strips = |av: &[f32], pc: usize, kc: usize, j0: usize, w: usize, t: &mut [f32], ldt: usize| {
             for s in (0..w).step_by(GEMV_W) {
                 // B's rows contiguous: the next strip's piece of each row fetched
-                // ahead (each row lies on another page, where the prefetchers stop).
+                // ahead (each row lies on another page, where the prefetchers stop),
+                // into L2 (the strip's packed values fill L1).
                 if b.cs == 1 && s + GEMV_W < w {
                     for kk in 0..kc {
                         // (A prefetch of an address inside b: row pc + kk, column j0 + s + W.)
