@@ -150,10 +150,12 @@ fn cols_width(m: usize) -> usize {
 #[cfg(target_arch = "x86_64")]
 unsafe fn cols(m: usize, x: &[i16], kp: usize, k: usize, b: *const i8, cs: isize, nc: usize, t: &mut [i32; 16]) {
     macro_rules! go {
-        ($r:literal, $c:literal) => {
+        ($r:literal, $c:literal) => {{
+            // (The caller reads t in units of cols_width(m).)
+            assert_eq!($c, cols_width(m));
             // SAFETY: forwarded contract.
             unsafe { cols_avx2::<$r, $c>(x, kp, k, b, cs, nc, t) }
-        };
+        }};
     }
     match m {
         1 => go!(1, 8),
