@@ -17,7 +17,7 @@
 //! and 7.7 ms (w.T) to 0.45 and 0.37; 4096 x 4096 x 1 from 8.3 to 0.37 ms;
 //! 8 x 4096 x 4096 from 4.8 and 8.8 ms to 2.5 and 3.3.
 
-use super::{driver::PAR_MIN, OutMat, Operand, Storage};
+use super::{driver::GEMV_PAR_MIN, OutMat, Operand, Storage};
 
 /// Rows of A the int8 vector paths take, at most.
 pub(super) const ROWS: usize = 8;
@@ -30,7 +30,7 @@ const CHUNK: usize = 4096;
 /// shape: one column of B (run transposed), or at most [`ROWS`] rows of A, with
 /// B's rows or its columns contiguous. Returns false, having done nothing,
 /// for other shapes. Splits the columns of C over the threads from
-/// [`PAR_MIN`] multiply-adds on, as the loop nest does.
+/// [`GEMV_PAR_MIN`] multiply-adds on, as the float vector paths do.
 ///
 /// # Safety
 /// The CPU must support avx2; the operands and `c` as for the loop nest.
@@ -58,7 +58,7 @@ pub(super) unsafe fn gemv_i8(a: &Operand, b: &Operand, c: OutMat<i32>) -> bool {
     }
     let bp = codes(&b);
     let threads = crate::parallel::num_threads();
-    let parallel = threads > 1 && m * n * k >= PAR_MIN;
+    let parallel = threads > 1 && m * n * k >= GEMV_PAR_MIN;
     if b.rs == 1 {
         // Column dots, in units of one kernel's columns.
         let width = cols_width(m);
