@@ -202,7 +202,7 @@ fn squares(w: usize, n: usize, mut f: impl FnMut(usize, usize)) {
 
 /// `d[q*w + l] = t[l*PBLK + q]` for l < w (a multiple of 8) and q < PBLK:
 /// [`pack_across`]'s interleave of a block of 4-byte values, in 8 x 8
-/// transposes (moves and shuffles: every bit pattern kept).
+/// transposes ([`transpose8`]: moves and shuffles, every bit pattern kept).
 ///
 /// # Safety
 /// The CPU must support avx2; `t` holds `w * PBLK` values and `d` room for as many.
@@ -214,25 +214,8 @@ unsafe fn interleave32_avx2(t: *const f32, w: usize, d: *mut f32) {
         // SAFETY: the offsets stay inside t and d per the contract.
         unsafe {
             let r: [__m256; 8] = std::array::from_fn(|i| _mm256_loadu_ps(t.add((l0 + i) * PBLK + q0)));
-            let (t0, t1) = (_mm256_unpacklo_ps(r[0], r[1]), _mm256_unpackhi_ps(r[0], r[1]));
-            let (t2, t3) = (_mm256_unpacklo_ps(r[2], r[3]), _mm256_unpackhi_ps(r[2], r[3]));
-            let (t4, t5) = (_mm256_unpacklo_ps(r[4], r[5]), _mm256_unpackhi_ps(r[4], r[5]));
-            let (t6, t7) = (_mm256_unpacklo_ps(r[6], r[7]), _mm256_unpackhi_ps(r[6], r[7]));
-            let (s0, s1) = (_mm256_shuffle_ps::<0x44>(t0, t2), _mm256_shuffle_ps::<0xee>(t0, t2));
-            let (s2, s3) = (_mm256_shuffle_ps::<0x44>(t1, t3), _mm256_shuffle_ps::<0xee>(t1, t3));
-            let (s4, s5) = (_mm256_shuffle_ps::<0x44>(t4, t6), _mm256_shuffle_ps::<0xee>(t4, t6));
-            let (s6, s7) = (_mm256_shuffle_ps::<0x44>(t5, t7), _mm256_shuffle_ps::<0xee>(t5, t7));
             // Column j of the 8 x 8 block (lines l0.., step q0 + j).
-            let c = [
-                _mm256_permute2f128_ps::<0x20>(s0, s4),
-                _mm256_permute2f128_ps::<0x20>(s1, s5),
-                _mm256_permute2f128_ps::<0x20>(s2, s6),
-                _mm256_permute2f128_ps::<0x20>(s3, s7),
-                _mm256_permute2f128_ps::<0x31>(s0, s4),
-                _mm256_permute2f128_ps::<0x31>(s1, s5),
-                _mm256_permute2f128_ps::<0x31>(s2, s6),
-                _mm256_permute2f128_ps::<0x31>(s3, s7),
-            ];
+            let c = transpose8(r);
             for (j, v) in c.into_iter().enumerate() {
                 _mm256_storeu_ps(d.add((q0 + j) * w + l0), v);
             }
@@ -633,7 +616,28 @@ unsafe fn pack_posit16_avx2<T: Real>(src: *const u16, es: u32, base: isize, sl: 
     }
 }
 
-/// The 8 x 8 transpose of `v` (row r, lane q) in registers: `out[q][r] = v[r][q]`.
+/// The 4 x 4 transposes inside the two 128-bit halves of `v` (row r, lane q of
+/// each half): `out[q]` holds lane q of rows 0..4 in each half.
+///
+/// # Safety
+/// The CPU must support avx.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn transpose4_halves(v: [std::arch::x86_64::__m256; 4]) -> [std::arch::x86_64::__m256; 4] {
+    use std::arch::x86_64::*;
+    // SAFETY: avx per the caller.
+    unsafe {
+        let t0 = _mm256_unpacklo_ps(v[0], v[1]);
+        let t1 = _mm256_unpackhi_ps(v[0], v[1]);
+        let t2 = _mm256_unpacklo_ps(v[2], v[3]);
+        let t3 = _mm256_unpackhi_ps(v[2], v[3]);
+        [_mm256_shuffle_ps::<0x44>(t0, t2), _mm256_shuffle_ps::<0xee>(t0, t2), _mm256_shuffle_ps::<0x44>(t1, t3), _mm256_shuffle_ps::<0xee>(t1, t3)]
+    }
+}
+
+/// The 8 x 8 transpose of `v` (row r, lane q) in registers: `out[q][r] = v[r][q]`:
+/// the 4 x 4 transposes inside the halves of rows 0..4 and 4..8, then the halves
+/// exchanged.
 ///
 /// # Safety
 /// The CPU must support avx.
@@ -643,31 +647,17 @@ unsafe fn transpose8(v: [std::arch::x86_64::__m256; 8]) -> [std::arch::x86_64::_
     use std::arch::x86_64::*;
     // SAFETY: avx per the caller.
     unsafe {
-        let t0 = _mm256_unpacklo_ps(v[0], v[1]);
-        let t1 = _mm256_unpackhi_ps(v[0], v[1]);
-        let t2 = _mm256_unpacklo_ps(v[2], v[3]);
-        let t3 = _mm256_unpackhi_ps(v[2], v[3]);
-        let t4 = _mm256_unpacklo_ps(v[4], v[5]);
-        let t5 = _mm256_unpackhi_ps(v[4], v[5]);
-        let t6 = _mm256_unpacklo_ps(v[6], v[7]);
-        let t7 = _mm256_unpackhi_ps(v[6], v[7]);
-        let u0 = _mm256_shuffle_ps::<0x44>(t0, t2);
-        let u1 = _mm256_shuffle_ps::<0xee>(t0, t2);
-        let u2 = _mm256_shuffle_ps::<0x44>(t1, t3);
-        let u3 = _mm256_shuffle_ps::<0xee>(t1, t3);
-        let u4 = _mm256_shuffle_ps::<0x44>(t4, t6);
-        let u5 = _mm256_shuffle_ps::<0xee>(t4, t6);
-        let u6 = _mm256_shuffle_ps::<0x44>(t5, t7);
-        let u7 = _mm256_shuffle_ps::<0xee>(t5, t7);
+        let u = transpose4_halves([v[0], v[1], v[2], v[3]]);
+        let w = transpose4_halves([v[4], v[5], v[6], v[7]]);
         [
-            _mm256_permute2f128_ps::<0x20>(u0, u4),
-            _mm256_permute2f128_ps::<0x20>(u1, u5),
-            _mm256_permute2f128_ps::<0x20>(u2, u6),
-            _mm256_permute2f128_ps::<0x20>(u3, u7),
-            _mm256_permute2f128_ps::<0x31>(u0, u4),
-            _mm256_permute2f128_ps::<0x31>(u1, u5),
-            _mm256_permute2f128_ps::<0x31>(u2, u6),
-            _mm256_permute2f128_ps::<0x31>(u3, u7),
+            _mm256_permute2f128_ps::<0x20>(u[0], w[0]),
+            _mm256_permute2f128_ps::<0x20>(u[1], w[1]),
+            _mm256_permute2f128_ps::<0x20>(u[2], w[2]),
+            _mm256_permute2f128_ps::<0x20>(u[3], w[3]),
+            _mm256_permute2f128_ps::<0x31>(u[0], w[0]),
+            _mm256_permute2f128_ps::<0x31>(u[1], w[1]),
+            _mm256_permute2f128_ps::<0x31>(u[2], w[2]),
+            _mm256_permute2f128_ps::<0x31>(u[3], w[3]),
         ]
     }
 }
@@ -694,7 +684,9 @@ unsafe fn cols_t8<const C: u8>(cols: &[*const u8; 8], j: usize, nan: &mut std::a
     use std::arch::x86_64::*;
     // SAFETY: the reads are the caller's; avx2 per the caller.
     unsafe {
-        // The 128 bits at byte `off` of columns l (low half) and l + 4 (high half).
+        // The 128 bits at byte `off` of columns l (low half) and l + 4 (high half);
+        // four such rows (row l: four steps of columns l and l + 4) transposed in
+        // their halves give four steps of the 8 columns.
         // (Macros: closures do not take the caller's target features.)
         macro_rules! pair {
             ($l:expr, $off:expr) => {{
@@ -703,22 +695,10 @@ unsafe fn cols_t8<const C: u8>(cols: &[*const u8; 8], j: usize, nan: &mut std::a
                 _mm256_castsi256_ps(_mm256_blend_epi32::<0xf0>(lo, hi))
             }};
         }
-        // The 4 x 4 transposes inside the halves of rows v[0..4] (row l: four steps
-        // of columns l and l + 4): out[q] is step q of the 8 columns.
-        macro_rules! t4 {
-            ($v:expr) => {{
-                let v: [__m256; 4] = $v;
-                let t0 = _mm256_unpacklo_ps(v[0], v[1]);
-                let t1 = _mm256_unpackhi_ps(v[0], v[1]);
-                let t2 = _mm256_unpacklo_ps(v[2], v[3]);
-                let t3 = _mm256_unpackhi_ps(v[2], v[3]);
-                [_mm256_shuffle_ps::<0x44>(t0, t2), _mm256_shuffle_ps::<0xee>(t0, t2), _mm256_shuffle_ps::<0x44>(t1, t3), _mm256_shuffle_ps::<0xee>(t1, t3)]
-            }};
-        }
         match C {
             ROW_F32 => {
-                let a = t4!([pair!(0, 4 * j), pair!(1, 4 * j), pair!(2, 4 * j), pair!(3, 4 * j)]);
-                let b = t4!([pair!(0, 4 * j + 16), pair!(1, 4 * j + 16), pair!(2, 4 * j + 16), pair!(3, 4 * j + 16)]);
+                let a = transpose4_halves([pair!(0, 4 * j), pair!(1, 4 * j), pair!(2, 4 * j), pair!(3, 4 * j)]);
+                let b = transpose4_halves([pair!(0, 4 * j + 16), pair!(1, 4 * j + 16), pair!(2, 4 * j + 16), pair!(3, 4 * j + 16)]);
                 [a[0], a[1], a[2], a[3], b[0], b[1], b[2], b[3]]
             }
             ROW_BF16 => {
@@ -734,8 +714,8 @@ unsafe fn cols_t8<const C: u8>(cols: &[*const u8; 8], j: usize, nan: &mut std::a
                     };
                 }
                 let w = [pair!(0, 2 * j), pair!(1, 2 * j), pair!(2, 2 * j), pair!(3, 2 * j)];
-                let even = t4!([even!(w[0]), even!(w[1]), even!(w[2]), even!(w[3])]);
-                let odd = t4!([odd!(w[0]), odd!(w[1]), odd!(w[2]), odd!(w[3])]);
+                let even = transpose4_halves([even!(w[0]), even!(w[1]), even!(w[2]), even!(w[3])]);
+                let odd = transpose4_halves([odd!(w[0]), odd!(w[1]), odd!(w[2]), odd!(w[3])]);
                 [even[0], odd[0], even[1], odd[1], even[2], odd[2], even[3], odd[3]]
             }
             _ => transpose8(std::array::from_fn(|l| code_load8::<C>(cols[l], j, nan))),
