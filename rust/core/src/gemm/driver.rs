@@ -741,12 +741,7 @@ pub(super) fn gemv_rows(code: u8) -> usize {
 /// more than a thread's share of the columns.
 fn gemv_width(m: usize, n: usize, k: usize) -> usize {
     let w = (GEMV_NW / m).max(GEMV_W) / GEMV_W * GEMV_W;
-    let threads = crate::parallel::num_threads();
-    if threads > 1 && m * n * k >= GEMV_PAR_MIN {
-        w.min(n.div_ceil(threads).div_ceil(GEMV_W) * GEMV_W)
-    } else {
-        w
-    }
+    w.min(n.div_ceil(gemv_threads(m * n * k)).div_ceil(GEMV_W) * GEMV_W)
 }
 
 /// A depth block of a vector path: `(a, pc, kc, j0, w, t, ldt)`, see [`gemv_units`].
@@ -784,8 +779,25 @@ unsafe fn gemv_units(a: &Operand, c: OutMat<f32>, n: usize, width: usize, block:
             }
         })
     };
+    gemv_split(units, m * n * k, &run);
+}
+
+/// The threads a vector path of `madds` multiply-adds splits over: all of them
+/// from [`GEMV_PAR_MIN`] on, else one.
+fn gemv_threads(madds: usize) -> usize {
     let threads = crate::parallel::num_threads();
-    let parts = if threads > 1 && m * n * k >= GEMV_PAR_MIN { threads.min(units) } else { 1 };
+    if threads > 1 && madds >= GEMV_PAR_MIN {
+        threads
+    } else {
+        1
+    }
+}
+
+/// `run(u0, u1)` over the units `0..units` of a vector path of `madds`
+/// multiply-adds: in equal shares over [`gemv_threads`] (at most one a unit),
+/// or at once on this thread.
+pub(super) fn gemv_split(units: usize, madds: usize, run: &(dyn Fn(usize, usize) + Sync)) {
+    let parts = gemv_threads(madds).min(units);
     if parts <= 1 {
         run(0, units);
     } else {

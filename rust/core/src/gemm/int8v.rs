@@ -17,7 +17,7 @@
 //! and 7.7 ms (w.T) to 0.45 and 0.37; 4096 x 4096 x 1 from 8.3 to 0.37 ms;
 //! 8 x 4096 x 4096 from 4.8 and 8.8 ms to 2.5 and 3.3.
 
-use super::{driver::GEMV_PAR_MIN, OutMat, Operand, Storage};
+use super::{driver::gemv_split, OutMat, Operand, Storage};
 
 /// Rows of A the int8 vector paths take, at most.
 pub(super) const ROWS: usize = 8;
@@ -29,8 +29,8 @@ const CHUNK: usize = 4096;
 /// `c = a @ b` for int8 operands by the vector paths, where they take the
 /// shape: one column of B (run transposed), or at most [`ROWS`] rows of A, with
 /// B's rows or its columns contiguous. Returns false, having done nothing,
-/// for other shapes. Splits the columns of C over the threads from
-/// [`GEMV_PAR_MIN`] multiply-adds on, as the float vector paths do.
+/// for other shapes. Splits the columns of C over the threads as the float
+/// vector paths do ([`gemv_split`]).
 ///
 /// # Safety
 /// The CPU must support avx2; the operands and `c` as for the loop nest.
@@ -57,8 +57,6 @@ pub(super) unsafe fn gemv_i8(a: &Operand, b: &Operand, c: OutMat<i32>) -> bool {
         }
     }
     let bp = codes(&b);
-    let threads = crate::parallel::num_threads();
-    let parallel = threads > 1 && m * n * k >= GEMV_PAR_MIN;
     if b.rs == 1 {
         // Column dots, in units of one kernel's columns.
         let width = cols_width(m);
@@ -78,12 +76,7 @@ pub(super) unsafe fn gemv_i8(a: &Operand, b: &Operand, c: OutMat<i32>) -> bool {
                 }
             }
         };
-        let parts = if parallel { threads.min(units) } else { 1 };
-        if parts <= 1 {
-            run(0, units);
-        } else {
-            crate::parallel::for_each_item(parts, &|p| run(units * p / parts, units * (p + 1) / parts));
-        }
+        gemv_split(units, m * n * k, &run);
     } else {
         // Row streaming: strips of 16 columns split over the threads, each part in
         // chunks whose sums stay in L1; the last columns (n % 16) one at a time.
@@ -104,12 +97,7 @@ pub(super) unsafe fn gemv_i8(a: &Operand, b: &Operand, c: OutMat<i32>) -> bool {
                 }
             }
         };
-        let parts = if parallel { threads.min(strips) } else { 1 };
-        if parts <= 1 {
-            run(0, strips);
-        } else {
-            crate::parallel::for_each_item(parts, &|p| run(strips * p / parts, strips * (p + 1) / parts));
-        }
+        gemv_split(strips, m * n * k, &run);
         for j in 16 * strips..n {
             for r in 0..m {
                 let mut s = 0i32;
