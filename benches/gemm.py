@@ -8,7 +8,8 @@ Prints, for n x n x n products:
     products against numpy's float32;
   * stacks of small products (B x n x n, numpy matmul shapes) against numpy's float32
     matmul and ml_dtypes' np.matmul;
-  * vector-matrix and matrix-vector products against numpy's float32 and ml_dtypes;
+  * vector-matrix and matrix-vector products against numpy's float32 and ml_dtypes, and
+    float64 ones against numpy's float64;
   * products of few rows (m x 4096 x 4096, B row-major and as w.T) against numpy's float32;
   * emulated accumulation (every add rounded: fp16 accumulators, and e5m2 products into
     FloatFormat(6, 9) as in Wang et al. 2018) against lowp's f32 path, and a table of
@@ -217,6 +218,23 @@ def vectors() -> None:
             tml4 = best(lambda: np.matmul(x4, y4), 2)
             print(f"{f'{m} x {k} x {n}':>18} {t:3d} {tl * 1e3:9.3f} {tl32 * 1e3:8.3f} {t32 * 1e3:7.3f} {t32 / tl:6.2f} "
                   f"{tml * 1e3:7.3f} {tml / tl:6.2f} {tl4 * 1e3:9.3f} {tl5 * 1e3:9.3f} {tml4 * 1e3:7.3f} {tml4 / tl4:6.2f}", flush=True)
+
+
+def vectors64() -> None:
+    """float64 vector and few-row products (float64 inputs accumulate in float64) against
+    numpy's float64 (dgemv/dgemm): B row-major and as w.T (x @ w.T), and a matrix times a
+    vector. Memory-bound: B (or A) is read once, 8 bytes a value."""
+    g = np.random.default_rng(5)
+    print("\n== float64 vector products: milliseconds; ratio numpy / lowp (> 1: lowp is faster)")
+    print(f"{'m x k x n':>18} {'B':>5} {'thr':>3} {'lowp':>8} {'numpy':>8} {'ratio':>6}")
+    for m, k, n, layout in ((1, 4096, 4096, "rows"), (1, 4096, 4096, "w.T"), (4096, 4096, 1, "-"), (4, 4096, 4096, "rows"),
+                            (4, 4096, 4096, "w.T"), (8, 4096, 4096, "w.T"), (1, 1024, 1024, "rows"), (1024, 1024, 1, "-")):
+        x = g.standard_normal((m, k))
+        y = g.standard_normal((n, k)).T if layout == "w.T" else g.standard_normal((k, n))
+        for t in (1, 2):
+            set_threads(t)
+            tn, tl = best_pair(lambda: x @ y, lambda: lowp.matmul(x, y), 8, rounds=4)
+            print(f"{f'{m} x {k} x {n}':>18} {layout:>5} {t:3d} {tl * 1e3:8.3f} {tn * 1e3:8.3f} {tn / tl:6.2f}", flush=True)
 
 
 def skinny() -> None:
@@ -434,6 +452,7 @@ def main() -> None:
             stacks()
         if "vectors" in run:
             vectors()
+            vectors64()
         if "skinny" in run:
             skinny()
         if "emulated" in run:

@@ -388,6 +388,38 @@ def test_int8_vector_products(isa):
         lowp.set_num_threads(n0)
 
 
+def test_float64_vector_products(isa):
+    """float64 accumulation for products of 1 to 9 rows (up to 8 take the vector paths
+    where B is float64, float32, bf16 or fp16 with its rows or columns contiguous) and
+    matrices times vectors: B row-major, as w.T, reversed, Fortran-ordered and strided;
+    A row-major and Fortran-ordered; columns 4 KiB apart (depth 512); bf16, float32
+    and posit32 operands too; at 1 and 2 threads. Integer values, so that every sum is
+    exact and equals the int64 product."""
+    g = np.random.default_rng(23)
+    n0 = lowp.get_num_threads()
+    shapes = [(m, k, n) for m in (1, 2, 3, 6, 8, 9) for k, n in ((1, 1), (9, 17), (512, 37), (700, 70))]
+    shapes += [(4100, 1030, 1), (1, 1030, 4100), (70, 512, 1)]
+    try:
+        for threads in (1, 2):
+            lowp.set_num_threads(threads)
+            for m, k, n in shapes:
+                a = g.integers(-100, 101, (m, k))
+                w = g.integers(-100, 101, (n, k))
+                want = a @ w.T
+                for dt in (np.float64, np.float32, ml_dtypes.bfloat16, lowp.posit32):
+                    if dt != np.float64 and m * n * k > 10**6:
+                        continue
+                    at, wt = a.astype(dt), w.astype(dt)
+                    wide = np.zeros((2 * k, 2 * n), dt)
+                    wide[::2, ::2] = wt.T
+                    for b in (np.ascontiguousarray(wt.T), wt.T, wt[::-1].T[:, ::-1], np.asfortranarray(wt.T), wide[::2, ::2]):
+                        for x in (at, np.asfortranarray(at)):
+                            r = lowp.matmul(x, b, accumulate="float64")
+                            assert r.dtype == np.float64 and np.array_equal(r, want), (threads, m, k, n, dt)
+    finally:
+        lowp.set_num_threads(n0)
+
+
 def test_qmatmul():
     """Against the float64 product of the dequantized operands, for 33 rows (the loop
     nest), 1, 7 and 8 (B read in place; with zero points, B's column sums taken with

@@ -573,12 +573,15 @@ pub(super) const GEMV_PAR_MIN: usize = PAR_MIN / 8;
 /// Columns of B packed per strip of [`gemv_f32`] (a strip of a depth block: 32 KiB of f32).
 const GEMV_W: usize = 32;
 
-/// Columns of C per chunk where B's rows are contiguous (16 KiB of f32 sums,
-/// in L1): each row of B read in pieces of that many columns. (At 1024
-/// columns, 4 KiB, a float32 row of 4096 was read a page at a time, each
-/// page a new stream for the prefetchers: 1 x 4096 x 4096 took 1.25x as long
-/// in float32, 1.3x in bf16, and 2 rows 1.6x and 2.2x.)
-const GEMV_NW: usize = 4096;
+/// Columns of C per chunk where B's rows are contiguous, for one row of A
+/// (64 KiB of f32 sums, 128 KiB of f64, in L2; [`gemv_width`]): each row of
+/// B read in pieces of that many columns, each piece a stream for the
+/// prefetchers. The longer the pieces, the faster: at 1 thread, 1 x 4096 x
+/// 11008 took 1.25x as long in float32 at 4096 columns, 1.3x in bf16, 1.15x
+/// in float64; 4 x 4096 x 4096 float32 1.2x; at 1024 (4 KiB of a float32
+/// row, a page) 1 x 4096 x 4096 took 1.25x as long in float32, 1.3x in
+/// bf16, and 2 rows 1.6x and 2.2x.
+const GEMV_NW: usize = 16384;
 
 /// `c = a @ b` for a single row of A (a vector-matrix product), a single
 /// column of B (then computed as `c^T = b^T @ a^T`), or up to [`GEMV_ROWS`]
@@ -621,27 +624,9 @@ pub(super) unsafe fn gemv_f32(a: &Operand, b: &Operand, c: OutMat<f32>) -> bool 
     // SAFETY (all three): each block reads rows pc..pc+kc and columns j0..j0+w of
     // b, which lie inside it; the caller guarantees the CPU features.
     unsafe {
-        // A block strip by strip, packed as the loop nest packs it, each row of A
-        // (k apart in `av`) summing into its row of `t` (`ldt` apart).
+        // A block strip by strip, packed as the loop nest packs it.
         let strips = |av: &[f32], pc: usize, kc: usize, j0: usize, w: usize, t: &mut [f32], ldt: usize| {
-            for s in (0..w).step_by(GEMV_W) {
-                // B's rows contiguous: the next strip's piece of each row fetched
-                // ahead (each row lies on another page, where the prefetchers stop),
-                // into L2 (the strip's packed values fill L1).
-                if b.cs == 1 && s + GEMV_W < w {
-                    for kk in 0..kc {
-                        // (A prefetch of an address inside b: row pc + kk, column j0 + s + W.)
-                        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T1 }>(at(pc + kk, j0 + s + GEMV_W) as *const i8);
-                    }
-                }
-                with_scratch::<f32, ()>(&BPACK, kc * GEMV_W, |bs| {
-                    // bs[kk*W + j] = b[pc+kk, j0+s+j], zeros past column w.
-                    F32Avx2::pack(b, pc as isize * b.rs + (j0 + s) as isize * b.cs, b.cs, b.rs, GEMV_W.min(w - s), GEMV_W, kc, bs);
-                    for r in 0..m {
-                        kernels::gemv_strip_avx2(&av[r * k + pc..r * k + pc + kc], bs, &mut t[r * ldt + s..]);
-                    }
-                })
-            }
+            gemv_strips::<F32Avx2, f32, GEMV_W>(b, kernels::gemv_strip_avx2, av, k, m, pc, kc, j0, w, t, ldt)
         };
         // The row streaming's decoding: e4m3fn's reads its values times 2^-8, and
         // takes A's block times 2^8 (the same products), where that stays finite.
@@ -665,7 +650,7 @@ pub(super) unsafe fn gemv_f32(a: &Operand, b: &Operand, c: OutMat<f32>) -> bool 
         // A block goes strip by strip where those cannot take it (or met an
         // e4m3fn NaN code, which they read as 1.875).
         match (b.cs, b.rs, code) {
-            (1, _, Some(code)) => gemv_units(&a, c, b.cols, gemv_width(m, b.cols, k), &|av, pc, kc, j0, w, t, ldt| {
+            (1, _, Some(code)) => gemv_units::<F32Avx2, f32>(&a, c, b.cols, gemv_width(m, b.cols, k), &|av, pc, kc, j0, w, t, ldt| {
                 if !scaled(av, pc, kc, &mut |x, lda| kernels::gemv_block(code, x, lda, m, kc, at(pc, j0), b.rs * bytes, w, t, ldt)) {
                     strips(av, pc, kc, j0, w, t, ldt)
                 }
@@ -686,7 +671,7 @@ pub(super) unsafe fn gemv_f32(a: &Operand, b: &Operand, c: OutMat<f32>) -> bool 
                 };
                 // Units of one kernel's columns: each column read whole, from
                 // block to block, before the next (long streams for the prefetchers).
-                gemv_units(&a, c, b.cols, 8 * groups, &|av, pc, kc, j0, w, t, ldt| {
+                gemv_units::<F32Avx2, f32>(&a, c, b.cols, 8 * groups, &|av, pc, kc, j0, w, t, ldt| {
                     // e4m3fn columns: the block's codes (a few KiB, read next from L1)
                     // scanned first, the NaN check of the decoding then left out.
                     let code = match code {
@@ -704,8 +689,8 @@ pub(super) unsafe fn gemv_f32(a: &Operand, b: &Operand, c: OutMat<f32>) -> bool 
             // a unit reading neighbouring pieces of the same rows (fetched ahead).
             // (In units of one strip, each strip walked its rows a page apart:
             // 1 x 4096 x 4096 of e4m3fnuz or posit8 took 2.8x as long.)
-            (1, _, None) => gemv_units(&a, c, b.cols, gemv_width(m, b.cols, k), &strips),
-            _ => gemv_units(&a, c, b.cols, GEMV_W, &strips),
+            (1, _, None) => gemv_units::<F32Avx2, f32>(&a, c, b.cols, gemv_width(m, b.cols, k), &strips),
+            _ => gemv_units::<F32Avx2, f32>(&a, c, b.cols, GEMV_W, &strips),
         }
     }
     true
@@ -735,44 +720,45 @@ pub(super) fn gemv_rows(code: u8) -> usize {
     }
 }
 
-/// Columns of C per unit of [`gemv_f32`]'s row streaming for `m` rows of A
-/// (an m x k x n product): [`GEMV_NW`] for one, fewer for more, the sums of
-/// every row staying in L1; where the product splits over the threads, no
-/// more than a thread's share of the columns.
-fn gemv_width(m: usize, n: usize, k: usize) -> usize {
+/// Columns of C per unit of a row streaming (of [`gemv_f32`], or of
+/// [`super::f64v`]) for `m` rows of A (an m x k x n product): [`GEMV_NW`]
+/// for one, fewer for more (the same bytes of sums); where the product splits
+/// over the threads, no more than a thread's share of the columns.
+pub(super) fn gemv_width(m: usize, n: usize, k: usize) -> usize {
     let w = (GEMV_NW / m).max(GEMV_W) / GEMV_W * GEMV_W;
     w.min(n.div_ceil(gemv_threads(m * n * k)).div_ceil(GEMV_W) * GEMV_W)
 }
 
 /// A depth block of a vector path: `(a, pc, kc, j0, w, t, ldt)`, see [`gemv_units`].
-type GemvBlock<'a> = &'a (dyn Fn(&[f32], usize, usize, usize, usize, &mut [f32], usize) + Sync);
+pub(super) type GemvBlock<'a, T> = &'a (dyn Fn(&[T], usize, usize, usize, usize, &mut [T], usize) + Sync);
 
-/// The loop of [`gemv_f32`]'s paths over the `n` columns of C (m x n), in
-/// units of `width` (split over the threads as the loop nest splits columns,
-/// from [`GEMV_PAR_MIN`] multiply-adds on): A's rows decoded once into this
-/// thread's buffer (`a`, row r at `r * k`), then for each unit and depth
-/// block `block(a, pc, kc, j0, w, t, ldt)` puts the block's sums of columns
-/// `j0..j0 + w` of row r into `t[r * ldt..][..w]`, which are stored (the first
-/// block) or added to C, as the loop nest's tiles are.
+/// The loop of a vector path ([`gemv_f32`], [`super::f64v`]) over the `n`
+/// columns of C (m x n), in units of `width` (split over the threads as the
+/// loop nest splits columns, from [`GEMV_PAR_MIN`] multiply-adds on): A's
+/// rows decoded once (`K::pack`) into this thread's buffer (`a`, row r at `r *
+/// k`), then for each unit and depth block of `K::KC`, `block(a, pc, kc, j0,
+/// w, t, ldt)` puts the block's sums of columns `j0..j0 + w` of row r into
+/// `t[r * ldt..][..w]`, which are stored (the first block) or added to C, as
+/// the loop nest's tiles are.
 ///
 /// # Safety
 /// `block` must be safe to call for every unit and depth block of the product.
-#[cfg(target_arch = "x86_64")]
-unsafe fn gemv_units(a: &Operand, c: OutMat<f32>, n: usize, width: usize, block: GemvBlock) {
-    use super::kernels::F32Avx2;
+pub(super) unsafe fn gemv_units<K: Kernel<P = T, C = T>, T: Copy + std::ops::Add<Output = T>>(a: &Operand, c: OutMat<T>, n: usize, width: usize, block: GemvBlock<T>) {
     let (m, k) = (a.rows, a.cols);
     let units = n.div_ceil(width);
-    // (Sums of at least one strip's width: a block may go strip by strip.)
-    let ldt = width.max(GEMV_W);
+    // (Sums of at least one strip's width: a block may go strip by strip. Rows
+    // of sums a multiple of 4 KiB apart would share their L1 sets: 8 x 4096 x
+    // 4096 in float64, 2048 sums a row, took 2x as long.)
+    let ldt = padded_ld(width.max(GEMV_W), std::mem::size_of::<T>()).expect("sums of 4 or 8 bytes");
     let run = |u0: usize, u1: usize| {
-        with_scratch::<f32, ()>(&APACK, m * (k + ldt), |buf| {
+        with_scratch::<T, ()>(&APACK, m * (k + ldt), |buf| {
             let (av, t) = buf.split_at_mut(m * k);
             // SAFETY: rows 0..m of a, columns 0..k.
-            unsafe { F32Avx2::pack(a, 0, a.cs, a.rs, k, k, m, av) };
+            unsafe { K::pack(a, 0, a.cs, a.rs, k, k, m, av) };
             for u in u0..u1 {
                 let (j0, w) = (u * width, width.min(n - u * width));
-                for pc in (0..k).step_by(F32Avx2::KC) {
-                    block(av, pc, F32Avx2::KC.min(k - pc), j0, w, t, ldt);
+                for pc in (0..k).step_by(K::KC) {
+                    block(av, pc, K::KC.min(k - pc), j0, w, t, ldt);
                     // SAFETY: rows 0..m, columns j0..j0+w of c.
                     unsafe { super::kernels::store_tile(t, ldt, c.at(0, j0), c.rs, c.cs, m, w, pc > 0) };
                 }
@@ -780,6 +766,46 @@ unsafe fn gemv_units(a: &Operand, c: OutMat<f32>, n: usize, width: usize, block:
         })
     };
     gemv_split(units, m * n * k, &run);
+}
+
+/// A depth block of a vector path (rows pc..pc + kc, columns j0..j0 + w of
+/// `b`), any B, strip by strip of `W <= GEMV_W` columns: each strip packed as
+/// the loop nest packs it (`K::pack`) into a buffer of this thread that stays
+/// in L1, then summed by `strip` for each of the `m` rows of A (`k` apart in
+/// `av`) into its row of `t` (`ldt` apart; `strip(a, bs, t)` puts `sum_kk
+/// a[kk] * bs[kk * W + j]` into `t[j]`, the loop nest's FMAs in its order).
+/// B's rows contiguous: the next strip's piece of each row is fetched ahead
+/// (each row lies on another page, where the prefetchers stop), into L2 (the
+/// strip's packed values fill L1).
+///
+/// # Safety
+/// Those rows and columns lie inside `b`; `strip` must be safe to call; `t`
+/// holds `m` rows of `ldt` values, `W` from each strip's first column on.
+#[allow(clippy::too_many_arguments)]
+pub(super) unsafe fn gemv_strips<K: Kernel<P = T>, T: Copy, const W: usize>(b: &Operand, strip: unsafe fn(&[T], &[T], &mut [T]), av: &[T], k: usize, m: usize, pc: usize, kc: usize, j0: usize, w: usize, t: &mut [T], ldt: usize) {
+    let bytes = b.storage.bytes() as isize;
+    for s in (0..w).step_by(W) {
+        #[cfg(target_arch = "x86_64")]
+        if b.cs == 1 && s + W < w {
+            for kk in 0..kc {
+                // (A prefetch of an address inside b: row pc + kk, column j0 + s + W.)
+                let p = b.ptr.wrapping_offset(((pc + kk) as isize * b.rs + (j0 + s + W) as isize) * bytes);
+                // SAFETY: a prefetch has no effect on memory.
+                unsafe { std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T1 }>(p as *const i8) };
+            }
+        }
+        with_scratch::<T, ()>(&BPACK, kc * W, |bs| {
+            // SAFETY: bs[kk*W + j] = b[pc+kk, j0+s+j], zeros past column w (inside b
+            // per the contract); the strip kernel reads kc * W values of bs and writes
+            // W of t from column s.
+            unsafe {
+                K::pack(b, pc as isize * b.rs + (j0 + s) as isize * b.cs, b.cs, b.rs, W.min(w - s), W, kc, bs);
+                for r in 0..m {
+                    strip(&av[r * k + pc..r * k + pc + kc], bs, &mut t[r * ldt + s..]);
+                }
+            }
+        })
+    }
 }
 
 /// The threads a vector path of `madds` multiply-adds splits over: all of them

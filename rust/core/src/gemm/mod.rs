@@ -16,6 +16,7 @@
 
 mod driver;
 pub mod emulate;
+mod f64v;
 mod int8v;
 mod kernels;
 mod narrow;
@@ -350,6 +351,11 @@ pub fn matmul_f32(a: &Operand, b: &Operand, c: OutMat<f32>) -> Result<()> {
 pub fn matmul_f64(a: &Operand, b: &Operand, c: OutMat<f64>) -> Result<()> {
     check_shapes(a, b, c.rows, c.cols)?;
     if simd() {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: simd() means avx2, fma and f16c were detected.
+        if unsafe { f64v::gemv_f64(a, b, c) } {
+            return Ok(());
+        }
         driver::gemm(&kernels::F64Avx2, a, b, c);
     } else {
         driver::gemm(&kernels::F64Portable, a, b, c);

@@ -1626,6 +1626,115 @@ fn vector_products_match_the_loop_nest() {
     assert!(!unsafe { driver::gemv_f32(&a, &b, OutMat::from_raw(c.as_mut_ptr(), 2, 2, 2, 1)) });
 }
 
+/// The f64 vector paths ([`f64v::gemv_f64`]: rows of B streamed, columns
+/// dotted 8 or 4 at a time, or strips) sum every element as the f64 loop
+/// nest does, bit for bit: B stored as float64, float32, bf16 and fp16 (read
+/// in registers), e4m3fn and posit32 (packed), B and A in either layout,
+/// strided and reversed, depths over several blocks with tails, 2 to 8 rows,
+/// C strided, columns a multiple of 4 KiB apart (the groups run skewed), and
+/// products large enough to split over the threads.
+#[test]
+fn f64_vector_products_match_the_loop_nest() {
+    let _settings = crate::settings_read();
+    if !simd() {
+        return;
+    }
+    let mut g = Lcg(41);
+    let kinds = [
+        (Storage::F64, None),
+        (Storage::F32, None),
+        (Storage::U16, Some(Format::Float(BFLOAT16))),
+        (Storage::U16, Some(Format::Float(FLOAT16))),
+        (Storage::U8, Some(Format::Float(FLOAT8_E4M3FN))),
+        (Storage::U32, Some(Format::Posit(POSIT32))),
+    ];
+    let codes = |g: &mut Lcg, st: Storage, len: usize, specials: bool| match st {
+        Storage::F64 => (0..len).flat_map(|i| if specials && i % 41 == 3 { f64::NAN } else { g.unit() * 3.0 }.to_ne_bytes()).collect(),
+        _ => random_codes(g, st, len, specials),
+    };
+    assert_eq!(f64v::ROWS, 8);
+    // (1, 512, 70) and (70, 512, 1): columns 4 KiB apart in layout 1 and run
+    // transposed; (2, 1024, 40) in layout 1 too, two groups.
+    let shapes = [(1, 1, 1), (1, 7, 9), (1, 300, 33), (1, 513, 1100), (9, 300, 1), (1030, 257, 1), (1, 1024, 4100), (4100, 1024, 1), (1, 5, 1), (1, 512, 70), (70, 512, 1)];
+    let rows = [(2, 300, 33), (2, 7, 9), (2, 1024, 40), (3, 513, 70), (4, 257, 33), (5, 1024, 900), (6, 40, 300), (6, 512, 37), (7, 300, 33), (8, 513, 70)];
+    let (mut cases, mut skipped) = (0, 0);
+    for &(m, k, n) in shapes.iter().chain(&rows) {
+        for (ka, &(sa, fa)) in kinds.iter().enumerate() {
+            let (sb, fb) = if ka % 2 == 0 { (sa, fa) } else { kinds[(ka + 2) % kinds.len()] };
+            let (av0, bv0) = (codes(&mut g, sa, m * k, false), codes(&mut g, sb, k * n, false));
+            let (av1, bv1) = (codes(&mut g, sa, m * k, true), codes(&mut g, sb, k * n, true));
+            for layout in 0..4 {
+                let (av, bv) = if layout == 3 { (&av1, &bv1) } else { (&av0, &bv0) };
+                // SAFETY: each view covers exactly the elements of its vector.
+                let (a, b) = unsafe {
+                    let a = match layout {
+                        0 | 2 => Operand::from_raw(av.as_ptr(), sa, fa, m, k, k as isize, 1, "a"),
+                        1 => Operand::from_raw(av.as_ptr(), sa, fa, m, k, 1, m as isize, "a"),
+                        _ => Operand::from_raw(av.as_ptr().add((m * k - 1) * sa.bytes()), sa, fa, m, k, -(k as isize), -1, "a"),
+                    }
+                    .unwrap();
+                    let b = match layout {
+                        0 | 3 => Operand::from_raw(bv.as_ptr(), sb, fb, k, n, n as isize, 1, "b"),
+                        1 => Operand::from_raw(bv.as_ptr(), sb, fb, k, n, 1, k as isize, "b"),
+                        _ => Operand::from_raw(bv.as_ptr().add((k - 1) * n * sb.bytes()), sb, fb, k, n, -(n as isize), 1, "b"),
+                    }
+                    .unwrap();
+                    (a, b)
+                };
+                let (rs, cs, len) = if layout % 2 == 0 { (n as isize * 2, 2, m * n * 2) } else { (1, m as isize, m * n) };
+                let mut fast = vec![-7f64; len];
+                let mut nest = vec![-7f64; len];
+                // SAFETY: both buffers hold the m x n matrix at these strides; simd() holds.
+                let done = unsafe { f64v::gemv_f64(&a, &b, OutMat::from_raw(fast.as_mut_ptr(), m, n, rs, cs)) };
+                driver::gemm(&kernels::F64Avx2, &a, &b, unsafe { OutMat::from_raw(nest.as_mut_ptr(), m, n, rs, cs) });
+                let taken = m == 1 || n == 1 || f64v::code(&b.dec).is_some();
+                assert_eq!(done, taken, "{m}x{k}x{n} layout {layout}");
+                if !done {
+                    skipped += 1;
+                    continue;
+                }
+                cases += 1;
+                for (q, (x, y)) in fast.iter().zip(&nest).enumerate() {
+                    assert!(x.to_bits() == y.to_bits() || x.is_nan() && y.is_nan(), "{fa:?} x {fb:?} {m}x{k}x{n} layout {layout}, element {q}: {x} vs {y}");
+                }
+            }
+        }
+    }
+    // Products of 2 to 6 rows are taken where B is read in registers (float64,
+    // float32, bf16, fp16: 4 of the 6 pairs).
+    let coded = (0..kinds.len()).filter(|&ka| {
+        let (sb, fb) = if ka % 2 == 0 { kinds[ka] } else { kinds[(ka + 2) % kinds.len()] };
+        sb == Storage::F64 || sb == Storage::F32 || fb == Some(Format::Float(BFLOAT16)) || fb == Some(Format::Float(FLOAT16))
+    });
+    assert_eq!(cases, shapes.len() * 6 * 4 + rows.len() * coded.count() * 4);
+    assert_eq!(cases + skipped, (shapes.len() + rows.len()) * 6 * 4);
+    // Columns 4 KiB apart with a depth below the groups' lag (40 steps against
+    // 48): one row of A, 20 columns of 40 f64 values, 512 apart.
+    let av: Vec<f64> = (0..40).map(|_| g.unit()).collect();
+    let bv: Vec<f64> = (0..20 * 512).map(|_| g.unit()).collect();
+    // SAFETY: the views lie inside their vectors.
+    let (a, b) = unsafe {
+        (
+            Operand::from_raw(av.as_ptr() as *const u8, Storage::F64, None, 1, 40, 40, 1, "a").unwrap(),
+            Operand::from_raw(bv.as_ptr() as *const u8, Storage::F64, None, 40, 20, 1, 512, "b").unwrap(),
+        )
+    };
+    let (mut fast, mut nest) = (vec![0f64; 20], vec![0f64; 20]);
+    // SAFETY: both hold 1 x 20.
+    assert!(unsafe { f64v::gemv_f64(&a, &b, OutMat::from_raw(fast.as_mut_ptr(), 1, 20, 20, 1)) });
+    driver::gemm(&kernels::F64Avx2, &a, &b, unsafe { OutMat::from_raw(nest.as_mut_ptr(), 1, 20, 20, 1) });
+    assert!(fast.iter().zip(&nest).all(|(x, y)| x.to_bits() == y.to_bits()), "{fast:?} vs {nest:?}");
+    // Not taken: 9 rows (f64v::ROWS + 1), and 2 rows of a B with neither its
+    // rows nor its columns contiguous.
+    let v = vec![0f64; 128];
+    let op = |rows, cols, rs, cs| unsafe { Operand::from_raw(v.as_ptr() as *const u8, Storage::F64, None, rows, cols, rs, cs, "a").unwrap() };
+    let mut c = [0f64; 64];
+    // SAFETY: c holds 9 x 2.
+    assert!(!unsafe { f64v::gemv_f64(&op(9, 8, 8, 1), &op(8, 2, 2, 1), OutMat::from_raw(c.as_mut_ptr(), 9, 2, 2, 1)) });
+    // SAFETY: c holds 2 x 2.
+    assert!(!unsafe { f64v::gemv_f64(&op(2, 8, 8, 1), &op(8, 2, 2, 32), OutMat::from_raw(c.as_mut_ptr(), 2, 2, 2, 1)) });
+}
+
 /// An emulated matrix-vector product runs transposed (one row of A, C's rows as
 /// columns, the words of rows and columns trading places): the same bits as the
 /// product as given, in every mode (stochastic with chunk totals too), from
