@@ -104,7 +104,8 @@ fn int8_exact_extremes() {
 /// contiguous, either way round, and a matrix times a vector run transposed)
 /// give the exact sums, wrapped to i32, for depths around their 16-element
 /// steps and pairs, columns around their strips and units, A in either order,
-/// at 1 and 2 threads (the larger shapes split over them); they refuse 9 rows
+/// at 1 and 2 threads (the larger shapes split over them), the row streaming
+/// in several chunks with padded rows of sums; they refuse 9 rows
 /// and a B with neither rows nor columns contiguous, which the loop nest takes
 /// (packing full strips of a B whose columns are contiguous 8 depths at a
 /// time). Writes stay inside C.
@@ -119,7 +120,7 @@ fn int8_vector_paths_are_exact() {
             shapes.push((m, k, n));
         }
     }
-    shapes.extend([(3, 1000, 1500), (8, 600, 1000), (4100, 1030, 1), (1, 140000, 3)]);
+    shapes.extend([(3, 1000, 1500), (3, 300, 6000), (8, 600, 2500), (2, 64, 9000), (4, 40, 4500), (1, 64, 40000), (4100, 1030, 1), (1, 140000, 3)]);
     for threads in [1, 2] {
         crate::parallel::set_num_threads(threads).unwrap();
         for &(m, k, n) in &shapes {
