@@ -6,7 +6,8 @@
 //! for tiles of 6 rows, 5 of them padding.
 //!
 //! - B's rows contiguous, stored as f64, f32, bf16 or fp16 ([`code`]):
-//!   streamed four rows at a time and decoded in registers ([`rows_avx2`]).
+//!   streamed four rows at a time (eight for one row of A) and decoded in
+//!   registers ([`rows_avx2`]).
 //! - B's columns so stored and contiguous (`x @ w.T`; a row-major A times a
 //!   vector): dotted 8 (or 4) at a time, 8 steps of 4 columns transposed in
 //!   registers ([`cols_avx2`]).
@@ -101,7 +102,9 @@ pub(super) unsafe fn gemv_f64(a: &Operand, b: &Operand, c: OutMat<f64>) -> bool 
                 // group 1.17x, 7 rows in two 1.3x.
                 let groups = if m <= 5 { 2 } else { 1 };
                 // Columns a multiple of 4 KiB apart: the groups' lines at one step
-                // in other L1 sets (1024 x 1024 x 1 took 1.9x as long without).
+                // in other L1 sets (4 x 1024 x 1024 with B as w.T took 1.12x as long
+                // without, one row times it 1.0-1.02x; with four groups a row,
+                // 1024 x 1024 x 1 1.9x).
                 let skew = if (b.cs * bytes) % 4096 == 0 { SKEW } else { 0 };
                 gemv_units::<F64Avx2, f64>(&a, c, n, 4 * groups, &|av, pc, kc, j0, w, t, ldt| {
                     let (x, p, cs) = (&av[pc..], at(pc, j0), b.cs * bytes);
@@ -175,8 +178,8 @@ unsafe fn one<const D: u8>(p: *const u8, j: usize) -> f64 {
 /// sum_kk a[r * lda + kk] * row_kk[j]` for `r < m`, `kk < kc`, `j < nw`, each
 /// from zero by one FMA a step in order, where row kk of B starts `kk * rs`
 /// bytes after `b` and holds `nw` contiguous elements stored as `D`. Four rows
-/// of B at a time (four streams side by side), 8 columns of them decoded once
-/// for all the rows of A.
+/// of B at a time (four streams side by side; eight for one row of A and at
+/// least 2048 columns), 8 columns of them decoded once for all the rows of A.
 ///
 /// # Safety
 /// The CPU must support avx2, fma and f16c; the rows' first `nw` elements must be readable.
@@ -242,8 +245,13 @@ unsafe fn rows_avx2<const D: u8>(a: &[f64], lda: usize, m: usize, kc: usize, b: 
                 }
             };
         }
-        let quads = kc / 4 * 4;
-        for kk in (0..quads).step_by(4) {
+        // Long pieces of one row: eight rows of B at a time (eight streams; with
+        // four, 1 x 4096 x 4096 took 1.2x as long at 2 threads, 2048^2 1.3x at 1).
+        let (q8, quads) = if m == 1 && nw >= 2048 { (kc / 8 * 8, kc / 8 * 8) } else { (0, kc / 4 * 4) };
+        for kk in (0..q8).step_by(8) {
+            steps!(kk, 8);
+        }
+        for kk in (q8..quads).step_by(4) {
             steps!(kk, 4);
         }
         for kk in quads..kc {

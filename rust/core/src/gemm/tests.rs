@@ -1515,9 +1515,11 @@ fn vector_products_match_the_loop_nest() {
     // layout 1) up to driver::gemv_rows of its decoding (2, or 6 for fp8 codes
     // and float32),
     // and where its columns are (layout 1) up to driver::GEMV_ROWS (6);
-    // 2 x 1024 x 2100 and 5 x 1024 x 900 split over the threads.
+    // 2 x 1024 x 2100 and 5 x 1024 x 900 split over the threads; 1 x 300 x
+    // 4200 streams eight rows of B at a time, its last block of 44 steps
+    // ending in single steps.
     assert_eq!(driver::GEMV_ROWS, 6);
-    let shapes = [(1, 1, 1), (1, 7, 9), (1, 300, 33), (1, 513, 1100), (9, 300, 1), (1030, 257, 1), (1, 1024, 4100), (4100, 1024, 1), (1, 5, 1)];
+    let shapes = [(1, 1, 1), (1, 7, 9), (1, 300, 33), (1, 513, 1100), (9, 300, 1), (1030, 257, 1), (1, 1024, 4100), (4100, 1024, 1), (1, 5, 1), (1, 300, 4200)];
     let rows = [(2, 300, 33), (2, 7, 9), (2, 513, 700), (2, 1024, 2100), (2, 260, 13), (2, 3, 200), (3, 300, 70), (4, 257, 33), (5, 1024, 900), (6, 40, 300)];
     let mut skipped = 0;
     for &(m, k, n) in shapes.iter().chain(&rows) {
@@ -1564,7 +1566,7 @@ fn vector_products_match_the_loop_nest() {
             }
         }
     }
-    assert_eq!(cases + skipped, 19 * 6 * 4);
+    assert_eq!(cases + skipped, 20 * 6 * 4);
     // (Products of more than 2 rows: taken for the pairs whose B holds fp8 codes
     // or float32.)
     let many = |(st, f): (Storage, Option<Format>)| st == Storage::U8 && kernels::fp8_kind(f).is_some() || st == Storage::F32;
@@ -1572,7 +1574,7 @@ fn vector_products_match_the_loop_nest() {
     assert!(many_b >= 3);
     // (Products of 2 to 6 rows with B's columns contiguous, layout 1: taken for
     // the 5 kinds with a row code.)
-    assert_eq!(cases, 9 * 6 * 4 + 6 * 5 * 4 + 4 * many_b * 3 + 4 * 5);
+    assert_eq!(cases, 10 * 6 * 4 + 6 * 5 * 4 + 4 * many_b * 3 + 4 * 5);
     // e4m3fn's decoding takes A's block times 2^8: a block whose A values would
     // overflow so goes strip by strip (2^125 times e4m3fn's small values is
     // finite), as does one holding a NaN code (read as 1.875 by the decoding);
@@ -1655,8 +1657,9 @@ fn f64_vector_products_match_the_loop_nest() {
     };
     assert_eq!(f64v::ROWS, 8);
     // (1, 512, 70) and (70, 512, 1): columns 4 KiB apart in layout 1 and run
-    // transposed; (2, 1024, 40) in layout 1 too, two groups.
-    let shapes = [(1, 1, 1), (1, 7, 9), (1, 300, 33), (1, 513, 1100), (9, 300, 1), (1030, 257, 1), (1, 1024, 4100), (4100, 1024, 1), (1, 5, 1), (1, 512, 70), (70, 512, 1)];
+    // transposed; (2, 1024, 40) in layout 1 too, two groups; (1, 300, 4200):
+    // rows of B eight at a time, the last block of 44 steps ending in single steps.
+    let shapes = [(1, 1, 1), (1, 7, 9), (1, 300, 33), (1, 513, 1100), (9, 300, 1), (1030, 257, 1), (1, 1024, 4100), (4100, 1024, 1), (1, 5, 1), (1, 512, 70), (70, 512, 1), (1, 300, 4200)];
     let rows = [(2, 300, 33), (2, 7, 9), (2, 1024, 40), (3, 513, 70), (4, 257, 33), (5, 1024, 900), (6, 40, 300), (6, 512, 37), (7, 300, 33), (8, 513, 70)];
     let (mut cases, mut skipped) = (0, 0);
     for &(m, k, n) in shapes.iter().chain(&rows) {
