@@ -18,7 +18,7 @@
 //! zero, then added to the total): the same bits.
 
 use super::driver::{gemv_strips, gemv_units, gemv_width};
-use super::kernels::F64Avx2;
+use super::kernels::{F64Avx2, EIGHT_ROWS_MIN};
 use super::{Dec, OutMat, Operand};
 
 /// Rows of A taken with B's rows or columns contiguous, at most.
@@ -179,7 +179,7 @@ unsafe fn one<const D: u8>(p: *const u8, j: usize) -> f64 {
 /// from zero by one FMA a step in order, where row kk of B starts `kk * rs`
 /// bytes after `b` and holds `nw` contiguous elements stored as `D`. Four rows
 /// of B at a time (four streams side by side; eight for one row of A and at
-/// least 2048 columns), 8 columns of them decoded once for all the rows of A.
+/// least [`EIGHT_ROWS_MIN`] columns), 8 columns of them decoded once for all the rows of A.
 ///
 /// # Safety
 /// The CPU must support avx2, fma and f16c; the rows' first `nw` elements must be readable.
@@ -245,9 +245,9 @@ unsafe fn rows_avx2<const D: u8>(a: &[f64], lda: usize, m: usize, kc: usize, b: 
                 }
             };
         }
-        // Long pieces of one row: eight rows of B at a time (eight streams; with
-        // four, 1 x 4096 x 4096 took 1.2x as long at 2 threads, 2048^2 1.3x at 1).
-        let (q8, quads) = if m == 1 && nw >= 2048 { (kc / 8 * 8, kc / 8 * 8) } else { (0, kc / 4 * 4) };
+        // Long pieces of one row: eight rows of B at a time (with four, 1 x 4096
+        // x 4096 took 1.2x as long at 2 threads, 2048^2 1.3x at 1).
+        let (q8, quads) = if m == 1 && nw >= EIGHT_ROWS_MIN { (kc / 8 * 8, kc / 8 * 8) } else { (0, kc / 4 * 4) };
         for kk in (0..q8).step_by(8) {
             steps!(kk, 8);
         }

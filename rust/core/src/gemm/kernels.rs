@@ -1628,13 +1628,20 @@ unsafe fn code_one<const C: u8>(p: *const u8, j: usize) -> f32 {
     }
 }
 
+/// Columns from which the row streaming of one row of A (float32's, and
+/// [`super::f64v`]'s) reads eight rows of B at a time instead of four (eight
+/// streams). At 1 thread, 1 x 4096 x 4096 with four took 1.16x as long in
+/// float32, 1.28x in bf16, 1 x 4096 x 11008 1.07x and 1.21x; with pieces of
+/// 1024 columns (2048^2 at 2 threads), eight took 1.13x as long.
+pub(super) const EIGHT_ROWS_MIN: usize = 2048;
+
 /// A depth block of [`super::driver::gemv_f32`]'s row streaming, for `m`
 /// rows of A: `t[r * ldt + j] = sum_kk a[r * lda + kk] * row_kk[j]` for `r < m`,
 /// `kk < kc`, `j < nw`, each from zero by one FMA a step in order, where row kk
 /// of B starts `kk * rs` bytes after `b` and holds `nw` contiguous elements
 /// stored as `C` (a [`row_code`]; [`ROW_E4M3FN`]'s values read times 2^-8, so
 /// A's are to be given times 2^8). Four rows of B at a time (four streams read
-/// side by side; eight for one row of A and at least 2048 columns), 16 columns
+/// side by side; eight for one row of A and at least [`EIGHT_ROWS_MIN`] columns), 16 columns
 /// of them decoded once for all the rows of A.
 /// Returns false, `t` then void, where an e4m3fn NaN code was read in a vector.
 ///
@@ -1744,11 +1751,7 @@ unsafe fn gemv_block_avx2<const C: u8>(a: &[f32], lda: usize, m: usize, kc: usiz
             };
         }
         let quads = kc / 4 * 4;
-        if m == 1 && nw >= 2048 {
-            // Long pieces of one row: eight rows of B at a time (eight streams;
-            // 1 x 4096 x 4096 with four took 1.16x as long in float32, 1.28x in
-            // bf16, 1 x 4096 x 11008 1.07x and 1.21x; with pieces of 1024
-            // columns, 2048^2 at 2 threads, eight took 1.13x as long).
+        if m == 1 && nw >= EIGHT_ROWS_MIN {
             let octs = kc / 8 * 8;
             for kk in (0..octs).step_by(8) {
                 steps_one!(kk, 8);
