@@ -1491,6 +1491,34 @@ fn small_products_match_the_loop_nest() {
     assert!(taken >= 5 * 10 * 4, "{taken}");
 }
 
+/// The operands and C's strides of a vector-path test case (m x k x n, the
+/// elements of A and B in `av` and `bv`): layout 0 both row-major, 1 both
+/// column-major, 2 B's rows in reverse, 3 A reversed both ways (B row-major).
+/// C is `(rs, cs, len)`: every other column of rows 2n apart in layouts 0 and
+/// 2, column-major in 1 and 3.
+#[allow(clippy::too_many_arguments)]
+fn vector_case(av: &[u8], (sa, fa): (Storage, Option<Format>), bv: &[u8], (sb, fb): (Storage, Option<Format>), m: usize, k: usize, n: usize, layout: usize) -> (Operand, Operand, (isize, isize, usize)) {
+    assert!(av.len() >= m * k * sa.bytes() && bv.len() >= k * n * sb.bytes());
+    // SAFETY: each view covers the first m*k (k*n) elements of its vector (asserted).
+    let (a, b) = unsafe {
+        let a = match layout {
+            0 | 2 => Operand::from_raw(av.as_ptr(), sa, fa, m, k, k as isize, 1, "a"),
+            1 => Operand::from_raw(av.as_ptr(), sa, fa, m, k, 1, m as isize, "a"),
+            _ => Operand::from_raw(av.as_ptr().add((m * k - 1) * sa.bytes()), sa, fa, m, k, -(k as isize), -1, "a"),
+        }
+        .unwrap();
+        let b = match layout {
+            0 | 3 => Operand::from_raw(bv.as_ptr(), sb, fb, k, n, n as isize, 1, "b"),
+            1 => Operand::from_raw(bv.as_ptr(), sb, fb, k, n, 1, k as isize, "b"),
+            _ => Operand::from_raw(bv.as_ptr().add((k - 1) * n * sb.bytes()), sb, fb, k, n, -(n as isize), 1, "b"),
+        }
+        .unwrap();
+        (a, b)
+    };
+    let c = if layout % 2 == 0 { (n as isize * 2, 2, m * n * 2) } else { (1, m as isize, m * n) };
+    (a, b, c)
+}
+
 /// The vector-matrix and matrix-vector paths ([`driver::gemv_f32`]: rows of B
 /// streamed, columns dotted 8 at a time, or strips) sum every element as the
 /// loop nest does, bit for bit: every decoding, B and A in either layout,
@@ -1530,23 +1558,7 @@ fn vector_products_match_the_loop_nest() {
             let (av1, bv1) = (codes(&mut g, sa, m * k, true), codes(&mut g, sb, k * n, true));
             for layout in 0..4 {
                 let (av, bv) = if layout == 3 { (&av1, &bv1) } else { (&av0, &bv0) };
-                // SAFETY: each view covers exactly the elements of its vector.
-                let (a, b) = unsafe {
-                    let a = match layout {
-                        0 | 2 => Operand::from_raw(av.as_ptr(), sa, fa, m, k, k as isize, 1, "a"),
-                        1 => Operand::from_raw(av.as_ptr(), sa, fa, m, k, 1, m as isize, "a"),
-                        _ => Operand::from_raw(av.as_ptr().add((m * k - 1) * sa.bytes()), sa, fa, m, k, -(k as isize), -1, "a"),
-                    }
-                    .unwrap();
-                    let b = match layout {
-                        0 | 3 => Operand::from_raw(bv.as_ptr(), sb, fb, k, n, n as isize, 1, "b"),
-                        1 => Operand::from_raw(bv.as_ptr(), sb, fb, k, n, 1, k as isize, "b"),
-                        _ => Operand::from_raw(bv.as_ptr().add((k - 1) * n * sb.bytes()), sb, fb, k, n, -(n as isize), 1, "b"),
-                    }
-                    .unwrap();
-                    (a, b)
-                };
-                let (rs, cs, len) = if layout % 2 == 0 { (n as isize * 2, 2, m * n * 2) } else { (1, m as isize, m * n) };
+                let (a, b, (rs, cs, len)) = vector_case(av, (sa, fa), bv, (sb, fb), m, k, n, layout);
                 let mut fast = vec![-7f32; len];
                 let mut nest = vec![-7f32; len];
                 // SAFETY: both buffers hold the m x n matrix at these strides; simd() holds.
@@ -1669,23 +1681,7 @@ fn f64_vector_products_match_the_loop_nest() {
             let (av1, bv1) = (codes(&mut g, sa, m * k, true), codes(&mut g, sb, k * n, true));
             for layout in 0..4 {
                 let (av, bv) = if layout == 3 { (&av1, &bv1) } else { (&av0, &bv0) };
-                // SAFETY: each view covers exactly the elements of its vector.
-                let (a, b) = unsafe {
-                    let a = match layout {
-                        0 | 2 => Operand::from_raw(av.as_ptr(), sa, fa, m, k, k as isize, 1, "a"),
-                        1 => Operand::from_raw(av.as_ptr(), sa, fa, m, k, 1, m as isize, "a"),
-                        _ => Operand::from_raw(av.as_ptr().add((m * k - 1) * sa.bytes()), sa, fa, m, k, -(k as isize), -1, "a"),
-                    }
-                    .unwrap();
-                    let b = match layout {
-                        0 | 3 => Operand::from_raw(bv.as_ptr(), sb, fb, k, n, n as isize, 1, "b"),
-                        1 => Operand::from_raw(bv.as_ptr(), sb, fb, k, n, 1, k as isize, "b"),
-                        _ => Operand::from_raw(bv.as_ptr().add((k - 1) * n * sb.bytes()), sb, fb, k, n, -(n as isize), 1, "b"),
-                    }
-                    .unwrap();
-                    (a, b)
-                };
-                let (rs, cs, len) = if layout % 2 == 0 { (n as isize * 2, 2, m * n * 2) } else { (1, m as isize, m * n) };
+                let (a, b, (rs, cs, len)) = vector_case(av, (sa, fa), bv, (sb, fb), m, k, n, layout);
                 let mut fast = vec![-7f64; len];
                 let mut nest = vec![-7f64; len];
                 // SAFETY: both buffers hold the m x n matrix at these strides; simd() holds.
