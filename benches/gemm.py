@@ -220,6 +220,40 @@ def vectors() -> None:
                   f"{tml * 1e3:7.3f} {tml / tl:6.2f} {tl4 * 1e3:9.3f} {tl5 * 1e3:9.3f} {tml4 * 1e3:7.3f} {tml4 / tl4:6.2f}", flush=True)
 
 
+def vectors_fp8() -> None:
+    """Vector and few-row products with B in the other fp8 formats (the AMD-style
+    float8_e4m3fnuz and float8_e5m2fnuz, the IEEE-style float8_e4m3): float32 rows of A
+    times fp8 weights, B row-major and as w.T, and the matrix-vector product, against
+    numpy's float32 on the same layout and ml_dtypes' own np.matmul (both operands in
+    the format)."""
+    g = np.random.default_rng(8)
+    fmts = (("e4m3fnuz", ml_dtypes.float8_e4m3fnuz), ("e5m2fnuz", ml_dtypes.float8_e5m2fnuz), ("e4m3", ml_dtypes.float8_e4m3))
+    print("\n== fp8 weights of the other formats: milliseconds; ratios other / lowp (> 1: lowp is faster)")
+    print(f"{'m x k x n':>16} {'B':>5} {'thr':>3} {'np f32':>7} " + " ".join(f"{name:>9} {'vs f32':>6} {'vs ml':>6}" for name, _ in fmts))
+    k = n = 4096
+    w32 = g.standard_normal((n, k)).astype(np.float32)
+    ws = [w32.astype(dt) for _, dt in fmts]
+    for m, layout in ((1, "rows"), (1, "w.T"), (4, "rows"), (4, "w.T"), (4096, "-")):
+        x32 = g.standard_normal((m, k) if layout != "-" else (k, 1)).astype(np.float32)
+        pick = {"rows": lambda w: np.ascontiguousarray(w.T), "w.T": lambda w: w.T, "-": lambda w: w}[layout]
+        # (A row-major matrix times a vector: the weights on the left.)
+        args = (lambda w: (pick(w), x32)) if layout == "-" else (lambda w: (x32, pick(w)))
+        a32, b32 = args(w32)
+        ops = [args(w) for w in ws]
+        for t in (1, 2):
+            set_threads(t)
+            t32 = best(lambda: np.matmul(a32, b32), 8)
+            cells = []
+            for (_, dt), (a, b) in zip(fmts, ops):
+                tl = best(lambda: lowp.matmul(a, b), 8)
+                # (ml_dtypes: the float32 operand in the format too.)
+                a8, b8 = (a, b.astype(dt)) if layout == "-" else (a.astype(dt), b)
+                tml = best(lambda: np.matmul(a8, b8), 1)
+                cells.append(f"{tl * 1e3:9.3f} {t32 / tl:6.2f} {tml / tl:6.1f}")
+            shape = f"{m} x {k} x {n}" if layout != "-" else f"{k} x {n} x 1"
+            print(f"{shape:>16} {layout:>5} {t:3d} {t32 * 1e3:7.3f} " + " ".join(cells), flush=True)
+
+
 def vectors64() -> None:
     """float64 vector and few-row products (float64 inputs accumulate in float64) against
     numpy's float64 (dgemv/dgemm): B row-major and as w.T (x @ w.T), and a matrix times a
@@ -452,6 +486,7 @@ def main() -> None:
             stacks()
         if "vectors" in run:
             vectors()
+            vectors_fp8()
             vectors64()
         if "skinny" in run:
             skinny()

@@ -114,8 +114,8 @@ def test_b_layouts_give_the_same_bits(isa, dtype):
         lowp.set_num_threads(n0)
 
 
-@pytest.mark.parametrize("dtype", [np.float32, ml_dtypes.bfloat16, np.float16, ml_dtypes.float8_e5m2, ml_dtypes.float8_e4m3fn],
-                         ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("dtype", [np.float32, ml_dtypes.bfloat16, np.float16, ml_dtypes.float8_e5m2, ml_dtypes.float8_e4m3fn,
+                                   ml_dtypes.float8_e4m3fnuz, ml_dtypes.float8_e5m2fnuz], ids=lambda d: np.dtype(d).name)
 def test_vector_times_aliasing_columns(isa, dtype):
     """One row times a w.T whose rows (B's columns) lie a multiple of 2 KiB apart
     (padded rows of 2048 bytes and 4096; float32's 4096 and 8192), its depth 800 (a last block of 32
@@ -135,6 +135,33 @@ def test_vector_times_aliasing_columns(isa, dtype):
         col = lowp.matmul(w, x.T)
         assert np.array_equal(col.view(np.uint32), lowp.matmul(np.ascontiguousarray(w), np.ascontiguousarray(x.T)).view(np.uint32))
         assert np.array_equal(col[:, 0].view(np.uint32), got[0].view(np.uint32))
+
+
+@pytest.mark.parametrize("dtype", [ml_dtypes.float8_e4m3fnuz, ml_dtypes.float8_e5m2fnuz, ml_dtypes.float8_e4m3],
+                         ids=lambda d: np.dtype(d).name)
+def test_fp8_specials_in_vector_products(isa, dtype):
+    """A NaN (and for float8_e4m3 an infinity) among the fp8 values of B in a
+    vector-matrix, an x @ w.T and a matrix-vector product (whose codes are read
+    in registers, special codes set aside): NaN or infinity exactly where the
+    float64 product has them, the rest within float32 accumulation error."""
+    k, n = 700, 300
+    x = rand((1, k), np.float32, 7)
+    w = rand((n, k), dtype, 8)
+    w[5, 600] = np.nan
+    if dtype is ml_dtypes.float8_e4m3:
+        w[200, 3] = np.inf
+        w[201, 699] = -np.inf
+    for a, b in [(x, np.ascontiguousarray(w.T)), (x, w.T), (w, x.T)]:
+        got = lowp.matmul(a, b).astype(np.float64)
+        with np.errstate(invalid="ignore"):
+            ref = a.astype(np.float64) @ b.astype(np.float64)
+        assert np.array_equal(np.isnan(got), np.isnan(ref)) and np.isnan(ref).sum() == 1
+        assert np.array_equal(got[np.isinf(ref)], ref[np.isinf(ref)])
+        fin = np.isfinite(ref)
+        assert fin.sum() == ref.size - (1 if dtype is not ml_dtypes.float8_e4m3 else 3)
+        b64 = b.astype(np.float64)
+        bound = (k + 2) * 2.0**-24 * (np.abs(a.astype(np.float64)) @ np.abs(np.where(np.isfinite(b64), b64, 0)))
+        assert np.all(np.abs(got[fin] - ref[fin]) <= bound[fin])
 
 
 @pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16, np.float32], ids=lambda d: np.dtype(d).name)

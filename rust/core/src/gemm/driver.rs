@@ -632,6 +632,7 @@ pub(super) unsafe fn gemv_f32(a: &Operand, b: &Operand, c: OutMat<f32>) -> bool 
         // takes A's block times 2^8 (the same products), where that stays finite.
         // (The column dots multiply their transposed values back instead.)
         let code = kernels::row_code(&b.dec, b.fmt);
+        let p8 = kernels::place8(&b.dec, b.fmt).unwrap_or(kernels::Place8::NONE);
         let scaled = |av: &[f32], pc: usize, kc: usize, go: &mut dyn FnMut(&[f32], usize) -> bool| {
             if code != Some(kernels::ROW_E4M3FN) {
                 return go(&av[pc..], k);
@@ -651,7 +652,7 @@ pub(super) unsafe fn gemv_f32(a: &Operand, b: &Operand, c: OutMat<f32>) -> bool 
         // e4m3fn NaN code, which they read as 1.875).
         match (b.cs, b.rs, code) {
             (1, _, Some(code)) => gemv_units::<F32Avx2, f32>(&a, c, b.cols, gemv_width(m, b.cols, k), &|av, pc, kc, j0, w, t, ldt| {
-                if !scaled(av, pc, kc, &mut |x, lda| kernels::gemv_block(code, x, lda, m, kc, at(pc, j0), b.rs * bytes, w, t, ldt)) {
+                if !scaled(av, pc, kc, &mut |x, lda| kernels::gemv_block(code, &p8, x, lda, m, kc, at(pc, j0), b.rs * bytes, w, t, ldt)) {
                     strips(av, pc, kc, j0, w, t, ldt)
                 }
             }),
@@ -672,14 +673,15 @@ pub(super) unsafe fn gemv_f32(a: &Operand, b: &Operand, c: OutMat<f32>) -> bool 
                 // Units of one kernel's columns: each column read whole, from
                 // block to block, before the next (long streams for the prefetchers).
                 gemv_units::<F32Avx2, f32>(&a, c, b.cols, 8 * groups, &|av, pc, kc, j0, w, t, ldt| {
-                    // e4m3fn columns: the block's codes (a few KiB, read next from L1)
-                    // scanned first, the NaN check of the decoding then left out.
+                    // e4m3fn and other fp8 columns: the block's codes (a few KiB, read
+                    // next from L1) scanned first, the check of the decoding then left out.
                     let code = match code {
-                        kernels::ROW_E4M3FN if kernels::e4m3fn_nan_free(at(pc, j0), w, apart, kc) => kernels::ROW_E4M3FN_CLEAN,
-                        kernels::ROW_E4M3FN => return strips(av, pc, kc, j0, w, t, ldt),
+                        kernels::ROW_E4M3FN if kernels::specials_free(at(pc, j0), w, apart, kc, (0x7f, 0x7f)) => kernels::ROW_E4M3FN_CLEAN,
+                        kernels::ROW_FP8 if kernels::specials_free(at(pc, j0), w, apart, kc, p8.specials()) => kernels::ROW_FP8_CLEAN,
+                        kernels::ROW_E4M3FN | kernels::ROW_FP8 => return strips(av, pc, kc, j0, w, t, ldt),
                         _ => code,
                     };
-                    if !kernels::gemv_cols(code, m, groups, skew, &av[pc..], k, at(pc, j0), apart, w, kc, t, ldt) {
+                    if !kernels::gemv_cols(code, &p8, m, groups, skew, &av[pc..], k, at(pc, j0), apart, w, kc, t, ldt) {
                         strips(av, pc, kc, j0, w, t, ldt)
                     }
                 })
@@ -712,8 +714,8 @@ pub(super) const GEMV_ROWS: usize = 6;
 /// 1.1x); 2 of bf16 and fp16 (from 4 rows on, as fast as the loop nest or
 /// slower, whose tiles read them in place).
 pub(super) fn gemv_rows(code: u8) -> usize {
-    use super::kernels::{ROW_E4M3FN, ROW_E5M2, ROW_F32};
-    if code == ROW_E5M2 || code == ROW_E4M3FN || code == ROW_F32 {
+    use super::kernels::{ROW_E4M3FN, ROW_E5M2, ROW_F32, ROW_FP8};
+    if code == ROW_E5M2 || code == ROW_E4M3FN || code == ROW_FP8 || code == ROW_F32 {
         GEMV_ROWS
     } else {
         2

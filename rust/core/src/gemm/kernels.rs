@@ -680,7 +680,7 @@ unsafe fn transpose8(v: [std::arch::x86_64::__m256; 8]) -> [std::arch::x86_64::_
 /// readable.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-unsafe fn cols_t8<const C: u8>(cols: &[*const u8; 8], j: usize, nan: &mut std::arch::x86_64::__m128i) -> [std::arch::x86_64::__m256; 8] {
+unsafe fn cols_t8<const C: u8>(cols: &[*const u8; 8], j: usize, nan: &mut std::arch::x86_64::__m128i, p8: &Place8) -> [std::arch::x86_64::__m256; 8] {
     use std::arch::x86_64::*;
     // SAFETY: the reads are the caller's; avx2 per the caller.
     unsafe {
@@ -718,7 +718,7 @@ unsafe fn cols_t8<const C: u8>(cols: &[*const u8; 8], j: usize, nan: &mut std::a
                 let odd = transpose4_halves([odd!(w[0]), odd!(w[1]), odd!(w[2]), odd!(w[3])]);
                 [even[0], odd[0], even[1], odd[1], even[2], odd[2], even[3], odd[3]]
             }
-            _ => transpose8(std::array::from_fn(|l| code_load8::<C>(cols[l], j, nan))),
+            _ => transpose8(std::array::from_fn(|l| code_load8::<C>(cols[l], j, nan, p8))),
         }
     }
 }
@@ -1495,8 +1495,88 @@ pub(super) const ROW_BF16: u8 = 1;
 pub(super) const ROW_F16: u8 = 2;
 pub(super) const ROW_E5M2: u8 = 3;
 pub(super) const ROW_E4M3FN: u8 = 4;
-/// [`ROW_E4M3FN`] where the caller found no NaN code ([`e4m3fn_nan_free`]): no flag kept.
+/// [`ROW_E4M3FN`] where the caller found no NaN code ([`specials_free`]): no flag kept.
 pub(super) const ROW_E4M3FN_CLEAN: u8 = 5;
+/// Any other 8-bit float format with subnormals whose values are f32 values
+/// ([`Place8`]): its code placed in an f32 pattern and scaled. Its special
+/// codes (NaN, infinities) read as numbers there; the kernels report meeting one.
+pub(super) const ROW_FP8: u8 = 6;
+/// [`ROW_FP8`] where the caller found no special code ([`specials_free`]): no flag kept.
+pub(super) const ROW_FP8_CLEAN: u8 = 7;
+
+/// The decoding of [`ROW_FP8`] codes of an 8-bit float format (1 sign, `e`
+/// exponent and `m = 7 - e` mantissa bits, bias `b`, subnormals): the code
+/// sign-extended and moved up so that its exponent field lands on that of a
+/// wider float, masked to its sign and magnitude bits, is that float's
+/// pattern of the value times 2^(b - bias of the wider float), subnormals
+/// included (both scale their mantissa from their smallest exponent,
+/// 2^(1 - bias) each); times 2^(bias - b) it is the value, exactly where
+/// every value of the format is an f32. The wider float is float16 (`half`,
+/// converted by `vcvtph2ps`, its subnormals to f32 normals) for up to 4
+/// exponent bits, or 5 with IEEE infinities and NaNs (float16's own top
+/// binade); else f32 itself (float8_e5m2fnuz: its largest binade is finite),
+/// whose subnormal patterns, of the codes of exponent 0, slow the
+/// multiplication down (float8_e4m3fnuz so decoded took 1.3x as long on
+/// normal-distributed values).
+#[derive(Clone, Copy)]
+pub(super) struct Place8<'a> {
+    half: bool,
+    shift: u32,
+    mask: u32,
+    scale: f32,
+    /// The special codes (NaN, infinities): `code & smask == sval`.
+    smask: u8,
+    sval: u8,
+    /// Every code's value (the operand's table), for single elements.
+    lut: &'a [f32],
+}
+
+impl Place8<'_> {
+    /// No format's (for the other row codes).
+    pub(super) const NONE: Place8<'static> = Place8 { half: false, shift: 0, mask: 0, scale: 1.0, smask: 0, sval: 0xff, lut: &[] };
+
+    /// The special codes, `(smask, sval)`: `code & smask == sval`.
+    pub(super) fn specials(&self) -> (u8, u8) {
+        (self.smask, self.sval)
+    }
+}
+
+/// [`Place8`] of an operand decoded through its table (`d`), where its format
+/// `fmt` is an 8-bit float with subnormals other than float8_e5m2 and
+/// float8_e4m3fn (their own row codes) whose values are all f32 values, and
+/// whose scale is an f32 normal.
+pub(super) fn place8(d: &Dec, fmt: Option<Format>) -> Option<Place8<'_>> {
+    use crate::format::NanPolicy;
+    let (Dec::Lut8(lut), Some(Format::Float(f))) = (d, fmt) else { return None };
+    let (e, m, b) = (f.exp_bits, f.man_bits, f.bias);
+    if f.bits() != 8 || !f.subnormals || fp8_kind(fmt).is_some() || !Format::Float(f).fits_f32() {
+        return None;
+    }
+    let half = e <= 4 || e == 5 && f.nan == NanPolicy::Ieee;
+    let (shift, top, bias) = if half { (10 - m, 15, 15) } else { (23 - m, 31, 127) };
+    if !(-126..=127).contains(&(bias - b)) {
+        return None;
+    }
+    let (smask, sval) = match f.nan {
+        NanPolicy::Ieee => ((((1u32 << e) - 1) << m) as u8, (((1u32 << e) - 1) << m) as u8),
+        NanPolicy::Fn => (0x7f, 0x7f),
+        NanPolicy::Fnuz => (0xff, 0x80),
+        NanPolicy::None => (0, 0xff),
+    };
+    let scale = f32::from_bits(((bias - b + 127) as u32) << 23);
+    Some(Place8 { half, shift, mask: 1 << top | 0x7f << shift, scale, smask, sval, lut })
+}
+
+/// [`Place8`]'s decoding of one code (the specials read as numbers).
+#[cfg(test)]
+pub(super) fn place8_one(p: &Place8, c: u8) -> f32 {
+    let x = ((c as i8 as i32) << p.shift) as u32 & p.mask;
+    if p.half {
+        super::f16_to_f32(x as u16) * p.scale
+    } else {
+        f32::from_bits(x) * p.scale
+    }
+}
 
 /// `$go::<C>` with the const `C` set to the row code `$code`.
 macro_rules! by_row_code {
@@ -1510,7 +1590,9 @@ macro_rules! by_row_code {
             ROW_F16 => $go::<$($g,)* ROW_F16>($($arg),*),
             ROW_E5M2 => $go::<$($g,)* ROW_E5M2>($($arg),*),
             ROW_E4M3FN => $go::<$($g,)* ROW_E4M3FN>($($arg),*),
-            _ => $go::<$($g,)* ROW_E4M3FN_CLEAN>($($arg),*),
+            ROW_E4M3FN_CLEAN => $go::<$($g,)* ROW_E4M3FN_CLEAN>($($arg),*),
+            ROW_FP8 => $go::<$($g,)* ROW_FP8>($($arg),*),
+            _ => $go::<$($g,)* ROW_FP8_CLEAN>($($arg),*),
         }
     };
 }
@@ -1521,9 +1603,9 @@ macro_rules! by_row_code {
 /// As [`gemv_block_avx2`].
 #[cfg(target_arch = "x86_64")]
 #[allow(clippy::too_many_arguments)]
-pub(super) unsafe fn gemv_block(code: u8, a: &[f32], lda: usize, m: usize, kc: usize, b: *const u8, rs: isize, nw: usize, t: &mut [f32], ldt: usize) -> bool {
+pub(super) unsafe fn gemv_block(code: u8, p8: &Place8, a: &[f32], lda: usize, m: usize, kc: usize, b: *const u8, rs: isize, nw: usize, t: &mut [f32], ldt: usize) -> bool {
     // SAFETY: forwarded contract.
-    unsafe { by_row_code!(code, gemv_block_avx2(a, lda, m, kc, b, rs, nw, t, ldt)) }
+    unsafe { by_row_code!(code, gemv_block_avx2(p8, a, lda, m, kc, b, rs, nw, t, ldt)) }
 }
 
 /// What [`ROW_E4M3FN`]'s decoding leaves out of the value.
@@ -1535,33 +1617,33 @@ pub(super) fn row_code(d: &Dec, fmt: Option<Format>) -> Option<u8> {
         (Dec::F32, _) => Some(ROW_F32),
         (Dec::Bf16, _) => Some(ROW_BF16),
         (Dec::F16, _) => Some(ROW_F16),
-        (Dec::Lut8(_), fmt) => fp8_kind(fmt).map(|k| if k == FP8_E5M2 { ROW_E5M2 } else { ROW_E4M3FN }),
+        (Dec::Lut8(_), fmt) => fp8_kind(fmt).map(|k| if k == FP8_E5M2 { ROW_E5M2 } else { ROW_E4M3FN }).or_else(|| place8(d, fmt).map(|_| ROW_FP8)),
         _ => None,
     }
 }
 
-/// No float8_e4m3fn NaN code (0x7f, 0xff) among `lines` runs of `len` bytes,
-/// run l starting `l * stride` bytes after `p`: 32 bytes at a time, the bytes
-/// with their top bit set equal to 0xff.
+/// No special code `c` (`c & smask == sval`: float8_e4m3fn's NaNs 0x7f and 0xff
+/// with 0x7f and 0x7f, [`Place8::specials`]) among `lines` runs of `len` bytes,
+/// run l starting `l * stride` bytes after `p`: 32 bytes at a time.
 ///
 /// # Safety
 /// The CPU must support avx2; the bytes must be readable.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
-pub(super) unsafe fn e4m3fn_nan_free(p: *const u8, lines: usize, stride: isize, len: usize) -> bool {
+pub(super) unsafe fn specials_free(p: *const u8, lines: usize, stride: isize, len: usize, (smask, sval): (u8, u8)) -> bool {
     use std::arch::x86_64::*;
     let full = len / 32 * 32;
     // SAFETY: the runs are readable (the caller's contract).
     unsafe {
-        let (top, all) = (_mm256_set1_epi8(-128), _mm256_set1_epi8(-1));
+        let (vm, vv) = (_mm256_set1_epi8(smask as i8), _mm256_set1_epi8(sval as i8));
         let mut hit = _mm256_setzero_si256();
         for l in 0..lines {
             let q = p.wrapping_offset(l as isize * stride);
             for j in (0..full).step_by(32) {
                 let v = _mm256_loadu_si256(q.add(j) as *const __m256i);
-                hit = _mm256_or_si256(hit, _mm256_cmpeq_epi8(_mm256_or_si256(v, top), all));
+                hit = _mm256_or_si256(hit, _mm256_cmpeq_epi8(_mm256_and_si256(v, vm), vv));
             }
-            if (full..len).any(|j| *q.add(j) & 0x7f == 0x7f) {
+            if (full..len).any(|j| *q.add(j) & smask == sval) {
                 return false;
             }
         }
@@ -1570,15 +1652,16 @@ pub(super) unsafe fn e4m3fn_nan_free(p: *const u8, lines: usize, stride: isize, 
 }
 
 /// 8 contiguous elements from element `j` of `p`, stored as `C` (a
-/// [`row_code`]), as f32; for [`ROW_E4M3FN`] the values times 2^-8, and the
-/// lanes of `nan` set where a code is a NaN.
+/// [`row_code`]; [`ROW_FP8`]'s decoded by `p8`), as f32; for [`ROW_E4M3FN`]
+/// the values times 2^-8, and the lanes of `nan` set where a code is a NaN
+/// (bytes of it, for [`ROW_FP8`]'s special codes).
 ///
 /// # Safety
 /// The CPU must support avx2 and f16c; the 8 elements must be readable.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,f16c")]
 #[inline]
-unsafe fn code_load8<const C: u8>(p: *const u8, j: usize, nan: &mut std::arch::x86_64::__m128i) -> std::arch::x86_64::__m256 {
+unsafe fn code_load8<const C: u8>(p: *const u8, j: usize, nan: &mut std::arch::x86_64::__m128i, p8: &Place8) -> std::arch::x86_64::__m256 {
     use std::arch::x86_64::*;
     // SAFETY: the elements are readable (the caller's contract).
     unsafe {
@@ -1587,6 +1670,21 @@ unsafe fn code_load8<const C: u8>(p: *const u8, j: usize, nan: &mut std::arch::x
             ROW_BF16 => codes8_avx2::<false>((p as *const u16).add(j)),
             ROW_F16 => codes8_avx2::<true>((p as *const u16).add(j)),
             ROW_E5M2 => fp8x8_avx2::<false>(p.add(j)).0,
+            ROW_FP8 | ROW_FP8_CLEAN => {
+                let raw = _mm_loadl_epi64(p.add(j) as *const __m128i);
+                if C == ROW_FP8 {
+                    // (The 8 bytes above the codes are zeros, never special: sval != 0.)
+                    let hit = _mm_cmpeq_epi8(_mm_and_si128(raw, _mm_set1_epi8(p8.smask as i8)), _mm_set1_epi8(p8.sval as i8));
+                    *nan = _mm_or_si128(*nan, hit);
+                }
+                let shift = _mm_cvtsi32_si128(p8.shift as i32);
+                let v = if p8.half {
+                    _mm256_cvtph_ps(_mm_and_si128(_mm_sll_epi16(_mm_cvtepi8_epi16(raw), shift), _mm_set1_epi16(p8.mask as i16)))
+                } else {
+                    _mm256_castsi256_ps(_mm256_and_si256(_mm256_sll_epi32(_mm256_cvtepi8_epi32(raw), shift), _mm256_set1_epi32(p8.mask as i32)))
+                };
+                _mm256_mul_ps(v, _mm256_set1_ps(p8.scale))
+            }
             _ => {
                 // The bytes sign-extended (a NaN code, low 7 bits set, is then all
                 // ones with bits 7..15 set), moved up 7 bits: the sign at bits 15 and
@@ -1603,12 +1701,12 @@ unsafe fn code_load8<const C: u8>(p: *const u8, j: usize, nan: &mut std::arch::x
 }
 
 /// Element `j` of `p`, stored as `C`, as f32 ([`code_load8`]'s one at a time;
-/// an e4m3fn NaN code is a NaN).
+/// an e4m3fn NaN code is a NaN; [`ROW_FP8`]'s from its table, specials too).
 ///
 /// # Safety
 /// The element must be readable.
 #[inline(always)]
-unsafe fn code_one<const C: u8>(p: *const u8, j: usize) -> f32 {
+unsafe fn code_one<const C: u8>(p: *const u8, j: usize, p8: &Place8) -> f32 {
     // SAFETY: the element is readable (the caller's contract).
     unsafe {
         match C {
@@ -1616,6 +1714,7 @@ unsafe fn code_one<const C: u8>(p: *const u8, j: usize) -> f32 {
             ROW_BF16 => f32::from_bits((*(p as *const u16).add(j) as u32) << 16),
             ROW_F16 => super::f16_to_f32(*(p as *const u16).add(j)),
             ROW_E5M2 => super::f16_to_f32((*p.add(j) as u16) << 8),
+            ROW_FP8 | ROW_FP8_CLEAN => p8.lut[*p.add(j) as usize],
             _ => {
                 let x = *p.add(j);
                 if x & 0x7f == 0x7f {
@@ -1651,9 +1750,9 @@ pub(super) const EIGHT_ROWS_MIN: usize = 2048;
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
 #[allow(clippy::too_many_arguments)]
-unsafe fn gemv_block_avx2<const C: u8>(a: &[f32], lda: usize, m: usize, kc: usize, b: *const u8, rs: isize, nw: usize, t: &mut [f32], ldt: usize) -> bool {
+unsafe fn gemv_block_avx2<const C: u8>(p8: &Place8, a: &[f32], lda: usize, m: usize, kc: usize, b: *const u8, rs: isize, nw: usize, t: &mut [f32], ldt: usize) -> bool {
     use std::arch::x86_64::*;
-    assert!(C <= ROW_E4M3FN_CLEAN && m >= 1 && kc <= lda && nw <= ldt && a.len() >= (m - 1) * lda + kc && t.len() >= (m - 1) * ldt + nw);
+    assert!(C <= ROW_FP8_CLEAN && m >= 1 && kc <= lda && nw <= ldt && a.len() >= (m - 1) * lda + kc && t.len() >= (m - 1) * ldt + nw);
     for r in 0..m {
         t[r * ldt..r * ldt + nw].fill(0.0);
     }
@@ -1662,8 +1761,8 @@ unsafe fn gemv_block_avx2<const C: u8>(a: &[f32], lda: usize, m: usize, kc: usiz
     // the loads of A and the loads and stores of t stay inside them (asserted).
     unsafe {
         let mut nan = _mm_setzero_si128();
-        let mut load = |p: *const u8, j: usize| code_load8::<C>(p, j, &mut nan);
-        let one = |p: *const u8, j: usize| code_one::<C>(p, j);
+        let mut load = |p: *const u8, j: usize| code_load8::<C>(p, j, &mut nan, p8);
+        let one = |p: *const u8, j: usize| code_one::<C>(p, j, p8);
         // Steps kk..kk + $q (rows of B: four at a time, the last ones one at a
         // time), 16 columns at a time: their values decoded once, then for each
         // row of A its sums of those columns loaded, the FMAs in step order, the
@@ -1785,11 +1884,11 @@ unsafe fn gemv_block_avx2<const C: u8>(a: &[f32], lda: usize, m: usize, kc: usiz
 /// As [`gemv_cols_avx2`].
 #[cfg(target_arch = "x86_64")]
 #[allow(clippy::too_many_arguments)]
-pub(super) unsafe fn gemv_cols(code: u8, rows: usize, groups: usize, skew: usize, x: &[f32], lda: usize, b: *const u8, cs: isize, nc: usize, kc: usize, t: &mut [f32], ldt: usize) -> bool {
+pub(super) unsafe fn gemv_cols(code: u8, p8: &Place8, rows: usize, groups: usize, skew: usize, x: &[f32], lda: usize, b: *const u8, cs: isize, nc: usize, kc: usize, t: &mut [f32], ldt: usize) -> bool {
     macro_rules! go {
         ($r:literal, $g:literal) => {
             // SAFETY: forwarded contract.
-            unsafe { by_row_code!(code, gemv_cols_avx2::<$r, $g>(x, lda, b, cs, nc, kc, skew, t, ldt)) }
+            unsafe { by_row_code!(code, gemv_cols_avx2::<$r, $g>(p8, x, lda, b, cs, nc, kc, skew, t, ldt)) }
         };
     }
     match (rows, groups) {
@@ -1828,10 +1927,10 @@ pub(super) unsafe fn gemv_cols(code: u8, rows: usize, groups: usize, skew: usize
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
 #[allow(clippy::too_many_arguments)]
-unsafe fn gemv_cols_avx2<const R: usize, const G: usize, const C: u8>(x: &[f32], lda: usize, b: *const u8, cs: isize, nc: usize, kc: usize, skew: usize, t: &mut [f32], ldt: usize) -> bool {
+unsafe fn gemv_cols_avx2<const R: usize, const G: usize, const C: u8>(p8: &Place8, x: &[f32], lda: usize, b: *const u8, cs: isize, nc: usize, kc: usize, skew: usize, t: &mut [f32], ldt: usize) -> bool {
     use std::arch::x86_64::*;
     assert!((1..=2).contains(&G) && (1..=8 * G).contains(&nc) && ldt >= 8 * G && t.len() >= (R - 1) * ldt + 8 * G);
-    assert!(C <= ROW_E4M3FN_CLEAN && x.len() >= (R - 1) * lda + kc && skew % 8 == 0 && (skew == 0 || G == 2));
+    assert!(C <= ROW_FP8_CLEAN && x.len() >= (R - 1) * lda + kc && skew % 8 == 0 && (skew == 0 || G == 2));
     // e4m3fn's values, read times 2^-8, taken back up (exactly) here.
     let e4m3 = C == ROW_E4M3FN || C == ROW_E4M3FN_CLEAN;
     // SAFETY: columns l < nc (the last one standing in for the missing ones),
@@ -1846,7 +1945,7 @@ unsafe fn gemv_cols_avx2<const R: usize, const G: usize, const C: u8>(x: &[f32],
         // closure, not always inlined, it kept the sums in memory.)
         macro_rules! piece {
             ($g:expr, $j:expr) => {
-                let w = cols_t8::<C>(&cols[$g], $j, &mut nan);
+                let w = cols_t8::<C>(&cols[$g], $j, &mut nan, p8);
                 let w = if e4m3 { w.map(|v| _mm256_mul_ps(v, _mm256_set1_ps(E4M3FN_SCALE))) } else { w };
                 for (r, ar) in acc.iter_mut().enumerate() {
                     let xr = xp.add(r * lda + $j);
@@ -1873,7 +1972,7 @@ unsafe fn gemv_cols_avx2<const R: usize, const G: usize, const C: u8>(x: &[f32],
             }
             for (l, &col) in cols.iter().flatten().enumerate().take(nc) {
                 for q in full..kc {
-                    let v = if e4m3 { code_one::<C>(col, q) * E4M3FN_SCALE } else { code_one::<C>(col, q) };
+                    let v = if e4m3 { code_one::<C>(col, q, p8) * E4M3FN_SCALE } else { code_one::<C>(col, q, p8) };
                     *tp.add(l) = (*xp.add(r * lda + q)).mul_add(v, *tp.add(l));
                 }
             }

@@ -1641,6 +1641,119 @@ fn vector_products_match_the_loop_nest() {
     assert!(!unsafe { driver::gemv_f32(&a, &b, OutMat::from_raw(c.as_mut_ptr(), 2, 2, 2, 1)) });
 }
 
+/// [`kernels::Place8`] decodes every code of every 8-bit float format with
+/// subnormals whose values are all f32 values (every exponent width, bias and
+/// NaN policy; float8_e5m2 and float8_e4m3fn have codes of their own) as the
+/// format does, bit for bit, and its special codes are exactly the NaNs and
+/// infinities.
+#[test]
+fn placed_fp8_codes_decode_exactly() {
+    use crate::format::NanPolicy;
+    let mut taken = 0;
+    for e in 1..=7u32 {
+        for bias in -2..=160 {
+            for nan in [NanPolicy::Ieee, NanPolicy::Fn, NanPolicy::Fnuz, NanPolicy::None] {
+                for inf in [true, false] {
+                    let Ok(f) = FloatFormat::new(e, 7 - e, Some(bias), inf, nan, true) else { continue };
+                    let (ff, fmt) = (Format::Float(f), Some(Format::Float(f)));
+                    let dec = Dec::Lut8(table(&ff));
+                    let own = f == FLOAT8_E5M2 || f == FLOAT8_E4M3FN;
+                    // Placed where every value is an f32 and the scale to the value
+                    // (from float16, or from f32 for 5 exponent bits without IEEE
+                    // specials and more) an f32 normal.
+                    let wider = if e <= 4 || e == 5 && nan == NanPolicy::Ieee { 15 } else { 127 };
+                    let placed = !own && ff.fits_f32() && (-126..=127).contains(&(wider - bias));
+                    let Some(p) = kernels::place8(&dec, fmt) else {
+                        assert!(!placed, "{f:?} not placed");
+                        continue;
+                    };
+                    assert!(placed, "{f:?}");
+                    assert_eq!(kernels::row_code(&dec, fmt), Some(kernels::ROW_FP8));
+                    let (smask, sval) = p.specials();
+                    for c in 0..=255u8 {
+                        let v = f.decode(c as u64);
+                        assert_eq!(c & smask == sval, !v.is_finite(), "{f:?} code {c:#x}");
+                        if v.is_finite() {
+                            assert_eq!(kernels::place8_one(&p, c).to_bits(), (v as f32).to_bits(), "{f:?} code {c:#x}");
+                        }
+                    }
+                    taken += 1;
+                }
+            }
+        }
+    }
+    assert!(taken > 1000, "{taken}");
+    for f in [FLOAT8_E4M3FNUZ, FLOAT8_E5M2FNUZ, FLOAT8_E4M3] {
+        assert!(kernels::place8(&Dec::Lut8(table(&Format::Float(f))), Some(Format::Float(f))).is_some(), "{f:?}");
+    }
+}
+
+/// The vector paths read the codes of 8-bit float formats other than e5m2 and
+/// e4m3fn in registers ([`kernels::ROW_FP8`]) with the loop nest's bits:
+/// float8_e4m3fnuz, float8_e5m2fnuz, float8_e4m3 (IEEE) and a FloatFormat(3,
+/// 4) of bias 1; rows of B streamed (1 to 6 rows of A, 8 rows of B at a
+/// time, tails), columns dotted (the groups skewed where columns lie 4 KiB
+/// apart), B reversed, and special codes (NaN, infinities) along rows and
+/// along columns, which send a block strip by strip.
+#[test]
+fn placed_fp8_vector_products_match_the_loop_nest() {
+    let _settings = crate::settings_read();
+    if !simd() {
+        return;
+    }
+    let mut g = Lcg(43);
+    let custom = FloatFormat::new(3, 4, Some(1), true, crate::format::NanPolicy::Ieee, true).unwrap();
+    let f32k = (Storage::F32, None);
+    let shapes = [(1, 7, 9), (1, 300, 33), (1, 513, 1100), (1, 300, 4200), (300, 4096, 1), (2, 300, 33), (3, 513, 70), (4, 257, 33), (6, 40, 300), (1, 256, 40)];
+    let mut cases = 0;
+    for f in [FLOAT8_E4M3FNUZ, FLOAT8_E5M2FNUZ, FLOAT8_E4M3, custom] {
+        let fb = (Storage::U8, Some(Format::Float(f)));
+        let (smask, sval) = kernels::place8(&Dec::Lut8(table(&Format::Float(f))), fb.1).unwrap().specials();
+        for &(m, k, n) in &shapes {
+            let av = random_codes(&mut g, Storage::F32, m * k, false);
+            // Codes of every sign and exponent, the specials swapped for numbers
+            // except in layout 3 (there about one in 60 is special).
+            let raw: Vec<u8> = (0..k * n).map(|_| (g.next() >> 9) as u8).collect();
+            let clean: Vec<u8> = raw.iter().map(|&c| if c & smask == sval { c ^ 0x40 } else { c }).collect();
+            assert!(clean.iter().all(|&c| c & smask != sval));
+            // (Layout 4: layout 1, B's columns contiguous, with special codes.)
+            for layout in 0..5 {
+                let bv = if layout >= 3 { &raw } else { &clean };
+                let (a, b, (rs, cs, len)) = vector_case(&av, f32k, bv, fb, m, k, n, if layout == 4 { 1 } else { layout });
+                let mut fast = vec![-7f32; len];
+                let mut nest = vec![-7f32; len];
+                // SAFETY: both buffers hold the m x n matrix at these strides; simd() holds.
+                let done = unsafe { driver::gemv_f32(&a, &b, OutMat::from_raw(fast.as_mut_ptr(), m, n, rs, cs)) };
+                driver::gemm(&kernels::F32Avx2, &a, &b, unsafe { OutMat::from_raw(nest.as_mut_ptr(), m, n, rs, cs) });
+                assert!(done, "{f:?} {m}x{k}x{n} layout {layout}");
+                cases += 1;
+                for (q, (x, y)) in fast.iter().zip(&nest).enumerate() {
+                    assert!(x.to_bits() == y.to_bits() || x.is_nan() && y.is_nan(), "{f:?} {m}x{k}x{n} layout {layout}, element {q}: {x} vs {y}");
+                }
+            }
+        }
+    }
+    assert_eq!(cases, 4 * 10 * 5);
+    // Columns 4 KiB apart (the second group 64 steps behind), with and without a
+    // NaN code (0x80, float8_e4m3fnuz's), the last one in the last column.
+    let k = 4096;
+    let av: Vec<f32> = (0..k).map(|_| g.unit() as f32).collect();
+    for nan in [false, true] {
+        let mut bv: Vec<u8> = (0..k * 20).map(|_| (g.next() >> 9) as u8 & 0x7f).collect();
+        if nan {
+            bv[k * 20 - 3] = 0x80;
+        }
+        // SAFETY: the views cover their vectors.
+        let (a, b) = unsafe { (op_f32(&av, 1, k, k as isize, 1), Operand::from_raw(bv.as_ptr(), Storage::U8, Some(Format::Float(FLOAT8_E4M3FNUZ)), k, 20, 1, k as isize, "b").unwrap()) };
+        let (mut fast, mut nest) = (vec![0f32; 20], vec![0f32; 20]);
+        // SAFETY: both hold the 1 x 20 values of C; simd() holds.
+        assert!(unsafe { driver::gemv_f32(&a, &b, OutMat::from_raw(fast.as_mut_ptr(), 1, 20, 20, 1)) });
+        driver::gemm(&kernels::F32Avx2, &a, &b, unsafe { OutMat::from_raw(nest.as_mut_ptr(), 1, 20, 20, 1) });
+        assert_eq!(fast.iter().filter(|x| x.is_nan()).count(), usize::from(nan));
+        assert!(fast.iter().zip(&nest).all(|(x, y)| x.to_bits() == y.to_bits() || x.is_nan() && y.is_nan()), "{fast:?} vs {nest:?}");
+    }
+}
+
 /// The f64 vector paths ([`f64v::gemv_f64`]: rows of B streamed, columns
 /// dotted 8 or 4 at a time, or strips) sum every element as the f64 loop
 /// nest does, bit for bit: B stored as float64, float32, bf16 and fp16 (read
