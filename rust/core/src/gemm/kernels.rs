@@ -345,6 +345,12 @@ pub(super) unsafe fn pack_real<T: Real, const Q: bool>(op: &Operand, base: isize
                     pack_fp8_avx2::<T, Q, FP8_E4M3FN>(p.offset(base), t, sk, nv, w, kc, d)
                 }
             }
+            #[cfg(target_arch = "x86_64")]
+            Dec::Lut8(_) if sl == 1 && super::simd() && place8(&op.dec, op.format()).is_some() => {
+                assert!(dst.len() >= w * kc && nv <= w);
+                let p8 = place8(&op.dec, op.format()).expect("checked");
+                pack_place8_avx2::<T, Q>(p.offset(base), &p8, sk, nv, w, kc, dst.as_mut_ptr())
+            }
             Dec::Lut8(t) => {
                 let t = t.as_ptr();
                 pack_lines(|o| q(T::from_f32(*t.add(*p.offset(o) as usize))), base, sl, sk, nv, w, kc, dst)
@@ -435,6 +441,51 @@ unsafe fn pack_fp8_avx2<T: Real, const Q: bool, const F: u8>(src: *const u8, t: 
                 // NaN codes: magnitude above 0x7c (e5m2) or 0x7e (e4m3fn).
                 let nan = _mm_cmpgt_epi16(_mm_and_si128(x, m7), nan_lo);
                 if _mm_movemask_epi8(nan) != 0 {
+                    for i in l..l + 8 {
+                        *dp.add(i) = scalar(*row.add(i));
+                    }
+                }
+                l += 8;
+            }
+            for i in l..nv {
+                *dp.add(i) = scalar(*row.add(i));
+            }
+            for i in nv..w {
+                *dp.add(i) = T::default();
+            }
+        }
+    }
+}
+
+/// [`pack_real`] of the codes of an 8-bit float format that [`Place8`] decodes,
+/// whose lines are contiguous, as [`pack_fp8_avx2`]: 8 at a time, the lanes of
+/// special codes then taking the table's value, quieted with `Q`.
+///
+/// # Safety
+/// As [`pack_fp8_avx2`], with `p8` the codes' decoding.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn pack_place8_avx2<T: Real, const Q: bool>(src: *const u8, p8: &Place8, sk: isize, nv: usize, w: usize, kc: usize, dst: *mut T) {
+    use std::arch::x86_64::*;
+    assert!(p8.lut.len() == 256 && (std::mem::size_of::<T>() == 4 || std::mem::size_of::<T>() == 8));
+    // SAFETY: the reads and writes stay inside the caller's bounds; the CPU features are its contract.
+    unsafe {
+        let scalar = |c: u8| quiet_if::<T, Q>(T::from_f32(p8.lut[c as usize]));
+        for p in 0..kc {
+            let row = src.offset(p as isize * sk);
+            let dp = dst.add(p * w);
+            let mut l = 0;
+            while l + 8 <= nv {
+                let raw = _mm_loadl_epi64(row.add(l) as *const __m128i);
+                let v = p8.decode8(raw);
+                if std::mem::size_of::<T>() == 4 {
+                    _mm256_storeu_ps(dp.add(l) as *mut f32, v);
+                } else {
+                    _mm256_storeu_pd(dp.add(l) as *mut f64, _mm256_cvtps_pd(_mm256_castps256_ps128(v)));
+                    _mm256_storeu_pd((dp.add(l) as *mut f64).add(4), _mm256_cvtps_pd(_mm256_extractf128_ps::<1>(v)));
+                }
+                if _mm_movemask_epi8(p8.specials8(raw)) != 0 {
                     for i in l..l + 8 {
                         *dp.add(i) = scalar(*row.add(i));
                     }
@@ -1539,6 +1590,39 @@ impl Place8<'_> {
     pub(super) fn specials(&self) -> (u8, u8) {
         (self.smask, self.sval)
     }
+
+    /// The 8 codes in the low bytes of `raw` as f32 lanes (the specials read as numbers).
+    ///
+    /// # Safety
+    /// The CPU must support avx2 and f16c.
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn decode8(&self, raw: std::arch::x86_64::__m128i) -> std::arch::x86_64::__m256 {
+        use std::arch::x86_64::*;
+        // SAFETY: avx2 and f16c per the caller.
+        unsafe {
+            let shift = _mm_cvtsi32_si128(self.shift as i32);
+            let v = if self.half {
+                _mm256_cvtph_ps(_mm_and_si128(_mm_sll_epi16(_mm_cvtepi8_epi16(raw), shift), _mm_set1_epi16(self.mask as i16)))
+            } else {
+                _mm256_castsi256_ps(_mm256_and_si256(_mm256_sll_epi32(_mm256_cvtepi8_epi32(raw), shift), _mm256_set1_epi32(self.mask as i32)))
+            };
+            _mm256_mul_ps(v, _mm256_set1_ps(self.scale))
+        }
+    }
+
+    /// The bytes of `raw` that are special codes, set (the 8 bytes above 8 codes
+    /// loaded alone are zeros, never special: `sval != 0`).
+    ///
+    /// # Safety
+    /// The CPU must support avx2.
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn specials8(&self, raw: std::arch::x86_64::__m128i) -> std::arch::x86_64::__m128i {
+        use std::arch::x86_64::*;
+        // SAFETY: sse2 (avx2 per the caller).
+        unsafe { _mm_cmpeq_epi8(_mm_and_si128(raw, _mm_set1_epi8(self.smask as i8)), _mm_set1_epi8(self.sval as i8)) }
+    }
 }
 
 /// [`Place8`] of an operand decoded through its table (`d`), where its format
@@ -1673,17 +1757,9 @@ unsafe fn code_load8<const C: u8>(p: *const u8, j: usize, nan: &mut std::arch::x
             ROW_FP8 | ROW_FP8_CLEAN => {
                 let raw = _mm_loadl_epi64(p.add(j) as *const __m128i);
                 if C == ROW_FP8 {
-                    // (The 8 bytes above the codes are zeros, never special: sval != 0.)
-                    let hit = _mm_cmpeq_epi8(_mm_and_si128(raw, _mm_set1_epi8(p8.smask as i8)), _mm_set1_epi8(p8.sval as i8));
-                    *nan = _mm_or_si128(*nan, hit);
+                    *nan = _mm_or_si128(*nan, p8.specials8(raw));
                 }
-                let shift = _mm_cvtsi32_si128(p8.shift as i32);
-                let v = if p8.half {
-                    _mm256_cvtph_ps(_mm_and_si128(_mm_sll_epi16(_mm_cvtepi8_epi16(raw), shift), _mm_set1_epi16(p8.mask as i16)))
-                } else {
-                    _mm256_castsi256_ps(_mm256_and_si256(_mm256_sll_epi32(_mm256_cvtepi8_epi32(raw), shift), _mm256_set1_epi32(p8.mask as i32)))
-                };
-                _mm256_mul_ps(v, _mm256_set1_ps(p8.scale))
+                p8.decode8(raw)
             }
             _ => {
                 // The bytes sign-extended (a NaN code, low 7 bits set, is then all

@@ -1917,9 +1917,11 @@ fn matrix_vector_products_run_transposed() {
 
 /// Packing float8_e5m2 and float8_e4m3fn codes whose lines are contiguous (a
 /// row-major B's rows; the arithmetic decode, 8 codes at a time, and its scalar
-/// tail) gives every code's value (`Format::decode`), in f32 and f64, NaN
-/// codes a NaN (the default quiet NaN when quieted), zeros past the line's
-/// values; the same with the table's scalar decode (`LOWP_ISA=scalar`).
+/// tail), and those of the 8-bit floats [`kernels::Place8`] decodes (float8_e4m3fnuz,
+/// float8_e5m2fnuz, float8_e4m3, a FloatFormat(3, 4) of bias 1), gives every
+/// code's value (`Format::decode`), in f32 and f64, NaN codes a NaN (the
+/// default quiet NaN when quieted), infinities infinities, zeros past the
+/// line's values; the same with the table's scalar decode (`LOWP_ISA=scalar`).
 #[test]
 fn pack_fp8_codes_every_code() {
     let _settings = crate::settings_write();
@@ -1956,7 +1958,8 @@ fn pack_fp8_codes_every_code() {
         assert_eq!(dst[w * kc..].iter().map(|&x| bits(x)).collect::<Vec<_>>(), vec![bits(T::from_f32(7.0)); 3], "{f:?}: written past the panel");
     }
     let mut g = Lcg(41);
-    for f in [FLOAT8_E5M2, FLOAT8_E4M3FN] {
+    let custom = FloatFormat::new(3, 4, Some(1), true, crate::format::NanPolicy::Ieee, true).unwrap();
+    for f in [FLOAT8_E5M2, FLOAT8_E4M3FN, FLOAT8_E4M3FNUZ, FLOAT8_E5M2FNUZ, FLOAT8_E4M3, custom] {
         let (rows, cols) = (40, 37);
         // Every code, in order (runs of 8 with and without NaN codes), then random ones.
         let codes: Vec<u8> = (0..rows * cols).map(|x| if x < 256 { x as u8 } else { g.next() as u8 }).collect();
