@@ -137,6 +137,44 @@ def test_vector_times_aliasing_columns(isa, dtype):
         assert np.array_equal(col[:, 0].view(np.uint32), got[0].view(np.uint32))
 
 
+@pytest.mark.parametrize("dtype", [np.float32, ml_dtypes.bfloat16, ml_dtypes.float8_e4m3fnuz, np.float64, np.int8],
+                         ids=lambda d: np.dtype(d).name)
+def test_few_columns(isa, dtype):
+    """A matrix times a few columns (2 to 8), A row-major, Fortran-ordered or reversed, at
+    1 and 2 threads: the bits of the same columns of a product with 16 columns, and the
+    float64 product's within float32 accumulation error (int8: exact; float64: its own
+    accumulation)."""
+    n0 = lowp.get_num_threads()
+    try:
+        for m, k in [(700, 1030), (9, 300), (40, 257)]:
+            g = np.random.default_rng(m + k)
+            if dtype is np.int8:
+                w = g.integers(-128, 128, (m, k)).astype(np.int8)
+                x = g.integers(-128, 128, (k, 16)).astype(np.int8)
+            else:
+                w = rand((m, k), dtype, m)
+                x = rand((k, 16), dtype, k)
+            for threads in (1, 2):
+                lowp.set_num_threads(threads)
+                wide = lowp.matmul(w, x)
+                for a in (w, np.asfortranarray(w), w[::-1, ::-1]):
+                    # (A reversed sums in the other order: its own 16 columns.)
+                    full = wide if a.strides[1] > 0 else lowp.matmul(a, x)
+                    for n in (2, 3, 6, 8):
+                        xa = x[:, :n]
+                        got = lowp.matmul(a, xa)
+                        assert np.array_equal(got.view(np.uint8), np.ascontiguousarray(full[:, :n]).view(np.uint8)), (m, k, n)
+                        if dtype is np.int8:
+                            assert np.array_equal(got.astype(np.int64), a.astype(np.int64) @ xa.astype(np.int64))
+                        elif dtype is np.float64:
+                            ref = a @ xa
+                            assert np.all(np.abs(got - ref) <= (k + 2) * 2.0**-53 * (np.abs(a) @ np.abs(xa)))
+                        else:
+                            check_f32(got, a, xa)
+    finally:
+        lowp.set_num_threads(n0)
+
+
 @pytest.mark.parametrize("dtype", [ml_dtypes.float8_e4m3fnuz, ml_dtypes.float8_e5m2fnuz, ml_dtypes.float8_e4m3],
                          ids=lambda d: np.dtype(d).name)
 def test_fp8_specials_in_vector_products(isa, dtype):

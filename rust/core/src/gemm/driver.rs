@@ -616,6 +616,11 @@ pub(super) unsafe fn gemv_f32(a: &Operand, b: &Operand, c: OutMat<f32>) -> bool 
         (_, 1) => (b.t(), a.t(), OutMat { ptr: c.ptr, rows: 1, cols: m, rs: c.cs, cs: c.rs }),
         (2..=GEMV_ROWS, _) if b.cs == 1 && kernels::row_code(&b.dec, b.fmt).is_some_and(|code| m <= gemv_rows(code)) => (a.clone(), b.clone(), c),
         (2..=GEMV_ROWS, _) if b.rs == 1 && kernels::row_code(&b.dec, b.fmt).is_some() => (a.clone(), b.clone(), c),
+        // A few columns of B against more rows of A (or an A the arms above do not
+        // take): the transposed product, few rows of its A (the loop nest pads B's
+        // columns to tiles of 16), where A's rows or columns are contiguous.
+        (_, 2..=GEMV_ROWS) if a.rs == 1 && kernels::row_code(&a.dec, a.fmt).is_some_and(|code| n <= gemv_rows(code)) => (b.t(), a.t(), c.t()),
+        (_, 2..=GEMV_ROWS) if a.cs == 1 && kernels::row_code(&a.dec, a.fmt).is_some() => (b.t(), a.t(), c.t()),
         _ => return false,
     };
     let (b, bytes, m) = (&b, b.storage.bytes() as isize, a.rows);

@@ -76,6 +76,9 @@ pub(super) unsafe fn gemv_f64(a: &Operand, b: &Operand, c: OutMat<f64>) -> bool 
         // One column of B: the transposed product, one row of its A.
         (_, 1) => (b.t(), a.t(), c.t()),
         (2..=ROWS, _) if (b.cs == 1 || b.rs == 1) && code(&b.dec).is_some() => (a.clone(), b.clone(), c),
+        // A few columns of B against more rows of A: the transposed product, few
+        // rows of its A, where A's rows or columns are contiguous.
+        (_, 2..=ROWS) if (a.cs == 1 || a.rs == 1) && code(&a.dec).is_some() => (b.t(), a.t(), c.t()),
         _ => return false,
     };
     let (b, m, n) = (&b, a.rows, b.cols);

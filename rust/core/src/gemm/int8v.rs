@@ -44,8 +44,10 @@ pub(super) unsafe fn gemv_i8(a: &Operand, b: &Operand, c: OutMat<i32>) -> bool {
     if m == 0 || n == 0 || k == 0 || a.storage != Storage::I8 || b.storage != Storage::I8 {
         return false;
     }
-    // One column of B: the transposed product, one row of its A.
-    let (a, b, c) = if n == 1 && m > 1 { (b.t(), a.t(), c.t()) } else { (a.clone(), b.clone(), c) };
+    // One column of B, or a few against more rows of A whose rows or columns are
+    // contiguous: the transposed product, few rows of its A.
+    let t = n == 1 && m > 1 || n <= ROWS && m > ROWS && (a.rs == 1 || a.cs == 1);
+    let (a, b, c) = if t { (b.t(), a.t(), c.t()) } else { (a.clone(), b.clone(), c) };
     let (m, n) = (a.rows, b.cols);
     if m > ROWS || !(b.rs == 1 || b.cs == 1) {
         return false;

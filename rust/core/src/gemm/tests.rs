@@ -121,6 +121,8 @@ fn int8_vector_paths_are_exact() {
         }
     }
     shapes.extend([(3, 1000, 1500), (3, 300, 6000), (8, 600, 2500), (2, 64, 9000), (4, 40, 4500), (1, 64, 40000), (4100, 1030, 1), (1, 140000, 3)]);
+    // A few columns of B against more rows of A: run transposed.
+    shapes.extend([(9, 300, 2), (40, 513, 8), (3000, 1030, 5), (17, 33, 3)]);
     for threads in [1, 2] {
         crate::parallel::set_num_threads(threads).unwrap();
         for &(m, k, n) in &shapes {
@@ -154,7 +156,8 @@ fn int8_vector_paths_are_exact() {
                     let mut c = vec![i32::MIN + 7; m * ldc];
                     // SAFETY: c holds m rows of ldc.
                     let out = unsafe { OutMat::from_raw(c.as_mut_ptr(), m, n, ldc as isize, 1) };
-                    let vector = vector && (m <= int8v::ROWS || n == 1);
+                    // (Run transposed, B's layout does not matter: A's is contiguous.)
+                    let vector = n == 1 && m > 1 || n <= int8v::ROWS && m > int8v::ROWS || vector && m <= int8v::ROWS;
                     // SAFETY: avx2 on the machines that run the tests (checked); views in bounds.
                     let done = simd() && unsafe { int8v::gemv_i8(&a, &b, out) };
                     assert_eq!(done, vector && simd(), "{m}x{k}x{n} b ({rs}, {cs}): vector path taken");
@@ -1621,24 +1624,99 @@ fn vector_products_match_the_loop_nest() {
         let (a, b) = unsafe { (op_f32(&av, 2, k, k as isize, 1), Operand::from_raw(bv.as_ptr(), Storage::U8, Some(Format::Float(FLOAT8_E4M3FN)), k, 20, 20, 1, "b").unwrap()) };
         matches_nest(&a, &b, 2 * usize::from(nan));
     }
-    // Other shapes are not taken: more rows than gemv_rows (3 of float32, 7 of
-    // e5m2) or GEMV_ROWS (7), or a B with neither its rows nor its columns contiguous.
+    // Other shapes are not taken: more rows than gemv_rows (7 of float32, of
+    // e5m2) or GEMV_ROWS (7) against more columns than those (7), or a B with
+    // neither its rows nor its columns contiguous times an A with neither.
     let v = vec![0f32; 128];
     let rows = driver::gemv_rows(kernels::ROW_F32) + 1;
-    let (a, b) = (op_f32(&v, rows, 8, 8, 1), op_f32(&v, 8, 2, 2, 1));
+    assert_eq!(rows, driver::GEMV_ROWS + 1);
     let mut c = [0f32; 64];
-    // SAFETY: c holds rows x 2.
-    assert!(!unsafe { driver::gemv_f32(&a, &b, OutMat::from_raw(c.as_mut_ptr(), rows, 2, 2, 1)) });
-    let rows = driver::GEMV_ROWS + 1;
-    let b8 = [0x3cu8; 16];
-    // SAFETY: the view covers its vector (8 x 2 codes); c holds rows x 2.
-    let b = unsafe { Operand::from_raw(b8.as_ptr(), Storage::U8, Some(Format::Float(FLOAT8_E5M2)), 8, 2, 2, 1, "b").unwrap() };
-    assert!(!unsafe { driver::gemv_f32(&op_f32(&v, rows, 8, 8, 1), &b, OutMat::from_raw(c.as_mut_ptr(), rows, 2, 2, 1)) });
-    // SAFETY: c holds rows x 2.
-    assert!(!unsafe { driver::gemv_f32(&op_f32(&v, rows, 8, 8, 1), &op_f32(&v, 8, 2, 1, 8), OutMat::from_raw(c.as_mut_ptr(), rows, 2, 2, 1)) });
-    let (a, b) = (op_f32(&v, 2, 8, 8, 1), op_f32(&v, 8, 2, 2, 32));
+    let (a, b) = (op_f32(&v, rows, 8, 8, 1), op_f32(&v, 8, rows, rows as isize, 1));
+    // SAFETY: c holds rows x rows.
+    assert!(!unsafe { driver::gemv_f32(&a, &b, OutMat::from_raw(c.as_mut_ptr(), rows, rows, rows as isize, 1)) });
+    let b8 = [0x3cu8; 64];
+    // SAFETY: the view covers its vector (8 x rows codes).
+    let b = unsafe { Operand::from_raw(b8.as_ptr(), Storage::U8, Some(Format::Float(FLOAT8_E5M2)), 8, rows, rows as isize, 1, "b").unwrap() };
+    // SAFETY: c holds rows x rows.
+    assert!(!unsafe { driver::gemv_f32(&a, &b, OutMat::from_raw(c.as_mut_ptr(), rows, rows, rows as isize, 1)) });
+    // SAFETY: c holds rows x rows.
+    assert!(!unsafe { driver::gemv_f32(&a, &op_f32(&v, 8, rows, 1, 8), OutMat::from_raw(c.as_mut_ptr(), rows, rows, rows as isize, 1)) });
+    let (a, b) = (op_f32(&v, 2, 8, 16, 2), op_f32(&v, 8, 2, 2, 32));
     // SAFETY: c holds 2 x 2.
     assert!(!unsafe { driver::gemv_f32(&a, &b, OutMat::from_raw(c.as_mut_ptr(), 2, 2, 2, 1)) });
+}
+
+/// A product of a few columns of B (2 to 6, or 8 in float64) against more
+/// rows of A runs transposed through the vector paths (the rows of the
+/// transposed product's A, B's columns; its B, A's rows or columns) with the
+/// loop nest's bits, where A's rows are contiguous (column dots) or its
+/// columns are (row streaming, up to `gemv_rows` columns); not with A
+/// reversed both ways. float32 accumulation from float32, bf16, fp16, e4m3fn,
+/// float8_e5m2fnuz and posit16 (no row code: not taken) A; float64 from
+/// float64, float32, bf16 and posit32 (not taken).
+#[test]
+fn few_columns_run_transposed() {
+    let _settings = crate::settings_read();
+    if !simd() {
+        return;
+    }
+    let mut g = Lcg(47);
+    let kinds32 = [
+        (Storage::F32, None),
+        (Storage::U16, Some(Format::Float(BFLOAT16))),
+        (Storage::U16, Some(Format::Float(FLOAT16))),
+        (Storage::U8, Some(Format::Float(FLOAT8_E4M3FN))),
+        (Storage::U8, Some(Format::Float(FLOAT8_E5M2FNUZ))),
+        (Storage::U16, Some(Format::Posit(POSIT16))),
+    ];
+    let kinds64 = [(Storage::F64, None), (Storage::F32, None), (Storage::U16, Some(Format::Float(BFLOAT16))), (Storage::U32, Some(Format::Posit(POSIT32)))];
+    let codes = |g: &mut Lcg, st: Storage, len: usize| match st {
+        Storage::F64 => (0..len).flat_map(|_| (g.unit() * 3.0).to_ne_bytes()).collect(),
+        // (fp8 codes without specials: none of the formats' NaN and infinities.)
+        Storage::U8 => (0..len).map(|_| (g.next() >> 9) as u8 & 0x77).collect(),
+        _ => random_codes(g, st, len, false),
+    };
+    let (mut cases, mut taken) = (0, 0);
+    for &(m, k, n) in &[(9, 300, 2), (70, 513, 3), (33, 1024, 4), (1030, 257, 6), (260, 40, 5), (50, 300, 8), (12, 7, 2)] {
+        for (wide, kinds) in [(false, &kinds32[..]), (true, &kinds64[..])] {
+            if n > 6 && !wide {
+                continue;
+            }
+            for &(st, f) in kinds {
+                let (av, bv) = (codes(&mut g, st, m * k), codes(&mut g, st, k * n));
+                for layout in 0..4 {
+                    let (a, b, (rs, cs, len)) = vector_case(&av, (st, f), &bv, (st, f), m, k, n, layout);
+                    let expect = layout != 3
+                        && if wide {
+                            f64v::code(&a.dec).is_some()
+                        } else {
+                            kernels::row_code(&a.dec, a.fmt).is_some_and(|code| layout != 1 || n <= driver::gemv_rows(code))
+                        };
+                    macro_rules! check {
+                        ($t:ty, $fast:expr, $kern:expr) => {{
+                            let mut fast = vec![-7 as $t; len];
+                            let mut nest = vec![-7 as $t; len];
+                            // SAFETY: both buffers hold the m x n matrix at these strides; simd() holds.
+                            let done = unsafe { $fast(&a, &b, OutMat::from_raw(fast.as_mut_ptr(), m, n, rs, cs)) };
+                            driver::gemm(&$kern, &a, &b, unsafe { OutMat::from_raw(nest.as_mut_ptr(), m, n, rs, cs) });
+                            assert_eq!(done, expect, "{f:?} {m}x{k}x{n} layout {layout}");
+                            if done {
+                                for (q, (x, y)) in fast.iter().zip(&nest).enumerate() {
+                                    assert!(x.to_bits() == y.to_bits() || x.is_nan() && y.is_nan(), "{f:?} {m}x{k}x{n} layout {layout}, element {q}: {x} vs {y}");
+                                }
+                            }
+                            done
+                        }};
+                    }
+                    let done = if wide { check!(f64, f64v::gemv_f64, kernels::F64Avx2) } else { check!(f32, driver::gemv_f32, kernels::F32Avx2) };
+                    cases += 1;
+                    taken += usize::from(done);
+                }
+            }
+        }
+    }
+    assert_eq!(cases, 6 * (6 + 4) * 4 + 4 * 4);
+    assert!(taken >= cases / 2, "{taken} of {cases}");
 }
 
 /// [`kernels::Place8`] decodes every code of every 8-bit float format with
@@ -1837,15 +1915,15 @@ fn f64_vector_products_match_the_loop_nest() {
     assert!(unsafe { f64v::gemv_f64(&a, &b, OutMat::from_raw(fast.as_mut_ptr(), 1, 20, 20, 1)) });
     driver::gemm(&kernels::F64Avx2, &a, &b, unsafe { OutMat::from_raw(nest.as_mut_ptr(), 1, 20, 20, 1) });
     assert!(fast.iter().zip(&nest).all(|(x, y)| x.to_bits() == y.to_bits()), "{fast:?} vs {nest:?}");
-    // Not taken: 9 rows (f64v::ROWS + 1), and 2 rows of a B with neither its
-    // rows nor its columns contiguous.
+    // Not taken: 9 rows (f64v::ROWS + 1) against 9 columns, and 2 rows of a B
+    // with neither its rows nor its columns contiguous times an A with neither.
     let v = vec![0f64; 128];
     let op = |rows, cols, rs, cs| unsafe { Operand::from_raw(v.as_ptr() as *const u8, Storage::F64, None, rows, cols, rs, cs, "a").unwrap() };
-    let mut c = [0f64; 64];
-    // SAFETY: c holds 9 x 2.
-    assert!(!unsafe { f64v::gemv_f64(&op(9, 8, 8, 1), &op(8, 2, 2, 1), OutMat::from_raw(c.as_mut_ptr(), 9, 2, 2, 1)) });
+    let mut c = [0f64; 96];
+    // SAFETY: c holds 9 x 9.
+    assert!(!unsafe { f64v::gemv_f64(&op(9, 8, 8, 1), &op(8, 9, 9, 1), OutMat::from_raw(c.as_mut_ptr(), 9, 9, 9, 1)) });
     // SAFETY: c holds 2 x 2.
-    assert!(!unsafe { f64v::gemv_f64(&op(2, 8, 8, 1), &op(8, 2, 2, 32), OutMat::from_raw(c.as_mut_ptr(), 2, 2, 2, 1)) });
+    assert!(!unsafe { f64v::gemv_f64(&op(2, 8, 16, 2), &op(8, 2, 2, 32), OutMat::from_raw(c.as_mut_ptr(), 2, 2, 2, 1)) });
 }
 
 /// An emulated matrix-vector product runs transposed (one row of A, C's rows as
