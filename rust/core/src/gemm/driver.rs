@@ -584,12 +584,14 @@ const GEMV_W: usize = 32;
 const GEMV_NW: usize = 16384;
 
 /// `c = a @ b` for a single row of A (a vector-matrix product), a single
-/// column of B (then computed as `c^T = b^T @ a^T`), or up to [`GEMV_ROWS`]
-/// rows of A with B's rows or columns contiguous: the loop nest would pack all of B into
-/// strips for tiles whose rows are mostly padding, or read it strip by strip.
+/// column of B (then computed as `c^T = b^T @ a^T`), up to [`GEMV_ROWS`]
+/// rows of A with B's rows or columns contiguous, or up to as many columns of
+/// B against more rows of A with A's rows or columns contiguous (transposed):
+/// the loop nest would pack all of B into
+/// strips for tiles whose rows (or columns) are mostly padding, or read it strip by strip.
 /// Here B is read once, by one of three depth-block kernels over units of C's
-/// columns ([`gemv_units`]): rows of B stored as f32, bf16, fp16, float8_e5m2
-/// or float8_e4m3fn ([`super::kernels::row_code`]) and contiguous, streamed
+/// columns ([`gemv_units`]): rows of B stored as f32, bf16, fp16, float8_e5m2,
+/// float8_e4m3fn or another 8-bit float ([`super::kernels::row_code`]) and contiguous, streamed
 /// and decoded in registers ([`super::kernels::gemv_block`], chunks of
 /// [`GEMV_NW`] columns for one row of A, half as many for two); columns of B
 /// so stored and contiguous, dotted 8 (or 16) at a time with every row of A
@@ -703,14 +705,15 @@ pub(super) unsafe fn gemv_f32(a: &Operand, b: &Operand, c: OutMat<f32>) -> bool 
     true
 }
 
-/// Rows of A that [`gemv_f32`] takes with B's rows contiguous, at most
-/// ([`gemv_rows`] by B's decoding), and with its columns contiguous (4096 x
+/// Rows of A that [`gemv_f32`] takes with B's columns contiguous (4096 x
 /// 4096 float32 B at 1 thread: 2 to 6 rows 2.0-2.5x as fast as the loop nest,
-/// bf16 and fp16 B 1.6-2.2x, fp8 B 1.8-3.3x).
-pub(super) const GEMV_ROWS: usize = 6;
+/// bf16 and fp16 B 1.6-2.2x, fp8 B 1.8-3.3x; 7 and 8 rows 2.2-2.3x, 1.6-1.9x
+/// and 1.7-2.0x), and columns of B against more rows of A (run transposed);
+/// with B's rows contiguous, [`gemv_rows`] by B's decoding.
+pub(super) const GEMV_ROWS: usize = 8;
 
 /// Rows of A that [`gemv_f32`] takes with B's rows contiguous, stored as `code`
-/// ([`super::kernels::row_code`]): up to 6 of float8 codes, whose decode the
+/// ([`super::kernels::row_code`]; at most [`GEMV_ROWS`]): up to 6 of float8 codes, whose decode the
 /// streaming shares among the rows (4 x 4096 x 4096 at 1 thread: e5m2 1.9x
 /// as fast as the loop nest, which packs B to f32, e4m3fn 1.6x; 1.3-1.5x at
 /// 2 threads; 6 rows 1.1-1.4x; 8 as fast), and of float32, which the loop nest
@@ -721,7 +724,7 @@ pub(super) const GEMV_ROWS: usize = 6;
 pub(super) fn gemv_rows(code: u8) -> usize {
     use super::kernels::{ROW_E4M3FN, ROW_E5M2, ROW_F32, ROW_FP8};
     if code == ROW_E5M2 || code == ROW_E4M3FN || code == ROW_FP8 || code == ROW_F32 {
-        GEMV_ROWS
+        6
     } else {
         2
     }

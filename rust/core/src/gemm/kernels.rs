@@ -1975,7 +1975,9 @@ pub(super) unsafe fn gemv_cols(code: u8, p8: &Place8, rows: usize, groups: usize
         (4, 1) => go!(4, 1),
         (5, 1) => go!(5, 1),
         (6, 1) => go!(6, 1),
-        _ => panic!("gemv_cols: {rows} rows of A in {groups} groups of columns; 1 to 6 rows in one group, or one row in two, are taken"),
+        (7, 1) => go!(7, 1),
+        (8, 1) => go!(8, 1),
+        _ => panic!("gemv_cols: {rows} rows of A in {groups} groups of columns; 1 to 8 rows in one group, or one row in two, are taken"),
     }
 }
 

@@ -1545,13 +1545,13 @@ fn vector_products_match_the_loop_nest() {
     // Products of 2 to 6 rows too, taken where B's rows are contiguous (not in
     // layout 1) up to driver::gemv_rows of its decoding (2, or 6 for fp8 codes
     // and float32),
-    // and where its columns are (layout 1) up to driver::GEMV_ROWS (6);
+    // and where its columns are (layout 1) up to driver::GEMV_ROWS (8);
     // 2 x 1024 x 2100 and 5 x 1024 x 900 split over the threads; 1 x 300 x
     // 4200 streams eight rows of B at a time, its last block of 44 steps
     // ending in single steps.
-    assert_eq!(driver::GEMV_ROWS, 6);
+    assert_eq!(driver::GEMV_ROWS, 8);
     let shapes = [(1, 1, 1), (1, 7, 9), (1, 300, 33), (1, 513, 1100), (9, 300, 1), (1030, 257, 1), (1, 1024, 4100), (4100, 1024, 1), (1, 5, 1), (1, 300, 4200)];
-    let rows = [(2, 300, 33), (2, 7, 9), (2, 513, 700), (2, 1024, 2100), (2, 260, 13), (2, 3, 200), (3, 300, 70), (4, 257, 33), (5, 1024, 900), (6, 40, 300)];
+    let rows = [(2, 300, 33), (2, 7, 9), (2, 513, 700), (2, 1024, 2100), (2, 260, 13), (2, 3, 200), (3, 300, 70), (4, 257, 33), (5, 1024, 900), (6, 40, 300), (7, 300, 33), (8, 513, 70)];
     let mut skipped = 0;
     for &(m, k, n) in shapes.iter().chain(&rows) {
         for (ka, &(sa, fa)) in kinds.iter().enumerate() {
@@ -1581,15 +1581,15 @@ fn vector_products_match_the_loop_nest() {
             }
         }
     }
-    assert_eq!(cases + skipped, 20 * 6 * 4);
+    assert_eq!(cases + skipped, 22 * 6 * 4);
     // (Products of more than 2 rows: taken for the pairs whose B holds fp8 codes
     // or float32.)
     let many = |(st, f): (Storage, Option<Format>)| st == Storage::U8 && kernels::fp8_kind(f).is_some() || st == Storage::F32;
     let many_b = (0..kinds.len()).filter(|&ka| many(if ka % 2 == 0 { kinds[ka] } else { kinds[(ka + 2) % kinds.len()] })).count();
     assert!(many_b >= 3);
-    // (Products of 2 to 6 rows with B's columns contiguous, layout 1: taken for
-    // the 5 kinds with a row code.)
-    assert_eq!(cases, 10 * 6 * 4 + 6 * 5 * 4 + 4 * many_b * 3 + 4 * 5);
+    // (Products of 2 to 8 rows with B's columns contiguous, layout 1: taken for
+    // the 5 kinds with a row code; of 7 and 8 rows only those.)
+    assert_eq!(cases, 10 * 6 * 4 + 6 * 5 * 4 + 4 * many_b * 3 + 4 * 5 + 2 * 5);
     // e4m3fn's decoding takes A's block times 2^8: a block whose A values would
     // overflow so goes strip by strip (2^125 times e4m3fn's small values is
     // finite), as does one holding a NaN code (read as 1.875 by the decoding);
@@ -1624,29 +1624,30 @@ fn vector_products_match_the_loop_nest() {
         let (a, b) = unsafe { (op_f32(&av, 2, k, k as isize, 1), Operand::from_raw(bv.as_ptr(), Storage::U8, Some(Format::Float(FLOAT8_E4M3FN)), k, 20, 20, 1, "b").unwrap()) };
         matches_nest(&a, &b, 2 * usize::from(nan));
     }
-    // Other shapes are not taken: more rows than gemv_rows (7 of float32, of
-    // e5m2) or GEMV_ROWS (7) against more columns than those (7), or a B with
-    // neither its rows nor its columns contiguous times an A with neither.
+    // Other shapes are not taken: more rows than gemv_rows (6 for float32 and
+    // e5m2) with B's rows contiguous, or GEMV_ROWS (8) with its columns, against
+    // more columns than GEMV_ROWS (9), or a B with neither its rows nor its
+    // columns contiguous times an A with neither.
     let v = vec![0f32; 128];
-    let rows = driver::gemv_rows(kernels::ROW_F32) + 1;
-    assert_eq!(rows, driver::GEMV_ROWS + 1);
-    let mut c = [0f32; 64];
-    let (a, b) = (op_f32(&v, rows, 8, 8, 1), op_f32(&v, 8, rows, rows as isize, 1));
-    // SAFETY: c holds rows x rows.
-    assert!(!unsafe { driver::gemv_f32(&a, &b, OutMat::from_raw(c.as_mut_ptr(), rows, rows, rows as isize, 1)) });
-    let b8 = [0x3cu8; 64];
-    // SAFETY: the view covers its vector (8 x rows codes).
-    let b = unsafe { Operand::from_raw(b8.as_ptr(), Storage::U8, Some(Format::Float(FLOAT8_E5M2)), 8, rows, rows as isize, 1, "b").unwrap() };
-    // SAFETY: c holds rows x rows.
-    assert!(!unsafe { driver::gemv_f32(&a, &b, OutMat::from_raw(c.as_mut_ptr(), rows, rows, rows as isize, 1)) });
-    // SAFETY: c holds rows x rows.
-    assert!(!unsafe { driver::gemv_f32(&a, &op_f32(&v, 8, rows, 1, 8), OutMat::from_raw(c.as_mut_ptr(), rows, rows, rows as isize, 1)) });
+    let (r7, r9) = (driver::gemv_rows(kernels::ROW_F32) + 1, driver::GEMV_ROWS + 1);
+    assert_eq!((r7, r9), (7, 9));
+    let mut c = [0f32; 96];
+    let (a, b) = (op_f32(&v, r7, 8, 8, 1), op_f32(&v, 8, r9, r9 as isize, 1));
+    // SAFETY: c holds r7 x r9.
+    assert!(!unsafe { driver::gemv_f32(&a, &b, OutMat::from_raw(c.as_mut_ptr(), r7, r9, r9 as isize, 1)) });
+    let b8 = [0x3cu8; 72];
+    // SAFETY: the view covers its vector (8 x r9 codes).
+    let b = unsafe { Operand::from_raw(b8.as_ptr(), Storage::U8, Some(Format::Float(FLOAT8_E5M2)), 8, r9, r9 as isize, 1, "b").unwrap() };
+    // SAFETY: c holds r7 x r9.
+    assert!(!unsafe { driver::gemv_f32(&a, &b, OutMat::from_raw(c.as_mut_ptr(), r7, r9, r9 as isize, 1)) });
+    // SAFETY: c holds r9 x r9.
+    assert!(!unsafe { driver::gemv_f32(&op_f32(&v, r9, 8, 8, 1), &op_f32(&v, 8, r9, 1, 8), OutMat::from_raw(c.as_mut_ptr(), r9, r9, r9 as isize, 1)) });
     let (a, b) = (op_f32(&v, 2, 8, 16, 2), op_f32(&v, 8, 2, 2, 32));
     // SAFETY: c holds 2 x 2.
     assert!(!unsafe { driver::gemv_f32(&a, &b, OutMat::from_raw(c.as_mut_ptr(), 2, 2, 2, 1)) });
 }
 
-/// A product of a few columns of B (2 to 6, or 8 in float64) against more
+/// A product of a few columns of B (2 to 8) against more
 /// rows of A runs transposed through the vector paths (the rows of the
 /// transposed product's A, B's columns; its B, A's rows or columns) with the
 /// loop nest's bits, where A's rows are contiguous (column dots) or its
@@ -1679,9 +1680,6 @@ fn few_columns_run_transposed() {
     let (mut cases, mut taken) = (0, 0);
     for &(m, k, n) in &[(9, 300, 2), (70, 513, 3), (33, 1024, 4), (1030, 257, 6), (260, 40, 5), (50, 300, 8), (12, 7, 2)] {
         for (wide, kinds) in [(false, &kinds32[..]), (true, &kinds64[..])] {
-            if n > 6 && !wide {
-                continue;
-            }
             for &(st, f) in kinds {
                 let (av, bv) = (codes(&mut g, st, m * k), codes(&mut g, st, k * n));
                 for layout in 0..4 {
@@ -1715,7 +1713,7 @@ fn few_columns_run_transposed() {
             }
         }
     }
-    assert_eq!(cases, 6 * (6 + 4) * 4 + 4 * 4);
+    assert_eq!(cases, 7 * (6 + 4) * 4);
     assert!(taken >= cases / 2, "{taken} of {cases}");
 }
 
