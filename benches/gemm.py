@@ -300,6 +300,34 @@ def skinny() -> None:
                       f"{t32 / tl:7.2f} {t32 / tl32:6.2f} {t8 * 1e3:13.3f} {t32 / t8:6.2f}", flush=True)
 
 
+def few_columns() -> None:
+    """A matrix times a few columns (a block of vectors, 4096 x 4096 x n), A row-major:
+    lowp on bfloat16, float32, int8 and float64 against numpy's matmul in float32 and
+    float64. lowp runs these transposed through its vector paths (A's rows as columns)."""
+    g = np.random.default_rng(9)
+    print("\n== few columns: milliseconds; ratios numpy / lowp (> 1: lowp is faster)")
+    print(f"{'m x k x n':>16} {'thr':>3} {'lowp bf16':>9} {'lowp f32':>8} {'np f32':>7} {'vs bf16':>7} {'vs f32':>6} "
+          f"{'lowp int8':>9} {'vs f32':>6} {'lowp f64':>8} {'np f64':>7} {'vs f64':>6}")
+    m = k = 4096
+    w64 = g.standard_normal((m, k))
+    w32 = w64.astype(np.float32)
+    w = w32.astype(ml_dtypes.bfloat16)
+    w8 = g.integers(-128, 128, (m, k)).astype(np.int8)
+    for n in (2, 4, 8):
+        x64 = g.standard_normal((k, n))
+        x32 = x64.astype(np.float32)
+        x = x32.astype(ml_dtypes.bfloat16)
+        x8 = g.integers(-128, 128, (k, n)).astype(np.int8)
+        for t in (1, 2):
+            set_threads(t)
+            t32, tl = best_pair(lambda: w32 @ x32, lambda: lowp.matmul(w, x), 8, rounds=4)
+            tl32 = best(lambda: lowp.matmul(w32, x32), 6)
+            t8 = best(lambda: lowp.matmul(w8, x8), 6)
+            t64, tl64 = best_pair(lambda: w64 @ x64, lambda: lowp.matmul(w64, x64), 6, rounds=2)
+            print(f"{f'{m} x {k} x {n}':>16} {t:3d} {tl * 1e3:9.3f} {tl32 * 1e3:8.3f} {t32 * 1e3:7.3f} {t32 / tl:7.2f} "
+                  f"{t32 / tl32:6.2f} {t8 * 1e3:9.3f} {t32 / t8:6.2f} {tl64 * 1e3:8.3f} {t64 * 1e3:7.3f} {t64 / tl64:6.2f}", flush=True)
+
+
 def emulated(sizes) -> None:
     g = np.random.default_rng(2)
     print("\n== emulated accumulation (every add rounded) vs lowp's own f32 path, same inputs")
@@ -490,6 +518,7 @@ def main() -> None:
             vectors64()
         if "skinny" in run:
             skinny()
+            few_columns()
         if "emulated" in run:
             emulated([256] if args.quick else [256, 512])
             emulated_vectors()
