@@ -615,7 +615,7 @@ pub(super) unsafe fn gemv_f32(a: &Operand, b: &Operand, c: OutMat<f32>) -> bool 
     // One column of B: the transposed product, one row of its A.
     let (a, b, c) = match (m, n) {
         (1, _) => (a.clone(), b.clone(), c),
-        (_, 1) => (b.t(), a.t(), OutMat { ptr: c.ptr, rows: 1, cols: m, rs: c.cs, cs: c.rs }),
+        (_, 1) => (b.t(), a.t(), c.t()),
         (2..=GEMV_ROWS, _) if b.cs == 1 && kernels::row_code(&b.dec, b.fmt).is_some_and(|code| m <= gemv_rows(code)) => (a.clone(), b.clone(), c),
         (2..=GEMV_ROWS, _) if b.rs == 1 && kernels::row_code(&b.dec, b.fmt).is_some() => (a.clone(), b.clone(), c),
         // A few columns of B against more rows of A (or an A the arms above do not

@@ -1549,7 +1549,7 @@ pub(super) const ROW_E4M3FN: u8 = 4;
 /// [`ROW_E4M3FN`] where the caller found no NaN code ([`specials_free`]): no flag kept.
 pub(super) const ROW_E4M3FN_CLEAN: u8 = 5;
 /// Any other 8-bit float format with subnormals whose values are f32 values
-/// ([`Place8`]): its code placed in an f32 pattern and scaled. Its special
+/// ([`Place8`]): its code placed in an fp16 or f32 pattern and scaled. Its special
 /// codes (NaN, infinities) read as numbers there; the kernels report meeting one.
 pub(super) const ROW_FP8: u8 = 6;
 /// [`ROW_FP8`] where the caller found no special code ([`specials_free`]): no flag kept.
