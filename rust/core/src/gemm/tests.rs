@@ -1522,6 +1522,32 @@ fn vector_case(av: &[u8], (sa, fa): (Storage, Option<Format>), bv: &[u8], (sb, f
     (a, b, c)
 }
 
+/// A vector path (`fast`: [`driver::gemv_f32`], [`f64v::gemv_f64`]) and the
+/// loop nest (`kern`) on `a @ b`, each into a buffer of -7s holding C at
+/// `(rs, cs, len)` (as [`vector_case`] gives them); where `fast` took the
+/// product, every element has the loop nest's bits (a NaN for a NaN; `what`
+/// names the case in the message). Returns whether it took it.
+fn against_nest<K: kernels::Kernel>(fast: unsafe fn(&Operand, &Operand, OutMat<K::C>) -> bool, kern: &K, a: &Operand, b: &Operand, (rs, cs, len): (isize, isize, usize), what: &str) -> bool
+where
+    K::C: From<i8> + Into<f64> + std::fmt::Display,
+{
+    let (m, n) = (a.rows, b.cols);
+    let mut got = vec![K::C::from(-7); len];
+    let mut nest = vec![K::C::from(-7); len];
+    // SAFETY: both buffers hold the m x n matrix at these strides (the caller's
+    // case); simd() holds where the tests call it.
+    let done = unsafe { fast(a, b, OutMat::from_raw(got.as_mut_ptr(), m, n, rs, cs)) };
+    driver::gemm(kern, a, b, unsafe { OutMat::from_raw(nest.as_mut_ptr(), m, n, rs, cs) });
+    if done {
+        for (q, (&x, &y)) in got.iter().zip(&nest).enumerate() {
+            // (Widened exactly: equal f64 bits are equal bits of the element.)
+            let (xd, yd): (f64, f64) = (x.into(), y.into());
+            assert!(xd.to_bits() == yd.to_bits() || xd.is_nan() && yd.is_nan(), "{what}, element {q}: {x} vs {y}");
+        }
+    }
+    done
+}
+
 /// The vector-matrix and matrix-vector paths ([`driver::gemv_f32`]: rows of B
 /// streamed, columns dotted 8 at a time, or strips) sum every element as the
 /// loop nest does, bit for bit: every decoding, B and A in either layout,
@@ -1561,12 +1587,8 @@ fn vector_products_match_the_loop_nest() {
             let (av1, bv1) = (codes(&mut g, sa, m * k, true), codes(&mut g, sb, k * n, true));
             for layout in 0..4 {
                 let (av, bv) = if layout == 3 { (&av1, &bv1) } else { (&av0, &bv0) };
-                let (a, b, (rs, cs, len)) = vector_case(av, (sa, fa), bv, (sb, fb), m, k, n, layout);
-                let mut fast = vec![-7f32; len];
-                let mut nest = vec![-7f32; len];
-                // SAFETY: both buffers hold the m x n matrix at these strides; simd() holds.
-                let done = unsafe { driver::gemv_f32(&a, &b, OutMat::from_raw(fast.as_mut_ptr(), m, n, rs, cs)) };
-                driver::gemm(&kernels::F32Avx2, &a, &b, unsafe { OutMat::from_raw(nest.as_mut_ptr(), m, n, rs, cs) });
+                let (a, b, c) = vector_case(av, (sa, fa), bv, (sb, fb), m, k, n, layout);
+                let done = against_nest(driver::gemv_f32, &kernels::F32Avx2, &a, &b, c, &format!("{fa:?} x {fb:?} {m}x{k}x{n} layout {layout}"));
                 let cap = |code| if layout == 1 { driver::GEMV_ROWS } else { driver::gemv_rows(code) };
                 let taken = m == 1 || n == 1 || kernels::row_code(&b.dec, b.fmt).is_some_and(|code| m <= cap(code));
                 assert_eq!(done, taken, "{m}x{k}x{n} layout {layout}");
@@ -1575,9 +1597,6 @@ fn vector_products_match_the_loop_nest() {
                     continue;
                 }
                 cases += 1;
-                for (q, (x, y)) in fast.iter().zip(&nest).enumerate() {
-                    assert!(x.to_bits() == y.to_bits() || x.is_nan() && y.is_nan(), "{fa:?} x {fb:?} {m}x{k}x{n} layout {layout}, element {q}: {x} vs {y}");
-                }
             }
         }
     }
@@ -1683,30 +1702,20 @@ fn few_columns_run_transposed() {
             for &(st, f) in kinds {
                 let (av, bv) = (codes(&mut g, st, m * k), codes(&mut g, st, k * n));
                 for layout in 0..4 {
-                    let (a, b, (rs, cs, len)) = vector_case(&av, (st, f), &bv, (st, f), m, k, n, layout);
+                    let (a, b, c) = vector_case(&av, (st, f), &bv, (st, f), m, k, n, layout);
                     let expect = layout != 3
                         && if wide {
                             f64v::code(&a.dec).is_some()
                         } else {
                             kernels::row_code(&a.dec, a.fmt).is_some_and(|code| layout != 1 || n <= driver::gemv_rows(code))
                         };
-                    macro_rules! check {
-                        ($t:ty, $fast:expr, $kern:expr) => {{
-                            let mut fast = vec![-7 as $t; len];
-                            let mut nest = vec![-7 as $t; len];
-                            // SAFETY: both buffers hold the m x n matrix at these strides; simd() holds.
-                            let done = unsafe { $fast(&a, &b, OutMat::from_raw(fast.as_mut_ptr(), m, n, rs, cs)) };
-                            driver::gemm(&$kern, &a, &b, unsafe { OutMat::from_raw(nest.as_mut_ptr(), m, n, rs, cs) });
-                            assert_eq!(done, expect, "{f:?} {m}x{k}x{n} layout {layout}");
-                            if done {
-                                for (q, (x, y)) in fast.iter().zip(&nest).enumerate() {
-                                    assert!(x.to_bits() == y.to_bits() || x.is_nan() && y.is_nan(), "{f:?} {m}x{k}x{n} layout {layout}, element {q}: {x} vs {y}");
-                                }
-                            }
-                            done
-                        }};
-                    }
-                    let done = if wide { check!(f64, f64v::gemv_f64, kernels::F64Avx2) } else { check!(f32, driver::gemv_f32, kernels::F32Avx2) };
+                    let what = format!("{f:?} {m}x{k}x{n} layout {layout}");
+                    let done = if wide {
+                        against_nest(f64v::gemv_f64, &kernels::F64Avx2, &a, &b, c, &what)
+                    } else {
+                        against_nest(driver::gemv_f32, &kernels::F32Avx2, &a, &b, c, &what)
+                    };
+                    assert_eq!(done, expect, "{what}");
                     cases += 1;
                     taken += usize::from(done);
                 }
@@ -1795,17 +1804,10 @@ fn placed_fp8_vector_products_match_the_loop_nest() {
             // (Layout 4: layout 1, B's columns contiguous, with special codes.)
             for layout in 0..5 {
                 let bv = if layout >= 3 { &raw } else { &clean };
-                let (a, b, (rs, cs, len)) = vector_case(&av, f32k, bv, fb, m, k, n, if layout == 4 { 1 } else { layout });
-                let mut fast = vec![-7f32; len];
-                let mut nest = vec![-7f32; len];
-                // SAFETY: both buffers hold the m x n matrix at these strides; simd() holds.
-                let done = unsafe { driver::gemv_f32(&a, &b, OutMat::from_raw(fast.as_mut_ptr(), m, n, rs, cs)) };
-                driver::gemm(&kernels::F32Avx2, &a, &b, unsafe { OutMat::from_raw(nest.as_mut_ptr(), m, n, rs, cs) });
-                assert!(done, "{f:?} {m}x{k}x{n} layout {layout}");
+                let (a, b, c) = vector_case(&av, f32k, bv, fb, m, k, n, if layout == 4 { 1 } else { layout });
+                let what = format!("{f:?} {m}x{k}x{n} layout {layout}");
+                assert!(against_nest(driver::gemv_f32, &kernels::F32Avx2, &a, &b, c, &what), "{what}");
                 cases += 1;
-                for (q, (x, y)) in fast.iter().zip(&nest).enumerate() {
-                    assert!(x.to_bits() == y.to_bits() || x.is_nan() && y.is_nan(), "{f:?} {m}x{k}x{n} layout {layout}, element {q}: {x} vs {y}");
-                }
             }
         }
     }
@@ -1870,12 +1872,8 @@ fn f64_vector_products_match_the_loop_nest() {
             let (av1, bv1) = (codes(&mut g, sa, m * k, true), codes(&mut g, sb, k * n, true));
             for layout in 0..4 {
                 let (av, bv) = if layout == 3 { (&av1, &bv1) } else { (&av0, &bv0) };
-                let (a, b, (rs, cs, len)) = vector_case(av, (sa, fa), bv, (sb, fb), m, k, n, layout);
-                let mut fast = vec![-7f64; len];
-                let mut nest = vec![-7f64; len];
-                // SAFETY: both buffers hold the m x n matrix at these strides; simd() holds.
-                let done = unsafe { f64v::gemv_f64(&a, &b, OutMat::from_raw(fast.as_mut_ptr(), m, n, rs, cs)) };
-                driver::gemm(&kernels::F64Avx2, &a, &b, unsafe { OutMat::from_raw(nest.as_mut_ptr(), m, n, rs, cs) });
+                let (a, b, c) = vector_case(av, (sa, fa), bv, (sb, fb), m, k, n, layout);
+                let done = against_nest(f64v::gemv_f64, &kernels::F64Avx2, &a, &b, c, &format!("{fa:?} x {fb:?} {m}x{k}x{n} layout {layout}"));
                 let taken = m == 1 || n == 1 || f64v::code(&b.dec).is_some();
                 assert_eq!(done, taken, "{m}x{k}x{n} layout {layout}");
                 if !done {
@@ -1883,9 +1881,6 @@ fn f64_vector_products_match_the_loop_nest() {
                     continue;
                 }
                 cases += 1;
-                for (q, (x, y)) in fast.iter().zip(&nest).enumerate() {
-                    assert!(x.to_bits() == y.to_bits() || x.is_nan() && y.is_nan(), "{fa:?} x {fb:?} {m}x{k}x{n} layout {layout}, element {q}: {x} vs {y}");
-                }
             }
         }
     }
