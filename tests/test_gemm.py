@@ -175,6 +175,41 @@ def test_few_columns(isa, dtype):
         lowp.set_num_threads(n0)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=lambda d: np.dtype(d).name)
+def test_a_rows_read_in_place(isa, dtype):
+    """Products of up to 16 strips of B whose A has contiguous rows of float32 or float64
+    read those rows in place (a last strip of fewer rows packed): the bits of the same
+    product with A Fortran-ordered (packed), for A row-major, a view of padded rows and
+    rows reversed, at 1 and 2 threads, over several depth blocks; NaN and infinities in A
+    where they were. Columns on both sides of the 16-strip limit."""
+    n0 = lowp.get_num_threads()
+    nr = 16 if dtype is np.float32 else 8
+    try:
+        for m, k in [(601, 700), (37, 300), (6, 513)]:
+            g = np.random.default_rng(m * k)
+            wide = g.standard_normal((m, k + 5)).astype(dtype)
+            wide[m // 2, 3] = np.nan
+            wide[m - 1, k - 1] = np.inf
+            wide[0, 0] = -np.inf
+            for n in (1, 7, nr, nr + 1, 4 * nr, 16 * nr, 16 * nr + 1):
+                x = g.standard_normal((k, n)).astype(dtype)
+                for threads in (1, 2):
+                    lowp.set_num_threads(threads)
+                    for a in (np.ascontiguousarray(wide[:, :k]), wide[:, :k], wide[::-1, :k]):
+                        got = lowp.matmul(a, x)
+                        want = lowp.matmul(np.asfortranarray(a), x)
+                        assert np.array_equal(got.view(np.uint8), want.view(np.uint8)), (m, k, n, threads, a.strides)
+                        ok = np.isfinite(a).all(axis=1)
+                        if dtype is np.float32:
+                            check_f32(got[ok], a[ok], x)
+                        else:
+                            ref = a[ok] @ x
+                            assert np.all(np.abs(got[ok] - ref) <= (k + 2) * 2.0**-53 * (np.abs(a[ok]) @ np.abs(x)))
+                        assert not np.isfinite(got[~ok]).any()
+    finally:
+        lowp.set_num_threads(n0)
+
+
 @pytest.mark.parametrize("dtype", [ml_dtypes.float8_e4m3fnuz, ml_dtypes.float8_e5m2fnuz, ml_dtypes.float8_e4m3],
                          ids=lambda d: np.dtype(d).name)
 def test_fp8_specials_in_vector_products(isa, dtype):

@@ -54,6 +54,23 @@ pub(crate) trait Kernel: Sync {
         unreachable!("direct() returned None")
     }
 
+    /// Whether [`Kernel::run_a_rows`] can read A's rows in place (without
+    /// packing them): rows whose elements are contiguous, stored as the packed
+    /// element type itself.
+    fn a_rows(&self, _a: &Operand) -> bool {
+        false
+    }
+
+    /// [`Kernel::run`] on `MR` rows of A read in place, `lda` elements apart
+    /// (`mr` = `MR`; [`Kernel::a_rows`]): the same bits as packing them first.
+    ///
+    /// # Safety
+    /// As [`Kernel::run`], with `kc` elements readable in each of the `MR` rows at `a`.
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn run_a_rows(&self, _kc: usize, _a: *const Self::P, _lda: isize, _b: *const Self::P, _c: *mut Self::C, _rs: isize, _cs: isize, _mr: usize, _nr: usize, _accumulate: bool) {
+        unreachable!("a_rows() returned false")
+    }
+
     /// `C[tile] (+)= A_strip * B_strip`, writing only the top-left `mr x nr`.
     ///
     /// # Safety
@@ -250,11 +267,80 @@ unsafe fn interleave64_avx2(t: *const f64, w: usize, d: *mut f64) {
     })
 }
 
+/// [`interleave32_avx2`] for six lines (the f32 kernel's A strips of a
+/// row-major A): per 8 steps, the 4 x 4 transposes inside the halves of lines
+/// 0..4 and the pairs of lines 4 and 5, stored as 16 and 8 bytes per step
+/// (nothing written past the block).
+///
+/// # Safety
+/// As [`interleave32_avx2`], with `w` = 6.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn interleave32x6_avx2(t: *const f32, d: *mut f32) {
+    use std::arch::x86_64::*;
+    for q0 in (0..PBLK).step_by(8) {
+        // SAFETY: the offsets stay inside t (6 * PBLK values) and d (PBLK * 6).
+        unsafe {
+            let r: [__m256; 6] = std::array::from_fn(|i| _mm256_loadu_ps(t.add(i * PBLK + q0)));
+            // u[j]: lines 0..4 at step j (low half) and j + 4 (high half).
+            let u = transpose4_halves([r[0], r[1], r[2], r[3]]);
+            // Lines 4 and 5: steps 0, 1 | 4, 5 and 2, 3 | 6, 7.
+            let (p0, p1) = (_mm256_castps_pd(_mm256_unpacklo_ps(r[4], r[5])), _mm256_castps_pd(_mm256_unpackhi_ps(r[4], r[5])));
+            let pairs = [_mm256_castpd256_pd128(p0), _mm256_castpd256_pd128(p1), _mm256_extractf128_pd::<1>(p0), _mm256_extractf128_pd::<1>(p1)];
+            for j in 0..8 {
+                let quad = if j < 4 { _mm256_castps256_ps128(u[j]) } else { _mm256_extractf128_ps::<1>(u[j - 4]) };
+                let dq = d.add((q0 + j) * 6);
+                _mm_storeu_ps(dq, quad);
+                let pr = pairs[j / 2];
+                if j % 2 == 0 {
+                    _mm_storel_pd(dq.add(4) as *mut f64, pr);
+                } else {
+                    _mm_storeh_pd(dq.add(4) as *mut f64, pr);
+                }
+            }
+        }
+    }
+}
+
+/// [`interleave64_avx2`] for six lines (the f64 kernel's A strips of a
+/// row-major A): per 4 steps, the 4 x 4 transpose of lines 0..4 and the pairs
+/// of lines 4 and 5, stored as 32 and 16 bytes per step.
+///
+/// # Safety
+/// As [`interleave64_avx2`], with `w` = 6.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn interleave64x6_avx2(t: *const f64, d: *mut f64) {
+    use std::arch::x86_64::*;
+    for q0 in (0..PBLK).step_by(4) {
+        // SAFETY: the offsets stay inside t (6 * PBLK values) and d (PBLK * 6).
+        unsafe {
+            let r: [__m256d; 6] = std::array::from_fn(|i| _mm256_loadu_pd(t.add(i * PBLK + q0)));
+            let (t0, t1) = (_mm256_unpacklo_pd(r[0], r[1]), _mm256_unpackhi_pd(r[0], r[1]));
+            let (t2, t3) = (_mm256_unpacklo_pd(r[2], r[3]), _mm256_unpackhi_pd(r[2], r[3]));
+            let c = [
+                _mm256_permute2f128_pd::<0x20>(t0, t2),
+                _mm256_permute2f128_pd::<0x20>(t1, t3),
+                _mm256_permute2f128_pd::<0x31>(t0, t2),
+                _mm256_permute2f128_pd::<0x31>(t1, t3),
+            ];
+            // Lines 4 and 5: steps 0 | 2 and 1 | 3.
+            let (lo, hi) = (_mm256_unpacklo_pd(r[4], r[5]), _mm256_unpackhi_pd(r[4], r[5]));
+            let pairs = [_mm256_castpd256_pd128(lo), _mm256_castpd256_pd128(hi), _mm256_extractf128_pd::<1>(lo), _mm256_extractf128_pd::<1>(hi)];
+            for j in 0..4 {
+                let dq = d.add((q0 + j) * 6);
+                _mm256_storeu_pd(dq, c[j]);
+                _mm_storeu_pd(dq.add(4), pairs[j]);
+            }
+        }
+    }
+}
+
 /// [`pack_lines`] of `W` lines along the depth (`sk` = 1): a block of each
 /// line decoded with contiguous (vectorizable) reads, then the lines
-/// interleaved, `d[p*W + l]`, zeros in lines `nv..W`; whole blocks of 8 or 16
-/// lines of 4-byte values, or of 4 or 8 of 8-byte values, in AVX2 transposes
-/// where the SIMD paths are on.
+/// interleaved, `d[p*W + l]`, zeros in lines `nv..W`; whole blocks of 6, 8 or
+/// 16 lines of 4-byte values, or of 4, 6 or 8 of 8-byte values, in AVX2
+/// transposes where the SIMD paths are on.
 ///
 /// # Safety
 /// `d` holds `kc * W` values; the offsets are valid per [`pack_lines`]' contract.
@@ -279,6 +365,16 @@ unsafe fn pack_across<T: Copy + Default, const W: usize>(get: &impl Fn(isize) ->
         #[cfg(target_arch = "x86_64")]
         if pn == PBLK && super::simd() {
             let (t, dp) = (tmp.as_ptr() as *const u8, unsafe { d.add(p0 * W) } as *mut u8);
+            if std::mem::size_of::<T>() == 4 && W == 6 {
+                // SAFETY: as below, for six lines.
+                unsafe { interleave32x6_avx2(t as *const f32, dp as *mut f32) };
+                continue;
+            }
+            if std::mem::size_of::<T>() == 8 && W == 6 {
+                // SAFETY: as below, for six lines of 8-byte values.
+                unsafe { interleave64x6_avx2(t as *const f64, dp as *mut f64) };
+                continue;
+            }
             if std::mem::size_of::<T>() == 4 && W % 8 == 0 {
                 // SAFETY: avx2 (simd); every line's PBLK values were written above, and
                 // the block's PBLK * W values of d lie inside it (p0 + PBLK <= kc).
@@ -811,14 +907,38 @@ unsafe fn real_body<T: Real, const MR: usize, const NR: usize, const FMA: bool>(
     nr: usize,
     accumulate: bool,
 ) {
+    // SAFETY: forwarded contract (packed A: MR values a step).
+    unsafe { real_body_a::<T, MR, NR, FMA, false>(kc, a, 0, b, c, rs, cs, mr, nr, accumulate) }
+}
+
+/// [`real_body`] on A's packed strip, or with `AR` on MR rows of A in place,
+/// `lda` elements apart, each contiguous (`mr` = MR; [`Kernel::run_a_rows`]):
+/// the same operations on the same values.
+///
+/// # Safety
+/// As [`Kernel::run`], or [`Kernel::run_a_rows`] with `AR`.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn real_body_a<T: Real, const MR: usize, const NR: usize, const FMA: bool, const AR: bool>(
+    kc: usize,
+    a: *const T,
+    lda: isize,
+    b: *const T,
+    c: *mut T,
+    rs: isize,
+    cs: isize,
+    mr: usize,
+    nr: usize,
+    accumulate: bool,
+) {
     let mut r = [[T::default(); NR]; MR];
     // SAFETY: a and b hold kc*MR and kc*NR packed values.
     unsafe {
         for p in 0..kc {
-            let ap = a.add(p * MR);
+            let ap = if AR { a.add(p) } else { a.add(p * MR) };
             let bp = b.add(p * NR);
             for (i, ri) in r.iter_mut().enumerate() {
-                let ai = *ap.add(i);
+                let ai = if AR { *ap.offset(i as isize * lda) } else { *ap.add(i) };
                 for (j, rij) in ri.iter_mut().enumerate() {
                     *rij = if FMA { ai.madd(*bp.add(j), *rij) } else { *rij + ai * *bp.add(j) };
                 }
@@ -936,6 +1056,17 @@ real_kernel!(F32Avx2, f32, 6, 16, 144, 256, 4080, avx2,
         // SAFETY: forwarded contract.
         unsafe { real_body::<f32, 6, 16, false>(kc, a, b, c, rs, cs, mr, nr, accumulate) }
     }
+    fn a_rows(&self, a: &Operand) -> bool {
+        cfg!(target_arch = "x86_64") && a.cs == 1 && matches!(a.dec, Dec::F32)
+    }
+    unsafe fn run_a_rows(&self, kc: usize, a: *const f32, lda: isize, b: *const f32, c: *mut f32, rs: isize, cs: isize, mr: usize, nr: usize, accumulate: bool) {
+        assert_eq!(mr, 6, "whole strips of A in place");
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: this kernel is only selected when avx2 and fma were detected.
+        unsafe { f32_6x16_rows_avx2(kc, a, lda, b, c, rs, cs, nr, accumulate) }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = (kc, a, lda, b, c, rs, cs, nr, accumulate);
+    }
     fn direct(&self, b: &Operand) -> Option<u8> {
         // (float32 rows read in place ran slower than packed ones: 8 x 1024 x 1024
         // 0.38 against 0.26 ms, rows of 4 KiB each a page of their own.)
@@ -978,6 +1109,17 @@ real_kernel!(F64Avx2, f64, 6, 8, 72, 256, 4080, avx2,
         // SAFETY: forwarded contract.
         unsafe { real_body::<f64, 6, 8, false>(kc, a, b, c, rs, cs, mr, nr, accumulate) }
     }
+    fn a_rows(&self, a: &Operand) -> bool {
+        cfg!(target_arch = "x86_64") && a.cs == 1 && matches!(a.dec, Dec::F64)
+    }
+    unsafe fn run_a_rows(&self, kc: usize, a: *const f64, lda: isize, b: *const f64, c: *mut f64, rs: isize, cs: isize, mr: usize, nr: usize, accumulate: bool) {
+        assert_eq!(mr, 6, "whole strips of A in place");
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: this kernel is only selected when avx2 and fma were detected.
+        unsafe { f64_6x8_rows_avx2(kc, a, lda, b, c, rs, cs, nr, accumulate) }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = (kc, a, lda, b, c, rs, cs, nr, accumulate);
+    }
 );
 
 real_kernel!(F64Portable, f64, 6, 8, 72, 256, 4080,
@@ -993,6 +1135,16 @@ real_kernel!(F64Portable, f64, 6, 8, 72, 256, 4080,
 unsafe fn f64_6x8_avx2(kc: usize, a: *const f64, b: *const f64, c: *mut f64, rs: isize, cs: isize, mr: usize, nr: usize, accumulate: bool) {
     // SAFETY: forwarded contract; the body is compiled with avx2+fma enabled.
     unsafe { real_body::<f64, 6, 8, true>(kc, a, b, c, rs, cs, mr, nr, accumulate) }
+}
+
+/// [`f64_6x8_avx2`] on six rows of A in place, `lda` elements apart
+/// ([`Kernel::run_a_rows`]).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn f64_6x8_rows_avx2(kc: usize, a: *const f64, lda: isize, b: *const f64, c: *mut f64, rs: isize, cs: isize, nr: usize, accumulate: bool) {
+    // SAFETY: forwarded contract; the body is compiled with avx2+fma enabled.
+    unsafe { real_body_a::<f64, 6, 8, true, true>(kc, a, lda, b, c, rs, cs, 6, nr, accumulate) }
 }
 
 /// B's rows read in place by [`Kernel::run_direct`]: bf16 codes (the upper
@@ -1037,6 +1189,16 @@ unsafe fn f32_6x16_avx2(kc: usize, a: *const f32, b: *const f32, c: *mut f32, rs
     unsafe { f32_rows_avx2::<0>(kc, a, b as *const u8, 64, c, rs, cs, mr, nr, accumulate) }
 }
 
+/// [`f32_6x16_avx2`] on six rows of A in place, `lda` elements apart
+/// ([`Kernel::run_a_rows`]): the same FMAs on the same values.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn f32_6x16_rows_avx2(kc: usize, a: *const f32, lda: isize, b: *const f32, c: *mut f32, rs: isize, cs: isize, nr: usize, accumulate: bool) {
+    // SAFETY: per the caller (kc values in each of six rows; packed B strips).
+    unsafe { f32_tile_avx2::<6, 0, true>(kc, a, lda, b as *const u8, 64, c, rs, cs, 6, nr, accumulate) }
+}
+
 /// [`f32_6x16_avx2`] on B's rows in place ([`Kernel::run_direct`]), `bstride` bytes apart.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -1054,23 +1216,27 @@ unsafe fn f32_rows_avx2<const D: u8>(kc: usize, a: *const f32, b: *const u8, bst
     // SAFETY: per the caller; each variant reads the first R rows of the strip.
     unsafe {
         match mr {
-            0..=2 => f32_tile_avx2::<2, D>(kc, a, b, bstride, c, rs, cs, mr, nr, accumulate),
-            3..=4 => f32_tile_avx2::<4, D>(kc, a, b, bstride, c, rs, cs, mr, nr, accumulate),
-            _ => f32_tile_avx2::<6, D>(kc, a, b, bstride, c, rs, cs, mr, nr, accumulate),
+            0..=2 => f32_tile_avx2::<2, D, false>(kc, a, 0, b, bstride, c, rs, cs, mr, nr, accumulate),
+            3..=4 => f32_tile_avx2::<4, D, false>(kc, a, 0, b, bstride, c, rs, cs, mr, nr, accumulate),
+            _ => f32_tile_avx2::<6, D, false>(kc, a, 0, b, bstride, c, rs, cs, mr, nr, accumulate),
         }
     }
 }
 
 /// The first `R` rows (2, 4 or 6, at least `mr`) of [`f32_6x16_avx2`]'s tile, on
-/// A's packed strip (6 rows a step) and B's 16 values of step p at `b + p *
-/// bstride` bytes: packed float32 (`D` = 0, `bstride` 64), or a B's bf16 or
-/// fp16 rows in place ([`DIRECT_BF16`], [`DIRECT_F16`]; the CPU then has f16c).
+/// A's packed strip (6 rows a step) or, with `AR`, R rows of A in place (`lda`
+/// elements apart, each contiguous; `mr` = R), and B's 16 values of step p at
+/// `b + p * bstride` bytes: packed float32 (`D` = 0, `bstride` 64), or a B's
+/// bf16 or fp16 rows in place ([`DIRECT_BF16`], [`DIRECT_F16`]; the CPU then
+/// has f16c).
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-unsafe fn f32_tile_avx2<const R: usize, const D: u8>(kc: usize, a: *const f32, b: *const u8, bstride: isize, c: *mut f32, rs: isize, cs: isize, mr: usize, nr: usize, accumulate: bool) {
+unsafe fn f32_tile_avx2<const R: usize, const D: u8, const AR: bool>(kc: usize, a: *const f32, lda: isize, b: *const u8, bstride: isize, c: *mut f32, rs: isize, cs: isize, mr: usize, nr: usize, accumulate: bool) {
     use std::arch::x86_64::*;
-    debug_assert!(mr <= R && R <= 6);
+    debug_assert!(mr <= R && R <= 6 && (!AR || mr == R));
+    // Element (row i, step p) of A: packed, 6 a step; in place, rows lda apart.
+    let (ai, ap_step) = if AR { (lda, 1) } else { (1, 6) };
     // (Packed strips: a constant stride.)
     let bstride = if D == 0 { 64 } else { bstride };
     // SAFETY: a holds kc*6 packed values and each of the kc rows of b 16 values;
@@ -1103,7 +1269,7 @@ unsafe fn f32_tile_avx2<const R: usize, const D: u8>(kc: usize, a: *const f32, b
             ($off:expr) => {{
                 let (b0, b1) = load(bp.wrapping_offset($off * bstride));
                 for i in 0..R {
-                    let ai = _mm256_broadcast_ss(&*ap.add(6 * $off + i));
+                    let ai = _mm256_broadcast_ss(&*ap.offset(ap_step * $off + i as isize * ai));
                     r0[i] = _mm256_fmadd_ps(ai, b0, r0[i]);
                     r1[i] = _mm256_fmadd_ps(ai, b1, r1[i]);
                 }
@@ -1115,14 +1281,14 @@ unsafe fn f32_tile_avx2<const R: usize, const D: u8>(kc: usize, a: *const f32, b
             step!(1);
             step!(2);
             step!(3);
-            ap = ap.add(24);
+            ap = ap.offset(4 * ap_step);
             // (Wrapping: past the last step B's rows in place may end.)
             bp = bp.wrapping_offset(4 * bstride);
             p += 4;
         }
         while p < kc {
             step!(0);
-            ap = ap.add(6);
+            ap = ap.offset(ap_step);
             bp = bp.wrapping_offset(bstride);
             p += 1;
         }
