@@ -303,7 +303,8 @@ def skinny() -> None:
 def few_columns() -> None:
     """A matrix times a few columns (a block of vectors, 4096 x 4096 x n), A row-major:
     lowp on bfloat16, float32, int8 and float64 against numpy's matmul in float32 and
-    float64. lowp runs these transposed through its vector paths (A's rows as columns)."""
+    float64. lowp runs up to 8 columns transposed through its vector paths (A's rows as
+    columns); from 16 on, the loop nest reads float32 and float64 A's rows in place."""
     g = np.random.default_rng(9)
     print("\n== few columns: milliseconds; ratios numpy / lowp (> 1: lowp is faster)")
     print(f"{'m x k x n':>16} {'thr':>3} {'lowp bf16':>9} {'lowp f32':>8} {'np f32':>7} {'vs bf16':>7} {'vs f32':>6} "
@@ -313,7 +314,7 @@ def few_columns() -> None:
     w32 = w64.astype(np.float32)
     w = w32.astype(ml_dtypes.bfloat16)
     w8 = g.integers(-128, 128, (m, k)).astype(np.int8)
-    for n in (2, 4, 8):
+    for n in (2, 4, 8, 16, 64, 256):
         x64 = g.standard_normal((k, n))
         x32 = x64.astype(np.float32)
         x = x32.astype(ml_dtypes.bfloat16)

@@ -46,8 +46,8 @@ const DIRECT_M: usize = 12;
 
 /// B strips packed per claim of a shared B (a band-wise packing unit).
 const GROUP: usize = 4;
-/// Most B strips in a block whose products read A's rows in place.
-const A_ROWS_STRIPS: usize = 16;
+/// Most columns of B in a block whose products read A's rows in place.
+const A_ROWS_COLS: usize = 256;
 /// The smallest unit of rows (in strips of MR rows) a thread claims with B shared.
 const UNIT_MIN: usize = 4;
 
@@ -457,13 +457,13 @@ fn serial<K: Kernel>(kern: &K, a: &Operand, b: &Operand, c: OutMat<K::C>, shared
             let nc = K::NC.min(n - jc);
             let nstrips = nc.div_ceil(nr);
             let groups = nstrips.div_ceil(GROUP);
-            // A product of few columns (at most A_ROWS_STRIPS strips of B) reads A's
+            // A product of few columns (at most A_ROWS_COLS of B) reads A's
             // rows in place where the kernel can: packing the whole block of A first
             // waited on memory, for few B strips to meet (4096 x 4096 x 16 float32
             // spent 40% of its time packing; in place 1.9x as fast, 64 columns 1.25x,
             // 256 1.03x; float64 16 columns 1.4x; with more columns, as packed or
             // slower: 2048^3 1.05x as long).
-            let a_in_place = nstrips <= A_ROWS_STRIPS && direct.is_none() && kern.a_rows(a);
+            let a_in_place = nc <= A_ROWS_COLS && direct.is_none() && kern.a_rows(a);
             for (pcb, pc) in (0..k).step_by(K::KC).enumerate() {
                 let kc = K::KC.min(k - pc);
                 let bs: *mut K::P = match (&mut own, shared) {

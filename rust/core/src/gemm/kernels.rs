@@ -907,38 +907,14 @@ unsafe fn real_body<T: Real, const MR: usize, const NR: usize, const FMA: bool>(
     nr: usize,
     accumulate: bool,
 ) {
-    // SAFETY: forwarded contract (packed A: MR values a step).
-    unsafe { real_body_a::<T, MR, NR, FMA, false>(kc, a, 0, b, c, rs, cs, mr, nr, accumulate) }
-}
-
-/// [`real_body`] on A's packed strip, or with `AR` on MR rows of A in place,
-/// `lda` elements apart, each contiguous (`mr` = MR; [`Kernel::run_a_rows`]):
-/// the same operations on the same values.
-///
-/// # Safety
-/// As [`Kernel::run`], or [`Kernel::run_a_rows`] with `AR`.
-#[inline(always)]
-#[allow(clippy::too_many_arguments)]
-unsafe fn real_body_a<T: Real, const MR: usize, const NR: usize, const FMA: bool, const AR: bool>(
-    kc: usize,
-    a: *const T,
-    lda: isize,
-    b: *const T,
-    c: *mut T,
-    rs: isize,
-    cs: isize,
-    mr: usize,
-    nr: usize,
-    accumulate: bool,
-) {
     let mut r = [[T::default(); NR]; MR];
     // SAFETY: a and b hold kc*MR and kc*NR packed values.
     unsafe {
         for p in 0..kc {
-            let ap = if AR { a.add(p) } else { a.add(p * MR) };
+            let ap = a.add(p * MR);
             let bp = b.add(p * NR);
             for (i, ri) in r.iter_mut().enumerate() {
-                let ai = if AR { *ap.offset(i as isize * lda) } else { *ap.add(i) };
+                let ai = *ap.add(i);
                 for (j, rij) in ri.iter_mut().enumerate() {
                     *rij = if FMA { ai.madd(*bp.add(j), *rij) } else { *rij + ai * *bp.add(j) };
                 }
@@ -1133,8 +1109,82 @@ real_kernel!(F64Portable, f64, 6, 8, 72, 256, 4080,
 #[target_feature(enable = "avx2,fma")]
 #[allow(clippy::too_many_arguments)]
 unsafe fn f64_6x8_avx2(kc: usize, a: *const f64, b: *const f64, c: *mut f64, rs: isize, cs: isize, mr: usize, nr: usize, accumulate: bool) {
-    // SAFETY: forwarded contract; the body is compiled with avx2+fma enabled.
-    unsafe { real_body::<f64, 6, 8, true>(kc, a, b, c, rs, cs, mr, nr, accumulate) }
+    // SAFETY: forwarded contract (packed strips).
+    unsafe { f64_tile_avx2::<false>(kc, a, 0, b, c, rs, cs, mr, nr, accumulate) }
+}
+
+/// The 6x8 f64 tile of [`f64_6x8_avx2`]: 12 ymm accumulators, two B loads
+/// and six broadcasts per step, as [`f32_tile_avx2`]; each element the FMAs of
+/// [`real_body`] in its order. A's packed strip, or with `AR` six rows of A in
+/// place, `lda` elements apart (`mr` = 6).
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn f64_tile_avx2<const AR: bool>(kc: usize, a: *const f64, lda: isize, b: *const f64, c: *mut f64, rs: isize, cs: isize, mr: usize, nr: usize, accumulate: bool) {
+    use std::arch::x86_64::*;
+    debug_assert!(mr <= 6 && (!AR || mr == 6));
+    let (ai, ap_step) = if AR { (lda, 1) } else { (1, 6) };
+    // SAFETY: a holds kc*6 packed values (or six rows of kc), b kc*8; the tile of c is writable.
+    unsafe {
+        if accumulate && cs == 1 {
+            for i in 0..mr {
+                let q = c.offset(i as isize * rs) as *const i8;
+                _mm_prefetch::<_MM_HINT_T0>(q);
+                _mm_prefetch::<_MM_HINT_T0>(q.wrapping_add(56));
+            }
+        }
+        let mut r0 = [_mm256_setzero_pd(); 6];
+        let mut r1 = [_mm256_setzero_pd(); 6];
+        let (mut ap, mut bp, mut p) = (a, b, 0);
+        macro_rules! step {
+            ($off:expr) => {{
+                let b0 = _mm256_loadu_pd(bp.add(8 * $off));
+                let b1 = _mm256_loadu_pd(bp.add(8 * $off + 4));
+                for i in 0..6 {
+                    let x = _mm256_broadcast_sd(&*ap.offset(ap_step * $off + i as isize * ai));
+                    r0[i] = _mm256_fmadd_pd(x, b0, r0[i]);
+                    r1[i] = _mm256_fmadd_pd(x, b1, r1[i]);
+                }
+            }};
+        }
+        while p + 4 <= kc {
+            _mm_prefetch::<_MM_HINT_T0>(bp.wrapping_add(64) as *const i8);
+            _mm_prefetch::<_MM_HINT_T0>(bp.wrapping_add(72) as *const i8);
+            step!(0);
+            step!(1);
+            step!(2);
+            step!(3);
+            ap = ap.offset(4 * ap_step);
+            bp = bp.add(32);
+            p += 4;
+        }
+        while p < kc {
+            step!(0);
+            ap = ap.offset(ap_step);
+            bp = bp.add(8);
+            p += 1;
+        }
+        if mr == 6 && nr == 8 && cs == 1 {
+            for i in 0..6 {
+                let q = c.offset(i as isize * rs);
+                let (mut v0, mut v1) = (r0[i], r1[i]);
+                if accumulate {
+                    // (C first, as store_tile adds: the same NaN where both are.)
+                    v0 = _mm256_add_pd(_mm256_loadu_pd(q), v0);
+                    v1 = _mm256_add_pd(_mm256_loadu_pd(q.add(4)), v1);
+                }
+                _mm256_storeu_pd(q, v0);
+                _mm256_storeu_pd(q.add(4), v1);
+            }
+        } else {
+            let mut t = [0f64; 48];
+            for i in 0..6 {
+                _mm256_storeu_pd(t.as_mut_ptr().add(8 * i), r0[i]);
+                _mm256_storeu_pd(t.as_mut_ptr().add(8 * i + 4), r1[i]);
+            }
+            store_tile(&t, 8, c, rs, cs, mr, nr, accumulate);
+        }
+    }
 }
 
 /// [`f64_6x8_avx2`] on six rows of A in place, `lda` elements apart
@@ -1143,8 +1193,8 @@ unsafe fn f64_6x8_avx2(kc: usize, a: *const f64, b: *const f64, c: *mut f64, rs:
 #[target_feature(enable = "avx2,fma")]
 #[allow(clippy::too_many_arguments)]
 unsafe fn f64_6x8_rows_avx2(kc: usize, a: *const f64, lda: isize, b: *const f64, c: *mut f64, rs: isize, cs: isize, nr: usize, accumulate: bool) {
-    // SAFETY: forwarded contract; the body is compiled with avx2+fma enabled.
-    unsafe { real_body_a::<f64, 6, 8, true, true>(kc, a, lda, b, c, rs, cs, 6, nr, accumulate) }
+    // SAFETY: forwarded contract (six rows of kc values; packed B strips).
+    unsafe { f64_tile_avx2::<true>(kc, a, lda, b, c, rs, cs, 6, nr, accumulate) }
 }
 
 /// B's rows read in place by [`Kernel::run_direct`]: bf16 codes (the upper
