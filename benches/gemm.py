@@ -17,7 +17,7 @@ Prints, for n x n x n products:
   * peak memory of a 2048^3 bfloat16 matmul (inputs + output + extra);
   * the leading-dimension experiment: an unpacked kernel and lowp.matmul at ld 1024 vs 1040.
 
-Usage: python benches/gemm.py [--quick] [--sizes 256,512,...] [--sections f32,int8,stacks,vectors,skinny,emulated,formats,memory,ld]
+Usage: python benches/gemm.py [--quick] [--sizes 256,512,...] [--sections f32,f64,int8,stacks,vectors,skinny,emulated,formats,memory,ld]
 """
 
 from __future__ import annotations
@@ -271,6 +271,21 @@ def vectors64() -> None:
             print(f"{f'{m} x {k} x {n}':>18} {layout:>5} {t:3d} {tl * 1e3:8.3f} {tn * 1e3:8.3f} {tn / tl:6.2f}", flush=True)
 
 
+def squares64(sizes) -> None:
+    """float64 products (float64 accumulation) against numpy's float64 matmul (dgemm),
+    n x n x n, 1 and 2 threads."""
+    g = np.random.default_rng(11)
+    print("\n== float64: GFLOP/s; ratio lowp / numpy (> 1: lowp is faster)")
+    print(f"{'n':>6} {'thr':>3} {'lowp':>8} {'numpy':>8} {'ratio':>6}")
+    for n in sizes:
+        a, b = g.standard_normal((n, n)), g.standard_normal((n, n))
+        for t in (1, 2):
+            set_threads(t)
+            tn, tl = best_pair(lambda: a @ b, lambda: lowp.matmul(a, b), 3 if n >= 2048 else 6, rounds=2)
+            gf = 2 * n**3 / 1e9
+            print(f"{n:6d} {t:3d} {gf / tl:8.1f} {gf / tn:8.1f} {tn / tl:6.2f}", flush=True)
+
+
 def skinny() -> None:
     """Products of few rows (a batch of tokens times a weight matrix, m x 4096 x 4096): B
     row-major, and as the transposed view of a row-major weight matrix w (x @ w.T, whose
@@ -488,7 +503,7 @@ def leading_dimension(quick: bool) -> None:
           f"(packing copies the operands into alias-free strips)")
 
 
-SECTIONS = ("f32", "int8", "stacks", "vectors", "skinny", "emulated", "formats", "memory", "ld")
+SECTIONS = ("f32", "f64", "int8", "stacks", "vectors", "skinny", "emulated", "formats", "memory", "ld")
 
 
 def main() -> None:
@@ -508,6 +523,8 @@ def main() -> None:
     try:
         if "f32" in run:
             throughput(sizes, args.quick)
+        if "f64" in run:
+            squares64(sizes)
         if "int8" in run:
             int8(sizes)
             int8_vectors()
