@@ -175,15 +175,16 @@ def test_few_columns(isa, dtype):
         lowp.set_num_threads(n0)
 
 
-@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, ml_dtypes.bfloat16], ids=lambda d: np.dtype(d).name)
 def test_a_rows_read_in_place(isa, dtype):
     """Products of up to 256 columns of B whose A has contiguous rows of float32 or float64
-    read those rows in place (a last strip of fewer rows packed): the bits of the same
+    (64 of bf16, decoded by the kernel) read those rows in place (a last strip of fewer rows
+    packed): the bits of the same
     product with A Fortran-ordered (packed), for A row-major, a view of padded rows and
     rows reversed, at 1 and 2 threads, over several depth blocks; NaN and infinities in A
     where they were. Columns on both sides of the limit and of a strip."""
     n0 = lowp.get_num_threads()
-    nr = 16 if dtype is np.float32 else 8
+    nr = 8 if dtype is np.float64 else 16
     try:
         for m, k in [(601, 700), (37, 300), (6, 513)]:
             g = np.random.default_rng(m * k)
@@ -191,7 +192,7 @@ def test_a_rows_read_in_place(isa, dtype):
             wide[m // 2, 3] = np.nan
             wide[m - 1, k - 1] = np.inf
             wide[0, 0] = -np.inf
-            for n in (1, 7, nr, nr + 1, 64, 256, 257):
+            for n in (1, 7, nr, nr + 1, 64, 65, 256, 257):
                 x = g.standard_normal((k, n)).astype(dtype)
                 for threads in (1, 2):
                     lowp.set_num_threads(threads)
@@ -200,7 +201,7 @@ def test_a_rows_read_in_place(isa, dtype):
                         want = lowp.matmul(np.asfortranarray(a), x)
                         assert np.array_equal(got.view(np.uint8), want.view(np.uint8)), (m, k, n, threads, a.strides)
                         ok = np.isfinite(a).all(axis=1)
-                        if dtype is np.float32:
+                        if dtype is not np.float64:
                             check_f32(got[ok], a[ok], x)
                         else:
                             ref = a[ok] @ x

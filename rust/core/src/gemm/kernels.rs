@@ -54,21 +54,23 @@ pub(crate) trait Kernel: Sync {
         unreachable!("direct() returned None")
     }
 
-    /// Whether [`Kernel::run_a_rows`] can read A's rows in place (without
-    /// packing them): rows whose elements are contiguous, stored as the packed
-    /// element type itself.
-    fn a_rows(&self, _a: &Operand) -> bool {
-        false
+    /// How [`Kernel::run_a_rows`] can read A's rows in place (without packing
+    /// them), for an A whose rows are contiguous: `Some(code)` ([`A_ROWS_SAME`]:
+    /// stored as the packed element type; [`A_ROWS_BF16`]: bf16 codes into f32),
+    /// or `None`.
+    fn a_rows(&self, _a: &Operand) -> Option<u8> {
+        None
     }
 
-    /// [`Kernel::run`] on `MR` rows of A read in place, `lda` elements apart
-    /// (`mr` = `MR`; [`Kernel::a_rows`]): the same bits as packing them first.
+    /// [`Kernel::run`] on `MR` rows of A read in place at byte address `a`,
+    /// `lda` elements apart, decoded as `code` says (`mr` = `MR`;
+    /// [`Kernel::a_rows`]): the same bits as packing them first.
     ///
     /// # Safety
     /// As [`Kernel::run`], with `kc` elements readable in each of the `MR` rows at `a`.
     #[allow(clippy::too_many_arguments)]
-    unsafe fn run_a_rows(&self, _kc: usize, _a: *const Self::P, _lda: isize, _b: *const Self::P, _c: *mut Self::C, _rs: isize, _cs: isize, _mr: usize, _nr: usize, _accumulate: bool) {
-        unreachable!("a_rows() returned false")
+    unsafe fn run_a_rows(&self, _code: u8, _kc: usize, _a: *const u8, _lda: isize, _b: *const Self::P, _c: *mut Self::C, _rs: isize, _cs: isize, _mr: usize, _nr: usize, _accumulate: bool) {
+        unreachable!("a_rows() returned None")
     }
 
     /// `C[tile] (+)= A_strip * B_strip`, writing only the top-left `mr x nr`.
@@ -1032,16 +1034,27 @@ real_kernel!(F32Avx2, f32, 6, 16, 144, 256, 4080, avx2,
         // SAFETY: forwarded contract.
         unsafe { real_body::<f32, 6, 16, false>(kc, a, b, c, rs, cs, mr, nr, accumulate) }
     }
-    fn a_rows(&self, a: &Operand) -> bool {
-        cfg!(target_arch = "x86_64") && a.cs == 1 && matches!(a.dec, Dec::F32)
+    fn a_rows(&self, a: &Operand) -> Option<u8> {
+        match a.dec {
+            _ if a.cs != 1 || !cfg!(target_arch = "x86_64") => None,
+            Dec::F32 => Some(A_ROWS_SAME),
+            Dec::Bf16 => Some(A_ROWS_BF16),
+            _ => None,
+        }
     }
-    unsafe fn run_a_rows(&self, kc: usize, a: *const f32, lda: isize, b: *const f32, c: *mut f32, rs: isize, cs: isize, mr: usize, nr: usize, accumulate: bool) {
+    unsafe fn run_a_rows(&self, code: u8, kc: usize, a: *const u8, lda: isize, b: *const f32, c: *mut f32, rs: isize, cs: isize, mr: usize, nr: usize, accumulate: bool) {
         assert_eq!(mr, 6, "whole strips of A in place");
         #[cfg(target_arch = "x86_64")]
         // SAFETY: this kernel is only selected when avx2 and fma were detected.
-        unsafe { f32_6x16_rows_avx2(kc, a, lda, b, c, rs, cs, nr, accumulate) }
+        unsafe {
+            match code {
+                A_ROWS_SAME => f32_6x16_rows_avx2::<A_ROWS_SAME>(kc, a, lda, b, c, rs, cs, nr, accumulate),
+                A_ROWS_BF16 => f32_6x16_rows_avx2::<A_ROWS_BF16>(kc, a, lda, b, c, rs, cs, nr, accumulate),
+                _ => unreachable!("a code of a_rows()"),
+            }
+        }
         #[cfg(not(target_arch = "x86_64"))]
-        let _ = (kc, a, lda, b, c, rs, cs, nr, accumulate);
+        let _ = (code, kc, a, lda, b, c, rs, cs, nr, accumulate);
     }
     fn direct(&self, b: &Operand) -> Option<u8> {
         // (float32 rows read in place ran slower than packed ones: 8 x 1024 x 1024
@@ -1085,14 +1098,14 @@ real_kernel!(F64Avx2, f64, 6, 8, 72, 256, 4080, avx2,
         // SAFETY: forwarded contract.
         unsafe { real_body::<f64, 6, 8, false>(kc, a, b, c, rs, cs, mr, nr, accumulate) }
     }
-    fn a_rows(&self, a: &Operand) -> bool {
-        cfg!(target_arch = "x86_64") && a.cs == 1 && matches!(a.dec, Dec::F64)
+    fn a_rows(&self, a: &Operand) -> Option<u8> {
+        (cfg!(target_arch = "x86_64") && a.cs == 1 && matches!(a.dec, Dec::F64)).then_some(A_ROWS_SAME)
     }
-    unsafe fn run_a_rows(&self, kc: usize, a: *const f64, lda: isize, b: *const f64, c: *mut f64, rs: isize, cs: isize, mr: usize, nr: usize, accumulate: bool) {
-        assert_eq!(mr, 6, "whole strips of A in place");
+    unsafe fn run_a_rows(&self, code: u8, kc: usize, a: *const u8, lda: isize, b: *const f64, c: *mut f64, rs: isize, cs: isize, mr: usize, nr: usize, accumulate: bool) {
+        assert!(mr == 6 && code == A_ROWS_SAME, "whole strips of float64 A in place");
         #[cfg(target_arch = "x86_64")]
         // SAFETY: this kernel is only selected when avx2 and fma were detected.
-        unsafe { f64_6x8_rows_avx2(kc, a, lda, b, c, rs, cs, nr, accumulate) }
+        unsafe { f64_6x8_rows_avx2(kc, a as *const f64, lda, b, c, rs, cs, nr, accumulate) }
         #[cfg(not(target_arch = "x86_64"))]
         let _ = (kc, a, lda, b, c, rs, cs, nr, accumulate);
     }
@@ -1202,6 +1215,12 @@ unsafe fn f64_6x8_rows_avx2(kc: usize, a: *const f64, lda: isize, b: *const f64,
 /// NaN quieted, which the FMA it meets would quiet too, so the same bits as the
 /// packed codes).
 pub(crate) const DIRECT_BF16: u8 = 1;
+
+/// A's rows read in place by [`Kernel::run_a_rows`]: stored as the packed
+/// element type, or as bf16 codes (each broadcast and moved up 16 bits: its
+/// f32 value, as the packing decodes it).
+pub(crate) const A_ROWS_SAME: u8 = 1;
+pub(crate) const A_ROWS_BF16: u8 = 2;
 pub(crate) const DIRECT_F16: u8 = 2;
 
 /// Eight codes at `p` as f32 lanes: bf16 codes (`F16` false), each the top half
@@ -1239,14 +1258,15 @@ unsafe fn f32_6x16_avx2(kc: usize, a: *const f32, b: *const f32, c: *mut f32, rs
     unsafe { f32_rows_avx2::<0>(kc, a, b as *const u8, 64, c, rs, cs, mr, nr, accumulate) }
 }
 
-/// [`f32_6x16_avx2`] on six rows of A in place, `lda` elements apart
-/// ([`Kernel::run_a_rows`]): the same FMAs on the same values.
+/// [`f32_6x16_avx2`] on six rows of A in place, `lda` elements apart, stored
+/// as `A` says ([`A_ROWS_SAME`], [`A_ROWS_BF16`]; [`Kernel::run_a_rows`]): the
+/// same FMAs on the same values.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 #[allow(clippy::too_many_arguments)]
-unsafe fn f32_6x16_rows_avx2(kc: usize, a: *const f32, lda: isize, b: *const f32, c: *mut f32, rs: isize, cs: isize, nr: usize, accumulate: bool) {
+unsafe fn f32_6x16_rows_avx2<const A: u8>(kc: usize, a: *const u8, lda: isize, b: *const f32, c: *mut f32, rs: isize, cs: isize, nr: usize, accumulate: bool) {
     // SAFETY: per the caller (kc values in each of six rows; packed B strips).
-    unsafe { f32_tile_avx2::<6, 0, true>(kc, a, lda, b as *const u8, 64, c, rs, cs, 6, nr, accumulate) }
+    unsafe { f32_tile_avx2::<6, 0, A>(kc, a, lda, b as *const u8, 64, c, rs, cs, 6, nr, accumulate) }
 }
 
 /// [`f32_6x16_avx2`] on B's rows in place ([`Kernel::run_direct`]), `bstride` bytes apart.
@@ -1266,9 +1286,9 @@ unsafe fn f32_rows_avx2<const D: u8>(kc: usize, a: *const f32, b: *const u8, bst
     // SAFETY: per the caller; each variant reads the first R rows of the strip.
     unsafe {
         match mr {
-            0..=2 => f32_tile_avx2::<2, D, false>(kc, a, 0, b, bstride, c, rs, cs, mr, nr, accumulate),
-            3..=4 => f32_tile_avx2::<4, D, false>(kc, a, 0, b, bstride, c, rs, cs, mr, nr, accumulate),
-            _ => f32_tile_avx2::<6, D, false>(kc, a, 0, b, bstride, c, rs, cs, mr, nr, accumulate),
+            0..=2 => f32_tile_avx2::<2, D, 0>(kc, a as *const u8, 0, b, bstride, c, rs, cs, mr, nr, accumulate),
+            3..=4 => f32_tile_avx2::<4, D, 0>(kc, a as *const u8, 0, b, bstride, c, rs, cs, mr, nr, accumulate),
+            _ => f32_tile_avx2::<6, D, 0>(kc, a as *const u8, 0, b, bstride, c, rs, cs, mr, nr, accumulate),
         }
     }
 }
@@ -1282,11 +1302,21 @@ unsafe fn f32_rows_avx2<const D: u8>(kc: usize, a: *const f32, b: *const u8, bst
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-unsafe fn f32_tile_avx2<const R: usize, const D: u8, const AR: bool>(kc: usize, a: *const f32, lda: isize, b: *const u8, bstride: isize, c: *mut f32, rs: isize, cs: isize, mr: usize, nr: usize, accumulate: bool) {
+unsafe fn f32_tile_avx2<const R: usize, const D: u8, const A: u8>(kc: usize, a: *const u8, lda: isize, b: *const u8, bstride: isize, c: *mut f32, rs: isize, cs: isize, mr: usize, nr: usize, accumulate: bool) {
     use std::arch::x86_64::*;
-    debug_assert!(mr <= R && R <= 6 && (!AR || mr == R));
-    // Element (row i, step p) of A: packed, 6 a step; in place, rows lda apart.
-    let (ai, ap_step) = if AR { (lda, 1) } else { (1, 6) };
+    debug_assert!(mr <= R && R <= 6 && (A == 0 || mr == R));
+    // Element (row i, step p) of A, in bytes: packed, 6 a step; in place, rows lda apart.
+    let size = if A == A_ROWS_BF16 { 2 } else { 4 };
+    let (ai, ap_step) = if A != 0 { (lda * size, size) } else { (4, 24) };
+    // One element of A at `q` as 8 f32 lanes.
+    // SAFETY (both): q is an element of A per the caller; avx2 per the caller.
+    let bcast = |q: *const u8| -> __m256 {
+        if A == A_ROWS_BF16 {
+            unsafe { _mm256_castsi256_ps(_mm256_slli_epi32::<16>(_mm256_set1_epi16(*(q as *const i16)))) }
+        } else {
+            unsafe { _mm256_broadcast_ss(&*(q as *const f32)) }
+        }
+    };
     // (Packed strips: a constant stride.)
     let bstride = if D == 0 { 64 } else { bstride };
     // SAFETY: a holds kc*6 packed values and each of the kc rows of b 16 values;
@@ -1319,7 +1349,7 @@ unsafe fn f32_tile_avx2<const R: usize, const D: u8, const AR: bool>(kc: usize, 
             ($off:expr) => {{
                 let (b0, b1) = load(bp.wrapping_offset($off * bstride));
                 for i in 0..R {
-                    let ai = _mm256_broadcast_ss(&*ap.offset(ap_step * $off + i as isize * ai));
+                    let ai = bcast(ap.offset(ap_step * $off + i as isize * ai));
                     r0[i] = _mm256_fmadd_ps(ai, b0, r0[i]);
                     r1[i] = _mm256_fmadd_ps(ai, b1, r1[i]);
                 }
