@@ -1294,8 +1294,9 @@ unsafe fn f32_rows_avx2<const D: u8>(kc: usize, a: *const f32, b: *const u8, bst
 }
 
 /// The first `R` rows (2, 4 or 6, at least `mr`) of [`f32_6x16_avx2`]'s tile, on
-/// A's packed strip (6 rows a step) or, with `AR`, R rows of A in place (`lda`
-/// elements apart, each contiguous; `mr` = R), and B's 16 values of step p at
+/// A's packed strip (6 rows a step, `A` = 0) or R rows of A in place at byte
+/// address `a` (`lda` elements apart, each contiguous; `mr` = R), stored as `A`
+/// says ([`A_ROWS_SAME`]: float32; [`A_ROWS_BF16`]), and B's 16 values of step p at
 /// `b + p * bstride` bytes: packed float32 (`D` = 0, `bstride` 64), or a B's
 /// bf16 or fp16 rows in place ([`DIRECT_BF16`], [`DIRECT_F16`]; the CPU then
 /// has f16c).
