@@ -314,15 +314,7 @@ unsafe fn cols_avx2<const R: usize, const G: usize, const D: u8>(x: &[f64], lda:
                     let (a1, b1) = (pair!(c[0], c[2], $j + 2), pair!(c[1], c[3], $j + 2));
                     [_mm256_unpacklo_pd(a0, b0), _mm256_unpackhi_pd(a0, b0), _mm256_unpacklo_pd(a1, b1), _mm256_unpackhi_pd(a1, b1)]
                 } else {
-                    let (r0, r1, r2, r3) = (load4::<D>(c[0], $j), load4::<D>(c[1], $j), load4::<D>(c[2], $j), load4::<D>(c[3], $j));
-                    let (t0, t1) = (_mm256_unpacklo_pd(r0, r1), _mm256_unpackhi_pd(r0, r1));
-                    let (t2, t3) = (_mm256_unpacklo_pd(r2, r3), _mm256_unpackhi_pd(r2, r3));
-                    [
-                        _mm256_permute2f128_pd::<0x20>(t0, t2),
-                        _mm256_permute2f128_pd::<0x20>(t1, t3),
-                        _mm256_permute2f128_pd::<0x31>(t0, t2),
-                        _mm256_permute2f128_pd::<0x31>(t1, t3),
-                    ]
+                    super::kernels::transpose4_pd([load4::<D>(c[0], $j), load4::<D>(c[1], $j), load4::<D>(c[2], $j), load4::<D>(c[3], $j)])
                 }
             }};
         }

@@ -242,6 +242,27 @@ unsafe fn interleave32_avx2(t: *const f32, w: usize, d: *mut f32) {
     })
 }
 
+/// The 4 x 4 transpose of `v` (row r, lane q) in registers: `out[q][r] = v[r][q]`.
+///
+/// # Safety
+/// The CPU must support avx.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+pub(super) unsafe fn transpose4_pd(v: [std::arch::x86_64::__m256d; 4]) -> [std::arch::x86_64::__m256d; 4] {
+    use std::arch::x86_64::*;
+    // SAFETY: avx per the caller.
+    unsafe {
+        let (t0, t1) = (_mm256_unpacklo_pd(v[0], v[1]), _mm256_unpackhi_pd(v[0], v[1]));
+        let (t2, t3) = (_mm256_unpacklo_pd(v[2], v[3]), _mm256_unpackhi_pd(v[2], v[3]));
+        [
+            _mm256_permute2f128_pd::<0x20>(t0, t2),
+            _mm256_permute2f128_pd::<0x20>(t1, t3),
+            _mm256_permute2f128_pd::<0x31>(t0, t2),
+            _mm256_permute2f128_pd::<0x31>(t1, t3),
+        ]
+    }
+}
+
 /// [`interleave32_avx2`] for 8-byte values, `w` a multiple of 4, in 4 x 4 transposes.
 ///
 /// # Safety
@@ -254,14 +275,7 @@ unsafe fn interleave64_avx2(t: *const f64, w: usize, d: *mut f64) {
         // SAFETY: the offsets stay inside t and d per the contract.
         unsafe {
             let r: [__m256d; 4] = std::array::from_fn(|i| _mm256_loadu_pd(t.add((l0 + i) * PBLK + q0)));
-            let (t0, t1) = (_mm256_unpacklo_pd(r[0], r[1]), _mm256_unpackhi_pd(r[0], r[1]));
-            let (t2, t3) = (_mm256_unpacklo_pd(r[2], r[3]), _mm256_unpackhi_pd(r[2], r[3]));
-            let c = [
-                _mm256_permute2f128_pd::<0x20>(t0, t2),
-                _mm256_permute2f128_pd::<0x20>(t1, t3),
-                _mm256_permute2f128_pd::<0x31>(t0, t2),
-                _mm256_permute2f128_pd::<0x31>(t1, t3),
-            ];
+            let c = transpose4_pd([r[0], r[1], r[2], r[3]]);
             for (j, v) in c.into_iter().enumerate() {
                 _mm256_storeu_pd(d.add((q0 + j) * w + l0), v);
             }
@@ -318,14 +332,7 @@ unsafe fn interleave64x6_avx2(t: *const f64, d: *mut f64) {
         // SAFETY: the offsets stay inside t (6 * PBLK values) and d (PBLK * 6).
         unsafe {
             let r: [__m256d; 6] = std::array::from_fn(|i| _mm256_loadu_pd(t.add(i * PBLK + q0)));
-            let (t0, t1) = (_mm256_unpacklo_pd(r[0], r[1]), _mm256_unpackhi_pd(r[0], r[1]));
-            let (t2, t3) = (_mm256_unpacklo_pd(r[2], r[3]), _mm256_unpackhi_pd(r[2], r[3]));
-            let c = [
-                _mm256_permute2f128_pd::<0x20>(t0, t2),
-                _mm256_permute2f128_pd::<0x20>(t1, t3),
-                _mm256_permute2f128_pd::<0x31>(t0, t2),
-                _mm256_permute2f128_pd::<0x31>(t1, t3),
-            ];
+            let c = transpose4_pd([r[0], r[1], r[2], r[3]]);
             // Lines 4 and 5: steps 0 | 2 and 1 | 3.
             let (lo, hi) = (_mm256_unpacklo_pd(r[4], r[5]), _mm256_unpackhi_pd(r[4], r[5]));
             let pairs = [_mm256_castpd256_pd128(lo), _mm256_castpd256_pd128(hi), _mm256_extractf128_pd::<1>(lo), _mm256_extractf128_pd::<1>(hi)];
