@@ -486,16 +486,32 @@ fn serial<K: Kernel>(kern: &K, a: &Operand, b: &Operand, c: OutMat<K::C>, shared
                     let mcb = mc.min(m - ic);
                     let astrips = mcb.div_ceil(mr);
                     with_scratch::<K::P, ()>(&APACK, astrips * sa, |apack| {
-                        // Strip `s` of the block packed into `d`, the next strip's rows prefetched.
-                        let pack_a = |s: usize, d: &mut [K::P]| {
+                        // Strip `s` of the block: its first row and the offset of its
+                        // element at depth pc; the next strip's rows prefetched.
+                        let strip_at = |s: usize| {
                             let i0 = ic + s * mr;
-                            let nv = mr.min(m - i0);
                             let base = i0 as isize * a.rs + pc as isize * a.cs;
                             if i0 + mr < m {
                                 prefetch_rows(a, base + (mr as isize) * a.rs, a.rs, kc, mr.min(m - i0 - mr));
                             }
-                            // SAFETY: rows i0..i0+nv and depth pc..pc+kc are inside a.
-                            unsafe { K::pack(a, base, a.rs, a.cs, nv, mr, kc, d) };
+                            (i0, base)
+                        };
+                        // Strip `s` of the block packed into `d`.
+                        let pack_a = |s: usize, d: &mut [K::P]| {
+                            let (i0, base) = strip_at(s);
+                            // SAFETY: rows i0..i0+mr (or up to m) and depth pc..pc+kc are inside a.
+                            unsafe { K::pack(a, base, a.rs, a.cs, mr.min(m - i0), mr, kc, d) };
+                        };
+                        // The `gi`-th group of B strips this thread visits: strips s0..s1,
+                        // which a shared B has packed first (by whichever thread came first).
+                        let b_group = |gi: usize| {
+                            let g = (g0 + gi) % groups;
+                            let (s0, s1) = (g * GROUP, ((g + 1) * GROUP).min(nstrips));
+                            if let Some((sh, _)) = shared {
+                                // SAFETY: the claim gives this thread alone strips s0..s1 of the block.
+                                sh.ensure(jcb, pcb, g, || unsafe { pack_b::<K>(b, jc, pc, kc, s0, s1, bs, sb) });
+                            }
+                            (s0, s1)
                         };
                         // The tile of A strip `is` (packed at `ap`) and B strip `js`.
                         let tile = |ap: *const K::P, is: usize, js: usize| {
@@ -519,27 +535,18 @@ fn serial<K: Kernel>(kern: &K, a: &Operand, b: &Operand, c: OutMat<K::C>, shared
                             // of the block at once, the next strip's rows prefetched
                             // meanwhile; a last strip of fewer rows packed. Every tile
                             // sees the same kernel on the same values as packed.
-                            if let Some((sh, _)) = shared {
-                                // SAFETY: the claim gives this thread alone the strips of the block.
-                                for gi in 0..groups {
-                                    let g = (g0 + gi) % groups;
-                                    let (s0, s1) = (g * GROUP, ((g + 1) * GROUP).min(nstrips));
-                                    sh.ensure(jcb, pcb, g, || unsafe { pack_b::<K>(b, jc, pc, kc, s0, s1, bs, sb) });
-                                }
+                            for gi in 0..groups {
+                                b_group(gi);
                             }
                             for is in 0..astrips {
-                                let i0 = ic + is * mr;
-                                if i0 + mr > m {
+                                if ic + is * mr + mr > m {
                                     pack_a(is, &mut apack[..sa]);
                                     for js in 0..nstrips {
                                         tile(apack.as_ptr(), is, js);
                                     }
                                     continue;
                                 }
-                                let base = i0 as isize * a.rs + pc as isize;
-                                if i0 + mr < m {
-                                    prefetch_rows(a, base + (mr as isize) * a.rs, a.rs, kc, mr.min(m - i0 - mr));
-                                }
+                                let (i0, base) = strip_at(is);
                                 let ar = a.ptr.wrapping_offset(base * abytes);
                                 for js in 0..nstrips {
                                     let j0 = jc + js * nr;
@@ -556,12 +563,7 @@ fn serial<K: Kernel>(kern: &K, a: &Operand, b: &Operand, c: OutMat<K::C>, shared
                         }
                         let ap = apack.as_ptr();
                         for gi in 0..groups {
-                            let g = (g0 + gi) % groups;
-                            let (s0, s1) = (g * GROUP, ((g + 1) * GROUP).min(nstrips));
-                            if let Some((sh, _)) = shared {
-                                // SAFETY: the claim gives this thread alone strips s0..s1 of the block.
-                                sh.ensure(jcb, pcb, g, || unsafe { pack_b::<K>(b, jc, pc, kc, s0, s1, bs, sb) });
-                            }
+                            let (s0, s1) = b_group(gi);
                             for js in s0..s1 {
                                 for is in 0..astrips {
                                     // SAFETY: strip is lies inside apack.
