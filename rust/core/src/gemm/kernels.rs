@@ -150,11 +150,12 @@ unsafe fn pack_lines<T: Copy + Default>(get: impl Fn(isize) -> T, base: isize, s
             // sixteen: the emulated paths' strips of a B whose columns are
             // contiguous; eight: their f64 tiles'; 32: the vector products'
             // strips of such a B.
+            let runs = EachOf(get);
             match w {
-                6 => pack_across::<T, 6>(&get, base, sl, nv, kc, d),
-                8 => pack_across::<T, 8>(&get, base, sl, nv, kc, d),
-                16 => pack_across::<T, 16>(&get, base, sl, nv, kc, d),
-                _ => pack_across::<T, 32>(&get, base, sl, nv, kc, d),
+                6 => pack_across::<T, 6, _>(&runs, base, sl, nv, kc, d),
+                8 => pack_across::<T, 8, _>(&runs, base, sl, nv, kc, d),
+                16 => pack_across::<T, 16, _>(&runs, base, sl, nv, kc, d),
+                _ => pack_across::<T, 32, _>(&runs, base, sl, nv, kc, d),
             }
             return;
         } else if sk == 1 && sl != 1 {
@@ -345,6 +346,155 @@ unsafe fn interleave64x6_avx2(t: *const f64, d: *mut f64) {
     }
 }
 
+/// Where [`pack_across`] reads its lines: a run of values at consecutive offsets.
+trait Runs<T> {
+    /// `out[q]` = the value at offset `row + q`, for every q < `out.len()`.
+    ///
+    /// # Safety
+    /// Those offsets must be valid for the source.
+    unsafe fn run(&self, row: isize, out: &mut [std::mem::MaybeUninit<T>]);
+}
+
+/// [`Runs`] from an element getter, one value at a time.
+struct EachOf<F>(F);
+
+impl<T, F: Fn(isize) -> T> Runs<T> for EachOf<F> {
+    #[inline(always)]
+    unsafe fn run(&self, row: isize, out: &mut [std::mem::MaybeUninit<T>]) {
+        for (q, x) in out.iter_mut().enumerate() {
+            x.write((self.0)(row + q as isize));
+        }
+    }
+}
+
+/// [`Runs`] of 8-bit or float16 codes at `p`, decoded 8 at a time by
+/// `decode8(codes) -> (values, special)` (the low 8 or 16 bytes of `codes`
+/// loaded from the run; `special` nonzero where a lane needs the scalar
+/// decoding), the rest and the special lanes by `one(offset)`, which
+/// decodes (and quiets) exactly as [`pack_real`]'s element getter does.
+#[cfg(target_arch = "x86_64")]
+struct CodeRuns<D, O> {
+    p: *const u8,
+    /// Bytes per code: 1 or 2.
+    bytes: isize,
+    decode8: D,
+    one: O,
+}
+
+#[cfg(target_arch = "x86_64")]
+impl<T: Real, D, O> Runs<T> for CodeRuns<D, O>
+where
+    D: Fn(std::arch::x86_64::__m128i) -> (std::arch::x86_64::__m256, i32),
+    O: Fn(isize) -> T,
+{
+    /// Needs avx2 (and what `decode8` needs) in the caller.
+    #[inline(always)]
+    unsafe fn run(&self, row: isize, out: &mut [std::mem::MaybeUninit<T>]) {
+        use std::arch::x86_64::*;
+        let n = out.len();
+        let o = out.as_mut_ptr() as *mut T;
+        let mut q = 0;
+        // SAFETY: codes row..row + n are readable per the caller; out holds n values.
+        unsafe {
+            while q + 8 <= n {
+                let at = self.p.offset((row + q as isize) * self.bytes);
+                let raw = if self.bytes == 1 { _mm_loadl_epi64(at as *const __m128i) } else { _mm_loadu_si128(at as *const __m128i) };
+                let (v, special) = (self.decode8)(raw);
+                if std::mem::size_of::<T>() == 4 {
+                    _mm256_storeu_ps(o.add(q) as *mut f32, v);
+                } else {
+                    _mm256_storeu_pd(o.add(q) as *mut f64, _mm256_cvtps_pd(_mm256_castps256_ps128(v)));
+                    _mm256_storeu_pd((o.add(q) as *mut f64).add(4), _mm256_cvtps_pd(_mm256_extractf128_ps::<1>(v)));
+                }
+                if special != 0 {
+                    for i in q..q + 8 {
+                        *o.add(i) = (self.one)(row + i as isize);
+                    }
+                }
+                q += 8;
+            }
+            for i in q..n {
+                *o.add(i) = (self.one)(row + i as isize);
+            }
+        }
+    }
+}
+
+/// [`pack_real`] of `w` (6, 8, 16 or 32) lines along the depth (`sk` = 1) of
+/// float16 codes or of float8_e5m2, float8_e4m3fn and [`Place8`] formats:
+/// [`pack_across`] with each line's codes decoded 8 at a time (float16 by
+/// `vcvtph2ps`, the float8 codes as [`fp8x8_avx2`] and [`Place8::decode8`]
+/// decode them), NaN codes and the last few of a run one at a time as
+/// [`pack_real`] decodes them (`vcvtph2ps` would quiet a signaling NaN, and
+/// the float8 decodings read NaN codes as numbers). A row-major A strip of
+/// these formats went through one table lookup or conversion a value. Returns
+/// false, having done nothing, for other operands and widths.
+///
+/// # Safety
+/// As [`pack_real`] with `sk` = 1; the CPU must support avx2, fma and f16c.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn pack_across_codes<T: Real, const Q: bool>(op: &Operand, base: isize, sl: isize, nv: usize, w: usize, kc: usize, d: *mut T) -> bool {
+    use std::arch::x86_64::*;
+    let p = op.ptr;
+    let q = quiet_if::<T, Q>;
+    macro_rules! across {
+        ($bytes:expr, $decode8:expr, $one:expr) => {{
+            let runs = CodeRuns { p, bytes: $bytes, decode8: $decode8, one: $one };
+            // SAFETY: forwarded contract (d holds kc * w values).
+            unsafe {
+                match w {
+                    6 => pack_across::<T, 6, _>(&runs, base, sl, nv, kc, d),
+                    8 => pack_across::<T, 8, _>(&runs, base, sl, nv, kc, d),
+                    16 => pack_across::<T, 16, _>(&runs, base, sl, nv, kc, d),
+                    _ => pack_across::<T, 32, _>(&runs, base, sl, nv, kc, d),
+                }
+            }
+        }};
+    }
+    if !matches!(w, 6 | 8 | 16 | 32) {
+        return false;
+    }
+    // SAFETY (the decoders): avx2 and f16c are this function's; the offsets are
+    // the caller's.
+    match &op.dec {
+        Dec::F16 => across!(
+            2,
+            |x: __m128i| (_mm256_cvtph_ps(x), _mm_movemask_epi8(_mm_cmpgt_epi16(_mm_and_si128(x, _mm_set1_epi16(0x7fff)), _mm_set1_epi16(0x7c00)))),
+            |o: isize| unsafe { q(T::from_f32(super::f16_to_f32(*(p as *const u16).offset(o)))) }
+        ),
+        Dec::Lut8(t) if fp8_kind(op.format()).is_some() => {
+            let t = t.as_ptr();
+            let one = |o: isize| unsafe { q(T::from_f32(*t.add(*p.offset(o) as usize))) };
+            // NaN codes: magnitude above 0x7c (e5m2) or 0x7e (e4m3fn).
+            let nan = |x: __m128i, lo: i16| _mm_movemask_epi8(_mm_cmpgt_epi16(_mm_and_si128(x, _mm_set1_epi16(0x7f)), _mm_set1_epi16(lo)));
+            if fp8_kind(op.format()) == Some(FP8_E5M2) {
+                across!(1, |x: __m128i| {
+                    let (v, c) = unsafe { fp8x8_of::<false>(x) };
+                    (v, nan(c, 0x7c))
+                }, one)
+            } else {
+                across!(1, |x: __m128i| {
+                    let (v, c) = unsafe { fp8x8_of::<true>(x) };
+                    (v, nan(c, 0x7e))
+                }, one)
+            }
+        }
+        Dec::Lut8(_) => {
+            let Some(p8) = place8(&op.dec, op.format()) else { return false };
+            let lut = p8.lut.as_ptr();
+            across!(
+                1,
+                |x: __m128i| unsafe { (p8.decode8(x), _mm_movemask_epi8(p8.specials8(x))) },
+                |o: isize| unsafe { q(T::from_f32(*lut.add(*p.offset(o) as usize))) }
+            )
+        }
+        _ => return false,
+    }
+    true
+}
+
 /// [`pack_lines`] of `W` lines along the depth (`sk` = 1): a block of each
 /// line decoded with contiguous (vectorizable) reads, then the lines
 /// interleaved, `d[p*W + l]`, zeros in lines `nv..W`; whole blocks of 6, 8 or
@@ -354,7 +504,7 @@ unsafe fn interleave64x6_avx2(t: *const f64, d: *mut f64) {
 /// # Safety
 /// `d` holds `kc * W` values; the offsets are valid per [`pack_lines`]' contract.
 #[inline(always)]
-unsafe fn pack_across<T: Copy + Default, const W: usize>(get: &impl Fn(isize) -> T, base: isize, sl: isize, nv: usize, kc: usize, d: *mut T) {
+unsafe fn pack_across<T: Copy + Default, const W: usize, R: Runs<T>>(runs: &R, base: isize, sl: isize, nv: usize, kc: usize, d: *mut T) {
     // Not zeroed first (a call on a small product would spend more on that
     // than on its values): each block writes the first pn values of every
     // line before they are read.
@@ -363,10 +513,8 @@ unsafe fn pack_across<T: Copy + Default, const W: usize>(get: &impl Fn(isize) ->
         let pn = PBLK.min(kc - p0);
         for (l, t) in tmp.iter_mut().enumerate() {
             if l < nv {
-                let row = base + l as isize * sl + p0 as isize;
-                for (q, x) in t[..pn].iter_mut().enumerate() {
-                    x.write(get(row + q as isize));
-                }
+                // SAFETY: the line's values p0..p0 + pn are valid offsets per the caller.
+                unsafe { runs.run(base + l as isize * sl + p0 as isize, &mut t[..pn]) };
             } else {
                 t[..pn].fill(std::mem::MaybeUninit::new(T::default()));
             }
@@ -427,6 +575,15 @@ fn quiet_if<T: Real, const Q: bool>(x: T) -> T {
 pub(super) unsafe fn pack_real<T: Real, const Q: bool>(op: &Operand, base: isize, sl: isize, sk: isize, nv: usize, w: usize, kc: usize, dst: &mut [T]) {
     let p = op.ptr;
     let q = quiet_if::<T, Q>;
+    // Lines along the depth of float16 or float8 codes: decoded 8 at a time.
+    #[cfg(target_arch = "x86_64")]
+    if sk == 1 && sl != 1 && matches!(op.dec, Dec::F16 | Dec::Lut8(_)) && super::simd() {
+        assert!(dst.len() >= w * kc && nv <= w);
+        // SAFETY: forwarded contract; simd() implies avx2, fma and f16c.
+        if unsafe { pack_across_codes::<T, Q>(op, base, sl, nv, w, kc, dst.as_mut_ptr()) } {
+            return;
+        }
+    }
     // SAFETY (all arms): offsets are inside the operand per the caller's contract.
     unsafe {
         match &op.dec {
@@ -499,8 +656,20 @@ pub(super) fn fp8_kind(fmt: Option<Format>) -> Option<u8> {
 pub(crate) unsafe fn fp8x8_avx2<const E4M3: bool>(p: *const u8) -> (std::arch::x86_64::__m256, std::arch::x86_64::__m128i) {
     use std::arch::x86_64::*;
     // SAFETY: per the caller.
+    unsafe { fp8x8_of::<E4M3>(_mm_loadl_epi64(p as *const __m128i)) }
+}
+
+/// [`fp8x8_avx2`] of the eight codes in the low bytes of `raw`.
+///
+/// # Safety
+/// The CPU must support avx2 and f16c.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+pub(crate) unsafe fn fp8x8_of<const E4M3: bool>(raw: std::arch::x86_64::__m128i) -> (std::arch::x86_64::__m256, std::arch::x86_64::__m128i) {
+    use std::arch::x86_64::*;
+    // SAFETY: per the caller.
     unsafe {
-        let x = _mm_cvtepu8_epi16(_mm_loadl_epi64(p as *const __m128i));
+        let x = _mm_cvtepu8_epi16(raw);
         if E4M3 {
             let m7 = _mm_set1_epi16(0x7f);
             let h = _mm_or_si128(_mm_slli_epi16::<8>(_mm_andnot_si128(m7, x)), _mm_slli_epi16::<7>(_mm_and_si128(m7, x)));

@@ -2048,3 +2048,102 @@ fn pack_fp8_codes_every_code() {
         set_isa(None).unwrap();
     }
 }
+
+/// Packing lines along the depth (`sk` = 1: a row-major A's strips, the
+/// column-contiguous B strips of the vector and emulated paths) of float16
+/// codes (every one of the 65536) and of the 8-bit floats of
+/// [`pack_fp8_codes_every_code`] (every code): 6, 8, 16 and 32 lines, some of
+/// them padding, over depths with whole blocks of the interleave and a tail
+/// (runs decoded 8 codes at a time and the rest one at a time), from an
+/// offset inside the operand. Every value is the format's decoding, bit for
+/// bit, signaling float16 NaNs and their payloads included (the scalar
+/// decode's; `vcvtph2ps` would quiet them), or the default quiet NaN when
+/// quieted; zeros in the padding lines; nothing written past the panel. The
+/// same with the scalar decode (`LOWP_ISA=scalar`).
+#[test]
+fn pack_lines_along_the_depth_every_code() {
+    let _settings = crate::settings_write();
+    fn check<T: kernels::Real + Into<f64>>(op: &Operand, want: &dyn Fn(isize) -> (f64, Option<f32>), base: isize, sl: isize, nv: usize, w: usize, kc: usize, quiet: bool, bits: impl Fn(T) -> u64, nan_bits: u64, name: &str) {
+        let mut dst = vec![T::from_f32(7.0); w * kc + 3];
+        // SAFETY: lines 0..nv from `base`, `sl` apart, hold kc codes each inside the operand.
+        unsafe {
+            if quiet {
+                kernels::pack_real::<T, true>(op, base, sl, 1, nv, w, kc, &mut dst);
+            } else {
+                kernels::pack_real::<T, false>(op, base, sl, 1, nv, w, kc, &mut dst);
+            }
+        }
+        for p in 0..kc {
+            for l in 0..w {
+                let got = dst[p * w + l];
+                if l >= nv {
+                    assert_eq!(bits(got), 0, "{name}: step {p} line {l}: padding");
+                    continue;
+                }
+                let (x, nan) = want(base + l as isize * sl + p as isize);
+                let g: f64 = got.into();
+                if x.is_nan() && quiet {
+                    assert_eq!(bits(got), nan_bits, "{name}: step {p} line {l}: not the default NaN");
+                } else if x.is_nan() {
+                    // A float16 NaN: the scalar decode's, payload and all (in f32).
+                    let same = match nan {
+                        Some(y) if std::mem::size_of::<T>() == 4 => bits(got) == bits(T::from_f32(y)),
+                        _ => true,
+                    };
+                    assert!(g.is_nan() && same, "{name}: step {p} line {l}: NaN {:#x}", bits(got));
+                } else {
+                    assert!(g == x && g.is_sign_negative() == x.is_sign_negative(), "{name}: step {p} line {l}: {g:e} vs {x:e}");
+                }
+            }
+        }
+        assert_eq!(dst[w * kc..].iter().map(|&x| bits(x)).collect::<Vec<_>>(), vec![bits(T::from_f32(7.0)); 3], "{name}: written past the panel");
+    }
+    let mut g = Lcg(43);
+    let custom = FloatFormat::new(3, 4, Some(1), true, crate::format::NanPolicy::Ieee, true).unwrap();
+    // Lines of `cols` codes: every code first, in order, then random ones.
+    let cases: Vec<(FloatFormat, usize)> = vec![(FLOAT16, 1700), (FLOAT8_E5M2, 157), (FLOAT8_E4M3FN, 157), (FLOAT8_E4M3FNUZ, 157), (FLOAT8_E5M2FNUZ, 157), (FLOAT8_E4M3, 157), (custom, 157)];
+    for (f, cols) in cases {
+        let rows = 40;
+        let half = f.bits() == 16;
+        let all = 1usize << f.bits();
+        let codes: Vec<u16> = (0..rows * cols).map(|x| if x < all { x as u16 } else { g.next() as u16 & (all - 1) as u16 }).collect();
+        let bytes: Vec<u8> = codes.iter().map(|&c| c as u8).collect();
+        // SAFETY: the views are inside `codes` / `bytes`.
+        let op = unsafe {
+            if half {
+                Operand::from_raw(codes.as_ptr() as *const u8, Storage::U16, Some(Format::Float(f)), rows, cols, cols as isize, 1, "a").unwrap()
+            } else {
+                Operand::from_raw(bytes.as_ptr(), Storage::U8, Some(Format::Float(f)), rows, cols, cols as isize, 1, "a").unwrap()
+            }
+        };
+        // The scalar decode of a float16 code keeps a NaN's payload; the format's
+        // decoding in f64 gives every other value.
+        let want = |o: isize| {
+            let c = codes[o as usize];
+            if half {
+                (f16_to_f32(c) as f64, Some(f16_to_f32(c)))
+            } else {
+                (f.decode(c as u64), None)
+            }
+        };
+        for isa in [None, Some(crate::convert::Isa::Scalar)] {
+            set_isa(isa).unwrap();
+            for (nv, w) in [(6, 6), (5, 6), (8, 8), (16, 16), (13, 16), (32, 32), (31, 32)] {
+                for (base, kc) in [(0, cols), (2 * cols as isize + 3, cols - 3), (cols as isize + 1, 64 + 9)] {
+                    // Lines every row, and every other row.
+                    for sl in [cols as isize, 2 * cols as isize] {
+                        if base as usize + (nv - 1) * sl as usize + kc > rows * cols {
+                            continue;
+                        }
+                        for quiet in [false, true] {
+                            let name = format!("{f:?} nv {nv} w {w} base {base} kc {kc} sl {sl} quiet {quiet} isa {isa:?}");
+                            check::<f32>(&op, &want, base, sl, nv, w, kc, quiet, |x| x.to_bits() as u64, f32::NAN.to_bits() as u64, &name);
+                            check::<f64>(&op, &want, base, sl, nv, w, kc, quiet, |x| x.to_bits(), f64::NAN.to_bits(), &name);
+                        }
+                    }
+                }
+            }
+        }
+        set_isa(None).unwrap();
+    }
+}
