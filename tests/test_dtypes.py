@@ -301,6 +301,83 @@ def test_cast_random_float64_rounds_once(name):
         assert differ.mean() < 1e-3
 
 
+X87 = np.dtype(np.longdouble).itemsize == 16 and np.finfo(np.longdouble).nmant == 63
+
+
+@pytest.mark.skipif(not X87, reason="longdouble is not the x87 extended format here")
+@pytest.mark.parametrize("name", ALL)
+def test_cast_longdouble_every_encoding(name):
+    """Every value goes to longdouble and clongdouble exactly and comes back to its code."""
+    v = values(name)
+    a = all_codes(name).view(dt(name))
+    for t in (np.longdouble, np.clongdouble):
+        got = a.astype(t)
+        assert np.array_equal(got.real, v.astype(np.longdouble), equal_nan=True)
+        back = got.astype(dt(name))
+        keep = ~np.isnan(v)
+        assert same_bits(back[keep], a[keep])
+        assert np.isnan(back[~keep].astype(np.float64)).all()
+
+
+@pytest.mark.skipif(not X87, reason="longdouble is not the x87 extended format here")
+@pytest.mark.parametrize("name", ALL)
+def test_cast_from_longdouble_rounds_once(name):
+    """longdouble values of 64 significant bits, many just off the format's midpoints
+    (where a rounding through float64 first would tie), against the exact rounding:
+    a value between the adjacent float64 values lo < x < hi rounds down to the
+    format's rounding down of lo and up to its rounding up of hi (the format's
+    values are float64 values), then to the nearer, ties to the even code."""
+    from fractions import Fraction
+
+    rng = np.random.default_rng(87)
+    f = lowp.format(name)
+    posit = name in POSITS
+    # (posit32's values here keep 20 or more fraction bits: its midpoints are the means.)
+    wider = lowp.PositFormat(f.nbits + 1, f.es) if posit and f.nbits < 32 else None
+    L = np.longdouble
+    y = rng.standard_normal(3000) * 2.0 ** rng.integers(-12, 12, 3000)
+    y = y[np.abs(y) < f.max / 4]
+    # Midpoints of the format: halfway between a value and its neighbour up.
+    base = lowp.round(y, f)
+    up = lowp.nextafter(base, np.full_like(base, np.inf), f)
+    mid = (base.astype(L) + up.astype(L)) / 2
+    eps = L(2) ** -62 * np.abs(mid)
+    x = np.concatenate([y.astype(L) * (1 + L(2) ** -60 * rng.integers(-7, 8, y.size)), mid + eps, mid - eps, mid,
+                        np.array([0.0, -0.0], L)])
+    x = x[np.isfinite(x) & (np.abs(x) < L(f.max) / 2)]
+    got = np.array(x.astype(dt(name))).astype(np.float64)
+    codes = x.astype(dt(name)).view(udt(name)).astype(np.int64)
+    lo = np.nextafter(x.astype(np.float64), -np.inf)
+    lo = np.where(lo.astype(L) < x, lo, np.nextafter(lo, -np.inf))
+    lo = np.where(np.nextafter(lo, np.inf).astype(L) <= x, np.nextafter(lo, np.inf), lo)
+    dn = lowp.round(lo, f, "down")
+    hi = np.nextafter(lo, np.inf)
+    upv = lowp.round(hi, f, "up")
+    for i, q in enumerate(x):
+        fq = Fraction(*q.as_integer_ratio())
+        a, b = Fraction(dn[i]), Fraction(upv[i])
+        if Fraction(lo[i]) == fq:
+            a = b = Fraction(lowp.round(np.array([lo[i]]), f)[0])
+        if a == b:
+            want = a
+        else:
+            if wider is not None:
+                # A posit rounds on its bit string: the point between two neighbours is
+                # the value of the code between them one bit longer (for |x|).
+                s = -1 if fq < 0 else 1
+                lo_mag = min(abs(a), abs(b))
+                c = int(lowp.encode(np.array([float(lo_mag)]), f)[0])
+                m = s * Fraction(float(lowp.decode(np.array([2 * c + 1], np.uint64), wider)[0]))
+            else:
+                m = (a + b) / 2
+            if fq != m:
+                want = a if (fq < m) == (a < b) else b
+            else:
+                ca = int(lowp.encode(np.array([float(a)]), f)[0])
+                want = a if ca % 2 == 0 else b
+        assert Fraction(got[i]) == want, (name, repr(q), got[i], float(want), codes[i])
+
+
 @pytest.mark.parametrize("src", ALL)
 @pytest.mark.parametrize("dst", ALL)
 def test_cast_between_lowp(src, dst):

@@ -151,6 +151,93 @@ impl NpElem for C128 {
     }
 }
 
+/// numpy's longdouble where it is the x87 80-bit extended format (x86-64 outside
+/// Windows, 16 bytes a value): a 64-bit significand with its integer bit, then
+/// the sign and a 15-bit exponent of bias 16383.
+#[cfg(all(target_arch = "x86_64", not(target_os = "windows")))]
+#[derive(Clone, Copy)]
+#[repr(C, align(16))]
+pub struct LongDouble {
+    mant: u64,
+    se: u16,
+    pad: [u16; 3],
+}
+
+#[cfg(all(target_arch = "x86_64", not(target_os = "windows")))]
+impl NpElem for LongDouble {
+    const NUMS: &'static [NPY_TYPES] = &[NPY_TYPES::NPY_LONGDOUBLE];
+    // (Not all of its values are values of a lowp format: no safe casts from it.)
+    const FMT: Option<Format> = None;
+    /// The value rounded to odd at f64's 53 bits (or at its subnormal unit), so that
+    /// one more rounding into a lowp format (at most 51 bits) rounds the value
+    /// once; beyond f64's range, f64's largest value (which every lowp format
+    /// overflows as the value does: an infinity, NaN or the largest posit).
+    fn to_f64(self) -> f64 {
+        let (m, neg, e) = (self.mant, self.se & 0x8000 != 0, (self.se & 0x7fff) as i32);
+        let sign = if neg { 1u64 << 63 } else { 0 };
+        if e == 0x7fff || (e != 0 && m >> 63 == 0) {
+            // Infinities (integer bit alone), NaNs and the invalid encodings
+            // (which the x87 reads as NaNs); a NaN keeps its payload's top bits.
+            if m << 1 == 0 && e == 0x7fff {
+                return f64::from_bits(sign | 0x7ff0_0000_0000_0000);
+            }
+            return f64::from_bits(sign | 0x7ff8_0000_0000_0000 | (m << 1 >> 12));
+        }
+        if m == 0 {
+            return f64::from_bits(sign);
+        }
+        // value = m * 2^(e' - 16383 - 63), e' = max(e, 1) (denormals have e = 0).
+        let exp = e.max(1) - 16383;
+        let lz = m.leading_zeros() as i32;
+        let (m, exp) = (m << lz, exp - lz); // normalized: 1.xxx * 2^exp
+        if exp > 1023 {
+            return f64::from_bits(sign | f64::MAX.to_bits());
+        }
+        // Bits below f64's unit: 11 for a normal result, more below 2^-1022.
+        let cut = if exp >= -1022 { 11 } else { (11 + (-1022 - exp)).min(64) as u32 };
+        let kept = if cut >= 64 { 0 } else { m >> cut };
+        let sticky = u64::from(cut >= 64 || m << (64 - cut) != 0);
+        let bits = if exp >= -1022 { (((exp + 1023) as u64) << 52) | (kept & ((1 << 52) - 1)) } else { kept };
+        f64::from_bits(sign | bits | sticky)
+    }
+    /// Exactly (every f64 is a value of it).
+    fn from_f64(v: f64) -> Self {
+        let b = v.to_bits();
+        let se_sign = ((b >> 63) as u16) << 15;
+        let (e, f) = (((b >> 52) & 0x7ff) as i32, b & ((1 << 52) - 1));
+        let (mant, e) = match e {
+            0x7ff if f == 0 => (1 << 63, 0x7fff),
+            0x7ff => ((1 << 63) | (1 << 62) | (f << 11), 0x7fff),
+            0 if f == 0 => (0, 0),
+            0 => {
+                // Subnormal: f * 2^-1074, its top bit at p.
+                let p = 63 - f.leading_zeros() as i32;
+                (f << (63 - p), p - 1074 + 16383)
+            }
+            _ => ((1 << 63) | (f << 11), e - 1023 + 16383),
+        };
+        LongDouble { mant, se: se_sign | e as u16, pad: [0; 3] }
+    }
+}
+
+/// numpy's clongdouble: the real part converts, the imaginary part is dropped on the way in.
+#[cfg(all(target_arch = "x86_64", not(target_os = "windows")))]
+#[derive(Clone, Copy)]
+#[repr(C)]
+pub struct CLongDouble([LongDouble; 2]);
+
+#[cfg(all(target_arch = "x86_64", not(target_os = "windows")))]
+impl NpElem for CLongDouble {
+    const NUMS: &'static [NPY_TYPES] = &[NPY_TYPES::NPY_CLONGDOUBLE];
+    const FMT: Option<Format> = None;
+    fn to_f64(self) -> f64 {
+        self.0[0].to_f64()
+    }
+    fn from_f64(v: f64) -> Self {
+        CLongDouble([LongDouble::from_f64(v), LongDouble::from_f64(0.0)])
+    }
+}
+
 fn rne() -> RoundOpts {
     RoundOpts::new(Mode::NearestEven)
 }
@@ -641,6 +728,11 @@ fn register_type<const T: usize>(py: Python<'_>) -> PyResult<()> {
     with_numpy::<T, f64>(py)?;
     with_numpy::<T, C64>(py)?;
     with_numpy::<T, C128>(py)?;
+    #[cfg(all(target_arch = "x86_64", not(target_os = "windows")))]
+    if longdouble_is_x87(py)? {
+        with_numpy::<T, LongDouble>(py)?;
+        with_numpy::<T, CLongDouble>(py)?;
+    }
     with_lowp::<T, 0>(py)?;
     with_lowp::<T, 1>(py)?;
     with_lowp::<T, 2>(py)?;
@@ -651,6 +743,17 @@ fn register_type<const T: usize>(py: Python<'_>) -> PyResult<()> {
     with_lowp::<T, 7>(py)?;
     with_lowp::<T, 8>(py)?;
     Ok(())
+}
+
+/// Is numpy's longdouble the x87 extended format of [`LongDouble`] (16 bytes, 64
+/// significand bits)?
+#[cfg(all(target_arch = "x86_64", not(target_os = "windows")))]
+fn longdouble_is_x87(py: Python<'_>) -> PyResult<bool> {
+    let np = py.import("numpy")?;
+    let ld = np.getattr("longdouble")?;
+    let size: usize = np.call_method1("dtype", (&ld,))?.getattr("itemsize")?.extract()?;
+    let nmant: usize = np.call_method1("finfo", (&ld,))?.getattr("nmant")?.extract()?;
+    Ok(size == 16 && nmant == 63)
 }
 
 pub fn register_all(py: Python<'_>) -> PyResult<()> {
