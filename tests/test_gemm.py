@@ -542,6 +542,26 @@ def test_qmatmul():
         lowp.qmatmul(x, qb)
 
 
+def test_qmatmul_beyond_int32_depth():
+    """Depths past 2^17 - 1, where int8 x int8 sums can pass int32's range: exact sums by
+    blocks of depth that int32 holds, with and without zero points."""
+    g = np.random.default_rng(23)
+    k = 140000
+    ones = lowp.quantize(np.ones((2, k)))
+    assert lowp.qmatmul(ones, lowp.quantize(np.ones((k, 3))))[0, 0] == np.float32(k)
+    a = g.integers(-128, 128, (3, k)).astype(np.int8)
+    b = g.integers(-128, 128, (k, 2)).astype(np.int8)
+    a[0] = -128
+    b[:, 0] = -128
+    exact = a.astype(np.int64) @ b.astype(np.int64)
+    assert exact[0, 0] == k * 2**14 and exact[0, 0] > 2**31
+    for za, zb in ((0, 0), (3, -5)):
+        qa = lowp.QuantizedArray(a, np.float32(1.0), np.int32(za), None, lowp.format("int8"))
+        qb = lowp.QuantizedArray(b, np.float32(1.0), np.int32(zb), None, lowp.format("int8"))
+        want = (a.astype(np.int64) - za) @ (b.astype(np.int64) - zb)
+        np.testing.assert_array_equal(lowp.qmatmul(qa, qb, out_dtype=np.float64), want.astype(np.float64))
+
+
 def test_errors():
     a = np.ones((3, 4), np.float32)
     with pytest.raises(ValueError, match="b: shape mismatch"):

@@ -169,5 +169,10 @@ def test_quantize_bad_values():
         lowp.quantize(np.array([1.0, np.inf]))
     with pytest.raises(ValueError, match="fmt"):
         lowp.quantize(np.ones(3), "bf16")
+    # Scales are float32: values whose scale would pass its range are refused, not clipped.
+    for sym in (True, False):
+        with pytest.raises(ValueError, match="^x: values up to 2e\\+300 need a scale beyond float32"):
+            lowp.quantize(np.array([1e300, -2e300]), symmetric=sym)
+    assert lowp.quantize(np.array([1e38, -2e38]), symmetric=True).dequantize()[1] == pytest.approx(-2e38, rel=1e-2)
     with pytest.raises(TypeError, match="x"):
         lowp.quantize(np.array(["a", "b"]))

@@ -112,10 +112,28 @@ def test_loss_scaler_does_not_grow_past_float32():
                                     (dict(backoff_factor=1.0), "backoff_factor"), (dict(backoff_factor=0.0), "backoff_factor"),
                                     (dict(init_scale=0.0), "init_scale"), (dict(init_scale=math.inf), "init_scale"),
                                     (dict(growth_interval=0), "growth_interval"), (dict(min_scale=0.0), "min_scale"),
-                                    (dict(min_scale=2.0**20), "min_scale")])
+                                    (dict(min_scale=2.0**20), "min_scale"), (dict(growth_factor=math.inf), "growth_factor"),
+                                    (dict(init_scale=1e300), "init_scale")])
 def test_loss_scaler_bad_arguments(kw, arg):
     with pytest.raises(ValueError, match=arg):
         LossScaler(**kw)
+
+
+def test_unscale_divides_in_float64_and_rounds_once():
+    """float16 gradients at a scale of 2**25 and more: ``1/scale`` underflows in float16,
+    the quotients do not (each is the exact one rounded once)."""
+    for scale in (2.0**25, 2.0**30, 3.0 * 2**20):
+        s = LossScaler(init_scale=scale)
+        g = np.array([1000.0, 65504.0, -3.0, 2.0**-10], np.float16)
+        want = (g.astype(np.float64) / scale).astype(np.float16)
+        assert s.unscale([g]) is True
+        np.testing.assert_array_equal(g, want)
+        assert g[0] != 0
+    g = np.array([1.5, -3.0], np.float32)
+    LossScaler(init_scale=2.0**100, min_scale=1.0).unscale([g])
+    np.testing.assert_array_equal(g, np.array([1.5 * 2.0**-100, -3.0 * 2.0**-100], np.float32))
+    with pytest.raises(ValueError, match="state"):
+        LossScaler().load_state_dict({"scale": math.inf, "growth_tracker": 0})
 
 
 def test_loss_scaler_bad_types():
@@ -272,6 +290,45 @@ def test_optimizer_bad_input(make):
         make([np.zeros(3)], lr=0.1)
 
 
+@pytest.mark.parametrize("make", [lambda p, **k: SGD(p, **k), lambda p, **k: Adam(p, **k)])
+def test_optimizer_infinite_arguments(make):
+    ps = _params()
+    for kw, arg in ((dict(lr=math.inf), "lr"), (dict(lr=0.1, weight_decay=math.inf), "weight_decay")):
+        with pytest.raises(ValueError, match=f"^{arg}: must be finite"):
+            make(ps, **kw)
+    with pytest.raises(ValueError, match="^eps: must be finite"):
+        Adam(ps, 0.1, eps=math.inf)
+    opt = make(ps, lr=0.1)
+    with pytest.raises(ValueError, match="^lr: must be finite"):
+        opt.lr = math.inf
+
+
+@pytest.mark.parametrize("make", [lambda p, **k: SGD(p, momentum=0.9, **k), lambda p, **k: Adam(p, **k)])
+@pytest.mark.parametrize("master", [True, False])
+def test_a_step_that_cannot_be_written_changes_nothing(make, master):
+    """A weight format without NaN cannot hold the update of a NaN (or infinite)
+    gradient: the step raises before it changes the weights, the masters, the state
+    or the step count."""
+    f = lowp.FloatFormat(4, 3, nan=None)
+    ps = [np.array([1.0, 2.0, -0.5], np.float32)]
+    opt = make(ps, lr=0.125, weight_format=f, rounding="nearest_even", master_weights=master)
+    opt.step([np.array([0.5, 0.5, 0.5], np.float32)])
+    before = (ps[0].copy(), None if opt.master is None else opt.master[0].copy(), opt.steps)
+    for bad in (np.nan, np.inf, -np.inf):
+        with pytest.raises(ValueError, match=r"^grads\[0\]: has NaN or infinite values.*nothing was updated"):
+            opt.step([np.array([0.5, bad, 0.5], np.float32)])
+        np.testing.assert_array_equal(ps[0], before[0])
+        if master:
+            np.testing.assert_array_equal(opt.master[0], before[1])
+        assert opt.steps == before[2]
+    opt.step([np.array([0.5, 0.5, 0.5], np.float32)])
+    assert opt.steps == 2
+    # A format with NaN takes such a step.
+    ps = [np.array([1.0, 2.0], np.float32)]
+    SGD(ps, lr=0.1, weight_format="e4m3fn").step([np.array([np.nan, 1.0], np.float32)])
+    assert np.isnan(ps[0][0])
+
+
 def test_sgd_and_adam_specific_bad_input():
     ps = _params()
     with pytest.raises(ValueError, match="momentum"):
@@ -338,7 +395,8 @@ def test_fp8_scaling_power_of_two_and_fake_quantize():
 
 
 @pytest.mark.parametrize("kw,arg", [(dict(format="int8"), "format"), (dict(format="nope"), "format"),
-                                    (dict(margin=-1), "margin"), (dict(amax_history_len=0), "amax_history_len"),
+                                    (dict(margin=-1), "margin"), (dict(margin=2000), "margin"),
+                                    (dict(amax_history_len=0), "amax_history_len"),
                                     (dict(amax_compute="mean"), "amax_compute")])
 def test_fp8_scaling_bad_input(kw, arg):
     with pytest.raises(ValueError, match=arg):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from . import _lowp
 from ._convert import ROUNDING_MODES, cast, decode, encode, round
-from ._memory import buffer_cache_info, set_buffer_cache
+from ._memory import buffer_cache_info, set_buffer_cache, set_num_threads
 from ._gemm import empty, matmul, padded_ld, qmatmul, sum
 from ._dtypes import (bfloat16, float8_e4m3, float8_e4m3fn, float8_e4m3fnuz, float8_e5m2, float8_e5m2fnuz, posit8,
                       posit16, posit32)
@@ -14,7 +14,6 @@ from ._ulp import nextafter, ulp
 
 __version__ = "0.1.0"
 
-set_num_threads = _lowp.set_num_threads
 get_num_threads = _lowp.get_num_threads
 
 

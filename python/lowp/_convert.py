@@ -53,8 +53,8 @@ def _rbits(rbits: Any, dtype: np.dtype) -> int:
 
 
 def _contiguous(a: np.ndarray) -> np.ndarray:
-    """C-contiguous, keeping 0-d arrays 0-d (np.ascontiguousarray makes them 1-d)."""
-    return a if a.flags.c_contiguous else np.array(a, order="C")
+    """C-contiguous and aligned, keeping 0-d arrays 0-d (np.ascontiguousarray makes them 1-d)."""
+    return a if a.flags.c_contiguous and a.flags.aligned else np.array(a, order="C")
 
 
 def _int_to_f64(a: np.ndarray) -> np.ndarray:
@@ -121,8 +121,8 @@ def _check_out(out: Any, shape: tuple, dtype: np.dtype) -> np.ndarray:
         raise ValueError(f"out: shape {out.shape} does not match {shape}")
     if out.dtype != dtype:
         raise TypeError(f"out: dtype {out.dtype} must be {dtype}")
-    if not out.flags.c_contiguous or not out.flags.writeable:
-        raise ValueError("out: must be C-contiguous and writeable")
+    if not out.flags.c_contiguous or not out.flags.aligned or not out.flags.writeable:
+        raise ValueError("out: must be C-contiguous, aligned and writeable")
     return out
 
 
@@ -204,10 +204,17 @@ def decode(bits: Any, fmt: Any, dtype: Any = np.float32, *, out: Optional[np.nda
         raise TypeError(f"bits: expected an integer array, got dtype {b.dtype}")
     if b.dtype.itemsize < f.storage_dtype.itemsize:
         raise TypeError(f"bits: {b.dtype} is too narrow for a {f.bits}-bit format (need {f.storage_dtype} or wider)")
-    if b.dtype.kind == "i":
-        b = b.view(np.dtype(f"u{b.dtype.itemsize}"))
     if b.dtype.itemsize not in (1, 2, 4, 8):
         raise TypeError(f"bits: unsupported dtype {b.dtype}")
+    if 8 * b.dtype.itemsize > f.bits and b.size:
+        # Codes of a narrower format: 0 .. 2^bits - 1, or sign-extended from a signed dtype.
+        lo, hi = int(b.min()), int(b.max())
+        if hi >= 1 << f.bits or lo < (-(1 << (f.bits - 1)) if b.dtype.kind == "i" else 0):
+            raise ValueError(f"bits: codes of a {f.bits}-bit format lie in 0..{(1 << f.bits) - 1}"
+                             f"{' (or sign-extended, from -' + str(1 << (f.bits - 1)) + ')' if b.dtype.kind == 'i' else ''}; "
+                             f"got values from {lo} to {hi}")
+    if b.dtype.kind == "i":
+        b = b.view(np.dtype(f"u{b.dtype.itemsize}"))
     if not b.dtype.isnative:
         b = b.astype(b.dtype.newbyteorder("="))
     b = _contiguous(b)
@@ -260,7 +267,11 @@ def nextafter_scalar(x: float, toward: float, fmt: Format) -> float:
     # format is narrower than float64, so that float64 lies strictly before the
     # format's neighbour, or is it).
     y = math.nextafter(x, toward)
-    return float(round(np.array([y]), fmt, mode, saturate=True)[0])
+    r = float(round(np.array([y]), fmt, mode, saturate=True)[0])
+    if r == x and abs(y) < abs(x):
+        # Toward zero from the smallest posit: no rounding gives zero, the neighbour.
+        return 0.0
+    return r
 
 
 def _register_dtype(spec: tuple, dt: np.dtype) -> None:

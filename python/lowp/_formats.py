@@ -294,6 +294,11 @@ class IntFormat(Format):
         return f"IntFormat({self.bits}, signed={self.signed})"
 
 
+def _has_nan(f: Format) -> bool:
+    """Does ``f`` have an encoding for NaN (a posit's NaR counts)?"""
+    return isinstance(f, PositFormat) or (isinstance(f, FloatFormat) and f.nan is not None)
+
+
 def _named(name: str, f: Format) -> Format:
     object.__setattr__(f, "_name", name)
     return f

@@ -19,7 +19,7 @@ import numpy as np
 
 from . import _lowp
 from ._convert import SeedLike, _check_rounding, _seed_word, encode
-from ._formats import Format, IntFormat, _NAMED, format as _format
+from ._formats import Format, IntFormat, _NAMED, _has_nan, format as _format
 from ._memory import result_empty
 from ._quant import QuantizedArray
 
@@ -98,6 +98,24 @@ def _parse_accumulate(accumulate: Any) -> Union[str, Format]:
     return f
 
 
+def _nan_product(a: np.ndarray, b: np.ndarray) -> bool:
+    """Is some product of ``a @ b`` NaN: a NaN input, or an infinity meeting a zero
+    (1-D operands as numpy's matmul promotes them; stacks broadcast)?"""
+    x, y = (v if v.dtype.kind in "iu" else v.astype(np.float64) for v in (a, b))
+    if x.dtype.kind == "f" and np.isnan(x).any() or y.dtype.kind == "f" and np.isnan(y).any():
+        return True
+    xinf = x.dtype.kind == "f" and bool(np.isinf(x).any())
+    yinf = y.dtype.kind == "f" and bool(np.isinf(y).any())
+    if not (xinf or yinf):
+        return False
+    x2 = x[np.newaxis, :] if x.ndim == 1 else x
+    y2 = y[:, np.newaxis] if y.ndim == 1 else y
+    # Along the depth k: an infinity in A's column k and a zero in B's row k, or the reverse.
+    inf_a, zero_a = np.isinf(x2).any(axis=-2), (x2 == 0).any(axis=-2)
+    inf_b, zero_b = np.isinf(y2).any(axis=-1), (y2 == 0).any(axis=-1)
+    return bool((inf_a & zero_b | zero_a & inf_b).any())
+
+
 def _parse_chunk(chunk: Any) -> Optional[int]:
     if chunk is None:
         return None
@@ -105,7 +123,8 @@ def _parse_chunk(chunk: Any) -> Optional[int]:
         raise TypeError(f"chunk: expected None or a positive int, got {type(chunk).__name__}")
     if int(chunk) <= 0:
         raise ValueError(f"chunk: must be a positive integer, got {chunk}")
-    return int(chunk)
+    # (Beyond any depth a product can have, every chunk length runs the same.)
+    return min(int(chunk), 2**62)
 
 
 def _rbits_arg(rbits: Any) -> int:
@@ -119,6 +138,9 @@ def _rbits_arg(rbits: Any) -> int:
 
 
 def _target_dtype(dt: Any, arg: str) -> np.dtype:
+    if isinstance(dt, Format) and dt.dtype is None:
+        raise TypeError(f"{arg}: {dt!r} has no numpy dtype (only the named formats and those registered "
+                        f"as dtypes do); accepted: float32, float64, int32, float16 and the low-precision dtypes")
     try:
         d = np.dtype(dt)
     except TypeError:
@@ -142,8 +164,15 @@ def _convert_into(res: np.ndarray, dst: np.ndarray, arg: str) -> None:
         dst[...] = res.astype(dt)  # one IEEE rounding (float64 -> float16 rounds once)
         return
     if dt.kind in "iu" and res.dtype.kind in "iu":
+        info = np.iinfo(dt)
+        if res.size and (res.min() < info.min or res.max() > info.max):
+            raise ValueError(f"{arg}: the result's values (from {res.min()} to {res.max()}) do not fit {dt} "
+                             f"({info.min} to {info.max})")
         dst[...] = res.astype(dt)
         return
+    if dt.kind in "iu":
+        raise TypeError(f"{arg}: integer output dtype {dt} needs int8 x int8 products; this result is "
+                        f"{res.dtype} (accepted: float32, float64, float16 and the low-precision dtypes)")
     hit = _OPERANDS.get(dt)
     try:
         f = hit[2] if hit is not None and hit[1] is not None else _format(dt)
@@ -154,7 +183,7 @@ def _convert_into(res: np.ndarray, dst: np.ndarray, arg: str) -> None:
         raise TypeError(f"{arg}: integer output dtype {dt} needs int8 inputs")
     src = res if res.dtype.kind == "f" else res.astype(np.float64)
     sd = f.storage_dtype
-    if dst.flags.c_contiguous and src.flags.c_contiguous and sd.itemsize == dt.itemsize:
+    if dst.flags.c_contiguous and dst.flags.aligned and src.flags.c_contiguous and sd.itemsize == dt.itemsize:
         # Straight into the result's codes (``res`` is always a separate temporary).
         if _lowp.encode_into(src.reshape(-1), f._spec, dst.view(sd).reshape(-1), "nearest_even", False, 0, 64):
             raise ValueError(f"{arg}: the result has NaN, which {f!r} cannot represent")
@@ -278,6 +307,10 @@ def matmul(a: Any, b: Any, *, accumulate: Any = "float32", chunk: Optional[int] 
             raise TypeError(f"a, b: emulated accumulation needs inputs whose products are exact in float64 "
                             f"(float32 or narrower formats), got {a.dtype} and {b.dtype}")
         emulated = True
+        for f, arg in ((acc, "accumulate"), (cacc, "chunk_accumulate")):
+            if f is not None and not _has_nan(f) and _nan_product(a, b):
+                raise ValueError(f"{arg}: {f!r} has no NaN, and a product of a and b is NaN "
+                                 f"(a NaN input, or an infinity times zero)")
         fits = acc._fits_f32() and (cacc is None or cacc._fits_f32())
         natural, path = np.dtype(np.float32 if fits else np.float64), "emu"
     seed_w = _seed_word(seed, rounding) if emulated else 0
@@ -296,7 +329,7 @@ def matmul(a: Any, b: Any, *, accumulate: Any = "float32", chunk: Optional[int] 
 
     # Emulated products are written as float64, or straight as float32 when the
     # accumulators fit in it (their values are then exact in float32).
-    direct = (target == natural
+    direct = (target == natural and result.flags.aligned
               and not np.may_share_memory(result, a) and not np.may_share_memory(result, b))
     core_dtype = natural
     if direct:
@@ -331,7 +364,7 @@ def matmul(a: Any, b: Any, *, accumulate: Any = "float32", chunk: Optional[int] 
         if path == "emu" and target == natural:
             result[...] = res_core  # exact: the values are in the accumulator format
         else:
-            _convert_into(res_core, result, "out_dtype")
+            _convert_into(res_core, result, "out" if out is not None and out_dtype is None else "out_dtype")
     if out is None and result.ndim == 0:
         return result[()]
     return result
@@ -361,6 +394,10 @@ def _scale_vec(p: Any, axis: Optional[int], ndim: int, want_axis: int, size: int
 # Rows of A the int8 products read B in place for (with B's rows or columns
 # contiguous), at most.
 _INT8_VECTOR_ROWS = 8
+
+
+#: The longest depth whose int8 x int8 sums int32 always holds: 2^31 - 1 >= k * 2^14.
+_INT32_DEPTH = (2**31 - 1) >> 14
 
 
 def qmatmul(qa: QuantizedArray, qb: QuantizedArray, *, out_dtype: Any = np.float32) -> np.ndarray:
@@ -400,11 +437,14 @@ def qmatmul(qa: QuantizedArray, qb: QuantizedArray, *, out_dtype: Any = np.float
     # rows where those stay few enough for the vector paths (B read once, in place).
     zpa, zpb = bool(np.any(za != 0)), bool(np.any(zb != 0))
     exact_sums = k < 2**24
-    if zpa and exact_sums and m < _INT8_VECTOR_ROWS:
+    if zpa and k <= _INT32_DEPTH and m < _INT8_VECTOR_ROWS:
         both = matmul(np.concatenate([A, np.ones((1, k), np.int8)]), B)
         s, col_b = both[:m].astype(np.float64), both[m].astype(np.float64)
     else:
-        s = matmul(A, B).astype(np.float64)  # exact int32 sums
+        # Exact int32 sums, over depth blocks that int32 holds (then exact in float64).
+        s = matmul(A[:, :_INT32_DEPTH], B[:_INT32_DEPTH]).astype(np.float64)
+        for k0 in range(_INT32_DEPTH, k, _INT32_DEPTH):
+            s += matmul(A[:, k0:k0 + _INT32_DEPTH], B[k0:k0 + _INT32_DEPTH])
         if zpa:
             col_b = (matmul(np.ones((1, k), np.int8), B)[0] if exact_sums else B.sum(axis=0, dtype=np.int64)).astype(np.float64)
     if zpa:
@@ -448,6 +488,9 @@ def sum(x: Any, axis: Any = None, *, accumulate: Any = "float32", chunk: Optiona
         cacc = _parse_accumulate(chunk_accumulate)
         if isinstance(cacc, str):
             raise TypeError("chunk_accumulate: expected a float format")
+    for f, arg in ((acc, "accumulate"), (cacc, "chunk_accumulate")):
+        if f is not None and not _has_nan(f) and x.dtype.kind not in "iu" and np.isnan(x.astype(np.float64)).any():
+            raise ValueError(f"{arg}: {f!r} has no NaN, and x contains NaN")
     if axis is None:
         axes = tuple(range(xv.ndim))
     else:
@@ -485,8 +528,8 @@ def padded_ld(n: int, dtype: Any) -> int:
     column of 1024 float32 rows thrashes; 1040 (and 1008) spread them."""
     if isinstance(n, (bool, np.bool_)) or not isinstance(n, (int, np.integer)):
         raise TypeError(f"n: expected an int, got {type(n).__name__}")
-    if n < 0:
-        raise ValueError(f"n: must be >= 0, got {n}")
+    if not 0 <= n < 2**62:
+        raise ValueError(f"n: must be in 0..2**62 - 1, got {n}")
     d = _target_dtype(dtype, "dtype")
     return int(_lowp.padded_ld(int(n), d.itemsize))
 
@@ -496,9 +539,13 @@ def empty(shape: Any, dtype: Any = np.float32, *, padded: bool = True) -> np.nda
     stride of ``padded_ld(shape[-1], dtype)`` elements; a view of a larger buffer.
     ``padded=False`` is ``numpy.empty``."""
     d = _target_dtype(dtype, "dtype")
+    if d.hasobject or d.kind not in "biufcV":
+        raise TypeError(f"dtype: expected a numeric dtype, got {d}")
     if isinstance(shape, (int, np.integer)) and not isinstance(shape, bool):
         shape = (int(shape),)
     try:
+        if not all(isinstance(s, (int, np.integer)) and not isinstance(s, (bool, np.bool_)) for s in shape):
+            raise TypeError
         shape = tuple(int(s) for s in shape)
     except TypeError:
         raise TypeError(f"shape: expected an int or a tuple of ints, got {shape!r}") from None

@@ -17,7 +17,7 @@ import numpy as np
 
 from . import _lowp
 
-__all__ = ["set_buffer_cache", "buffer_cache_info", "result_empty"]
+__all__ = ["set_num_threads", "set_buffer_cache", "buffer_cache_info", "result_empty"]
 
 #: Results smaller than this come from numpy's allocator.
 MIN_BYTES = 1 << 22
@@ -32,13 +32,22 @@ def result_empty(shape: tuple, dtype: Any, min_bytes: int = MIN_BYTES) -> np.nda
     return _lowp.cached_empty(list(shape), dt)
 
 
+def set_num_threads(n: int) -> None:
+    """Use ``n`` threads (1 to 1024) for the parallel kernels."""
+    if isinstance(n, (int, np.integer)) and not isinstance(n, (bool, np.bool_)) and not 0 < n <= 1 << 62:
+        # (Beyond what the core's integer takes; it checks the rest.)
+        raise ValueError(f"n: the number of threads must be in 1..=1024, got {n}")
+    _lowp.set_num_threads(n)
+
+
 def set_buffer_cache(nbytes: int) -> int:
     """Keep at most ``nbytes`` of freed result memory for reuse (0: none); returns the old limit."""
     if isinstance(nbytes, (bool, np.bool_)) or not isinstance(nbytes, (int, np.integer)):
         raise TypeError(f"nbytes: expected an int, got {type(nbytes).__name__}")
     if nbytes < 0:
         raise ValueError(f"nbytes: must be >= 0, got {nbytes}")
-    return int(_lowp.set_buffer_cache(int(nbytes)))
+    # (Larger limits than memory can hold all mean "no limit".)
+    return int(_lowp.set_buffer_cache(min(int(nbytes), 2**62)))
 
 
 def buffer_cache_info() -> dict:

@@ -114,6 +114,9 @@ def quantize(x: Any, fmt: Union[str, IntFormat] = "int8", *, axis: Optional[int]
     else:
         scale = (hi - lo) / (qmax - qmin)
     scale = np.where(scale > 0, scale, 1.0)
+    if (scale > float(np.finfo(np.float32).max)).any():
+        raise ValueError(f"x: values up to {max(abs(float(np.min(lo))), float(np.max(hi))):g} need a scale beyond "
+                         f"float32's range (scales are stored as float32)")
     # Quantize with the float32 scale that is stored, so values and scale agree exactly
     # (values * scale with the stored scale is what the integers were rounded from).
     scale = np.asarray(scale, np.float32).astype(np.float64)

@@ -35,6 +35,13 @@ _FMT_BF16 = _format("bfloat16")
 _I32_MAX = np.iinfo(np.int32).max
 
 
+def _contig(x: Any, dtype: Any = None) -> np.ndarray:
+    """``np.ascontiguousarray``, copied again where the result is not aligned (a view at
+    an odd byte offset), which the core cannot read in place."""
+    a = np.ascontiguousarray(x, dtype=dtype)
+    return a if a.flags.aligned else a.copy()
+
+
 # ---------------------------------------------------------------- values
 
 def _target_format(dtype: Any) -> Optional[Format]:
@@ -78,10 +85,10 @@ def _encode_values(x: np.ndarray, fmt: Optional[Format], rounding: str = "neares
     """Values ``x`` (any supported dtype) stored in ``fmt``: float32 values or codes."""
     src = _source_format(x.dtype)
     if src is not None and fmt is not None and src._spec == fmt._spec:
-        return np.ascontiguousarray(x).view(fmt.storage_dtype)
+        return _contig(x).view(fmt.storage_dtype)
     if fmt is None:
         if x.dtype == np.float32:
-            return np.ascontiguousarray(x)
+            return _contig(x)
         xf = _as_float_array(x, "data")
         if rounding == "nearest_even":
             return xf.astype(np.float32)
@@ -117,11 +124,11 @@ def _decode_values(v: np.ndarray, fmt: Optional[Format], dtype: Any = np.float64
 
 def _as_dense_f32(x: Any, arg: str = "x") -> np.ndarray:
     if isinstance(x, np.ndarray) and x.dtype == np.float32:
-        return np.ascontiguousarray(x)
+        return _contig(x)
     if issparse(x) or _is_scipy_sparse(x):
         raise TypeError(f"{arg}: sparse @ sparse is not supported; convert one operand with .to_dense()")
     a = _as_float_array(x, arg)
-    return np.ascontiguousarray(a, dtype=np.float32)
+    return _contig(a, dtype=np.float32)
 
 
 # ---------------------------------------------------------------- indices
@@ -139,7 +146,7 @@ def _index_pair(a: np.ndarray, b: np.ndarray, maxval: int) -> tuple[np.ndarray, 
     """Both arrays as one index dtype: kept when already int32/int64 and equal, else the
     smallest of int32/int64 holding ``maxval``; values out of range fail validation later."""
     if a.dtype == b.dtype and a.dtype in (np.int32, np.int64) and (a.dtype == np.int64 or maxval <= _I32_MAX):
-        return np.ascontiguousarray(a), np.ascontiguousarray(b)
+        return _contig(a), _contig(b)
     big = maxval > _I32_MAX
     for arr in (a, b):
         if arr.size and arr.dtype.kind == "u" and arr.max() > np.iinfo(np.int64).max:
@@ -147,13 +154,13 @@ def _index_pair(a: np.ndarray, b: np.ndarray, maxval: int) -> tuple[np.ndarray, 
         if arr.size and arr.dtype.kind in "iu" and (int(arr.max()) > _I32_MAX or int(arr.min()) < -_I32_MAX - 1):
             big = True
     dt = np.int64 if big else np.int32
-    return np.ascontiguousarray(a, dtype=dt), np.ascontiguousarray(b, dtype=dt)
+    return _contig(a, dtype=dt), _contig(b, dtype=dt)
 
 
 def _compact_pair(a: np.ndarray, b: np.ndarray, maxval: int) -> tuple[np.ndarray, np.ndarray]:
     """Computed (hence valid) indices as int32 when ``maxval`` fits, else int64."""
     dt = np.int32 if maxval <= _I32_MAX else np.int64
-    return np.ascontiguousarray(a, dtype=dt), np.ascontiguousarray(b, dtype=dt)
+    return _contig(a, dtype=dt), _contig(b, dtype=dt)
 
 
 def _check_shape(shape: Any) -> tuple[int, int]:
@@ -297,7 +304,7 @@ class _Sparse:
             return self._matmul(a, True)
         if a.ndim != 2:
             raise ValueError(f"x: must be 1-D or 2-D, got shape {a.shape}")
-        return np.ascontiguousarray(self._matmul(np.ascontiguousarray(a.T), True).T)
+        return _contig(self._matmul(_contig(a.T), True).T)
 
     def rmatmul(self, x: Any) -> np.ndarray:
         """``x @ self`` without building the transpose."""
@@ -587,7 +594,7 @@ class COO(_Sparse):
         src = _source_format(a.dtype)
         fmt = src if dtype is None else _target_format(dtype)
         if src is not None and fmt is not None and src._spec == fmt._spec:
-            codes = np.ascontiguousarray(a).view(fmt.storage_dtype)
+            codes = _contig(a).view(fmt.storage_dtype)
             nz = _decode_values(codes, fmt) != 0
             row, col = np.nonzero(nz)
             v = codes[row, col]
@@ -602,7 +609,7 @@ class COO(_Sparse):
                 row, col, v = row[keep], col[keep], v[keep]
         m, n = a.shape
         row, col = _compact_pair(row, col, max(m, n, row.size))
-        return COO._make(np.ascontiguousarray(v), fmt, scale, row, col, (m, n), True)
+        return COO._make(_contig(v), fmt, scale, row, col, (m, n), True)
 
     @classmethod
     def _from_scipy(cls, m: Any, dtype: Any, **kw: Any) -> "COO":
@@ -711,7 +718,7 @@ class _Compressed(_Sparse):
         dt = minor.dtype if major.size else np.int32
         if indptr[-1] > _I32_MAX:
             dt = np.int64
-        return cls._make(np.ascontiguousarray(v), c._fmt, c._scale, np.ascontiguousarray(minor, dtype=dt),
+        return cls._make(_contig(v), c._fmt, c._scale, _contig(minor, dtype=dt),
                          indptr.astype(dt), (m, n), True)
 
     def sum_duplicates(self) -> Any:
@@ -942,7 +949,7 @@ class BSR(_Sparse):
         if order.size:
             np.cumsum(np.bincount(bcol, minlength=nbc), out=indptr[1:])
         dt = self._indices.dtype
-        return BSR._make(np.ascontiguousarray(blocks).reshape(-1), self._fmt, self._scale,
+        return BSR._make(_contig(blocks).reshape(-1), self._fmt, self._scale,
                          brow[order].astype(dt), indptr.astype(dt), self._shape[::-1], (bc, br), True)
 
     def transpose(self) -> "BSR":
@@ -960,6 +967,9 @@ class BSR(_Sparse):
             v = _encode_values(data.reshape(-1), fmt)
             mm, nn = (int(s) for s in m.shape)
             br, bc = m.blocksize
+            if data.ndim != 3 or data.shape[1:] != (br, bc) or data.shape[0] != np.asarray(m.indices).size:
+                raise ValueError(f"m: {data.shape} data blocks for {np.asarray(m.indices).size} block indices "
+                                 f"of {br}x{bc} blocks")
             indptr, indices = _index_pair(np.asarray(m.indptr), np.asarray(m.indices), max(mm, nn, data.size))
             canonical = _lowp.check_compressed(indptr, indices, mm // br, nn // bc)
             return BSR._make(v, fmt, 1.0, indices, indptr, (mm, nn), (br, bc), canonical)
@@ -1099,7 +1109,7 @@ class NM(_Sparse):
         row, col, v = row[keep], col[keep], self._v[keep]
         order = np.lexsort((col, row))
         r, c = _compact_pair(row[order], col[order], max(rows, cols, v.size))
-        return COO._make(np.ascontiguousarray(v[order]), self._fmt, self._scale, r, c, self._shape, True)
+        return COO._make(_contig(v[order]), self._fmt, self._scale, r, c, self._shape, True)
 
     @classmethod
     def _from_coo(cls, coo: COO, n: int = 2, m: int = 4, *a: Any, **kw: Any) -> "NM":
@@ -1169,7 +1179,7 @@ def prune(x: Any, sparsity: Any) -> np.ndarray:
     k = int(math.floor(s * a.size + 0.5))
     if k == 0:
         return out
-    order = np.argsort(_magnitude(a).reshape(-1), kind="stable")
+    order = np.argsort(_magnitude(a.reshape(-1)), kind="stable")
     flat = out.reshape(-1)
     flat[order[:k]] = 0
     return out

@@ -18,6 +18,8 @@ def number(value: Any, name: str, *, gt: Optional[float] = None, ge: Optional[fl
     v = float(value)
     if math.isnan(v):
         raise ValueError(f"{name}: must be a number, got nan")
+    if math.isinf(v):
+        raise ValueError(f"{name}: must be finite, got {v}")
     if gt is not None and not v > gt:
         raise ValueError(f"{name}: must be > {gt}, got {v}")
     if ge is not None and not v >= ge:
@@ -29,12 +31,14 @@ def number(value: Any, name: str, *, gt: Optional[float] = None, ge: Optional[fl
     return v
 
 
-def integer(value: Any, name: str, *, ge: Optional[int] = None) -> int:
+def integer(value: Any, name: str, *, ge: Optional[int] = None, le: Optional[int] = None) -> int:
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
         raise TypeError(f"{name}: expected an int, got {type(value).__name__}")
     v = int(value)
     if ge is not None and v < ge:
         raise ValueError(f"{name}: must be >= {ge}, got {v}")
+    if le is not None and v > le:
+        raise ValueError(f"{name}: must be <= {le}, got {v}")
     return v
 
 

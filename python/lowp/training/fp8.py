@@ -41,7 +41,8 @@ class Fp8Scaling:
         if not isinstance(f, FloatFormat):
             raise ValueError(f"format: expected a float format (e.g. 'e4m3fn', 'e5m2'), got {f!r}")
         self.format: Format = f
-        self.margin = _checks.integer(margin, "margin", ge=0)
+        # (2**margin beyond float32's exponent range would leave no usable scale.)
+        self.margin = _checks.integer(margin, "margin", ge=0, le=127)
         self.amax_history_len = _checks.integer(amax_history_len, "amax_history_len", ge=1)
         if amax_compute not in AMAX_COMPUTE:
             raise ValueError(f"amax_compute: expected one of {', '.join(map(repr, AMAX_COMPUTE))}, got {amax_compute!r}")

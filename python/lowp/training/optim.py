@@ -23,7 +23,7 @@ from typing import Any, Optional, Sequence
 import numpy as np
 
 from .._convert import round as _round
-from .._formats import Format
+from .._formats import Format, _has_nan
 from . import _checks
 
 __all__ = ["SGD", "Adam", "Optimizer"]
@@ -88,6 +88,12 @@ class Optimizer:
     def step(self, grads: Sequence[np.ndarray]) -> None:
         """Apply one update from ``grads`` (one float array per parameter, same shapes)."""
         gs = _checks.grads_list(grads, self.params)
+        if self.weight_format is not None and not _has_nan(self.weight_format):
+            # Checked before anything changes: a NaN update could not be written back.
+            for i, g in enumerate(gs):
+                if not np.isfinite(g).all():
+                    raise ValueError(f"grads[{i}]: has NaN or infinite values, whose update {self.weight_format!r} "
+                                     f"(weight_format) cannot hold; nothing was updated")
         self.steps += 1
         for i, g in enumerate(gs):
             self._apply(i, self._update(i, g.astype(np.float32, copy=False)))

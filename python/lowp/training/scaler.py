@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from typing import Any, Optional, Sequence
 
 import numpy as np
@@ -10,6 +9,8 @@ import numpy as np
 from . import _checks
 
 __all__ = ["LossScaler"]
+
+_F32_MAX = float(np.finfo(np.float32).max)
 
 
 class LossScaler:
@@ -35,9 +36,8 @@ class LossScaler:
 
     def __init__(self, init_scale: float = 2.0**16, growth_factor: float = 2.0, backoff_factor: float = 0.5,
                  growth_interval: int = 2000, min_scale: float = 1.0) -> None:
-        self._scale = _checks.number(init_scale, "init_scale", gt=0.0)
-        if math.isinf(self._scale):
-            raise ValueError("init_scale: must be finite, got inf")
+        # (At most float32's largest value, as the scale never grows past it.)
+        self._scale = _checks.number(init_scale, "init_scale", gt=0.0, le=_F32_MAX)
         self.growth_factor = _checks.number(growth_factor, "growth_factor", gt=1.0)
         self.backoff_factor = _checks.number(backoff_factor, "backoff_factor", gt=0.0, lt=1.0)
         self.growth_interval = _checks.integer(growth_interval, "growth_interval", ge=1)
@@ -63,8 +63,9 @@ class LossScaler:
     def unscale(self, grads: Sequence[np.ndarray]) -> bool:
         """Divide the float ``grads`` in place by the scale; True when every value is finite.
 
-        The division is a multiplication by ``1/scale`` in the gradients' own dtype, exact
-        while the scale is a power of two (as with the default factors).
+        Each quotient is computed in float64 and rounded once into the gradients' dtype:
+        exact division by a power-of-two scale (as with the default factors), where
+        ``1/scale`` in float16 itself would underflow from 2**25 on.
         """
         if isinstance(grads, np.ndarray):
             grads = [grads]
@@ -78,7 +79,7 @@ class LossScaler:
                 raise ValueError(f"grads[{i}]: must be writeable (unscaled in place)")
             if finite and not np.isfinite(g).all():
                 finite = False
-            g *= g.dtype.type(1.0 / self._scale)
+            np.divide(g, np.float64(self._scale), out=g, casting="unsafe")
         self._found_inf = not finite
         return finite
 
@@ -100,7 +101,7 @@ class LossScaler:
         self._growth_tracker += 1
         if self._growth_tracker == self.growth_interval:
             grown = self._scale * self.growth_factor
-            if grown <= float(np.finfo(np.float32).max):
+            if grown <= _F32_MAX:
                 self._scale = grown
             self._growth_tracker = 0
 
@@ -117,7 +118,7 @@ class LossScaler:
         return {"scale": self._scale, "growth_tracker": self._growth_tracker, "skipped_steps": self.skipped_steps}
 
     def load_state_dict(self, state: dict) -> None:
-        self._scale = _checks.number(state["scale"], "state['scale']", gt=0.0)
+        self._scale = _checks.number(state["scale"], "state['scale']", gt=0.0, le=_F32_MAX)
         self._growth_tracker = _checks.integer(state["growth_tracker"], "state['growth_tracker']", ge=0)
         self.skipped_steps = int(state.get("skipped_steps", 0))
 

@@ -45,11 +45,11 @@ by_dtype!(InCode, PyReadonlyArrayDyn, "a uint8/16/32/64 array", u8 => U8, u16 =>
 by_dtype!(OutCode, PyReadwriteArrayDyn, "a uint8/16/32/64 array", u8 => U8, u16 => U16, u32 => U32, u64 => U64);
 
 fn contiguous<'a, T>(r: Result<&'a [T], numpy::AsSliceError>, arg: &str) -> PyResult<&'a [T]> {
-    r.map_err(|_| PyValueError::new_err(format!("{arg}: must be C-contiguous")))
+    r.map_err(|_| PyValueError::new_err(format!("{arg}: must be C-contiguous and aligned")))
 }
 
 fn contiguous_mut<'a, T>(r: Result<&'a mut [T], numpy::AsSliceError>, arg: &str) -> PyResult<&'a mut [T]> {
-    r.map_err(|_| PyValueError::new_err(format!("{arg}: must be C-contiguous")))
+    r.map_err(|_| PyValueError::new_err(format!("{arg}: must be C-contiguous and aligned")))
 }
 
 fn opts(rounding: &str, saturate: bool, seed: u64, rbits: u32) -> PyResult<RoundOpts> {

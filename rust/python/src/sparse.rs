@@ -42,7 +42,7 @@ fn in_idx<'py>(x: &Bound<'py, PyAny>, arg: &str) -> PyResult<InIdx<'py>> {
 }
 
 fn slice<'a, T: numpy::Element>(a: &'a PyReadonlyArrayDyn<'_, T>, arg: &str) -> PyResult<&'a [T]> {
-    a.as_slice().map_err(|_| PyValueError::new_err(format!("{arg}: must be C-contiguous")))
+    a.as_slice().map_err(|_| PyValueError::new_err(format!("{arg}: must be C-contiguous and aligned")))
 }
 
 fn index<'a>(a: &'a InIdx<'_>, arg: &str) -> PyResult<Index<'a>> {
@@ -78,7 +78,7 @@ fn io<'a>(x: &'a PyReadonlyArrayDyn<'_, f32>, out: &'a mut PyReadwriteArrayDyn<'
         return Err(PyValueError::new_err("x: must be 2-D (rows, columns)"));
     }
     let data = slice(x, "x")?;
-    let out = out.as_slice_mut().map_err(|_| PyValueError::new_err("out: must be C-contiguous"))?;
+    let out = out.as_slice_mut().map_err(|_| PyValueError::new_err("out: must be C-contiguous and aligned"))?;
     Ok(Io { b: Dense { data, rows: sh[0], cols: sh[1] }, out })
 }
 

@@ -122,7 +122,7 @@ pub struct Dense<'a> {
 pub fn check_indptr(indptr: Index<'_>, nmajor: usize, nnz: usize, name: &str) -> Result<()> {
     fn go<I: Idx>(p: &[I], nmajor: usize, nnz: usize, name: &str) -> Result<()> {
         if p.len() != nmajor + 1 {
-            return Err(Error::value(format!("{name}: length must be {} (rows + 1), got {}", nmajor + 1, p.len())));
+            return Err(Error::value(format!("{name}: length must be {} (one more than the compressed dimension: rows of CSR, columns of CSC), got {}", nmajor + 1, p.len())));
         }
         if p[0].u() != 0 {
             return Err(Error::value(format!("{name}: must start at 0")));
