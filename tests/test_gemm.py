@@ -175,11 +175,12 @@ def test_few_columns(isa, dtype):
         lowp.set_num_threads(n0)
 
 
-@pytest.mark.parametrize("dtype", [np.float32, np.float64, ml_dtypes.bfloat16], ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, ml_dtypes.bfloat16, np.float16], ids=lambda d: np.dtype(d).name)
 def test_a_rows_read_in_place(isa, dtype):
     """Products of up to 256 columns of B whose A has contiguous rows of float32 or float64
-    (64 of bf16, decoded by the kernel) read those rows in place (a last strip of fewer rows
-    packed): the bits of the same
+    (64 of bf16 and 16 of fp16, decoded by the kernel; fp16 with a signaling NaN, which
+    the kernel's conversion quiets as the FMA quiets the packed one) read those rows in
+    place (a last strip of fewer rows packed): the bits of the same
     product with A Fortran-ordered (packed), for A row-major, a view of padded rows and
     rows reversed, at 1 and 2 threads, over several depth blocks; NaN and infinities in A
     where they were. Columns on both sides of the limit and of a strip."""
@@ -190,6 +191,8 @@ def test_a_rows_read_in_place(isa, dtype):
             g = np.random.default_rng(m * k)
             wide = g.standard_normal((m, k + 5)).astype(dtype)
             wide[m // 2, 3] = np.nan
+            if dtype is np.float16:
+                wide.view(np.uint16)[m // 3, 5] = 0x7C01  # signaling
             wide[m - 1, k - 1] = np.inf
             wide[0, 0] = -np.inf
             for n in (1, 7, nr, nr + 1, 64, 65, 256, 257):

@@ -51,6 +51,10 @@ const GROUP: usize = 4;
 /// fast as packed, 64 columns 1.04x, 256 columns 0.91x).
 const A_ROWS_COLS: usize = 256;
 const A_ROWS_COLS_BF16: usize = 64;
+/// fp16 A's limit: one strip of B, each code converted once (4096 x 4096 x 16:
+/// 9.1 -> 7.5 ms); with more strips each code is converted again for every one
+/// (32 columns 0.95x as fast as packed, 64 0.8x).
+const A_ROWS_COLS_F16: usize = 16;
 /// The smallest unit of rows (in strips of MR rows) a thread claims with B shared.
 const UNIT_MIN: usize = 4;
 
@@ -467,7 +471,14 @@ fn serial<K: Kernel>(kern: &K, a: &Operand, b: &Operand, c: OutMat<K::C>, shared
             // 256 1.03x; float64 16 columns 1.4x; with more columns, as packed or
             // slower: 2048^3 1.05x as long).
             let a_in_place = if direct.is_none() { kern.a_rows(a) } else { None };
-            let a_in_place = a_in_place.filter(|&code| nc <= if code == super::kernels::A_ROWS_BF16 { A_ROWS_COLS_BF16 } else { A_ROWS_COLS });
+            let a_in_place = a_in_place.filter(|&code| {
+                use super::kernels::{A_ROWS_BF16, A_ROWS_F16};
+                nc <= match code {
+                    A_ROWS_F16 => A_ROWS_COLS_F16,
+                    A_ROWS_BF16 => A_ROWS_COLS_BF16,
+                    _ => A_ROWS_COLS,
+                }
+            });
             for (pcb, pc) in (0..k).step_by(K::KC).enumerate() {
                 let kc = K::KC.min(k - pc);
                 let bs: *mut K::P = match (&mut own, shared) {

@@ -56,7 +56,7 @@ pub(crate) trait Kernel: Sync {
 
     /// How [`Kernel::run_a_rows`] can read A's rows in place (without packing
     /// them), for an A whose rows are contiguous: `Some(code)` ([`A_ROWS_SAME`]:
-    /// stored as the packed element type; [`A_ROWS_BF16`]: bf16 codes into f32),
+    /// stored as the packed element type; [`A_ROWS_BF16`], [`A_ROWS_F16`]: bf16 or fp16 codes into f32),
     /// or `None`.
     fn a_rows(&self, _a: &Operand) -> Option<u8> {
         None
@@ -1215,6 +1215,7 @@ real_kernel!(F32Avx2, f32, 6, 16, 144, 256, 4080, avx2,
             _ if a.cs != 1 || !cfg!(target_arch = "x86_64") => None,
             Dec::F32 => Some(A_ROWS_SAME),
             Dec::Bf16 => Some(A_ROWS_BF16),
+            Dec::F16 => Some(A_ROWS_F16),
             _ => None,
         }
     }
@@ -1226,6 +1227,7 @@ real_kernel!(F32Avx2, f32, 6, 16, 144, 256, 4080, avx2,
             match code {
                 A_ROWS_SAME => f32_6x16_rows_avx2::<A_ROWS_SAME>(kc, a, lda, b, c, rs, cs, nr, accumulate),
                 A_ROWS_BF16 => f32_6x16_rows_avx2::<A_ROWS_BF16>(kc, a, lda, b, c, rs, cs, nr, accumulate),
+                A_ROWS_F16 => f32_6x16_rows_f16_avx2(kc, a, lda, b, c, rs, cs, nr, accumulate),
                 _ => unreachable!("a code of a_rows()"),
             }
         }
@@ -1397,6 +1399,10 @@ pub(crate) const DIRECT_BF16: u8 = 1;
 /// f32 value, as the packing decodes it).
 pub(crate) const A_ROWS_SAME: u8 = 1;
 pub(crate) const A_ROWS_BF16: u8 = 2;
+/// A's rows read in place as fp16 codes, each broadcast and converted by
+/// `vcvtph2ps` (exact; a signaling NaN quieted, as the FMA it meets quiets the
+/// packed one: the same bits).
+pub(crate) const A_ROWS_F16: u8 = 3;
 pub(crate) const DIRECT_F16: u8 = 2;
 
 /// Eight codes at `p` as f32 lanes: bf16 codes (`F16` false), each the top half
@@ -1445,6 +1451,15 @@ unsafe fn f32_6x16_rows_avx2<const A: u8>(kc: usize, a: *const u8, lda: isize, b
     unsafe { f32_tile_avx2::<6, 0, A>(kc, a, lda, b as *const u8, 64, c, rs, cs, 6, nr, accumulate) }
 }
 
+/// [`f32_6x16_rows_avx2`] of fp16 rows ([`A_ROWS_F16`]), with f16c.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn f32_6x16_rows_f16_avx2(kc: usize, a: *const u8, lda: isize, b: *const f32, c: *mut f32, rs: isize, cs: isize, nr: usize, accumulate: bool) {
+    // SAFETY: per the caller (kc values in each of six rows; packed B strips).
+    unsafe { f32_tile_avx2::<6, 0, A_ROWS_F16>(kc, a, lda, b as *const u8, 64, c, rs, cs, 6, nr, accumulate) }
+}
+
 /// [`f32_6x16_avx2`] on B's rows in place ([`Kernel::run_direct`]), `bstride` bytes apart.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -1472,7 +1487,7 @@ unsafe fn f32_rows_avx2<const D: u8>(kc: usize, a: *const f32, b: *const u8, bst
 /// The first `R` rows (2, 4 or 6, at least `mr`) of [`f32_6x16_avx2`]'s tile, on
 /// A's packed strip (6 rows a step, `A` = 0) or R rows of A in place at byte
 /// address `a` (`lda` elements apart, each contiguous; `mr` = R), stored as `A`
-/// says ([`A_ROWS_SAME`]: float32; [`A_ROWS_BF16`]), and B's 16 values of step p at
+/// says ([`A_ROWS_SAME`]: float32; [`A_ROWS_BF16`]; [`A_ROWS_F16`], with f16c), and B's 16 values of step p at
 /// `b + p * bstride` bytes: packed float32 (`D` = 0, `bstride` 64), or a B's
 /// bf16 or fp16 rows in place ([`DIRECT_BF16`], [`DIRECT_F16`]; the CPU then
 /// has f16c).
@@ -1483,13 +1498,16 @@ unsafe fn f32_tile_avx2<const R: usize, const D: u8, const A: u8>(kc: usize, a: 
     use std::arch::x86_64::*;
     debug_assert!(mr <= R && R <= 6 && (A == 0 || mr == R));
     // Element (row i, step p) of A, in bytes: packed, 6 a step; in place, rows lda apart.
-    let size = if A == A_ROWS_BF16 { 2 } else { 4 };
+    let size = if A == A_ROWS_BF16 || A == A_ROWS_F16 { 2 } else { 4 };
     let (ai, ap_step) = if A != 0 { (lda * size, size) } else { (4, 24) };
     // One element of A at `q` as 8 f32 lanes.
     // SAFETY (both): q is an element of A per the caller; avx2 per the caller.
     let bcast = |q: *const u8| -> __m256 {
         if A == A_ROWS_BF16 {
             unsafe { _mm256_castsi256_ps(_mm256_slli_epi32::<16>(_mm256_set1_epi16(*(q as *const i16)))) }
+        } else if A == A_ROWS_F16 {
+            // (f16c: the caller's, with this code.)
+            unsafe { _mm256_cvtph_ps(_mm_set1_epi16(*(q as *const i16))) }
         } else {
             unsafe { _mm256_broadcast_ss(&*(q as *const f32)) }
         }
