@@ -448,6 +448,30 @@ def test_safe_casts_and_promotion():
     assert (np.ones(2, bf) + np.ones(2, np.float32)).dtype == np.float32
 
 
+def test_safe_casts_among_lowp_dtypes_are_the_exact_ones():
+    """A cast between two lowp dtypes is safe exactly when every value of the one is a
+    value of the other (NaN to a NaN), whatever their sizes: numpy alone would take any
+    two of one size for equivalent types (float8_e4m3fn and float8_e5m2, bfloat16 and
+    posit16), and compute a mixed product in the first operand's type."""
+    small = [n for n in ALL if n != "posit32"]
+    for src in small:
+        v = values(src)
+        for d in ALL:
+            if d == src:
+                continue
+            back = lowp.decode(lowp.encode(v, lowp.format(d)), lowp.format(d), np.float64)
+            exact = bool(np.all((back == v) | (np.isnan(back) & np.isnan(v))))
+            assert np.can_cast(dt(src), dt(d), "safe") == exact, (src, d)
+    a = np.array([1.0, 1.125], dt("float8_e4m3fn"))
+    b = np.array([1024.0, 1.0], dt("float8_e5m2"))
+    for x, y in ((a, b), (b, a)):
+        s = x + y
+        assert s.dtype == np.float16 and s.tolist() == [1025.0, 2.125]  # exact in float16
+        assert (x == y).tolist() == [False, False]
+    assert (np.ones((1, 3), dt("float8_e4m3fn")) @ np.full((3, 1), 512.0, dt("float8_e5m2"))).tolist() == [[1536.0]]
+    assert not (np.array([1.0], dt("bfloat16")) == np.array([1 + 2**-10], dt("posit16")))[0]
+
+
 @pytest.mark.parametrize("name", ALL)
 @pytest.mark.parametrize("rounding", ["nearest_even", "toward_zero", "up", "down", "stochastic"])
 def test_lowp_cast_returns_dtype(name, rounding):

@@ -733,6 +733,10 @@ fn register_type<const T: usize>(py: Python<'_>) -> PyResult<()> {
         with_numpy::<T, LongDouble>(py)?;
         with_numpy::<T, CLongDouble>(py)?;
     }
+    Ok(())
+}
+
+fn register_lowp<const T: usize>(py: Python<'_>) -> PyResult<()> {
     with_lowp::<T, 0>(py)?;
     with_lowp::<T, 1>(py)?;
     with_lowp::<T, 2>(py)?;
@@ -767,7 +771,52 @@ pub fn register_all(py: Python<'_>) -> PyResult<()> {
     register_type::<6>(py)?;
     register_type::<7>(py)?;
     register_type::<8>(py)?;
-    Ok(())
+    // numpy takes two user dtypes of one size and one kind for equivalent types,
+    // castable safely both ways (and picks one for both operands of a ufunc):
+    // float8_e4m3fn and float8_e5m2, bfloat16 and posit16. The casts among the
+    // lowp types are registered with a kind of each type's own, so that their
+    // safety is what `all_exact` finds; then every type takes its kind back.
+    set_kinds(py, |t| b'a' + t as u8);
+    let done = (|| {
+        register_lowp::<0>(py)?;
+        register_lowp::<1>(py)?;
+        register_lowp::<2>(py)?;
+        register_lowp::<3>(py)?;
+        register_lowp::<4>(py)?;
+        register_lowp::<5>(py)?;
+        register_lowp::<6>(py)?;
+        register_lowp::<7>(py)?;
+        register_lowp::<8>(py)?;
+        // numpy settles a cast's safety when the cast is first looked up: here,
+        // while the kinds differ.
+        for t in 0..N {
+            for u in 0..N {
+                let (from, to) = (descr(py, t), descr(py, u));
+                // SAFETY: live descriptors of registered types (new references, released).
+                unsafe {
+                    PY_ARRAY_API.PyArray_CanCastTypeTo(py, from, to, numpy::npyffi::NPY_CASTING::NPY_SAFE_CASTING);
+                    pyo3::ffi::Py_DECREF(from as *mut pyo3::ffi::PyObject);
+                    pyo3::ffi::Py_DECREF(to as *mut pyo3::ffi::PyObject);
+                }
+            }
+        }
+        Ok(())
+    })();
+    set_kinds(py, |_| b'V');
+    done
+}
+
+/// Set the `kind` of every lowp dtype to `kind(t)`.
+fn set_kinds(py: Python<'_>, kind: impl Fn(usize) -> u8) {
+    for t in 0..N {
+        let d = descr(py, t);
+        // SAFETY: d is the live descriptor of a registered type (a new reference,
+        // released here); its kind is a plain char field.
+        unsafe {
+            (*d).fields.kind = kind(t) as std::ffi::c_char;
+            pyo3::ffi::Py_DECREF(d as *mut pyo3::ffi::PyObject);
+        }
+    }
 }
 
 /// Bit-copy casts both ways between lowp type `t` and a dtype with the same encodings.
