@@ -320,6 +320,34 @@ def test_cast_longdouble_every_encoding(name):
 
 
 @pytest.mark.skipif(not X87, reason="longdouble is not the x87 extended format here")
+def test_longdouble_into_round_cast_encode_and_scalars():
+    """lowp.round, cast and encode, and the scalar constructors, take a longdouble's own
+    value (rounded once, in every mode), as astype does."""
+    L = np.longdouble
+    above_mid = np.array([1], L) + L(2) ** -8 + L(2) ** -60  # above bf16's midpoint 1 + 2^-8
+    just_above_one = np.array([1], L) + L(2) ** -60
+    assert above_mid.astype(dt("bfloat16")).astype(np.float64)[0] == 1.0078125
+    assert lowp.cast(above_mid, dt("bfloat16")).astype(np.float64)[0] == 1.0078125
+    assert lowp.round(above_mid, "bf16")[0] == 1.0078125
+    assert lowp.decode(lowp.encode(above_mid, "bf16"), "bf16")[0] == 1.0078125
+    assert float(lowp.bfloat16(above_mid[0])) == 1.0078125
+    assert float(lowp.bfloat16(-above_mid[0])) == -1.0078125
+    for fmt, up in (("bf16", 1.0078125), ("e4m3fn", 1.125), ("posit8", 1.125), ("float32", 1 + 2.0**-23)):
+        assert lowp.round(just_above_one, fmt, "up")[0] == up, fmt
+        assert lowp.round(just_above_one, fmt, "down")[0] == 1.0, fmt
+        assert lowp.round(-just_above_one, fmt, "toward_zero")[0] == -1.0, fmt
+    # Beyond float64's range and below it: as their own values round.
+    x = np.array([L("1e4000"), -L("1e4000"), L("inf"), L("nan"), L("1e-4000"), -L("1e-4000")], L)
+    r = lowp.round(x, "posit16")
+    big = lowp.format("posit16").max
+    assert r[:2].tolist() == [big, -big] and np.isnan(r[2:4]).all()
+    assert r[4] == lowp.format("posit16").min_subnormal and r[5] == -r[4]
+    assert lowp.round(x, "bf16").tolist()[:3] == [np.inf, -np.inf, np.inf]
+    assert float(lowp.posit16(L("1e4000"))) == big and np.isnan(float(lowp.posit16(L("inf"))))
+    assert float(lowp.bfloat16(L("inf"))) == np.inf
+
+
+@pytest.mark.skipif(not X87, reason="longdouble is not the x87 extended format here")
 @pytest.mark.parametrize("name", ALL)
 def test_cast_from_longdouble_rounds_once(name):
     """longdouble values of 64 significant bits, many just off the format's midpoints

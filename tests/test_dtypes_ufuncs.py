@@ -440,3 +440,19 @@ def test_bf16_arithmetic_reports_overflow_at_any_thread_count(threads):
             big + big
     finally:
         lowp.set_num_threads(old)
+
+
+@pytest.mark.parametrize("name", ["bfloat16", "float8_e4m3fn", "float8_e5m2", "posit8", "posit16"])
+def test_divmod_keeps_the_dtype(name):
+    """``divmod`` gives the type's own floor_divide and remainder, as ``//`` and ``%`` do."""
+    dt = np.dtype(getattr(lowp, name))
+    rng = np.random.default_rng(21)
+    x = (rng.standard_normal(300) * 50).astype(dt)
+    y = np.concatenate([(rng.standard_normal(297) + 0.1).astype(dt), np.array([0.0, -0.0, 1.0], dt)])
+    with np.errstate(all="ignore"):
+        q, r = np.divmod(x, y)
+        assert q.dtype == dt and r.dtype == dt
+        for got, want in ((q, x // y), (r, x % y)):
+            assert np.array_equal(got.view(f"u{dt.itemsize}"), want.view(f"u{dt.itemsize}"))
+        q1, r1 = divmod(x[0], y[0])
+        assert type(q1) is type(x[0]) and float(q1) == float(q[0]) and float(r1) == float(r[0])

@@ -379,3 +379,22 @@ def test_small_edge_cases():
     assert lowp.nextafter(np.array([0.5]), np.array([-np.inf]), lowp.PositFormat(3, 0))[0] == 0.0
     with pytest.raises(ValueError, match="^indptr: length must be 4 .*columns of CSC"):
         sparse.CSC((np.ones(1, np.float32), np.zeros(1, np.int32), np.array([0, 1, 1, 1, 1])), shape=(2, 3))
+
+
+def test_thread_count_from_the_environment():
+    """A LOWP_NUM_THREADS outside 1..1024 (or not a number) is ignored with a warning;
+    one in range is used. (Beyond it, the pool would start every thread at import.)"""
+    import os
+    import subprocess
+    import sys
+
+    code = "import warnings, lowp; print(lowp.get_num_threads())"
+    for value, ok in (("99999999999", False), ("5000", False), ("abc", False), ("0", False), (" 1 ", True)):
+        env = dict(os.environ, LOWP_NUM_THREADS=value)
+        p = subprocess.run([sys.executable, "-W", "always", "-c", code], capture_output=True, text=True, env=env, timeout=60)
+        assert p.returncode == 0, p.stderr
+        if ok:
+            assert p.stdout.strip() == "1" and "LOWP_NUM_THREADS" not in p.stderr
+        else:
+            assert "LOWP_NUM_THREADS" in p.stderr and "ignored" in p.stderr
+            assert 1 <= int(p.stdout.strip()) <= (os.cpu_count() or 1)

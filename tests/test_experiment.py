@@ -75,6 +75,28 @@ def test_bad_npz_and_arguments(tmp_path, capsys):
         cli.main(["experiment", "--configs", "fp9"])
 
 
+def test_unusable_output_and_data_fail_before_training(tmp_path, capsys):
+    """Usage errors, each naming its option, with exit code 2 and before any training."""
+    afile = tmp_path / "a_file"
+    afile.write_text("x")
+    for out in (str(afile), "", str(afile / "below")):
+        assert cli.main(["experiment", "--configs", "fp32", "--epochs", "1", "--no-progress", "--output", out]) == 2
+        err = capsys.readouterr().err
+        assert "error: --output: cannot write results to" in err and "Traceback" not in err
+    for lr in ("inf", "1e308", "nan"):
+        assert cli.main(["experiment", "--lr", lr, "--output", str(tmp_path / "o")]) == 2
+        assert "--lr: invalid value" in capsys.readouterr().err
+    cases = [(dict(X_train=np.zeros((4, 0)), y_train=np.zeros(4, int), X_test=np.zeros((2, 0)), y_test=np.zeros(2, int)),
+              "at least one feature"),
+             (dict(X_train=np.zeros((4, 3)), y_train=np.array([0, 1, 2, 2**63], np.uint64), X_test=np.zeros((2, 3)),
+                   y_test=np.zeros(2, int)), "labels from 0 to 65535")]
+    for i, (arrays, msg) in enumerate(cases):
+        path = tmp_path / f"d{i}.npz"
+        np.savez(path, **arrays)
+        assert cli.main(["experiment", "--data", str(path), "--output", str(tmp_path / "o")]) == 2
+        assert msg in capsys.readouterr().err
+
+
 def test_interrupt_keeps_finished_configs(tmp_path, monkeypatch, capsys):
     real = experiment.train_one
     calls = []

@@ -135,6 +135,24 @@ def test_scalars_arrays_and_dtypes():
     np.testing.assert_array_equal(lowp.ulp(np.array([[1.0], [2.0]], np.float32), "fp16").shape, (2, 1))
 
 
+def test_infinities_and_wide_integers():
+    """From an infinity the first step is the largest finite value (float64 too); integers
+    beyond 2**53 are bracketed by the format's values around them, not around their
+    float64 rounding."""
+    f64max = np.finfo(np.float64).max
+    assert lowp.nextafter(np.inf, 0.0, "float64") == f64max == np.nextafter(np.inf, 0.0)
+    assert lowp.nextafter(-np.inf, 0.0, "float64") == -f64max
+    assert lowp.nextafter(np.inf, 0.0, "bf16") == lowp.format("bf16").max
+    assert lowp.nextafter(-np.inf, 0.0, "e4m3fn") == -448.0
+    assert lowp.nextafter(np.inf, 0.0, "int8") == 127 and lowp.nextafter(-np.inf, 0.0, "int8") == -128
+    assert np.isnan(lowp.nextafter(np.inf, 0.0, "posit8"))  # inf is not a posit
+    x = np.int64(2**63 - 1)  # between the bf16 values 2^63 - 2^55 and 2^63
+    assert lowp.nextafter(x, np.inf, "bf16") == 2.0**63
+    assert lowp.nextafter(x, -np.inf, "bf16") == 2.0**63 - 2.0**55
+    assert lowp.ulp(x, "bf16") == 2.0**55
+    assert lowp.ulp(np.int64(2**62 + 1), "bf16") == 2.0**55
+
+
 def test_bad_input():
     with pytest.raises(ValueError, match="fmt"):
         lowp.ulp(1.0, "nosuchformat")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from . import _lowp
+from . import _lowp, _memory
 from ._convert import ROUNDING_MODES, cast, decode, encode, round
 from ._memory import buffer_cache_info, set_buffer_cache, set_num_threads
 from ._gemm import empty, matmul, padded_ld, qmatmul, sum
@@ -13,6 +13,8 @@ from ._quant import QuantizedArray, quantize
 from ._ulp import nextafter, ulp
 
 __version__ = "0.1.0"
+
+_memory._check_thread_env()
 
 get_num_threads = _lowp.get_num_threads
 

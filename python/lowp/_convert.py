@@ -74,9 +74,25 @@ def _int_to_f64(a: np.ndarray) -> np.ndarray:
     return np.where(neg, -v, v)
 
 
+def _longdouble_to_f64_odd(a: np.ndarray) -> np.ndarray:
+    """longdouble values as float64 rounded to odd (their last bit set where inexact),
+    the finite ones beyond float64's range as its largest value of their sign: one
+    more rounding to at most 51 significant bits is then the values' own rounding."""
+    with np.errstate(over="ignore"):
+        f = a.astype(np.float64)
+    big = np.isinf(f) & np.isfinite(a)
+    f[big] = np.copysign(np.finfo(np.float64).max, f[big])
+    fin = np.isfinite(a)
+    r = np.where(fin, a, 0) - np.where(fin, f, 0).astype(a.dtype)  # exact: f is a neighbour of a
+    fix = (r != 0) & ((f.view(np.uint64) & 1) == 0)
+    f[fix] = np.nextafter(f[fix], np.where(r[fix] > 0, np.inf, -np.inf))
+    return f
+
+
 def _as_float_array(x: Any, arg: str = "x", fmt: Optional[Format] = None) -> np.ndarray:
     """``x`` as a C-contiguous float32 or float64 array (low-precision dtypes are decoded exactly;
-    64-bit integers beyond 2**53 are rounded to odd when ``fmt`` is narrow enough for that to be exact)."""
+    64-bit integers beyond 2**53, and longdouble values, are rounded to odd when ``fmt`` is
+    narrow enough for that to be exact)."""
     if isinstance(x, np.ndarray):
         a = x
     else:
@@ -100,7 +116,9 @@ def _as_float_array(x: Any, arg: str = "x", fmt: Optional[Format] = None) -> np.
         return _int_to_f64(a)
     if dt.kind in "iub":
         return a.astype(np.float64)
-    if dt.kind == "f":  # longdouble
+    if dt.kind == "f" and fmt is not None and _significand_bits(fmt) <= 50:  # longdouble
+        return _longdouble_to_f64_odd(_contiguous(a))
+    if dt.kind == "f":
         return a.astype(np.float64)
     raise TypeError(f"{arg}: unsupported dtype {dt}; accepted: float16/32/64, integers, bool, "
                     f"and the low-precision dtypes of lowp and ml_dtypes")

@@ -11,6 +11,8 @@ frees what the cache holds.
 from __future__ import annotations
 
 import math
+import os
+import warnings
 from typing import Any
 
 import numpy as np
@@ -30,6 +32,19 @@ def result_empty(shape: tuple, dtype: Any, min_bytes: int = MIN_BYTES) -> np.nda
     if dt.hasobject or math.prod(shape) * dt.itemsize < min_bytes:
         return np.empty(shape, dt)
     return _lowp.cached_empty(list(shape), dt)
+
+
+def _check_thread_env() -> None:
+    """Warn about a ``LOWP_NUM_THREADS`` that the core ignores (it then uses every core)."""
+    v = os.environ.get("LOWP_NUM_THREADS")
+    if v is None:
+        return
+    try:
+        ok = 1 <= int(v.strip()) <= 1024
+    except ValueError:
+        ok = False
+    if not ok:
+        warnings.warn(f"LOWP_NUM_THREADS={v!r} is ignored: expected an integer in 1..1024", RuntimeWarning, stacklevel=3)
 
 
 def set_num_threads(n: int) -> None:

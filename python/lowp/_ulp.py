@@ -20,9 +20,11 @@ from ._formats import FloatFormat, Format, IntFormat, PositFormat, format as _fo
 __all__ = ["ulp", "nextafter"]
 
 
-def _as_f64(x: Any, arg: str) -> np.ndarray:
-    # Low-precision dtypes are decoded exactly; float16/32 and integers widen exactly.
-    a = _as_float_array(x, arg)
+def _as_f64(x: Any, arg: str, f: Format) -> np.ndarray:
+    # Low-precision dtypes are decoded exactly; float16/32 and integers widen exactly;
+    # integers beyond 2**53 and longdouble values are rounded to odd for a format of at
+    # most 50 significant bits, which brackets them between the same two values.
+    a = _as_float_array(x, arg, f)
     return a.astype(np.float64).reshape(np.shape(x))
 
 
@@ -130,8 +132,8 @@ def nextafter(x: Any, y: Any, fmt: Any) -> np.ndarray:
     finite value toward ``y``. Returns a float64 array (a scalar for scalar inputs).
     """
     f = _format(fmt)
-    xa = _as_f64(x, "x")
-    ya = _as_f64(y, "y")
+    xa = _as_f64(x, "x", f)
+    ya = _as_f64(y, "y", f)
     xa, ya = np.broadcast_arrays(xa, ya)
     out = np.full(xa.shape, np.nan)
     eq = xa == ya
@@ -142,8 +144,11 @@ def nextafter(x: Any, y: Any, fmt: Any) -> np.ndarray:
         # Posits have no infinities: inf is not a posit and has no neighbours.
         up &= np.isfinite(xa)
         down &= np.isfinite(xa)
+    # An infinite x steps to the largest finite value toward y.
+    lowest = float(_from_ordinals(np.array([_ordinal_limits(f)[0]]), f)[0])
     if up.any():
-        out[up] = _next_up(np.maximum(xa[up], -np.finfo(np.float64).max), f)
+        xu = xa[up]
+        out[up] = np.where(np.isneginf(xu), lowest, _next_up(np.where(np.isneginf(xu), 0.0, xu), f))
     if down.any():
         if isinstance(f, IntFormat):
             xd = xa[down]
@@ -152,7 +157,8 @@ def nextafter(x: Any, y: Any, fmt: Any) -> np.ndarray:
             out[down] = np.where(c < lo, np.nan, c)
         else:
             # Floats and posits are symmetric about zero.
-            out[down] = -_next_up(np.maximum(-xa[down], -np.finfo(np.float64).max), f)
+            xd = xa[down]
+            out[down] = np.where(np.isposinf(xd), -lowest, -_next_up(np.where(np.isposinf(xd), 0.0, -xd), f))
     return out[()] if out.ndim == 0 else out
 
 
@@ -166,7 +172,7 @@ def ulp(x: Any, fmt: Any) -> np.ndarray:
     value it is the gap just below it. Integers: 1. NaN and infinities give NaN.
     """
     f = _format(fmt)
-    xa = np.abs(_as_f64(x, "x"))
+    xa = np.abs(_as_f64(x, "x", f))
     out = np.full(xa.shape, np.nan)
     fin = np.isfinite(xa)
     if fin.any():

@@ -93,11 +93,15 @@ def load_npz(path: str) -> Data:
             raise ValueError(f"data: {path!r} lacks {', '.join(missing)} (has {', '.join(z.files) or 'nothing'})")
         xtr, ytr, xte, yte = (np.asarray(z[k]) for k in ("X_train", "y_train", "X_test", "y_test"))
     for name, xx, yy in (("train", xtr, ytr), ("test", xte, yte)):
-        if xx.ndim != 2 or yy.ndim != 1 or len(xx) != len(yy) or len(xx) == 0:
-            raise ValueError(f"data: X_{name} must be 2-D and y_{name} 1-D of the same nonzero length, got shapes "
-                             f"{xx.shape} and {yy.shape}")
-        if yy.dtype.kind not in "iu" or yy.min() < 0:
-            raise ValueError(f"data: y_{name} must hold non-negative integer labels, got dtype {yy.dtype}")
+        if xx.ndim != 2 or yy.ndim != 1 or len(xx) != len(yy) or len(xx) == 0 or xx.shape[1] == 0:
+            raise ValueError(f"data: X_{name} must be 2-D with at least one feature and y_{name} 1-D of the same "
+                             f"nonzero length, got shapes {xx.shape} and {yy.shape}")
+        if xx.dtype.kind not in "biuf":
+            raise ValueError(f"data: X_{name} must hold real numbers, got dtype {xx.dtype}")
+        # (One output unit per class: labels stay below 65536.)
+        if yy.dtype.kind not in "iu" or yy.min() < 0 or yy.max() > 65535:
+            raise ValueError(f"data: y_{name} must hold integer labels from 0 to 65535, got dtype {yy.dtype}"
+                             + (f" and values from {yy.min()} to {yy.max()}" if yy.dtype.kind in "iu" else ""))
     if xtr.shape[1] != xte.shape[1]:
         raise ValueError(f"data: X_train has {xtr.shape[1]} features but X_test has {xte.shape[1]}")
     return Data(xtr.astype(np.float32), ytr.astype(np.int64), xte.astype(np.float32), yte.astype(np.int64),
@@ -309,11 +313,24 @@ def add_subparser(sub: Any) -> argparse.ArgumentParser:
 def main(args: argparse.Namespace) -> int:
     epochs = args.epochs if args.epochs is not None else (4 if args.quick else 60)
     for name, val, ok in (("--epochs", epochs, epochs >= 1), ("--batch-size", args.batch_size, args.batch_size >= 1),
-                          ("--hidden", args.hidden, args.hidden >= 1), ("--lr", args.lr, args.lr > 0),
+                          ("--hidden", args.hidden, args.hidden >= 1),
+                          # (A float32 step: a learning rate beyond float32's range is none.)
+                          ("--lr", args.lr, 0 < args.lr <= float(np.finfo(np.float32).max)),
                           ("--momentum", args.momentum, 0 <= args.momentum < 1), ("--seed", args.seed, args.seed >= 0)):
         if not ok:
             print(f"lowp experiment: error: {name}: invalid value {val}", file=sys.stderr)
             return 2
+    # The output folder is checked before any training: created, and writable.
+    try:
+        if not args.output:
+            raise OSError("an empty path")
+        os.makedirs(args.output, exist_ok=True)
+        if not os.access(args.output, os.W_OK):
+            raise OSError("not writable")
+    except OSError as e:
+        print(f"lowp experiment: error: --output: cannot write results to {args.output!r}: "
+              f"{e.strerror if getattr(e, 'strerror', None) else e}", file=sys.stderr)
+        return 2
     try:
         data = load_npz(args.data) if args.data else load_digits_split()
     except ValueError as e:

@@ -13,11 +13,17 @@ use crate::{Error, Result};
 
 static POOL: RwLock<Option<Arc<ThreadPool>>> = RwLock::new(None);
 
+/// The most threads a pool may have: every one is started at once, so a typo
+/// such as 10**9 must not try to start them all.
+pub const MAX_THREADS: usize = 1024;
+
+/// `LOWP_NUM_THREADS` where it is a count from 1 to [`MAX_THREADS`] (the Python
+/// package warns about other values), else the machine's.
 fn default_threads() -> usize {
     std::env::var("LOWP_NUM_THREADS")
         .ok()
-        .and_then(|s| s.parse::<usize>().ok())
-        .filter(|&n| n > 0)
+        .and_then(|s| s.trim().parse::<usize>().ok())
+        .filter(|n| (1..=MAX_THREADS).contains(n))
         .unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1))
 }
 

@@ -180,7 +180,7 @@ fn format_info<'py>(py: Python<'py>, fmt: Spec) -> PyResult<Bound<'py, PyDict>> 
 #[pyfunction]
 fn set_num_threads(n: i64) -> PyResult<()> {
     // Every pool thread is started at once: a typo such as 10**9 must not try to start them all.
-    const MAX_THREADS: i64 = 1024;
+    const MAX_THREADS: i64 = lowp_core::parallel::MAX_THREADS as i64;
     if !(1..=MAX_THREADS).contains(&n) {
         return Err(PyValueError::new_err(format!("n: the number of threads must be in 1..={MAX_THREADS}, got {n}")));
     }

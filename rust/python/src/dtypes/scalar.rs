@@ -199,8 +199,13 @@ fn convert(py: Python<'_>, t: usize, obj: &Bound<'_, PyAny>) -> PyResult<u32> {
         return Err(e);
     }
     // SAFETY: f is a new reference to a float.
-    let f = unsafe { Bound::from_owned_ptr(py, f) };
-    Ok(enc(t, f.extract::<f64>()?))
+    let f = unsafe { Bound::from_owned_ptr(py, f) }.extract::<f64>()?;
+    // numpy's longdouble (wider than float64, compared with it exactly): rounded to
+    // odd, so that the rounding into the type is the one rounding of its value.
+    if obj.is_instance(&py.import("numpy")?.getattr("longdouble")?)? && !(f.is_infinite() && obj.eq(f)?) {
+        return Ok(enc(t, sticky(obj, f)?));
+    }
+    Ok(enc(t, f))
 }
 
 /// The shortest decimal that rounds back to the same code, as an f64 whose

@@ -283,6 +283,41 @@ unsafe extern "C" fn loop_rel(args: *mut *mut c_char, dims: *mut npy_intp, steps
     }
 }
 
+/// `divmod`: `floor_divide` and `remainder` of the same pairs, into its two outputs
+/// (each the exact result rounded once, as those ufuncs give them). `data` holds the type.
+///
+/// # Safety
+/// numpy's ufunc loop contract: two inputs and two outputs of the type, `dims[0]`
+/// elements `steps` apart.
+unsafe extern "C" fn loop_divmod(args: *mut *mut c_char, dims: *mut npy_intp, steps: *mut npy_intp, data: *mut c_void) {
+    // SAFETY: see the function contract.
+    unsafe {
+        let t = *(data as *const usize);
+        let size = TYPES[t].size;
+        let n = *dims as usize;
+        let (a, b, q, r) = (*args as *const u8, *args.add(1) as *const u8, *args.add(2) as *mut u8, *args.add(3) as *mut u8);
+        let (sa, sb, sq, sr) = (*steps, *steps.add(1), *steps.add(2), *steps.add(3));
+        let (mut x, mut y, mut oq, mut or) = ([0u32; BLOCK], [0u32; BLOCK], [0u32; BLOCK], [0u32; BLOCK]);
+        let mut i = 0;
+        while i < n {
+            let m = BLOCK.min(n - i);
+            for j in 0..m {
+                let k = (i + j) as isize;
+                x[j] = load(a.offset(k * sa), size);
+                y[j] = load(b.offset(k * sb), size);
+            }
+            kernels::binary(t, Bin::FloorDiv, &x[..m], &y[..m], &mut oq[..m]);
+            kernels::binary(t, Bin::Rem, &x[..m], &y[..m], &mut or[..m]);
+            for j in 0..m {
+                let k = (i + j) as isize;
+                store(q.offset(k * sq), size, oq[j]);
+                store(r.offset(k * sr), size, or[j]);
+            }
+            i += m;
+        }
+    }
+}
+
 fn leak<O>(t: usize, op: O) -> *mut c_void {
     Box::into_raw(Box::new(LoopData { t, op })) as *mut c_void
 }
@@ -314,6 +349,17 @@ pub fn register_all(py: Python<'_>) -> PyResult<()> {
             };
             check(py, rc, &format!("registering the {name} loop"))?;
         }
+    }
+    let uf = np.getattr("divmod")?;
+    for t in 0..N {
+        let tn = type_num(t);
+        let mut types = vec![tn, tn, tn, tn];
+        let data = Box::into_raw(Box::new(t)) as *mut c_void;
+        // SAFETY: as above: two inputs and two outputs; data lives forever.
+        let rc = unsafe {
+            PY_UFUNC_API.PyUFunc_RegisterLoopForType(py, uf.as_ptr() as *mut PyUFuncObject, tn, Some(loop_divmod), types.as_mut_ptr(), data)
+        };
+        check(py, rc, "registering the divmod loop")?;
     }
     Ok(())
 }
