@@ -65,7 +65,8 @@ def _int_to_f64(a: np.ndarray) -> np.ndarray:
         return a.astype(np.float64)  # exact
     u = a.view(np.uint64)
     neg = a < 0 if a.dtype.kind == "i" else np.zeros(a.shape, bool)
-    mag = np.where(neg, ~u + np.uint64(1), u)  # |a| in uint64 (2^63 for the most negative int64)
+    with np.errstate(over="ignore"):  # (wrapping is the point; 0-d values would warn)
+        mag = np.where(neg, ~u + np.uint64(1), u)  # |a| in uint64 (2^63 for the most negative int64)
     e = np.frexp(mag.astype(np.float64))[1]  # bit length of |a| (one more if it rounded up)
     shift = np.maximum(e - 53, 0).astype(np.uint64)
     kept = (mag >> shift) << shift  # truncated to at most 53 significant bits

@@ -10,7 +10,7 @@ is the value itself.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 
@@ -20,7 +20,7 @@ from ._formats import FloatFormat, Format, IntFormat, PositFormat, format as _fo
 __all__ = ["ulp", "nextafter"]
 
 
-def _as_f64(x: Any, arg: str, f: Format) -> np.ndarray:
+def _as_f64(x: Any, arg: str, f: Optional[Format] = None) -> np.ndarray:
     # Low-precision dtypes are decoded exactly; float16/32 and integers widen exactly;
     # integers beyond 2**53 and longdouble values are rounded to odd for a format of at
     # most 50 significant bits, which brackets them between the same two values.
