@@ -317,31 +317,38 @@ def skinny() -> None:
 
 def few_columns() -> None:
     """A matrix times a few columns (a block of vectors, 4096 x 4096 x n), A row-major:
-    lowp on bfloat16, float32, int8 and float64 against numpy's matmul in float32 and
-    float64. lowp runs up to 8 columns transposed through its vector paths (A's rows as
-    columns); from 16 on, the loop nest reads float32 and float64 A's rows in place."""
+    lowp on bfloat16, float32, float16, float8_e4m3fn, int8 and float64 against numpy's
+    matmul in float32 and float64. lowp runs up to 8 columns transposed through its vector
+    paths (A's rows as columns); from 16 on, the loop nest reads float32, float64, bf16
+    (up to 64 columns) and fp16 (up to 16) A's rows in place, and packs the others."""
     g = np.random.default_rng(9)
     print("\n== few columns: milliseconds; ratios numpy / lowp (> 1: lowp is faster)")
     print(f"{'m x k x n':>16} {'thr':>3} {'lowp bf16':>9} {'lowp f32':>8} {'np f32':>7} {'vs bf16':>7} {'vs f32':>6} "
+          f"{'lowp f16':>8} {'vs f32':>6} {'lowp e4m3':>9} {'vs f32':>6} "
           f"{'lowp int8':>9} {'vs f32':>6} {'lowp f64':>8} {'np f64':>7} {'vs f64':>6}")
     m = k = 4096
     w64 = g.standard_normal((m, k))
     w32 = w64.astype(np.float32)
     w = w32.astype(ml_dtypes.bfloat16)
     w8 = g.integers(-128, 128, (m, k)).astype(np.int8)
+    w16, we4 = w32.astype(np.float16), w32.astype(ml_dtypes.float8_e4m3fn)
     for n in (2, 4, 8, 16, 64, 256):
         x64 = g.standard_normal((k, n))
         x32 = x64.astype(np.float32)
         x = x32.astype(ml_dtypes.bfloat16)
+        x16, xe4 = x32.astype(np.float16), x32.astype(ml_dtypes.float8_e4m3fn)
         x8 = g.integers(-128, 128, (k, n)).astype(np.int8)
         for t in (1, 2):
             set_threads(t)
             t32, tl = best_pair(lambda: w32 @ x32, lambda: lowp.matmul(w, x), 8, rounds=4)
             tl32 = best(lambda: lowp.matmul(w32, x32), 6)
+            t16 = best(lambda: lowp.matmul(w16, x16), 6)
+            te4 = best(lambda: lowp.matmul(we4, xe4), 6)
             t8 = best(lambda: lowp.matmul(w8, x8), 6)
             t64, tl64 = best_pair(lambda: w64 @ x64, lambda: lowp.matmul(w64, x64), 6, rounds=2)
             print(f"{f'{m} x {k} x {n}':>16} {t:3d} {tl * 1e3:9.3f} {tl32 * 1e3:8.3f} {t32 * 1e3:7.3f} {t32 / tl:7.2f} "
-                  f"{t32 / tl32:6.2f} {t8 * 1e3:9.3f} {t32 / t8:6.2f} {tl64 * 1e3:8.3f} {t64 * 1e3:7.3f} {t64 / tl64:6.2f}", flush=True)
+                  f"{t32 / tl32:6.2f} {t16 * 1e3:8.3f} {t32 / t16:6.2f} {te4 * 1e3:9.3f} {t32 / te4:6.2f} "
+                  f"{t8 * 1e3:9.3f} {t32 / t8:6.2f} {tl64 * 1e3:8.3f} {t64 * 1e3:7.3f} {t64 / tl64:6.2f}", flush=True)
 
 
 def emulated(sizes) -> None:
