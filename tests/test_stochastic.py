@@ -267,3 +267,36 @@ def test_one_column_sum_draws_the_same_bits_as_the_lanes(acc, chunk):
     # coarse accumulator can land on the same value by chance.
     others = {float(lowp.sum(x[:, 0].copy(), accumulate=acc, rounding="stochastic", seed=s, chunk=chunk)) for s in range(4, 9)}
     assert acc == "float32" or others != {float(one)}
+
+
+@pytest.mark.parametrize("fmt", ["posit8", "posit16", lowp.PositFormat(8, 1), lowp.PositFormat(10, 3)])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_posits_unbiased_where_exponent_bits_are_cut(fmt, dtype, isa):
+    """Near maxpos and minpos a posit keeps no fraction bits and its neighbours are
+    powers of two several binades apart (posit8: 2^20 and 2^24): stochastic rounding
+    still rounds up with the probability of the distance, not of the bit string
+    (2^22 a fifth of the way up, where the bits say a half); float32 and float64 inputs
+    give the same codes."""
+    f = lowp.format(fmt) if isinstance(fmt, str) else fmt
+    # Values spread over every neighbour pair of the top and bottom few codes.
+    codes = np.arange(1, 2 ** (f.bits - 1) - 1, dtype=np.uint64)
+    v = lowp.decode(codes.astype(f.storage_dtype), f, np.float64)
+    ratio = v[1:] / v[:-1]
+    gaps = np.nonzero(ratio >= 4)[0]  # neighbours at least two binades apart
+    assert gaps.size > 0
+    rng = np.random.default_rng(f.bits)
+    n = 4096
+    for i in gaps[:: max(1, gaps.size // 12)]:
+        lo, hi = v[i], v[i + 1]
+        x = lo + (hi - lo) * rng.uniform(0.05, 0.95)
+        x = float(np.asarray(x, dtype))
+        if not lo < x < hi:
+            continue
+        r = lowp.round(np.full(n, x, dtype), f, "stochastic", seed=7).astype(np.float64)
+        assert np.all((r == lo) | (r == hi))
+        p = (x - lo) / (hi - lo)
+        p_hat = (r == hi).mean()
+        assert abs(p_hat - p) <= 4 * np.sqrt(p * (1 - p) / n), (x, lo, hi, p, p_hat)
+        a = lowp.encode(np.full(64, x, np.float32), f, "stochastic", seed=3, rbits=24)
+        b = lowp.encode(np.full(64, x, np.float32).astype(np.float64), f, "stochastic", seed=3, rbits=24)
+        assert np.array_equal(a, b)

@@ -767,6 +767,12 @@ pub(super) fn posit_lane<const MODE: u8>(p: &PositParams, x: u32, rand: u64) -> 
         UP => inexact && !neg,
         DN => inexact && neg,
         ODD => inexact && !k_odd,
+        // (Exponent bits cut: the neighbours' distances, as the reference decides.)
+        // (Only lanes in range: the others' bits are garbage, discarded below.)
+        _ if len > keep && cut > 23 && kc >= 1 && kc < p.max_code && (-p.maxscale..p.maxscale).contains(&e_a) && a != 0 => {
+            crate::format::PositFormat { nbits: p.n, es: p.es }
+                .stochastic_up(kc, frac | 1 << 23, e_a, 23, rand, p.rbits)
+        }
         _ => rand < (fr >> (64 - p.rbits)),
     };
     let mag = (kc + up as u64).clamp(1, p.max_code);
