@@ -317,6 +317,10 @@ def test_cast_longdouble_every_encoding(name):
         keep = ~np.isnan(v)
         assert same_bits(back[keep], a[keep])
         assert np.isnan(back[~keep].astype(np.float64)).all()
+        # Every value is a longdouble: a safe cast, so mixed arithmetic runs in longdouble.
+        assert np.can_cast(dt(name), t) and not np.can_cast(t, dt(name))
+    mixed = np.array([1.5], dt(name)) * np.array([3], np.longdouble)
+    assert mixed.dtype == np.longdouble and mixed[0] == 4.5
 
 
 @pytest.mark.skipif(not X87, reason="longdouble is not the x87 extended format here")

@@ -31,6 +31,8 @@ pub trait NpElem: Copy + 'static {
     const NUMS: &'static [NPY_TYPES];
     /// Its values as a format, when every one of them is a value of it (for safe-cast checks).
     const FMT: Option<Format>;
+    /// Every f64 is one of its values (so every lowp value: a safe cast into it).
+    const HOLDS_F64: bool = false;
     fn to_f64(self) -> f64;
     fn from_f64(v: f64) -> Self;
 }
@@ -168,6 +170,7 @@ impl NpElem for LongDouble {
     const NUMS: &'static [NPY_TYPES] = &[NPY_TYPES::NPY_LONGDOUBLE];
     // (Not all of its values are values of a lowp format: no safe casts from it.)
     const FMT: Option<Format> = None;
+    const HOLDS_F64: bool = true;
     /// The value rounded to odd at f64's 53 bits (or at its subnormal unit), so that
     /// one more rounding into a lowp format (at most 51 bits) rounds the value
     /// once; beyond f64's range, f64's largest value (which every lowp format
@@ -230,6 +233,7 @@ pub struct CLongDouble([LongDouble; 2]);
 impl NpElem for CLongDouble {
     const NUMS: &'static [NPY_TYPES] = &[NPY_TYPES::NPY_CLONGDOUBLE];
     const FMT: Option<Format> = None;
+    const HOLDS_F64: bool = true;
     fn to_f64(self) -> f64 {
         self.0[0].to_f64()
     }
@@ -689,6 +693,9 @@ fn with_numpy<const T: usize, E: NpElem>(py: Python<'_>) -> PyResult<()> {
         let other = builtin(py, num);
         cast_func(py, me, num as c_int, Some(cast_from::<T, E>))?;
         cast_func(py, other, tn, Some(cast_to::<T, E>))?;
+        if E::HOLDS_F64 {
+            can_cast(py, me, num as c_int)?;
+        }
         if let Some(ef) = E::FMT {
             if all_exact(&fmt, &ef) {
                 can_cast(py, me, num as c_int)?;
