@@ -492,6 +492,31 @@ def test_int8_vector_products(isa):
         lowp.set_num_threads(n0)
 
 
+def test_int8_few_columns(isa):
+    """9 to 16 columns of B against more rows of A (two products of at most 8 columns,
+    each run transposed), exact against int64 with the extreme values: A row-major,
+    Fortran-ordered, strided and reversed; B either way; 1 and 2 threads; 17 columns
+    and 16 rows or fewer take the loop nest, the same values."""
+    g = np.random.default_rng(29)
+    n0 = lowp.get_num_threads()
+    try:
+        for threads in (1, 2):
+            lowp.set_num_threads(threads)
+            for m, k, n in ((600, 700, 9), (600, 700, 12), (40, 300, 16), (17, 33, 16), (600, 514, 17), (16, 100, 12)):
+                a = g.integers(-128, 128, (m, k)).astype(np.int8)
+                b = g.integers(-128, 128, (k, n)).astype(np.int8)
+                a[0] = -128
+                b[:, 0] = -128
+                a[1] = 127
+                want = a.astype(np.int64) @ b.astype(np.int64)
+                for x in (a, np.asfortranarray(a), np.repeat(a, 2, axis=1)[:, ::2], a[::-1][::-1]):
+                    for y in (b, np.asfortranarray(b)):
+                        r = lowp.matmul(x, y)
+                        assert r.dtype == np.int32 and np.array_equal(r.astype(np.int64), want), (threads, m, k, n)
+    finally:
+        lowp.set_num_threads(n0)
+
+
 def test_float64_vector_products(isa):
     """float64 accumulation for products of 1 to 9 rows (up to 8 take the vector paths
     where B is float64, float32, bf16 or fp16 with its rows or columns contiguous) and

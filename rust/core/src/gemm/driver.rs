@@ -240,13 +240,13 @@ fn rows_of(op: &Operand, i0: usize, i1: usize) -> Operand {
 }
 
 /// Columns `j0..j1` of `op` (a view, no copy).
-fn cols_of(op: &Operand, j0: usize, j1: usize) -> Operand {
+pub(super) fn cols_of(op: &Operand, j0: usize, j1: usize) -> Operand {
     let bytes = op.storage.bytes() as isize;
     Operand { ptr: op.ptr.wrapping_offset(j0 as isize * op.cs * bytes), cols: j1 - j0, ..op.clone() }
 }
 
 /// The block `i0..i1` x `j0..j1` of `c`.
-fn sub_out<T>(c: OutMat<T>, i0: usize, i1: usize, j0: usize, j1: usize) -> OutMat<T> {
+pub(super) fn sub_out<T>(c: OutMat<T>, i0: usize, i1: usize, j0: usize, j1: usize) -> OutMat<T> {
     OutMat { ptr: c.at(i0, j0), rows: i1 - i0, cols: j1 - j0, rs: c.rs, cs: c.cs }
 }
 
