@@ -34,24 +34,28 @@ def result_empty(shape: tuple, dtype: Any, min_bytes: int = MIN_BYTES) -> np.nda
     return _lowp.cached_empty(list(shape), dt)
 
 
+#: Most threads the core's pool takes (its MAX_THREADS).
+_MAX_THREADS = 1024
+
+
 def _check_thread_env() -> None:
     """Warn about a ``LOWP_NUM_THREADS`` that the core ignores (it then uses every core)."""
     v = os.environ.get("LOWP_NUM_THREADS")
     if v is None:
         return
     try:
-        ok = 1 <= int(v.strip()) <= 1024
+        ok = 1 <= int(v.strip()) <= _MAX_THREADS
     except ValueError:
         ok = False
     if not ok:
-        warnings.warn(f"LOWP_NUM_THREADS={v!r} is ignored: expected an integer in 1..1024", RuntimeWarning, stacklevel=3)
+        warnings.warn(f"LOWP_NUM_THREADS={v!r} is ignored: expected an integer in 1..{_MAX_THREADS}", RuntimeWarning, stacklevel=3)
 
 
 def set_num_threads(n: int) -> None:
-    """Use ``n`` threads (1 to 1024) for the parallel kernels."""
+    """Use ``n`` threads (1 to 1024, ``_MAX_THREADS``) for the parallel kernels."""
     if isinstance(n, (int, np.integer)) and not isinstance(n, (bool, np.bool_)) and not 0 < n <= 1 << 62:
         # (Beyond what the core's integer takes; it checks the rest.)
-        raise ValueError(f"n: the number of threads must be in 1..=1024, got {n}")
+        raise ValueError(f"n: the number of threads must be in 1..={_MAX_THREADS}, got {n}")
     _lowp.set_num_threads(n)
 
 

@@ -150,13 +150,7 @@ unsafe fn pack_lines<T: Copy + Default>(get: impl Fn(isize) -> T, base: isize, s
             // sixteen: the emulated paths' strips of a B whose columns are
             // contiguous; eight: their f64 tiles'; 32: the vector products'
             // strips of such a B.
-            let runs = EachOf(get);
-            match w {
-                6 => pack_across::<T, 6, _>(&runs, base, sl, nv, kc, d),
-                8 => pack_across::<T, 8, _>(&runs, base, sl, nv, kc, d),
-                16 => pack_across::<T, 16, _>(&runs, base, sl, nv, kc, d),
-                _ => pack_across::<T, 32, _>(&runs, base, sl, nv, kc, d),
-            }
+            pack_across_w(&EachOf(get), w, base, sl, nv, kc, d);
             return;
         } else if sk == 1 && sl != 1 {
             for l in 0..nv {
@@ -443,14 +437,7 @@ unsafe fn pack_across_codes<T: Real, const Q: bool>(op: &Operand, base: isize, s
         ($bytes:expr, $decode8:expr, $one:expr) => {{
             let runs = CodeRuns { p, bytes: $bytes, decode8: $decode8, one: $one };
             // SAFETY: forwarded contract (d holds kc * w values).
-            unsafe {
-                match w {
-                    6 => pack_across::<T, 6, _>(&runs, base, sl, nv, kc, d),
-                    8 => pack_across::<T, 8, _>(&runs, base, sl, nv, kc, d),
-                    16 => pack_across::<T, 16, _>(&runs, base, sl, nv, kc, d),
-                    _ => pack_across::<T, 32, _>(&runs, base, sl, nv, kc, d),
-                }
-            }
+            unsafe { pack_across_w(&runs, w, base, sl, nv, kc, d) }
         }};
     }
     if !matches!(w, 6 | 8 | 16 | 32) {
@@ -493,6 +480,23 @@ unsafe fn pack_across_codes<T: Real, const Q: bool>(op: &Operand, base: isize, s
         _ => return false,
     }
     true
+}
+
+/// [`pack_across`] for `w` lines, 6, 8, 16 or 32 (32 for any other).
+///
+/// # Safety
+/// As [`pack_across`].
+#[inline(always)]
+unsafe fn pack_across_w<T: Copy + Default, R: Runs<T>>(runs: &R, w: usize, base: isize, sl: isize, nv: usize, kc: usize, d: *mut T) {
+    // SAFETY: forwarded contract.
+    unsafe {
+        match w {
+            6 => pack_across::<T, 6, R>(runs, base, sl, nv, kc, d),
+            8 => pack_across::<T, 8, R>(runs, base, sl, nv, kc, d),
+            16 => pack_across::<T, 16, R>(runs, base, sl, nv, kc, d),
+            _ => pack_across::<T, 32, R>(runs, base, sl, nv, kc, d),
+        }
+    }
 }
 
 /// [`pack_lines`] of `W` lines along the depth (`sk` = 1): a block of each

@@ -720,7 +720,8 @@ fn with_lowp<const T: usize, const U: usize>(py: Python<'_>) -> PyResult<()> {
     Ok(())
 }
 
-fn register_type<const T: usize>(py: Python<'_>) -> PyResult<()> {
+/// Casts between lowp type `T` and numpy's types (longdouble's where `x87`).
+fn register_type<const T: usize>(py: Python<'_>, x87: bool) -> PyResult<()> {
     with_numpy::<T, NpBool>(py)?;
     with_numpy::<T, i8>(py)?;
     with_numpy::<T, u8>(py)?;
@@ -736,10 +737,12 @@ fn register_type<const T: usize>(py: Python<'_>) -> PyResult<()> {
     with_numpy::<T, C64>(py)?;
     with_numpy::<T, C128>(py)?;
     #[cfg(all(target_arch = "x86_64", not(target_os = "windows")))]
-    if longdouble_is_x87(py)? {
+    if x87 {
         with_numpy::<T, LongDouble>(py)?;
         with_numpy::<T, CLongDouble>(py)?;
     }
+    #[cfg(not(all(target_arch = "x86_64", not(target_os = "windows"))))]
+    let _ = x87;
     Ok(())
 }
 
@@ -769,15 +772,19 @@ fn longdouble_is_x87(py: Python<'_>) -> PyResult<bool> {
 
 pub fn register_all(py: Python<'_>) -> PyResult<()> {
     const _: () = assert!(N == 9);
-    register_type::<0>(py)?;
-    register_type::<1>(py)?;
-    register_type::<2>(py)?;
-    register_type::<3>(py)?;
-    register_type::<4>(py)?;
-    register_type::<5>(py)?;
-    register_type::<6>(py)?;
-    register_type::<7>(py)?;
-    register_type::<8>(py)?;
+    #[cfg(all(target_arch = "x86_64", not(target_os = "windows")))]
+    let x87 = longdouble_is_x87(py)?;
+    #[cfg(not(all(target_arch = "x86_64", not(target_os = "windows"))))]
+    let x87 = false;
+    register_type::<0>(py, x87)?;
+    register_type::<1>(py, x87)?;
+    register_type::<2>(py, x87)?;
+    register_type::<3>(py, x87)?;
+    register_type::<4>(py, x87)?;
+    register_type::<5>(py, x87)?;
+    register_type::<6>(py, x87)?;
+    register_type::<7>(py, x87)?;
+    register_type::<8>(py, x87)?;
     // numpy takes two user dtypes of one size and one kind for equivalent types,
     // castable safely both ways (and picks one for both operands of a ufunc):
     // float8_e4m3fn and float8_e5m2, bfloat16 and posit16. The casts among the

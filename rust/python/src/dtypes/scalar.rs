@@ -202,7 +202,12 @@ fn convert(py: Python<'_>, t: usize, obj: &Bound<'_, PyAny>) -> PyResult<u32> {
     let f = unsafe { Bound::from_owned_ptr(py, f) }.extract::<f64>()?;
     // numpy's longdouble (wider than float64, compared with it exactly): rounded to
     // odd, so that the rounding into the type is the one rounding of its value.
-    if obj.is_instance(&py.import("numpy")?.getattr("longdouble")?)? && !(f.is_infinite() && obj.eq(f)?) {
+    // SAFETY: numpy's API table is loaded (the module registered its dtypes); obj is live.
+    let longdouble = unsafe {
+        let tp = numpy::npyffi::get_type_object(py, numpy::npyffi::NpyTypes::PyLongDoubleArrType_Type);
+        ffi::PyObject_TypeCheck(obj.as_ptr(), tp) != 0
+    };
+    if longdouble && !(f.is_infinite() && obj.eq(f)?) {
         return Ok(enc(t, sticky(obj, f)?));
     }
     Ok(enc(t, f))
