@@ -760,3 +760,96 @@ def test_long_decimal_strings_round_once(name):
     else:  # posits saturate and never round a nonzero to zero
         assert float(pos) == lowp.finfo(name).max and float(neg) == -lowp.finfo(name).max
         assert float(lowp.__dict__[name]("1e-400")) == lowp.finfo(name).smallest_subnormal
+
+
+# ------------------------------------------------------------------ byte order, errors, items, Python scalars
+
+@pytest.mark.parametrize("name", ALL)
+def test_byteswap_and_swapped_views(name):
+    """``byteswap`` reverses each element's bytes (as for ml_dtypes and numpy's own
+    types), and a byte-swapped view casts to the values it holds."""
+    x = np.array([1.5, -2.0, 0.25, 3.0], dt(name))
+    codes = x.view(udt(name))
+    want = codes.byteswap()
+    assert np.array_equal(x.byteswap().view(udt(name)), want)
+    y = x.copy()
+    y.byteswap(inplace=True)
+    assert np.array_equal(y.view(udt(name)), want)
+    swapped = x.byteswap().view(dt(name).newbyteorder())
+    assert np.array_equal(swapped.astype(np.float64), x.astype(np.float64))
+    assert np.array_equal(swapped[::-2].astype(np.float32), x[::-2].astype(np.float32))
+    if name in ("bfloat16", "float8_e5m2", "float8_e4m3fn"):
+        m = np.array([1.5, -2.0, 0.25, 3.0], getattr(ml_dtypes, name))
+        assert np.array_equal(x.byteswap().view(udt(name)), m.byteswap().view(udt(name)))
+
+
+def test_failed_conversions_release_their_errors():
+    """A conversion that fails raises, and leaves no exception object behind (the
+    intermediate errors of string and object parsing included)."""
+    import gc
+
+    def live():
+        gc.collect()
+        return sum(isinstance(o, BaseException) for o in gc.get_objects())
+
+    bad = [lambda: lowp.bfloat16("abc"), lambda: lowp.posit16(None),
+           lambda: np.array([None, 1.0], dtype=lowp.posit16), lambda: np.array(["x"], object).astype(lowp.float8_e5m2)]
+    for f in bad:
+        before = live()
+        for _ in range(200):
+            with pytest.raises((ValueError, TypeError)):
+                f()
+        assert live() - before < 5, f
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_item_and_tolist_give_python_floats(name):
+    """As numpy's floats and ml_dtypes': ``.item()`` and ``.tolist()`` give Python floats of
+    the exact values; indexing keeps the lowp scalar."""
+    import json
+
+    x = np.array([1.5, -0.375, 2.0], dt(name))
+    exact = x.astype(np.float64).tolist()
+    assert all(type(v) is float for v in x.tolist()) and x.tolist() == exact
+    assert type(x.item(1)) is float and x.item(1) == exact[1]
+    assert type(x[1]) is getattr(lowp, name)
+    assert json.loads(json.dumps(x.tolist())) == exact
+    assert x.astype(object).tolist() == exact
+    assert math.isnan(np.array([np.nan], dt(name)).item())
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_python_scalars_keep_the_type(name):
+    """A Python int operand keeps the array's (or scalar's) lowp type, as numpy's weak
+    scalars do for float16 and ml_dtypes for its types. (A Python float, as with
+    ml_dtypes, runs in the smallest numpy float that holds the type.)"""
+    x = np.array([1.5, -3.0], dt(name))
+    for r in (x * 2, 2 * x, x + 1, x - 1, x ** 2, x // 1):
+        assert r.dtype == dt(name)
+    assert np.array_equal((x * 2).astype(np.float64), np.array([3.0, -6.0]))
+    s = getattr(lowp, name)(1.5)
+    assert type(s + 1) is type(s) and type(2 * s) is type(s)
+    assert np.result_type(dt(name), 2) == dt(name)
+    f = x - 1.5
+    assert f.dtype.kind == "f" and np.can_cast(dt(name), f.dtype) and np.array_equal(f, [0.0, -4.5])
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_scalar_equality_with_other_objects(name):
+    """``==``/``!=`` with what is not a number give False/True (list membership and
+    equality work); ordering against a string raises TypeError."""
+    s = getattr(lowp, name)(1.5)
+    assert (s == "a") is False and (s != "a") is True
+    assert "a" not in [s] and [s] != ["a"] and s in [s]
+    assert s == 1.5 and s != 2
+    with pytest.raises(TypeError):
+        s < "a"
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_fabs_and_conjugate_keep_the_type(name):
+    x = np.array([-1.5, 2.0, -0.25], dt(name))
+    for r in (np.fabs(x), np.conjugate(x), x.conj(), x.conjugate()):
+        assert r.dtype == dt(name)
+    assert np.array_equal(np.fabs(x).astype(np.float64), np.abs(x.astype(np.float64)))
+    assert same_bits(np.conjugate(x), x)

@@ -398,3 +398,21 @@ def test_thread_count_from_the_environment():
         else:
             assert "LOWP_NUM_THREADS" in p.stderr and "ignored" in p.stderr
             assert 1 <= int(p.stdout.strip()) <= (os.cpu_count() or 1)
+
+
+def test_isa_from_the_environment():
+    """An unknown LOWP_ISA is ignored with a warning (the best path runs); a known one is used."""
+    import os
+    import subprocess
+    import sys
+
+    code = "import warnings, lowp; from lowp import _lowp; print(_lowp.get_isa(), _lowp.detected_isa())"
+    for value, ok in (("bogus", False), ("SCALAR", False), ("", False), (" scalar ", True)):
+        env = dict(os.environ, LOWP_ISA=value)
+        p = subprocess.run([sys.executable, "-W", "always", "-c", code], capture_output=True, text=True, env=env, timeout=60)
+        assert p.returncode == 0, p.stderr
+        used, best = p.stdout.split()
+        if ok:
+            assert used == "scalar" and "LOWP_ISA" not in p.stderr
+        else:
+            assert used == best and "LOWP_ISA" in p.stderr and "ignored" in p.stderr

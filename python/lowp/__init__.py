@@ -14,7 +14,7 @@ from ._ulp import nextafter, ulp
 
 __version__ = "0.1.0"
 
-_memory._check_thread_env()
+_memory._check_env()
 
 get_num_threads = _lowp.get_num_threads
 

@@ -38,17 +38,22 @@ def result_empty(shape: tuple, dtype: Any, min_bytes: int = MIN_BYTES) -> np.nda
 _MAX_THREADS = 1024
 
 
-def _check_thread_env() -> None:
-    """Warn about a ``LOWP_NUM_THREADS`` that the core ignores (it then uses every core)."""
+def _check_env() -> None:
+    """Warn about a ``LOWP_NUM_THREADS`` or ``LOWP_ISA`` that the core ignores (it then
+    uses every core, and the best instruction set the CPU has)."""
     v = os.environ.get("LOWP_NUM_THREADS")
-    if v is None:
-        return
-    try:
-        ok = 1 <= int(v.strip()) <= _MAX_THREADS
-    except ValueError:
-        ok = False
-    if not ok:
-        warnings.warn(f"LOWP_NUM_THREADS={v!r} is ignored: expected an integer in 1..{_MAX_THREADS}", RuntimeWarning, stacklevel=3)
+    if v is not None:
+        try:
+            ok = 1 <= int(v.strip()) <= _MAX_THREADS
+        except ValueError:
+            ok = False
+        if not ok:
+            warnings.warn(f"LOWP_NUM_THREADS={v!r} is ignored: expected an integer in 1..{_MAX_THREADS}",
+                          RuntimeWarning, stacklevel=3)
+    v = os.environ.get("LOWP_ISA")
+    if v is not None and v.strip() not in ("scalar", "sse2", "avx2"):
+        warnings.warn(f"LOWP_ISA={v!r} is ignored: expected \"scalar\", \"sse2\" or \"avx2\"",
+                      RuntimeWarning, stacklevel=3)
 
 
 def set_num_threads(n: int) -> None:

@@ -700,7 +700,12 @@ fn with_numpy<const T: usize, E: NpElem>(py: Python<'_>) -> PyResult<()> {
             if all_exact(&fmt, &ef) {
                 can_cast(py, me, num as c_int)?;
             }
-            if all_exact(&ef, &fmt) {
+            // int8 and uint8 into the 8-bit types count as safe although
+            // fp8 and posit8 do not hold all of them (ml_dtypes does the
+            // same): numpy finds the type of a Python integer operand through
+            // them, so `x * 2` keeps x's 8-bit type instead of widening.
+            let byte_int = matches!(ef, Format::Int(_)) && ef.bits() == 8 && TYPES[T].size == 1;
+            if all_exact(&ef, &fmt) || byte_int {
                 can_cast(py, other, tn)?;
             }
         }

@@ -106,11 +106,14 @@ pub unsafe fn store(p: *mut u8, size: usize, c: u32) {
 
 // ---------------------------------------------------------------- ArrFuncs
 
+/// The element as a Python float, its exact value (`.item()`, `.tolist()`,
+/// object casts; indexing builds the lowp scalar through `copyswap`), as for
+/// numpy's own floating types and ml_dtypes'.
 unsafe extern "C" fn getitem<const T: usize>(data: *mut c_void, _arr: *mut c_void) -> *mut ffi::PyObject {
     // SAFETY: numpy passes a pointer to one element of this dtype.
     let c = unsafe { load(data as *const u8, TYPES[T].size) };
-    // SAFETY: called with the GIL held.
-    unsafe { scalar::new_scalar(T, c) }
+    // SAFETY: called with the GIL held; returns a new reference or NULL with an error set.
+    unsafe { ffi::PyFloat_FromDouble(dec(T, c)) }
 }
 
 unsafe extern "C" fn setitem<const T: usize>(item: *mut ffi::PyObject, data: *mut c_void, _arr: *mut c_void) -> c_int {
@@ -140,10 +143,18 @@ unsafe extern "C" fn copyswapn<const T: usize>(
     _arr: *mut c_void,
 ) {
     let size = TYPES[T].size;
+    let d = dst as *mut u8;
     if src.is_null() {
+        // No source: swap the destination's elements in place (ndarray.byteswap).
+        if swap != 0 {
+            for i in 0..n {
+                // SAFETY: numpy passes n writable elements at the given stride.
+                unsafe { swap_bytes(d.offset(i * dstride), size) };
+            }
+        }
         return;
     }
-    let (d, s) = (dst as *mut u8, src as *const u8);
+    let s = src as *const u8;
     for i in 0..n {
         // SAFETY: numpy passes n elements at the given strides.
         unsafe {
@@ -159,6 +170,10 @@ unsafe extern "C" fn copyswapn<const T: usize>(
 unsafe extern "C" fn copyswap<const T: usize>(dst: *mut c_void, src: *mut c_void, swap: c_int, _arr: *mut c_void) {
     let size = TYPES[T].size;
     if src.is_null() {
+        if swap != 0 {
+            // SAFETY: numpy passes one writable element.
+            unsafe { swap_bytes(dst as *mut u8, size) };
+        }
         return;
     }
     // SAFETY: numpy passes one element at each pointer.

@@ -65,15 +65,6 @@ unsafe fn alloc(tp: *mut ffi::PyTypeObject, t: usize, c: u32) -> *mut ffi::PyObj
     }
 }
 
-/// A new scalar of type `t` holding code `c` (new reference; NULL on error).
-///
-/// # Safety
-/// GIL held; the type is registered.
-pub unsafe fn new_scalar(t: usize, c: u32) -> *mut ffi::PyObject {
-    // SAFETY: forwarded.
-    unsafe { alloc(type_obj(t), t, c) }
-}
-
 fn type_name(ob: &Bound<'_, PyAny>) -> String {
     ob.get_type().name().map(|n| n.to_string()).unwrap_or_else(|_| "?".into())
 }
@@ -84,17 +75,20 @@ fn type_name(ob: &Bound<'_, PyAny>) -> String {
 /// # Safety
 /// GIL held; `ob` live.
 pub unsafe fn object_to_code(t: usize, ob: *mut ffi::PyObject) -> Option<u32> {
-    // SAFETY: GIL held.
-    let py = unsafe { Python::assume_attached() };
-    // SAFETY: ob is a live borrowed reference.
-    let obj = unsafe { Bound::from_borrowed_ptr(py, ob) };
-    match convert(py, t, &obj) {
-        Ok(c) => Some(c),
-        Err(e) => {
-            e.restore(py);
-            None
+    // Attached through pyo3 (not assumed), so that the references the
+    // conversion drops, intermediate errors included, are released here and
+    // not deferred to the next call into the module.
+    Python::attach(|py| {
+        // SAFETY: ob is a live borrowed reference.
+        let obj = unsafe { Bound::from_borrowed_ptr(py, ob) };
+        match convert(py, t, &obj) {
+            Ok(c) => Some(c),
+            Err(e) => {
+                e.restore(py);
+                None
+            }
         }
-    }
+    })
 }
 
 /// The float64 `f` nearest to the exact number `x` (an int or a Fraction, which
@@ -231,10 +225,11 @@ pub fn shortest(t: usize, c: u32) -> f64 {
     v
 }
 
+/// Run a slot's body attached through pyo3 (numpy and CPython call slots
+/// attached already; the guard makes pyo3 release dropped references at once
+/// instead of deferring them), turning errors and panics into a set exception.
 fn guard<F: FnOnce(Python<'_>) -> PyResult<*mut ffi::PyObject>>(f: F) -> *mut ffi::PyObject {
-    // SAFETY: numpy and CPython call slots with the GIL held.
-    let py = unsafe { Python::assume_attached() };
-    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(py))) {
+    Python::attach(|py| match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(py))) {
         Ok(Ok(p)) => p,
         Ok(Err(e)) => {
             e.restore(py);
@@ -244,7 +239,7 @@ fn guard<F: FnOnce(Python<'_>) -> PyResult<*mut ffi::PyObject>>(f: F) -> *mut ff
             pyo3::exceptions::PySystemError::new_err("lowp: internal error in a scalar slot").restore(py);
             std::ptr::null_mut()
         }
-    }
+    })
 }
 
 unsafe fn self_value(ob: *mut ffi::PyObject) -> (usize, u32) {
@@ -265,16 +260,17 @@ unsafe extern "C" fn tp_repr(ob: *mut ffi::PyObject) -> *mut ffi::PyObject {
 }
 
 unsafe extern "C" fn tp_hash(ob: *mut ffi::PyObject) -> ffi::Py_hash_t {
-    // SAFETY: ob is a lowp scalar; GIL held.
-    let py = unsafe { Python::assume_attached() };
-    let (t, c) = unsafe { self_value(ob) };
-    match PyFloat::new(py, dec(t, c)).hash() {
-        Ok(h) => h as ffi::Py_hash_t,
-        Err(e) => {
-            e.restore(py);
-            -1
+    Python::attach(|py| {
+        // SAFETY: ob is a lowp scalar.
+        let (t, c) = unsafe { self_value(ob) };
+        match PyFloat::new(py, dec(t, c)).hash() {
+            Ok(h) => h as ffi::Py_hash_t,
+            Err(e) => {
+                e.restore(py);
+                -1
+            }
         }
-    }
+    })
 }
 
 /// numpy.generic's rich comparison (through 0-d arrays and the ufunc loops).
@@ -288,7 +284,15 @@ unsafe extern "C" fn tp_richcompare(a: *mut ffi::PyObject, b: *mut ffi::PyObject
             return ffi::Py_NewRef(ffi::Py_NotImplemented());
         }
         let f: ffi::richcmpfunc = std::mem::transmute(f);
-        f(a, b, op)
+        let r = f(a, b, op);
+        // `==` and `!=` with what numpy cannot compare (a string, say): no
+        // answer, so Python falls back to identity (False, True) as for
+        // numpy's own scalars; the ordering operators keep the TypeError.
+        if r.is_null() && (op == ffi::Py_EQ || op == ffi::Py_NE) && ffi::PyErr_ExceptionMatches(ffi::PyExc_TypeError) != 0 {
+            ffi::PyErr_Clear();
+            return ffi::Py_NewRef(ffi::Py_NotImplemented());
+        }
+        r
     }
 }
 

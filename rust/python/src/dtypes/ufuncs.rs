@@ -45,6 +45,8 @@ const TABLE: &[(&str, Op)] = &[
     ("negative", Op::Un(Un::Neg)),
     ("positive", Op::Un(Un::Pos)),
     ("absolute", Op::Un(Un::Abs)),
+    ("fabs", Op::Un(Un::Abs)),
+    ("conjugate", Op::Un(Un::Pos)),
     ("sign", Op::Un(Un::Sign)),
     ("sqrt", Op::Un(Un::Sqrt)),
     ("square", Op::Un(Un::Square)),
