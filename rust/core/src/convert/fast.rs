@@ -657,6 +657,8 @@ pub(super) struct PositParams {
     max_code: u64,
     mask: u64,
     nar: u64,
+    /// Saturating: infinities become maxpos of their sign instead of NaR.
+    sat: bool,
     rbits: u32,
     rng: Rng,
     /// The generator's high word is its low word under the keys (a1, b1).
@@ -688,6 +690,7 @@ impl PositPlan {
             max_code: f.max_code(),
             mask: (1u64 << f.nbits) - 1,
             nar: f.nar(),
+            sat: opts.saturate,
             rbits: opts.rbits,
             rng: Rng::new(opts.key),
             rng1: Rng::new(crate::round::SeedKey { a0: opts.key.a1, b0: opts.key.b1, ..opts.key }),
@@ -786,7 +789,8 @@ pub(super) fn posit_lane<const MODE: u8>(p: &PositParams, x: u32, rand: u64) -> 
     };
     // Negative: two's complement of the magnitude.
     let code = if neg { mag.wrapping_neg() & p.mask } else { mag };
-    if a >= 0x7f80_0000 {
+    // (An infinity's lane holds maxpos of its sign, e_a being past maxscale.)
+    if a > 0x7f80_0000 || a == 0x7f80_0000 && !p.sat {
         p.nar
     } else if a == 0 {
         0

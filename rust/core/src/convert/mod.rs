@@ -301,7 +301,10 @@ pub fn round<S: Real>(fmt: &Format, src: &[S], dst: &mut [S], opts: &RoundOpts, 
     }
     let rng = Rng::new(opts.key);
     let path = isa();
-    let mut fast = fast::EncodePlan::new::<S>(fmt, opts, path);
+    // The lanes decode into f32: only formats whose largest value is an f32
+    // (wider ones take the engine, whose decoding overflows to infinity).
+    let wide = matches!(fmt, Format::Float(f) if f.max_value() > f32::MAX as f64);
+    let mut fast = if wide { None } else { fast::EncodePlan::new::<S>(fmt, opts, path) };
     if let Some(plan) = &mut fast {
         plan.nt = std::mem::size_of_val(dst) >= STREAM_MIN_BYTES;
     }

@@ -321,12 +321,12 @@ fn posit_fast_path_matches_reference() {
     ];
     for pf in posits {
         let fmt = Format::Posit(pf);
-        for mode in Mode::ALL {
+        for (mode, saturate) in Mode::ALL.into_iter().flat_map(|m| [(m, false), (m, true)]) {
             for rbits in [64u32, 40, 32, 7] {
                 if mode != Mode::Stochastic && rbits != 32 {
                     continue;
                 }
-                let opts = RoundOpts { mode, saturate: false, rbits, key: SeedKey::from_seed(5) };
+                let opts = RoundOpts { mode, saturate, rbits, key: SeedKey::from_seed(5) };
                 let rng = Rng::new(opts.key);
                 let i0 = (1u64 << 32) - 3000;
                 let want: Vec<u32> =
@@ -336,7 +336,7 @@ fn posit_fast_path_matches_reference() {
                     let mut got = vec![0u32; xs.len()];
                     plan.run(&xs, &mut got, i0);
                     for i in 0..xs.len() {
-                        assert_eq!(got[i], want[i], "{pf:?} {mode:?} rbits={rbits} {path:?} x={:e} ({:#x})", xs[i], xs[i].to_bits());
+                        assert_eq!(got[i], want[i], "{pf:?} {mode:?} sat={saturate} rbits={rbits} {path:?} x={:e} ({:#x})", xs[i], xs[i].to_bits());
                     }
                 }
             }
@@ -361,6 +361,42 @@ fn posit_round_matches_reference() {
             for (i, &x) in xs.iter().enumerate() {
                 let w = fmt.decode(reference_encode_one(&fmt, x, &opts, &rng, 77 + i as u64)) as f32;
                 assert_eq!(got[i].to_bits(), w.to_bits(), "{pf:?} {mode:?} x={x:e}");
+            }
+        }
+    }
+}
+
+/// `round` into float formats whose largest values lie beyond f32's (8
+/// exponent bits with a smaller bias, or without infinity): every path gives
+/// the reference's values in f32, the largest ones overflowing to infinity.
+#[test]
+fn round_beyond_f32_matches_reference() {
+    let _settings = crate::settings_write();
+    let xs = probe_inputs();
+    let wide = [
+        FloatFormat::new(8, 7, Some(100), true, NanPolicy::Ieee, true).unwrap(),
+        FloatFormat::new(8, 5, None, false, NanPolicy::None, true).unwrap(),
+        FloatFormat::new(8, 10, None, false, NanPolicy::Fn, true).unwrap(),
+    ];
+    for f in wide {
+        assert!(f.max_value() > f32::MAX as f64);
+        let fmt = Format::Float(f);
+        for mode in Mode::ALL {
+            for saturate in [false, true] {
+                let opts = RoundOpts { mode, saturate, rbits: 32, key: SeedKey::from_seed(4) };
+                let rng = Rng::new(opts.key);
+                let want: Vec<f32> =
+                    xs.iter().enumerate().map(|(i, &x)| fmt.decode(reference_encode_one(&fmt, x, &opts, &rng, 5 + i as u64)) as f32).collect();
+                for path in [Isa::Scalar].into_iter().chain(paths()) {
+                    set_isa(Some(path)).unwrap();
+                    let mut got = vec![0f32; xs.len()];
+                    let r = round(&fmt, &xs, &mut got, &opts, 5);
+                    set_isa(None).unwrap();
+                    r.unwrap();
+                    for i in 0..xs.len() {
+                        assert_eq!(got[i].to_bits(), want[i].to_bits(), "{f:?} {mode:?} sat={saturate} {path:?} x={:e}", xs[i]);
+                    }
+                }
             }
         }
     }
