@@ -189,43 +189,56 @@ pub(crate) fn narrowed(op: &Operand) -> Option<Narrowed> {
     if op.storage != Storage::F32 || op.rows == 0 || op.cols == 0 {
         return None;
     }
-    let bits = scan(op)?;
+    // A zero stride repeats one row or column (a broadcast view): the codes hold
+    // it once and the view repeats it the same way.
+    let (m, k) = (if op.rs == 0 { 1 } else { op.rows }, if op.cs == 0 { 1 } else { op.cols });
+    // SAFETY: the first m x k elements of the operand, the same pointer and strides.
+    let distinct = unsafe { Operand::from_raw(op.ptr, Storage::F32, None, m, k, op.rs, op.cs, "a") }.ok()?;
+    let bits = scan(&distinct)?;
     let f = *CANDIDATES.iter().find(|f| bits.fit(f))?;
-    let (m, k) = (op.rows, op.cols);
-    // The values row by row (the operand itself when it is stored so).
-    let copy: Vec<f32>;
-    let src: &[f32] = if (m == 1 || op.rs == k as isize) && op.cs == 1 || k == 1 && op.rs == 1 {
-        // SAFETY: these m*k elements are contiguous and inside the operand.
-        unsafe { std::slice::from_raw_parts(op.ptr as *const f32, m * k) }
-    } else {
-        let p = op.ptr as *const f32;
-        let mut v = zeroed::<f32>(m * k)?;
-        for (i, row) in v.chunks_exact_mut(k).enumerate() {
-            for (j, x) in row.iter_mut().enumerate() {
-                // SAFETY: every (i, j) lies inside the operand.
-                *x = unsafe { *p.offset(i as isize * op.rs + j as isize * op.cs) };
-            }
-        }
-        copy = v;
-        &copy
-    };
     let fmt = Format::Float(f);
-    let opts = RoundOpts::new(Mode::NearestEven);
     let (codes, storage, ptr) = if f.bits() <= 8 {
         let mut c = zeroed::<u8>(m * k)?;
-        encode_checked(&fmt, src, &mut c, &opts)?;
+        encode_rows(&fmt, &distinct, &mut c)?;
         let ptr = c.as_ptr();
         (Codes::U8(c), Storage::U8, ptr)
     } else {
         let mut c = zeroed::<u16>(m * k)?;
-        encode_checked(&fmt, src, &mut c, &opts)?;
+        encode_rows(&fmt, &distinct, &mut c)?;
         let ptr = c.as_ptr() as *const u8;
         (Codes::U16(c), Storage::U16, ptr)
     };
+    let (rs, cs) = (if op.rs == 0 { 0 } else { k as isize }, if op.cs == 0 { 0 } else { 1 });
     // SAFETY: the m x k row-major codes live in `codes`, which the result keeps
-    // (a Vec's buffer does not move with the Vec) and nothing modifies.
-    let view = unsafe { Operand::from_raw(ptr, storage, Some(fmt), m, k, k as isize, 1, "a") }.ok()?;
+    // (a Vec's buffer does not move with the Vec) and nothing modifies; zero
+    // strides stay on the one row or column stored.
+    let view = unsafe { Operand::from_raw(ptr, storage, Some(fmt), op.rows, op.cols, rs, cs, "a") }.ok()?;
     Some(Narrowed { _codes: codes, op: view })
+}
+
+/// The values of `op` (float32 storage), row by row, as codes in `dst`
+/// (rows * cols of them), checked by [`encode_checked`]; strided values pass
+/// through a small buffer, a block at a time.
+fn encode_rows<C: convert::Code>(fmt: &Format, op: &Operand, dst: &mut [C]) -> Option<()> {
+    let (m, k) = (op.rows, op.cols);
+    let p = op.ptr as *const f32;
+    let opts = RoundOpts::new(Mode::NearestEven);
+    if (m == 1 || op.rs == k as isize) && op.cs == 1 || k == 1 && op.rs == 1 {
+        // SAFETY: these m*k elements are contiguous and inside the operand.
+        let src = unsafe { std::slice::from_raw_parts(p, m * k) };
+        return encode_checked(fmt, src, dst, &opts);
+    }
+    let mut buf = [0f32; 4096];
+    for (b, out) in dst.chunks_mut(buf.len()).enumerate() {
+        let start = b * buf.len();
+        for (q, x) in buf[..out.len()].iter_mut().enumerate() {
+            let (i, j) = ((start + q) / k, (start + q) % k);
+            // SAFETY: (i, j) lies inside the operand.
+            *x = unsafe { *p.offset(i as isize * op.rs + j as isize * op.cs) };
+        }
+        encode_checked(fmt, &buf[..out.len()], out, &opts)?;
+    }
+    Some(())
 }
 
 /// `len` zeros, or `None` where the memory is not to be had (the operand is
@@ -302,8 +315,12 @@ mod tests {
             }
         }
         // Strided and transposed views: the values row by row.
-        let v: Vec<f32> = (0..60).map(|i| (i as f32 - 30.0) * 0.25).collect();
-        for (rows, cols, rs, cs, base) in [(5, 4, 12, 2, 0), (4, 5, 1, 12, 0), (6, 10, 10, 1, 0), (3, 4, -12, 1, 36)] {
+        let v: Vec<f32> = (0..6000).map(|i| ((i % 60) as f32 - 30.0) * 0.25).collect();
+        // Zero strides (broadcast rows, columns, or one value) stay zero: the
+        // codes hold what is distinct once. Past 4096 values, the strided copy
+        // runs in several blocks.
+        let cases = [(5, 4, 12, 2, 0), (4, 5, 1, 12, 0), (6, 10, 10, 1, 0), (3, 4, -12, 1, 36), (7, 5, 0, 3, 2), (9, 6, 5, 0, 1), (300, 400, 0, 0, 59), (70, 60, 0, 1, 0), (5000, 2, 1, 0, 3), (4100, 3, 0, 0, 0), (3, 2000, 0, 0, 0), (1, 5000, 0, 0, 0), (100, 50, 1, 100, 0), (80, 60, 75, 1, 1)];
+        for (rows, cols, rs, cs, base) in cases {
             // (With rs < 0, rows base, base - 12, base - 24 of v.)
             // SAFETY: every element of the view lies inside v.
             let o = unsafe { Operand::from_raw(v.as_ptr().add(base) as *const u8, Storage::F32, None, rows, cols, rs, cs, "a").unwrap() };
@@ -315,6 +332,7 @@ mod tests {
                     unsafe { assert_eq!(o.get_f64(i, j), n.op.get_f64(i, j)) };
                 }
             }
+            assert_eq!((n.op.rs == 0, n.op.cs == 0), (rs == 0, cs == 0));
         }
         // Not float32 storage: left alone.
         let codes = [0u16; 4];
