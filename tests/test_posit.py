@@ -260,3 +260,23 @@ def test_decode_paths_agree():
     assert np.array_equal(nar, np.isnan(d32))
     np.testing.assert_array_equal(d32[~nar], d64[~nar].astype(np.float32))
     np.testing.assert_array_equal(d64[:5000], sp_decode(32, 2, c32[:5000]))
+
+
+@pytest.mark.parametrize("name", ["posit8", "posit16", "posit32"])
+def test_saturated_infinities_from_every_input_type(name, any_isa):
+    """With ``saturate``, infinities become +-maxpos from float32 and low-precision
+    inputs too (their SIMD lanes), in every mode; NaN stays NaR."""
+    f = lowp.format(name)
+    top = (1 << (f.bits - 1)) - 1
+    want = [top, (1 << f.bits) - top, 1 << (f.bits - 1)]
+    for src in (np.float64, np.float32, np.float16, lowp.bfloat16, lowp.float8_e5m2):
+        x = np.array([np.inf, -np.inf, np.nan] * 11, src)  # past one SIMD vector
+        for mode in lowp.ROUNDING_MODES:
+            got = lowp.encode(x, f, mode, saturate=True, seed=3)
+            np.testing.assert_array_equal(got, want * 11, err_msg=f"{src} {mode}")
+            r = lowp.round(x.astype(np.float32) if src not in (np.float64, np.float32) else x, f, mode,
+                           saturate=True, seed=3)
+            np.testing.assert_array_equal(r[:3], [f.max, -f.max, np.nan], err_msg=f"round {src} {mode}")
+        if f.dtype is not None:
+            c = lowp.cast(x, f.dtype, saturate=True)
+            np.testing.assert_array_equal(c.astype(np.float64)[:3], [f.max, -f.max, np.nan])

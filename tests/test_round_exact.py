@@ -150,6 +150,30 @@ def test_adversarial_f32_every_path(fmt, any_isa):
         assert np.array_equal(codes, lowp.encode(x64, fmt, mode, saturate=sat))
 
 
+WIDE = [lowp.FloatFormat(8, 7, bias=100), lowp.FloatFormat(8, 5, nan=None), lowp.FloatFormat(8, 10, nan="fn")]
+
+
+@pytest.mark.parametrize("fmt", WIDE, ids=repr)
+def test_f32_into_formats_beyond_f32(fmt, any_isa):
+    """float32 input into formats whose largest values exceed float32's: ``round``
+    returns the reference's values in float32 (beyond its range: infinities) and
+    ``encode`` the reference's codes, infinities included, on every path."""
+    assert fmt.max > float(np.finfo(np.float32).max)
+    rng = np.random.default_rng(fmt.bits + fmt.man_bits)
+    x64 = adversarial_inputs(fmt, rng)
+    with np.errstate(over="ignore"):
+        x32 = x64.astype(np.float32)
+    x32 = np.concatenate([x32, np.array([np.inf, -np.inf, np.finfo(np.float32).max, -3.0, 0.5], np.float32)])
+    x64 = x32.astype(np.float64)
+    for (mode, sat), want in reference(fmt, x64).items():
+        with np.errstate(over="ignore"):
+            want32 = want.astype(np.float32).astype(np.float64)
+        got = lowp.round(x32, fmt, mode, saturate=sat)
+        assert got.dtype == np.float32
+        assert_same_values(got.astype(np.float64), want32, x64, f"f32 {fmt!r} {mode} sat={sat}")
+        assert np.array_equal(lowp.encode(x32, fmt, mode, saturate=sat), lowp.encode(x64, fmt, mode, saturate=sat))
+
+
 def test_double_rounding_examples():
     x = np.array([1 + 2.0**-8 + 2.0**-30])
     assert lowp.round(x, "bf16")[0] == 1.0078125
