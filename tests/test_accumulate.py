@@ -843,6 +843,40 @@ def test_stochastic_reproducible_and_unbiased():
     assert np.array_equal(c1, c2)
 
 
+@pytest.mark.parametrize("chunk", [None, 16])
+def test_stochastic_stacks_draw_independent_bits(chunk):
+    """The matrices of a stack round with bits of their own (rounding errors of the heads
+    of an attention layer are not copies of each other), reproducibly at any thread
+    count and however the stack is split into calls; the first matrix draws as the
+    same product alone does."""
+    rng = np.random.default_rng(7)
+    a1 = rng.standard_normal((5, 200)).astype(ml_dtypes.bfloat16)
+    b = rng.standard_normal((200, 6)).astype(ml_dtypes.bfloat16)
+    kw = dict(accumulate="bf16", rounding="stochastic", seed=11, chunk=chunk)
+    a = np.broadcast_to(a1, (2, 3, 5, 200))  # six copies of one product
+    n0 = lowp.get_num_threads()
+    try:
+        outs = []
+        for t in (1, 2):
+            lowp.set_num_threads(t)
+            outs.append(lowp.matmul(a, b, **kw))
+    finally:
+        lowp.set_num_threads(n0)
+    r = outs[0]
+    assert np.array_equal(outs[0], outs[1])
+    flat = r.reshape(6, 5, 6)
+    assert all(not np.array_equal(flat[0], flat[j]) for j in range(1, 6))
+    assert np.array_equal(flat[0], lowp.matmul(a1, b, **kw))
+    # The same matrices, stacked along one batch axis or broadcast from b's side.
+    assert np.array_equal(lowp.matmul(np.ascontiguousarray(a).reshape(6, 5, 200), b, **kw), flat)
+    bt = np.broadcast_to(b, (2, 3, 200, 6))
+    assert np.array_equal(lowp.matmul(a1, bt, **kw), r)
+    # Each matrix is still unbiased: the mean error over the stack against the exact sum.
+    exact = a1.astype(np.float64) @ b.astype(np.float64)
+    err = flat.astype(np.float64) - exact
+    assert abs(err.mean()) < 4 * err.std() / np.sqrt(err.size) + 1e-12
+
+
 @pytest.mark.parametrize("dtype, rbits", [(np.float16, 1), (np.float16, 13), (ml_dtypes.bfloat16, 32), (np.float32, 64)])
 def test_stochastic_bits_of_rows_and_columns(dtype, rbits):
     # Element (i, j) = SR(1 + 2^-11) into fp16 at its second step: it rounds up exactly

@@ -230,7 +230,10 @@ def matmul(a: Any, b: Any, *, accumulate: Any = "float32", chunk: Optional[int] 
         element (i, j) draws the top ``rbits`` bits of a word of (row i, step k) xor a word of
         (column j, step k), so the result is the same at any thread count, and rows do not
         depend on the rows after them (``matmul(a[:r], b)`` is the first ``r`` rows of
-        ``matmul(a, b)``; without ``chunk``, columns likewise). Every element's bits are
+        ``matmul(a, b)``; without ``chunk``, columns likewise). The matrices of a stack
+        draw independent bits: matrix j (counted over the broadcast batch dimensions, in
+        C order) with a key derived from the seed and j, the first with the seed's own
+        (``matmul(a[0], b)`` is the first of ``matmul(a, b)``). Every element's bits are
         uniform and independent from step
         to step, and any three elements' are independent of each other (four elements on the
         corners of a rectangle have words whose xor is zero). Chunk totals draw theirs keyed
@@ -354,10 +357,12 @@ def matmul(a: Any, b: Any, *, accumulate: Any = "float32", chunk: Optional[int] 
         # A stack goes to the kernels a last batch axis at a time, in one call each
         # (small products there run one per thread); leading batch axes loop here.
         cspec = cacc._spec if cacc is not None else None
-        for idx in (np.ndindex(*batch[:-1]) if len(batch) > 1 else ((),)):
+        for q, idx in enumerate(np.ndindex(*batch[:-1]) if len(batch) > 1 else ((),)):
             x, y, o = ab[idx], bb[idx], r2[idx]  # 3-D: a batch axis; 2-D without one
             if path == "emu":
-                _lowp.matmul_emulated_into(x, aspec, y, bspec, o, acc._spec, chunk, cspec, rounding, seed_w, rbits_v)
+                # (Matrix q * batch[-1] + i of the stack draws its own stochastic bits.)
+                _lowp.matmul_emulated_into(x, aspec, y, bspec, o, acc._spec, chunk, cspec, rounding, seed_w, rbits_v,
+                                           q * batch[-1] if batch else 0)
             else:
                 _lowp.matmul_into(x, aspec, y, bspec, o)
     if not direct:

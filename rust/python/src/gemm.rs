@@ -166,7 +166,7 @@ fn run_batch<'py, T: numpy::Element>(
     b_fmt: Option<&Spec>,
     o: &mut PyReadwriteArray<'py, T, Ix3>,
     (count, [sa, sb, so]): (usize, [isize; 3]),
-    one: impl Fn(&Operand, &Operand, OutMat<T>) -> lowp_core::Result<()> + Sync,
+    one: impl Fn(usize, &Operand, &Operand, OutMat<T>) -> lowp_core::Result<()> + Sync,
 ) -> PyResult<()> {
     if count == 0 {
         return Ok(());
@@ -174,12 +174,12 @@ fn run_batch<'py, T: numpy::Element>(
     let (a0, b0, c0) = (operand(a, a_fmt, "a")?, operand(b, b_fmt, "b")?, out_mat(o));
     let madds = a0.rows * a0.cols * b0.cols;
     py.detach(|| {
-        gemm::for_batch(count, madds, &|i| {
-            let i = i as isize;
+        gemm::for_batch(count, madds, &|j| {
+            let i = j as isize;
             // SAFETY: matrix i of each array starts i strides of its first axis on
             // (i < count, the arrays' common batch length): a view inside the array.
             let (x, y) = unsafe { (a0.shifted(i * sa), b0.shifted(i * sb)) };
-            one(&x, &y, OutMat { ptr: c0.at(0, 0).wrapping_offset(i * so), ..c0 })
+            one(j, &x, &y, OutMat { ptr: c0.at(0, 0).wrapping_offset(i * so), ..c0 })
         })
     })
     .py_err()
@@ -190,9 +190,9 @@ fn matmul_batch<'py>(py: Python<'py>, a: &Bound<'py, PyAny>, a_fmt: Option<&Spec
     let (am, bm, mut om) = (in_mat::<Ix3>(a, "a")?, in_mat::<Ix3>(b, "b")?, out_arr::<Ix3>(out)?);
     let axis = batch_axis(a, b, out)?;
     match &mut om {
-        OutArr::F32(o) => run_batch(py, &am, a_fmt, &bm, b_fmt, o, axis, gemm::matmul_f32),
-        OutArr::F64(o) => run_batch(py, &am, a_fmt, &bm, b_fmt, o, axis, gemm::matmul_f64),
-        OutArr::I32(o) => run_batch(py, &am, a_fmt, &bm, b_fmt, o, axis, gemm::matmul_i8),
+        OutArr::F32(o) => run_batch(py, &am, a_fmt, &bm, b_fmt, o, axis, |_, x, y, c| gemm::matmul_f32(x, y, c)),
+        OutArr::F64(o) => run_batch(py, &am, a_fmt, &bm, b_fmt, o, axis, |_, x, y, c| gemm::matmul_f64(x, y, c)),
+        OutArr::I32(o) => run_batch(py, &am, a_fmt, &bm, b_fmt, o, axis, |_, x, y, c| gemm::matmul_i8(x, y, c)),
     }
 }
 
@@ -219,10 +219,23 @@ fn emu_out(out: &mut OutArr<'_>) -> PyResult<gemm::EmuOut> {
     }
 }
 
+/// The seed of matrix `j` of a stack: the seed itself for the first, then the
+/// seed xor an avalanche of `j` (every matrix draws its own stochastic bits).
+fn stack_seed(seed: u64, j: u64) -> u64 {
+    if j == 0 {
+        return seed;
+    }
+    let mut z = j.wrapping_mul(0xD1B5_4A32_D192_ED03) ^ 0x5851_F42D_4C95_7F2D;
+    z = (z ^ (z >> 32)).wrapping_mul(0xDABA_0B6E_B09B_D5E5);
+    z = (z ^ (z >> 29)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    seed ^ z ^ (z >> 32)
+}
+
 /// `out = a @ b` (float64 or float32 out) with every add rounded into `acc`; with
-/// 3-D arrays, a batch ([`matmul_emulated_batch`]).
+/// 3-D arrays, a batch ([`matmul_emulated_batch`]) whose matrix i is matrix
+/// `stack0 + i` of the whole stack (its stochastic bits: [`stack_seed`]).
 #[pyfunction]
-#[pyo3(signature = (a, a_fmt, b, b_fmt, out, acc, chunk, chunk_acc, rounding, seed, rbits))]
+#[pyo3(signature = (a, a_fmt, b, b_fmt, out, acc, chunk, chunk_acc, rounding, seed, rbits, stack0=0))]
 #[allow(clippy::too_many_arguments)]
 fn matmul_emulated_into<'py>(
     py: Python<'py>,
@@ -237,10 +250,11 @@ fn matmul_emulated_into<'py>(
     rounding: &str,
     seed: u64,
     rbits: u32,
+    stack0: u64,
 ) -> PyResult<()> {
     let spec = accum_spec(acc, chunk, chunk_acc, rounding, seed, rbits)?;
     if is_batch(&out) {
-        return matmul_emulated_batch(py, &a, a_fmt.as_ref(), &b, b_fmt.as_ref(), &out, &spec);
+        return matmul_emulated_batch(py, &a, a_fmt.as_ref(), &b, b_fmt.as_ref(), &out, &spec, seed, stack0);
     }
     let (a, b, mut out) = (in_mat::<Ix2>(&a, "a")?, in_mat::<Ix2>(&b, "b")?, out_arr::<Ix2>(&out)?);
     let oa = operand(&a, a_fmt.as_ref(), "a")?;
@@ -250,7 +264,8 @@ fn matmul_emulated_into<'py>(
 }
 
 /// [`matmul_emulated_into`] for a batch (3-D arrays): every product with the same
-/// spec (and seed).
+/// spec, matrix i with the seed of matrix `stack0 + i` of the stack.
+#[allow(clippy::too_many_arguments)]
 fn matmul_emulated_batch<'py>(
     py: Python<'py>,
     a: &Bound<'py, PyAny>,
@@ -259,12 +274,19 @@ fn matmul_emulated_batch<'py>(
     b_fmt: Option<&Spec>,
     out: &Bound<'py, PyAny>,
     spec: &AccumSpec,
+    seed: u64,
+    stack0: u64,
 ) -> PyResult<()> {
     let (am, bm, mut om) = (in_mat::<Ix3>(a, "a")?, in_mat::<Ix3>(b, "b")?, out_arr::<Ix3>(out)?);
     let axis = batch_axis(a, b, out)?;
+    let spec_of = |i: usize| {
+        let mut s = *spec;
+        s.opts.key = SeedKey::from_seed(stack_seed(seed, stack0.wrapping_add(i as u64)));
+        s
+    };
     match &mut om {
-        OutArr::F64(o) => run_batch(py, &am, a_fmt, &bm, b_fmt, o, axis, |x, y, c: OutMat<f64>| gemm::matmul_emulated(x, y, gemm::EmuOut::from(c), spec)),
-        OutArr::F32(o) => run_batch(py, &am, a_fmt, &bm, b_fmt, o, axis, |x, y, c: OutMat<f32>| gemm::matmul_emulated(x, y, gemm::EmuOut::from(c), spec)),
+        OutArr::F64(o) => run_batch(py, &am, a_fmt, &bm, b_fmt, o, axis, |i, x, y, c: OutMat<f64>| gemm::matmul_emulated(x, y, gemm::EmuOut::from(c), &spec_of(i))),
+        OutArr::F32(o) => run_batch(py, &am, a_fmt, &bm, b_fmt, o, axis, |i, x, y, c: OutMat<f32>| gemm::matmul_emulated(x, y, gemm::EmuOut::from(c), &spec_of(i))),
         OutArr::I32(_) => Err(PyTypeError::new_err("out: emulated accumulation writes float64 or float32, got int32")),
     }
 }
