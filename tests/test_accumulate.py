@@ -155,6 +155,52 @@ def test_float32_accumulator_vs_fractions(mode, dtype, chunk):
         assert same(got, ref_matmul(a, b, f, mode, chunk, cf))
 
 
+@pytest.mark.parametrize("mode", DETERMINISTIC)
+@pytest.mark.parametrize("dtype", [np.float32, ml_dtypes.bfloat16])
+def test_float64_accumulator_vs_fractions(mode, dtype):
+    """float64 accumulators in every deterministic mode (nearest-away included), on sums
+    that lose bits: values over 120 binades, and ties of float64 built in (1 + 2^-53)."""
+    f = lowp.format("float64")
+    g = np.random.default_rng(zlib.crc32(f"f64{mode}{np.dtype(dtype).name}".encode()))
+    a = (g.standard_normal((4, 30)) * 2.0 ** g.integers(-60, 61, (4, 30))).astype(np.float32).astype(dtype)
+    b = (g.standard_normal((30, 9)) * 2.0 ** g.integers(-60, 61, (30, 9))).astype(np.float32).astype(dtype)
+    a[0, :2], b[:2, 0] = 1.0, [1.0, 2.0 ** -53]  # 1 + 2^-53: a tie
+    a[1, :2], b[:2, 1] = 1.0, [-1.0, -(2.0 ** -54)]  # -1 - 2^-54: a tie below 1's binade
+    for chunk in (None, 4):
+        got = matmul_as_scalar(a, b, accumulate="float64", chunk=chunk, rounding=mode)
+        assert got.dtype == np.float64
+        assert same(got, ref_matmul(a, b, f, mode, chunk))
+        assert same(lowp.sum(a.T, axis=0, accumulate="float64", chunk=chunk, rounding=mode),
+                    ref_matmul(a, np.ones((30, 1), dtype), f, mode, chunk)[:, 0])
+
+
+def test_float64_accumulator_stochastic():
+    """Stochastic float64 accumulators: up with the exact remainder's share of the gap
+    (1 + 2^-54 rounds up to 1 + 2^-52 a quarter of the time; 2^-53 below 2 down to
+    2 - 2^-52 half of the time), reproducible at any thread count and path."""
+    n = 20000
+    a = np.ones((n, 2), np.float32)
+    b = np.array([[1.0, 2.0], [2.0 ** -54, -(2.0 ** -53)]], np.float32)
+    n0 = lowp.get_num_threads()
+    try:
+        lowp.set_num_threads(1)
+        r1 = matmul_as_scalar(a, b, accumulate="float64", rounding="stochastic", seed=3)
+        lowp.set_num_threads(2)
+        r2 = lowp.matmul(a, b, accumulate="float64", rounding="stochastic", seed=3)
+    finally:
+        lowp.set_num_threads(n0)
+    assert np.array_equal(r1, r2)
+    up = r1[:, 0] == 1.0 + 2.0 ** -52
+    assert np.all(up | (r1[:, 0] == 1.0))
+    assert abs(up.mean() - 0.25) < 5 * math.sqrt(0.25 * 0.75 / n)
+    down = r1[:, 1] == 2.0 - 2.0 ** -52
+    assert np.all(down | (r1[:, 1] == 2.0))
+    assert abs(down.mean() - 0.5) < 5 * math.sqrt(0.25 / n)
+    # rbits=1: the remainder's top bit decides (a quarter has a zero top bit: never up).
+    r3 = lowp.matmul(a, b, accumulate="float64", rounding="stochastic", seed=3, rbits=1)
+    assert np.all(r3[:, 0] == 1.0)
+
+
 @pytest.mark.parametrize("mode", DETERMINISTIC + ["stochastic"])
 @pytest.mark.parametrize("acc", ["fp16", "bf16", "e5m2", "float32"])
 @pytest.mark.parametrize("chunk", [None, 7])

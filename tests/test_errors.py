@@ -416,3 +416,12 @@ def test_isa_from_the_environment():
             assert used == "scalar" and "LOWP_ISA" not in p.stderr
         else:
             assert used == best and "LOWP_ISA" in p.stderr and "ignored" in p.stderr
+
+
+def test_int32_chunk_accumulator_is_refused_alike():
+    """``chunk_accumulate="int32"`` is an invalid value for matmul and sum alike."""
+    x = np.ones((3, 3), np.float32)
+    with pytest.raises(ValueError, match="^chunk_accumulate: expected a float format"):
+        lowp.matmul(x, x, accumulate="bf16", chunk=2, chunk_accumulate="int32")
+    with pytest.raises(ValueError, match="^chunk_accumulate: expected a float format"):
+        lowp.sum(x, accumulate="bf16", chunk=2, chunk_accumulate="int32")

@@ -492,7 +492,7 @@ def sum(x: Any, axis: Any = None, *, accumulate: Any = "float32", chunk: Optiona
             raise ValueError("chunk_accumulate: only meaningful together with chunk")
         cacc = _parse_accumulate(chunk_accumulate)
         if isinstance(cacc, str):
-            raise TypeError("chunk_accumulate: expected a float format")
+            raise ValueError("chunk_accumulate: expected a float format, got \"int32\"")
     for f, arg in ((acc, "accumulate"), (cacc, "chunk_accumulate")):
         if f is not None and not _has_nan(f) and x.dtype.kind not in "iu" and np.isnan(x.astype(np.float64)).any():
             raise ValueError(f"{arg}: {f!r} has no NaN, and x contains NaN")

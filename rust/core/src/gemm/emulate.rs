@@ -2455,12 +2455,20 @@ impl<const M: u8> Round for Fast<M> {
 #[derive(Clone, Copy, Debug)]
 struct F64Acc {
     mode: Mode,
+    /// Random bits of a stochastic add.
+    rbits: u32,
+}
+
+impl F64Acc {
+    fn new(opts: &RoundOpts) -> F64Acc {
+        F64Acc { mode: opts.mode, rbits: opts.rbits }
+    }
 }
 
 impl Round for F64Acc {
-    const STOCHASTIC: bool = false;
+    const STOCHASTIC: bool = true; // decided at run time by the mode
     #[inline(always)]
-    fn add(&self, a: f64, b: f64, _rand: u64) -> f64 {
+    fn add(&self, a: f64, b: f64, rand: u64) -> f64 {
         let (s, e) = two_sum(a, b);
         if e == 0.0 || !s.is_finite() {
             return s;
@@ -2501,8 +2509,53 @@ impl Round for F64Acc {
                 }
             }
             Mode::Odd => to_odd(s, e),
-            _ => s,
+            // A tie (|e| half the gap to the neighbour beyond s) goes to that
+            // neighbour; a tie below s (toward zero) keeps s.
+            Mode::NearestAway => {
+                if same_sign && e.abs() == f64_gap_up(s) * 0.5 {
+                    grow
+                } else {
+                    s
+                }
+            }
+            // The exact sum's magnitude truncated to a float64, and its remainder
+            // as a share of the gap to the next: up when the rbits random bits
+            // are below the remainder's top rbits bits (every gap is a power of
+            // two, so the shares scale exactly).
+            Mode::Stochastic => {
+                let scale = 2f64.powi(self.rbits as i32);
+                if same_sign {
+                    // |x| = |s| + |e|: s truncated, remainder |e|.
+                    let top = (e.abs() / f64_gap_up(s) * scale).floor() as u128;
+                    if (rand as u128) < top {
+                        grow
+                    } else {
+                        s
+                    }
+                } else {
+                    // |x| = |s| - |e|: the float below s truncated, remainder gap - |e|.
+                    let top = (1u128 << self.rbits) - (e.abs() / (s - shrink).abs() * scale).ceil() as u128;
+                    if (rand as u128) < top {
+                        s
+                    } else {
+                        shrink
+                    }
+                }
+            }
+            Mode::NearestEven => s,
         }
+    }
+}
+
+/// The gap from finite nonzero `s` to the next float64 away from zero (past
+/// the largest: to 2^1024, the overflow).
+#[inline(always)]
+fn f64_gap_up(s: f64) -> f64 {
+    let up = f64::from_bits(s.to_bits() + 1);
+    if up.is_infinite() {
+        2f64.powi(971)
+    } else {
+        (up - s).abs()
     }
 }
 
@@ -2533,13 +2586,7 @@ enum Dyn {
 impl Dyn {
     fn new(fmt: Format, opts: RoundOpts) -> Result<Dyn> {
         if fmt == Format::Float(named::FLOAT64) {
-            return match opts.mode {
-                Mode::NearestEven | Mode::TowardZero | Mode::Up | Mode::Down | Mode::Odd => Ok(Dyn::F64(F64Acc { mode: opts.mode })),
-                m => Err(Error::value(format!(
-                    "rounding: {:?} is not available with a float64 accumulator; accepted there: \"nearest_even\", \"toward_zero\", \"up\", \"down\", \"odd\"",
-                    m.name()
-                ))),
-            };
+            return Ok(Dyn::F64(F64Acc::new(&opts)));
         }
         if let Format::Float(f) = fmt {
             if f.man_bits > 50 && !fast_ok(&fmt) {
@@ -3115,7 +3162,7 @@ fn run_as(a: &Operand, b: &Operand, c: EmuOut, spec: &AccumSpec, tr: bool) -> Re
     // Validate the inner format (and get the errors right) before dispatching.
     Dyn::new(fmt, opts)?;
     if fmt == Format::Float(named::FLOAT64) {
-        return drive(&F64Acc { mode: opts.mode }, a, b, c, spec, outer.as_ref(), tr);
+        return drive(&F64Acc::new(&opts), a, b, c, spec, outer.as_ref(), tr);
     }
     if !fast_ok(&fmt) {
         return drive(&Generic { fmt, opts }, a, b, c, spec, outer.as_ref(), tr);
