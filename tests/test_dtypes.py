@@ -444,6 +444,39 @@ def test_ml_dtypes_bit_exact_both_ways(name):
     assert np.array_equal(lowp.decode(codes, name, np.float64)[keep], m[keep].astype(np.float64))
 
 
+ML_NAMES = [n for n in FLOATS if hasattr(ml_dtypes, n)]
+
+
+@pytest.mark.parametrize("ml_name", ML_NAMES)
+@pytest.mark.parametrize("name", ALL)
+def test_casts_with_ml_dtypes_of_other_names(ml_name, name):
+    """Between an ml_dtypes type and a lowp type of another name: every code converts as
+    lowp.encode rounds its exact value (once, to nearest even), both ways; safe exactly
+    where every value converts exactly; assignment of ml_dtypes scalars works too."""
+    if name == ml_name:
+        pytest.skip("same encodings: bit copies (test_ml_dtypes_bit_exact_both_ways)")
+    ml = np.dtype(getattr(ml_dtypes, ml_name))
+    src = all_codes(ml_name).view(ml)
+    got = src.astype(dt(name))
+    v = values(ml_name)
+    want = lowp.encode(v, name)
+    keep = ~np.isnan(v)
+    assert same_bits(got[keep], want[keep]) and np.all(np.isnan(got[~keep].astype(np.float64)))
+    lows = all_codes(name).view(dt(name))
+    back = lows.astype(ml)
+    w = values(name)
+    want = lowp.encode(w, ml_name)
+    keep = ~np.isnan(w)
+    assert same_bits(back[keep], want[keep]) and np.all(np.isnan(back[~keep].astype(np.float64)))
+    exact_to = bool(np.all(np.isnan(v) | (got.astype(np.float64) == v)))
+    exact_from = bool(np.all(np.isnan(w) | (back.astype(np.float64) == w)))
+    assert np.can_cast(ml, dt(name)) == exact_to
+    assert np.can_cast(dt(name), ml) == exact_from
+    z = np.zeros(2, dt(name))
+    z[0] = getattr(ml_dtypes, ml_name)(3.0)
+    assert float(z[0]) == 3.0
+
+
 @pytest.mark.parametrize("order", ["lowp_first", "ml_dtypes_first"])
 def test_import_order(order):
     first, second = ("lowp", "ml_dtypes") if order == "lowp_first" else ("ml_dtypes", "lowp")
@@ -502,6 +535,27 @@ def test_safe_casts_among_lowp_dtypes_are_the_exact_ones():
         assert (x == y).tolist() == [False, False]
     assert (np.ones((1, 3), dt("float8_e4m3fn")) @ np.full((3, 1), 512.0, dt("float8_e5m2"))).tolist() == [[1536.0]]
     assert not (np.array([1.0], dt("bfloat16")) == np.array([1 + 2**-10], dt("posit16")))[0]
+    # Every cast among them is "same_kind" (all are real numbers), so in-place operations
+    # and ``out=`` across them round the result into the target as numpy's floats do.
+    for src in ALL:
+        for d in ALL:
+            assert np.can_cast(dt(src), dt(d), "same_kind"), (src, d)
+    x = np.array([1.0, 3.0], dt("float8_e5m2"))
+    x += np.array([0.25, 40.0], dt("bfloat16"))
+    assert x.dtype == dt("float8_e5m2") and x.tolist() == [1.25, 40.0]
+    y = np.array([1.0, 2.0], dt("posit16"))
+    z = np.zeros(2, dt("float8_e4m3fn"))
+    np.multiply(y, y, out=z)
+    assert z.tolist() == [1.0, 4.0]
+    # Into numpy's floats "same_kind" too, into integers and bool not (as float32's).
+    for src in ALL:
+        for t in (np.float16, np.float32, np.float64, np.longdouble, np.complex64, np.complex128):
+            assert np.can_cast(dt(src), t, "same_kind"), (src, t)
+        for t in (np.int8, np.int64, np.uint16, np.bool_):
+            assert not np.can_cast(dt(src), t, "same_kind"), (src, t)
+    h = np.zeros(2, np.float16)
+    np.add(y, y, out=h)
+    assert h.tolist() == [2.0, 4.0]
 
 
 @pytest.mark.parametrize("name", ALL)

@@ -6,7 +6,9 @@
 Living beside ml_dtypes: lowp never writes into ``numpy.sctypeDict``, so
 ml_dtypes' names stay its own. When ml_dtypes is imported (before or after
 lowp), casts between each ml_dtypes dtype and the lowp dtype of the same name
-are registered as bit copies, so ``astype`` between them is exact both ways.
+are registered as bit copies, so ``astype`` between them is exact both ways, and
+casts between it and lowp's other dtypes round once to nearest even (safe where
+every value converts exactly, as among lowp's own dtypes).
 
 What numpy does not allow for user dtypes (as for ml_dtypes' too):
 
@@ -49,11 +51,16 @@ for _name in DTYPE_NAMES:
 
 
 def _link_ml_dtypes(ml: Any) -> None:
-    """Register bit-copy casts between ml_dtypes' dtypes and lowp's of the same name."""
+    """Register bit-copy casts between ml_dtypes' dtypes and lowp's of the same name, and
+    rounding casts (once, to nearest even) between them and lowp's other dtypes."""
     for name in DTYPE_NAMES:
         t = getattr(ml, name, None)
         if t is not None:
             _lowp._register_equivalent(name, np.dtype(t))
+    for name in DTYPE_NAMES:
+        t = getattr(ml, name, None)
+        if t is not None:
+            _lowp._register_cross(name, np.dtype(t))
 
 
 class _MlDtypesHook:

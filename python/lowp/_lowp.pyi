@@ -7,6 +7,7 @@ __all__ = [
     "_dtype_numbers",
     "Buffer",
     "_register_equivalent",
+    "_register_cross",
     "bfloat16",
     "buffer_cache_info",
     "bsr_matmul",
@@ -113,6 +114,7 @@ def nm_matmul(data: Any, table: Any, bf16: bool, indices: Any, n: int, m: int, s
 # dtype registration internals
 def _dtype_numbers() -> Any: ...
 def _register_equivalent(name: str, other: Any) -> None: ...
+def _register_cross(name: str, other: Any) -> None: ...
 
 @final
 class Buffer:

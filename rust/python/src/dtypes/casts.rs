@@ -790,52 +790,119 @@ pub fn register_all(py: Python<'_>) -> PyResult<()> {
     register_type::<6>(py, x87)?;
     register_type::<7>(py, x87)?;
     register_type::<8>(py, x87)?;
-    // numpy takes two user dtypes of one size and one kind for equivalent types,
-    // castable safely both ways (and picks one for both operands of a ufunc):
-    // float8_e4m3fn and float8_e5m2, bfloat16 and posit16. The casts among the
-    // lowp types are registered with a kind of each type's own, so that their
-    // safety is what `all_exact` finds; then every type takes its kind back.
-    set_kinds(py, |t| b'a' + t as u8);
-    let done = (|| {
-        register_lowp::<0>(py)?;
-        register_lowp::<1>(py)?;
-        register_lowp::<2>(py)?;
-        register_lowp::<3>(py)?;
-        register_lowp::<4>(py)?;
-        register_lowp::<5>(py)?;
-        register_lowp::<6>(py)?;
-        register_lowp::<7>(py)?;
-        register_lowp::<8>(py)?;
-        // numpy settles a cast's safety when the cast is first looked up: here,
-        // while the kinds differ.
-        for t in 0..N {
-            for u in 0..N {
-                let (from, to) = (descr(py, t), descr(py, u));
-                // SAFETY: live descriptors of registered types (new references, released).
-                unsafe {
-                    PY_ARRAY_API.PyArray_CanCastTypeTo(py, from, to, numpy::npyffi::NPY_CASTING::NPY_SAFE_CASTING);
-                    pyo3::ffi::Py_DECREF(from as *mut pyo3::ffi::PyObject);
-                    pyo3::ffi::Py_DECREF(to as *mut pyo3::ffi::PyObject);
-                }
+    register_lowp::<0>(py)?;
+    register_lowp::<1>(py)?;
+    register_lowp::<2>(py)?;
+    register_lowp::<3>(py)?;
+    register_lowp::<4>(py)?;
+    register_lowp::<5>(py)?;
+    register_lowp::<6>(py)?;
+    register_lowp::<7>(py)?;
+    register_lowp::<8>(py)?;
+    for t in 0..N {
+        for u in (0..N).filter(|&u| u != t) {
+            let (from, to) = (descr(py, t), descr(py, u));
+            settle(py, from, Some(b'S'), to, Some(b'a'));
+            // SAFETY: new references, released.
+            unsafe {
+                pyo3::ffi::Py_DECREF(from as *mut pyo3::ffi::PyObject);
+                pyo3::ffi::Py_DECREF(to as *mut pyo3::ffi::PyObject);
             }
         }
-        Ok(())
-    })();
-    set_kinds(py, |_| b'V');
-    done
+        // Into numpy's floating and complex types: "same_kind" too (float16 out=).
+        let me = descr(py, t);
+        for num in [NPY_TYPES::NPY_HALF, NPY_TYPES::NPY_FLOAT, NPY_TYPES::NPY_DOUBLE, NPY_TYPES::NPY_LONGDOUBLE, NPY_TYPES::NPY_CFLOAT, NPY_TYPES::NPY_CDOUBLE, NPY_TYPES::NPY_CLONGDOUBLE] {
+            let to = builtin(py, num);
+            settle(py, me, Some(b'b'), to, None);
+            // SAFETY: a new reference, released.
+            unsafe { pyo3::ffi::Py_DECREF(to as *mut pyo3::ffi::PyObject) };
+        }
+        // SAFETY: a new reference, released.
+        unsafe { pyo3::ffi::Py_DECREF(me as *mut pyo3::ffi::PyObject) };
+    }
+    Ok(())
 }
 
-/// Set the `kind` of every lowp dtype to `kind(t)`.
-fn set_kinds(py: Python<'_>, kind: impl Fn(usize) -> u8) {
-    for t in 0..N {
-        let d = descr(py, t);
-        // SAFETY: d is the live descriptor of a registered type (a new reference,
-        // released here); its kind is a plain char field.
-        unsafe {
-            (*d).fields.kind = kind(t) as std::ffi::c_char;
-            pyo3::ffi::Py_DECREF(d as *mut pyo3::ffi::PyObject);
+/// Have numpy settle the safety of the registered cast `from` -> `to` now (it
+/// does so when a cast is first looked up, from the registered safe casts and
+/// the dtypes' kinds), with lowp descriptors' kinds set to `from_kind` and
+/// `to_kind` meanwhile (None: a descriptor left as it is), then restored.
+///
+/// numpy takes two user dtypes of one size and one kind for equivalent types,
+/// castable safely both ways (float8_e4m3fn and float8_e5m2, bfloat16 and
+/// posit16), and a cast from one kind to a kind of higher or equal rank for
+/// "same_kind". So the kinds differ while the cast is settled, and rank in
+/// that order: safe is then what `all_exact` found, and every cast among the
+/// lowp types (and between them and ml_dtypes') is at least "same_kind", as
+/// between numpy's floats (`x += y` across them rounds into x's type).
+fn settle(py: Python<'_>, from: *mut PyArray_Descr, from_kind: Option<u8>, to: *mut PyArray_Descr, to_kind: Option<u8>) {
+    // SAFETY: live descriptors; their kinds are plain char fields, and lowp's
+    // own (the ones given a kind) are only read by numpy under the GIL held here.
+    unsafe {
+        let (k0, k1) = ((*from).fields.kind, (*to).fields.kind);
+        if let Some(k) = from_kind {
+            (*from).fields.kind = k as std::ffi::c_char;
         }
+        if let Some(k) = to_kind {
+            (*to).fields.kind = k as std::ffi::c_char;
+        }
+        PY_ARRAY_API.PyArray_CanCastTypeTo(py, from, to, numpy::npyffi::NPY_CASTING::NPY_SAFE_CASTING);
+        (*from).fields.kind = k0;
+        (*to).fields.kind = k1;
     }
+}
+
+/// The cast function of lowp type `t` into lowp type `u` ([`cast_lowp`]).
+fn lowp_cast_fn(t: usize, u: usize) -> numpy::npyffi::PyArray_VectorUnaryFunc {
+    type F = unsafe extern "C" fn(*mut c_void, *mut c_void, npy_intp, *mut c_void, *mut c_void);
+    macro_rules! row {
+        ($t:literal) => {
+            [
+                cast_lowp::<$t, 0> as F,
+                cast_lowp::<$t, 1> as F,
+                cast_lowp::<$t, 2> as F,
+                cast_lowp::<$t, 3> as F,
+                cast_lowp::<$t, 4> as F,
+                cast_lowp::<$t, 5> as F,
+                cast_lowp::<$t, 6> as F,
+                cast_lowp::<$t, 7> as F,
+                cast_lowp::<$t, 8> as F,
+            ]
+        };
+    }
+    const _: () = assert!(N == 9);
+    let table: [[F; N]; N] = [row!(0), row!(1), row!(2), row!(3), row!(4), row!(5), row!(6), row!(7), row!(8)];
+    Some(table[t][u])
+}
+
+/// Casts both ways between every lowp type other than `u` and `other`, a dtype
+/// with the encodings of lowp type `u` (ml_dtypes' type of the same name):
+/// through the exact value, rounded once; safe where exact, as among the lowp
+/// types (their kinds differ from `other`'s while numpy settles the safety).
+pub fn register_cross(py: Python<'_>, u: usize, other: *mut PyArray_Descr, other_num: c_int) -> PyResult<()> {
+    // SAFETY: a live descriptor.
+    let other_kind = unsafe { (*other).fields.kind } as u8;
+    for t in (0..N).filter(|&t| t != u) {
+        let me = descr(py, t);
+        let done: PyResult<()> = (|| {
+            cast_func(py, me, other_num, lowp_cast_fn(t, u))?;
+            cast_func(py, other, type_num(t), lowp_cast_fn(u, t))?;
+            if all_exact(&TYPES[t].fmt, &TYPES[u].fmt) {
+                can_cast(py, me, other_num)?;
+            }
+            if all_exact(&TYPES[u].fmt, &TYPES[t].fmt) {
+                can_cast(py, other, type_num(t))?;
+            }
+            // Kinds of the lowest and the highest rank, other than `other`'s.
+            settle(py, me, Some(if other_kind == b'b' { b'u' } else { b'b' }), other, None);
+            settle(py, other, None, me, Some(if other_kind == b'O' { b'V' } else { b'O' }));
+            Ok(())
+        })();
+        // SAFETY: a new reference, released.
+        unsafe { pyo3::ffi::Py_DECREF(me as *mut pyo3::ffi::PyObject) };
+        done?;
+    }
+    Ok(())
 }
 
 /// Bit-copy casts both ways between lowp type `t` and a dtype with the same encodings.

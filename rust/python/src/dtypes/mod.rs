@@ -380,6 +380,23 @@ fn _register_equivalent(py: Python<'_>, name: &str, other: Bound<'_, PyAny>) -> 
     Ok(true)
 }
 
+/// Register casts between every other lowp type and `other`, a dtype holding
+/// the encodings of the lowp type `name` (ml_dtypes' type of that name).
+#[pyfunction]
+fn _register_cross(py: Python<'_>, name: &str, other: Bound<'_, PyAny>) -> PyResult<()> {
+    let Some(u) = TYPES.iter().position(|ti| ti.name == name) else {
+        return Err(pyo3::exceptions::PyValueError::new_err(format!("name: unknown lowp dtype {name:?}")));
+    };
+    let other = other.cast_into::<numpy::PyArrayDescr>().map_err(|_| pyo3::exceptions::PyTypeError::new_err("other: expected a numpy dtype"))?;
+    if other.itemsize() != TYPES[u].size {
+        return Err(pyo3::exceptions::PyValueError::new_err(format!("other: itemsize {} differs from {name}'s", other.itemsize())));
+    }
+    if other.num() == type_num(u) {
+        return Ok(());
+    }
+    casts::register_cross(py, u, other.as_ptr() as *mut PyArray_Descr, other.num())
+}
+
 /// Type numbers of the registered dtypes, by name.
 #[pyfunction]
 fn _dtype_numbers(py: Python<'_>) -> PyResult<Bound<'_, PyTuple>> {
@@ -401,6 +418,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     ufuncs::register_all(py)?;
     matmul::register_all(py)?;
     m.add_function(wrap_pyfunction!(_register_equivalent, m)?)?;
+    m.add_function(wrap_pyfunction!(_register_cross, m)?)?;
     m.add_function(wrap_pyfunction!(_dtype_numbers, m)?)?;
     Ok(())
 }
