@@ -176,3 +176,53 @@ def test_quantize_bad_values():
     assert lowp.quantize(np.array([1e38, -2e38]), symmetric=True).dequantize()[1] == pytest.approx(-2e38, rel=1e-2)
     with pytest.raises(TypeError, match="x"):
         lowp.quantize(np.array(["a", "b"]))
+
+
+TINIEST = float(np.finfo(np.float32).smallest_subnormal)  # 2**-149
+
+
+@pytest.mark.parametrize("symmetric", [True, False])
+@pytest.mark.parametrize("axis", [None, 1])
+def test_quantize_tiny_values(symmetric, axis):
+    """Ranges whose exact scale is below float32's normal range get the smallest float32
+    scale at or above it: the calibrated range fits, values are within half a step, and
+    float32 subnormals that are multiples of the scale come back exactly."""
+    steps = np.array([[7, -7, 157, -3, 100, 1], [0, 1, -1, 127, -127, 64], [3, 2, 1, 0, -1, -2]], np.float64)
+    cases = [np.array([[1e-44, -1e-44]], np.float32), (steps * TINIEST).astype(np.float32).T,
+             np.array([[1e-40, 3e-41, -2e-39], [5e-45, 0, 1e-38]], np.float32)]
+    for x in cases:
+        q = lowp.quantize(x, symmetric=symmetric, axis=axis)
+        scale = np.asarray(q.scale, np.float64)
+        zp = np.asarray(q.zero_point, np.float64)
+        if axis is not None:
+            scale, zp = scale[None, :], zp[None, :]
+        x64 = x.astype(np.float64)
+        hi = np.abs(x64).max(axis=None if axis is None else 0)
+        lo, top = x64.min(axis=None if axis is None else 0), x64.max(axis=None if axis is None else 0)
+        exact = hi / 127 if symmetric else (np.maximum(top, 0) - np.minimum(lo, 0)) / 255
+        s = np.ravel(scale)
+        exact = np.broadcast_to(np.atleast_1d(exact), s.shape)
+        assert np.all(s > 0) and np.all((s >= exact) | (exact == 0))
+        assert np.all(q.values >= (-127 if symmetric else -128)) and np.all(q.values <= 127)
+        # Within half a step of x (nothing clipped), by the float64 reference.
+        err = np.abs((q.values.astype(np.float64) - zp) * scale - x64)
+        assert np.all(err <= scale / 2), (err / scale).max()
+        # Every scale that is a float32 subnormal is the smallest float32 not below the exact one.
+        sub = s < np.finfo(np.float32).tiny
+        assert np.all(np.nextafter(s[sub].astype(np.float32), np.float32(0)) < exact[sub])
+    q = lowp.quantize(cases[0], symmetric=symmetric)
+    np.testing.assert_array_equal(q.dequantize(), cases[0])  # 1e-44 is 7 * 2**-149: exact
+    assert q.scale == np.float32(TINIEST)
+
+
+@pytest.mark.parametrize("symmetric", [True, False])
+def test_quantize_values_below_any_float32_scale(symmetric):
+    """float64 values below one step of the smallest float32 scale cannot be quantized
+    with a float32 scale: refused, as scales past float32's largest value are."""
+    for x, axis in ((np.array([1e-50, -3e-50]), None), (np.array([[1e-50, 1.0], [0.0, -2.0]]), 1),
+                    (np.array([TINIEST * 0.4, 0.0]), None)):
+        with pytest.raises(ValueError, match="^x: .*smallest float32 scale"):
+            lowp.quantize(x, symmetric=symmetric, axis=axis)
+    for x in (np.array([TINIEST, 0.0]), np.zeros(3)):  # one step, and no range at all
+        q = lowp.quantize(x, symmetric=symmetric)
+        np.testing.assert_array_equal(q.dequantize(), x.astype(np.float32))

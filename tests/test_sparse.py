@@ -476,6 +476,173 @@ def test_kernels_check_indices_themselves():
                         np.ones((3, 1), np.float32), np.empty((1, 1), np.float32), False)
 
 
+# ---------------------------------------------------------------- in-place edits
+
+@pytest.mark.parametrize("scale", [1.0, 0.5], ids=["scale1", "scale0.5"])
+@pytest.mark.parametrize("vt", [lowp.posit32, np.float32, lowp.posit16, ml_dtypes.bfloat16, np.int8],
+                         ids=["posit32", "f32", "posit16", "bf16", "i8"])
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_products_follow_in_place_edits_of_data(fmt, vt, scale):
+    """``M.data`` is a writable view of the stored values (``M.data *= 2`` as in scipy):
+    every later product uses the values stored at that time, in both directions."""
+    rng = np.random.default_rng(21)
+    x = sparse.prune_nm(_random(rng, (12, 16), 0.6, ints=True), 2, 4)
+    M = _build(fmt, x, dtype=vt, blocksize=(4, 4))
+    if scale != 1.0:
+        M = M.astype(vt, scale=scale)  # stored x / scale, the matrix is still x
+    T = M.T  # shares the stored values with M for csr, csc and coo
+    b = rng.integers(-4, 5, 16).astype(np.float32)
+    bt = rng.integers(-4, 5, 12).astype(np.float32)
+    factor = 1
+    # Small integers: every product and sum is exact, so the float64 results are the answer.
+    for k in (3, -2, 1, 0):
+        want = factor * x.astype(np.float64)
+        np.testing.assert_array_equal(M @ b, want @ b)
+        np.testing.assert_array_equal(bt @ M, bt @ want)
+        np.testing.assert_array_equal(M @ np.stack([b, 2 * b], 1), want @ np.stack([b, 2 * b], 1))
+        if fmt in ("csr", "csc", "coo"):
+            np.testing.assert_array_equal(T @ bt, bt @ want)
+        stored = M.data.astype(np.float32)
+        M.data[...] = (stored * k).astype(M.dtype)
+        factor *= k
+    # Edits through the transpose (shared storage) reach the matrix too.
+    if fmt in ("csr", "csc", "coo"):
+        T.data[...] = (np.float32(1) + np.zeros(T.nnz, np.float32)).astype(T.dtype)
+        ones = (x != 0).astype(np.float64) * scale
+        np.testing.assert_array_equal(M @ b, ones @ b)
+
+
+# ---------------------------------------------------------------- shape argument, empty matrices
+
+CLASSES = [sparse.CSR, sparse.CSC, sparse.COO, sparse.BSR, sparse.NM]
+
+
+@pytest.mark.parametrize("cls", CLASSES, ids=lambda c: c.__name__)
+def test_shape_argument_must_match_the_input(cls):
+    x = np.zeros((4, 8), np.float32)
+    x[0, 1], x[3, 6] = 2.0, -1.5
+    s = sp.csr_array(x)
+    for src in (x, sparse.CSR.from_dense(x), sparse.COO.from_dense(x), s, s.tocoo()):
+        M = cls(src, shape=(4, 8))
+        assert M.shape == (4, 8)
+        np.testing.assert_array_equal(M.to_dense(), x)
+        for bad in ((8, 8), (4, 4), (8, 4)):
+            with pytest.raises(ValueError, match="^shape: "):
+                cls(src, shape=bad)
+        with pytest.raises(ValueError, match="^shape: "):
+            cls(src, shape=(4, -8))
+
+
+@pytest.mark.parametrize("shape", [(3, 4), (0, 5), (4, 0), (0, 0), (8, 8)], ids=str)
+@pytest.mark.parametrize("cls", CLASSES, ids=lambda c: c.__name__)
+def test_empty_matrix_from_shape(cls, shape):
+    """``cls((m, n))`` is an all-zero m x n matrix, as in scipy."""
+    ref = sp.csr_array(shape).toarray()  # scipy's empty matrix of that shape
+    for M in (cls(shape), cls((np.int64(shape[0]), np.int32(shape[1]))), cls(shape, shape=shape)):
+        assert M.shape == shape and M.dtype == np.float32
+        assert M.nnz == 0 if cls is not sparse.NM else not np.any(M.data)  # N:M stores every slot
+        np.testing.assert_array_equal(M.to_dense(), ref)
+        np.testing.assert_array_equal(M @ np.ones(shape[1], np.float32), ref @ np.ones(shape[1]))
+        np.testing.assert_array_equal(np.ones((2, shape[0]), np.float32) @ M, np.ones((2, shape[0])) @ ref)
+        np.testing.assert_array_equal(M.to_scipy().toarray(), ref)
+    B = cls(shape, dtype=ml_dtypes.bfloat16)
+    assert lowp.format(B.dtype) == lowp.format("bfloat16") and B.shape == shape
+    np.testing.assert_array_equal(B.to_dense().astype(np.float64), ref)
+    with pytest.raises(ValueError, match="^shape: "):
+        cls(shape, shape=(shape[0] + 1, shape[1]))
+
+
+@pytest.mark.parametrize("bad", [(3, -1), (-2, 4), (3.0, 4), (3, 4.5), (True, 2), ("a", 2)], ids=str)
+@pytest.mark.parametrize("cls", CLASSES, ids=lambda c: c.__name__)
+def test_empty_matrix_bad_shapes(cls, bad):
+    with pytest.raises(ValueError, match="^arg: .*non-negative ints"):
+        cls(bad)
+
+
+# ---------------------------------------------------------------- scale in conversions
+
+@pytest.mark.parametrize("scale", [0.5, 0.37, 3.0])
+@pytest.mark.parametrize("vt", [np.int8, np.float32, np.float16, ml_dtypes.bfloat16, lowp.posit32],
+                         ids=["i8", "f32", "f16", "bf16", "posit32"])
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_to_scipy_is_the_same_matrix(fmt, vt, scale):
+    """With a scale, to_scipy holds ``stored * scale``: its products are the lowp products."""
+    rng = np.random.default_rng(31)
+    x = sparse.prune_nm(_random(rng, (8, 12), 0.6), 2, 4) * 4
+    M = _build(fmt, x, blocksize=(4, 4)).astype(vt, scale=scale)
+    S = M.to_scipy()
+    assert S.dtype == np.float64 and S.shape == M.shape
+    np.testing.assert_array_equal(S.toarray(), _decoded(M))
+    b = rng.standard_normal(12)
+    Sa = abs(S)
+    _check_product(M @ b.astype(np.float32), S @ b.astype(np.float32).astype(np.float64),
+                   Sa @ np.abs(b.astype(np.float32)).astype(np.float64), 12)
+    bt = rng.standard_normal((3, 8)).astype(np.float32)
+    _check_product(bt @ M, bt.astype(np.float64) @ S, np.abs(bt).astype(np.float64) @ Sa, 8)
+    # Without a scale the values keep their dtype, or become the same numbers in float32
+    # (float64 for posit32, which float32 cannot hold).
+    U = _build(fmt, x, vt, blocksize=(4, 4)).to_scipy()
+    assert U.dtype == {np.int8: np.int8, lowp.posit32: np.float64}.get(vt, np.float32)
+
+
+# ---------------------------------------------------------------- edited index arrays
+
+def test_conversions_check_edited_index_arrays():
+    """Index arrays are writable: conversions validate them as the products do."""
+    C = sparse.COO((np.array([1.0, 2.0], np.float32), (np.array([0, 0]), np.array([0, 2]))), shape=(2, 3))
+    for arr, bad, name in ((C.col, -1, "col"), (C.col, 3, "col"), (C.row, 2, "row"), (C.row, -5, "row")):
+        old = int(arr[0])
+        arr[0] = bad
+        for conv in (C.to_dense, C.toarray, C.to_scipy, C.tocsr, C.tocsc, lambda: C.tobsr((1, 1)), C.tonm):
+            with pytest.raises(ValueError, match=f"^{name}: "):
+                conv()
+        arr[0] = old
+    np.testing.assert_array_equal(C.to_dense(), [[1, 0, 2], [0, 0, 0]])
+    x = np.array([[1, 0, 2, 0], [0, 3, 0, 4]], np.float32)
+    for cls in (sparse.CSR, sparse.CSC):
+        for attr, i, bad in (("indices", 0, -1), ("indices", 1, 9), ("indptr", 1, 7), ("indptr", 1, -1)):
+            M = cls.from_dense(x)
+            getattr(M, attr)[i] = bad
+            for conv in (M.to_dense, M.to_scipy, M.tocoo, M.tobsr, lambda: M.T.to_dense()):
+                with pytest.raises(ValueError, match=f"^{attr}: "):
+                    conv()
+    Bm = sparse.BSR.from_dense(np.ones((8, 16), np.float32), blocksize=(4, 4))
+    Bm.indices[1] = 9
+    for conv in (Bm.to_dense, Bm.to_scipy, Bm.tocsr, lambda: Bm.T):
+        with pytest.raises(ValueError, match="^indices: "):
+            conv()
+
+
+@pytest.mark.parametrize("cls", CLASSES, ids=lambda c: c.__name__)
+def test_from_scipy_checks_edited_index_arrays(cls):
+    x = np.array([[1.0, 0, 2, 0], [0, 3, 0, 0]])
+    for fmt, attr, bad, name in (("coo", "row", 99, "m.row"), ("coo", "col", -1, "m.col"),
+                                 ("coo", "col", 4, "m.col"), ("csr", "indices", 4, "m.indices"),
+                                 ("csr", "indptr", 9, "m.indptr"), ("csc", "indices", -1, "m.indices"),
+                                 ("bsr", "indices", 3, "m.indices")):
+        s = sp.coo_array(x).asformat(fmt) if fmt != "bsr" else sp.bsr_array(x, blocksize=(1, 2))
+        getattr(s, attr)[0] = bad
+        with pytest.raises(ValueError, match=f"^{name}: "):
+            cls.from_scipy(s)
+        with pytest.raises(ValueError, match=f"^{name}: "):
+            cls(s)
+
+
+# ---------------------------------------------------------------- N:M without rows
+
+@pytest.mark.parametrize("rows,cols", [(0, 0), (0, 3), (0, 8), (0, 9), (2, 0), (3, 9)])
+@pytest.mark.parametrize("nm", [(2, 4), (1, 3)], ids=str)
+def test_nm_data_and_positions_shapes(rows, cols, nm):
+    n, m = nm
+    x = np.zeros((rows, cols), np.float32)
+    E = sparse.NM.from_dense(x, n=n, m=m)
+    want = (rows, -(-cols // m) * n)
+    assert E.data.shape == want and E.positions.shape == want
+    assert E.data.dtype == np.float32 and E.positions.dtype.kind in "iu"
+    back = sparse.NM((E.data, E.positions), shape=(rows, cols), n=n, m=m)
+    np.testing.assert_array_equal(back.to_dense(), x)
+
+
 # ---------------------------------------------------------------- pruning
 
 @settings(max_examples=50, deadline=None)

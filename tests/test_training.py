@@ -143,6 +143,92 @@ def test_loss_scaler_bad_types():
         LossScaler().unscale([np.array([1, 2])])
 
 
+LOWP_FLOAT_DTYPES = [lowp.bfloat16, lowp.float8_e5m2, lowp.float8_e4m3fn, lowp.float8_e4m3, lowp.float8_e4m3fnuz,
+                     lowp.float8_e5m2fnuz, lowp.posit8, lowp.posit16, lowp.posit32, ml_dtypes.bfloat16,
+                     ml_dtypes.float8_e5m2, ml_dtypes.float8_e4m3fn, np.float16]
+LOWP_FLOAT_IDS = ["bf16", "e5m2", "e4m3fn", "e4m3", "e4m3fnuz", "e5m2fnuz", "posit8", "posit16", "posit32",
+                  "ml-bf16", "ml-e5m2", "ml-e4m3fn", "f16"]
+
+
+@pytest.mark.parametrize("dt", LOWP_FLOAT_DTYPES, ids=LOWP_FLOAT_IDS)
+def test_unscale_accepts_lowp_and_ml_dtypes(dt):
+    """Gradients of any low-precision float or posit dtype (lowp's or ml_dtypes') are
+    unscaled in place: the exact quotient rounded once into their dtype."""
+    f = lowp.format(dt)
+    vals = np.array([8.0, -3.0, 0.5, 0.0, 1.5, -20.0])
+    for scale in (4.0, 3.0, 0.5):
+        g = lowp.cast(vals, dt) if np.dtype(dt).kind == "V" else vals.astype(dt)
+        g = g.view(dt) if g.dtype != np.dtype(dt) else g
+        exact = lowp.decode(g.view(f.storage_dtype), f, np.float64) / scale  # float64: exact for these
+        s = LossScaler(init_scale=scale, min_scale=0.5)
+        assert s.unscale([g]) is True
+        assert g.dtype == np.dtype(dt)
+        got = lowp.decode(g.view(f.storage_dtype), f, np.float64)
+        np.testing.assert_array_equal(got, lowp.round(exact, f, saturate=True))
+    g = np.array([1.0, np.nan], np.float32).astype(dt)
+    assert LossScaler(init_scale=2.0).unscale([g]) is False
+
+
+@pytest.mark.parametrize("bad", [np.int8, np.int32, np.uint16, np.bool_, np.complex64, object, "U2", ml_dtypes.int4],
+                         ids=str)
+def test_unscale_and_step_reject_non_float_dtypes(bad):
+    g = np.zeros(3, dtype=bad)
+    with pytest.raises(TypeError, match=r"^grads\[1\]: .*float"):
+        LossScaler().unscale([np.ones(3, np.float32), g])
+    for make in (lambda p: SGD(p, lr=0.1), lambda p: Adam(p)):
+        with pytest.raises(TypeError, match=r"^grads\[1\]: .*float"):
+            make([np.ones(2, np.float32), np.ones(3, np.float32)]).step([np.ones(2, np.float32), g])
+
+
+def test_unscale_checks_every_gradient_before_changing_any():
+    g0 = np.array([4.0], np.float32)
+    with pytest.raises(TypeError, match=r"grads\[1\]"):
+        LossScaler(init_scale=2.0).unscale([g0, np.array([1])])
+    assert g0[0] == 4.0
+
+
+@pytest.mark.parametrize("dt", [lowp.bfloat16, lowp.posit16, lowp.float8_e4m3fn, ml_dtypes.bfloat16, np.float16],
+                         ids=["bf16", "posit16", "e4m3fn", "ml-bf16", "f16"])
+@pytest.mark.parametrize("make", [lambda p, **k: SGD(p, lr=0.1, momentum=0.9, **k), lambda p, **k: Adam(p, **k)],
+                         ids=["sgd", "adam"])
+def test_optimizers_take_low_precision_gradients(dt, make):
+    """A step from gradients of a low-precision dtype is the step from the same values in float32."""
+    rng = np.random.default_rng(4)
+    grads = [rng.standard_normal(s).astype(np.float32).astype(dt) for s in ((3, 4), (4,))]
+    grads32 = [g.astype(np.float32) for g in grads]
+    p1, p2 = _params(), _params()
+    o1, o2 = make(p1, seed=1), make(p2, seed=1)
+    for _ in range(3):
+        o1.step(grads)
+        o2.step(grads32)
+    for a, b in zip(p1, p2):
+        np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("dt,big", [(np.float16, 40000.0), (lowp.float8_e5m2, 40000.0), (ml_dtypes.float8_e5m2, 40000.0),
+                                    (lowp.float8_e4m3fn, 400.0), (lowp.bfloat16, 3e38), (np.float32, 3e38)],
+                         ids=["f16", "e5m2", "ml-e5m2", "e4m3fn", "bf16", "f32"])
+def test_unscale_reports_quotients_that_overflow(dt, big):
+    """A scale below 1 can push finite gradients past the format's range: reported as not
+    finite, like an inf in the input, and the step is skipped."""
+    f = lowp.format(dt)
+    g = np.array([big, 1.0], np.float32).astype(dt)
+    exact = lowp.decode(g.view(f.storage_dtype), f, np.float64) / 0.25
+    assert not np.all(np.abs(exact) <= f.max)  # the oracle: the quotient is past the largest value
+    s = LossScaler(init_scale=0.25, min_scale=0.125)
+    steps = []
+
+    class Opt:
+        def step(self, grads):
+            steps.append(grads)
+
+    assert s.step(Opt(), [g]) is False
+    assert steps == [] and s.skipped_steps == 1 and s.scale == 0.125
+    assert not np.isfinite(g[0]) and g[1] == 4.0
+    ok = np.array([big / 8, 1.0], np.float32).astype(dt)  # quotients in range: finite
+    assert LossScaler(init_scale=0.25, min_scale=0.125).unscale([ok]) is True
+
+
 # -- optimizers ---------------------------------------------------------------------------------
 
 def _params(seed=0, shapes=((3, 4), (4,))):

@@ -153,6 +153,85 @@ def test_infinities_and_wide_integers():
     assert lowp.ulp(np.int64(2**62 + 1), "bf16") == 2.0**55
 
 
+def _f64_neighbours(v: int) -> tuple[int, int]:
+    """The float64 values just below and just above the integer ``v`` (not a float64),
+    by integer arithmetic: float64 has 53 significant bits."""
+    a = abs(v)
+    step = 1 << max(a.bit_length() - 53, 0)
+    lo, hi = a // step * step, (a // step + 1) * step
+    return (lo, hi) if v > 0 else (-hi, -lo)
+
+
+WIDE_INTS = [2**53 + 1, 2**53 + 3, 2**54 - 1, 2**54 + 1, 2**60 + 1, 2**60 + 2**7 + 1, 2**62 + 2**9 - 1,
+             2**63 - 1, -(2**53 + 3), -(2**60 + 1), -(2**63 - 1)]
+
+
+@pytest.mark.parametrize("v", WIDE_INTS)
+def test_float64_integers_beyond_2_53(v):
+    """An integer float64 cannot hold steps to its float64 neighbour toward y, not to the
+    neighbour of its rounding; its ulp is the gap of the float64 values around it."""
+    lo, hi = _f64_neighbours(v)
+    assert lo < v < hi and float(lo) == lo and float(hi) == hi
+    for x in (v, np.int64(v), np.array([v, v])):
+        up = lowp.nextafter(x, np.inf, "float64")
+        down = lowp.nextafter(x, -np.inf, "float64")
+        assert np.all(up == hi) and np.all(down == lo), (int(np.ravel(up)[0]) - v, int(np.ravel(down)[0]) - v)
+    # Toward a target beyond x but closer than float64 can say (still exact comparisons).
+    assert lowp.nextafter(v, v + 1, "float64") == hi and lowp.nextafter(v, v - 1, "float64") == lo
+    assert lowp.nextafter(lo, v, "float64") == hi and lowp.nextafter(hi, v, "float64") == lo
+    assert lowp.ulp(v, "float64") == (hi - lo) == lowp.ulp(float(lo) if v > 0 else float(hi), "float64")
+
+
+def test_uint64_beyond_int64():
+    x = np.array([2**64 - 1, 2**63 + 1, 2**63 + 2**11 + 2**10], np.uint64)  # none a float64
+    want_up = [_f64_neighbours(int(v))[1] for v in x]
+    want_down = [_f64_neighbours(int(v))[0] for v in x]
+    got_up, got_down = lowp.nextafter(x, np.inf, "float64"), lowp.nextafter(x, -np.inf, "float64")
+    assert [int(v) for v in got_up] == want_up and [int(v) for v in got_down] == want_down
+    np.testing.assert_array_equal(lowp.ulp(x, "float64"), [float(h - lo) for lo, h in zip(want_down, want_up)])
+
+
+@pytest.mark.parametrize("fmt", ["bfloat16", "float16", "float8_e5m2", "posit16", "float32"])
+def test_narrow_formats_and_wide_integers(fmt):
+    """Every format gives, for an integer beyond 2**53, the format's values around it; and
+    integer targets are compared exactly (x and y in the same float64 gap)."""
+    f = lowp.format(fmt)
+    vals = sorted_values(f) if f.bits <= 16 else None
+    for v in (2**53 + 1, 2**54 - 1, 2**60 + 3, -(2**58 + 5)):
+        if vals is not None:
+            # (Python compares a float with an int exactly; numpy would round v to float64.)
+            above = vals[np.array([a > v for a in vals.tolist()])]
+            below = vals[np.array([a < v for a in vals.tolist()])]
+            want_up = above[0] if above.size else (np.inf if has_inf(f) else np.nan)
+            want_down = below[-1] if below.size else (-np.inf if has_inf(f) else np.nan)
+        else:  # float32: 24 significant bits, by integer arithmetic
+            step = 1 << (abs(v).bit_length() - 24)
+            want_up, want_down = float((v // step + 1) * step), float(v // step * step)
+        np.testing.assert_array_equal(lowp.nextafter(v, np.inf, f), want_up)
+        np.testing.assert_array_equal(lowp.nextafter(v, -np.inf, f), want_down)
+        np.testing.assert_array_equal(lowp.nextafter(v, v + 2, f), want_up)
+        np.testing.assert_array_equal(lowp.nextafter(v, v - 2, f), want_down)
+
+
+def test_longdouble_values_float64_cannot_hold():
+    ld = np.longdouble
+    if np.finfo(ld).nmant <= 52:
+        pytest.skip("longdouble is float64 here")
+    eps = 2.0**-52
+    x = ld(1) + ld(2) ** -60  # between 1 and 1 + eps
+    assert lowp.nextafter(x, 2, "float64") == 1 + eps and lowp.nextafter(x, 0, "float64") == 1.0
+    assert lowp.ulp(x, "float64") == eps and lowp.ulp(-x, "float64") == eps
+    y = ld(1) - ld(2) ** -60  # between 1 - eps/2 and 1
+    assert lowp.nextafter(y, 2, "float64") == 1.0 and lowp.nextafter(y, 0, "float64") == 1 - eps / 2
+    assert lowp.nextafter(x, y, "float64") == 1.0 and lowp.nextafter(y, x, "float64") == 1.0
+    if np.finfo(ld).maxexp > 1024:
+        big = ld(2) ** 1100
+        fmax = np.finfo(np.float64).max
+        with np.errstate(over="ignore"):
+            assert lowp.nextafter(big, 0, "float64") == fmax and lowp.nextafter(big, np.inf, "float64") == np.inf
+        assert lowp.ulp(big, "float64") == fmax - np.nextafter(fmax, 0)  # beyond the top: the gap below it
+
+
 def test_bad_input():
     with pytest.raises(ValueError, match="fmt"):
         lowp.ulp(1.0, "nosuchformat")

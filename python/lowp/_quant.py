@@ -11,6 +11,9 @@ from ._formats import IntFormat, format as _format
 
 __all__ = ["quantize", "QuantizedArray"]
 
+_F32_TINY = float(np.finfo(np.float32).tiny)  # smallest normal
+_F32_TINIEST = float(np.finfo(np.float32).smallest_subnormal)
+
 
 class QuantizedArray:
     """Integer values with the scale and zero point that map them back to reals:
@@ -84,6 +87,13 @@ def quantize(x: Any, fmt: Union[str, IntFormat] = "int8", *, axis: Optional[int]
     asymmetric uses the full range (int8: [-128, 127]) with a zero point that maps 0
     exactly. ``axis`` gives one scale per index along it; ``calibration`` is ``"max"``
     or ``("percentile", p)``.
+
+    Scales are float32: the exact scale (range / steps) rounded to nearest, or rounded up
+    where it is below float32's normal range, so the calibrated range always fits (tiny
+    values such as float32 subnormals then quantize at the resolution float32 allows,
+    exactly for float32 input). A range beyond what a float32 scale can cover (a scale
+    above float32's largest value, or values spanning less than its smallest positive
+    value, 2**-149) raises ValueError. An all-zero range gives scale 1.
     """
     f = _format(fmt)
     if not isinstance(f, IntFormat) or not f.signed:
@@ -117,9 +127,20 @@ def quantize(x: Any, fmt: Union[str, IntFormat] = "int8", *, axis: Optional[int]
     if (scale > float(np.finfo(np.float32).max)).any():
         raise ValueError(f"x: values up to {max(abs(float(np.min(lo))), float(np.max(hi))):g} need a scale beyond "
                          f"float32's range (scales are stored as float32)")
+    span = hi if symmetric else hi - lo
+    if ((span > 0) & (span < _F32_TINIEST)).any():
+        what = "values up to {:g} are" if symmetric else "a range of {:g} is"
+        raise ValueError(f"x: {what.format(float(np.min(span[span > 0])))} below one step of the smallest float32 "
+                         f"scale, {_F32_TINIEST:g} (scales are stored as float32): nothing but 0 could represent it")
     # Quantize with the float32 scale that is stored, so values and scale agree exactly
     # (values * scale with the stored scale is what the integers were rounded from).
-    scale = np.asarray(scale, np.float32).astype(np.float64)
+    s32 = np.asarray(scale, np.float32)
+    # Below float32's normal range the nearest float32 can be far below the exact scale
+    # (by up to half of it), which would clip the largest values; rounded up instead, the
+    # calibrated range still fits in [qmin, qmax].
+    up = (s32.astype(np.float64) < scale) & (scale < _F32_TINY)
+    s32 = np.where(up, np.nextafter(s32, np.float32(np.inf)), s32)
+    scale = s32.astype(np.float64)
     scale = np.where(np.isfinite(scale) & (scale > 0), scale, 1.0)
     if not symmetric:
         zp = np.clip(np.rint(qmin - lo / scale), qmin, qmax)

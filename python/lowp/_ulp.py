@@ -10,6 +10,8 @@ is the value itself.
 
 from __future__ import annotations
 
+import math
+from fractions import Fraction
 from typing import Any, Optional
 
 import numpy as np
@@ -24,8 +26,78 @@ def _as_f64(x: Any, arg: str, f: Optional[Format] = None) -> np.ndarray:
     # Low-precision dtypes are decoded exactly; float16/32 and integers widen exactly;
     # integers beyond 2**53 and longdouble values are rounded to odd for a format of at
     # most 50 significant bits, which brackets them between the same two values.
-    a = _as_float_array(x, arg, f)
+    # (Longdouble values beyond float64's range become inf here; _not_float64 has them.)
+    with np.errstate(over="ignore"):
+        a = _as_float_array(x, arg, f)
     return a.astype(np.float64).reshape(np.shape(x))
+
+
+_F64_EXACT_INT = 2**53  # integers of at most this magnitude are float64 values
+
+
+def _not_float64(x: Any) -> Optional[tuple[np.ndarray, list[Fraction]]]:
+    """Entries of ``x`` that float64 cannot hold (64-bit integers beyond 2**53, longdouble
+    values): (mask, their exact values, in flat order), or None when there are none."""
+    a = np.asarray(x)
+    dt = a.dtype
+    if dt.kind in "iu" and dt.itemsize >= 8:
+        cand = (a > _F64_EXACT_INT) | (a < -_F64_EXACT_INT)
+        exact = lambda v: Fraction(int(v))  # noqa: E731
+    elif dt.kind == "f" and dt.itemsize > 8:
+        with np.errstate(over="ignore"):
+            cand = a != a.astype(np.float64).astype(dt)
+        cand &= np.isfinite(a)
+        exact = lambda v: Fraction(*v.as_integer_ratio())  # noqa: E731
+    else:
+        return None
+    if not cand.any():
+        return None
+    idx = np.flatnonzero(cand)
+    flat = a.reshape(-1)
+    vals = [exact(flat[i]) for i in idx]
+    keep = [_f64_or_none(v) is None for v in vals]
+    mask = np.zeros(a.shape, bool)
+    mask.reshape(-1)[idx[np.array(keep, bool)]] = True
+    vals = [v for v, k in zip(vals, keep) if k]
+    return (mask, vals) if vals else None
+
+
+def _f64_or_none(v: Fraction) -> Optional[float]:
+    """``v`` as a float64 when it is one exactly."""
+    try:
+        f = float(v)
+    except OverflowError:
+        return None
+    return f if math.isfinite(f) and Fraction(f) == v else None
+
+
+def _float64_bracket(v: Fraction) -> tuple[float, float]:
+    """The float64 values just below and just above ``v`` (not a float64), infinities
+    beyond the finite range."""
+    try:
+        f = float(v)  # correctly rounded
+    except OverflowError:
+        f = math.inf if v > 0 else -math.inf
+    if math.isinf(f):
+        big = float(np.finfo(np.float64).max)
+        return (big, math.inf) if f > 0 else (-math.inf, -big)
+    if Fraction(f) > v:
+        return math.nextafter(f, -math.inf), f
+    return f, math.nextafter(f, math.inf)
+
+
+def _exact_sign(a: Any, b: Any) -> float:
+    """sign(b - a) of two values each a Fraction or a float64 (NaN: NaN)."""
+    if isinstance(a, float) and math.isnan(a) or isinstance(b, float) and math.isnan(b):
+        return math.nan
+    for v, s in ((a, -1.0), (b, 1.0)):
+        if isinstance(v, float) and math.isinf(v):
+            other = b if s < 0 else a
+            if isinstance(other, float) and other == v:
+                return 0.0
+            return s if v > 0 else -s
+    d = Fraction(b) - Fraction(a)
+    return float((d > 0) - (d < 0))
 
 
 def _subnormal_gap(f: FloatFormat) -> int:
@@ -126,24 +198,28 @@ def nextafter(x: Any, y: Any, fmt: Any) -> np.ndarray:
 
     As ``numpy.nextafter`` but in any lowp format: for a representable ``x`` its
     neighbour toward ``y``; for any other ``x`` the nearest value of ``fmt`` strictly
-    beyond ``x`` toward ``y``. ``x == y`` gives ``y``; NaN in either gives NaN. Stepping
-    past the largest finite value gives inf when ``fmt`` has infinities and NaN
-    otherwise (posits, fn/fnuz floats, integers). Infinite ``x`` steps to the largest
-    finite value toward ``y``. Returns a float64 array (a scalar for scalar inputs).
+    beyond ``x`` toward ``y`` (``x`` rounded toward ``y``). ``x == y`` gives ``y``; NaN in
+    either gives NaN. Stepping past the largest finite value gives inf when ``fmt`` has
+    infinities and NaN otherwise (posits, fn/fnuz floats, integers). Infinite ``x`` steps
+    to the largest finite value toward ``y``. Integers beyond 2**53 and longdouble values
+    are compared and stepped from exactly. Returns a float64 array (a scalar for scalar
+    inputs).
     """
     f = _format(fmt)
     xa = _as_f64(x, "x", f)
     ya = _as_f64(y, "y", f)
     xa, ya = np.broadcast_arrays(xa, ya)
+    xa, ya = xa.copy(), ya.copy()
     out = np.full(xa.shape, np.nan)
-    eq = xa == ya
-    out[eq] = ya[eq]
-    up = (ya > xa) & ~np.isnan(xa)
-    down = (ya < xa) & ~np.isnan(xa)
+    eq = np.asarray(xa == ya)
+    up = np.asarray((ya > xa) & ~np.isnan(xa))
+    down = np.asarray((ya < xa) & ~np.isnan(xa))
     if isinstance(f, PositFormat):
         # Posits have no infinities: inf is not a posit and has no neighbours.
         up &= np.isfinite(xa)
         down &= np.isfinite(xa)
+    _exact_directions(x, y, xa, ya, eq, up, down)
+    out[eq] = ya[eq]
     # An infinite x steps to the largest finite value toward y.
     lowest = float(_from_ordinals(np.array([_ordinal_limits(f)[0]]), f)[0])
     if up.any():
@@ -162,6 +238,43 @@ def nextafter(x: Any, y: Any, fmt: Any) -> np.ndarray:
     return out[()] if out.ndim == 0 else out
 
 
+def _exact_directions(x: Any, y: Any, xa: np.ndarray, ya: np.ndarray, eq: np.ndarray, up: np.ndarray,
+                      down: np.ndarray) -> None:
+    """Where ``x`` or ``y`` is not a float64 (so ``xa``/``ya`` are only close to it), decide
+    ``eq``/``up``/``down`` from the exact values, and replace ``xa`` by the float64 just
+    behind ``x`` (below it when stepping up, above it when stepping down): no float64, so
+    no value of any format, lies strictly between the two, and the next value beyond it
+    toward ``y`` is the next value beyond ``x``. All arrays have the broadcast shape."""
+    ex, ey = _not_float64(x), _not_float64(y)
+    if ex is None and ey is None:
+        return
+    shape = xa.shape
+    exact_x = np.empty(shape, object)
+    exact_y = np.empty(shape, object)
+    exact_x[...] = xa
+    exact_y[...] = ya
+    where = np.zeros(shape, bool)
+    for e, arr in ((ex, exact_x), (ey, exact_y)):
+        if e is not None:
+            mask, vals = e
+            vm = np.empty(mask.shape, object)
+            vm[mask] = vals
+            vm, m = np.broadcast_to(vm, shape), np.broadcast_to(mask, shape)
+            arr[m] = vm[m]
+            where |= m
+    for i in map(tuple, np.argwhere(where)):
+        xv, yv = exact_x[i], exact_y[i]
+        if isinstance(xv, float):
+            xv = float(xv)
+        if isinstance(yv, float):
+            yv = float(yv)
+        d = _exact_sign(xv, yv)
+        eq[i], up[i], down[i] = d == 0, d > 0, d < 0
+        if isinstance(xv, Fraction) and not math.isnan(d) and d != 0:
+            lo, hi = _float64_bracket(xv)
+            xa[i] = lo if d > 0 else hi
+
+
 def ulp(x: Any, fmt: Any) -> np.ndarray:
     """The unit in the last place of ``x`` in ``fmt`` (elementwise, float64).
 
@@ -172,7 +285,12 @@ def ulp(x: Any, fmt: Any) -> np.ndarray:
     value it is the gap just below it. Integers: 1. NaN and infinities give NaN.
     """
     f = _format(fmt)
-    xa = np.abs(_as_f64(x, "x", f))
+    xa = np.asarray(np.abs(_as_f64(x, "x", f)))
+    ex = _not_float64(x)
+    if ex is not None:
+        # |x| between two float64 values: the one below brackets it the same way in fmt.
+        mask, vals = ex
+        xa[mask] = [_float64_bracket(abs(v))[0] for v in vals]
     out = np.full(xa.shape, np.nan)
     fin = np.isfinite(xa)
     if fin.any():

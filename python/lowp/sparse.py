@@ -11,7 +11,12 @@ transposed product directly, without building the transpose.
 
 Conversions keep the values' encodings, so dense -> sparse -> dense, scipy -> lowp ->
 scipy and conversions between formats are exact. scipy has no float16 or low-precision
-dtypes: ``to_scipy`` gives float32 values for those (exactly the same numbers).
+dtypes: ``to_scipy`` gives float32 values for those (exactly the same numbers). A matrix
+with a ``scale`` (``astype(np.int8, scale=...)``) represents ``stored values * scale``;
+``to_scipy`` gives that product in float64.
+
+``M.data`` is a writable view of the stored values (``M.data *= 2`` as in scipy); products
+always use the values stored at the time of the call.
 """
 
 from __future__ import annotations
@@ -109,7 +114,8 @@ def _table(fmt: Format, scale: float) -> np.ndarray:
         t = np.full(size, np.nan, np.float32)
         codes = np.arange(2 ** fmt.bits, dtype=np.uint64).astype(fmt.storage_dtype)
         vals = decode(codes, fmt, np.float64) * scale
-        t[: codes.size] = vals.astype(np.float32)
+        with np.errstate(over="ignore"):  # scaled past float32's range: inf, as in the products
+            t[: codes.size] = vals.astype(np.float32)
         if len(_TABLES) > 64:
             _TABLES.clear()
         _TABLES[key] = t
@@ -171,6 +177,49 @@ def _check_shape(shape: Any) -> tuple[int, int]:
     if m < 0 or n < 0:
         raise ValueError(f"shape: expected two non-negative ints, got {shape!r}")
     return m, n
+
+
+def _is_shape_arg(arg: Any) -> bool:
+    """Whether a constructor's first argument is scipy's empty-matrix form ``(m, n)``."""
+    return (isinstance(arg, tuple) and len(arg) == 2
+            and all(not isinstance(a, (tuple, list)) and np.ndim(a) == 0 for a in arg))
+
+
+def _empty_shape(arg: tuple, shape: Any) -> tuple[int, int]:
+    """The shape of an empty ``cls((m, n), shape=...)`` matrix."""
+    try:
+        m, n = (operator_index(s) for s in arg)
+    except Exception:
+        m = n = -1
+    if m < 0 or n < 0:
+        raise ValueError(f"arg: an empty matrix is given as (m, n) with two non-negative ints, got {arg!r}")
+    if shape is not None and _check_shape(shape) != (m, n):
+        raise ValueError(f"shape: {tuple(shape)!r} differs from the shape {(m, n)} given as the first argument")
+    return m, n
+
+
+def _empty_coo(shape: tuple[int, int], dtype: Any) -> "COO":
+    """An all-zero COO matrix of ``shape`` with values of ``dtype`` (None: float32)."""
+    fmt = None if dtype is None else _target_format(dtype)
+    v = _encode_values(np.zeros(0, np.float32), fmt)
+    idx = np.zeros(0, np.int32)
+    return COO._make(v, fmt, 1.0, idx, idx.copy(), shape, True)
+
+
+def _check_same_shape(shape: Any, got: tuple[int, int]) -> None:
+    """``shape=`` given with dense or sparse input must be that input's shape."""
+    if shape is not None and _check_shape(shape) != tuple(got):
+        raise ValueError(f"shape: {tuple(shape)!r} differs from the input's shape {tuple(got)}")
+
+
+def _same_bits(a: np.ndarray, b: np.ndarray) -> bool:
+    """Whether two arrays of one dtype hold the same bit patterns."""
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    if a.flags.c_contiguous and b.flags.c_contiguous and a.nbytes % 8 == 0:
+        return bool(np.array_equal(a.reshape(-1).view(np.uint64), b.reshape(-1).view(np.uint64)))
+    u = np.dtype(f"u{a.dtype.itemsize}")
+    return bool(np.array_equal(a.view(u), b.view(u)))
 
 
 def operator_index(s: Any) -> int:
@@ -271,17 +320,36 @@ class _Sparse:
 
     # -- values for the kernels
     def _kernel_values(self) -> tuple:
-        if self._kv is None:
-            f, v = self._fmt, self._v
+        """(values, decoding table or None, bf16) for the kernels.
+
+        Unscaled float32 and bf16 values are read in place, other 8/16-bit codes through a
+        table of their 256 or 65536 scaled values. 4-byte formats and float32 with a scale
+        need a decoded float32 copy: it is kept with a snapshot of the codes it was decoded
+        from and decoded again whenever the stored values differ from the snapshot
+        (``M.data`` is a writable view), so a product never uses values no longer stored.
+        The comparison reads the values once more, far less than decoding them.
+        """
+        f, v = self._fmt, self._v
+        if f is None and self._scale == 1.0:
+            return (v, None, False)
+        if f is not None and f._spec == _FMT_BF16._spec and self._scale == 1.0:
+            return (v, None, True)
+        if f is not None and f.storage_dtype.itemsize <= 2:
+            return (v, _table(f, self._scale), False)
+        kv = self._kv
+        if kv is not None and _same_bits(kv[1], v):
+            return kv[0]
+        snap = v.copy()
+        with np.errstate(over="ignore"):  # scaled past float32's range: inf, as in the products
             if f is None:
-                self._kv = (v if self._scale == 1.0 else (v * np.float32(self._scale)), None, False)
-            elif f._spec == _FMT_BF16._spec and self._scale == 1.0:
-                self._kv = (v, None, True)
-            elif f.storage_dtype.itemsize <= 2:
-                self._kv = (v, _table(f, self._scale), False)
+                dec = snap * np.float32(self._scale)
             else:
-                self._kv = ((decode(v, f, np.float64) * self._scale).astype(np.float32), None, False)
-        return self._kv
+                dec = (decode(snap, f, np.float64) * self._scale).astype(np.float32)
+        self._kv = ((dec, None, False), snap)
+        return self._kv[0]
+
+    def _check_indices(self) -> None:
+        """Validate index arrays (they are writable and may have changed since construction)."""
 
     # -- products
     def _product(self, x2: np.ndarray, transpose: bool) -> np.ndarray:
@@ -355,7 +423,9 @@ class _Sparse:
         return conv[format](**kw)
 
     def to_dense(self) -> np.ndarray:
-        """The dense matrix, with :attr:`dtype` (a format without a dtype gives float32)."""
+        """The stored values as a dense array of :attr:`dtype` (a format without a dtype gives
+        float32). With a :attr:`scale` other than 1 the matrix is ``to_dense() * scale``
+        (int8 values stay int8, as ``QuantizedArray.values``); ``to_scipy`` applies it."""
         coo = self._to_coo().sum_duplicates()
         m, n = self._shape
         if self._fmt is None:
@@ -368,13 +438,19 @@ class _Sparse:
     toarray = to_dense
 
     def to_scipy(self) -> Any:
-        """The scipy.sparse array of the same format (csr/csc/coo/bsr; N:M gives csr).
-        Values scipy cannot hold (float16, bf16, fp8, posits) become float32."""
+        """The same matrix as a scipy.sparse array of the same format (csr/csc/coo/bsr; N:M
+        gives csr). Values scipy cannot hold (float16, bf16, fp8, posits) become float32
+        (float64 for formats wider than float32), exactly. A matrix with a :attr:`scale`
+        other than 1 gives float64 values ``stored * scale`` (exact for power-of-two
+        scales, else rounded once), whatever the stored dtype."""
         import scipy.sparse as sp
+        self._check_indices()
         v = self._scipy_values(self._v)
         return self._to_scipy(sp, v)
 
     def _scipy_values(self, v: np.ndarray) -> np.ndarray:
+        if self._scale != 1.0:
+            return _decode_values(v, self._fmt, np.float64) * self._scale
         if self._fmt is None:
             return v
         if self._fmt.dtype == np.int8:
@@ -427,6 +503,7 @@ class _Sparse:
         the data's) arrays of the same format are shared, not copied."""
         if not _is_scipy_sparse(m):
             raise TypeError(f"m: expected a scipy.sparse matrix or array, got {type(m).__name__}")
+        _check_scipy(m)
         return cls._from_scipy(m, dtype, **kw)
 
     @classmethod
@@ -444,6 +521,25 @@ class _Sparse:
             fmt = _source_format(arr.dtype) if dtype is None else _target_format(dtype)
             return _encode_values(arr.reshape(-1), fmt), fmt, 1.0
         raise TypeError("data: expected an array of values")
+
+
+def _check_scipy(m: Any) -> None:
+    """Validate the index arrays of a scipy matrix before scipy or lowp converts it (they are
+    writable, and scipy checks them only when the matrix is built)."""
+    if len(m.shape) != 2:
+        raise ValueError(f"m: must be 2-D, got shape {m.shape}")
+    mm, nn = (int(s) for s in m.shape)
+    if m.format == "coo":
+        r, c = _as_index(m.coords[0], "m.row"), _as_index(m.coords[1], "m.col")
+        r, c = _index_pair(r, c, max(mm, nn))
+        _lowp.check_range(r, mm, "m.row")
+        _lowp.check_range(c, nn, "m.col")
+    elif m.format in ("csr", "csc", "bsr"):
+        br, bc = m.blocksize if m.format == "bsr" else (1, 1)
+        nmaj, nmin = (mm // br, nn // bc) if m.format != "csc" else (nn, mm)
+        indptr, indices = _as_index(m.indptr, "m.indptr"), _as_index(m.indices, "m.indices")
+        indptr, indices = _index_pair(indptr, indices, max(mm, nn))
+        _lowp.check_compressed(indptr, indices, nmaj, nmin, "m.indptr", "m.indices")
 
 
 def _quant_input(x: Any) -> Optional[tuple[np.ndarray, float]]:
@@ -466,16 +562,16 @@ class COO(_Sparse):
     format = "coo"
 
     def __init__(self, arg: Any, shape: Any = None, dtype: Any = None) -> None:
-        if isinstance(arg, _Sparse):
-            c = arg.tocoo() if dtype is None else arg.astype(dtype).tocoo()
-            self._init(c._v, c._fmt, c._scale, c._row, c._col, c._shape, c._canonical)
-            return
-        if _is_scipy_sparse(arg):
-            c = COO.from_scipy(arg, dtype)
-            self._init(c._v, c._fmt, c._scale, c._row, c._col, c._shape, c._canonical)
-            return
         if not (isinstance(arg, tuple) and len(arg) == 2 and isinstance(arg[1], tuple) and len(arg[1]) == 2):
-            c = COO._from_dense(arg, dtype)
+            if isinstance(arg, _Sparse):
+                c = arg.tocoo() if dtype is None else arg.astype(dtype).tocoo()
+            elif _is_scipy_sparse(arg):
+                c = COO.from_scipy(arg, dtype)
+            elif _is_shape_arg(arg):
+                c = _empty_coo(_empty_shape(arg, shape), dtype)
+            else:
+                c = COO._from_dense(arg, dtype)
+            _check_same_shape(shape, c._shape)
             self._init(c._v, c._fmt, c._scale, c._row, c._col, c._shape, c._canonical)
             return
         data, (row, col) = arg
@@ -525,7 +621,13 @@ class COO(_Sparse):
     def _with_values(self, v: np.ndarray, fmt: Optional[Format], scale: float) -> "COO":
         return COO._make(v, fmt, scale, self._row, self._col, self._shape, self._canonical)
 
+    def _check_indices(self) -> None:
+        m, n = self._shape
+        _lowp.check_range(self._row, m, "row")
+        _lowp.check_range(self._col, n, "col")
+
     def _to_coo(self) -> "COO":
+        self._check_indices()
         return self
 
     @classmethod
@@ -617,8 +719,12 @@ class COO(_Sparse):
         data = np.asarray(c.data)
         fmt = _source_format(data.dtype) if dtype is None else _target_format(dtype)
         v = _encode_values(data, fmt)
-        r, cc = np.asarray(c.coords[0]), np.asarray(c.coords[1])
+        r, cc = _as_index(c.coords[0], "m.row"), _as_index(c.coords[1], "m.col")
+        if not (r.size == cc.size == data.size):
+            raise ValueError(f"m: data, row, col lengths differ ({data.size}, {r.size}, {cc.size})")
         r, cc = _index_pair(r, cc, max(*c.shape, data.size))
+        _lowp.check_range(r, int(c.shape[0]), "m.row")
+        _lowp.check_range(cc, int(c.shape[1]), "m.col")
         canonical = bool(getattr(c, "has_canonical_format", False)) or None
         return COO._make(v, fmt, 1.0, r, cc, tuple(int(s) for s in c.shape), canonical)
 
@@ -629,18 +735,17 @@ class _Compressed(_Sparse):
     _major_axis = 0  # CSR: rows; CSC: columns
 
     def __init__(self, arg: Any, shape: Any = None, dtype: Any = None) -> None:
-        if isinstance(arg, _Sparse):
-            c = type(self)._from_coo(arg.tocoo() if dtype is None else arg.astype(dtype).tocoo())
-            self._copy_from(c)
-            return
-        if _is_scipy_sparse(arg):
-            self._copy_from(type(self).from_scipy(arg, dtype))
-            return
         if not (isinstance(arg, tuple) and len(arg) == 3):
-            if isinstance(arg, tuple) and len(arg) == 2:
-                self._copy_from(type(self)._from_coo(COO(arg, shape=shape, dtype=dtype)))
-                return
-            self._copy_from(type(self).from_dense(arg, dtype))
+            if isinstance(arg, _Sparse):
+                c = type(self)._from_coo(arg.tocoo() if dtype is None else arg.astype(dtype).tocoo())
+            elif _is_scipy_sparse(arg):
+                c = type(self).from_scipy(arg, dtype)
+            elif isinstance(arg, tuple) and len(arg) == 2:  # (m, n) or (data, (row, col))
+                c = type(self)._from_coo(COO(arg, shape=shape, dtype=dtype))
+            else:
+                c = type(self).from_dense(arg, dtype)
+            _check_same_shape(shape, c._shape)
+            self._copy_from(c)
             return
         data, indices, indptr = arg
         data = np.asarray(data)
@@ -695,7 +800,13 @@ class _Compressed(_Sparse):
     def _with_values(self, v: np.ndarray, fmt: Optional[Format], scale: float) -> Any:
         return type(self)._make(v, fmt, scale, self._indices, self._indptr, self._shape, self._canonical)
 
+    def _check_indices(self) -> None:
+        m, n = self._shape
+        nmaj, nmin = (m, n) if self._major_axis == 0 else (n, m)
+        _lowp.check_compressed(self._indptr, self._indices, nmaj, nmin)
+
     def _to_coo(self) -> COO:
+        self._check_indices()
         nmaj = self._indptr.size - 1
         major = np.repeat(np.arange(nmaj, dtype=self._indices.dtype), np.diff(self._indptr))
         if self._major_axis == 0:
@@ -834,8 +945,11 @@ class BSR(_Sparse):
                 b = BSR._from_coo(src.tocoo(), blocksize)
             elif _is_scipy_sparse(arg):
                 b = BSR.from_scipy(arg, dtype, blocksize=blocksize)
+            elif _is_shape_arg(arg):
+                b = BSR._from_coo(_empty_coo(_empty_shape(arg, shape), dtype), blocksize)
             else:
                 b = BSR.from_dense(arg, dtype, blocksize=blocksize)
+            _check_same_shape(shape, b._shape)
             self._copy_from(b)
             return
         data, indices, indptr = arg
@@ -900,7 +1014,12 @@ class BSR(_Sparse):
         d, t, bf = self._kernel_values()
         _lowp.bsr_matmul(d, t, bf, self._indptr, self._indices, self._shape, self._bs, x2, out, transpose)
 
+    def _check_indices(self) -> None:
+        (m, n), (br, bc) = self._shape, self._bs
+        _lowp.check_compressed(self._indptr, self._indices, m // br, n // bc)
+
     def _blocks_coo(self) -> tuple[np.ndarray, np.ndarray]:
+        self._check_indices()
         nbr = self._indptr.size - 1
         brow = np.repeat(np.arange(nbr, dtype=np.int64), np.diff(self._indptr))
         return brow, self._indices.astype(np.int64)
@@ -1020,14 +1139,19 @@ class NM(_Sparse):
 
     def __init__(self, arg: Any, shape: Any = None, dtype: Any = None, n: int = 2, m: int = 4) -> None:
         n, m = _check_nm(n, m)
-        if isinstance(arg, _Sparse) or _is_scipy_sparse(arg) or not (isinstance(arg, tuple) and len(arg) == 2):
+        if (isinstance(arg, _Sparse) or _is_scipy_sparse(arg) or not (isinstance(arg, tuple) and len(arg) == 2)
+                or _is_shape_arg(arg)):
             if isinstance(arg, _Sparse):
                 src = arg if dtype is None else arg.astype(dtype)
                 o = NM._from_coo(src.tocoo(), n, m)
             elif _is_scipy_sparse(arg):
-                o = NM.from_scipy(arg, dtype, n=n, m=m)
+                _check_scipy(arg)  # (not from_scipy: its matrix argument is also called m)
+                o = NM._from_scipy(arg, dtype, n=n, m=m)
+            elif _is_shape_arg(arg):
+                o = NM._from_coo(_empty_coo(_empty_shape(arg, shape), dtype), n, m)
             else:
                 o = NM.from_dense(arg, dtype, n=n, m=m)
+            _check_same_shape(shape, o._shape)
             self._copy_from(o)
             return
         data, pos = np.asarray(arg[0]), np.asarray(arg[1])
@@ -1077,15 +1201,20 @@ class NM(_Sparse):
     def m(self) -> int:
         return self._m
 
+    def _slots_shape(self) -> tuple[int, int]:
+        """``(rows, groups * n)``: the shape of :attr:`data` and :attr:`positions`."""
+        rows, cols = self._shape
+        return rows, -(-cols // self._m) * self._n
+
     @property
     def positions(self) -> np.ndarray:
         """Position of each stored value inside its group, shape ``(rows, groups * n)``."""
-        rows, cols = self._shape
-        return _unpack(self._idx, _nm_bits(self._m), self._v.size).reshape(rows, -1)
+        return _unpack(self._idx, _nm_bits(self._m), self._v.size).reshape(self._slots_shape())
 
     @property
     def data(self) -> np.ndarray:
-        return self._values_as_dtype(self._v).reshape(self._shape[0], -1)
+        """The stored values (zeros in unused slots), shape ``(rows, groups * n)``."""
+        return self._values_as_dtype(self._v).reshape(self._slots_shape())
 
     def _index_nbytes(self) -> int:
         return int(self._idx.nbytes)

@@ -8,7 +8,23 @@ from typing import Any, Optional, Sequence
 import numpy as np
 
 from .._convert import ROUNDING_MODES
-from .._formats import Format, format as _format
+from .._formats import FloatFormat, Format, PositFormat, format as _format
+
+FLOAT_DTYPES = "float16/32/64 or a float or posit dtype of lowp or ml_dtypes (bfloat16, float8_*, posit*)"
+
+
+def is_float_dtype(dt: np.dtype) -> bool:
+    """Whether ``dt`` holds real floating-point values: numpy's floats, and the float and
+    posit dtypes of lowp and ml_dtypes (some of which numpy reports as kind 'V')."""
+    if dt.kind == "f":
+        return True
+    if dt.kind != "V":
+        return False
+    try:
+        f = _format(dt)
+    except (TypeError, ValueError):
+        return False
+    return isinstance(f, (FloatFormat, PositFormat))
 
 
 def number(value: Any, name: str, *, gt: Optional[float] = None, ge: Optional[float] = None,
@@ -95,8 +111,8 @@ def grads_list(grads: Any, params: Sequence[np.ndarray], name: str = "grads") ->
         g = np.asarray(g)
         if g.shape != p.shape:
             raise ValueError(f"{name}[{i}]: shape {g.shape} does not match the parameter's shape {p.shape}")
-        if g.dtype.kind != "f":
-            raise TypeError(f"{name}[{i}]: expected a float array, got dtype {g.dtype}")
+        if not is_float_dtype(g.dtype):
+            raise TypeError(f"{name}[{i}]: expected an array of {FLOAT_DTYPES}, got dtype {g.dtype}")
         out.append(g)
     return out
 

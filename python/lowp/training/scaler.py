@@ -11,6 +11,7 @@ from . import _checks
 __all__ = ["LossScaler"]
 
 _F32_MAX = float(np.finfo(np.float32).max)
+_NATIVE_FLOATS = tuple(np.dtype(t) for t in (np.float16, np.float32, np.float64, np.longdouble))
 
 
 class LossScaler:
@@ -61,25 +62,35 @@ class LossScaler:
         return loss * self._scale
 
     def unscale(self, grads: Sequence[np.ndarray]) -> bool:
-        """Divide the float ``grads`` in place by the scale; True when every value is finite.
+        """Divide the float ``grads`` in place by the scale; True when every unscaled value
+        is finite.
 
-        Each quotient is computed in float64 and rounded once into the gradients' dtype:
-        exact division by a power-of-two scale (as with the default factors), where
-        ``1/scale`` in float16 itself would underflow from 2**25 on.
+        ``grads`` are arrays of float16/32/64 or of a float or posit dtype of lowp or
+        ml_dtypes. Each quotient is computed in float64 and rounded once into the
+        gradients' dtype: exact division by a power-of-two scale (as with the default
+        factors), where ``1/scale`` in float16 itself would underflow from 2**25 on.
+        Finiteness is checked after the division, so a quotient that overflows the
+        gradients' format (a scale below 1) is reported like an inf in the input.
         """
         if isinstance(grads, np.ndarray):
             grads = [grads]
         gs = list(grads)
-        finite = True
-        for i, g in enumerate(gs):
-            if not isinstance(g, np.ndarray) or g.dtype.kind != "f":
-                raise TypeError(f"grads[{i}]: expected a float numpy array, got "
+        for i, g in enumerate(gs):  # all checked before any is changed
+            if not isinstance(g, np.ndarray) or not _checks.is_float_dtype(g.dtype):
+                raise TypeError(f"grads[{i}]: expected a numpy array of {_checks.FLOAT_DTYPES}, got "
                                 f"{getattr(g, 'dtype', type(g).__name__)}")
             if not g.flags.writeable:
                 raise ValueError(f"grads[{i}]: must be writeable (unscaled in place)")
-            if finite and not np.isfinite(g).all():
-                finite = False
-            np.divide(g, np.float64(self._scale), out=g, casting="unsafe")
+        finite = True
+        scale = np.float64(self._scale)
+        with np.errstate(over="ignore", invalid="ignore"):
+            for g in gs:
+                if g.dtype in _NATIVE_FLOATS:
+                    np.divide(g, scale, out=g, casting="unsafe")
+                else:  # decoded exactly into float64, the quotient rounded once on the way back
+                    g[...] = g.astype(np.float64) / scale
+                if finite and not np.isfinite(g).all():
+                    finite = False
         self._found_inf = not finite
         return finite
 
