@@ -717,3 +717,26 @@ def test_unaligned_operand(fmt):
         bu = buf[off:off + b.size].reshape(b.shape)
         bu[...] = b
         np.testing.assert_array_equal(M @ bu, want)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, lowp.bfloat16, lowp.float8_e4m3fn])
+def test_nm_unused_slots_do_not_meet_infinities(dtype):
+    """A group with fewer than n values leaves unused slots; an infinity or NaN of x at a
+    place the matrix stores nothing gives no NaN (as scipy and the other formats), on
+    both sides of the product; stored values meeting them do."""
+    dense = np.array([[0, 0, 3, 0, 1, 0, 0, 2], [0, 0, 0, 0, 0, 0, 0, 0], [5, 0, 0, 0, 0, 0, 0, 0]], np.float32)
+    M = sparse.NM.from_dense(dense.astype(dtype))
+    ref = sp.csr_array(dense.astype(np.float64))
+    for x in (np.array([np.inf, 1, 1, 1, 1, 1, np.nan, 1], np.float32),
+              np.array([1, 1, np.inf, 1, 1, 1, 1, 1], np.float32)):
+        with np.errstate(invalid="ignore"):
+            want = ref @ x.astype(np.float64)
+        np.testing.assert_array_equal(M @ x, want.astype(np.float32))
+        X = np.stack([x, np.ones(8, np.float32)], axis=1)
+        with np.errstate(invalid="ignore"):
+            np.testing.assert_array_equal(M @ X, (ref @ X.astype(np.float64)).astype(np.float32))
+    v = np.array([np.inf, 1, np.nan], np.float32)
+    with np.errstate(invalid="ignore"):
+        want = (ref.T @ v.astype(np.float64)).astype(np.float32)
+    np.testing.assert_array_equal(v @ M, want)
+    np.testing.assert_array_equal(M.T @ v, want)

@@ -1225,6 +1225,11 @@ class NM(_Sparse):
     def _product(self, x2: np.ndarray, transpose: bool, out: np.ndarray) -> None:
         d, t, bf = self._kernel_values()
         _lowp.nm_matmul(d, t, bf, self._idx, self._n, self._m, self._shape, x2, out, transpose)
+        # The kernels add every slot, unused ones (zeros) too: 0 * inf or 0 * NaN in x
+        # there is a NaN the matrix does not have (it stores no value at that place).
+        # Rare: such products take the stored values alone.
+        if np.isnan(out).any():
+            self._to_coo()._product(x2, transpose, out)
 
     def _to_coo(self) -> COO:
         rows, cols = self._shape
