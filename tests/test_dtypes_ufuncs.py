@@ -235,7 +235,8 @@ def test_strided_and_broadcast(name):
         v = float(lowp.decode(ref_round([v + e], name), acc, np.float64)[0])
         want.append(v)
     assert np.array_equal(c.astype(np.float64), want, equal_nan=True)
-    m = np.multiply.accumulate(x[2][:10])
+    with np.errstate(over="ignore"):  # products past the largest value, as numpy's floats report
+        m = np.multiply.accumulate(x[2][:10])
     assert np.array_equal(m[1:].astype(np.float64),
                           lowp.decode(ref_round(m[:-1].astype(np.float64) * x[2][1:10].astype(np.float64), name),
                                       acc, np.float64), equal_nan=True)
@@ -456,3 +457,39 @@ def test_divmod_keeps_the_dtype(name):
             assert np.array_equal(got.view(f"u{dt.itemsize}"), want.view(f"u{dt.itemsize}"))
         q1, r1 = divmod(x[0], y[0])
         assert type(q1) is type(x[0]) and float(q1) == float(q[0]) and float(r1) == float(r[0])
+
+
+@pytest.mark.parametrize("name", ["bfloat16", "float8_e5m2", "float8_e4m3fn", "float8_e4m3fnuz", "posit8", "posit16",
+                                  "posit32"])
+def test_floating_point_exceptions_as_numpy_reports_them(name):
+    """Under ``np.errstate``, operations report invalid results, division by zero and
+    overflow as numpy's own floats do (ml_dtypes too), whether they run through lookup
+    tables or are computed; exact and ordinary operations report nothing, including the
+    first use of an operation (whose table evaluates every encoding)."""
+    dt = np.dtype(getattr(lowp, name))
+    posit = name.startswith("posit")
+    x = np.array([-1.0, 0.0, 4.0, 1.5], dt)
+    with np.errstate(all="raise"):
+        np.sqrt(x[2:]), np.log(x[2:]), np.exp(x[1:3]), x + x, x * x[::-1], np.abs(x), -x, x[2:] / x[2:]
+        np.floor(x), np.maximum(x, x[::-1])
+    with np.errstate(all="ignore", invalid="raise"), pytest.raises(FloatingPointError, match="invalid"):
+        np.sqrt(x[:1])
+    with np.errstate(all="ignore", divide="raise"), pytest.raises(FloatingPointError, match="divide"):
+        np.log(x[1:2])
+    with np.errstate(all="ignore", divide="raise"), pytest.raises(FloatingPointError, match="divide"):
+        x[2:3] / x[1:2]
+    big = np.array([lowp.finfo(dt).max] * 3, dt)
+    if posit:
+        with np.errstate(all="raise"):  # posits saturate: no overflow
+            assert np.all((big * big).astype(np.float64) == float(lowp.finfo(dt).max))
+    else:
+        with np.errstate(all="ignore", over="raise"), pytest.raises(FloatingPointError, match="overflow"):
+            big * big
+        with np.errstate(all="ignore", over="raise"), pytest.raises(FloatingPointError, match="overflow"):
+            np.square(big)
+    if not posit and name not in ("float8_e4m3fn", "float8_e4m3fnuz"):
+        inf = np.array([np.inf], dt)
+        with np.errstate(all="ignore", invalid="raise"), pytest.raises(FloatingPointError, match="invalid"):
+            inf - inf
+    with pytest.warns(RuntimeWarning, match="invalid value"):
+        np.sqrt(x)

@@ -301,12 +301,23 @@ def test_numpy_matmul_shapes():
 
 
 def _per_matrix(a, b, **kw):
-    """The stack product one matrix at a time (the batch broadcast first)."""
+    """The stack product one matrix at a time (the batch broadcast first). Stochastic
+    rounding draws from a key of each matrix's own (its index in the broadcast batch, the
+    first's the seed's): there, the first matrix alone, and the others as the same
+    matrices copied into one contiguous batch axis give them."""
     batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
     a = np.broadcast_to(a, batch + a.shape[-2:])
     b = np.broadcast_to(b, batch + b.shape[-2:])
-    out = [lowp.matmul(a[i], b[i], **kw) for i in np.ndindex(*batch)]
-    return np.stack(out).reshape(batch + out[0].shape) if out else None
+    idx = list(np.ndindex(*batch))
+    if not idx:
+        return None
+    if kw.get("rounding") == "stochastic":
+        flat = lowp.matmul(np.ascontiguousarray(a).reshape((-1,) + a.shape[-2:]),
+                           np.ascontiguousarray(b).reshape((-1,) + b.shape[-2:]), **kw)
+        assert np.array_equal(_bits(flat[0]), _bits(lowp.matmul(a[idx[0]], b[idx[0]], **kw)))
+        return flat.reshape(batch + flat.shape[-2:])
+    out = [lowp.matmul(a[i], b[i], **kw) for i in idx]
+    return np.stack(out).reshape(batch + out[0].shape)
 
 
 def _bits(x):
@@ -351,11 +362,11 @@ def test_stacks_equal_their_matrices(isa, threads, dtype, kw):
             assert np.array_equal(_bits(got), _bits(want)), (a.shape, b.shape)
         # A vector times a stack, and out= (a strided view).
         a, v = mk((6, 4, 10)), mk((10,))
-        assert np.array_equal(_bits(lowp.matmul(a, v, **kw)), _bits(np.stack([lowp.matmul(x, v, **kw) for x in a])))
+        assert np.array_equal(_bits(lowp.matmul(a, v, **kw)), _bits(_per_matrix(a, v[:, None], **kw)[..., 0]))
         out = np.zeros((6, 4, 2 * 3), dtype=lowp.matmul(a[0], mk((10, 3)), **kw).dtype)[:, :, ::2]
         b = mk((10, 3))
         lowp.matmul(a, b, out=out, **kw)
-        assert np.array_equal(_bits(out), _bits(np.stack([lowp.matmul(x, b, **kw) for x in a])))
+        assert np.array_equal(_bits(out), _bits(_per_matrix(a, b, **kw)))
     finally:
         lowp.set_num_threads(n0)
 

@@ -724,15 +724,31 @@ pub fn rel(t: usize, op: Rel, a: &[u32], b: &[u32], out: &mut [bool]) {
 ///
 /// Building evaluates the op on every encoding (logs of negatives, ...), so
 /// the floating-point status flags are restored afterwards: numpy would
-/// otherwise warn about values the caller never passed. Lookups raise no flags.
+/// otherwise warn about values the caller never passed. The table keeps, for
+/// each entry, the exceptions numpy reports that its evaluation raised
+/// (invalid, divide-by-zero, overflow; and overflow where finite operands
+/// give a result past the format's range, which the f64 evaluation does not
+/// see), and the loops raise those of the entries they read.
 const UN_OPS: usize = Un::Spacing as usize + 1;
 const BIN_OPS: usize = Bin::Hypot as usize + 1;
 
-static UN_TABLES: [[OnceLock<Box<[u16]>>; UN_OPS]; N] = [const { [const { OnceLock::new() }; UN_OPS] }; N];
-static BIN_TABLES: [[OnceLock<Box<[u16]>>; BIN_OPS]; N] = [const { [const { OnceLock::new() }; BIN_OPS] }; N];
+/// MXCSR status bits numpy reports: invalid, divide-by-zero, overflow.
+pub const FP_INVALID: u32 = 1;
+pub const FP_DIVIDE: u32 = 1 << 2;
+pub const FP_OVERFLOW: u32 = 1 << 3;
+const FP_REPORTED: u32 = FP_INVALID | FP_DIVIDE | FP_OVERFLOW;
+
+/// A result table, and each entry's exceptions when some entry has any.
+pub struct Table {
+    pub res: Box<[u16]>,
+    pub flags: Option<Box<[u8]>>,
+}
+
+static UN_TABLES: [[OnceLock<Table>; UN_OPS]; N] = [const { [const { OnceLock::new() }; UN_OPS] }; N];
+static BIN_TABLES: [[OnceLock<Table>; BIN_OPS]; N] = [const { [const { OnceLock::new() }; BIN_OPS] }; N];
 
 #[cfg(target_arch = "x86_64")]
-fn fp_status() -> u32 {
+pub fn fp_status() -> u32 {
     let mut c: u32 = 0;
     // SAFETY: stmxcsr stores the SSE control/status register into `c`.
     unsafe { std::arch::asm!("stmxcsr [{}]", in(reg) &mut c, options(nostack)) };
@@ -740,22 +756,35 @@ fn fp_status() -> u32 {
 }
 
 #[cfg(target_arch = "x86_64")]
-fn set_fp_status(c: u32) {
+pub fn set_fp_status(c: u32) {
     // SAFETY: ldmxcsr loads a value read by stmxcsr (same modes, old flags).
     unsafe { std::arch::asm!("ldmxcsr [{}]", in(reg) &c, options(nostack, readonly)) };
 }
 
 #[cfg(not(target_arch = "x86_64"))]
-fn fp_status() -> u32 {
+pub fn fp_status() -> u32 {
     0
 }
 
 #[cfg(not(target_arch = "x86_64"))]
-fn set_fp_status(_c: u32) {}
+pub fn set_fp_status(_c: u32) {}
 
-fn build(n: usize, f: impl Fn(&[u32], &mut [u32])) -> Box<[u16]> {
+/// Raise the exceptions in `flags` (status bits) on this thread, as the
+/// arithmetic that found them would have.
+pub fn raise_fp(flags: u32) {
+    if flags != 0 {
+        set_fp_status(fp_status() | (flags & FP_REPORTED));
+    }
+}
+
+/// The table of `n` entries of type `t`'s results, `f` computing a block of
+/// them from their indices; `finite_in(i)`: are entry i's operands finite?
+fn build(t: usize, n: usize, f: impl Fn(&[u32], &mut [u32]), finite_in: impl Fn(u32) -> bool) -> Table {
     let saved = fp_status();
+    let clear = saved & !0x3F;
     let mut out = vec![0u16; n];
+    let mut flags = vec![0u8; n];
+    let mut any = false;
     let mut codes = [0u32; BLOCK];
     let mut res = [0u32; BLOCK];
     for start in (0..n).step_by(BLOCK) {
@@ -763,35 +792,55 @@ fn build(n: usize, f: impl Fn(&[u32], &mut [u32])) -> Box<[u16]> {
         for (j, c) in codes[..m].iter_mut().enumerate() {
             *c = (start + j) as u32;
         }
+        set_fp_status(clear);
         f(&codes[..m], &mut res[..m]);
+        if fp_status() & FP_REPORTED != 0 {
+            // Whose: one entry at a time.
+            for j in 0..m {
+                let mut r = [0u32];
+                set_fp_status(clear);
+                f(&codes[j..j + 1], &mut r);
+                flags[start + j] = (fp_status() & FP_REPORTED) as u8;
+            }
+        }
         for j in 0..m {
             out[start + j] = res[j] as u16;
+            let fl = &mut flags[start + j];
+            if *fl as u32 & (FP_INVALID | FP_DIVIDE) == 0 && finite_in(codes[j]) && !finite(dec(t, res[j])) {
+                *fl |= FP_OVERFLOW as u8;
+            }
+            any |= *fl != 0;
         }
     }
     set_fp_status(saved);
-    out.into_boxed_slice()
+    Table { res: out.into_boxed_slice(), flags: any.then(|| flags.into_boxed_slice()) }
 }
 
 /// The unary table of (t, op), for types of at most 16 bits.
-pub fn un_table(t: usize, op: Un) -> Option<&'static [u16]> {
+pub fn un_table(t: usize, op: Un) -> Option<&'static Table> {
     let bits = TYPES[t].fmt.bits();
     if bits > 16 {
         return None;
     }
-    Some(UN_TABLES[t][op as usize].get_or_init(|| build(1 << bits, |c, r| unary(t, op, c, r))))
+    Some(UN_TABLES[t][op as usize].get_or_init(|| build(t, 1 << bits, |c, r| unary(t, op, c, r), |c| finite(dec(t, c)))))
 }
 
 /// The binary table of (t, op) indexed by `a << 8 | b`, for 8-bit types.
-pub fn bin_table(t: usize, op: Bin) -> Option<&'static [u16]> {
+pub fn bin_table(t: usize, op: Bin) -> Option<&'static Table> {
     if TYPES[t].fmt.bits() != 8 {
         return None;
     }
     Some(BIN_TABLES[t][op as usize].get_or_init(|| {
-        build(1 << 16, |c, r| {
-            let a: Vec<u32> = c.iter().map(|x| x >> 8).collect();
-            let b: Vec<u32> = c.iter().map(|x| x & 0xFF).collect();
-            binary(t, op, &a, &b, r)
-        })
+        build(
+            t,
+            1 << 16,
+            |c, r| {
+                let a: Vec<u32> = c.iter().map(|x| x >> 8).collect();
+                let b: Vec<u32> = c.iter().map(|x| x & 0xFF).collect();
+                binary(t, op, &a, &b, r)
+            },
+            |c| finite(dec(t, c >> 8)) && finite(dec(t, c & 0xFF)),
+        )
     }))
 }
 

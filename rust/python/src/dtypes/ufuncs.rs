@@ -153,11 +153,25 @@ unsafe extern "C" fn loop_bin(args: *mut *mut c_char, dims: *mut npy_intp, steps
         let (sa, sb, so) = (*steps, *steps.add(1), *steps.add(2));
         if let Some(tab) = kernels::bin_table(d.t, d.op) {
             // 8-bit types: one lookup per pair (reductions included: each step reads the last result).
-            for i in 0..n as isize {
-                let x = *a.offset(i * sa) as usize;
-                let y = *b.offset(i * sb) as usize;
-                // Codes are bytes: x << 8 | y < 65536, the table's length.
-                *o.offset(i * so) = *tab.get_unchecked(x << 8 | y) as u8;
+            let res = &tab.res;
+            match &tab.flags {
+                None => {
+                    for i in 0..n as isize {
+                        let x = *a.offset(i * sa) as usize;
+                        let y = *b.offset(i * sb) as usize;
+                        // Codes are bytes: x << 8 | y < 65536, the tables' length.
+                        *o.offset(i * so) = *res.get_unchecked(x << 8 | y) as u8;
+                    }
+                }
+                Some(fl) => {
+                    let mut raised = 0u8;
+                    for i in 0..n as isize {
+                        let k = (*a.offset(i * sa) as usize) << 8 | *b.offset(i * sb) as usize;
+                        *o.offset(i * so) = *res.get_unchecked(k) as u8;
+                        raised |= *fl.get_unchecked(k);
+                    }
+                    kernels::raise_fp(raised as u32);
+                }
             }
             return;
         }
@@ -212,10 +226,24 @@ unsafe extern "C" fn loop_un(args: *mut *mut c_char, dims: *mut npy_intp, steps:
         let (sa, so) = (*steps, *steps.add(1));
         if let Some(tab) = kernels::un_table(d.t, d.op) {
             // Types of at most 16 bits: one lookup per element.
-            let mask = tab.len() - 1;
-            for i in 0..n as isize {
-                let c = load(a.offset(i * sa), size) as usize & mask;
-                store(o.offset(i * so), size, tab[c] as u32);
+            let res = &tab.res;
+            let mask = res.len() - 1;
+            match &tab.flags {
+                None => {
+                    for i in 0..n as isize {
+                        let c = load(a.offset(i * sa), size) as usize & mask;
+                        store(o.offset(i * so), size, res[c] as u32);
+                    }
+                }
+                Some(fl) => {
+                    let mut raised = 0u8;
+                    for i in 0..n as isize {
+                        let c = load(a.offset(i * sa), size) as usize & mask;
+                        store(o.offset(i * so), size, res[c] as u32);
+                        raised |= fl[c];
+                    }
+                    kernels::raise_fp(raised as u32);
+                }
             }
             return;
         }
