@@ -738,10 +738,14 @@ pub const FP_DIVIDE: u32 = 1 << 2;
 pub const FP_OVERFLOW: u32 = 1 << 3;
 const FP_REPORTED: u32 = FP_INVALID | FP_DIVIDE | FP_OVERFLOW;
 
-/// A result table, and each entry's exceptions when some entry has any.
-pub struct Table {
-    pub res: Box<[u16]>,
-    pub flags: Option<Box<[u8]>>,
+/// A result table: each entry the result's code and, above it, the exceptions
+/// its evaluation raises (one load gives both; no second table to keep in
+/// cache).
+pub enum Table {
+    /// 8-bit types: the code in the low byte, the exceptions in the high one.
+    Byte(Box<[u16]>),
+    /// 16-bit types: the code in the low half, the exceptions in the high one.
+    Half(Box<[u32]>),
 }
 
 static UN_TABLES: [[OnceLock<Table>; UN_OPS]; N] = [const { [const { OnceLock::new() }; UN_OPS] }; N];
@@ -782,9 +786,7 @@ pub fn raise_fp(flags: u32) {
 fn build(t: usize, n: usize, f: impl Fn(&[u32], &mut [u32]), finite_in: impl Fn(u32) -> bool) -> Table {
     let saved = fp_status();
     let clear = saved & !0x3F;
-    let mut out = vec![0u16; n];
-    let mut flags = vec![0u8; n];
-    let mut any = false;
+    let mut out = vec![0u32; n];
     let mut codes = [0u32; BLOCK];
     let mut res = [0u32; BLOCK];
     for start in (0..n).step_by(BLOCK) {
@@ -794,26 +796,30 @@ fn build(t: usize, n: usize, f: impl Fn(&[u32], &mut [u32]), finite_in: impl Fn(
         }
         set_fp_status(clear);
         f(&codes[..m], &mut res[..m]);
+        let mut flags = [0u32; BLOCK];
         if fp_status() & FP_REPORTED != 0 {
             // Whose: one entry at a time.
             for j in 0..m {
                 let mut r = [0u32];
                 set_fp_status(clear);
                 f(&codes[j..j + 1], &mut r);
-                flags[start + j] = (fp_status() & FP_REPORTED) as u8;
+                flags[j] = fp_status() & FP_REPORTED;
             }
         }
         for j in 0..m {
-            out[start + j] = res[j] as u16;
-            let fl = &mut flags[start + j];
-            if *fl as u32 & (FP_INVALID | FP_DIVIDE) == 0 && finite_in(codes[j]) && !finite(dec(t, res[j])) {
-                *fl |= FP_OVERFLOW as u8;
+            let mut fl = flags[j];
+            if fl & (FP_INVALID | FP_DIVIDE) == 0 && finite_in(codes[j]) && !finite(dec(t, res[j])) {
+                fl |= FP_OVERFLOW;
             }
-            any |= *fl != 0;
+            out[start + j] = res[j] | fl << 16;
         }
     }
     set_fp_status(saved);
-    Table { res: out.into_boxed_slice(), flags: any.then(|| flags.into_boxed_slice()) }
+    if TYPES[t].size == 1 {
+        Table::Byte(out.iter().map(|&e| (e & 0xFF | (e >> 16) << 8) as u16).collect())
+    } else {
+        Table::Half(out.into_boxed_slice())
+    }
 }
 
 /// The unary table of (t, op), for types of at most 16 bits.
@@ -825,12 +831,13 @@ pub fn un_table(t: usize, op: Un) -> Option<&'static Table> {
     Some(UN_TABLES[t][op as usize].get_or_init(|| build(t, 1 << bits, |c, r| unary(t, op, c, r), |c| finite(dec(t, c)))))
 }
 
-/// The binary table of (t, op) indexed by `a << 8 | b`, for 8-bit types.
-pub fn bin_table(t: usize, op: Bin) -> Option<&'static Table> {
+/// The binary table of (t, op) indexed by `a << 8 | b`, for 8-bit types
+/// (always [`Table::Byte`]).
+pub fn bin_table(t: usize, op: Bin) -> Option<&'static [u16]> {
     if TYPES[t].fmt.bits() != 8 {
         return None;
     }
-    Some(BIN_TABLES[t][op as usize].get_or_init(|| {
+    let tab = BIN_TABLES[t][op as usize].get_or_init(|| {
         build(
             t,
             1 << 16,
@@ -841,7 +848,11 @@ pub fn bin_table(t: usize, op: Bin) -> Option<&'static Table> {
             },
             |c| finite(dec(t, c >> 8)) && finite(dec(t, c & 0xFF)),
         )
-    }))
+    });
+    match tab {
+        Table::Byte(e) => Some(e),
+        Table::Half(_) => None,
+    }
 }
 
 // ---------------------------------------------------------------- posit<n,2> encoder

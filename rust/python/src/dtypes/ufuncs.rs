@@ -152,27 +152,18 @@ unsafe extern "C" fn loop_bin(args: *mut *mut c_char, dims: *mut npy_intp, steps
         let (a, b, o) = (*args as *const u8, *args.add(1) as *const u8, *args.add(2) as *mut u8);
         let (sa, sb, so) = (*steps, *steps.add(1), *steps.add(2));
         if let Some(tab) = kernels::bin_table(d.t, d.op) {
-            // 8-bit types: one lookup per pair (reductions included: each step reads the last result).
-            let res = &tab.res;
-            match &tab.flags {
-                None => {
-                    for i in 0..n as isize {
-                        let x = *a.offset(i * sa) as usize;
-                        let y = *b.offset(i * sb) as usize;
-                        // Codes are bytes: x << 8 | y < 65536, the tables' length.
-                        *o.offset(i * so) = *res.get_unchecked(x << 8 | y) as u8;
-                    }
-                }
-                Some(fl) => {
-                    let mut raised = 0u8;
-                    for i in 0..n as isize {
-                        let k = (*a.offset(i * sa) as usize) << 8 | *b.offset(i * sb) as usize;
-                        *o.offset(i * so) = *res.get_unchecked(k) as u8;
-                        raised |= *fl.get_unchecked(k);
-                    }
-                    kernels::raise_fp(raised as u32);
-                }
+            // 8-bit types: one lookup per pair (reductions included: each step reads the
+            // last result), the entry's high byte its exceptions.
+            let mut raised = 0u16;
+            for i in 0..n as isize {
+                let x = *a.offset(i * sa) as usize;
+                let y = *b.offset(i * sb) as usize;
+                // Codes are bytes: x << 8 | y < 65536, the table's length.
+                let e = *tab.get_unchecked(x << 8 | y);
+                *o.offset(i * so) = e as u8;
+                raised |= e;
             }
+            kernels::raise_fp((raised >> 8) as u32);
             return;
         }
         if d.t == kernels::BF16
@@ -225,24 +216,27 @@ unsafe extern "C" fn loop_un(args: *mut *mut c_char, dims: *mut npy_intp, steps:
         let (a, o) = (*args as *const u8, *args.add(1) as *mut u8);
         let (sa, so) = (*steps, *steps.add(1));
         if let Some(tab) = kernels::un_table(d.t, d.op) {
-            // Types of at most 16 bits: one lookup per element.
-            let res = &tab.res;
-            let mask = res.len() - 1;
-            match &tab.flags {
-                None => {
+            // Types of at most 16 bits: one lookup per element, the exceptions above the code.
+            match tab {
+                kernels::Table::Byte(e) => {
+                    let mut raised = 0u16;
                     for i in 0..n as isize {
-                        let c = load(a.offset(i * sa), size) as usize & mask;
-                        store(o.offset(i * so), size, res[c] as u32);
+                        let v = *e.get_unchecked(*a.offset(i * sa) as usize);
+                        *o.offset(i * so) = v as u8;
+                        raised |= v;
                     }
+                    kernels::raise_fp((raised >> 8) as u32);
                 }
-                Some(fl) => {
-                    let mut raised = 0u8;
+                kernels::Table::Half(e) => {
+                    // (16-bit codes: indices below 65536, the table's length.)
+                    let mut raised = 0u32;
                     for i in 0..n as isize {
-                        let c = load(a.offset(i * sa), size) as usize & mask;
-                        store(o.offset(i * so), size, res[c] as u32);
-                        raised |= fl[c];
+                        let c = (a.offset(i * sa) as *const u16).read_unaligned() as usize;
+                        let v = *e.get_unchecked(c);
+                        (o.offset(i * so) as *mut u16).write_unaligned(v as u16);
+                        raised |= v;
                     }
-                    kernels::raise_fp(raised as u32);
+                    kernels::raise_fp(raised >> 16);
                 }
             }
             return;
