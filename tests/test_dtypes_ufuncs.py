@@ -493,3 +493,30 @@ def test_floating_point_exceptions_as_numpy_reports_them(name):
             inf - inf
     with pytest.warns(RuntimeWarning, match="invalid value"):
         np.sqrt(x)
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_modf_and_frexp_keep_the_type(name):
+    """``modf`` and ``frexp`` give parts of the type itself (exact: a value's parts are
+    values of its format) and int32 exponents, as numpy's float16 does: every encoding
+    (posit32: a sample) against float64's parts of the same values."""
+    d = dt(name)
+    if d.itemsize == 4:
+        codes = np.random.default_rng(3).integers(0, 2**32, 1 << 16, dtype=np.uint64).astype(np.uint32)
+    else:
+        codes = np.arange(2 ** (8 * d.itemsize), dtype=np.uint64).astype(f"u{d.itemsize}")
+    x = codes.view(d)
+    v = x.astype(np.float64)
+    with np.errstate(all="ignore"):
+        f, w = np.modf(x)
+        m, e = np.frexp(x)
+        wf, ww = np.modf(v)
+        wm, we = np.frexp(v)
+    assert f.dtype == d and w.dtype == d and m.dtype == d and e.dtype == np.int32
+    fmt = lowp.format(name)
+    for got, want in ((f, wf), (w, ww), (m, wm)):
+        nan = np.isnan(want)
+        assert np.array_equal(np.isnan(got.astype(np.float64)), nan)
+        assert np.array_equal(as_codes(got)[~nan], lowp.encode(want[~nan], fmt))
+    fin = np.isfinite(v)
+    assert np.array_equal(e[fin], we[fin]) and np.all(e[~fin] == 0)

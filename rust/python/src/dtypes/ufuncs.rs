@@ -342,6 +342,60 @@ unsafe extern "C" fn loop_divmod(args: *mut *mut c_char, dims: *mut npy_intp, st
     }
 }
 
+/// `modf`: the fractional and integral parts, both of the type (exact: a
+/// value's parts are values of its format), signed as numpy's (`modf(-2.0)`
+/// is `(-0.0, -2.0)`, `modf(inf)` is `(0.0, inf)`). `data` holds the type.
+///
+/// # Safety
+/// numpy's ufunc loop contract: one input and two outputs of the type.
+unsafe extern "C" fn loop_modf(args: *mut *mut c_char, dims: *mut npy_intp, steps: *mut npy_intp, data: *mut c_void) {
+    // SAFETY: see the function contract.
+    unsafe {
+        let t = *(data as *const usize);
+        let size = TYPES[t].size;
+        let n = *dims as usize;
+        let (a, f, w) = (*args as *const u8, *args.add(1) as *mut u8, *args.add(2) as *mut u8);
+        let (sa, sf, sw) = (*steps, *steps.add(1), *steps.add(2));
+        for i in 0..n as isize {
+            let x = kernels::dec(t, load(a.offset(i * sa), size));
+            let whole = x.trunc();
+            let frac = if x.is_infinite() { 0f64.copysign(x) } else { (x - whole).copysign(x) };
+            // (Both written after the input is read: in place works.)
+            store(f.offset(i * sf), size, kernels::enc(t, frac));
+            store(w.offset(i * sw), size, kernels::enc(t, whole));
+        }
+    }
+}
+
+/// `frexp`: mantissa (of the type, in [0.5, 1) in magnitude, exact) and int32
+/// exponent, `x = m * 2**e`; zeros, infinities and NaN give themselves and 0.
+///
+/// # Safety
+/// numpy's ufunc loop contract: one input of the type, outputs of the type and int32.
+unsafe extern "C" fn loop_frexp(args: *mut *mut c_char, dims: *mut npy_intp, steps: *mut npy_intp, data: *mut c_void) {
+    // SAFETY: see the function contract.
+    unsafe {
+        let t = *(data as *const usize);
+        let size = TYPES[t].size;
+        let n = *dims as usize;
+        let (a, m, e) = (*args as *const u8, *args.add(1) as *mut u8, *args.add(2) as *mut u8);
+        let (sa, sm, se) = (*steps, *steps.add(1), *steps.add(2));
+        for i in 0..n as isize {
+            let c = load(a.offset(i * sa), size);
+            let x = kernels::dec(t, c);
+            let (mant, exp) = if x == 0.0 || !x.is_finite() {
+                (c, 0i32)
+            } else {
+                // Every lowp value is a normal f64: its exponent field gives e.
+                let k = ((x.to_bits() >> 52) & 0x7FF) as i32 - 1022;
+                (kernels::enc(t, x * 2f64.powi(-k)), k)
+            };
+            store(m.offset(i * sm), size, mant);
+            (e.offset(i * se) as *mut i32).write_unaligned(exp);
+        }
+    }
+}
+
 fn leak<O>(t: usize, op: O) -> *mut c_void {
     Box::into_raw(Box::new(LoopData { t, op })) as *mut c_void
 }
@@ -385,5 +439,19 @@ pub fn register_all(py: Python<'_>) -> PyResult<()> {
         };
         check(py, rc, "registering the divmod loop")?;
     }
+    for (name, f) in [("modf", loop_modf as LoopFn), ("frexp", loop_frexp as LoopFn)] {
+        let uf = np.getattr(name)?;
+        for t in 0..N {
+            let tn = type_num(t);
+            let second = if name == "frexp" { NPY_TYPES::NPY_INT as c_int } else { tn };
+            let mut types = vec![tn, tn, second];
+            let data = Box::into_raw(Box::new(t)) as *mut c_void;
+            // SAFETY: as above: one input and two outputs; data lives forever.
+            let rc = unsafe { PY_UFUNC_API.PyUFunc_RegisterLoopForType(py, uf.as_ptr() as *mut PyUFuncObject, tn, Some(f), types.as_mut_ptr(), data) };
+            check(py, rc, "registering a two-output loop")?;
+        }
+    }
     Ok(())
 }
+
+type LoopFn = unsafe extern "C" fn(*mut *mut c_char, *mut npy_intp, *mut npy_intp, *mut c_void);
