@@ -907,3 +907,42 @@ def test_fabs_and_conjugate_keep_the_type(name):
         assert r.dtype == dt(name)
     assert np.array_equal(np.fabs(x).astype(np.float64), np.abs(x.astype(np.float64)))
     assert same_bits(np.conjugate(x), x)
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_printing_never_invents_digits(name):
+    """Scalars print as numpy prints its floats: the shortest digits that give the value
+    back, positional from 1e-4 to 1e16 unless zeros the value does not have would be
+    appended (1024 in float8_e5m2 prints 1e+03, never 1000.0), else scientific."""
+    from fractions import Fraction
+
+    t = getattr(lowp, name)
+    codes = all_codes(name)
+    if codes.size > 70000:
+        codes = codes[:: codes.size // 20000]
+    for c, v in zip(codes, lowp.decode(codes, lowp.format(name), np.float64)):
+        if not math.isfinite(v) or v == 0:
+            continue
+        r = repr(np.array([c]).astype(udt(name)).view(t)[0])
+        assert float(np.array([float(r)], t)[0]) == v, (r, v)  # gives the value back
+        if "e" not in r:
+            # Positional: either exactly the value, or no zeros beyond the shortest digits.
+            exact = Fraction(r) == Fraction(v)
+            sig = r.replace("-", "").replace(".", "").strip("0")
+            int_digits = len(r.replace("-", "").split(".")[0].lstrip("0"))
+            assert exact or len(sig) >= int_digits, (r, v)
+            assert 1e-4 <= abs(v) < 1e16
+        else:
+            mant, exp = r.split("e")
+            assert exp[0] in "+-" and len(exp) >= 3
+
+
+def test_complex_into_lowp_is_not_same_kind():
+    """As into numpy's floats: dropping an imaginary part is an unsafe cast."""
+    for name in ALL:
+        for c in (np.complex64, np.complex128, np.clongdouble):
+            assert not np.can_cast(c, dt(name), "same_kind"), (name, c)
+        assert np.can_cast(np.float64, dt(name), "same_kind") and np.can_cast(np.int64, dt(name), "same_kind")
+    x = np.zeros(2, lowp.bfloat16)
+    with pytest.raises(TypeError):
+        x += np.array([1 + 1j, 2], np.complex64)

@@ -45,6 +45,17 @@ def ref_round(x, name):
     return lowp.encode(np.asarray(x, np.float64), lowp.format(name))
 
 
+def posit_range(name, r, finite, nonzero):
+    """The reference of a posit result whose exact value is finite (``finite``) but beyond
+    float64's range: float64's largest of its sign (posits saturate at maxpos, never NaR),
+    and for a nonzero exact value (``nonzero``) below it, float64's smallest (minpos,
+    never zero)."""
+    if not name.startswith("posit"):
+        return r
+    r = np.where(finite & np.isinf(r), np.copysign(np.finfo(np.float64).max, r), r)
+    return np.where(finite & nonzero & (r == 0), np.copysign(5e-324, r), r)
+
+
 def pairs(name, n=10**6, seed=0):
     """Every pair for 8-bit formats; n random pairs (half of them close in magnitude) otherwise."""
     if bits(name) == 8:
@@ -100,6 +111,9 @@ def test_binary_correctly_rounded(name, op):
         x = lowp.decode(a, name, np.float64)
         y = lowp.decode(b, name, np.float64)
         r = f(x, y)
+        if op == "power":
+            ok_in = np.isfinite(x) & np.isfinite(y) & (x != 0)
+            r = posit_range(name, r, ok_in, ok_in)
         want = ref_round(r, name)
         gv = got.astype(np.float64)
     if op in ("maximum", "minimum", "fmax", "fmin"):
@@ -136,6 +150,8 @@ def test_unary_correctly_rounded(name, op):
     with np.errstate(all="ignore"):
         got = f(c.view(dt(name)))
         r = f(x)
+        if op in ("exp", "exp2", "expm1", "sinh", "cosh"):
+            r = posit_range(name, r, np.isfinite(x), np.full(x.shape, op in ("exp", "exp2")))
         want = ref_round(r, name)
     assert got.dtype == dt(name)
     ok = (as_codes(got) == want) | (np.isnan(got.astype(np.float64)) & np.isnan(r))
@@ -520,3 +536,35 @@ def test_modf_and_frexp_keep_the_type(name):
         assert np.array_equal(as_codes(got)[~nan], lowp.encode(want[~nan], fmt))
     fin = np.isfinite(v)
     assert np.array_equal(e[fin], we[fin]) and np.all(e[~fin] == 0)
+
+
+@pytest.mark.parametrize("name", ["posit8", "posit16", "posit32"])
+def test_posits_saturate_beyond_float64(name):
+    """Exact results beyond float64's range are still posit values: maxpos and minpos of
+    their sign, never NaR or zero, with no overflow reported; a division by zero is NaR."""
+    d = dt(name)
+    mx = float(lowp.finfo(d).max)
+    x = np.array([1000.0, -1000.0], d)
+    with np.errstate(all="raise"):
+        e = np.exp(x).astype(np.float64)
+        assert e[0] == mx and 0 < e[1] <= 2 ** -20
+        assert np.exp2(np.array([2000.0], d)).astype(np.float64)[0] == mx
+        assert np.sinh(x).astype(np.float64).tolist() == [mx, -mx]
+        assert np.cosh(x).astype(np.float64).tolist() == [mx, mx]
+        y = np.array([1000, 1000, 999], d)
+        p = np.power(np.array([1e3, 1e-3, -1e3], d), y).astype(np.float64)
+        odd = float(y[2]) % 2 == 1  # (posit8 holds 999 as 1024)
+        assert p[0] == mx and 0 < p[1] <= 2 ** -20 and p[2] == (-mx if odd else mx)
+    with np.errstate(all="ignore"):
+        assert np.isnan(np.power(np.array([0.0], d), np.array([-1.0], d)).astype(np.float64)[0])
+
+
+@pytest.mark.parametrize("name", ["bfloat16", "float8_e5m2", "posit16"])
+def test_inverse_hyperbolic_flags(name):
+    """arcsinh(0) raises nothing; arccosh below 1 (and of -inf) is an invalid operation."""
+    d = dt(name)
+    with np.errstate(all="raise"):
+        np.arcsinh(np.array([0.0, -0.0, 1.0], d))
+    for v in ([0.5], [-np.inf] if name != "posit16" else [-3.0]):
+        with np.errstate(all="ignore", invalid="raise"), pytest.raises(FloatingPointError, match="invalid"):
+            np.arccosh(np.array(v, d))

@@ -809,13 +809,18 @@ pub fn register_all(py: Python<'_>) -> PyResult<()> {
                 pyo3::ffi::Py_DECREF(to as *mut pyo3::ffi::PyObject);
             }
         }
-        // Into numpy's floating and complex types: "same_kind" too (float16 out=).
+        // Into numpy's floating and complex types: "same_kind" too (float16 out=);
+        // from complex types: unsafe, as into numpy's floats (the imaginary part
+        // would be dropped).
         let me = descr(py, t);
         for num in [NPY_TYPES::NPY_HALF, NPY_TYPES::NPY_FLOAT, NPY_TYPES::NPY_DOUBLE, NPY_TYPES::NPY_LONGDOUBLE, NPY_TYPES::NPY_CFLOAT, NPY_TYPES::NPY_CDOUBLE, NPY_TYPES::NPY_CLONGDOUBLE] {
-            let to = builtin(py, num);
-            settle(py, me, Some(b'b'), to, None);
+            let other = builtin(py, num);
+            settle(py, me, Some(b'b'), other, None);
+            if matches!(num, NPY_TYPES::NPY_CFLOAT | NPY_TYPES::NPY_CDOUBLE | NPY_TYPES::NPY_CLONGDOUBLE) {
+                settle(py, other, None, me, Some(b'f'));
+            }
             // SAFETY: a new reference, released.
-            unsafe { pyo3::ffi::Py_DECREF(to as *mut pyo3::ffi::PyObject) };
+            unsafe { pyo3::ffi::Py_DECREF(other as *mut pyo3::ffi::PyObject) };
         }
         // SAFETY: a new reference, released.
         unsafe { pyo3::ffi::Py_DECREF(me as *mut pyo3::ffi::PyObject) };

@@ -582,6 +582,12 @@ pub fn binary(t: usize, op: Bin, a: &[u32], b: &[u32], out: &mut [u32]) {
         }),
         Bin::Hypot => map!(f64::hypot),
     }
+    if posit && op == Bin::Pow {
+        // A power of a nonzero base is nonzero and finite (0 ** -1 is a division by zero).
+        let mut base = [0f64; BLOCK];
+        dec_block64(t, a, &mut base[..n]);
+        posit_range(x, y.iter().copied(), |i| base[i] != 0.0 && base[i].is_finite(), true);
+    }
     enc_block64(t, x, out);
 }
 
@@ -665,8 +671,11 @@ pub fn unary(t: usize, op: Un, a: &[u32], out: &mut [u32]) {
         Un::Cosh => map!(f64::cosh),
         Un::Arcsin => map!(f64::asin),
         Un::Arccos => map!(f64::acos),
-        Un::Arcsinh => map!(f64::asinh),
-        Un::Arccosh => map!(f64::acosh),
+        // (asinh(0) through ln_1p would raise divide-by-zero; acosh below 1 gives
+        // NaN without raising invalid: the status flags numpy reports come out as
+        // its own functions raise them.)
+        Un::Arcsinh => map!(|p: f64| if p == 0.0 { p } else { p.asinh() }),
+        Un::Arccosh => map!(|p: f64| if p < 1.0 { (p - 1.0).sqrt() } else { p.acosh() }),
         Un::Arctanh => map!(f64::atanh),
         Un::Cbrt => map!(f64::cbrt),
         Un::Deg2Rad => map!(f64::to_radians),
@@ -676,7 +685,38 @@ pub fn unary(t: usize, op: Un, a: &[u32], out: &mut [u32]) {
         Un::Rint => map!(f64::round_ties_even),
         Un::Trunc => map!(f64::trunc),
     }
+    if posit && matches!(op, Un::Exp | Un::Exp2 | Un::Expm1 | Un::Sinh | Un::Cosh) {
+        // Finite for finite operands; and never zero for exp and exp2.
+        let zero_fix = matches!(op, Un::Exp | Un::Exp2);
+        posit_range(x, a.iter().map(|&c| dec(t, c)), |_| true, zero_fix);
+    }
     enc_block64(t, x, out);
+}
+
+/// Posit results of finite operands whose exact values lie beyond float64's
+/// range: past its largest, the largest float64 (the posit's maxpos, not NaR);
+/// a nonzero below its smallest, the smallest (minpos, not zero), each of its
+/// sign. `finite(i)`: is element i's exact result finite (and, with
+/// `zero_fix`, nonzero) for its operands `inputs` when they are finite? The
+/// status flags of those float64 over- and underflows are cleared: posits
+/// neither overflow nor underflow.
+fn posit_range(r: &mut [f64], inputs: impl Iterator<Item = f64>, finite: impl Fn(usize) -> bool, zero_fix: bool) {
+    let mut fixed = false;
+    for (i, (v, x)) in r.iter_mut().zip(inputs).enumerate() {
+        if !x.is_finite() || !finite(i) {
+            continue;
+        }
+        if v.is_infinite() {
+            *v = f64::MAX.copysign(*v);
+            fixed = true;
+        } else if *v == 0.0 && zero_fix {
+            *v = f64::from_bits(1).copysign(*v);
+            fixed = true;
+        }
+    }
+    if fixed {
+        set_fp_status(fp_status() & !(FP_OVERFLOW | FP_UNDERFLOW));
+    }
 }
 
 pub fn pred(t: usize, op: Pred, a: &[u32], out: &mut [bool]) {
@@ -736,6 +776,7 @@ const BIN_OPS: usize = Bin::Hypot as usize + 1;
 pub const FP_INVALID: u32 = 1;
 pub const FP_DIVIDE: u32 = 1 << 2;
 pub const FP_OVERFLOW: u32 = 1 << 3;
+pub const FP_UNDERFLOW: u32 = 1 << 4;
 const FP_REPORTED: u32 = FP_INVALID | FP_DIVIDE | FP_OVERFLOW;
 
 /// A result table: each entry the result's code and, above it, the exceptions
@@ -786,6 +827,8 @@ pub fn raise_fp(flags: u32) {
 fn build(t: usize, n: usize, f: impl Fn(&[u32], &mut [u32]), finite_in: impl Fn(u32) -> bool) -> Table {
     let saved = fp_status();
     let clear = saved & !0x3F;
+    let posit = is_posit(t);
+    let has_inf = matches!(TYPES[t].fmt, Format::Float(f) if f.inf);
     let mut out = vec![0u32; n];
     let mut codes = [0u32; BLOCK];
     let mut res = [0u32; BLOCK];
@@ -808,8 +851,15 @@ fn build(t: usize, n: usize, f: impl Fn(&[u32], &mut [u32]), finite_in: impl Fn(
         }
         for j in 0..m {
             let mut fl = flags[j];
-            if fl & (FP_INVALID | FP_DIVIDE) == 0 && finite_in(codes[j]) && !finite(dec(t, res[j])) {
-                fl |= FP_OVERFLOW;
+            if posit {
+                // Posits saturate: no overflow (their invalid results are NaR).
+                fl &= !FP_OVERFLOW;
+            }
+            let r = dec(t, res[j]);
+            if fl & (FP_INVALID | FP_DIVIDE) == 0 && finite_in(codes[j]) && !finite(r) {
+                // A NaN where the format has infinities is an invalid operation;
+                // otherwise the result passed the largest value.
+                fl |= if r.is_nan() && has_inf { FP_INVALID } else { FP_OVERFLOW };
             }
             out[start + j] = res[j] | fl << 16;
         }

@@ -207,22 +207,69 @@ fn convert(py: Python<'_>, t: usize, obj: &Bound<'_, PyAny>) -> PyResult<u32> {
     Ok(enc(t, f))
 }
 
-/// The shortest decimal that rounds back to the same code, as an f64 whose
-/// Python repr prints exactly those digits.
-pub fn shortest(t: usize, c: u32) -> f64 {
+/// The shortest decimal that rounds back to the same code: its digits in
+/// Rust's exponent form (`1.03e3`), and its value as an f64 whose Python repr
+/// prints exactly those digits (None for zeros, infinities and NaN).
+fn shortest(t: usize, c: u32) -> Option<(String, f64)> {
     let v = dec(t, c);
     if !v.is_finite() || v == 0.0 {
-        return v;
+        return None;
     }
     for digits in 1..=17 {
         let s = format!("{:.*e}", digits - 1, v);
         if let Ok(p) = s.parse::<f64>() {
             if enc(t, p) == c {
-                return p;
+                return Some((s, p));
             }
         }
     }
-    v
+    Some((format!("{v:e}"), v))
+}
+
+/// The scalar's repr and str, as numpy prints its floats: the shortest digits
+/// that round back to the value, positional from 1e-4 to below 1e16 unless
+/// that would append zeros the value does not have (1024 in float8_e5m2 is
+/// `1e+03`, not `1000.0`), else scientific with at least two exponent digits.
+pub fn repr_string(t: usize, c: u32) -> String {
+    let v = dec(t, c);
+    let Some((s, p)) = shortest(t, c) else {
+        return if v.is_nan() {
+            "nan".into()
+        } else if v.is_infinite() {
+            (if v < 0.0 { "-inf" } else { "inf" }).into()
+        } else if v.is_sign_negative() {
+            "-0.0".into()
+        } else {
+            "0.0".into()
+        };
+    };
+    let (mant, exp) = s.split_once('e').unwrap_or((&s, "0"));
+    let exp: i32 = exp.parse().unwrap_or(0);
+    let digits = mant.bytes().filter(u8::is_ascii_digit).count() as i32;
+    let a = v.abs();
+    let padded = exp >= digits && p != v;
+    if (1e-4..1e16).contains(&a) && !padded {
+        // Python's repr of p: those digits, positional.
+        return format!("{}", PyFloatRepr(p));
+    }
+    format!("{mant}e{}{:02}", if exp < 0 { '-' } else { '+' }, exp.abs())
+}
+
+/// Python's float repr (shortest round-trip digits, positional with `.0`).
+struct PyFloatRepr(f64);
+
+impl std::fmt::Display for PyFloatRepr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Rust's Display of an f64 prints its shortest round-trip digits
+        // positionally, as Python's repr does in this range; Python adds ".0"
+        // to integers.
+        let s = format!("{}", self.0);
+        if s.contains('.') {
+            f.write_str(&s)
+        } else {
+            write!(f, "{s}.0")
+        }
+    }
 }
 
 /// Run a slot's body attached through pyo3 (numpy and CPython call slots
@@ -254,8 +301,7 @@ unsafe extern "C" fn tp_repr(ob: *mut ffi::PyObject) -> *mut ffi::PyObject {
     guard(|py| {
         // SAFETY: ob is a lowp scalar.
         let (t, c) = unsafe { self_value(ob) };
-        let v = shortest(t, c);
-        Ok(PyFloat::new(py, v).repr()?.into_ptr())
+        Ok(pyo3::types::PyString::new(py, &repr_string(t, c)).into_ptr())
     })
 }
 
@@ -335,7 +381,7 @@ unsafe extern "C" fn format_method(ob: *mut ffi::PyObject, spec: *mut ffi::PyObj
         let spec = unsafe { Bound::from_borrowed_ptr(py, spec) };
         let spec: String = spec.extract()?;
         if spec.is_empty() {
-            return Ok(PyFloat::new(py, shortest(t, c)).repr()?.into_ptr());
+            return Ok(pyo3::types::PyString::new(py, &repr_string(t, c)).into_ptr());
         }
         Ok(PyFloat::new(py, dec(t, c)).call_method1("__format__", (spec,))?.into_ptr())
     })
