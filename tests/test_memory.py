@@ -108,3 +108,28 @@ def test_cached_empty_rejects_bad_input():
         _lowp.cached_empty([1 << 62, 8], np.dtype(np.float64))
     z = _lowp.cached_empty([0, 3], np.dtype(np.float32))
     assert z.shape == (0, 3)
+
+
+def test_emulated_products_of_vectors_and_broadcasts_stay_small():
+    """A 1-D dot product with every add rounded, and sums of broadcast operands, need no
+    copy of the depth: peak memory stays far below the 64 bytes a step that a packed
+    copy of a vector's column would take (2^24 steps: 1 GiB)."""
+    import subprocess
+    import sys
+    import textwrap
+
+    code = textwrap.dedent("""
+        import resource, numpy as np, lowp
+        K = 2**24
+        x = np.ones(K, np.float32)
+        base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        assert float(lowp.matmul(x, x, accumulate="bf16")) == 256.0
+        assert float(lowp.matmul(x.astype(np.float16), x.astype(np.float16), accumulate="float16")) == 2048.0
+        b = np.broadcast_to(np.float32(1.0), (K,))
+        assert float(lowp.sum(b, accumulate="bf16")) == 256.0
+        print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base)
+    """)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    grown_kib = int(r.stdout.split()[-1])
+    assert grown_kib < 256 * 1024, grown_kib  # inputs: 64 MiB of float32, 32 MiB of float16
