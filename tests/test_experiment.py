@@ -97,6 +97,84 @@ def test_unusable_output_and_data_fail_before_training(tmp_path, capsys):
         assert msg in capsys.readouterr().err
 
 
+def _unreadable_files(tmp_path):
+    """Files that are no usable .npz archive, each with a reason of its own."""
+    rng = np.random.default_rng(0)
+    arrays = dict(X_train=rng.random((8, 3)), y_train=np.arange(8) % 2, X_test=rng.random((4, 3)),
+                  y_test=np.arange(4) % 2)
+    good = tmp_path / "good.npz"
+    np.savez(good, **arrays)
+    raw = good.read_bytes()
+    np.savez_compressed(tmp_path / "goodc.npz", **arrays)
+    rawc = (tmp_path / "goodc.npz").read_bytes()
+    files = {}
+    files["empty.npz"] = b""
+    files["garbage.npz"] = b"not an archive at all"
+    files["truncated.npz"] = raw[: len(raw) // 2]
+    i = raw.index(b"NUMPY") + 150  # inside the first member's data: its CRC fails
+    files["crc.npz"] = raw[:i] + bytes([raw[i] ^ 0xFF]) + raw[i + 1:]
+    j = len(rawc) // 3  # inside a deflate stream
+    files["deflate.npz"] = rawc[:j] + bytes(b ^ 0x5A for b in rawc[j:j + 40]) + rawc[j + 40:]
+    paths = []
+    for name, content in files.items():
+        (tmp_path / name).write_bytes(content)
+        paths.append(tmp_path / name)
+    np.save(tmp_path / "array.npy", arrays["X_train"])
+    paths.append(tmp_path / "array.npy")
+    np.savez(tmp_path / "objects.npz", **{**arrays, "X_train": np.array([None, 1], object)})
+    paths.append(tmp_path / "objects.npz")
+    return paths
+
+
+def test_unreadable_data_files_are_usage_errors(tmp_path, capsys):
+    """Every file that cannot be read gives ``error: data: ...`` and exit code 2, no traceback."""
+    for path in _unreadable_files(tmp_path):
+        with pytest.raises(ValueError, match="^data: "):
+            experiment.load_npz(str(path))
+        rc = cli.main(["experiment", "--data", str(path), "--output", str(tmp_path / "o"), "--configs", "fp32",
+                       "--epochs", "1", "--no-progress"])
+        err = capsys.readouterr().err
+        assert rc == 2, path.name
+        assert err.startswith("lowp experiment: error: data: ") and "Traceback" not in err, (path.name, err)
+    r = subprocess.run([sys.executable, "-m", "lowp", "experiment", "--data", str(tmp_path / "empty.npz"),
+                        "--output", str(tmp_path / "o"), "--configs", "fp32", "--epochs", "1", "--no-progress"],
+                       capture_output=True, text=True, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert r.returncode == 2 and "Traceback" not in r.stderr and "error: data: " in r.stderr
+
+
+def _colored_pixels(fig, ax) -> int:
+    """Saturated (curve-coloured, not black/grey/white) pixels inside ``ax``, legends hidden."""
+    for a in fig.axes:
+        if a.get_legend() is not None:
+            a.get_legend().set_visible(False)
+    fig.canvas.draw()
+    img = np.asarray(fig.canvas.buffer_rgba())[..., :3].astype(int)
+    x0, y0, x1, y1 = (int(round(v)) for v in ax.bbox.extents)
+    h = img.shape[0]
+    crop = img[h - y1:h - y0, x0:x1]
+    return int(((crop.max(axis=-1) - crop.min(axis=-1)) > 60).sum())
+
+
+@pytest.mark.parametrize("epochs", [1, 2, 30])
+def test_curves_show_every_run(epochs, monkeypatch, tmp_path):
+    """curves.png shows the results of every run, a single epoch (one point per config) included."""
+    import matplotlib.pyplot as plt
+
+    figs = []
+    monkeypatch.setattr(plt, "close", lambda fig=None: figs.append(fig))
+    rng = np.random.default_rng(1)
+    results = [experiment.Result(name, "", test_acc=list(rng.random(epochs)), test_loss=list(rng.random(epochs) + 0.1))
+               for name in ("fp32", "bf16_nomaster_sr")]
+    experiment.plot(results, str(tmp_path / "curves.png"), {"data": "t", "epochs": epochs})
+    (fig,) = figs
+    for ax in fig.axes:
+        assert _colored_pixels(fig, ax) > 20 * len(results)
+        for line in ax.get_lines():
+            if epochs > 1:
+                assert line.get_linestyle() in ("-", "--")
+    plt.close(fig)
+
+
 def test_interrupt_keeps_finished_configs(tmp_path, monkeypatch, capsys):
     real = experiment.train_one
     calls = []

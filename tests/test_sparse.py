@@ -740,3 +740,211 @@ def test_nm_unused_slots_do_not_meet_infinities(dtype):
         want = (ref.T @ v.astype(np.float64)).astype(np.float32)
     np.testing.assert_array_equal(v @ M, want)
     np.testing.assert_array_equal(M.T @ v, want)
+
+
+# ---------------------------------------------------------------- assigning M.data
+
+def _scipy_of(M) -> "sp.sparray":
+    """scipy float64 matrix with the same structure and values as ``M`` (scale applied)."""
+    return M.to_scipy().astype(np.float64)
+
+
+@pytest.mark.parametrize("vt", [np.float32, np.float16, np.int8, ml_dtypes.bfloat16, ml_dtypes.float8_e4m3fn,
+                                lowp.posit16], ids=["f32", "f16", "i8", "bf16", "e4m3fn", "posit16"])
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_data_in_place_operators_and_assignment(fmt, vt):
+    """``M.data *= s`` and ``M.data = values`` work as in scipy, for every class."""
+    rng = np.random.default_rng(41)
+    x = sparse.prune_nm(_random(rng, (8, 12), 0.6, ints=True), 2, 4)
+    M = _build(fmt, x, dtype=vt, blocksize=(4, 4))
+    before = _scipy_of(M)
+    M.data *= 2
+    np.testing.assert_array_equal(_scipy_of(M).toarray(), 2 * before.toarray())
+    b = rng.integers(-4, 5, 12).astype(np.float32)
+    np.testing.assert_array_equal(M @ b, 2 * before @ b.astype(np.float64))
+    M.data += M.data
+    np.testing.assert_array_equal(_scipy_of(M).toarray(), 4 * before.toarray())
+    # Assignment stores the values of an array of any real dtype, rounded into the format.
+    new = np.asarray(M.data, np.float64) / 4 + 0.25 * (np.asarray(M.data, np.float64) != 0)
+    M.data = new
+    want = new.astype(vt) if vt is not np.int8 else np.clip(np.round(new), -128, 127).astype(np.int8)
+    np.testing.assert_array_equal(M.data.astype(np.float64), want.astype(np.float64))
+    S = M.to_scipy().astype(np.float64)
+    np.testing.assert_array_equal(M @ b, (S @ b.astype(np.float64)).astype(np.float32))
+    for bad in (np.ones(M.data.size + 1), np.ones((1,) + M.data.shape), np.float32(1.0)):
+        with pytest.raises(ValueError, match="^data: .*shape"):
+            M.data = bad
+    with pytest.raises(TypeError, match="^data: "):
+        M.data = M.data.astype(np.complex64)
+
+
+def _nearest_even(v: float, dtype) -> float:
+    """Exact oracle: the value of an 8/16-bit ml_dtypes ``dtype`` nearest to ``v`` (ties to
+    the even code), from every code's value and Fractions."""
+    from fractions import Fraction
+
+    bits = np.dtype(dtype).itemsize * 8
+    codes = np.arange(2**bits, dtype=np.uint64).astype(f"u{bits // 8}")
+    with np.errstate(invalid="ignore"):
+        vals = codes.view(dtype).astype(np.float64)
+    ok = np.isfinite(vals)
+    vals, codes = vals[ok], codes[ok]
+    near = np.argsort(np.abs(vals - v), kind="stable")[:8]  # the candidates; then exactly
+    vals, codes = vals[near], codes[near]
+    dist = [abs(Fraction(float(g)) - Fraction(v)) for g in vals]
+    best = min(dist)
+    cands = [(int(c), float(g)) for c, g, d in zip(codes, vals, dist) if d == best]
+    return next((g for c, g in cands if c % 2 == 0), cands[0][1])
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_data_assignment_rounds_once(fmt):
+    """float64 values go straight into the format (no float32 step in between)."""
+    x = np.zeros((4, 8), np.float32)
+    x[0, 0] = x[1, 4] = x[3, 7] = 1
+    for dtype, v in ((ml_dtypes.bfloat16, 1 + 2.0**-8 + 2.0**-30), (ml_dtypes.float8_e4m3fn, 1 + 2.0**-4 + 2.0**-40),
+                     (ml_dtypes.float8_e5m2, -(1.5 + 2.0**-3 + 2.0**-35))):
+        # Just beyond a midpoint of the format; in float32 it is the midpoint itself.
+        assert _nearest_even(v, dtype) != _nearest_even(float(np.float32(v)), dtype)
+        M = _build(fmt, x, dtype=dtype, blocksize=(2, 2))
+        nz = np.asarray(M.data, np.float64) != 0
+        M.data = np.where(nz, v, 0.0)
+        np.testing.assert_array_equal(M.data.astype(np.float64), np.where(nz, _nearest_even(v, dtype), 0.0))
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_data_of_formats_without_a_dtype(fmt):
+    """Without a numpy dtype ``M.data`` is a decoded copy: it is read-only, so writes raise
+    instead of being lost; assigning ``M.data`` stores values."""
+    rng = np.random.default_rng(43)
+    x = sparse.prune_nm(_random(rng, (8, 12), 0.6, ints=True), 2, 4)
+    x = np.clip(x, -3, 3)
+    f = lowp.FloatFormat(3, 2)
+    M = _build(fmt, x, dtype=f, blocksize=(4, 4))
+    assert M.dtype == f and not M.data.flags.writeable
+    before = _scipy_of(M)
+    with pytest.raises(ValueError, match="read-only"):
+        M.data[...] = 0.5
+    with pytest.raises(ValueError, match="read-only"):
+        M.data *= 2
+    np.testing.assert_array_equal(_scipy_of(M).toarray(), before.toarray())  # nothing changed
+    M.data = M.data * 2
+    np.testing.assert_array_equal(_scipy_of(M).toarray(), 2 * before.toarray())
+    b = rng.integers(-4, 5, 12).astype(np.float32)
+    np.testing.assert_array_equal(M @ b, 2 * before @ b.astype(np.float64))
+    if fmt == "nm":
+        with pytest.raises(ValueError, match="read-only"):
+            M.positions[...] = 0
+
+
+# ---------------------------------------------------------------- copies
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_copy_and_astype_share_nothing(fmt):
+    """``copy()`` and ``astype`` (even to the same dtype) give independent matrices, as scipy's."""
+    rng = np.random.default_rng(45)
+    x = sparse.prune_nm(_random(rng, (8, 12), 0.6, ints=True), 2, 4)
+    for vt in (np.float32, ml_dtypes.bfloat16, np.int8):
+        M = _build(fmt, x, dtype=vt, blocksize=(4, 4))
+        ref = _scipy_of(M).toarray()
+        arrays = [a for a in (getattr(M, k, None) for k in ("indices", "indptr", "row", "col", "_idx"))
+                  if isinstance(a, np.ndarray)]
+        for C in (M.copy(), M.astype(vt), M.astype(np.float32), M.astype(vt, "toward_zero")):
+            assert not np.shares_memory(C.data, M.data)
+            for k in ("indices", "indptr", "row", "col", "_idx"):
+                if hasattr(C, k):
+                    assert not any(np.shares_memory(getattr(C, k), a) for a in arrays), k
+            C.data = np.zeros(C.data.shape)
+            if hasattr(C, "indices"):
+                C.indices[...] = 0
+            if hasattr(C, "col"):
+                C.col[...] = 0
+            np.testing.assert_array_equal(_scipy_of(M).toarray(), ref)
+
+
+# ---------------------------------------------------------------- duplicates after index edits
+
+@pytest.mark.parametrize("cls", [sparse.CSR, sparse.CSC, sparse.COO, sparse.BSR], ids=lambda c: c.__name__)
+def test_edited_indices_with_duplicates_add_up(cls):
+    """Index arrays edited in place (in range) into duplicates or unsorted order: every
+    conversion adds the duplicates, as scipy does with the same arrays."""
+    rng = np.random.default_rng(47)
+    for trial in range(20):
+        x = _random(rng, (6, 8), 0.5, ints=True)
+        x[0, :2] = 1  # at least two entries
+        M = cls.from_dense(x, blocksize=(1, 2)) if cls is sparse.BSR else cls.from_dense(x)
+        idx = M.col if cls is sparse.COO else M.indices
+        nmin = M.shape[1] if cls in (sparse.CSR, sparse.COO) else M.shape[0] if cls is sparse.CSC else 4
+        k = rng.integers(1, idx.size + 1)
+        pos = rng.choice(idx.size, k, replace=False)
+        idx[pos] = rng.integers(0, nmin, k)
+        if cls is sparse.COO:
+            S = sp.coo_array((M.data.astype(np.float64), (M.row, M.col)), shape=M.shape)
+        elif cls is sparse.BSR:
+            S = sp.bsr_array((M.data.astype(np.float64), M.indices, M.indptr), shape=M.shape)
+        else:
+            S = getattr(sp, f"{cls.format}_array")((M.data.astype(np.float64), M.indices, M.indptr), shape=M.shape)
+        want = S.toarray()
+        if cls is sparse.COO:
+            key = M.row.astype(np.int64) * M.shape[1] + M.col
+            assert M.has_canonical_format == bool(np.all(np.diff(key) > 0))
+        elif cls is not sparse.BSR:  # sorted without duplicates inside every row (column)
+            segs = np.split(M.indices, M.indptr[1:-1])
+            assert M.has_canonical_format == all(np.all(np.diff(g) > 0) for g in segs)
+        np.testing.assert_array_equal(M.to_dense(), want)
+        np.testing.assert_array_equal(M.to_scipy().toarray(), want)
+        for conv in (M.tocsr, M.tocsc, M.tocoo, lambda: M.tobsr((1, 1)),
+                     lambda: cls(M), lambda: M.T.T, lambda: sparse.CSR(M)):
+            np.testing.assert_array_equal(conv().to_dense(), want)
+        np.testing.assert_array_equal(M @ np.ones(8, np.float32), want @ np.ones(8))
+        if cls is not sparse.BSR:
+            C = M.sum_duplicates()
+            np.testing.assert_array_equal(C.to_dense(), want)
+            assert C.has_canonical_format
+
+
+# ---------------------------------------------------------------- scalar operands, tuple arguments
+
+@pytest.mark.parametrize("cls", CLASSES, ids=lambda c: c.__name__)
+def test_scalar_operands_are_refused(cls):
+    for shape in ((4, 1), (1, 4), (1, 1), (3, 4)):
+        M = cls(np.ones(shape, np.float32), n=1, m=1) if cls is sparse.NM else cls(np.ones(shape, np.float32))
+        S = sp.csr_array(np.ones(shape))
+        for s in (3.0, 2, np.float32(3), np.array(3.0), np.array(2, np.int8), np.float64(1.5)):
+            with pytest.raises(ValueError):  # scipy refuses both sides
+                S @ s
+            with pytest.raises(ValueError):
+                s @ S
+            for f in (lambda: M @ s, lambda: s @ M, lambda: M.matmul(s), lambda: M.rmatmul(s), lambda: M.T @ s):
+                with pytest.raises(ValueError, match="^x: scalar operands are not allowed"):
+                    f()
+
+
+@pytest.mark.parametrize("cls", CLASSES, ids=lambda c: c.__name__)
+def test_tuple_arguments_are_the_scipy_forms(cls):
+    """Tuples are (data, indices, indptr), (data, (row, col)), (m, n) (or N:M's (data, positions));
+    anything else is refused where scipy refuses it, never read as a dense matrix."""
+    for arg in (([1.0, 2.0], [0, 1]), (np.array([1.0, 2.0]), np.array([0, 1])), ([1.0], 3.0)):
+        if cls is not sparse.NM:
+            with pytest.raises(TypeError):
+                getattr(sp, f"{cls.format}_array")(arg)
+            with pytest.raises(TypeError, match="^arg: "):
+                cls(arg)
+    for arg in (((2, 3),), (3,), (), ((1, 0), (0, 1), (1, 1), (0, 0))):
+        if len(arg) != 1 or np.ndim(arg[0]):  # (scipy reads (3,) as a 1-D shape; lowp matrices are 2-D)
+            with pytest.raises(ValueError):
+                sp.csr_array(arg)
+        with pytest.raises(ValueError, match="^arg: .*accepted forms"):
+            cls(arg)
+    if cls is not sparse.NM:
+        # (data, ij) with ij a list of two index sequences or a (2, nnz) array, as in scipy.
+        data, row, col = [1.0, 2.0, 3.0], [0, 2, 1], [3, 0, 3]
+        want = sp.coo_array((data, (row, col)), shape=(3, 4)).toarray()
+        for ij in ((row, col), [row, col], np.array([row, col])):
+            np.testing.assert_array_equal(cls((data, ij), shape=(3, 4)).to_dense(), want)
+            np.testing.assert_array_equal(getattr(sp, f"{cls.format}_array")((data, ij), shape=(3, 4)).toarray(),
+                                          want)
+    # Dense input: ndarrays and lists.
+    x = [[1.0, 0.0], [0.0, 2.0]]
+    for d in (x, np.array(x)):
+        np.testing.assert_array_equal(cls(d).to_dense(), sp.csr_array(d).toarray())

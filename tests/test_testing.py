@@ -181,3 +181,51 @@ def test_assert_ulp_close_unrepresentable_desired():
         assert_ulp_close(1.0, 1.0, "bf16", ulps=-1)
     with pytest.raises(ValueError, match="actual"):
         assert_ulp_close(np.zeros(2), np.zeros(3), "bf16")
+
+
+def _exact_ulps(a, d, dtype) -> "Fraction":
+    """Oracle: |a - d| in units of numpy.spacing(d) (``d`` a value of ``dtype``), exactly."""
+    from fractions import Fraction
+
+    return abs(Fraction(a) - Fraction(d)) / abs(Fraction(float(np.spacing(dtype(d)))))
+
+
+def test_values_float64_cannot_hold_are_compared_exactly():
+    """Integers beyond 2**53 (int64 and Python ints of any size) and longdouble values are
+    compared as exact numbers, not rounded to float64 first."""
+    from fractions import Fraction
+
+    a = np.array([2**53 + 1, 2**60 + 1, -(2**62 + 3), 2**53 + 1], np.int64)
+    d = np.array([2**53, 2**60, -(2**62), 2**53 + 2], np.int64)  # all float64 values
+    want = [_exact_ulps(int(x), int(y), np.float64) for x, y in zip(a, d)]
+    np.testing.assert_array_equal(ulp_distance(a, d, "float64"), [float(w) for w in want])
+    for i in range(a.size):
+        with pytest.raises(AssertionError, match="not within 0 ulp"):
+            assert_ulp_close(a[i:i + 1], d[i:i + 1], "float64", ulps=0)
+        assert_ulp_close(a[i:i + 1], d[i:i + 1], "float64", ulps=float(want[i]))
+    assert_ulp_close(a, a, "float64")  # equal values not float64 can hold: 0 apart
+    with pytest.raises(AssertionError, match="not within 0 ulp"):
+        assert_ulp_close([2**53 + 1], [2**53], "float64", ulps=0)
+    # Python ints beyond 64 bits; a distance float64 cannot hold (1 + 2**-148 ulp) still fails at 1.
+    for x, y in ((2**70 + 1, 2**70), (2**200 + 2**148 + 1, 2**200), (-(2**100) - 1, -(2**100)),
+                 (2**1024 + 1, 2**1024)):
+        w = abs(Fraction(x - y)) / Fraction(float(lowp.ulp(y, "float64")))
+        assert w != 0 and ulp_distance(x, y, "float64") == float(w)
+        with pytest.raises(AssertionError, match="not within"):
+            assert_ulp_close(x, y, "float64", ulps=0)
+        if float(w) < w:
+            with pytest.raises(AssertionError, match="not within"):
+                assert_ulp_close(x, y, "float64", ulps=float(w))
+        assert_ulp_close(x, y, "float64", ulps=math.ceil(w))
+        assert_ulp_close(x, x, "float64")
+    # Other formats too: 2**53 + 1 is half a float64 ulp from 2**53, far below a float32 ulp.
+    assert ulp_distance(np.int64(2**53 + 1), np.int64(2**53), "float32") == float(_exact_ulps(2**53 + 1, 2**53,
+                                                                                              np.float32))
+    ld = np.longdouble
+    if np.finfo(ld).nmant > 52:
+        x = ld(1) + ld(2) ** -60
+        assert ulp_distance(x, 1.0, "float64") == float(_exact_ulps(Fraction(*x.as_integer_ratio()), 1.0,
+                                                                     np.float64))
+        with pytest.raises(AssertionError, match="not within 0 ulp"):
+            assert_ulp_close(np.array([x]), np.array([1.0]), "float64")
+        assert_ulp_close(np.array([x, 2.0]), np.array([x, 2.0]), "float64")

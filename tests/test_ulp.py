@@ -239,3 +239,90 @@ def test_bad_input():
         lowp.ulp(np.array(["a"]), "bf16")
     with pytest.raises(ValueError):
         lowp.nextafter(np.zeros(3), np.zeros(4), "bf16")
+
+
+# ---------------------------------------------------------------- Python ints of any size, Fractions
+
+def _grid(f: lowp.Format):
+    """(above, below) of exact values for format ``f``: the smallest value of ``f`` strictly
+    above ``v`` and the largest strictly below (None past the ends), by exact comparisons
+    with every value (8/16-bit formats) or by stepping numpy's float32/float64."""
+    from fractions import Fraction
+
+    if f.bits <= 16:
+        vals = [Fraction(float(g)) for g in sorted_values(f)]
+        return (lambda v: next((g for g in vals if g > v), None),
+                lambda v: next((g for g in reversed(vals) if g < v), None))
+    dt = np.float64 if f.bits == 64 else np.float32
+    top = Fraction(float(np.finfo(dt).max))
+
+    def start(v):
+        return dt(float(max(min(v, top), -top)))  # a value of dt near v
+
+    def above(v):
+        if v >= top:
+            return None
+        if v < -top:
+            return -top
+        g = start(v)
+        while Fraction(float(g)) > v and Fraction(float(np.nextafter(g, dt(-np.inf)))) > v:
+            g = np.nextafter(g, dt(-np.inf))
+        while Fraction(float(g)) <= v:
+            g = np.nextafter(g, dt(np.inf))
+        return Fraction(float(g))
+
+    def below(v):
+        a = above(-v)
+        return None if a is None else -a
+
+    return above, below
+
+
+BIG = [2**64, 2**64 + 1, -(2**64 + 1), 2**70 + 3, -(2**100 + 7), 3 * 2**1023 + 1, 2**1024, -(2**2000)]
+
+
+@pytest.mark.parametrize("fmt", ["float64", "float32", "bfloat16", "float16", "float8_e4m3fn", "float8_e5m2",
+                                 "posit8", "posit16", "int8", lowp.FloatFormat(3, 2), lowp.PositFormat(10, 0),
+                                 lowp.IntFormat(12)], ids=str)
+def test_python_ints_of_any_size_and_fractions(fmt):
+    """Python ints beyond 64 bits and Fractions, as x or y, are taken exactly (numpy cannot
+    hold them: they would be object arrays)."""
+    from fractions import Fraction
+
+    f = lowp.format(fmt)
+    above, below = _grid(f)
+    inf = has_inf(f)
+
+    def want(g, sign):
+        return float(g) if g is not None else (sign * np.inf if inf else np.nan)
+
+    xs = BIG + [Fraction(1, 3), Fraction(-7, 10**30), Fraction(10**400 + 1, 3), Fraction(5, 2)]
+    for x in xs:
+        up, down = want(above(x), 1), want(below(x), -1)
+        for y in (np.inf, x + 1, 2**3000, float(2**1000) if x < 2**1000 else np.inf):
+            np.testing.assert_array_equal(lowp.nextafter(x, y, f), up, err_msg=f"{x} toward {y}")
+        for y in (-np.inf, x - 1, -(2**3000)):
+            np.testing.assert_array_equal(lowp.nextafter(x, y, f), down, err_msg=f"{x} toward {y}")
+        # ulp: the gap around |x| (just below the largest value beyond it); integers: 1.
+        a = abs(x)
+        if isinstance(f, lowp.IntFormat):
+            wu = 1.0
+        else:
+            hi = above(a)
+            if hi is None:  # at or beyond the largest value: the gap below it
+                hi = below(Fraction(2) ** 5000)
+            wu = float(hi - below(hi))
+        assert lowp.ulp(x, f) == wu, x
+    # As y against float x, exactly: 2**1024 is beyond float64 yet above all its values.
+    for x in (1.0, -3.5, float(np.finfo(np.float32).max)):
+        np.testing.assert_array_equal(lowp.nextafter(x, 2**1024 + 1, f), want(above(Fraction(x)), 1))
+        np.testing.assert_array_equal(lowp.nextafter(np.array([x, x]), -(2**70), f),
+                                      [want(below(Fraction(x)), -1)] * 2)
+
+
+def test_object_arrays_of_big_ints_are_refused():
+    for bad in ([2**70, 1], np.array([2**70], object), (1, 2**80)):
+        with pytest.raises(TypeError, match="^x: .*Python objects"):
+            lowp.ulp(bad, "float64")
+        with pytest.raises(TypeError, match="^y: .*Python objects"):
+            lowp.nextafter(1.0, bad, "bf16")

@@ -22,11 +22,36 @@ from ._formats import FloatFormat, Format, IntFormat, PositFormat, format as _fo
 __all__ = ["ulp", "nextafter"]
 
 
+def _exact_scalar(x: Any) -> Optional[Fraction]:
+    """``x`` as a Fraction when it is a Python int numpy cannot hold (beyond 64 bits) or a
+    Fraction; None for anything else."""
+    if isinstance(x, Fraction):
+        return x
+    if isinstance(x, int) and not isinstance(x, (bool, np.bool_)) and not -(2**63) <= x < 2**64:
+        return Fraction(x)
+    return None
+
+
+def _nearest_f64(v: Fraction) -> float:
+    """``v`` rounded to the nearest float64 (infinities beyond the range)."""
+    try:
+        return float(v)  # correctly rounded
+    except OverflowError:
+        return math.inf if v > 0 else -math.inf
+
+
 def _as_f64(x: Any, arg: str, f: Optional[Format] = None) -> np.ndarray:
     # Low-precision dtypes are decoded exactly; float16/32 and integers widen exactly;
     # integers beyond 2**53 and longdouble values are rounded to odd for a format of at
     # most 50 significant bits, which brackets them between the same two values.
-    # (Longdouble values beyond float64's range become inf here; _not_float64 has them.)
+    # (Longdouble values beyond float64's range become inf here; _not_float64 has them,
+    # as it has Python ints beyond 64 bits and Fractions, here rounded to nearest.)
+    e = _exact_scalar(x)
+    if e is not None:
+        return np.array(_nearest_f64(e))
+    if isinstance(x, (list, tuple, np.ndarray)) and np.asarray(x).dtype == object:
+        raise TypeError(f"{arg}: arrays of Python objects (such as ints beyond 64 bits) are not supported; pass "
+                        "such a value as a scalar, or use an array of a numeric dtype")
     with np.errstate(over="ignore"):
         a = _as_float_array(x, arg, f)
     return a.astype(np.float64).reshape(np.shape(x))
@@ -37,7 +62,11 @@ _F64_EXACT_INT = 2**53  # integers of at most this magnitude are float64 values
 
 def _not_float64(x: Any) -> Optional[tuple[np.ndarray, list[Fraction]]]:
     """Entries of ``x`` that float64 cannot hold (64-bit integers beyond 2**53, longdouble
-    values): (mask, their exact values, in flat order), or None when there are none."""
+    values, Python ints beyond 64 bits, Fractions): (mask, their exact values, in flat
+    order), or None when there are none."""
+    e = _exact_scalar(x)
+    if e is not None:
+        return None if _f64_or_none(e) is not None else (np.ones((), bool), [e])
     a = np.asarray(x)
     dt = a.dtype
     if dt.kind in "iu" and dt.itemsize >= 8:
@@ -74,10 +103,7 @@ def _f64_or_none(v: Fraction) -> Optional[float]:
 def _float64_bracket(v: Fraction) -> tuple[float, float]:
     """The float64 values just below and just above ``v`` (not a float64), infinities
     beyond the finite range."""
-    try:
-        f = float(v)  # correctly rounded
-    except OverflowError:
-        f = math.inf if v > 0 else -math.inf
+    f = _nearest_f64(v)
     if math.isinf(f):
         big = float(np.finfo(np.float64).max)
         return (big, math.inf) if f > 0 else (-math.inf, -big)
@@ -201,9 +227,9 @@ def nextafter(x: Any, y: Any, fmt: Any) -> np.ndarray:
     beyond ``x`` toward ``y`` (``x`` rounded toward ``y``). ``x == y`` gives ``y``; NaN in
     either gives NaN. Stepping past the largest finite value gives inf when ``fmt`` has
     infinities and NaN otherwise (posits, fn/fnuz floats, integers). Infinite ``x`` steps
-    to the largest finite value toward ``y``. Integers beyond 2**53 and longdouble values
-    are compared and stepped from exactly. Returns a float64 array (a scalar for scalar
-    inputs).
+    to the largest finite value toward ``y``. Integers beyond 2**53 (int64, uint64 and
+    Python ints of any size), Fractions and longdouble values are compared and stepped from
+    exactly. Returns a float64 array (a scalar for scalar inputs).
     """
     f = _format(fmt)
     xa = _as_f64(x, "x", f)
@@ -282,7 +308,9 @@ def ulp(x: Any, fmt: Any) -> np.ndarray:
     upper one strictly above ``|x|``: for a representable ``x`` that is the distance from
     ``|x|`` to the next larger magnitude (``numpy.spacing``), so ``ulp(1, fmt) == fmt.eps``
     and ``ulp(0, fmt)`` is the smallest positive value. At and beyond the largest finite
-    value it is the gap just below it. Integers: 1. NaN and infinities give NaN.
+    value it is the gap just below it. Integers: 1. NaN and infinities give NaN. Integers
+    beyond 2**53 (Python ints of any size included), Fractions and longdouble values are
+    placed exactly.
     """
     f = _format(fmt)
     xa = np.asarray(np.abs(_as_f64(x, "x", f)))

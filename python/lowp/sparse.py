@@ -15,8 +15,11 @@ dtypes: ``to_scipy`` gives float32 values for those (exactly the same numbers). 
 with a ``scale`` (``astype(np.int8, scale=...)``) represents ``stored values * scale``;
 ``to_scipy`` gives that product in float64.
 
-``M.data`` is a writable view of the stored values (``M.data *= 2`` as in scipy); products
-always use the values stored at the time of the call.
+``M.data`` is a writable view of the stored values (``M.data *= 2`` as in scipy), and
+``M.data = values`` stores new values of the same shape, rounded once to nearest even into
+the matrix's format; products always use the values stored at the time of the call. For a
+format without a numpy dtype (a custom :class:`lowp.FloatFormat` or :class:`lowp.PositFormat`)
+``M.data`` is a read-only decoded copy: assign with ``M.data = values``.
 """
 
 from __future__ import annotations
@@ -129,11 +132,15 @@ def _decode_values(v: np.ndarray, fmt: Optional[Format], dtype: Any = np.float64
 
 
 def _as_dense_f32(x: Any, arg: str = "x") -> np.ndarray:
-    if isinstance(x, np.ndarray) and x.dtype == np.float32:
+    """The dense operand of a product as a float32 array of at least one dimension."""
+    if isinstance(x, np.ndarray) and x.dtype == np.float32 and x.ndim:
         return _contig(x)
     if issparse(x) or _is_scipy_sparse(x):
         raise TypeError(f"{arg}: sparse @ sparse is not supported; convert one operand with .to_dense()")
     a = _as_float_array(x, arg)
+    if a.ndim == 0:  # as numpy and scipy: @ takes vectors and matrices only
+        raise ValueError(f"{arg}: scalar operands are not allowed with @; expected a 1-D or 2-D array "
+                         "(to scale the values: M.data *= s)")
     return _contig(a, dtype=np.float32)
 
 
@@ -196,6 +203,30 @@ def _empty_shape(arg: tuple, shape: Any) -> tuple[int, int]:
     if shape is not None and _check_shape(shape) != (m, n):
         raise ValueError(f"shape: {tuple(shape)!r} differs from the shape {(m, n)} given as the first argument")
     return m, n
+
+
+_FORMS_COO = "(data, (row, col)) or (m, n)"
+_FORMS_COMPRESSED = "(data, indices, indptr), (data, (row, col)) or (m, n)"
+_FORMS_NM = "(data, positions) or (m, n)"
+
+
+def _bad_tuple(arg: tuple, forms: str) -> ValueError:
+    items = f"{len(arg)} item" + ("" if len(arg) == 1 else "s")
+    return ValueError(f"arg: a tuple of {items} is none of the accepted forms {forms}; dense input is given as "
+                      "an ndarray or a list")
+
+
+def _coo_form(arg: tuple, forms: str) -> tuple[Any, tuple[Any, Any]]:
+    """``arg`` (a 2-tuple, not ``(m, n)``) as ``(data, (row, col))``; ``(row, col)`` may
+    also be a list of two index sequences or an array of shape ``(2, nnz)``, as in scipy."""
+    data, ij = arg
+    if isinstance(ij, tuple) and len(ij) == 2:
+        return data, ij
+    if isinstance(ij, (list, np.ndarray)) and len(ij) == 2 and all(np.ndim(a) == 1 for a in ij):
+        return data, (ij[0], ij[1])
+    raise TypeError(f"arg: a tuple of 2 items is (data, (row, col)) or (m, n), got a second item of type "
+                    f"{type(ij).__name__}{f' and length {len(ij)}' if hasattr(ij, '__len__') else ''}; "
+                    f"accepted forms: {forms}; dense input is given as an ndarray or a list")
 
 
 def _empty_coo(shape: tuple[int, int], dtype: Any) -> "COO":
@@ -290,15 +321,51 @@ class _Sparse:
 
     @property
     def data(self) -> np.ndarray:
-        """The stored values as an array of :attr:`dtype` (codes viewed as the dtype)."""
-        return self._values_as_dtype(self._v)
+        """The stored values as an array of :attr:`dtype` (codes viewed as the dtype): shape
+        ``(nnz,)``, ``(nblocks, br, bc)`` for BSR and ``(rows, groups * n)`` for N:M (zeros in
+        unused slots). Without a :attr:`scale` of 1 these are the stored values, before the
+        scale.
+
+        A writable view for float32, float16, int8 and every format with a numpy dtype, so
+        ``M.data *= 2`` and ``M.data[i] = v`` change the matrix. A format without a numpy dtype
+        gives a read-only copy of the decoded values (float32, or float64 for formats float32
+        cannot hold): in-place writes raise ValueError instead of being lost.
+
+        ``M.data = values`` (an array of the same shape, any real dtype) stores the values,
+        rounded once to nearest even into the matrix's format (int8: saturated to
+        [-128, 127]), in place: views of the same storage, such as ``M.T``, see them.
+        """
+        v = self._values_as_dtype(self._v)
+        if self._fmt is not None and self._fmt.dtype is None:
+            v.flags.writeable = False  # a decoded copy: writes to it would be lost
+        return v.reshape(self._data_shape())
+
+    @data.setter
+    def data(self, values: Any) -> None:
+        shape = self._data_shape()
+        if isinstance(values, _Sparse) or _is_scipy_sparse(values):
+            raise TypeError(f"data: expected a dense array of shape {shape}, got a sparse matrix")
+        arr = np.asarray(values)
+        if arr.shape != shape:
+            raise ValueError(f"data: expected an array of shape {shape} (one value per stored entry), "
+                             f"got shape {arr.shape}")
+        codes = _encode_values(arr.reshape(-1), self._fmt)
+        if self._v.flags.writeable:
+            self._v[...] = codes  # a no-op after `M.data *= s`, which has written in place
+        else:  # storage shared with a read-only array: the matrix gets its own
+            self._v = _contig(codes).copy()
+            self._kv = None
+
+    def _data_shape(self) -> tuple[int, ...]:
+        """The shape of :attr:`data`."""
+        return (int(self._v.size),)
 
     def _values_as_dtype(self, v: np.ndarray) -> np.ndarray:
         if self._fmt is None:
             return v
         dt = self._fmt.dtype
         if dt is None:
-            return decode(v, self._fmt, np.float32)
+            return decode(v, self._fmt, np.float32 if self._fmt._fits_f32() else np.float64)
         return v.view(dt)
 
     @property
@@ -426,7 +493,7 @@ class _Sparse:
         """The stored values as a dense array of :attr:`dtype` (a format without a dtype gives
         float32). With a :attr:`scale` other than 1 the matrix is ``to_dense() * scale``
         (int8 values stay int8, as ``QuantizedArray.values``); ``to_scipy`` applies it."""
-        coo = self._to_coo().sum_duplicates()
+        coo = self._to_coo()._summed()
         m, n = self._shape
         if self._fmt is None:
             d = np.zeros((m, n), np.float32)
@@ -460,13 +527,15 @@ class _Sparse:
     def _to_scipy(self, sp: Any, v: np.ndarray) -> Any:
         raise NotImplementedError
 
-    def _with_values(self, v: np.ndarray, fmt: Optional[Format], scale: float) -> "_Sparse":
+    def _with_values(self, v: np.ndarray, fmt: Optional[Format], scale: float, copy: bool = False) -> "_Sparse":
+        """The same structure with values ``v``; ``copy``: with copies of the index arrays."""
         raise NotImplementedError
 
     def astype(self, dtype: Any, rounding: str = "nearest_even", *, saturate: bool = False, seed: Any = None,
                scale: Optional[float] = None) -> "_Sparse":
         """The same structure with values rounded into ``dtype`` (any rounding mode; stochastic
-        rounding with ``seed`` is reproducible). ``scale`` (int8): stored = round(value / scale)."""
+        rounding with ``seed`` is reproducible). ``scale`` (int8): stored = round(value / scale).
+        The result shares no array with ``self`` (as scipy's ``astype``), even for the same dtype."""
         _check_rounding(rounding)
         fmt = _target_format(dtype)
         # Exact values, float32 when they fit (so stochastic rounding draws as lowp.cast does).
@@ -484,11 +553,15 @@ class _Sparse:
             vals = vals / sc
         if fmt is not None and fmt._spec == (self._fmt._spec if self._fmt is not None else None) and sc == self._scale \
                 and rounding == "nearest_even":
-            return self._with_values(self._v.copy(), fmt, sc)
-        return self._with_values(_encode_values(vals, fmt, rounding, saturate, seed), fmt, sc)
+            return self._with_values(self._v.copy(), fmt, sc, copy=True)
+        v = _encode_values(vals, fmt, rounding, saturate, seed)
+        if np.shares_memory(v, self._v):  # float32 to float32: the values themselves
+            v = v.copy()
+        return self._with_values(v, fmt, sc, copy=True)
 
     def copy(self) -> "_Sparse":
-        return self._with_values(self._v.copy(), self._fmt, self._scale)
+        """A copy of the values and of every index array."""
+        return self._with_values(self._v.copy(), self._fmt, self._scale, copy=True)
 
     @classmethod
     def from_dense(cls, x: Any, dtype: Any = None, **kw: Any) -> "_Sparse":
@@ -562,7 +635,9 @@ class COO(_Sparse):
     format = "coo"
 
     def __init__(self, arg: Any, shape: Any = None, dtype: Any = None) -> None:
-        if not (isinstance(arg, tuple) and len(arg) == 2 and isinstance(arg[1], tuple) and len(arg[1]) == 2):
+        if isinstance(arg, tuple) and len(arg) != 2:
+            raise _bad_tuple(arg, _FORMS_COO)
+        if not isinstance(arg, tuple) or _is_shape_arg(arg):
             if isinstance(arg, _Sparse):
                 c = arg.tocoo() if dtype is None else arg.astype(dtype).tocoo()
             elif _is_scipy_sparse(arg):
@@ -574,7 +649,7 @@ class COO(_Sparse):
             _check_same_shape(shape, c._shape)
             self._init(c._v, c._fmt, c._scale, c._row, c._col, c._shape, c._canonical)
             return
-        data, (row, col) = arg
+        data, (row, col) = _coo_form(arg, _FORMS_COO)
         data = np.asarray(data)
         if data.ndim != 1:
             raise ValueError(f"data: must be 1-D, got shape {data.shape}")
@@ -618,13 +693,17 @@ class COO(_Sparse):
     def _index_nbytes(self) -> int:
         return int(self._row.nbytes + self._col.nbytes)
 
-    def _with_values(self, v: np.ndarray, fmt: Optional[Format], scale: float) -> "COO":
+    def _with_values(self, v: np.ndarray, fmt: Optional[Format], scale: float, copy: bool = False) -> "COO":
+        if copy:
+            return COO._make(v, fmt, scale, self._row.copy(), self._col.copy(), self._shape, self._canonical)
         return COO._make(v, fmt, scale, self._row, self._col, self._shape, self._canonical)
 
     def _check_indices(self) -> None:
         m, n = self._shape
         _lowp.check_range(self._row, m, "row")
         _lowp.check_range(self._col, n, "col")
+        # row and col are writable: whether they are canonical is found again when needed.
+        self._canonical = None
 
     def _to_coo(self) -> "COO":
         self._check_indices()
@@ -636,6 +715,12 @@ class COO(_Sparse):
 
     @property
     def has_canonical_format(self) -> bool:
+        """Whether the entries are sorted by (row, col) without duplicates (found from the
+        index arrays as they are now)."""
+        self._check_indices()
+        return self._is_canonical()
+
+    def _is_canonical(self) -> bool:
         if self._canonical is None:
             n = self._shape[1]
             key = self._row.astype(np.int64) * max(n, 1) + self._col
@@ -645,7 +730,12 @@ class COO(_Sparse):
     def sum_duplicates(self) -> "COO":
         """Canonical form: sorted by (row, col), duplicates added (in float64, rounded once
         into the value format)."""
-        if self.has_canonical_format:
+        self._check_indices()
+        return self._summed()
+
+    def _summed(self) -> "COO":
+        """:meth:`sum_duplicates` of validated index arrays."""
+        if self._is_canonical():
             return self
         n = self._shape[1]
         key = self._row.astype(np.int64) * max(n, 1) + self._col
@@ -725,8 +815,8 @@ class COO(_Sparse):
         r, cc = _index_pair(r, cc, max(*c.shape, data.size))
         _lowp.check_range(r, int(c.shape[0]), "m.row")
         _lowp.check_range(cc, int(c.shape[1]), "m.col")
-        canonical = bool(getattr(c, "has_canonical_format", False)) or None
-        return COO._make(v, fmt, 1.0, r, cc, tuple(int(s) for s in c.shape), canonical)
+        # (scipy's flag is not trusted: its index arrays are writable. Found when needed.)
+        return COO._make(v, fmt, 1.0, r, cc, tuple(int(s) for s in c.shape), None)
 
 
 # ---------------------------------------------------------------- CSR / CSC
@@ -735,12 +825,16 @@ class _Compressed(_Sparse):
     _major_axis = 0  # CSR: rows; CSC: columns
 
     def __init__(self, arg: Any, shape: Any = None, dtype: Any = None) -> None:
+        if isinstance(arg, tuple) and len(arg) not in (2, 3):
+            raise _bad_tuple(arg, _FORMS_COMPRESSED)
         if not (isinstance(arg, tuple) and len(arg) == 3):
             if isinstance(arg, _Sparse):
                 c = type(self)._from_coo(arg.tocoo() if dtype is None else arg.astype(dtype).tocoo())
             elif _is_scipy_sparse(arg):
                 c = type(self).from_scipy(arg, dtype)
-            elif isinstance(arg, tuple) and len(arg) == 2:  # (m, n) or (data, (row, col))
+            elif isinstance(arg, tuple):  # (m, n) or (data, (row, col))
+                if not _is_shape_arg(arg):
+                    arg = _coo_form(arg, _FORMS_COMPRESSED)
                 c = type(self)._from_coo(COO(arg, shape=shape, dtype=dtype))
             else:
                 c = type(self).from_dense(arg, dtype)
@@ -792,18 +886,26 @@ class _Compressed(_Sparse):
 
     @property
     def has_canonical_format(self) -> bool:
+        """Whether every row (CSR) or column (CSC) has sorted indices without duplicates
+        (found from the index arrays as they are now)."""
+        self._check_indices()
         return bool(self._canonical)
 
     def _index_nbytes(self) -> int:
         return int(self._indices.nbytes + self._indptr.nbytes)
 
-    def _with_values(self, v: np.ndarray, fmt: Optional[Format], scale: float) -> Any:
+    def _with_values(self, v: np.ndarray, fmt: Optional[Format], scale: float, copy: bool = False) -> Any:
+        if copy:
+            return type(self)._make(v, fmt, scale, self._indices.copy(), self._indptr.copy(), self._shape,
+                                    self._canonical)
         return type(self)._make(v, fmt, scale, self._indices, self._indptr, self._shape, self._canonical)
 
     def _check_indices(self) -> None:
+        """Validate the index arrays and find again whether they are canonical (sorted, no
+        duplicates): they are writable and may have changed since the last check."""
         m, n = self._shape
         nmaj, nmin = (m, n) if self._major_axis == 0 else (n, m)
-        _lowp.check_compressed(self._indptr, self._indices, nmaj, nmin)
+        self._canonical = bool(_lowp.check_compressed(self._indptr, self._indices, nmaj, nmin))
 
     def _to_coo(self) -> COO:
         self._check_indices()
@@ -816,7 +918,7 @@ class _Compressed(_Sparse):
 
     @classmethod
     def _from_coo(cls, coo: COO, *a: Any, **kw: Any) -> Any:
-        c = coo.sum_duplicates()
+        c = coo._summed()
         m, n = c._shape
         if cls._major_axis == 0:
             major, minor, nmaj, v = c._row, c._col, m, c._v
@@ -833,6 +935,9 @@ class _Compressed(_Sparse):
                          indptr.astype(dt), (m, n), True)
 
     def sum_duplicates(self) -> Any:
+        """Canonical form: sorted indices, duplicates added (in float64, rounded once into
+        the value format); ``self`` when already canonical."""
+        self._check_indices()
         return self if self._canonical else type(self)._from_coo(self._to_coo())
 
     def sorted_indices(self) -> Any:
@@ -939,6 +1044,8 @@ class BSR(_Sparse):
     format = "bsr"
 
     def __init__(self, arg: Any, shape: Any = None, dtype: Any = None, blocksize: Any = None) -> None:
+        if isinstance(arg, tuple) and len(arg) not in (2, 3):
+            raise _bad_tuple(arg, _FORMS_COMPRESSED)
         if isinstance(arg, _Sparse) or _is_scipy_sparse(arg) or not (isinstance(arg, tuple) and len(arg) == 3):
             if isinstance(arg, _Sparse):
                 src = arg if dtype is None else arg.astype(dtype)
@@ -947,6 +1054,8 @@ class BSR(_Sparse):
                 b = BSR.from_scipy(arg, dtype, blocksize=blocksize)
             elif _is_shape_arg(arg):
                 b = BSR._from_coo(_empty_coo(_empty_shape(arg, shape), dtype), blocksize)
+            elif isinstance(arg, tuple):  # (data, (row, col))
+                b = BSR._from_coo(COO(_coo_form(arg, _FORMS_COMPRESSED), shape=shape, dtype=dtype), blocksize)
             else:
                 b = BSR.from_dense(arg, dtype, blocksize=blocksize)
             _check_same_shape(shape, b._shape)
@@ -1000,14 +1109,17 @@ class BSR(_Sparse):
     def indptr(self) -> np.ndarray:
         return self._indptr
 
-    @property
-    def data(self) -> np.ndarray:
-        return self._values_as_dtype(self._v).reshape(-1, *self._bs)
+    def _data_shape(self) -> tuple[int, ...]:
+        br, bc = self._bs
+        return (int(self._v.size) // max(br * bc, 1), br, bc)
 
     def _index_nbytes(self) -> int:
         return int(self._indices.nbytes + self._indptr.nbytes)
 
-    def _with_values(self, v: np.ndarray, fmt: Optional[Format], scale: float) -> "BSR":
+    def _with_values(self, v: np.ndarray, fmt: Optional[Format], scale: float, copy: bool = False) -> "BSR":
+        if copy:
+            return BSR._make(v, fmt, scale, self._indices.copy(), self._indptr.copy(), self._shape, self._bs,
+                             self._canonical)
         return BSR._make(v, fmt, scale, self._indices, self._indptr, self._shape, self._bs, self._canonical)
 
     def _product(self, x2: np.ndarray, transpose: bool, out: np.ndarray) -> None:
@@ -1016,7 +1128,7 @@ class BSR(_Sparse):
 
     def _check_indices(self) -> None:
         (m, n), (br, bc) = self._shape, self._bs
-        _lowp.check_compressed(self._indptr, self._indices, m // br, n // bc)
+        self._canonical = bool(_lowp.check_compressed(self._indptr, self._indices, m // br, n // bc))
 
     def _blocks_coo(self) -> tuple[np.ndarray, np.ndarray]:
         self._check_indices()
@@ -1038,7 +1150,7 @@ class BSR(_Sparse):
 
     @classmethod
     def _from_coo(cls, coo: COO, blocksize: Any = None, *a: Any, **kw: Any) -> "BSR":
-        c = coo.sum_duplicates()
+        c = coo._summed()
         m, n = c._shape
         br, bc = _check_blocksize(_default_blocksize((m, n)) if blocksize is None else blocksize, (m, n))
         nbr, nbc = m // br, n // bc
@@ -1139,6 +1251,8 @@ class NM(_Sparse):
 
     def __init__(self, arg: Any, shape: Any = None, dtype: Any = None, n: int = 2, m: int = 4) -> None:
         n, m = _check_nm(n, m)
+        if isinstance(arg, tuple) and len(arg) != 2:
+            raise _bad_tuple(arg, _FORMS_NM)
         if (isinstance(arg, _Sparse) or _is_scipy_sparse(arg) or not (isinstance(arg, tuple) and len(arg) == 2)
                 or _is_shape_arg(arg)):
             if isinstance(arg, _Sparse):
@@ -1208,19 +1322,20 @@ class NM(_Sparse):
 
     @property
     def positions(self) -> np.ndarray:
-        """Position of each stored value inside its group, shape ``(rows, groups * n)``."""
-        return _unpack(self._idx, _nm_bits(self._m), self._v.size).reshape(self._slots_shape())
+        """Position of each stored value inside its group, shape ``(rows, groups * n)``: a
+        read-only copy (the positions are stored packed; build a new matrix to change them)."""
+        p = _unpack(self._idx, _nm_bits(self._m), self._v.size).reshape(self._slots_shape())
+        p.flags.writeable = False
+        return p
 
-    @property
-    def data(self) -> np.ndarray:
-        """The stored values (zeros in unused slots), shape ``(rows, groups * n)``."""
-        return self._values_as_dtype(self._v).reshape(self._slots_shape())
+    def _data_shape(self) -> tuple[int, ...]:
+        return self._slots_shape()
 
     def _index_nbytes(self) -> int:
         return int(self._idx.nbytes)
 
-    def _with_values(self, v: np.ndarray, fmt: Optional[Format], scale: float) -> "NM":
-        return NM._make(v, fmt, scale, self._idx, self._shape, self._n, self._m)
+    def _with_values(self, v: np.ndarray, fmt: Optional[Format], scale: float, copy: bool = False) -> "NM":
+        return NM._make(v, fmt, scale, self._idx.copy() if copy else self._idx, self._shape, self._n, self._m)
 
     def _product(self, x2: np.ndarray, transpose: bool, out: np.ndarray) -> None:
         d, t, bf = self._kernel_values()
@@ -1243,12 +1358,13 @@ class NM(_Sparse):
         row, col, v = row[keep], col[keep], self._v[keep]
         order = np.lexsort((col, row))
         r, c = _compact_pair(row[order], col[order], max(rows, cols, v.size))
-        return COO._make(_contig(v[order]), self._fmt, self._scale, r, c, self._shape, True)
+        # Sorted; without duplicates unless values were written into unused slots (found when needed).
+        return COO._make(_contig(v[order]), self._fmt, self._scale, r, c, self._shape, None)
 
     @classmethod
     def _from_coo(cls, coo: COO, n: int = 2, m: int = 4, *a: Any, **kw: Any) -> "NM":
         n, m = _check_nm(n, m)
-        c = coo.sum_duplicates()
+        c = coo._summed()
         keep = _decode_values(c._v, c._fmt) != 0
         row, col, v = c._row[keep].astype(np.int64), c._col[keep].astype(np.int64), c._v[keep]
         rows, cols = c._shape

@@ -9,12 +9,14 @@
 from __future__ import annotations
 
 import functools
-from typing import Any
+import math
+from fractions import Fraction
+from typing import Any, Optional
 
 import numpy as np
 
 from .._formats import FloatFormat, Format, IntFormat, PositFormat, format as _format
-from .._ulp import _as_f64, _ordinals, _representable, ulp
+from .._ulp import _as_f64, _not_float64, _ordinals, _representable, ulp
 
 __all__ = ["assert_ulp_close", "ulp_distance", "encoding_class", "ENCODING_CLASSES", "encoding_classes", "strategies"]
 
@@ -95,9 +97,30 @@ def ulp_distance(actual: Any, desired: Any, fmt: Any) -> np.ndarray:
     between them (how many times ``nextafter`` goes from one to the other; +0 and -0 are
     0 apart); otherwise ``|actual - desired| / ulp(desired, fmt)``. NaN against NaN and
     equal infinities are 0 apart; NaN against a number, or an infinity against anything
-    else, is infinitely far.
+    else, is infinitely far. Values float64 cannot hold (integers beyond 2**53, longdouble
+    values, Python ints beyond 64 bits, Fractions) are taken exactly: the distance is
+    computed exactly and rounded once to float64.
     """
-    f = _format(fmt)
+    return _distances(actual, desired, _format(fmt))[0]
+
+
+def _exact_entries(x: Any, shape: tuple[int, ...]) -> Optional[np.ndarray]:
+    """An object array of ``shape``: the exact value (Fraction) where ``x`` holds a value
+    float64 cannot, else None; or None when there is no such value."""
+    e = _not_float64(x)
+    if e is None:
+        return None
+    mask, vals = e
+    out = np.full(mask.shape, None, object)
+    flat = out.reshape(-1)
+    for i, v in zip(np.flatnonzero(mask), vals):
+        flat[i] = v
+    return np.broadcast_to(out, shape)
+
+
+def _distances(actual: Any, desired: Any, f: Format) -> tuple[np.ndarray, dict[tuple[int, ...], Fraction]]:
+    """(:func:`ulp_distance` of ``actual`` and ``desired``, the exact distances (Fractions) of
+    the elements where either value is not a float64, by index)."""
     a = _as_f64(actual, "actual")
     d = _as_f64(desired, "desired")
     try:
@@ -119,7 +142,26 @@ def ulp_distance(actual: Any, desired: Any, fmt: Any) -> np.ndarray:
         if nr.any():
             out[nr] = np.abs(af[nr] - df[nr]) / ulp(df[nr], f)
         dist[fin] = out
-    return dist
+    exact: dict[tuple[int, ...], Fraction] = {}
+    ea, ed = _exact_entries(actual, a.shape), _exact_entries(desired, a.shape)
+    if ea is None and ed is None:
+        return dist, exact
+    # Where a value is not a float64 (so a or d is only near it): the exact distance.
+    # Such a value is finite and representable in no format, so it is |a - d| / ulp(d).
+    where = np.zeros(a.shape, bool)
+    for e in (ea, ed):
+        if e is not None:
+            where |= e != None  # noqa: E711 - elementwise on an object array
+    for i in map(tuple, np.argwhere(where)):
+        va = ea[i] if ea is not None and ea[i] is not None else float(a[i])
+        vd = ed[i] if ed is not None and ed[i] is not None else float(d[i])
+        if isinstance(va, float) and not math.isfinite(va) or isinstance(vd, float) and not math.isfinite(vd):
+            dist[i] = np.inf  # NaN or an infinity against a finite value
+            continue
+        u = Fraction(float(ulp(vd, f)))
+        exact[i] = abs(Fraction(va) - Fraction(vd)) / u
+        dist[i] = float(exact[i])
+    return dist, exact
 
 
 def assert_ulp_close(actual: Any, desired: Any, fmt: Any, ulps: float = 0, *, err_msg: str = "") -> None:
@@ -127,20 +169,24 @@ def assert_ulp_close(actual: Any, desired: Any, fmt: Any, ulps: float = 0, *, er
     the last place of ``fmt`` everywhere (see :func:`ulp_distance`).
 
     ``ulps=0`` asks for equal values (NaN where the other has NaN, the same infinities;
-    +0 equals -0). Shapes must broadcast. The message lists the worst elements.
+    +0 equals -0). Shapes must broadcast. The message lists the worst elements. Values
+    float64 cannot hold (integers beyond 2**53, longdouble values, Python ints beyond 64
+    bits, Fractions) are compared exactly, not rounded to float64 first.
     """
     if isinstance(ulps, (bool, np.bool_)) or not isinstance(ulps, (int, float, np.integer, np.floating)):
         raise TypeError(f"ulps: expected a number, got {type(ulps).__name__}")
     if not ulps >= 0:
         raise ValueError(f"ulps: must be >= 0, got {ulps}")
     f: Format = _format(fmt)
-    a = _as_f64(actual, "actual")
-    d = _as_f64(desired, "desired")
-    dist = ulp_distance(a, d, f)
-    bad = dist > ulps
+    dist, exact = _distances(actual, desired, f)
+    bad = np.asarray(dist > ulps)
+    if exact:
+        tol = Fraction(ulps) if math.isfinite(ulps) else None
+        for i, v in exact.items():
+            bad[i] = tol is not None and v > tol
     if not bad.any():
         return
-    a, d = np.broadcast_arrays(a, d)
+    a, d = np.broadcast_arrays(_as_f64(actual, "actual"), _as_f64(desired, "desired"))
     idx = np.argwhere(bad) if dist.ndim else np.zeros((1, 0), int)
     order = np.argsort(-dist[bad], kind="stable")[:5]
     lines = [f"Arrays are not within {ulps} ulp of {f!r}: {int(bad.sum())} of {dist.size} elements differ"]
@@ -149,8 +195,18 @@ def assert_ulp_close(actual: Any, desired: Any, fmt: Any, ulps: float = 0, *, er
     lines.append(f"max distance: {float(dist[bad].max())} ulp")
     for k in order:
         i = tuple(int(j) for j in idx[k])
-        lines.append(f"  at {i}: actual {float(a[i])!r}, desired {float(d[i])!r}, {float(dist[i])} ulp")
+        va, vd = _shown(actual, a, i), _shown(desired, d, i)
+        lines.append(f"  at {i}: actual {va}, desired {vd}, {exact[i] if i in exact else float(dist[i])} ulp")
     raise AssertionError("\n".join(lines))
+
+
+def _shown(x: Any, approx: np.ndarray, i: tuple[int, ...]) -> str:
+    """The value of ``x`` at ``i`` for a message: exact where float64 cannot hold it."""
+    e = _exact_entries(x, approx.shape)
+    if e is not None and e[i] is not None:
+        v = e[i]
+        return str(v.numerator) if v.denominator == 1 else f"{v} (~{float(approx[i])!r})"
+    return repr(float(approx[i]))
 
 
 def __getattr__(name: str) -> Any:

@@ -28,6 +28,8 @@ import dataclasses
 import os
 import sys
 import time
+import zipfile
+import zlib
 from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
@@ -81,17 +83,40 @@ def load_digits_split(test_fraction: float = 0.2, seed: int = 0) -> Data:
     return Data(x[~test], y[~test], x[test], y[test], "digits")
 
 
+# What reading a file that is not a valid .npz archive can raise: missing or unreadable
+# files, empty or truncated ones, corrupt zip archives or members, bad .npy headers.
+_READ_ERRORS = (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error)
+
+
 def load_npz(path: str) -> Data:
-    """``X_train, y_train, X_test, y_test`` from an .npz file (X: 2-D, y: integer labels)."""
+    """``X_train, y_train, X_test, y_test`` from an .npz file (X: 2-D, y: integer labels).
+
+    Any file that cannot be read as such an archive (missing, empty, corrupt, an .npy
+    file, pickled data) raises ValueError starting with ``data:``."""
+    def unreadable(e: BaseException) -> ValueError:
+        return ValueError(f"data: cannot read {path!r}: {e or type(e).__name__}")
+
     try:
-        z = np.load(path, allow_pickle=False)
-    except (OSError, ValueError) as e:
-        raise ValueError(f"data: cannot read {path!r}: {e}") from None
-    with z:
-        missing = [k for k in ("X_train", "y_train", "X_test", "y_test") if k not in z.files]
-        if missing:
-            raise ValueError(f"data: {path!r} lacks {', '.join(missing)} (has {', '.join(z.files) or 'nothing'})")
-        xtr, ytr, xte, yte = (np.asarray(z[k]) for k in ("X_train", "y_train", "X_test", "y_test"))
+        fh = open(path, "rb")
+    except OSError as e:
+        raise unreadable(e) from None
+    with fh:  # (np.load leaves a file it opened open when the archive is corrupt)
+        if fh.read(6) == b"\x93NUMPY":  # not loaded: its header may ask for any size
+            raise ValueError(f"data: {path!r} is an .npy file holding one array; expected an .npz archive with "
+                             "X_train, y_train, X_test, y_test (numpy.savez)")
+        try:
+            fh.seek(0)
+            z = np.load(fh, allow_pickle=False)  # an NpzFile, or ValueError
+        except _READ_ERRORS as e:
+            raise unreadable(e) from None
+        with z:
+            missing = [k for k in ("X_train", "y_train", "X_test", "y_test") if k not in z.files]
+            if missing:
+                raise ValueError(f"data: {path!r} lacks {', '.join(missing)} (has {', '.join(z.files) or 'nothing'})")
+            try:
+                xtr, ytr, xte, yte = (np.asarray(z[k]) for k in ("X_train", "y_train", "X_test", "y_test"))
+            except (*_READ_ERRORS, MemoryError) as e:  # (MemoryError: a member's header asks for too much)
+                raise unreadable(e) from None
     for name, xx, yy in (("train", xtr, ytr), ("test", xte, yte)):
         if xx.ndim != 2 or yy.ndim != 1 or len(xx) != len(yy) or len(xx) == 0 or xx.shape[1] == 0:
             raise ValueError(f"data: X_{name} must be 2-D with at least one feature and y_{name} 1-D of the same "
@@ -227,13 +252,23 @@ def plot(results: Sequence[Result], path: str, settings: dict[str, Any]) -> None
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.8))
     for r in results:
         ep = np.arange(1, len(r.test_acc) + 1)
         style = "--" if "nomaster" in r.name or "acc" in r.name else "-"
-        ax1.plot(ep, 100 * np.asarray(r.test_acc), style, label=r.name)
-        ax2.plot(ep, r.test_loss, style, label=r.name)
+        # Markers: a single epoch is a point, which a line alone does not draw; on long runs
+        # a marker every few epochs keeps the curves readable.
+        mk = dict(marker="o", markersize=4 if len(ep) > 1 else 6, markevery=max(1, len(ep) // 15))
+        ax1.plot(ep, 100 * np.asarray(r.test_acc), style, label=r.name, **mk)
+        ax2.plot(ep, r.test_loss, style, label=r.name, **mk)
+    one_epoch = max((len(r.test_acc) for r in results), default=0) == 1
+    for ax in (ax1, ax2):
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # epochs: whole numbers
+        if one_epoch:
+            ax.set_xlim(0.5, 1.5)
+            ax.set_xticks([1])
     ax1.set_xlabel("epoch")
     ax1.set_ylabel("test accuracy (%)")
     ax1.grid(alpha=0.3)
