@@ -133,3 +133,34 @@ def test_emulated_products_of_vectors_and_broadcasts_stay_small():
     assert r.returncode == 0, r.stderr
     grown_kib = int(r.stdout.split()[-1])
     assert grown_kib < 256 * 1024, grown_kib  # inputs: 64 MiB of float32, 32 MiB of float16
+
+
+def test_nan_checks_make_no_wide_copies():
+    """Accumulators without NaN check the inputs for NaN (and products for inf * 0) on
+    their own dtypes, broadcast axes once: no float64 copy of the inputs; a NaN in the
+    last block of a large low-precision array is still found."""
+    import subprocess
+    import sys
+    import textwrap
+
+    code = textwrap.dedent("""
+        import resource, numpy as np, lowp
+        f = lowp.FloatFormat(5, 2, nan=None)
+        base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        x = np.broadcast_to(np.float32(1), (2**27,))
+        assert float(lowp.sum(x, accumulate=f)) == 8.0
+        a = np.broadcast_to(np.float32(.5), (4, 2**22))
+        assert float(lowp.matmul(a, a.T, accumulate=f)[0, 0]) == 2.0  # 0.25 a step stalls at 2
+        grown = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base
+        y = np.ones(2**23 + 5, lowp.bfloat16)
+        y[-1] = np.nan
+        try:
+            lowp.sum(y, accumulate=f)
+            raise SystemExit("NaN not found")
+        except ValueError as e:
+            assert "NaN" in str(e)
+        print(grown)
+    """)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert int(r.stdout.split()[-1]) < 64 * 1024  # KiB: a float64 copy would be 1 GiB

@@ -98,14 +98,27 @@ def _parse_accumulate(accumulate: Any) -> Union[str, Format]:
     return f
 
 
+def _any(x: np.ndarray, pred: Any) -> bool:
+    """Is ``pred`` (an elementwise numpy predicate such as ``np.isnan``, which has loops
+    for numpy's, lowp's and ml_dtypes' floats) true anywhere in ``x``? Without a wider
+    copy: broadcast axes (stride 0) are looked at once, and large arrays a block at a time."""
+    if x.dtype.kind in "iub" or x.size == 0:
+        return False
+    x = x[tuple(slice(0, 1) if st == 0 and n > 1 else slice(None) for st, n in zip(x.strides, x.shape))]
+    if x.size <= 1 << 22 or x.ndim == 0:
+        return bool(pred(x).any())
+    x = x.reshape(-1) if x.ndim == 1 or x.flags.c_contiguous else x
+    step = max(1, (1 << 22) // max(1, x[0].size if x.ndim > 1 else 1))
+    return any(bool(pred(x[i:i + step]).any()) for i in range(0, x.shape[0], step))
+
+
 def _nan_product(a: np.ndarray, b: np.ndarray) -> bool:
     """Is some product of ``a @ b`` NaN: a NaN input, or an infinity meeting a zero
     (1-D operands as numpy's matmul promotes them; stacks broadcast)?"""
-    x, y = (v if v.dtype.kind in "iu" else v.astype(np.float64) for v in (a, b))
-    if x.dtype.kind == "f" and np.isnan(x).any() or y.dtype.kind == "f" and np.isnan(y).any():
+    x, y = a, b
+    if _any(x, np.isnan) or _any(y, np.isnan):
         return True
-    xinf = x.dtype.kind == "f" and bool(np.isinf(x).any())
-    yinf = y.dtype.kind == "f" and bool(np.isinf(y).any())
+    xinf, yinf = _any(x, np.isinf), _any(y, np.isinf)
     if not (xinf or yinf):
         return False
     x2 = x[np.newaxis, :] if x.ndim == 1 else x
@@ -494,7 +507,7 @@ def sum(x: Any, axis: Any = None, *, accumulate: Any = "float32", chunk: Optiona
         if isinstance(cacc, str):
             raise ValueError("chunk_accumulate: expected a float format, got \"int32\"")
     for f, arg in ((acc, "accumulate"), (cacc, "chunk_accumulate")):
-        if f is not None and not _has_nan(f) and x.dtype.kind not in "iu" and np.isnan(x.astype(np.float64)).any():
+        if f is not None and not _has_nan(f) and _any(x, np.isnan):
             raise ValueError(f"{arg}: {f!r} has no NaN, and x contains NaN")
     if axis is None:
         axes = tuple(range(xv.ndim))
