@@ -624,6 +624,12 @@ pub fn unary(t: usize, op: Un, a: &[u32], out: &mut [u32]) {
     dec_block64(t, a, &mut x[..n]);
     let x = &mut x[..n];
     let posit = is_posit(t);
+    // Posit ops whose float64 results can leave its range: their operands kept.
+    let ranged = posit && matches!(op, Un::Exp | Un::Exp2 | Un::Expm1 | Un::Sinh | Un::Cosh);
+    let mut inputs = [0f64; BLOCK];
+    if ranged {
+        inputs[..n].copy_from_slice(x);
+    }
     macro_rules! map {
         ($f:expr) => {{
             let f = $f;
@@ -685,10 +691,10 @@ pub fn unary(t: usize, op: Un, a: &[u32], out: &mut [u32]) {
         Un::Rint => map!(f64::round_ties_even),
         Un::Trunc => map!(f64::trunc),
     }
-    if posit && matches!(op, Un::Exp | Un::Exp2 | Un::Expm1 | Un::Sinh | Un::Cosh) {
+    if ranged {
         // Finite for finite operands; and never zero for exp and exp2.
         let zero_fix = matches!(op, Un::Exp | Un::Exp2);
-        posit_range(x, a.iter().map(|&c| dec(t, c)), |_| true, zero_fix);
+        posit_range(x, inputs[..n].iter().copied(), |_| true, zero_fix);
     }
     enc_block64(t, x, out);
 }
