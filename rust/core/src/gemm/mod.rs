@@ -157,11 +157,10 @@ impl Operand {
             Storage::I8 => Some(Format::Int(named::INT8)),
             _ => fmt,
         };
-        // The stride of an axis of length 1 never moves: the contiguous one, so that
-        // a column (a 1-D operand's view, whatever stride numpy gave its new axis) or
-        // a row is recognised as contiguous by the paths that read operands in place.
+        // The column stride of a single column never moves: the contiguous one, so
+        // that a 1-D operand's column view (numpy gives its new axis stride 0) is
+        // recognised as rows of one element by the paths that read B in place.
         let cs = if cols == 1 { 1 } else { cs };
-        let rs = if rows == 1 { cols as isize * cs } else { rs };
         Ok(Operand { ptr, rows, cols, rs, cs, dec, fmt, storage })
     }
 
