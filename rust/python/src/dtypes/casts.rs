@@ -415,24 +415,13 @@ fn posit_kernel<C: Code>(f: &Format, src: &[f32], dst: &mut [C]) {
 /// itself is exact by the posit standard.
 #[inline]
 pub(super) fn with_fp_flags_kept<R>(body: impl FnOnce() -> R) -> R {
-    #[cfg(target_arch = "x86_64")]
-    {
-        #[allow(deprecated)]
-        use std::arch::x86_64::{_mm_getcsr, _mm_setcsr};
-        // SAFETY: SSE is part of x86_64; reading MXCSR has no side effect.
-        #[allow(deprecated)]
-        let before = unsafe { _mm_getcsr() };
-        let r = body();
-        // SAFETY: writes back the current control bits (rounding, masks, FTZ/DAZ
-        // unchanged) with the status bits (low 6) as they were before the call.
-        #[allow(deprecated)]
-        unsafe {
-            _mm_setcsr((_mm_getcsr() & !0x3F) | (before & 0x3F))
-        };
-        r
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    body()
+    use super::kernels::{fp_status, set_fp_status};
+    let before = fp_status();
+    let r = body();
+    // The current control bits (rounding, masks, FTZ/DAZ), the status bits (low 6)
+    // as they were before the call.
+    set_fp_status((fp_status() & !0x3F) | (before & 0x3F));
+    r
 }
 
 /// Exact value of a posit<n,2> code (n <= 32); NaR is NaN, as the format engine decodes.
@@ -800,19 +789,16 @@ pub fn register_all(py: Python<'_>) -> PyResult<()> {
     register_lowp::<7>(py)?;
     register_lowp::<8>(py)?;
     for t in 0..N {
+        let me = descr(py, t);
         for u in (0..N).filter(|&u| u != t) {
-            let (from, to) = (descr(py, t), descr(py, u));
-            settle(py, from, Some(b'S'), to, Some(b'a'));
-            // SAFETY: new references, released.
-            unsafe {
-                pyo3::ffi::Py_DECREF(from as *mut pyo3::ffi::PyObject);
-                pyo3::ffi::Py_DECREF(to as *mut pyo3::ffi::PyObject);
-            }
+            let to = descr(py, u);
+            settle(py, me, Some(b'S'), to, Some(b'a'));
+            // SAFETY: a new reference, released.
+            unsafe { pyo3::ffi::Py_DECREF(to as *mut pyo3::ffi::PyObject) };
         }
         // Into numpy's floating and complex types: "same_kind" too (float16 out=);
         // from complex types: unsafe, as into numpy's floats (the imaginary part
         // would be dropped).
-        let me = descr(py, t);
         for num in [NPY_TYPES::NPY_HALF, NPY_TYPES::NPY_FLOAT, NPY_TYPES::NPY_DOUBLE, NPY_TYPES::NPY_LONGDOUBLE, NPY_TYPES::NPY_CFLOAT, NPY_TYPES::NPY_CDOUBLE, NPY_TYPES::NPY_CLONGDOUBLE] {
             let other = builtin(py, num);
             settle(py, me, Some(b'b'), other, None);

@@ -361,10 +361,10 @@ fn check(py: Python<'_>, rc: c_int, what: &str) -> PyResult<()> {
     }
 }
 
-/// Register casts between lowp type `t` and another dtype holding the same
-/// encodings (ml_dtypes' type of the same name): bit copies, safe both ways.
-#[pyfunction]
-fn _register_equivalent(py: Python<'_>, name: &str, other: Bound<'_, PyAny>) -> PyResult<bool> {
+/// The lowp type named `name` and `other`, a dtype of the same itemsize (the
+/// arguments of the two registrations below), or None when `other` is that
+/// lowp dtype itself.
+fn same_encodings<'py>(name: &str, other: Bound<'py, PyAny>) -> PyResult<Option<(usize, Bound<'py, numpy::PyArrayDescr>)>> {
     let Some(t) = TYPES.iter().position(|ti| ti.name == name) else {
         return Err(pyo3::exceptions::PyValueError::new_err(format!("name: unknown lowp dtype {name:?}")));
     };
@@ -372,11 +372,15 @@ fn _register_equivalent(py: Python<'_>, name: &str, other: Bound<'_, PyAny>) -> 
     if other.itemsize() != TYPES[t].size {
         return Err(pyo3::exceptions::PyValueError::new_err(format!("other: itemsize {} differs from {name}'s", other.itemsize())));
     }
-    let onum = other.num();
-    if onum == type_num(t) {
-        return Ok(false);
-    }
-    casts::register_bitcopy(py, t, other.as_ptr() as *mut PyArray_Descr, onum)?;
+    Ok((other.num() != type_num(t)).then_some((t, other)))
+}
+
+/// Register casts between lowp type `t` and another dtype holding the same
+/// encodings (ml_dtypes' type of the same name): bit copies, safe both ways.
+#[pyfunction]
+fn _register_equivalent(py: Python<'_>, name: &str, other: Bound<'_, PyAny>) -> PyResult<bool> {
+    let Some((t, other)) = same_encodings(name, other)? else { return Ok(false) };
+    casts::register_bitcopy(py, t, other.as_ptr() as *mut PyArray_Descr, other.num())?;
     Ok(true)
 }
 
@@ -384,16 +388,7 @@ fn _register_equivalent(py: Python<'_>, name: &str, other: Bound<'_, PyAny>) -> 
 /// the encodings of the lowp type `name` (ml_dtypes' type of that name).
 #[pyfunction]
 fn _register_cross(py: Python<'_>, name: &str, other: Bound<'_, PyAny>) -> PyResult<()> {
-    let Some(u) = TYPES.iter().position(|ti| ti.name == name) else {
-        return Err(pyo3::exceptions::PyValueError::new_err(format!("name: unknown lowp dtype {name:?}")));
-    };
-    let other = other.cast_into::<numpy::PyArrayDescr>().map_err(|_| pyo3::exceptions::PyTypeError::new_err("other: expected a numpy dtype"))?;
-    if other.itemsize() != TYPES[u].size {
-        return Err(pyo3::exceptions::PyValueError::new_err(format!("other: itemsize {} differs from {name}'s", other.itemsize())));
-    }
-    if other.num() == type_num(u) {
-        return Ok(());
-    }
+    let Some((u, other)) = same_encodings(name, other)? else { return Ok(()) };
     casts::register_cross(py, u, other.as_ptr() as *mut PyArray_Descr, other.num())
 }
 

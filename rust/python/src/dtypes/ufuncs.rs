@@ -428,27 +428,19 @@ pub fn register_all(py: Python<'_>) -> PyResult<()> {
             check(py, rc, &format!("registering the {name} loop"))?;
         }
     }
-    let uf = np.getattr("divmod")?;
-    for t in 0..N {
-        let tn = type_num(t);
-        let mut types = vec![tn, tn, tn, tn];
-        let data = Box::into_raw(Box::new(t)) as *mut c_void;
-        // SAFETY: as above: two inputs and two outputs; data lives forever.
-        let rc = unsafe {
-            PY_UFUNC_API.PyUFunc_RegisterLoopForType(py, uf.as_ptr() as *mut PyUFuncObject, tn, Some(loop_divmod), types.as_mut_ptr(), data)
-        };
-        check(py, rc, "registering the divmod loop")?;
-    }
-    for (name, f) in [("modf", loop_modf as LoopFn), ("frexp", loop_frexp as LoopFn)] {
+    // Two-output ufuncs: their inputs and first output of the type; frexp's exponents int32.
+    let int = NPY_TYPES::NPY_INT as c_int;
+    let loops: [(&str, LoopFn, usize, Option<c_int>); 3] = [("divmod", loop_divmod, 2, None), ("modf", loop_modf, 1, None), ("frexp", loop_frexp, 1, Some(int))];
+    for (name, f, nin, second) in loops {
         let uf = np.getattr(name)?;
         for t in 0..N {
             let tn = type_num(t);
-            let second = if name == "frexp" { NPY_TYPES::NPY_INT as c_int } else { tn };
-            let mut types = vec![tn, tn, second];
+            let mut types = vec![tn; nin + 1];
+            types.push(second.unwrap_or(tn));
             let data = Box::into_raw(Box::new(t)) as *mut c_void;
-            // SAFETY: as above: one input and two outputs; data lives forever.
+            // SAFETY: as above: nin inputs and two outputs; data lives forever.
             let rc = unsafe { PY_UFUNC_API.PyUFunc_RegisterLoopForType(py, uf.as_ptr() as *mut PyUFuncObject, tn, Some(f), types.as_mut_ptr(), data) };
-            check(py, rc, "registering a two-output loop")?;
+            check(py, rc, &format!("registering the {name} loop"))?;
         }
     }
     Ok(())
