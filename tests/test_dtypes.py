@@ -728,10 +728,8 @@ def test_posit_casts_at_midpoints_and_specials(name, src):
 
 def _exact_code(v, name):
     """The correctly rounded (nearest even) code of the exact number v (int or Fraction)."""
-    import sys as _sys
     from fractions import Fraction
 
-    _sys.path.insert(0, str(__import__("pathlib").Path(__file__).parent))
     from _reference import FloatSpec, posit_round, round_float
 
     f = lowp.format(name)
