@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import glob
+import math
 import os
 import shutil
 import subprocess
@@ -568,3 +569,136 @@ def test_inverse_hyperbolic_flags(name):
     for v in ([0.5], [-np.inf] if name != "posit16" else [-3.0]):
         with np.errstate(all="ignore", invalid="raise"), pytest.raises(FloatingPointError, match="invalid"):
             np.arccosh(np.array(v, d))
+
+
+def _ref_codes(values, name):
+    """Codes of exact values (Fractions; None for NaN) rounded to nearest even by the
+    exact-rational reference; NaN where the value is None (returned as a mask)."""
+    from fractions import Fraction
+
+    from _reference import FloatSpec, posit_round, round_float
+
+    f = lowp.format(name)
+    out = np.zeros(len(values), np.uint64)
+    nan = np.zeros(len(values), bool)
+    for i, v in enumerate(values):
+        if v is None:
+            nan[i] = True
+        elif name.startswith("posit"):
+            out[i] = posit_round(v, f.nbits, f.es)
+        else:
+            r = round_float(v if isinstance(v, float) else Fraction(v), FloatSpec.of(f), "nearest_even")
+            nan[i] = math.isnan(r)
+            out[i] = 0 if nan[i] else int(lowp.encode(np.array([r]), f)[0])
+    return out, nan
+
+
+@pytest.mark.parametrize("name", ALL)
+@pytest.mark.parametrize("itype", [np.int32, np.int64])
+def test_ldexp_keeps_the_type_and_rounds_once(name, itype):
+    """x * 2**e of every code (a sample for 16 and 32 bits) and exponents up to far past
+    the range, against exact rationals: rounded once to nearest even, posits saturating."""
+    from fractions import Fraction
+
+    rng = np.random.default_rng(7)
+    codes = np.arange(256) if bits(name) == 8 else rng.integers(0, 2 ** bits(name), 600)
+    x = codes.astype(udt(name)).view(dt(name))
+    vals = x.astype(np.float64)
+    exps = np.array([-2**31 if itype is np.int32 else -2**62, -300, -140, -20, -3, -1, 0, 1, 2, 9, 40, 140, 300,
+                     2**31 - 1], itype)
+    with np.errstate(over="ignore"):
+        got = np.ldexp(x[:, None], exps[None, :])
+    assert got.dtype == dt(name) and got.shape == (len(x), len(exps))
+    def exact(v, e):
+        # Beyond 2**+-300 every format overflows (or rounds to 0, minpos for posits)
+        # alike: the reference gets magnitudes it can hold.
+        if v == 0:
+            return float(v)  # signed zeros stay themselves
+        r = Fraction(v) * Fraction(2) ** int(min(max(e, -450), 450))  # |v| < 2**150
+        return r if r == 0 or Fraction(2) ** -300 <= abs(r) <= Fraction(2) ** 300 else np.sign(v) * Fraction(2) ** (300 if e > 0 else -300)
+
+    exact = [None if not np.isfinite(v) else exact(v, e) for v in vals for e in exps]
+    inf = [v for v in vals for _ in exps]
+    want, nan = _ref_codes(exact, name)
+    g = as_codes(got).ravel().astype(np.uint64)
+    is_inf = np.isinf(np.array(inf))
+    gv = got.astype(np.float64).ravel()
+    assert np.all(np.where(is_inf, gv == np.array(inf), True))
+    ok = np.where(is_inf, True, np.where(nan, np.isnan(gv), g == want))
+    assert ok.all(), [(vals[i // len(exps)], exps[i % len(exps)], g[i], want[i]) for i in np.flatnonzero(~ok)[:5]]
+    # A Python int exponent keeps the type too.
+    with np.errstate(over="ignore"):
+        assert np.ldexp(x, 9).dtype == dt(name)
+        np.testing.assert_array_equal(as_codes(np.ldexp(x, 9)), as_codes(got[:, exps.tolist().index(9)]))
+
+
+@pytest.mark.parametrize("name", ["bfloat16", "float8_e5m2", "float8_e4m3fn", "float8_e4m3fnuz", "posit8", "posit16"])
+def test_ldexp_reports_overflow_as_numpy(name):
+    x = np.array([1.0, -2.0], dt(name))
+    big = 200 if bits(name) == 16 else 40
+    if name.startswith("posit"):
+        with np.errstate(all="raise"):
+            r = np.ldexp(x, big)  # posits saturate at maxpos: nothing to report
+        np.testing.assert_array_equal(r.astype(np.float64), [lowp.finfo(name).max, -lowp.finfo(name).max])
+        return
+    with np.errstate(over="raise"), pytest.raises(FloatingPointError, match="overflow"):
+        np.ldexp(x, big)
+    with np.errstate(all="raise"):
+        np.ldexp(x, 1)
+        np.ldexp(np.array([np.nan], dt(name)), big)  # NaN in, NaN out: no overflow
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_clip_keeps_the_type_and_follows_numpy(name):
+    """np.clip of random codes (NaN included) gives one of its operands' codes, with
+    numpy's float semantics: NaN in any operand gives NaN; no warnings."""
+    rng = np.random.default_rng(3)
+    c = rng.integers(0, 2 ** bits(name), (3, 5000)).astype(udt(name))
+    x, lo, hi = (c[i].view(dt(name)) for i in range(3))
+    got = np.clip(x, lo, hi)
+    assert got.dtype == dt(name)
+    xv, lv, hv = (a.astype(np.float64) for a in (x, lo, hi))
+    want = np.clip(xv, lv, hv)
+    gv = got.astype(np.float64)
+    assert np.array_equal(gv, want, equal_nan=True)
+    # The code itself is an operand's (signed zeros kept as numpy's max/min pick them).
+    gc = as_codes(got)
+    from_op = (gc == as_codes(x)) | (gc == as_codes(lo)) | (gc == as_codes(hi))
+    assert from_op.all()
+    assert np.array_equal(np.signbit(gv[want == 0]), np.signbit(want[want == 0]))
+    # Bounds of the type, Python scalars and the method form.
+    y = np.array([-3, 0.5, 2, 7], dt(name))
+    np.testing.assert_array_equal(y.clip(0, 2).astype(np.float64), [0, 0.5, 2, 2])
+    assert np.clip(y, 0, 2).dtype == dt(name)
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_vecdot_matvec_vecmat_keep_the_type(name):
+    """np.vecdot, np.matvec and np.vecmat give np.dot's products (float64 sums rounded
+    once), on strided, transposed and broadcast operands; small integers make every
+    sum exact, so the reference is the exact sum rounded once."""
+    rng = np.random.default_rng(5)
+    a = rng.integers(-3, 4, (4, 6, 7)).astype(np.float64)
+    v = rng.integers(-3, 4, (6,)).astype(np.float64)
+    w = rng.integers(-3, 4, (7,)).astype(np.float64)
+    la, lv, lw = (z.astype(dt(name)) for z in (a, v, w))
+
+    def check(got, want):
+        assert got.dtype == dt(name) and got.shape == want.shape
+        np.testing.assert_array_equal(as_codes(got), lowp.encode(want, lowp.format(name)).reshape(want.shape))
+
+    check(np.vecdot(la, lw), np.vecdot(a, w))
+    check(np.vecdot(la[:, ::2, ::-1], lw[::-1]), np.vecdot(a[:, ::2, ::-1], w[::-1]))
+    check(np.vecdot(la.transpose(0, 2, 1), lv), np.vecdot(a.transpose(0, 2, 1), v))
+    check(np.matvec(la, lw), np.matvec(a, w))
+    check(np.matvec(la.transpose(0, 2, 1)[:, ::2], lv), np.matvec(a.transpose(0, 2, 1)[:, ::2], v))
+    check(np.vecmat(lv, la), np.vecmat(v, a))
+    check(np.vecmat(lv[::-1], la[:, ::-1, 1::3]), np.vecmat(v[::-1], a[:, ::-1, 1::3]))
+    check(np.vecdot(la[:, :, :0], lw[:0]), np.vecdot(a[:, :, :0], w[:0]))
+    out = np.empty((4, 6), dt(name))
+    assert np.matvec(la, lw, out=out) is out
+    check(out, np.matvec(a, w))
+    # The same sums as np.dot of two vectors, on values that need rounding.
+    x = rng.standard_normal(300).astype(dt(name))
+    y = rng.standard_normal(300).astype(dt(name))
+    np.testing.assert_array_equal(as_codes(np.vecdot(x, y)), as_codes(np.asarray(np.dot(x, y))))

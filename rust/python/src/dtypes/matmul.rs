@@ -12,7 +12,8 @@ use lowp_core::round::{Mode, RoundOpts};
 use numpy::npyffi::{npy_intp, PyUFuncObject, PY_UFUNC_API};
 use pyo3::prelude::*;
 
-use super::{type_num, N, TYPES};
+use super::kernels::{dec, enc};
+use super::{load, store, type_num, N, TYPES};
 
 fn storage(size: usize) -> Storage {
     match size {
@@ -126,6 +127,73 @@ unsafe extern "C" fn loop_matmul(args: *mut *mut c_char, dims: *mut npy_intp, st
     }
 }
 
+/// The dot product of `n` codes of type `t` at `a` (byte stride `sa`) and `b`
+/// (`sb`): the products summed in float64, as `np.dot` of two vectors does,
+/// rounded once to nearest even into the type.
+///
+/// # Safety
+/// Both ranges must be readable.
+unsafe fn dot(t: usize, a: *const u8, sa: isize, b: *const u8, sb: isize, n: usize) -> u32 {
+    let size = TYPES[t].size;
+    let mut acc = 0f64;
+    for i in 0..n as isize {
+        // SAFETY: readable by the contract.
+        unsafe { acc += dec(t, load(a.offset(i * sa), size)) * dec(t, load(b.offset(i * sb), size)) };
+    }
+    enc(t, acc)
+}
+
+/// `np.vecdot`, `(n),(n)->()`: one dot product per outer element.
+///
+/// # Safety
+/// numpy's gufunc loop contract: `dims` = [count, n], `steps` = [3 outer strides,
+/// x's n, y's n]; `data` is the type index.
+unsafe extern "C" fn loop_vecdot(args: *mut *mut c_char, dims: *mut npy_intp, steps: *mut npy_intp, data: *mut c_void) {
+    // SAFETY: see the function contract.
+    unsafe {
+        let t = data as usize;
+        let (count, n) = (*dims as usize, *dims.add(1) as usize);
+        let s = |i: usize| *steps.add(i);
+        let (a, b, o) = (*args as *const u8, *args.add(1) as *const u8, *args.add(2) as *mut u8);
+        for k in 0..count as isize {
+            let c = dot(t, a.offset(k * s(0)), s(3), b.offset(k * s(1)), s(4), n);
+            store(o.offset(k * s(2)), TYPES[t].size, c);
+        }
+    }
+}
+
+/// `np.matvec`, `(m,n),(n)->(m)`, and `np.vecmat`, `(n),(n,m)->(m)`
+/// (`data` = type index * 2 + 1 for vecmat): one dot product per output element.
+///
+/// # Safety
+/// numpy's gufunc loop contract: matvec's `dims` = [count, m, n] and `steps` =
+/// [3 outer, A's m, A's n, x's n, out's m]; vecmat's `dims` = [count, n, m] and
+/// `steps` = [3 outer, x's n, A's n, A's m, out's m].
+unsafe extern "C" fn loop_matvec(args: *mut *mut c_char, dims: *mut npy_intp, steps: *mut npy_intp, data: *mut c_void) {
+    // SAFETY: see the function contract.
+    unsafe {
+        let (t, vecmat) = (data as usize / 2, data as usize % 2 == 1);
+        let count = *dims as usize;
+        let s = |i: usize| *steps.add(i);
+        let (a0, b0, o0) = (*args as *const u8, *args.add(1) as *const u8, *args.add(2) as *mut u8);
+        // Per output element j: the matrix's j-th row (matvec) or column (vecmat).
+        let (m, n, mat_j, mat_n, vec_n, out_j) = if vecmat {
+            (*dims.add(2) as usize, *dims.add(1) as usize, s(5), s(4), s(3), s(6))
+        } else {
+            (*dims.add(1) as usize, *dims.add(2) as usize, s(3), s(4), s(5), s(6))
+        };
+        let (mat0, vec0) = if vecmat { (b0, a0) } else { (a0, b0) };
+        let (mat_k, vec_k) = if vecmat { (s(1), s(0)) } else { (s(0), s(1)) };
+        for k in 0..count as isize {
+            let (mat, v, o) = (mat0.offset(k * mat_k), vec0.offset(k * vec_k), o0.offset(k * s(2)));
+            for j in 0..m as isize {
+                let c = dot(t, mat.offset(j * mat_j), mat_n, v, vec_n, n);
+                store(o.offset(j * out_j), TYPES[t].size, c);
+            }
+        }
+    }
+}
+
 pub fn register_all(py: Python<'_>) -> PyResult<()> {
     let mm = py.import("numpy")?.getattr("matmul")?;
     for (t, ty) in TYPES.iter().enumerate().take(N) {
@@ -149,5 +217,22 @@ pub fn register_all(py: Python<'_>) -> PyResult<()> {
             }));
         }
     }
+    // The vector products of numpy >= 2.2 (vecdot since 2.0), where present.
+    let np = py.import("numpy")?;
+    for (name, f, vecmat) in [("vecdot", loop_vecdot as LoopFn, false), ("matvec", loop_matvec, false), ("vecmat", loop_matvec, true)] {
+        let Ok(uf) = np.getattr(name) else { continue };
+        for (t, ty) in TYPES.iter().enumerate().take(N) {
+            let tn = type_num(t);
+            let mut types: [c_int; 3] = [tn, tn, tn];
+            let data = if name == "vecdot" { t } else { t * 2 + vecmat as usize };
+            // SAFETY: as for matmul: a gufunc of two inputs and one output, a plain index as data.
+            let rc = unsafe { PY_UFUNC_API.PyUFunc_RegisterLoopForType(py, uf.as_ptr() as *mut PyUFuncObject, tn, Some(f), types.as_mut_ptr(), data as *mut c_void) };
+            if rc < 0 {
+                return Err(PyErr::take(py).unwrap_or_else(|| pyo3::exceptions::PyRuntimeError::new_err(format!("registering {name} for {}", ty.name))));
+            }
+        }
+    }
     Ok(())
 }
+
+type LoopFn = unsafe extern "C" fn(*mut *mut c_char, *mut npy_intp, *mut npy_intp, *mut c_void);

@@ -396,6 +396,68 @@ unsafe extern "C" fn loop_frexp(args: *mut *mut c_char, dims: *mut npy_intp, ste
     }
 }
 
+/// `ldexp`: `x * 2**e` rounded once (to nearest even) into the type, for int32
+/// (`I = i32`) or int64 exponents. Finite operands whose result passes the
+/// format's range raise overflow, as numpy's float16 loop does; posits
+/// saturate at maxpos/minpos and raise nothing. `data` holds the type.
+///
+/// # Safety
+/// numpy's ufunc loop contract: inputs of the type and of `I`, an output of the type.
+unsafe extern "C" fn loop_ldexp<I: Copy + Into<i64>>(args: *mut *mut c_char, dims: *mut npy_intp, steps: *mut npy_intp, data: *mut c_void) {
+    // SAFETY: see the function contract.
+    unsafe {
+        let t = *(data as *const usize);
+        let size = TYPES[t].size;
+        let n = *dims as usize;
+        let (a, e, o) = (*args as *const u8, *args.add(1) as *const u8, *args.add(2) as *mut u8);
+        let (sa, se, so) = (*steps, *steps.add(1), *steps.add(2));
+        let posit = kernels::is_posit(t);
+        let mut overflow = false;
+        for i in 0..n as isize {
+            let x = kernels::dec(t, load(a.offset(i * sa), size));
+            let k: i64 = (e.offset(i * se) as *const I).read_unaligned().into();
+            // Every lowp value lies within 2**±150, so exponents past ±400 give the
+            // results of ±400, and x * 2**k stays a normal float64: exact.
+            let k = k.clamp(-400, 400) as i32;
+            let c = kernels::enc(t, x * 2f64.powi(k));
+            overflow |= !posit && x.is_finite() && !kernels::dec(t, c).is_finite();
+            store(o.offset(i * so), size, c);
+        }
+        if overflow {
+            kernels::raise_fp(kernels::FP_OVERFLOW);
+        }
+    }
+}
+
+/// `clip` (numpy's `np.clip` ufunc): `min(max(x, lo), hi)`, a NaN (NaR) in
+/// any of the three giving NaN as numpy's float loops do. The result is one
+/// of the operands' codes: nothing is rounded. `data` holds the type.
+///
+/// # Safety
+/// numpy's ufunc loop contract: three inputs and an output of the type.
+unsafe extern "C" fn loop_clip(args: *mut *mut c_char, dims: *mut npy_intp, steps: *mut npy_intp, data: *mut c_void) {
+    // SAFETY: see the function contract.
+    unsafe {
+        let t = *(data as *const usize);
+        let size = TYPES[t].size;
+        let n = *dims as usize;
+        let (x, lo, hi, o) = (*args as *const u8, *args.add(1) as *const u8, *args.add(2) as *const u8, *args.add(3) as *mut u8);
+        let (sx, sl, sh, so) = (*steps, *steps.add(1), *steps.add(2), *steps.add(3));
+        // The compiler may select with maxsd/minsd, which flag NaN operands as
+        // invalid; numpy's clip raises nothing, so the status is put back.
+        let status = kernels::fp_status();
+        for i in 0..n as isize {
+            let (cx, cl, ch) = (load(x.offset(i * sx), size), load(lo.offset(i * sl), size), load(hi.offset(i * sh), size));
+            let (vx, vl, vh) = (kernels::dec(t, cx), kernels::dec(t, cl), kernels::dec(t, ch));
+            // numpy: max(a, b) is a when a is NaN, else (a > b ? a : b); min likewise.
+            let (c, v) = if vx.is_nan() || vx > vl { (cx, vx) } else { (cl, vl) };
+            let c = if v.is_nan() || v < vh { c } else { ch };
+            store(o.offset(i * so), size, c);
+        }
+        kernels::set_fp_status(status);
+    }
+}
+
 fn leak<O>(t: usize, op: O) -> *mut c_void {
     Box::into_raw(Box::new(LoopData { t, op })) as *mut c_void
 }
@@ -441,6 +503,25 @@ pub fn register_all(py: Python<'_>) -> PyResult<()> {
             // SAFETY: as above: nin inputs and two outputs; data lives forever.
             let rc = unsafe { PY_UFUNC_API.PyUFunc_RegisterLoopForType(py, uf.as_ptr() as *mut PyUFuncObject, tn, Some(f), types.as_mut_ptr(), data) };
             check(py, rc, &format!("registering the {name} loop"))?;
+        }
+    }
+    // ldexp with int32 and int64 exponents (numpy's own loops take both), and clip.
+    // (numpy's int64 is C long where that has 64 bits, else long long.)
+    let long = if std::mem::size_of::<std::ffi::c_long>() == 8 { NPY_TYPES::NPY_LONG } else { NPY_TYPES::NPY_LONGLONG } as c_int;
+    let clip = np.getattr("_core")?.getattr("umath")?.getattr("clip")?;
+    let extra: [(&Bound<'_, PyAny>, LoopFn, Option<c_int>); 3] =
+        [(&np.getattr("ldexp")?, loop_ldexp::<i32>, Some(int)), (&np.getattr("ldexp")?, loop_ldexp::<i64>, Some(long)), (&clip, loop_clip, None)];
+    for (uf, f, exponent) in extra {
+        for t in 0..N {
+            let tn = type_num(t);
+            let mut types = match exponent {
+                Some(e) => vec![tn, e, tn],
+                None => vec![tn; 4],
+            };
+            let data = Box::into_raw(Box::new(t)) as *mut c_void;
+            // SAFETY: as above: the types of every operand; data lives forever.
+            let rc = unsafe { PY_UFUNC_API.PyUFunc_RegisterLoopForType(py, uf.as_ptr() as *mut PyUFuncObject, tn, Some(f), types.as_mut_ptr(), data) };
+            check(py, rc, "registering the ldexp and clip loops")?;
         }
     }
     Ok(())
