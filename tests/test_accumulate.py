@@ -1542,3 +1542,24 @@ def test_stochastic_few_rows_kernel_fallbacks(acc, threads):
     tiny = a.copy()
     tiny[1, 250] = ml_dtypes.bfloat16(2.0**-130)
     matmul_as_scalar(tiny, b, **kw)
+
+
+@pytest.mark.parametrize("rounding", ["nearest_even", "toward_zero", "up", "stochastic"])
+@pytest.mark.parametrize("acc,chunk", [("float16", None), ("bfloat16", 16), (lowp.FloatFormat(6, 9), None), ("float64", None)])
+def test_broadcast_operands_equal_their_copies(rounding, acc, chunk):
+    """B whose columns are one broadcast column, and A whose rows are one broadcast row
+    (numpy's stride-0 views), give exactly what contiguous copies give."""
+    rng = np.random.default_rng(11)
+    a = rng.standard_normal((5, 300)).astype(lowp.bfloat16)
+    col = rng.standard_normal(300).astype(lowp.bfloat16)
+    kw = dict(accumulate=acc, rounding=rounding, chunk=chunk, seed=3)
+    if chunk:
+        kw["chunk_accumulate"] = "float32"
+    b = np.broadcast_to(col[:, None], (300, 7))
+    np.testing.assert_array_equal(lowp.matmul(a, b, **kw), lowp.matmul(a, np.ascontiguousarray(b), **kw))
+    rows = np.broadcast_to(a[1], (6, 300))
+    np.testing.assert_array_equal(lowp.matmul(rows, b, **kw),
+                                  lowp.matmul(np.ascontiguousarray(rows), np.ascontiguousarray(b), **kw))
+    out = np.full((6, 7), np.nan, np.float64)
+    lowp.matmul(rows, b.astype(np.float32), out=out, **kw)
+    np.testing.assert_array_equal(out, lowp.matmul(np.ascontiguousarray(rows), np.ascontiguousarray(b), **kw))

@@ -3076,6 +3076,33 @@ impl EmuOut {
             }
         }
     }
+
+    /// The leading `rows x cols` block of the same matrix.
+    fn block(&self, rows: usize, cols: usize) -> Self {
+        match self {
+            EmuOut::F64(c) => EmuOut::F64(OutMat { rows, cols, ..*c }),
+            EmuOut::F32(c) => EmuOut::F32(OutMat { rows, cols, ..*c }),
+        }
+    }
+
+    /// Copy row 0 into every other row (`rows`), or column 0 into every other column.
+    fn spread(&self, rows: bool) {
+        fn go<T: Copy>(c: &OutMat<T>, rows: bool) {
+            for i in 0..c.rows {
+                for j in 0..c.cols {
+                    if (rows && i > 0) || (!rows && j > 0) {
+                        let (i0, j0) = if rows { (0, j) } else { (i, 0) };
+                        // SAFETY: both elements are inside the matrix, which this thread owns.
+                        unsafe { *c.at(i, j) = *c.at(i0, j0) };
+                    }
+                }
+            }
+        }
+        match self {
+            EmuOut::F64(c) => go(c, rows),
+            EmuOut::F32(c) => go(c, rows),
+        }
+    }
 }
 
 /// `c = a @ b` with every add rounded as `spec` says.
@@ -3139,6 +3166,26 @@ fn run(a: &Operand, b: &Operand, c: EmuOut, spec: &AccumSpec) -> Result<()> {
     if let Some((cs, _)) = spec.chunk {
         if cs == 0 {
             return Err(Error::value("chunk: must be a positive integer"));
+        }
+    }
+    // Broadcast operands (numpy's stride-0 views): every column of B the same
+    // column, or every row of A the same row. With deterministic rounding each
+    // such column (row) of C meets the same adds, so one is computed and copied;
+    // stochastic rounding draws other bits for each element, so it runs in full.
+    if spec.opts.mode != Mode::Stochastic {
+        if b.cols > 1 && b.cs == 0 {
+            let b1 = Operand { cols: 1, cs: 1, ..b.clone() };
+            let (rows, _) = c.shape();
+            run(a, &b1, c.block(rows, 1), spec)?;
+            c.spread(false);
+            return Ok(());
+        }
+        if a.rows > 1 && a.rs == 0 {
+            let a1 = Operand { rows: 1, ..a.clone() };
+            let (_, cols) = c.shape();
+            run(&a1, b, c.block(1, cols), spec)?;
+            c.spread(true);
+            return Ok(());
         }
     }
     // One column of B against several rows of A (a matrix-vector product): the
