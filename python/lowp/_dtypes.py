@@ -50,6 +50,33 @@ for _name in DTYPE_NAMES:
     _register_dtype(_NAMED[_name]._spec, np.dtype(getattr(_lowp, _name)))
 
 
+# Python's float protocol beyond what numpy.generic gives (as numpy's float16 has it):
+# every value is a float64 exactly, so the float's answers are exact.
+def _round(self: Any, ndigits: Any = None) -> Any:
+    """``round(x)``: the nearest int (ties to even); ``round(x, n)``: x rounded to n
+    decimal digits, then into x's type."""
+    if ndigits is None:
+        return round(float(self))
+    return type(self)(round(float(self), ndigits))
+
+
+def _as_integer_ratio(self: Any) -> tuple[int, int]:
+    """The value as a ratio of two ints, the denominator positive and smallest."""
+    return float(self).as_integer_ratio()
+
+
+def _is_integer(self: Any) -> bool:
+    """Is the value an integer?"""
+    return float(self).is_integer()
+
+
+for _name in DTYPE_NAMES:
+    _t = getattr(_lowp, _name)
+    _t.__round__ = _round
+    _t.as_integer_ratio = _as_integer_ratio
+    _t.is_integer = _is_integer
+
+
 def _link_ml_dtypes(ml: Any) -> None:
     """Register bit-copy casts between ml_dtypes' dtypes and lowp's of the same name, and
     rounding casts (once, to nearest even) between them and lowp's other dtypes."""

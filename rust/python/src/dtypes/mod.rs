@@ -41,7 +41,8 @@ pub struct TypeInfo {
     pub fmt: Format,
     /// Bytes per element (the storage width of the format).
     pub size: usize,
-    /// numpy's one-character type code (not unique among user types; unused for lookup).
+    /// numpy's one-character type code (not unique among user types; unused for lookup;
+    /// none of numpy's own, which `np.vectorize` would turn into that type).
     pub tchar: u8,
     pub doc: &'static str,
 }
@@ -54,7 +55,7 @@ pub static TYPES: [TypeInfo; N] = [
     TypeInfo { name: "float8_e5m2", fmt: Format::Float(named::FLOAT8_E5M2), size: 1, tchar: b'5', doc: "float8_e5m2: 5 exponent bits, 2 mantissa bits, IEEE-style inf and NaN (OCP E5M2)." },
     TypeInfo { name: "float8_e4m3fn", fmt: Format::Float(named::FLOAT8_E4M3FN), size: 1, tchar: b'4', doc: "float8_e4m3fn: 4 exponent bits, 3 mantissa bits, no inf, NaN only at S.1111.111, max 448 (OCP E4M3)." },
     TypeInfo { name: "float8_e4m3", fmt: Format::Float(named::FLOAT8_E4M3), size: 1, tchar: b'7', doc: "float8_e4m3: 4 exponent bits, 3 mantissa bits, IEEE-style inf and NaN, max 240." },
-    TypeInfo { name: "float8_e4m3fnuz", fmt: Format::Float(named::FLOAT8_E4M3FNUZ), size: 1, tchar: b'G', doc: "float8_e4m3fnuz: 4 exponent bits, 3 mantissa bits, bias 8, no inf, no -0, NaN at 0x80." },
+    TypeInfo { name: "float8_e4m3fnuz", fmt: Format::Float(named::FLOAT8_E4M3FNUZ), size: 1, tchar: b'K', doc: "float8_e4m3fnuz: 4 exponent bits, 3 mantissa bits, bias 8, no inf, no -0, NaN at 0x80." },
     TypeInfo { name: "float8_e5m2fnuz", fmt: Format::Float(named::FLOAT8_E5M2FNUZ), size: 1, tchar: b'C', doc: "float8_e5m2fnuz: 5 exponent bits, 2 mantissa bits, bias 16, no inf, no -0, NaN at 0x80." },
     TypeInfo { name: "posit8", fmt: Format::Posit(named::POSIT8), size: 1, tchar: b'8', doc: "posit8: 8-bit posit with es=2 (2022 Posit Standard); NaR reads as NaN." },
     TypeInfo { name: "posit16", fmt: Format::Posit(named::POSIT16), size: 2, tchar: b'9', doc: "posit16: 16-bit posit with es=2 (2022 Posit Standard); NaR reads as NaN." },
@@ -109,22 +110,59 @@ pub unsafe fn store(p: *mut u8, size: usize, c: u32) {
 /// The element as a Python float, its exact value (`.item()`, `.tolist()`,
 /// object casts; indexing builds the lowp scalar through `copyswap`), as for
 /// numpy's own floating types and ml_dtypes'.
-unsafe extern "C" fn getitem<const T: usize>(data: *mut c_void, _arr: *mut c_void) -> *mut ffi::PyObject {
-    // SAFETY: numpy passes a pointer to one element of this dtype.
-    let c = unsafe { load(data as *const u8, TYPES[T].size) };
+unsafe extern "C" fn getitem<const T: usize>(data: *mut c_void, arr: *mut c_void) -> *mut ffi::PyObject {
+    // SAFETY: numpy passes a pointer to one element of this dtype, and its array.
+    let c = unsafe { load_as(data as *const u8, TYPES[T].size, arr) };
     // SAFETY: called with the GIL held; returns a new reference or NULL with an error set.
     unsafe { ffi::PyFloat_FromDouble(dec(T, c)) }
 }
 
-unsafe extern "C" fn setitem<const T: usize>(item: *mut ffi::PyObject, data: *mut c_void, _arr: *mut c_void) -> c_int {
+unsafe extern "C" fn setitem<const T: usize>(item: *mut ffi::PyObject, data: *mut c_void, arr: *mut c_void) -> c_int {
     // SAFETY: called with the GIL held and a valid object.
     match unsafe { scalar::object_to_code(T, item) } {
         Some(c) => {
-            // SAFETY: numpy passes a pointer to one writable element.
-            unsafe { store(data as *mut u8, TYPES[T].size, c) };
+            let size = TYPES[T].size;
+            // SAFETY: numpy passes a pointer to one writable element, and its array.
+            let c = if unsafe { byte_swapped(arr) } { c.swap_bytes() >> (32 - 8 * size) } else { c };
+            // SAFETY: as above.
+            unsafe { store(data as *mut u8, size, c) };
             0
         }
         None => -1,
+    }
+}
+
+/// Does `arr` (an array, or numpy's stand-in holding only a descriptor; may be
+/// null) store its elements in the other byte order? `ndarray.item()`,
+/// `tolist()`, element assignment and `fill` reach getitem/setitem with the
+/// array's own bytes; everything else is swapped by numpy beforehand.
+///
+/// # Safety
+/// `arr` is null or points to an array object whose descriptor is set.
+unsafe fn byte_swapped(arr: *mut c_void) -> bool {
+    if arr.is_null() {
+        return false;
+    }
+    // SAFETY: per the contract.
+    unsafe {
+        let d = (*(arr as *mut numpy::npyffi::PyArrayObject)).fields.descr;
+        if d.is_null() {
+            return false;
+        }
+        let bo = (*d).fields.byteorder as u8;
+        if cfg!(target_endian = "little") { bo == b'>' } else { bo == b'<' }
+    }
+}
+
+/// [`load`] of an element of `arr`, in native order.
+///
+/// # Safety
+/// As [`load`] and [`byte_swapped`].
+unsafe fn load_as(p: *const u8, size: usize, arr: *mut c_void) -> u32 {
+    // SAFETY: per the contract.
+    unsafe {
+        let c = load(p, size);
+        if byte_swapped(arr) { c.swap_bytes() >> (32 - 8 * size) } else { c }
     }
 }
 
@@ -329,7 +367,8 @@ fn register_one<const T: usize>(py: Python<'_>, m: &Bound<'_, PyModule>) -> PyRe
     proto.typeobj = tp;
     proto.kind = b'V' as c_char;
     proto.type_ = ti.tchar as c_char;
-    proto.byteorder = b'=' as c_char;
+    // One byte has no byte order ('|', as int8's).
+    proto.byteorder = if ti.size == 1 { b'|' } else { b'=' } as c_char;
     proto.flags = 0x40; // NPY_USE_SETITEM: numpy calls setitem for every assignment
     proto.type_num = 0;
     proto.elsize = ti.size as c_int;

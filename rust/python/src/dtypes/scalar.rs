@@ -133,6 +133,14 @@ fn convert(py: Python<'_>, t: usize, obj: &Bound<'_, PyAny>) -> PyResult<u32> {
     if obj.is_instance_of::<PyFloat>() {
         return Ok(enc(t, obj.extract::<f64>()?));
     }
+    if obj.is_instance(&py.import("numpy")?.getattr("ndarray")?)? {
+        // A 0-d array is its element; anything larger is no single value (as numpy
+        // says of its own dtypes, rather than failing on __index__ below).
+        if obj.getattr("ndim")?.extract::<usize>()? == 0 {
+            return convert(py, t, &obj.get_item(())?);
+        }
+        return Err(pyo3::exceptions::PyValueError::new_err("setting an array element with a sequence."));
+    }
     // Integers (Python's, numpy's and anything with __index__): exactly.
     let int = if obj.is_instance_of::<pyo3::types::PyInt>() {
         Some(obj.clone())
@@ -228,8 +236,11 @@ fn shortest(t: usize, c: u32) -> Option<(String, f64)> {
 
 /// The scalar's repr and str, as numpy prints its floats: the shortest digits
 /// that round back to the value, positional from 1e-4 to below 1e16 unless
-/// that would append zeros the value does not have (1024 in float8_e5m2 is
-/// `1e+03`, not `1000.0`), else scientific with at least two exponent digits.
+/// that would append zeros the value does not have, else scientific with at
+/// least two exponent digits. Integers below 1e6 whose shortest digits would
+/// need those zeros print exactly instead (64 and 1024 in float8_e5m2, whose
+/// shortest digits are 6e1 and 1e3, are `64.0` and `1024.0`; numpy's rule
+/// alone would print `6e+01`).
 pub fn repr_string(t: usize, c: u32) -> String {
     let v = dec(t, c);
     let Some((s, p)) = shortest(t, c) else {
@@ -248,6 +259,9 @@ pub fn repr_string(t: usize, c: u32) -> String {
     let digits = mant.bytes().filter(u8::is_ascii_digit).count() as i32;
     let a = v.abs();
     let padded = exp >= digits && p != v;
+    if padded && a < 1e6 && v.fract() == 0.0 {
+        return format!("{}.0", v as i64);
+    }
     if (1e-4..1e16).contains(&a) && !padded {
         // Python's repr of p: those digits, positional.
         return format!("{}", PyFloatRepr(p));
@@ -309,7 +323,14 @@ unsafe extern "C" fn tp_hash(ob: *mut ffi::PyObject) -> ffi::Py_hash_t {
     Python::attach(|py| {
         // SAFETY: ob is a lowp scalar.
         let (t, c) = unsafe { self_value(ob) };
-        match PyFloat::new(py, dec(t, c)).hash() {
+        let v = dec(t, c);
+        if v.is_nan() {
+            // As Python's and numpy's NaN: the object's identity (the hash of a
+            // temporary float would change from call to call).
+            let y = (ob as usize).rotate_right(4) as ffi::Py_hash_t;
+            return if y == -1 { -2 } else { y };
+        }
+        match PyFloat::new(py, v).hash() {
             Ok(h) => h as ffi::Py_hash_t,
             Err(e) => {
                 e.restore(py);
@@ -402,8 +423,9 @@ unsafe extern "C" fn tp_new(sub: *mut ffi::PyTypeObject, args: *mut ffi::PyObjec
             0 => 0,
             1 => {
                 let x = args.get_item(0)?;
-                if x.is_instance(&py.import("numpy")?.getattr("ndarray")?)? {
-                    // As numpy's own scalar types: an array argument converts the array.
+                if x.is_instance(&py.import("numpy")?.getattr("ndarray")?)? && x.getattr("ndim")?.extract::<usize>()? > 0 {
+                    // As numpy's own scalar types: an array argument converts the array
+                    // (a 0-d one gives a scalar, below).
                     let dt = py.import("numpy")?.getattr("dtype")?.call1((unsafe { Bound::from_borrowed_ptr(py, sub as *mut ffi::PyObject) },))?;
                     return Ok(x.call_method1("astype", (dt,))?.into_ptr());
                 }
@@ -425,7 +447,15 @@ unsafe extern "C" fn tp_dealloc(ob: *mut ffi::PyObject) {
     // (non-GC, so PyObject_Free releases it); heap-type instances own a type reference.
     unsafe {
         let tp = ffi::Py_TYPE(ob);
-        ffi::PyObject_Free(ob as *mut c_void);
+        // The type's own tp_free: a Python subclass is garbage-collected, its
+        // memory starting before `ob` (PyObject_GC_Del frees that).
+        let free = ffi::PyType_GetSlot(tp, ffi::Py_tp_free);
+        if free.is_null() {
+            ffi::PyObject_Free(ob as *mut c_void);
+        } else {
+            let free: ffi::freefunc = std::mem::transmute(free);
+            free(ob as *mut c_void);
+        }
         ffi::Py_DECREF(tp as *mut ffi::PyObject);
     }
 }

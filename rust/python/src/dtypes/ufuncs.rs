@@ -151,6 +151,9 @@ unsafe extern "C" fn loop_bin(args: *mut *mut c_char, dims: *mut npy_intp, steps
         let n = *dims as usize;
         let (a, b, o) = (*args as *const u8, *args.add(1) as *const u8, *args.add(2) as *mut u8);
         let (sa, sb, so) = (*steps, *steps.add(1), *steps.add(2));
+        if std::ptr::eq(a, o) && sa == 0 && so == 0 && matches!(d.op, Bin::Add | Bin::Sub | Bin::Mul | Bin::Div) {
+            return reduce(d.t, d.op, o, b, sb, n);
+        }
         if let Some(tab) = kernels::bin_table(d.t, d.op) {
             // 8-bit types: one lookup per pair (reductions included: each step reads the
             // last result), the entry's high byte its exceptions.
@@ -202,6 +205,51 @@ unsafe extern "C" fn loop_bin(args: *mut *mut c_char, dims: *mut npy_intp, steps
             scatter(o.offset(k * so), so, size, &co[..m]);
             i += m;
         }
+    }
+}
+
+/// A reduction's inner loop (`np.add.reduce`, `sum`, `mean`, `prod`): the
+/// output `o` is the first operand at stride 0. As numpy's float16 loops
+/// accumulate such a loop in float32 and round once, the `n` operands at `b`
+/// (stride `sb`) are combined in float64 and the result rounded once into the
+/// type: one rounding per inner loop instead of one per element, so a long
+/// bfloat16 sum does not stall at 256.
+///
+/// # Safety
+/// `o` addresses one element of type `t`, read and written; `b` addresses `n`
+/// elements at byte stride `sb`.
+unsafe fn reduce(t: usize, op: Bin, o: *mut u8, b: *const u8, sb: isize, n: usize) {
+    let size = TYPES[t].size;
+    // SAFETY: see the function contract.
+    unsafe {
+        let mut acc = kernels::dec(t, load(o, size));
+        // Posits saturate: a float64 overflow or underflow of finite, nonzero
+        // operands is maxpos or minpos, not NaR or 0.
+        let mut zero = acc == 0.0;
+        for i in 0..n as isize {
+            let y = kernels::dec(t, load(b.offset(i * sb), size));
+            zero |= y == 0.0;
+            acc = match op {
+                Bin::Add => acc + y,
+                Bin::Sub => acc - y,
+                Bin::Mul => acc * y,
+                _ => acc / y,
+            };
+        }
+        let posit = kernels::is_posit(t);
+        if posit && acc.is_infinite() && !zero {
+            acc = f64::MAX.copysign(acc);
+            kernels::set_fp_status(kernels::fp_status() & !(kernels::FP_OVERFLOW | kernels::FP_UNDERFLOW));
+        } else if posit && acc == 0.0 && !zero && matches!(op, Bin::Mul | Bin::Div) {
+            acc = f64::from_bits(1).copysign(acc);
+            kernels::set_fp_status(kernels::fp_status() & !kernels::FP_UNDERFLOW);
+        }
+        let c = kernels::enc(t, acc);
+        if !posit && acc.is_finite() && !kernels::dec(t, c).is_finite() {
+            // Past the format's largest value: overflow, as the per-element loops report it.
+            kernels::raise_fp(kernels::FP_OVERFLOW);
+        }
+        store(o, size, c);
     }
 }
 
