@@ -226,7 +226,23 @@ unsafe fn reduce(t: usize, op: Bin, o: *mut u8, b: *const u8, sb: isize, n: usiz
         // Posits saturate: a float64 overflow or underflow of finite, nonzero
         // operands is maxpos or minpos, not NaR or 0.
         let mut zero = acc == 0.0;
-        for i in 0..n as isize {
+        if op == Bin::Add {
+            // Four running sums: the adds' latency, not their order, bounds a sum.
+            let mut part = [-0.0f64; 4]; // (-0 + x is x for every x, signed zeros included)
+            let whole = n / 4 * 4;
+            for i in (0..whole).step_by(4) {
+                for (l, p) in part.iter_mut().enumerate() {
+                    *p += kernels::dec(t, load(b.offset((i + l) as isize * sb), size));
+                }
+            }
+            for i in whole..n {
+                part[0] += kernels::dec(t, load(b.offset(i as isize * sb), size));
+            }
+            acc += (part[0] + part[1]) + (part[2] + part[3]);
+            zero = true; // (a sum of finite posits stays far inside float64's range)
+        }
+        for i in (if op == Bin::Add { n } else { 0 })..n {
+            let i = i as isize;
             let y = kernels::dec(t, load(b.offset(i * sb), size));
             zero |= y == 0.0;
             acc = match op {
