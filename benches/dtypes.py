@@ -1,7 +1,7 @@
 """lowp dtypes against ml_dtypes, measured side by side in one run.
 
 Prints, for each dtype, at 1 and 2 threads: astype float32 -> dtype, dtype ->
-float32, and elementwise add / multiply / exp, as time(ml_dtypes) / time(lowp)
+float32, elementwise add / multiply / exp and np.sum, as time(ml_dtypes) / time(lowp)
 (above 1: lowp is faster). Posits have no ml_dtypes counterpart: they are
 compared with the ml_dtypes type of the same width (posit8: float8_e4m3fn,
 posit16: bfloat16) and posit32 with numpy's float32 (marked "vs").
@@ -43,7 +43,7 @@ def main() -> None:
     n, reps = args.n, args.reps
     rng = np.random.default_rng(0)
     x = (rng.standard_normal(n) * 4).astype(np.float32)
-    ops = ["f32->dtype", "dtype->f32", "add", "multiply", "exp"]
+    ops = ["f32->dtype", "dtype->f32", "add", "multiply", "exp", "sum"]
     print(f"n = {n}; ratio = time(ml_dtypes) / time(lowp); lowp time in ns/element")
     for threads in (1, 2):
         lowp.set_num_threads(threads)
@@ -60,6 +60,8 @@ def main() -> None:
                     fl, fm = (lambda: x.astype(lt)), (lambda: x.astype(mt))
                 elif op == "dtype->f32":
                     fl, fm = (lambda: la.astype(np.float32)), (lambda: ma.astype(np.float32))
+                elif op == "sum":
+                    fl, fm = (lambda: la.sum()), (lambda: ma.sum())
                 else:
                     u = getattr(np, op)
                     if op == "exp":
