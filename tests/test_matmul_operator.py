@@ -60,3 +60,27 @@ def test_operator_shape_mismatch_raises():
     a = np.ones((3, 4), lowp.bfloat16)
     with pytest.raises(ValueError):
         a @ a
+
+
+@pytest.mark.parametrize("name", ["bfloat16", "float8_e5m2", "posit32"])
+@pytest.mark.parametrize("shape", [(300, 4, 5, 3), (40, 16, 33, 16), (3, 130, 140, 120)])
+def test_operator_stacks_equal_their_matrices(threads, name, shape):
+    """Stacks (small products one per thread at a time, large ones each over every
+    thread) give each matrix exactly what it gives alone, at any thread count, with
+    broadcast and strided operands and a strided out=."""
+    t = getattr(lowp, name)
+    count, m, k, n = shape
+    rng = np.random.default_rng(count + m)
+    a = rng.standard_normal((count, m, k)).astype(t)
+    b = rng.standard_normal((count, n, k)).astype(t).transpose(0, 2, 1)
+    b2 = rng.standard_normal((k, n)).astype(t)
+    c = a @ b
+    c2 = a[::-1] @ b2
+    out = np.zeros((count, n, m), t).transpose(0, 2, 1)
+    np.matmul(a, b, out=out)
+    acc = np.float64 if name == "posit32" else np.float32
+    for i in range(count):
+        want = bits(lowp.cast(lowp.matmul(a[i], b[i], out_dtype=acc), t))
+        np.testing.assert_array_equal(bits(c[i]), want)
+        np.testing.assert_array_equal(bits(out[i]), want)
+        np.testing.assert_array_equal(bits(c2[i]), bits(lowp.cast(lowp.matmul(a[count - 1 - i], b2, out_dtype=acc), t)))

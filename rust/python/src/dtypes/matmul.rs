@@ -83,46 +83,75 @@ unsafe extern "C" fn loop_matmul(args: *mut *mut c_char, dims: *mut npy_intp, st
     // SAFETY: see the function contract.
     unsafe {
         let t = data as usize;
-        let info = &TYPES[t];
-        let size = info.size;
         let (count, m, n, p) = (*dims as usize, *dims.add(1) as usize, *dims.add(2) as usize, *dims.add(3) as usize);
-        let s = |i: usize| *steps.add(i);
-        let (a0, b0, o0) = (*args as *const u8, *args.add(1) as *const u8, *args.add(2) as *mut u8);
-        let wide = !info.fmt.fits_f32();
-        let opts = RoundOpts::new(Mode::NearestEven);
-        let mut acc32 = vec![0f32; if wide { 0 } else { m * p }];
-        let mut acc64 = vec![0f64; if wide { m * p } else { 0 }];
-        let mut codes = vec![0u32; m * p];
-        let (mut ka, mut kb) = (Vec::new(), Vec::new());
-        for k in 0..count {
-            let (a, b, o) = (a0.offset(k as isize * s(0)), b0.offset(k as isize * s(1)), o0.offset(k as isize * s(2)));
-            let oa = operand(a, m, n, s(3), s(4), t, &mut ka);
-            let ob = operand(b, n, p, s(5), s(6), t, &mut kb);
-            // numpy has checked the shapes and the views are valid, so neither the
-            // operands nor the GEMM can fail; should one ever, the block is NaN, not stale.
-            let (Ok(oa), Ok(ob)) = (oa, ob) else {
-                fill_nan(o, m, p, s(7), s(8), t);
-                continue;
-            };
+        let st: [isize; 9] = std::array::from_fn(|i| *steps.add(i));
+        // (Addresses as integers: the closure runs on the pool's threads.)
+        let (a0, b0, o0) = (*args as usize, *args.add(1) as usize, *args.add(2) as usize);
+        // A stack runs as lowp.matmul runs one: small products one per thread at a
+        // time, larger ones each over every thread; each matrix the same either way.
+        let _ = gemm::for_batch(count, m * n * p, &|k| {
+            let k = k as isize;
+            let (a, b, o) = ((a0 as *const u8).offset(k * st[0]), (b0 as *const u8).offset(k * st[1]), (o0 as *mut u8).offset(k * st[2]));
+            one_matmul(t, a, b, o, (m, n, p), &st[3..]);
+            Ok(())
+        });
+    }
+}
+
+thread_local! {
+    /// Accumulators (float32 or float64) and codes of one product, kept per thread.
+    static SCRATCH: std::cell::RefCell<(Vec<f32>, Vec<f64>, Vec<u32>)> = const { std::cell::RefCell::new((Vec::new(), Vec::new(), Vec::new())) };
+}
+
+/// One matrix of [`loop_matmul`]: `o = a @ b`, accumulated in float32 (float64
+/// for formats wider than float32) and rounded once into the type; `s` holds
+/// a's (m, n), b's (n, p) and o's (m, p) byte strides.
+///
+/// # Safety
+/// The three blocks are readable (a, b) and writable (o) at those strides.
+unsafe fn one_matmul(t: usize, a: *const u8, b: *const u8, o: *mut u8, (m, n, p): (usize, usize, usize), s: &[isize]) {
+    let info = &TYPES[t];
+    let wide = !info.fmt.fits_f32();
+    let opts = RoundOpts::new(Mode::NearestEven);
+    let (mut ka, mut kb) = (Vec::new(), Vec::new());
+    // SAFETY: per the contract.
+    unsafe {
+        let oa = operand(a, m, n, s[0], s[1], t, &mut ka);
+        let ob = operand(b, n, p, s[2], s[3], t, &mut kb);
+        // numpy has checked the shapes and the views are valid, so neither the
+        // operands nor the GEMM can fail; should one ever, the block is NaN, not stale.
+        let (Ok(oa), Ok(ob)) = (oa, ob) else {
+            return fill_nan(o, m, p, s[4], s[5], t);
+        };
+        let work = |(acc32, acc64, codes): &mut (Vec<f32>, Vec<f64>, Vec<u32>)| {
+            codes.resize(m * p, 0);
             // Accumulate into a contiguous buffer, then round once into codes.
             let ok = if wide {
+                acc64.resize(m * p, 0.0);
                 let c = OutMat::from_raw(acc64.as_mut_ptr(), m, p, p as isize, 1);
-                gemm::matmul_f64(&oa, &ob, c).is_ok() && convert::encode(&info.fmt, &acc64, &mut codes, &opts, 0).is_ok()
+                gemm::matmul_f64(&oa, &ob, c).is_ok() && convert::encode(&info.fmt, &acc64[..], &mut codes[..], &opts, 0).is_ok()
             } else {
+                acc32.resize(m * p, 0.0);
                 let c = OutMat::from_raw(acc32.as_mut_ptr(), m, p, p as isize, 1);
-                gemm::matmul_f32(&oa, &ob, c).is_ok() && convert::encode(&info.fmt, &acc32, &mut codes, &opts, 0).is_ok()
+                gemm::matmul_f32(&oa, &ob, c).is_ok() && convert::encode(&info.fmt, &acc32[..], &mut codes[..], &opts, 0).is_ok()
             };
-            if !ok {
-                fill_nan(o, m, p, s(7), s(8), t);
-                continue;
-            }
-            for i in 0..m {
-                for j in 0..p {
-                    let dst = o.offset(i as isize * s(7) + j as isize * s(8));
-                    let c = codes[i * p + j].to_le_bytes();
-                    std::ptr::copy_nonoverlapping(c.as_ptr(), dst, size);
+            if ok {
+                for i in 0..m {
+                    for j in 0..p {
+                        let dst = o.offset(i as isize * s[4] + j as isize * s[5]);
+                        store(dst, info.size, codes[i * p + j]);
+                    }
                 }
             }
+            ok
+        };
+        // (Fresh buffers should a product ever run inside another on this thread.)
+        let ok = SCRATCH.with(|cell| match cell.try_borrow_mut() {
+            Ok(mut bufs) => work(&mut bufs),
+            Err(_) => work(&mut Default::default()),
+        });
+        if !ok {
+            fill_nan(o, m, p, s[4], s[5], t);
         }
     }
 }
