@@ -1056,3 +1056,24 @@ def test_scalar_protocol(name):
         x[0] = np.array([2.5])
     x[1] = np.array(2.5)
     assert x.tolist() == [0.0, 2.5]
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_pickling_other_byte_order_leaves_the_dtype_alone(name):
+    """numpy's own reduction of a legacy dtype sets the pickled byte order on the shared
+    dtype instance; lowp's rebuilds a new one: pickles and deep copies of arrays of
+    either byte order give their values back and every later array stays native."""
+    import copy
+
+    d = dt(name)
+    before = d.byteorder
+    be = d.newbyteorder(">")
+    a = np.array([1.5, -2.0], np.float64).astype(be)
+    for back in (pickle.loads(pickle.dumps(a)), copy.deepcopy(a), pickle.loads(pickle.dumps(be))):
+        assert dt(name).byteorder == before and np.dtype(getattr(lowp, name)).isnative
+        if isinstance(back, np.ndarray):
+            assert back.tolist() == [1.5, -2.0]
+        else:
+            assert back == be
+    assert pickle.loads(pickle.dumps(d)) is d
+    assert np.array([1.5], np.float64).astype(d).view(udt(name))[0] == lowp.encode(np.array([1.5]), lowp.format(name))[0]

@@ -657,14 +657,18 @@ def test_clip_keeps_the_type_and_follows_numpy(name):
     got = np.clip(x, lo, hi)
     assert got.dtype == dt(name)
     xv, lv, hv = (a.astype(np.float64) for a in (x, lo, hi))
-    want = np.clip(xv, lv, hv)
-    gv = got.astype(np.float64)
-    assert np.array_equal(gv, want, equal_nan=True)
-    # The code itself is an operand's (signed zeros kept as numpy's max/min pick them).
-    gc = as_codes(got)
-    from_op = (gc == as_codes(x)) | (gc == as_codes(lo)) | (gc == as_codes(hi))
-    assert from_op.all()
-    assert np.array_equal(np.signbit(gv[want == 0]), np.signbit(want[want == 0]))
+    # numpy's float16 loop: max(a, b) keeps a when a is NaN or a >= b; min likewise.
+    up = np.isnan(xv) | (xv >= lv)
+    v = np.where(up, xv, lv)
+    keep = np.isnan(v) | (v <= hv)
+    want_codes = np.where(keep, np.where(up, as_codes(x), as_codes(lo)), as_codes(hi))
+    assert np.array_equal(as_codes(got), want_codes)
+    assert np.array_equal(got.astype(np.float64), np.clip(xv, lv, hv), equal_nan=True)
+    if name == "float8_e5m2":
+        # Its values are float16 values: numpy's own float16 clip, signed zeros included.
+        h = np.clip(xv.astype(np.float16), lv.astype(np.float16), hv.astype(np.float16))
+        gv = got.astype(np.float16)
+        assert np.array_equal(gv, h, equal_nan=True) and np.array_equal(np.signbit(gv), np.signbit(h))
     # Bounds of the type, Python scalars and the method form.
     y = np.array([-3, 0.5, 2, 7], dt(name))
     np.testing.assert_array_equal(y.clip(0, 2).astype(np.float64), [0, 0.5, 2, 2])
@@ -701,3 +705,64 @@ def test_vecdot_matvec_vecmat_keep_the_type(name):
     x = rng.standard_normal(300).astype(dt(name))
     y = rng.standard_normal(300).astype(dt(name))
     np.testing.assert_array_equal(as_codes(np.vecdot(x, y)), as_codes(np.asarray(np.dot(x, y))))
+
+
+@pytest.mark.parametrize("name", POSITS)
+def test_posit_product_reductions_leave_float64_and_come_back(name):
+    """Products and quotients of a reduction keep their exponent apart from float64's
+    range: maxpos**9 * minpos**9 is 1 in either order, a zero makes the product 0
+    wherever it comes, past the range saturates, and x / 0 is NaR with divide-by-zero."""
+    t = dt(name)
+    mp, mn = lowp.finfo(name).max, lowp.finfo(name).smallest_subnormal
+    k = {"posit8": 60, "posit16": 25, "posit32": 9}[name]
+    big, small = np.full(k, mp, t), np.full(k, mn, t)
+    with np.errstate(all="raise"):
+        assert float(np.multiply.reduce(np.concatenate([big, small]))) == 1.0
+        assert float(np.multiply.reduce(np.concatenate([small, big]))) == 1.0
+        assert float(np.multiply.reduce(np.concatenate([big, np.zeros(1, t)]))) == 0.0
+        assert float(np.multiply.reduce(np.concatenate([np.zeros(1, t), big]))) == 0.0
+        assert float(np.multiply.reduce(big)) == mp and float(np.multiply.reduce(-big[:3])) == -mp
+        assert float(np.multiply.reduce(small)) == mn
+        assert float(np.divide.reduce(np.concatenate([np.ones(1, t), small]))) == mp
+    with np.errstate(divide="raise"), pytest.raises(FloatingPointError, match="divide"):
+        np.divide.reduce(np.concatenate([-np.ones(1, t), small, np.zeros(1, t)]))
+    with np.errstate(divide="ignore"):
+        assert math.isnan(float(np.divide.reduce(np.concatenate([-np.ones(1, t), small, np.zeros(1, t)]))))
+
+
+@pytest.mark.parametrize("name", ["bfloat16", "float8_e5m2", "float8_e4m3fn"])
+def test_float_product_reductions_report_overflow(name):
+    t = dt(name)
+    top = lowp.finfo(name).max
+    big = np.full(12, top, t)
+    with np.errstate(over="raise"), pytest.raises(FloatingPointError, match="overflow"):
+        np.multiply.reduce(big)
+    with np.errstate(all="raise"):
+        # Out of float64's range and back: the exact product, rounded once.
+        k = math.floor(math.log2(top))
+        r = np.multiply.reduce(np.concatenate([np.full(12, 2.0**k, t), np.full(12, 2.0**-k, t)]))
+        assert float(r) == 1.0  # (bfloat16: 2**1524 along the way)
+
+
+@pytest.mark.parametrize("name", ["bfloat16", "float8_e4m3fn", "posit16"])
+def test_vector_products_report_overflow(name):
+    t = dt(name)
+    x = np.array([lowp.finfo(name).max] * 2, t)
+    one = np.ones(2, t)
+    if name.startswith("posit"):
+        with np.errstate(all="raise"):
+            assert float(np.vecdot(x, one)) == lowp.finfo(name).max
+        return
+    for f in (lambda: np.vecdot(x, one), lambda: np.matvec(x[None], one), lambda: np.vecmat(one, x[:, None])):
+        with np.errstate(over="raise"), pytest.raises(FloatingPointError, match="overflow"):
+            f()
+    with np.errstate(all="raise"):
+        np.vecdot(one, one)
+
+
+@pytest.mark.parametrize("name", ["bfloat16", "posit16", "posit32"])
+def test_nonzero_of_other_byte_order(name):
+    be = dt(name).newbyteorder(">")
+    b = np.array([2.0**-100, -0.0, 0.0, 3.0], np.float64).astype(dt(name)).astype(be)
+    assert np.nonzero(b)[0].tolist() == np.nonzero(b.astype(np.float64))[0].tolist()
+    assert np.count_nonzero(b) == np.count_nonzero(b.astype(np.float64))

@@ -20,6 +20,7 @@ What numpy does not allow for user dtypes (as for ml_dtypes' too):
 
 from __future__ import annotations
 
+import copyreg
 import sys
 from typing import Any
 
@@ -70,8 +71,26 @@ def _is_integer(self: Any) -> bool:
     return float(self).is_integer()
 
 
+def _dtype_of(name: str, swapped: bool) -> np.dtype:
+    """The dtype of lowp type ``name``, in the other byte order when ``swapped``
+    (what pickles and deep copies of these dtypes rebuild)."""
+    if name not in DTYPE_NAMES:
+        raise ValueError(f"name: unknown lowp dtype {name!r}")
+    d = np.dtype(getattr(_lowp, name))
+    return d.newbyteorder("S") if swapped else d
+
+
+def _reduce_dtype(d: np.dtype) -> tuple[Any, tuple[str, bool]]:
+    # numpy's own reduction of a legacy user dtype rebuilds it through the shared
+    # dtype instance and then sets the pickled byte order on that instance: a
+    # pickled or deep-copied '>' array would turn every later array of the type
+    # big-endian. This one builds a new dtype for the other byte order instead.
+    return _dtype_of, (d.type.__name__, not d.isnative)
+
+
 for _name in DTYPE_NAMES:
     _t = getattr(_lowp, _name)
+    copyreg.pickle(type(np.dtype(_t)), _reduce_dtype)
     _t.__round__ = _round
     _t.as_integer_ratio = _as_integer_ratio
     _t.is_integer = _is_integer

@@ -169,7 +169,17 @@ unsafe fn dot(t: usize, a: *const u8, sa: isize, b: *const u8, sb: isize, n: usi
         // SAFETY: readable by the contract.
         unsafe { acc += dec(t, load(a.offset(i * sa), size)) * dec(t, load(b.offset(i * sb), size)) };
     }
-    enc(t, acc)
+    enc_reporting(t, acc)
+}
+
+/// `enc(t, v)`, raising the overflow flag where a finite `v` passes the
+/// format's largest value (as the element loops report it; posits saturate).
+pub fn enc_reporting(t: usize, v: f64) -> u32 {
+    let c = enc(t, v);
+    if v.is_finite() && !super::kernels::is_posit(t) && !dec(t, c).is_finite() {
+        super::kernels::raise_fp(super::kernels::FP_OVERFLOW);
+    }
+    c
 }
 
 /// `np.vecdot`, `(n),(n)->()`: one dot product per outer element.

@@ -135,7 +135,8 @@ unsafe extern "C" fn setitem<const T: usize>(item: *mut ffi::PyObject, data: *mu
 /// Does `arr` (an array, or numpy's stand-in holding only a descriptor; may be
 /// null) store its elements in the other byte order? `ndarray.item()`,
 /// `tolist()`, element assignment and `fill` reach getitem/setitem with the
-/// array's own bytes; everything else is swapped by numpy beforehand.
+/// array's own bytes, and so do `nonzero` (np.nonzero, count_nonzero); everything
+/// else is swapped by numpy beforehand.
 ///
 /// # Safety
 /// `arr` is null or points to an array object whose descriptor is set.
@@ -280,9 +281,9 @@ unsafe extern "C" fn argmin<const T: usize>(data: *mut c_void, n: npy_intp, out:
     unsafe { arg_best::<T>(data, n, out, false) }
 }
 
-unsafe extern "C" fn nonzero<const T: usize>(data: *mut c_void, _arr: *mut c_void) -> u8 {
-    // SAFETY: numpy passes one element.
-    let v = dec(T, unsafe { load(data as *const u8, TYPES[T].size) });
+unsafe extern "C" fn nonzero<const T: usize>(data: *mut c_void, arr: *mut c_void) -> u8 {
+    // SAFETY: numpy passes one element of its array (in that array's byte order).
+    let v = dec(T, unsafe { load_as(data as *const u8, TYPES[T].size, arr) });
     (v != 0.0) as u8
 }
 
@@ -324,7 +325,7 @@ unsafe extern "C" fn dotfunc<const T: usize>(
         }
     }
     // SAFETY: numpy passes one writable output element.
-    unsafe { store(op as *mut u8, size, enc(T, acc)) };
+    unsafe { store(op as *mut u8, size, matmul::enc_reporting(T, acc)) };
 }
 
 fn arrfuncs<const T: usize>(py: Python<'_>) -> *mut PyArray_ArrFuncs {

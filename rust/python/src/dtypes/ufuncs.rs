@@ -220,48 +220,71 @@ unsafe extern "C" fn loop_bin(args: *mut *mut c_char, dims: *mut npy_intp, steps
 /// elements at byte stride `sb`.
 unsafe fn reduce(t: usize, op: Bin, o: *mut u8, b: *const u8, sb: isize, n: usize) {
     let size = TYPES[t].size;
+    let posit = kernels::is_posit(t);
     // SAFETY: see the function contract.
     unsafe {
-        let mut acc = kernels::dec(t, load(o, size));
-        // Posits saturate: a float64 overflow or underflow of finite, nonzero
-        // operands is maxpos or minpos, not NaR or 0.
-        let mut zero = acc == 0.0;
-        if op == Bin::Add {
-            // Four running sums: the adds' latency, not their order, bounds a sum.
-            let mut part = [-0.0f64; 4]; // (-0 + x is x for every x, signed zeros included)
-            let whole = n / 4 * 4;
-            for i in (0..whole).step_by(4) {
-                for (l, p) in part.iter_mut().enumerate() {
-                    *p += kernels::dec(t, load(b.offset((i + l) as isize * sb), size));
+        let y = |i: usize| kernels::dec(t, load(b.offset(i as isize * sb), size));
+        let first = kernels::dec(t, load(o, size));
+        let v = match op {
+            Bin::Add | Bin::Sub => {
+                // Four running sums: the adds' latency, not their order, bounds a sum
+                // (-0 + x is x for every x, signed zeros included). Sums of a
+                // format's values stay far inside float64's range.
+                let mut part = [-0.0f64; 4];
+                let whole = n / 4 * 4;
+                for i in (0..whole).step_by(4) {
+                    for (l, p) in part.iter_mut().enumerate() {
+                        *p += y(i + l);
+                    }
+                }
+                for i in whole..n {
+                    part[0] += y(i);
+                }
+                let s = (part[0] + part[1]) + (part[2] + part[3]);
+                if op == Bin::Add { first + s } else { first - s }
+            }
+            _ => {
+                // Products and quotients as m * 2**e, m renormalised to [0.5, 1) after
+                // every step: no float64 overflow or underflow along the way, so a
+                // product that leaves float64's range and comes back is right, and
+                // zeros, infinities and NaN meet each other as they would.
+                let (mut m, mut e) = (first, 0i64);
+                for i in 0..n {
+                    m = if op == Bin::Mul { m * y(i) } else { m / y(i) };
+                    if m != 0.0 && m.is_finite() {
+                        let k = ((m.to_bits() >> 52) & 0x7FF) as i64 - 1022;
+                        m = f64::from_bits((m.to_bits() & !(0x7FF << 52)) | (1022 << 52));
+                        e += k;
+                    }
+                }
+                if m == 0.0 || !m.is_finite() {
+                    m
+                } else if e > 1100 {
+                    // Past every format's range (posits: maxpos, below).
+                    f64::INFINITY.copysign(m)
+                } else if e < -1100 {
+                    if posit { f64::from_bits(1).copysign(m) } else { 0f64.copysign(m) }
+                } else {
+                    let h = (e / 2) as i32;
+                    m * 2f64.powi(h) * 2f64.powi(e as i32 - h)
                 }
             }
-            for i in whole..n {
-                part[0] += kernels::dec(t, load(b.offset(i as isize * sb), size));
-            }
-            acc += (part[0] + part[1]) + (part[2] + part[3]);
-            zero = true; // (a sum of finite posits stays far inside float64's range)
-        }
-        for i in (if op == Bin::Add { n } else { 0 })..n {
-            let i = i as isize;
-            let y = kernels::dec(t, load(b.offset(i * sb), size));
-            zero |= y == 0.0;
-            acc = match op {
-                Bin::Add => acc + y,
-                Bin::Sub => acc - y,
-                Bin::Mul => acc * y,
-                _ => acc / y,
-            };
-        }
-        let posit = kernels::is_posit(t);
-        if posit && acc.is_infinite() && !zero {
-            acc = f64::MAX.copysign(acc);
+        };
+        let v = if posit && v.is_infinite() && first.is_finite() && matches!(op, Bin::Mul | Bin::Div) && !(0..n).any(|i| y(i) == 0.0 || !y(i).is_finite()) {
+            // Finite nonzero posit operands whose exact result passes float64's
+            // range: maxpos, not NaR (posits saturate).
+            f64::MAX.copysign(v)
+        } else if posit && v == 0.0 && first != 0.0 && matches!(op, Bin::Mul | Bin::Div) && (0..n).all(|i| y(i).is_finite() && y(i) != 0.0) {
+            f64::from_bits(1).copysign(v)
+        } else {
+            v
+        };
+        if posit {
+            // Posits neither overflow nor underflow.
             kernels::set_fp_status(kernels::fp_status() & !(kernels::FP_OVERFLOW | kernels::FP_UNDERFLOW));
-        } else if posit && acc == 0.0 && !zero && matches!(op, Bin::Mul | Bin::Div) {
-            acc = f64::from_bits(1).copysign(acc);
-            kernels::set_fp_status(kernels::fp_status() & !kernels::FP_UNDERFLOW);
         }
-        let c = kernels::enc(t, acc);
-        if !posit && acc.is_finite() && !kernels::dec(t, c).is_finite() {
+        let c = kernels::enc(t, v);
+        if !posit && !kernels::dec(t, c).is_finite() && (v.is_finite() || (op == Bin::Mul && first.is_finite() && (0..n).all(|i| y(i).is_finite()))) {
             // Past the format's largest value: overflow, as the per-element loops report it.
             kernels::raise_fp(kernels::FP_OVERFLOW);
         }
@@ -494,7 +517,7 @@ unsafe extern "C" fn loop_ldexp<I: Copy + Into<i64>>(args: *mut *mut c_char, dim
 }
 
 /// `clip` (numpy's `np.clip` ufunc): `min(max(x, lo), hi)`, a NaN (NaR) in
-/// any of the three giving NaN as numpy's float loops do. The result is one
+/// any of the three giving NaN as numpy's float loops do, x kept on ties. The result is one
 /// of the operands' codes: nothing is rounded. `data` holds the type.
 ///
 /// # Safety
@@ -513,9 +536,10 @@ unsafe extern "C" fn loop_clip(args: *mut *mut c_char, dims: *mut npy_intp, step
         for i in 0..n as isize {
             let (cx, cl, ch) = (load(x.offset(i * sx), size), load(lo.offset(i * sl), size), load(hi.offset(i * sh), size));
             let (vx, vl, vh) = (kernels::dec(t, cx), kernels::dec(t, cl), kernels::dec(t, ch));
-            // numpy: max(a, b) is a when a is NaN, else (a > b ? a : b); min likewise.
-            let (c, v) = if vx.is_nan() || vx > vl { (cx, vx) } else { (cl, vl) };
-            let c = if v.is_nan() || v < vh { c } else { ch };
+            // As numpy's float16 loop: max(a, b) is a when a is NaN or a >= b, else b
+            // (x stays on a tie: clip(-0.0, 0.0, 1) is -0.0); min likewise.
+            let (c, v) = if vx.is_nan() || vx >= vl { (cx, vx) } else { (cl, vl) };
+            let c = if v.is_nan() || v <= vh { c } else { ch };
             store(o.offset(i * so), size, c);
         }
         kernels::set_fp_status(status);
