@@ -600,7 +600,7 @@ def test_bad_input_raises(name):
     with pytest.raises(ValueError):
         t("not a number")
     with pytest.raises(TypeError):
-        t([1, 2, 3])
+        t([1, None, 3])
     with pytest.raises(TypeError):
         t({})
     with pytest.raises(TypeError):
@@ -1052,8 +1052,11 @@ def test_scalar_protocol(name):
     assert np.dtype(t).char not in np.typecodes["All"]
     assert np.dtype(t).byteorder == ("|" if np.dtype(t).itemsize == 1 else "=")
     x = np.zeros(2, t)
-    with pytest.raises(ValueError, match="sequence"):
-        x[0] = np.array([2.5])
+    for seq in (np.array([2.5]), [2.5], (2.5,)):
+        with pytest.raises(ValueError, match="sequence"):
+            x[0] = seq
+    # As np.float16([1, 2]): a list or tuple constructs an array.
+    assert t([1, 2.5]).dtype == np.dtype(t) and t((1, 2.5)).tolist() == [1.0, 2.5]
     x[1] = np.array(2.5)
     assert x.tolist() == [0.0, 2.5]
 

@@ -141,6 +141,9 @@ fn convert(py: Python<'_>, t: usize, obj: &Bound<'_, PyAny>) -> PyResult<u32> {
         }
         return Err(pyo3::exceptions::PyValueError::new_err("setting an array element with a sequence."));
     }
+    if obj.is_instance_of::<pyo3::types::PyList>() || obj.is_instance_of::<PyTuple>() {
+        return Err(pyo3::exceptions::PyValueError::new_err("setting an array element with a sequence."));
+    }
     // Integers (Python's, numpy's and anything with __index__): exactly.
     let int = if obj.is_instance_of::<pyo3::types::PyInt>() {
         Some(obj.clone())
@@ -423,11 +426,16 @@ unsafe extern "C" fn tp_new(sub: *mut ffi::PyTypeObject, args: *mut ffi::PyObjec
             0 => 0,
             1 => {
                 let x = args.get_item(0)?;
-                if x.is_instance(&py.import("numpy")?.getattr("ndarray")?)? && x.getattr("ndim")?.extract::<usize>()? > 0 {
+                let np = py.import("numpy")?;
+                if x.is_instance(&np.getattr("ndarray")?)? && x.getattr("ndim")?.extract::<usize>()? > 0 {
                     // As numpy's own scalar types: an array argument converts the array
-                    // (a 0-d one gives a scalar, below).
-                    let dt = py.import("numpy")?.getattr("dtype")?.call1((unsafe { Bound::from_borrowed_ptr(py, sub as *mut ffi::PyObject) },))?;
+                    // (a 0-d one gives a scalar, below), and so does a list or tuple.
+                    let dt = np.getattr("dtype")?.call1((unsafe { Bound::from_borrowed_ptr(py, sub as *mut ffi::PyObject) },))?;
                     return Ok(x.call_method1("astype", (dt,))?.into_ptr());
+                }
+                if x.is_instance_of::<pyo3::types::PyList>() || x.is_instance_of::<PyTuple>() {
+                    let dt = np.getattr("dtype")?.call1((unsafe { Bound::from_borrowed_ptr(py, sub as *mut ffi::PyObject) },))?;
+                    return Ok(np.getattr("array")?.call1((x, dt))?.into_ptr());
                 }
                 convert(py, t, &x)?
             }
