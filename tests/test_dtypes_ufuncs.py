@@ -766,3 +766,23 @@ def test_nonzero_of_other_byte_order(name):
     b = np.array([2.0**-100, -0.0, 0.0, 3.0], np.float64).astype(dt(name)).astype(be)
     assert np.nonzero(b)[0].tolist() == np.nonzero(b.astype(np.float64))[0].tolist()
     assert np.count_nonzero(b) == np.count_nonzero(b.astype(np.float64))
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_np_dot_sums_in_float64_and_rounds_once(name):
+    """np.dot (and np.inner, tensordot) of lowp arrays: each output is the float64 sum
+    of the exact products rounded once; these sums are exact in float64, so the
+    reference is the exact sum rounded once."""
+    rng = np.random.default_rng(9)
+    if name == "posit32":
+        a, b = rng.integers(-8, 9, (7, 33)).astype(np.float64), rng.integers(-8, 9, (33, 5)).astype(np.float64)
+    else:
+        a, b = rng.standard_normal((7, 33)) * 2, rng.standard_normal((33, 5)) * 2
+    la, lb = a.astype(dt(name)), b.astype(dt(name))
+    a, b = la.astype(np.float64), lb.astype(np.float64)
+    f = lowp.format(name)
+    with np.errstate(over="ignore"):
+        for got, want in ((np.dot(la, lb), a @ b), (np.dot(la[::2, ::-1], lb[::-1, 1:]), a[::2, ::-1] @ b[::-1, 1:]),
+                          (np.dot(lb.T, la.T), b.T @ a.T), (np.inner(la, la), a @ a.T), (np.dot(la[0], lb[:, 0]), a[0] @ b[:, 0])):
+            assert got.dtype == dt(name)
+            np.testing.assert_array_equal(as_codes(got), lowp.encode(np.asarray(want), f).reshape(np.shape(want)))

@@ -13,7 +13,7 @@ use numpy::npyffi::{npy_intp, PyUFuncObject, PY_UFUNC_API};
 use pyo3::prelude::*;
 
 use super::kernels::{dec, enc};
-use super::{load, store, type_num, N, TYPES};
+use super::{store, type_num, N, TYPES};
 
 fn storage(size: usize) -> Storage {
     match size {
@@ -163,13 +163,8 @@ unsafe fn one_matmul(t: usize, a: *const u8, b: *const u8, o: *mut u8, (m, n, p)
 /// # Safety
 /// Both ranges must be readable.
 unsafe fn dot(t: usize, a: *const u8, sa: isize, b: *const u8, sb: isize, n: usize) -> u32 {
-    let size = TYPES[t].size;
-    let mut acc = 0f64;
-    for i in 0..n as isize {
-        // SAFETY: readable by the contract.
-        unsafe { acc += dec(t, load(a.offset(i * sa), size)) * dec(t, load(b.offset(i * sb), size)) };
-    }
-    enc_reporting(t, acc)
+    // SAFETY: readable by the contract.
+    enc_reporting(t, unsafe { super::kernels::dot_f64(t, a, sa, b, sb, n) })
 }
 
 /// `enc(t, v)`, raising the overflow flag where a finite `v` passes the

@@ -315,17 +315,10 @@ unsafe extern "C" fn dotfunc<const T: usize>(
     n: npy_intp,
     _arr: *mut c_void,
 ) {
-    let size = TYPES[T].size;
-    let (a, b) = (ip1 as *const u8, ip2 as *const u8);
-    let mut acc = 0f64;
-    for i in 0..n {
-        // SAFETY: numpy passes n elements at the given strides.
-        unsafe {
-            acc += dec(T, load(a.offset(i * is1), size)) * dec(T, load(b.offset(i * is2), size));
-        }
-    }
+    // SAFETY: numpy passes n elements at the given strides.
+    let acc = unsafe { kernels::dot_f64(T, ip1 as *const u8, is1, ip2 as *const u8, is2, n.max(0) as usize) };
     // SAFETY: numpy passes one writable output element.
-    unsafe { store(op as *mut u8, size, matmul::enc_reporting(T, acc)) };
+    unsafe { store(op as *mut u8, TYPES[T].size, matmul::enc_reporting(T, acc)) };
 }
 
 fn arrfuncs<const T: usize>(py: Python<'_>) -> *mut PyArray_ArrFuncs {
