@@ -424,27 +424,6 @@ pub(super) fn with_fp_flags_kept<R>(body: impl FnOnce() -> R) -> R {
     r
 }
 
-/// Exact value of a posit<n,2> code (n <= 32); NaR is NaN, as the format engine decodes.
-#[inline(always)]
-fn posit2_decode(n: u32, c: u32) -> f64 {
-    let x = c << (32 - n); // left-aligned code
-    if x << 1 == 0 {
-        return if x == 0 { 0.0 } else { f64::NAN }; // 0 and NaR (sign bit alone)
-    }
-    let sm = ((x as i32) >> 31) as u32; // all ones when negative
-    // Two's complement magnitude, branch-free: (x ^ -1) + 1 = -x (negating the left-aligned code negates the code).
-    let body = (x ^ sm).wrapping_sub(sm) << 1; // regime first, sign dropped
-    let om = (body as i32) >> 31; // -1 when the regime is a run of ones, else 0
-    let run = (body ^ om as u32).leading_zeros(); // run length, 1..=31: body is neither 0 nor all ones
-    let k = -(run as i32) ^ om; // -run for zeros; !(-run) = run - 1 for ones
-    // Drop the regime and its terminator; a u64 shift allows run + 1 = 32 (missing bits read 0).
-    let rest = ((body as u64) << (run + 1)) as u32;
-    let scale = 4 * k + (rest >> 30) as i32; // two exponent bits
-    let frac = ((rest as u64) << 2) & 0xFFFF_FFFF; // fraction, left-aligned in 32 bits
-    // |scale| <= 120: a normal f64; the fraction (<= 27 bits) fits its 52.
-    f64::from_bits(((sm as u64 & 1) << 63) | (((scale + 1023) as u64) << 52) | (frac << 20))
-}
-
 /// Decode `n` codes of type `t` at `src` into `dst` (f32 or f64).
 ///
 /// # Safety
@@ -458,7 +437,7 @@ unsafe fn decode_from<D: convert::Real>(t: usize, src: *const c_void, dst: &mut 
             let s = unsafe { std::slice::from_raw_parts(src as *const u32, n) };
             // Exact in f64; D::from_f64 rounds once (posit32's range lies inside f32's normals).
             for (c, y) in s.iter().zip(dst.iter_mut()) {
-                *y = D::from_f64(posit2_decode(p.nbits, *c));
+                *y = D::from_f64(super::kernels::posit2_decode(p.nbits, *c));
             }
             return;
         }

@@ -110,9 +110,34 @@ pub unsafe fn dot_f64(t: usize, a: *const u8, sa: isize, b: *const u8, sb: isize
 pub fn dec(t: usize, c: u32) -> f64 {
     match lut64(t) {
         Some(l) => l[c as usize & (l.len() - 1)],
-        None => TYPES[t].fmt.decode(c as u64),
+        None => match TYPES[t].fmt {
+            Format::Posit(p) if p.es == 2 => posit2_decode(p.nbits, c),
+            f => f.decode(c as u64),
+        },
     }
 }
+
+/// Exact value of a posit<n,2> code (n <= 32); NaR is NaN, as the format engine decodes.
+#[inline(always)]
+pub fn posit2_decode(n: u32, c: u32) -> f64 {
+    let x = c << (32 - n); // left-aligned code
+    if x << 1 == 0 {
+        return if x == 0 { 0.0 } else { f64::NAN }; // 0 and NaR (sign bit alone)
+    }
+    let sm = ((x as i32) >> 31) as u32; // all ones when negative
+    // Two's complement magnitude, branch-free: (x ^ -1) + 1 = -x (negating the left-aligned code negates the code).
+    let body = (x ^ sm).wrapping_sub(sm) << 1; // regime first, sign dropped
+    let om = (body as i32) >> 31; // -1 when the regime is a run of ones, else 0
+    let run = (body ^ om as u32).leading_zeros(); // run length, 1..=31: body is neither 0 nor all ones
+    let k = -(run as i32) ^ om; // -run for zeros; !(-run) = run - 1 for ones
+    // Drop the regime and its terminator; a u64 shift allows run + 1 = 32 (missing bits read 0).
+    let rest = ((body as u64) << (run + 1)) as u32;
+    let scale = 4 * k + (rest >> 30) as i32; // two exponent bits
+    let frac = ((rest as u64) << 2) & 0xFFFF_FFFF; // fraction, left-aligned in 32 bits
+    // |scale| <= 120: a normal f64; the fraction (<= 27 bits) fits its 52.
+    f64::from_bits(((sm as u64 & 1) << 63) | (((scale + 1023) as u64) << 52) | (frac << 20))
+}
+
 
 /// Round one f64 to nearest even into type `t`.
 #[inline]
@@ -132,9 +157,8 @@ pub fn dec_block64(t: usize, c: &[u32], out: &mut [f64]) {
             }
         }
         None => {
-            let f = TYPES[t].fmt;
             for (x, y) in c.iter().zip(out.iter_mut()) {
-                *y = f.decode(*x as u64);
+                *y = dec(t, *x);
             }
         }
     }
