@@ -1563,3 +1563,56 @@ def test_broadcast_operands_equal_their_copies(rounding, acc, chunk):
     out = np.full((6, 7), np.nan, np.float64)
     lowp.matmul(rows, b.astype(np.float32), out=out, **kw)
     np.testing.assert_array_equal(out, lowp.matmul(np.ascontiguousarray(rows), np.ascontiguousarray(b), **kw))
+
+
+def test_nan_chunk_totals_into_a_format_without_nan_raise():
+    """A chunk total that is NaN in the accumulator (an overflow of a format without
+    infinities, inf - inf) has no value in a chunk_accumulate without NaN: ValueError,
+    not a number made up."""
+    f = lowp.FloatFormat(5, 2, nan=None)
+    a = np.array([[300, 300, 1, 1]], np.float32)
+    b = np.ones((4, 1), np.float32)
+    assert np.isnan(lowp.matmul(a, b, accumulate="float8_e4m3fn", chunk=2, chunk_accumulate="float16")[0, 0])
+    with pytest.raises(ValueError, match="chunk_accumulate"):
+        lowp.matmul(a, b, accumulate="float8_e4m3fn", chunk=2, chunk_accumulate=f)
+    with pytest.raises(ValueError, match="chunk_accumulate"):
+        lowp.sum(a[0], accumulate="float8_e4m3fn", chunk=2, chunk_accumulate=f)
+    with pytest.raises(ValueError, match="chunk_accumulate"):
+        lowp.matmul(np.array([[np.inf, -np.inf]], np.float32), np.ones((2, 1), np.float32), accumulate="float16",
+                    chunk=2, chunk_accumulate=f)
+    with pytest.raises(ValueError, match="chunk_accumulate"):
+        lowp.matmul(np.stack([a, a * 0]), b, accumulate="float8_e4m3fn", chunk=2, chunk_accumulate=f)
+    # Finite totals are added as before.
+    ok = np.array([[1, 2, 3, 4]], np.float32)
+    assert lowp.matmul(ok, b, accumulate="float8_e4m3fn", chunk=2, chunk_accumulate=f)[0, 0] == 10.0
+    assert lowp.sum(ok[0], accumulate="float8_e4m3fn", chunk=2, chunk_accumulate=f) == 10.0
+
+
+def test_sum_adds_in_index_order_whatever_the_order_of_axes():
+    x = np.array([[1, 1], [2**24, 0]], np.float32)
+    rng = np.random.default_rng(2)
+    y = (rng.standard_normal((3, 4, 5)) * 2.0 ** rng.integers(-8, 8, (3, 4, 5))).astype(np.float32)
+    for acc in ("float32", "bfloat16", "float16"):
+        want = lowp.sum(x, accumulate=acc)
+        for axes in ((0, 1), (1, 0), (-1, 0), (-1, -2)):
+            assert lowp.sum(x, axis=axes, accumulate=acc) == want
+        for axes in ((0, 2), (2, 0), (-1, 0)):
+            np.testing.assert_array_equal(lowp.sum(y, axis=axes, accumulate=acc), lowp.sum(y, axis=(0, 2), accumulate=acc))
+
+
+def test_seed_is_checked_on_every_path_and_deterministic_rounding_draws_nothing():
+    m = np.ones((2, 2), np.float32)
+    with pytest.raises(TypeError, match="seed"):
+        lowp.matmul(m, m, seed="abc")
+    with pytest.raises(ValueError, match="seed"):
+        lowp.matmul(m, m, seed=-5)
+    with pytest.raises(TypeError, match="seed"):
+        lowp.matmul(m.astype(np.int8), m.astype(np.int8), seed=1.5)
+    g = np.random.default_rng(0)
+    state = g.bit_generator.state
+    lowp.matmul(m, m, accumulate="bfloat16", seed=g)
+    lowp.sum(m, accumulate="bfloat16", seed=g)
+    lowp.round(m, "bfloat16", seed=g)
+    assert g.bit_generator.state == state
+    lowp.matmul(m, m, accumulate="bfloat16", rounding="stochastic", seed=g)
+    assert g.bit_generator.state != state

@@ -25,8 +25,9 @@ def _check_rounding(rounding: Any) -> str:
 
 
 def _seed_word(seed: SeedLike, rounding: str) -> int:
-    """A 64-bit key from ``seed`` (an int >= 0 or a numpy Generator; None: fresh entropy)."""
-    if rounding != "stochastic" and seed is None:
+    """A 64-bit key from ``seed`` (an int >= 0 or a numpy Generator; None: fresh entropy).
+    Deterministic roundings draw nothing (a Generator is left as it is): 0, the seed checked."""
+    if rounding != "stochastic" and (seed is None or isinstance(seed, np.random.Generator)):
         return 0
     if seed is None:
         return int(np.random.default_rng().integers(0, 2**63, dtype=np.int64)) * 2 + 1
@@ -37,7 +38,7 @@ def _seed_word(seed: SeedLike, rounding: str) -> int:
     seed = int(seed)
     if not 0 <= seed < 2**64:
         raise ValueError(f"seed: must be in [0, 2**64), got {seed}")
-    return seed
+    return seed if rounding == "stochastic" else 0
 
 
 def _rbits(rbits: Any, dtype: np.dtype) -> int:

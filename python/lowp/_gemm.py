@@ -129,6 +129,17 @@ def _nan_product(a: np.ndarray, b: np.ndarray) -> bool:
     return bool((inf_a & zero_b | zero_a & inf_b).any())
 
 
+def _totals_may_be_lost(acc: Any, cacc: Any) -> bool:
+    """Can a chunk total in ``acc`` be NaN (an overflow without infinities, inf - inf)
+    or an infinity, which ``cacc``, a format without NaN (nor infinities), would turn
+    into a number?"""
+    return cacc is not None and not _has_nan(cacc) and _has_nan(acc)
+
+
+_LOST_TOTAL = ("chunk_accumulate: {cacc!r} has no NaN, and a chunk's total in {acc!r} is NaN, or the totals "
+               "include infinities of both signs (an overflow or inf - inf inside a chunk)")
+
+
 def _parse_chunk(chunk: Any) -> Optional[int]:
     if chunk is None:
         return None
@@ -227,7 +238,7 @@ def matmul(a: Any, b: Any, *, accumulate: Any = "float32", chunk: Optional[int] 
     Inputs: float16/32/64, int8, or any lowp / ml_dtypes low-precision dtype, any strides.
 
     accumulate: ``"float32"`` (default; float64 or posit32 inputs accumulate in float64,
-        int8 x int8 accumulates exactly in int32 -- exact for k <= 2**17, beyond which
+        int8 x int8 accumulates exactly in int32 -- exact for k <= 2**17 - 1, beyond which
         sums may wrap as numpy's int32 arithmetic does), ``"float64"``, ``"int32"`` (int8 inputs),
         or any format: then every add is ``acc = round(acc + a*b)``, the exact sum rounded
         once into the format with ``rounding`` (products are exact; inputs must be float32
@@ -329,7 +340,7 @@ def matmul(a: Any, b: Any, *, accumulate: Any = "float32", chunk: Optional[int] 
                                  f"(a NaN input, or an infinity times zero)")
         fits = acc._fits_f32() and (cacc is None or cacc._fits_f32())
         natural, path = np.dtype(np.float32 if fits else np.float64), "emu"
-    seed_w = _seed_word(seed, rounding) if emulated else 0
+    seed_w = _seed_word(seed, rounding if emulated else "nearest_even")  # (checked on every path)
 
     if out_dtype is not None:
         target = _target_dtype(out_dtype, "out_dtype")
@@ -369,15 +380,23 @@ def matmul(a: Any, b: Any, *, accumulate: Any = "float32", chunk: Optional[int] 
     if m * n > 0:
         # A stack goes to the kernels a last batch axis at a time, in one call each
         # (small products there run one per thread); leading batch axes loop here.
-        cspec = cacc._spec if cacc is not None else None
-        for q, idx in enumerate(np.ndindex(*batch[:-1]) if len(batch) > 1 else ((),)):
-            x, y, o = ab[idx], bb[idx], r2[idx]  # 3-D: a batch axis; 2-D without one
-            if path == "emu":
-                # (Matrix q * batch[-1] + i of the stack draws its own stochastic bits.)
-                _lowp.matmul_emulated_into(x, aspec, y, bspec, o, acc._spec, chunk, cspec, rounding, seed_w, rbits_v,
-                                           q * batch[-1] if batch else 0)
-            else:
-                _lowp.matmul_into(x, aspec, y, bspec, o)
+        def run(dst: np.ndarray, cspec: Any) -> None:
+            for q, idx in enumerate(np.ndindex(*batch[:-1]) if len(batch) > 1 else ((),)):
+                x, y, o = ab[idx], bb[idx], dst[idx]  # 3-D: a batch axis; 2-D without one
+                if path == "emu":
+                    # (Matrix q * batch[-1] + i of the stack draws its own stochastic bits.)
+                    _lowp.matmul_emulated_into(x, aspec, y, bspec, o, acc._spec, chunk, cspec, rounding, seed_w,
+                                               rbits_v, q * batch[-1] if batch else 0)
+                else:
+                    _lowp.matmul_into(x, aspec, y, bspec, o)
+
+        run(r2, cacc._spec if cacc is not None else None)
+        if path == "emu" and _totals_may_be_lost(acc, cacc):
+            # The same chunks again with float64 totals, which keep a NaN total.
+            shadow = np.empty(r2.shape, np.float64)
+            run(shadow, _F64._spec)
+            if _any(shadow, np.isnan):
+                raise ValueError(_LOST_TOTAL.format(cacc=cacc, acc=acc))
     if not direct:
         if path == "emu" and target == natural:
             result[...] = res_core  # exact: the values are in the accumulator format
@@ -518,7 +537,7 @@ def sum(x: Any, axis: Any = None, *, accumulate: Any = "float32", chunk: Optiona
                 raise TypeError(f"axis: expected None, an int or a tuple of ints, got {axis!r}")
             if not -xv.ndim <= int(a_) < xv.ndim:
                 raise ValueError(f"axis: {a_} is out of range for an array of {xv.ndim} dimensions")
-        axes = tuple(int(a_) % xv.ndim for a_ in ax)
+        axes = tuple(sorted(int(a_) % xv.ndim for a_ in ax))  # a set of axes: added in index order
         if len(set(axes)) != len(axes):
             raise ValueError(f"axis: repeated axis in {axis!r}")
     rest = tuple(i for i in range(xv.ndim) if i not in axes)
@@ -534,6 +553,12 @@ def sum(x: Any, axis: Any = None, *, accumulate: Any = "float32", chunk: Optiona
     if mdim > 0:
         _lowp.sum_into(x2, spec, res, acc._spec, chunk, cacc._spec if cacc is not None else None,
                        rounding, seed_w, rbits_v)
+        if _totals_may_be_lost(acc, cacc):
+            # The same chunks again with float64 totals, which keep a NaN total.
+            shadow = np.zeros((1, mdim), np.float64)
+            _lowp.sum_into(x2, spec, shadow, acc._spec, chunk, _F64._spec, rounding, seed_w, rbits_v)
+            if _any(shadow, np.isnan):
+                raise ValueError(_LOST_TOTAL.format(cacc=cacc, acc=acc))
     r = res.reshape(rshape)
     return r[()] if r.ndim == 0 else r
 
