@@ -153,6 +153,8 @@ def test_nan_checks_make_no_wide_copies():
         assert float(lowp.matmul(a, a.T, accumulate=f)[0, 0]) == 2.0  # 0.25 a step stalls at 2
         stall = float(lowp.matmul(np.full((1, 4096), .5, np.float32), np.full((4096, 1), .5, np.float32), accumulate="bf16")[0, 0])
         assert stall == 64.0 and (lowp.matmul(a, a.T, accumulate="bf16") == stall).all()  # broadcast: one column computed
+        ints = np.broadcast_to(np.arange(8192, dtype=np.int16)[None, :], (8192, 8192))  # widened: distinct values only
+        assert lowp.sum(ints, axis=0)[5] == 5 * 8192
         grown = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base
         y = np.ones(2**23 + 5, lowp.bfloat16)
         y[-1] = np.nan

@@ -510,7 +510,9 @@ def sum(x: Any, axis: Any = None, *, accumulate: Any = "float32", chunk: Optiona
     """
     x = _as_array(x, "x")
     if x.dtype.kind in "iub" and x.dtype != np.int8:
-        x = x.astype(np.float64)
+        # Widened without copying broadcast axes (stride 0): the distinct values only.
+        core = x[tuple(slice(0, 1) if st == 0 and n > 1 else slice(None) for st, n in zip(x.strides, x.shape))]
+        x = np.broadcast_to(core.astype(np.float64), x.shape)
     xv, spec, fx = _operand(x, "x")
     acc = _parse_accumulate(accumulate)
     if isinstance(acc, str):
