@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import lowp
-from _reference import FloatSpec
+from _reference import FloatSpec, round_float
 
 FLOAT_NAMES = ["bfloat16", "float16", "float32", "float64", "float8_e5m2", "float8_e4m3fn", "float8_e4m3",
                "float8_e4m3fnuz", "float8_e5m2fnuz"]
@@ -271,7 +271,9 @@ def test_finfo_custom(fmt):
     fi = lowp.finfo(fmt)
     s = FloatSpec.of(fmt)
     assert fi.max == float(s.max) and fi.eps == 2.0**-fmt.man_bits and fi.nmant == fmt.man_bits
-    assert fi.epsneg == 2.0 ** -(fmt.man_bits + 1) and fi.bits == fmt.bits
+    # The gap below 1: the largest value below it, by the exact reference.
+    below = round_float(1.0 - 2.0**-40, s, "down")
+    assert fi.epsneg == 1.0 - below and fi.bits == fmt.bits
     assert 0 < fi.resolution <= 1 or fi.resolution == fmt.max
     assert lowp.round(np.array([fi.resolution]), fmt)[0] == fi.resolution
 
@@ -285,3 +287,10 @@ def test_named_formats_complete():
     names = set(lowp.named_formats())
     assert {"bfloat16", "float16", "float8_e5m2", "float8_e4m3fn", "float8_e4m3", "float8_e4m3fnuz",
             "float8_e5m2fnuz", "posit8", "posit16", "posit32", "int8"} <= names
+
+
+def test_eps_and_epsneg_where_one_is_subnormal_or_smallest_normal():
+    f = lowp.FloatFormat(1, 7, bias=-4, nan=None)  # 1 is subnormal: units of 0.25
+    assert f.eps == 0.25 == float(lowp.ulp(1.0, f)) and lowp.finfo(f).epsneg == 0.25
+    g = lowp.FloatFormat(7, 3, bias=1, nan=None)  # 1 is the smallest normal: subnormals below
+    assert lowp.finfo(g).epsneg == 0.125 and g.eps == 0.125

@@ -155,9 +155,9 @@ WIDE = [lowp.FloatFormat(8, 7, bias=100), lowp.FloatFormat(8, 5, nan=None), lowp
 
 @pytest.mark.parametrize("fmt", WIDE, ids=repr)
 def test_f32_into_formats_beyond_f32(fmt, any_isa):
-    """float32 input into formats whose largest values exceed float32's: ``round``
-    returns the reference's values in float32 (beyond its range: infinities) and
-    ``encode`` the reference's codes, infinities included, on every path."""
+    """float32 input into formats whose largest values exceed float32's: ``round``, whose
+    result is float32, refuses (a TypeError naming x: float32 cannot hold the results),
+    and ``encode`` gives the reference's codes, infinities included, on every path."""
     assert fmt.max > float(np.finfo(np.float32).max)
     rng = np.random.default_rng(fmt.bits + fmt.man_bits)
     x64 = adversarial_inputs(fmt, rng)
@@ -165,13 +165,12 @@ def test_f32_into_formats_beyond_f32(fmt, any_isa):
         x32 = x64.astype(np.float32)
     x32 = np.concatenate([x32, np.array([np.inf, -np.inf, np.finfo(np.float32).max, -3.0, 0.5], np.float32)])
     x64 = x32.astype(np.float64)
+    with pytest.raises(TypeError, match="x: float32"):
+        lowp.round(x32, fmt)
     for (mode, sat), want in reference(fmt, x64).items():
-        with np.errstate(over="ignore"):
-            want32 = want.astype(np.float32).astype(np.float64)
-        got = lowp.round(x32, fmt, mode, saturate=sat)
-        assert got.dtype == np.float32
-        assert_same_values(got.astype(np.float64), want32, x64, f"f32 {fmt!r} {mode} sat={sat}")
-        assert np.array_equal(lowp.encode(x32, fmt, mode, saturate=sat), lowp.encode(x64, fmt, mode, saturate=sat))
+        assert_same_values(lowp.round(x64, fmt, mode, saturate=sat), want, x64, f"f64 {fmt!r} {mode} sat={sat}")
+        got = lowp.decode(lowp.encode(x32, fmt, mode, saturate=sat), fmt, np.float64)
+        assert_same_values(got, want, x64, f"f32 codes {fmt!r} {mode} sat={sat}")
 
 
 def test_double_rounding_examples():
@@ -372,12 +371,14 @@ def test_reference_self_check():
     assert math.copysign(1, round_float(-1e-30, FloatSpec(4, 3, nan="fnuz"), "nearest_even")) == 1
 
 
-@pytest.mark.parametrize("fmt", ["bf16", "e4m3fn", "e5m2", lowp.FloatFormat(6, 9), lowp.FloatFormat(8, 40)], ids=repr)
-@pytest.mark.parametrize("dtype", [np.int64, np.uint64])
+@pytest.mark.parametrize("fmt", ["bf16", "e4m3fn", "e5m2", lowp.FloatFormat(6, 9), lowp.FloatFormat(8, 40),
+                                 lowp.FloatFormat(11, 50), lowp.FloatFormat(11, 51), "float64"], ids=repr)
+@pytest.mark.parametrize("dtype", [np.int64, np.uint64, np.dtype(">i8"), np.dtype(">u8")], ids=str)
 def test_64bit_integers_round_once(fmt, dtype):
     """int64/uint64 beyond 2^53 are rounded once, from the exact integer (not via float64)."""
     f = lowp.format(fmt)
     rng = np.random.default_rng(64)
+    swapped, dtype = np.dtype(dtype), np.dtype(dtype).newbyteorder("=").type
     info = np.iinfo(dtype)
     shifts = rng.integers(0, 63, 3000).astype(np.uint64)
     raw = rng.integers(0, 2**63, 3000, dtype=np.uint64) >> shifts
@@ -393,6 +394,7 @@ def test_64bit_integers_round_once(fmt, dtype):
     if dtype == np.int64:
         parts += [-edge[:-2], np.array([info.min], np.int64)]
     x = np.concatenate(parts).astype(dtype)
+    x = x.astype(swapped)  # (big-endian input: the same values)
     s = FloatSpec.of(f)
     for mode in MODES:
         got = lowp.round(x, f, mode)
@@ -471,3 +473,34 @@ def test_hypothesis_f32_both_paths(fmt, data):
 
 def _lowp_set_isa(name):
     lowp._lowp.set_isa(name)
+
+
+@pytest.mark.skipif(np.finfo(np.longdouble).nmant < 60, reason="longdouble is float64 here")
+@pytest.mark.parametrize("fmt", [lowp.FloatFormat(11, 50), lowp.FloatFormat(11, 51), "float64", "bf16"], ids=repr)
+def test_longdouble_rounds_once_into_wide_formats(fmt):
+    """longdouble values with bits below float64's are rounded once, from their exact
+    value, in every mode, also into formats of 51 to 53 significant bits."""
+    f = lowp.format(fmt)
+    rng = np.random.default_rng(5)
+    base = rng.standard_normal(300) * 2.0 ** rng.integers(-30, 30, 300)
+    tiny = np.ldexp(rng.integers(1, 2**11, 300).astype(np.longdouble), -63)
+    x = base.astype(np.longdouble) * (1 + tiny)
+    x = np.concatenate([x, [np.longdouble(1) + np.longdouble(2) ** -60, -(np.longdouble(1) + np.longdouble(2) ** -53)]])
+    s = FloatSpec.of(f)
+    for mode in MODES:
+        got = lowp.round(x, f, mode)
+        want = np.array([round_float(Fraction(*v.as_integer_ratio()), s, mode) for v in x])
+        assert_same_values(got, want, x.astype(np.float64), f"longdouble -> {f!r} {mode}")
+
+
+def test_big_endian_codes_and_integers():
+    for t, v in (("bf16", 0x3F80), ("e4m3fn", 0x38), ("posit32", 0x40000000)):
+        for dt in (">i2", ">u2", ">i4", ">u4", ">i8"):
+            if np.dtype(dt).itemsize >= lowp.format(t).storage_dtype.itemsize:
+                assert lowp.decode(np.array([v], dt), t)[0] == 1.0, (t, dt)
+    for dt in (">i8", ">u8", ">i4", ">i2"):
+        x = np.array([1, 2, 3], dt)
+        np.testing.assert_array_equal(lowp.round(x, "bf16"), [1, 2, 3])
+        np.testing.assert_array_equal(lowp.encode(x, "e4m3fn"), lowp.encode(np.array([1, 2, 3]), "e4m3fn"))
+        assert lowp.nextafter(x[:1], np.inf, "bf16")[0] == 1.0078125
+        assert lowp.ulp(x[:1], "e4m3fn")[0] == 0.125

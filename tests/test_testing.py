@@ -229,3 +229,14 @@ def test_values_float64_cannot_hold_are_compared_exactly():
         with pytest.raises(AssertionError, match="not within 0 ulp"):
             assert_ulp_close(np.array([x]), np.array([1.0]), "float64")
         assert_ulp_close(np.array([x, 2.0]), np.array([x, 2.0]), "float64")
+
+
+def test_overflow_midpoint_where_max_opens_its_binade():
+    """The overflow threshold is max plus half the unit of max's binade, twice the gap
+    below max where max is the binade's first value."""
+    from hypothesis import find
+
+    from lowp.testing import strategies as lst
+
+    for fmt, tie in ((lowp.FloatFormat(3, 0), 12.0), (lowp.FloatFormat(4, 1, nan="fn"), 320.0), ("e5m2", 61440.0)):
+        assert find(lst.midpoints(fmt, allow_overflow=True), lambda v: v > lowp.format(fmt).max) == tie

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 from typing import Any, Optional, Union
 
 import numpy as np
@@ -91,10 +92,56 @@ def _longdouble_to_f64_odd(a: np.ndarray) -> np.ndarray:
     return f
 
 
-def _as_float_array(x: Any, arg: str = "x", fmt: Optional[Format] = None) -> np.ndarray:
+def _wide_exact(a: np.ndarray, fmt: Format, rounding: str, exact: Any) -> np.ndarray:
+    """64-bit integers or longdouble values (``exact(v)``: the value as an int or Fraction,
+    None when not finite) for a format of 52 or 53 significant bits, where rounding to odd
+    at float64's 53 would round twice: as float64, each value float64 does not hold is
+    first rounded into ``fmt`` exactly with ``rounding`` (the core then keeps it)."""
+    with np.errstate(over="ignore"):
+        f = a.astype(np.float64)
+    if not isinstance(fmt, FloatFormat) or rounding == "stochastic":
+        return f
+    if a.dtype.kind in "iu":
+        # Beyond 2**53 in magnitude (the candidates), then compared exactly as Python ints.
+        cand = (a > 2**53) | (a < -(2**53)) if a.dtype.kind == "i" else a > 2**53
+    else:
+        cand = np.isfinite(a) & ((f.astype(a.dtype) != a) | np.isinf(f))
+    for i in zip(*np.nonzero(cand)) if a.ndim else ([()] if cand else []):
+        v = exact(a[i])
+        if v is not None and (not np.isfinite(f[i]) or Fraction(v) != Fraction(float(f[i]))):
+            f[i] = _round_exact(Fraction(v), fmt, rounding)
+    return f
+
+
+def _round_exact(v: Fraction, fmt: FloatFormat, rounding: str) -> float:
+    """The nonzero ``v`` rounded into ``fmt`` with a deterministic ``rounding``, as a float64
+    that the core's rounding keeps (past the largest value: a value it overflows alike)."""
+    neg = v < 0
+    a = -v if neg else v
+    if not fmt.subnormals and a < Fraction(2) ** fmt.emin:
+        return float(v)  # (below the normal range of a format without subnormals: as before)
+    e = a.numerator.bit_length() - a.denominator.bit_length()
+    if Fraction(2) ** e > a:
+        e -= 1
+    q = max(e - fmt.man_bits, fmt.emin - fmt.man_bits)  # the unit at a (subnormal units below emin)
+    unit = Fraction(2) ** q
+    k = a.numerator * unit.denominator // (a.denominator * unit.numerator)
+    r = a - k * unit
+    up = {"toward_zero": False, "nearest_even": r * 2 > unit or (r * 2 == unit and k % 2 == 1),
+          "nearest_away": r * 2 >= unit, "odd": r != 0 and k % 2 == 0,
+          "up": r != 0 and not neg, "down": r != 0 and neg}[rounding]
+    c = (k + up) * unit
+    if c > Fraction(fmt.max):
+        # Overflow: what the core makes of a value past the largest in this mode.
+        inf = rounding in ("nearest_even", "nearest_away") or (rounding == "up" and not neg) or (rounding == "down" and neg)
+        return -math.inf if neg and inf else math.inf if inf else math.copysign(fmt.max, -1.0 if neg else 1.0)
+    return float(-c if neg else c)
+
+
+def _as_float_array(x: Any, arg: str = "x", fmt: Optional[Format] = None, rounding: Optional[str] = None) -> np.ndarray:
     """``x`` as a C-contiguous float32 or float64 array (low-precision dtypes are decoded exactly;
     64-bit integers beyond 2**53, and longdouble values, are rounded to odd when ``fmt`` is
-    narrow enough for that to be exact)."""
+    narrow enough for that to be exact, else into ``fmt`` with ``rounding`` exactly)."""
     if isinstance(x, np.ndarray):
         a = x
     else:
@@ -103,7 +150,7 @@ def _as_float_array(x: Any, arg: str = "x", fmt: Optional[Format] = None) -> np.
         except Exception as e:  # e.g. ragged nested sequences
             raise TypeError(f"{arg}: cannot be read as a numeric array: {e}") from None
     dt = a.dtype
-    if dt.kind == "f" and not dt.isnative:
+    if dt.kind in "fiu" and not dt.isnative:
         a = a.astype(dt.newbyteorder("="))
         dt = a.dtype
     if dt == np.float32 or dt == np.float64:
@@ -114,16 +161,26 @@ def _as_float_array(x: Any, arg: str = "x", fmt: Optional[Format] = None) -> np.
         return decode(bits, f, dtype=np.float64 if not f._fits_f32() else np.float32)
     if dt == np.float16:
         return a.astype(np.float32)
-    if dt.kind in "iu" and fmt is not None and _significand_bits(fmt) <= 50:
+    if dt.kind in "iu" and fmt is not None and _significand_bits(fmt) <= 51:
         return _int_to_f64(a)
+    if dt.kind in "iu" and fmt is not None and dt.itemsize == 8 and rounding is not None:
+        return _wide_exact(a, fmt, rounding, lambda v: int(v))
     if dt.kind in "iub":
         return a.astype(np.float64)
-    if dt.kind == "f" and fmt is not None and _significand_bits(fmt) <= 50:  # longdouble
+    if dt.kind == "f" and fmt is not None and _significand_bits(fmt) <= 51:  # longdouble
         return _longdouble_to_f64_odd(_contiguous(a))
+    if dt.kind == "f" and fmt is not None and rounding is not None:
+        return _wide_exact(a, fmt, rounding, lambda v: Fraction(*v.as_integer_ratio()) if np.isfinite(v) else None)
     if dt.kind == "f":
         return a.astype(np.float64)
     raise TypeError(f"{arg}: unsupported dtype {dt}; accepted: float16/32/64, integers, bool, "
                     f"and the low-precision dtypes of lowp and ml_dtypes")
+
+
+def _f32_holds_results(f: Format) -> bool:
+    """Is every value of ``f`` a float32 one as far as range goes (results of rounding float32
+    values into ``f`` are then float32 values: they have at most float32's bits)?"""
+    return f.max <= float(np.finfo(np.float32).max) and f.min_subnormal >= 2.0**-149
 
 
 def _significand_bits(f: Format) -> int:
@@ -182,7 +239,10 @@ def round(x: Any, fmt: Any, rounding: str = "nearest_even", *, saturate: bool = 
         raise TypeError(f"subnormals: expected a bool, got {type(subnormals).__name__}")
     if not subnormals and isinstance(f, FloatFormat) and f.subnormals:
         f = f.replace(subnormals=False)
-    a = _as_float_array(x, fmt=f)
+    a = _as_float_array(x, fmt=f, rounding=r)
+    if a.dtype == np.float32 and not _f32_holds_results(f):
+        raise TypeError(f"x: float32 cannot hold the values of {f!r} (its range passes float32's); "
+                        f"pass float64, or use encode")
     key = _seed_word(seed, r)
     nb = _rbits(rbits, a.dtype)
     if out is None:
@@ -199,7 +259,7 @@ def encode(x: Any, fmt: Any, rounding: str = "nearest_even", *, saturate: bool =
            rbits: Optional[int] = None, out: Optional[np.ndarray] = None) -> np.ndarray:
     """Round ``x`` into ``fmt`` and return the encodings as uint8/16/32/64 (by ``fmt.bits``)."""
     f, r, sat = _prepare(fmt, rounding, saturate)
-    a = _as_float_array(x, fmt=f)
+    a = _as_float_array(x, fmt=f, rounding=r)
     key = _seed_word(seed, r)
     nb = _rbits(rbits, a.dtype)
     sd = f.storage_dtype
@@ -233,10 +293,10 @@ def decode(bits: Any, fmt: Any, dtype: Any = np.float32, *, out: Optional[np.nda
             raise ValueError(f"bits: codes of a {f.bits}-bit format lie in 0..{(1 << f.bits) - 1}"
                              f"{' (or sign-extended, from -' + str(1 << (f.bits - 1)) + ')' if b.dtype.kind == 'i' else ''}; "
                              f"got values from {lo} to {hi}")
-    if b.dtype.kind == "i":
-        b = b.view(np.dtype(f"u{b.dtype.itemsize}"))
     if not b.dtype.isnative:
         b = b.astype(b.dtype.newbyteorder("="))
+    if b.dtype.kind == "i":
+        b = b.view(np.dtype(f"u{b.dtype.itemsize}"))
     b = _contiguous(b)
     res = result_empty(b.shape, dt) if out is None else _check_out(out, b.shape, dt)
     _into(res, b, lambda d: _lowp.decode_into(b.reshape(-1), f._spec, d.reshape(-1)))

@@ -87,8 +87,13 @@ class Format:
 
     @property
     def eps(self) -> float:
-        """Gap between 1 and the next larger value."""
-        return self._info["eps"]
+        """Gap between 1 and the next larger value (for a format whose largest value is
+        below 2, the unit of its binade of 1)."""
+        e = self._info["eps"]
+        if isinstance(self, FloatFormat) and self.emin > 0:
+            # 1 below the normal range: the subnormal unit.
+            e = max(e, math.ldexp(1.0, self.emin - self.man_bits))
+        return e
 
     @property
     def precision(self) -> int:
@@ -431,7 +436,11 @@ class finfo:  # noqa: N801 - mirrors numpy.finfo
             self.nmant = f.man_bits
             self.nexp = f.exp_bits
             self.iexp = f.exp_bits
-            self.epsneg = math.ldexp(1.0, -(f.man_bits + 1))
+            # The gap below 1 (half the one above, unless 1 is the smallest normal or subnormal).
+            from ._convert import nextafter_scalar, round as _round1
+
+            one = 1.0 <= f.max and float(_round1(np.array([1.0]), f)[0]) == 1.0
+            self.epsneg = 1.0 - nextafter_scalar(1.0, -math.inf, f) if one else math.ldexp(1.0, -(f.man_bits + 1))
         else:
             self.nmant = f.precision - 1
             self.nexp = f.es  # type: ignore[attr-defined]

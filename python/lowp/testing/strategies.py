@@ -23,6 +23,8 @@ Values are Python floats (exact: every lowp format up to 64 bits embeds in float
 
 from __future__ import annotations
 
+import math
+
 import functools
 from typing import Any, Optional, Sequence, Union
 
@@ -197,8 +199,9 @@ def midpoints(fmt: Any, *, allow_overflow: bool = True) -> st.SearchStrategy[flo
     def mid(o: int) -> float:
         a, b = _from_ordinals(np.array([o, o + 1], dtype=np.int64), f)
         if not np.isfinite(b):
-            # Past the top: the overflow threshold max + ulp/2 (as if the exponent went on).
-            b = a + (a - float(_from_ordinals(np.array([o - 1]), f)[0]))
+            # Past the top: the overflow threshold max + ulp/2, the unit of max's binade
+            # (as if the exponent went on; twice the gap below max where max opens it).
+            b = a + math.ldexp(1.0, math.frexp(a)[1] - 1 - f.man_bits)
         return float(a + (b - a) / 2)
 
     top = hi if allow_overflow and isinstance(f, FloatFormat) else hi - 1
