@@ -105,6 +105,43 @@ pub unsafe fn dot_f64(t: usize, a: *const u8, sa: isize, b: *const u8, sb: isize
     }
 }
 
+/// The sum of `n` codes of type `t` at `b` (byte stride `sb`) in float64, four
+/// running sums from -0 (so that a sum of -0s stays -0), decoded as [`dot_f64`]
+/// decodes.
+///
+/// # Safety
+/// The range is readable.
+pub unsafe fn sum_f64(t: usize, b: *const u8, sb: isize, n: usize) -> f64 {
+    #[inline(always)]
+    fn run(n: usize, x: impl Fn(isize) -> f64) -> f64 {
+        let mut acc = [-0.0f64; 4];
+        let whole = n / 4 * 4;
+        for i in (0..whole as isize).step_by(4) {
+            for (l, s) in acc.iter_mut().enumerate() {
+                *s += x(i + l as isize);
+            }
+        }
+        for i in whole as isize..n as isize {
+            acc[0] += x(i);
+        }
+        (acc[0] + acc[1]) + (acc[2] + acc[3])
+    }
+    // SAFETY: readable by the contract.
+    unsafe {
+        if t == BF16 {
+            return run(n, |i| f32::from_bits(((b.offset(i * sb) as *const u16).read_unaligned() as u32) << 16) as f64);
+        }
+        if let Some(l) = lut32(t) {
+            if TYPES[t].size == 1 {
+                return run(n, |i| *l.get_unchecked(*b.offset(i * sb) as usize) as f64);
+            }
+            return run(n, |i| *l.get_unchecked((b.offset(i * sb) as *const u16).read_unaligned() as usize) as f64);
+        }
+        let size = TYPES[t].size;
+        run(n, |i| dec(t, super::load(b.offset(i * sb), size)))
+    }
+}
+
 /// Exact value of one code.
 #[inline]
 pub fn dec(t: usize, c: u32) -> f64 {

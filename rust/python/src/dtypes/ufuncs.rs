@@ -227,20 +227,9 @@ unsafe fn reduce(t: usize, op: Bin, o: *mut u8, b: *const u8, sb: isize, n: usiz
         let first = kernels::dec(t, load(o, size));
         let v = match op {
             Bin::Add | Bin::Sub => {
-                // Four running sums: the adds' latency, not their order, bounds a sum
-                // (-0 + x is x for every x, signed zeros included). Sums of a
-                // format's values stay far inside float64's range.
-                let mut part = [-0.0f64; 4];
-                let whole = n / 4 * 4;
-                for i in (0..whole).step_by(4) {
-                    for (l, p) in part.iter_mut().enumerate() {
-                        *p += y(i + l);
-                    }
-                }
-                for i in whole..n {
-                    part[0] += y(i);
-                }
-                let s = (part[0] + part[1]) + (part[2] + part[3]);
+                // Four running sums: the adds' latency, not their order, bounds a sum.
+                // Sums of a format's values stay far inside float64's range.
+                let s = kernels::sum_f64(t, b, sb, n);
                 if op == Bin::Add { first + s } else { first - s }
             }
             _ => {
