@@ -87,8 +87,7 @@ class Format:
 
     @property
     def eps(self) -> float:
-        """Gap between 1 and the next larger value (for a format whose largest value is
-        below 2, the unit of its binade of 1)."""
+        """Gap between 1 and the next larger value (where 1 is subnormal, the subnormal unit)."""
         e = self._info["eps"]
         if isinstance(self, FloatFormat) and self.emin > 0:
             # 1 below the normal range: the subnormal unit.
