@@ -177,12 +177,6 @@ def _as_float_array(x: Any, arg: str = "x", fmt: Optional[Format] = None, roundi
                     f"and the low-precision dtypes of lowp and ml_dtypes")
 
 
-def _f32_holds_results(f: Format) -> bool:
-    """Is every value of ``f`` a float32 one as far as range goes (results of rounding float32
-    values into ``f`` are then float32 values: they have at most float32's bits)?"""
-    return f.max <= float(np.finfo(np.float32).max) and f.min_subnormal >= 2.0**-149
-
-
 def _significand_bits(f: Format) -> int:
     if isinstance(f, FloatFormat):
         return f.man_bits + 1
@@ -240,9 +234,6 @@ def round(x: Any, fmt: Any, rounding: str = "nearest_even", *, saturate: bool = 
     if not subnormals and isinstance(f, FloatFormat) and f.subnormals:
         f = f.replace(subnormals=False)
     a = _as_float_array(x, fmt=f, rounding=r)
-    if a.dtype == np.float32 and not _f32_holds_results(f):
-        raise TypeError(f"x: float32 cannot hold the values of {f!r} (its range passes float32's); "
-                        f"pass float64, or use encode")
     key = _seed_word(seed, r)
     nb = _rbits(rbits, a.dtype)
     if out is None:
