@@ -98,13 +98,18 @@ def _parse_accumulate(accumulate: Any) -> Union[str, Format]:
     return f
 
 
+def _distinct(x: np.ndarray) -> np.ndarray:
+    """``x`` with its broadcast axes (stride 0) cut to one element: its distinct values."""
+    return x[tuple(slice(0, 1) if st == 0 and n > 1 else slice(None) for st, n in zip(x.strides, x.shape))]
+
+
 def _any(x: np.ndarray, pred: Any) -> bool:
     """Is ``pred`` (an elementwise numpy predicate such as ``np.isnan``, which has loops
     for numpy's, lowp's and ml_dtypes' floats) true anywhere in ``x``? Without a wider
     copy: broadcast axes (stride 0) are looked at once, and large arrays a block at a time."""
     if x.dtype.kind in "iub" or x.size == 0:
         return False
-    x = x[tuple(slice(0, 1) if st == 0 and n > 1 else slice(None) for st, n in zip(x.strides, x.shape))]
+    x = _distinct(x)
     if x.size <= 1 << 22 or x.ndim == 0:
         return bool(pred(x).any())
     x = x.reshape(-1) if x.ndim == 1 or x.flags.c_contiguous else x
@@ -510,9 +515,8 @@ def sum(x: Any, axis: Any = None, *, accumulate: Any = "float32", chunk: Optiona
     """
     x = _as_array(x, "x")
     if x.dtype.kind in "iub" and x.dtype != np.int8:
-        # Widened without copying broadcast axes (stride 0): the distinct values only.
-        core = x[tuple(slice(0, 1) if st == 0 and n > 1 else slice(None) for st, n in zip(x.strides, x.shape))]
-        x = np.broadcast_to(core.astype(np.float64), x.shape)
+        # Widened without copying broadcast axes: the distinct values only.
+        x = np.broadcast_to(_distinct(x).astype(np.float64), x.shape)
     xv, spec, fx = _operand(x, "x")
     acc = _parse_accumulate(accumulate)
     if isinstance(acc, str):

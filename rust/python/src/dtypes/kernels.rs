@@ -63,83 +63,86 @@ fn lut32(t: usize) -> Option<&'static [f32]> {
     Some(LUT32[t].get_or_init(|| (0..1u64 << ti.fmt.bits()).map(|c| ti.fmt.decode(c) as f32).collect()))
 }
 
+/// `$body` with `$v(p, s)` a reader of the codes of type `$t` at `p` (byte stride
+/// `s`): `|i| value i`, exact, by a shift (bfloat16), the float32 table (the other
+/// types of up to 16 bits) or [`dec`]. One body per reader, so each inlines.
+macro_rules! with_reader {
+    ($t:expr, $v:ident => $body:expr) => {{
+        let t = $t;
+        if t == BF16 {
+            let $v = |p: *const u8, s: isize| move |i: isize| f32::from_bits(((p.offset(i * s) as *const u16).read_unaligned() as u32) << 16) as f64;
+            $body
+        } else if let Some(l) = lut32(t) {
+            if TYPES[t].size == 1 {
+                let $v = |p: *const u8, s: isize| move |i: isize| *l.get_unchecked(*p.offset(i * s) as usize) as f64;
+                $body
+            } else {
+                let $v = |p: *const u8, s: isize| move |i: isize| *l.get_unchecked((p.offset(i * s) as *const u16).read_unaligned() as usize) as f64;
+                $body
+            }
+        } else {
+            let size = TYPES[t].size;
+            let $v = |p: *const u8, s: isize| move |i: isize| dec(t, super::load(p.offset(i * s), size));
+            $body
+        }
+    }};
+}
+
+/// `init` plus the sum of `x(0) .. x(n-1)` in four running sums (each from `init`
+/// but the last three from -0, which leaves any x as it is): the adds' latency,
+/// not their order, bounds it.
+#[inline(always)]
+fn sum4(n: usize, init: f64, x: impl Fn(isize) -> f64) -> f64 {
+    let mut acc = [init, -0.0, -0.0, -0.0];
+    let whole = n / 4 * 4;
+    for i in (0..whole as isize).step_by(4) {
+        for (l, s) in acc.iter_mut().enumerate() {
+            *s += x(i + l as isize);
+        }
+    }
+    for i in whole as isize..n as isize {
+        acc[0] += x(i);
+    }
+    (acc[0] + acc[1]) + (acc[2] + acc[3])
+}
+
 /// The sum of the products of `n` codes of type `t` at `a` and `b` (byte strides
-/// `sa`, `sb`), in float64 (the products exact but for posit32's, of up to 2 x 28
-/// bits), four running sums hiding the adds' latency. bfloat16 decodes by a shift, the other
-/// types of at most 16 bits through their float32 table.
+/// `sa`, `sb`), in float64 from +0 (the products exact but for posit32's, of up
+/// to 2 x 28 bits).
 ///
 /// # Safety
 /// Both ranges are readable.
 pub unsafe fn dot_f64(t: usize, a: *const u8, sa: isize, b: *const u8, sb: isize, n: usize) -> f64 {
-    #[inline(always)]
-    unsafe fn run(n: usize, x: impl Fn(isize) -> f64, y: impl Fn(isize) -> f64) -> f64 {
-        let mut acc = [0f64; 4];
-        let whole = n / 4 * 4;
-        for i in (0..whole as isize).step_by(4) {
-            for (l, s) in acc.iter_mut().enumerate() {
-                *s += x(i + l as isize) * y(i + l as isize);
-            }
-        }
-        for i in whole as isize..n as isize {
-            acc[0] += x(i) * y(i);
-        }
-        (acc[0] + acc[1]) + (acc[2] + acc[3])
-    }
     // SAFETY: readable by the contract.
-    unsafe {
-        if t == BF16 {
-            let v = |p: *const u8, s: isize| move |i: isize| f32::from_bits(((p.offset(i * s) as *const u16).read_unaligned() as u32) << 16) as f64;
-            return run(n, v(a, sa), v(b, sb));
-        }
-        if let Some(l) = lut32(t) {
-            if TYPES[t].size == 1 {
-                let v = |p: *const u8, s: isize| move |i: isize| *l.get_unchecked(*p.offset(i * s) as usize) as f64;
-                return run(n, v(a, sa), v(b, sb));
-            }
-            let v = |p: *const u8, s: isize| move |i: isize| *l.get_unchecked((p.offset(i * s) as *const u16).read_unaligned() as usize) as f64;
-            return run(n, v(a, sa), v(b, sb));
-        }
-        let size = TYPES[t].size;
-        let v = |p: *const u8, s: isize| move |i: isize| dec(t, super::load(p.offset(i * s), size));
-        run(n, v(a, sa), v(b, sb))
-    }
+    unsafe { with_reader!(t, v => { let (x, y) = (v(a, sa), v(b, sb)); sum4(n, 0.0, |i| x(i) * y(i)) }) }
 }
 
-/// The sum of `n` codes of type `t` at `b` (byte stride `sb`) in float64, four
-/// running sums from -0 (so that a sum of -0s stays -0), decoded as [`dot_f64`]
-/// decodes.
+/// The sum of `n` codes of type `t` at `b` (byte stride `sb`) in float64, from -0
+/// (so that a sum of -0s stays -0).
 ///
 /// # Safety
 /// The range is readable.
 pub unsafe fn sum_f64(t: usize, b: *const u8, sb: isize, n: usize) -> f64 {
-    #[inline(always)]
-    fn run(n: usize, x: impl Fn(isize) -> f64) -> f64 {
-        let mut acc = [-0.0f64; 4];
-        let whole = n / 4 * 4;
-        for i in (0..whole as isize).step_by(4) {
-            for (l, s) in acc.iter_mut().enumerate() {
-                *s += x(i + l as isize);
-            }
-        }
-        for i in whole as isize..n as isize {
-            acc[0] += x(i);
-        }
-        (acc[0] + acc[1]) + (acc[2] + acc[3])
-    }
     // SAFETY: readable by the contract.
-    unsafe {
-        if t == BF16 {
-            return run(n, |i| f32::from_bits(((b.offset(i * sb) as *const u16).read_unaligned() as u32) << 16) as f64);
-        }
-        if let Some(l) = lut32(t) {
-            if TYPES[t].size == 1 {
-                return run(n, |i| *l.get_unchecked(*b.offset(i * sb) as usize) as f64);
-            }
-            return run(n, |i| *l.get_unchecked((b.offset(i * sb) as *const u16).read_unaligned() as usize) as f64);
-        }
-        let size = TYPES[t].size;
-        run(n, |i| dec(t, super::load(b.offset(i * sb), size)))
+    unsafe { with_reader!(t, v => sum4(n, -0.0, v(b, sb))) }
+}
+
+/// A normal, finite, nonzero `x` as `f * 2**k` with `f` in [0.5, 1) in magnitude,
+/// both exact (`f` from `x`'s bits, with its exponent field replaced).
+#[inline(always)]
+pub fn frexp(x: f64) -> (f64, i32) {
+    let b = x.to_bits();
+    (f64::from_bits((b & !(0x7FF << 52)) | (1022 << 52)), ((b >> 52) & 0x7FF) as i32 - 1022)
+}
+
+/// `enc(t, v)`, raising the overflow flag where a finite `v` passes the
+/// format's largest value (as the element loops report it; posits saturate).
+pub fn enc_reporting(t: usize, v: f64) -> u32 {
+    let c = enc(t, v);
+    if v.is_finite() && !is_posit(t) && !finite(dec(t, c)) {
+        raise_fp(FP_OVERFLOW);
     }
+    c
 }
 
 /// Exact value of one code.

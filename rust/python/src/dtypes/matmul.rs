@@ -12,7 +12,6 @@ use lowp_core::round::{Mode, RoundOpts};
 use numpy::npyffi::{npy_intp, PyUFuncObject, PY_UFUNC_API};
 use pyo3::prelude::*;
 
-use super::kernels::{dec, enc};
 use super::{store, type_num, N, TYPES};
 
 fn storage(size: usize) -> Storage {
@@ -164,17 +163,7 @@ unsafe fn one_matmul(t: usize, a: *const u8, b: *const u8, o: *mut u8, (m, n, p)
 /// Both ranges must be readable.
 unsafe fn dot(t: usize, a: *const u8, sa: isize, b: *const u8, sb: isize, n: usize) -> u32 {
     // SAFETY: readable by the contract.
-    enc_reporting(t, unsafe { super::kernels::dot_f64(t, a, sa, b, sb, n) })
-}
-
-/// `enc(t, v)`, raising the overflow flag where a finite `v` passes the
-/// format's largest value (as the element loops report it; posits saturate).
-pub fn enc_reporting(t: usize, v: f64) -> u32 {
-    let c = enc(t, v);
-    if v.is_finite() && !super::kernels::is_posit(t) && !dec(t, c).is_finite() {
-        super::kernels::raise_fp(super::kernels::FP_OVERFLOW);
-    }
-    c
+    super::kernels::enc_reporting(t, unsafe { super::kernels::dot_f64(t, a, sa, b, sb, n) })
 }
 
 /// `np.vecdot`, `(n),(n)->()`: one dot product per outer element.

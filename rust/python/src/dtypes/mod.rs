@@ -123,7 +123,7 @@ unsafe extern "C" fn setitem<const T: usize>(item: *mut ffi::PyObject, data: *mu
         Some(c) => {
             let size = TYPES[T].size;
             // SAFETY: numpy passes a pointer to one writable element, and its array.
-            let c = if unsafe { byte_swapped(arr) } { c.swap_bytes() >> (32 - 8 * size) } else { c };
+            let c = if unsafe { byte_swapped(arr) } { swapped(c, size) } else { c };
             // SAFETY: as above.
             unsafe { store(data as *mut u8, size, c) };
             0
@@ -163,8 +163,13 @@ unsafe fn load_as(p: *const u8, size: usize, arr: *mut c_void) -> u32 {
     // SAFETY: per the contract.
     unsafe {
         let c = load(p, size);
-        if byte_swapped(arr) { c.swap_bytes() >> (32 - 8 * size) } else { c }
+        if byte_swapped(arr) { swapped(c, size) } else { c }
     }
+}
+
+/// A code of `size` bytes with its bytes in the other order.
+fn swapped(c: u32, size: usize) -> u32 {
+    c.swap_bytes() >> (32 - 8 * size)
 }
 
 unsafe fn swap_bytes(p: *mut u8, size: usize) {
@@ -318,7 +323,7 @@ unsafe extern "C" fn dotfunc<const T: usize>(
     // SAFETY: numpy passes n elements at the given strides.
     let acc = unsafe { kernels::dot_f64(T, ip1 as *const u8, is1, ip2 as *const u8, is2, n.max(0) as usize) };
     // SAFETY: numpy passes one writable output element.
-    unsafe { store(op as *mut u8, TYPES[T].size, matmul::enc_reporting(T, acc)) };
+    unsafe { store(op as *mut u8, TYPES[T].size, kernels::enc_reporting(T, acc)) };
 }
 
 fn arrfuncs<const T: usize>(py: Python<'_>) -> *mut PyArray_ArrFuncs {

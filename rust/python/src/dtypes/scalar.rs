@@ -427,15 +427,13 @@ unsafe extern "C" fn tp_new(sub: *mut ffi::PyTypeObject, args: *mut ffi::PyObjec
             1 => {
                 let x = args.get_item(0)?;
                 let np = py.import("numpy")?;
-                if x.is_instance(&np.getattr("ndarray")?)? && x.getattr("ndim")?.extract::<usize>()? > 0 {
+                let array = x.is_instance(&np.getattr("ndarray")?)? && x.getattr("ndim")?.extract::<usize>()? > 0;
+                if array || x.is_instance_of::<pyo3::types::PyList>() || x.is_instance_of::<PyTuple>() {
                     // As numpy's own scalar types: an array argument converts the array
-                    // (a 0-d one gives a scalar, below), and so does a list or tuple.
+                    // (a 0-d one gives a scalar, below), and a list or tuple builds one.
                     let dt = np.getattr("dtype")?.call1((unsafe { Bound::from_borrowed_ptr(py, sub as *mut ffi::PyObject) },))?;
-                    return Ok(x.call_method1("astype", (dt,))?.into_ptr());
-                }
-                if x.is_instance_of::<pyo3::types::PyList>() || x.is_instance_of::<PyTuple>() {
-                    let dt = np.getattr("dtype")?.call1((unsafe { Bound::from_borrowed_ptr(py, sub as *mut ffi::PyObject) },))?;
-                    return Ok(np.getattr("array")?.call1((x, dt))?.into_ptr());
+                    let r = if array { x.call_method1("astype", (dt,))? } else { np.getattr("array")?.call1((x, dt))? };
+                    return Ok(r.into_ptr());
                 }
                 convert(py, t, &x)?
             }

@@ -220,64 +220,42 @@ unsafe extern "C" fn loop_bin(args: *mut *mut c_char, dims: *mut npy_intp, steps
 /// elements at byte stride `sb`.
 unsafe fn reduce(t: usize, op: Bin, o: *mut u8, b: *const u8, sb: isize, n: usize) {
     let size = TYPES[t].size;
-    let posit = kernels::is_posit(t);
     // SAFETY: see the function contract.
     unsafe {
-        let y = |i: usize| kernels::dec(t, load(b.offset(i as isize * sb), size));
         let first = kernels::dec(t, load(o, size));
         let v = match op {
-            Bin::Add | Bin::Sub => {
-                // Four running sums: the adds' latency, not their order, bounds a sum.
-                // Sums of a format's values stay far inside float64's range.
-                let s = kernels::sum_f64(t, b, sb, n);
-                if op == Bin::Add { first + s } else { first - s }
-            }
+            // Sums of a format's values stay far inside float64's range.
+            Bin::Add => first + kernels::sum_f64(t, b, sb, n),
+            Bin::Sub => first - kernels::sum_f64(t, b, sb, n),
             _ => {
                 // Products and quotients as m * 2**e, m renormalised to [0.5, 1) after
-                // every step: no float64 overflow or underflow along the way, so a
-                // product that leaves float64's range and comes back is right, and
-                // zeros, infinities and NaN meet each other as they would.
+                // every step: no float64 overflow or underflow along the way (so no
+                // status flags a posit should not raise), a product that leaves
+                // float64's range and comes back is right, and zeros, infinities and
+                // NaN meet each other as they would.
                 let (mut m, mut e) = (first, 0i64);
-                for i in 0..n {
-                    m = if op == Bin::Mul { m * y(i) } else { m / y(i) };
+                for i in 0..n as isize {
+                    let y = kernels::dec(t, load(b.offset(i * sb), size));
+                    m = if op == Bin::Mul { m * y } else { m / y };
                     if m != 0.0 && m.is_finite() {
-                        let k = ((m.to_bits() >> 52) & 0x7FF) as i64 - 1022;
-                        m = f64::from_bits((m.to_bits() & !(0x7FF << 52)) | (1022 << 52));
-                        e += k;
+                        let (f, k) = kernels::frexp(m);
+                        (m, e) = (f, e + k as i64);
                     }
                 }
                 if m == 0.0 || !m.is_finite() {
                     m
-                } else if e > 1100 {
-                    // Past every format's range (posits: maxpos, below).
-                    f64::INFINITY.copysign(m)
-                } else if e < -1100 {
-                    if posit { f64::from_bits(1).copysign(m) } else { 0f64.copysign(m) }
+                } else if e > 1000 {
+                    // Past every type's range: overflow (posits: maxpos).
+                    f64::MAX.copysign(m)
+                } else if e < -1000 {
+                    // Below it: zero (posits: minpos, never zero).
+                    if kernels::is_posit(t) { f64::from_bits(1).copysign(m) } else { 0f64.copysign(m) }
                 } else {
-                    let h = (e / 2) as i32;
-                    m * 2f64.powi(h) * 2f64.powi(e as i32 - h)
+                    m * 2f64.powi(e as i32)
                 }
             }
         };
-        let v = if posit && v.is_infinite() && first.is_finite() && matches!(op, Bin::Mul | Bin::Div) && !(0..n).any(|i| y(i) == 0.0 || !y(i).is_finite()) {
-            // Finite nonzero posit operands whose exact result passes float64's
-            // range: maxpos, not NaR (posits saturate).
-            f64::MAX.copysign(v)
-        } else if posit && v == 0.0 && first != 0.0 && matches!(op, Bin::Mul | Bin::Div) && (0..n).all(|i| y(i).is_finite() && y(i) != 0.0) {
-            f64::from_bits(1).copysign(v)
-        } else {
-            v
-        };
-        if posit {
-            // Posits neither overflow nor underflow.
-            kernels::set_fp_status(kernels::fp_status() & !(kernels::FP_OVERFLOW | kernels::FP_UNDERFLOW));
-        }
-        let c = kernels::enc(t, v);
-        if !posit && !kernels::dec(t, c).is_finite() && (v.is_finite() || (op == Bin::Mul && first.is_finite() && (0..n).all(|i| y(i).is_finite()))) {
-            // Past the format's largest value: overflow, as the per-element loops report it.
-            kernels::raise_fp(kernels::FP_OVERFLOW);
-        }
-        store(o, size, c);
+        store(o, size, kernels::enc_reporting(t, v));
     }
 }
 
@@ -462,9 +440,9 @@ unsafe extern "C" fn loop_frexp(args: *mut *mut c_char, dims: *mut npy_intp, ste
             let (mant, exp) = if x == 0.0 || !x.is_finite() {
                 (c, 0i32)
             } else {
-                // Every lowp value is a normal f64: its exponent field gives e.
-                let k = ((x.to_bits() >> 52) & 0x7FF) as i32 - 1022;
-                (kernels::enc(t, x * 2f64.powi(-k)), k)
+                // Every lowp value is a normal f64.
+                let (f, k) = kernels::frexp(x);
+                (kernels::enc(t, f), k)
             };
             store(m.offset(i * sm), size, mant);
             (e.offset(i * se) as *mut i32).write_unaligned(exp);
@@ -487,20 +465,13 @@ unsafe extern "C" fn loop_ldexp<I: Copy + Into<i64>>(args: *mut *mut c_char, dim
         let n = *dims as usize;
         let (a, e, o) = (*args as *const u8, *args.add(1) as *const u8, *args.add(2) as *mut u8);
         let (sa, se, so) = (*steps, *steps.add(1), *steps.add(2));
-        let posit = kernels::is_posit(t);
-        let mut overflow = false;
         for i in 0..n as isize {
             let x = kernels::dec(t, load(a.offset(i * sa), size));
             let k: i64 = (e.offset(i * se) as *const I).read_unaligned().into();
             // Every lowp value lies within 2**±150, so exponents past ±400 give the
             // results of ±400, and x * 2**k stays a normal float64: exact.
             let k = k.clamp(-400, 400) as i32;
-            let c = kernels::enc(t, x * 2f64.powi(k));
-            overflow |= !posit && x.is_finite() && !kernels::dec(t, c).is_finite();
-            store(o.offset(i * so), size, c);
-        }
-        if overflow {
-            kernels::raise_fp(kernels::FP_OVERFLOW);
+            store(o.offset(i * so), size, kernels::enc_reporting(t, x * 2f64.powi(k)));
         }
     }
 }
@@ -521,17 +492,17 @@ unsafe extern "C" fn loop_clip(args: *mut *mut c_char, dims: *mut npy_intp, step
         let (sx, sl, sh, so) = (*steps, *steps.add(1), *steps.add(2), *steps.add(3));
         // The compiler may select with maxsd/minsd, which flag NaN operands as
         // invalid; numpy's clip raises nothing, so the status is put back.
-        let status = kernels::fp_status();
-        for i in 0..n as isize {
-            let (cx, cl, ch) = (load(x.offset(i * sx), size), load(lo.offset(i * sl), size), load(hi.offset(i * sh), size));
-            let (vx, vl, vh) = (kernels::dec(t, cx), kernels::dec(t, cl), kernels::dec(t, ch));
-            // As numpy's float16 loop: max(a, b) is a when a is NaN or a >= b, else b
-            // (x stays on a tie: clip(-0.0, 0.0, 1) is -0.0); min likewise.
-            let (c, v) = if vx.is_nan() || vx >= vl { (cx, vx) } else { (cl, vl) };
-            let c = if v.is_nan() || v <= vh { c } else { ch };
-            store(o.offset(i * so), size, c);
-        }
-        kernels::set_fp_status(status);
+        super::casts::with_fp_flags_kept(|| {
+            for i in 0..n as isize {
+                let (cx, cl, ch) = (load(x.offset(i * sx), size), load(lo.offset(i * sl), size), load(hi.offset(i * sh), size));
+                let (vx, vl, vh) = (kernels::dec(t, cx), kernels::dec(t, cl), kernels::dec(t, ch));
+                // As numpy's float16 loop: max(a, b) is a when a is NaN or a >= b, else b
+                // (x stays on a tie: clip(-0.0, 0.0, 1) is -0.0); min likewise.
+                let (c, v) = if vx.is_nan() || vx >= vl { (cx, vx) } else { (cl, vl) };
+                let c = if v.is_nan() || v <= vh { c } else { ch };
+                store(o.offset(i * so), size, c);
+            }
+        });
     }
 }
 
@@ -567,38 +538,29 @@ pub fn register_all(py: Python<'_>) -> PyResult<()> {
             check(py, rc, &format!("registering the {name} loop"))?;
         }
     }
-    // Two-output ufuncs: their inputs and first output of the type; frexp's exponents int32.
-    let int = NPY_TYPES::NPY_INT as c_int;
-    let loops: [(&str, LoopFn, usize, Option<c_int>); 3] = [("divmod", loop_divmod, 2, None), ("modf", loop_modf, 1, None), ("frexp", loop_frexp, 1, Some(int))];
-    for (name, f, nin, second) in loops {
-        let uf = np.getattr(name)?;
+    // The loops of their own, each operand's type (None: the lowp type): the two-output
+    // ufuncs (frexp's exponents int32), ldexp with int32 and int64 exponents (numpy's own
+    // loops take both; its int64 is C long where that has 64 bits, else long long), clip.
+    let int = Some(NPY_TYPES::NPY_INT as c_int);
+    let long = Some(if std::mem::size_of::<std::ffi::c_long>() == 8 { NPY_TYPES::NPY_LONG } else { NPY_TYPES::NPY_LONGLONG } as c_int);
+    let umath = np.getattr("_core")?.getattr("umath")?;
+    let own: [(&str, LoopFn, &[Option<c_int>]); 6] = [
+        ("divmod", loop_divmod, &[None; 4]),
+        ("modf", loop_modf, &[None; 3]),
+        ("frexp", loop_frexp, &[None, None, int]),
+        ("ldexp", loop_ldexp::<i32>, &[None, int, None]),
+        ("ldexp", loop_ldexp::<i64>, &[None, long, None]),
+        ("clip", loop_clip, &[None; 4]),
+    ];
+    for (name, f, operands) in own {
+        let uf = umath.getattr(name)?;
         for t in 0..N {
             let tn = type_num(t);
-            let mut types = vec![tn; nin + 1];
-            types.push(second.unwrap_or(tn));
-            let data = Box::into_raw(Box::new(t)) as *mut c_void;
-            // SAFETY: as above: nin inputs and two outputs; data lives forever.
-            let rc = unsafe { PY_UFUNC_API.PyUFunc_RegisterLoopForType(py, uf.as_ptr() as *mut PyUFuncObject, tn, Some(f), types.as_mut_ptr(), data) };
-            check(py, rc, &format!("registering the {name} loop"))?;
-        }
-    }
-    // ldexp with int32 and int64 exponents (numpy's own loops take both), and clip.
-    // (numpy's int64 is C long where that has 64 bits, else long long.)
-    let long = if std::mem::size_of::<std::ffi::c_long>() == 8 { NPY_TYPES::NPY_LONG } else { NPY_TYPES::NPY_LONGLONG } as c_int;
-    let clip = np.getattr("_core")?.getattr("umath")?.getattr("clip")?;
-    let extra: [(&Bound<'_, PyAny>, LoopFn, Option<c_int>); 3] =
-        [(&np.getattr("ldexp")?, loop_ldexp::<i32>, Some(int)), (&np.getattr("ldexp")?, loop_ldexp::<i64>, Some(long)), (&clip, loop_clip, None)];
-    for (uf, f, exponent) in extra {
-        for t in 0..N {
-            let tn = type_num(t);
-            let mut types = match exponent {
-                Some(e) => vec![tn, e, tn],
-                None => vec![tn; 4],
-            };
+            let mut types: Vec<c_int> = operands.iter().map(|o| o.unwrap_or(tn)).collect();
             let data = Box::into_raw(Box::new(t)) as *mut c_void;
             // SAFETY: as above: the types of every operand; data lives forever.
             let rc = unsafe { PY_UFUNC_API.PyUFunc_RegisterLoopForType(py, uf.as_ptr() as *mut PyUFuncObject, tn, Some(f), types.as_mut_ptr(), data) };
-            check(py, rc, "registering the ldexp and clip loops")?;
+            check(py, rc, &format!("registering the {name} loop"))?;
         }
     }
     Ok(())
