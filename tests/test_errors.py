@@ -425,3 +425,8 @@ def test_int32_chunk_accumulator_is_refused_alike():
         lowp.matmul(x, x, accumulate="bf16", chunk=2, chunk_accumulate="int32")
     with pytest.raises(ValueError, match="^chunk_accumulate: expected a float format"):
         lowp.sum(x, accumulate="bf16", chunk=2, chunk_accumulate="int32")
+
+
+def test_cast_to_a_dtype_name_without_a_format_names_dtype():
+    with pytest.raises(TypeError, match="^dtype: "):
+        lowp.cast(np.ones(2), "float128")

@@ -226,3 +226,60 @@ def test_quantize_values_below_any_float32_scale(symmetric):
     for x in (np.array([TINIEST, 0.0]), np.zeros(3)):  # one step, and no range at all
         q = lowp.quantize(x, symmetric=symmetric)
         np.testing.assert_array_equal(q.dequantize(), x.astype(np.float32))
+
+
+def test_asymmetric_percentile_below_50_is_refused():
+    """An asymmetric range keeps the values between percentiles 100 - p and p: below 50
+    they cross, which used to collapse the range to nothing."""
+    x = data()
+    with pytest.raises(ValueError, match="calibration"):
+        lowp.quantize(x, symmetric=False, calibration=("percentile", 10))
+    q = lowp.quantize(x, symmetric=False, calibration=("percentile", 50))
+    assert q.values.min() >= -128 and q.values.max() <= 127
+    # Symmetric calibration reads |x|: every p in (0, 100] is meaningful.
+    q = lowp.quantize(x, calibration=("percentile", 10))
+    assert np.isclose(float(q.scale), np.percentile(np.abs(x.astype(np.float64)), 10) / 127, rtol=1e-6)
+
+
+@pytest.mark.parametrize("bad", [None, "no", 1, 0.0])
+def test_symmetric_must_be_a_bool(bad):
+    with pytest.raises(TypeError, match="symmetric"):
+        lowp.quantize(data(), symmetric=bad)
+
+
+@pytest.mark.parametrize("symmetric", [True, False])
+@pytest.mark.parametrize("calibration", ["max", ("percentile", 99.0)])
+@pytest.mark.parametrize("shape,axis", [((3, 0), 0), ((0, 3), 1), ((2, 0, 4), 2), ((0, 5), 0)])
+def test_empty_arrays_keep_one_scale_per_index_along_axis(symmetric, calibration, shape, axis):
+    q = lowp.quantize(np.zeros(shape, np.float32), axis=axis, symmetric=symmetric, calibration=calibration)
+    assert np.shape(q.scale) == (shape[axis],) and np.shape(q.zero_point) == (shape[axis],)
+    assert q.dequantize().shape == shape
+
+
+F32_MAX = float(np.finfo(np.float32).max)
+
+
+@pytest.mark.parametrize("x,symmetric", [
+    ([F32_MAX], True), ([-F32_MAX, 1.0], True), ([F32_MAX, -F32_MAX], False), ([3.4e38, -3.4e38], False),
+    ([-F32_MAX, 0.0], False), ([F32_MAX, 0.0], False), ([3.3e38, -1e38], False)])
+def test_ranges_at_float32s_top_dequantize_finite(x, symmetric):
+    """A scale that rounds up (or a zero point rounded by half a step) must not send the
+    extreme codes past float32's largest value: every accepted range dequantizes finite,
+    within one step of the input."""
+    a = np.array(x, np.float32)
+    with np.errstate(over="raise"):
+        q = lowp.quantize(a, symmetric=symmetric)
+        d = q.dequantize()
+    assert np.isfinite(d).all()
+    assert np.all(np.abs(d.astype(np.float64) - a) <= float(q.scale) * 1.0001)
+    if symmetric:  # rounded down there: the largest value is a fraction of a step off
+        assert abs(float(d[0]) - float(a[0])) <= 0.5 * float(q.scale)
+
+
+@pytest.mark.parametrize("out_dtype,want", [(None, np.float32), (np.float64, np.float64)])
+def test_qmatmul_out_dtype_none_is_the_default(out_dtype, want):
+    qa = lowp.quantize(data((4, 8)))
+    qb = lowp.quantize(data((8, 3), seed=1))
+    r = lowp.qmatmul(qa, qb, out_dtype=out_dtype)
+    assert r.dtype == want
+    np.testing.assert_allclose(r, lowp.qmatmul(qa, qb), rtol=1e-6)

@@ -511,3 +511,61 @@ def test_big_endian_codes_and_integers():
         np.testing.assert_array_equal(lowp.encode(x, "e4m3fn"), lowp.encode(np.array([1, 2, 3]), "e4m3fn"))
         assert lowp.nextafter(x[:1], np.inf, "bf16")[0] == 1.0078125
         assert lowp.ulp(x[:1], "e4m3fn")[0] == 0.125
+
+
+@pytest.mark.skipif(np.finfo(np.longdouble).nmant < 60, reason="longdouble is float64 here")
+@pytest.mark.parametrize("fmt", [lowp.FloatFormat(11, 10, bias=1064), lowp.FloatFormat(11, 10, bias=1065),
+                                 lowp.FloatFormat(11, 9, bias=1064), lowp.FloatFormat(11, 8, bias=1066)], ids=repr)
+def test_longdouble_rounds_once_on_float64s_subnormal_grid(fmt):
+    """Formats whose finest step is 2^-1073 or 2^-1074: float64's own subnormal grid keeps
+    no bits below theirs, so rounding to odd there would round twice."""
+    L = np.longdouble
+    unit = L(2) ** (fmt.emin - fmt.man_bits)
+    k = np.arange(1, 40, dtype=np.longdouble)
+    x = np.concatenate([unit * (k + L(0.25)), unit * (k + L(0.5) + L(2) ** -20), unit * (k + L(0.5)),
+                        -unit * (k + L(0.75)), [L(2) ** -1074 * L(2.25), L(2) ** -1073 + L(2) ** -1075]])
+    s = FloatSpec.of(fmt)
+    for mode in MODES:
+        got = lowp.round(x, fmt, mode)
+        want = np.array([round_float(Fraction(*v.as_integer_ratio()), s, mode) for v in x])
+        assert_same_values(got, want, x.astype(np.float64), f"longdouble -> {fmt!r} {mode}")
+
+
+@pytest.mark.skipif(np.finfo(np.longdouble).nmant < 60, reason="longdouble is float64 here")
+def test_tiny_negative_longdouble_rounds_to_minus_zero():
+    f = lowp.FloatFormat(3, 51, bias=-60, nan=None)
+    r = lowp.round(np.array([-np.longdouble(1) / 3]), f)
+    assert r[0] == 0 and np.signbit(r[0])
+    np.testing.assert_array_equal(lowp.encode(np.array([-np.longdouble(1) / 3]), f), lowp.encode(np.array([-1 / 3]), f))
+
+
+@pytest.mark.parametrize("isa", ["avx2", "sse2", "scalar"])
+@pytest.mark.parametrize("fmt", [lowp.FloatFormat(5, 22, bias=-129), lowp.FloatFormat(5, 10, bias=-129),
+                                 lowp.FloatFormat(5, 10, bias=-127), lowp.FloatFormat(5, 10, bias=-140),
+                                 lowp.FloatFormat(8, 7, bias=-127)], ids=repr)
+@pytest.mark.parametrize("mode", ["nearest_even", "stochastic", "toward_zero", "up"])
+def test_encode_from_float32_into_ranges_above_float32s(isa, fmt, mode):
+    """Formats whose smallest normal lies at or past float32's largest exponent: every
+    float32 is below or near their range. Arrays long enough for the vector kernels give
+    the codes float64 input gives."""
+    levels = ["scalar", "sse2", "avx2"]
+    if levels.index(isa) > levels.index(lowp._lowp.detected_isa()):
+        pytest.skip(f"{isa} not available")
+    x = np.array([1.0, -1.0, 0.0, -0.0, -1.5 * 2.0**52, 3e38, -3e38, np.inf, -np.inf, 2.0**-149, 1.7e38,
+                  np.finfo(np.float32).max, 2.0**127, -2.0**127 * 1.5, 5.0, 7e37], np.float32)
+    old = lowp._lowp.get_isa()
+    try:
+        lowp._lowp.set_isa(isa)
+        got = lowp.encode(x, fmt, mode, seed=1)
+    finally:
+        lowp._lowp.set_isa(old)
+    want = np.array([int(lowp.encode(x[i:i + 1].astype(np.float64), fmt, mode, seed=1)[0]) if mode != "stochastic"
+                     else int(lowp.encode(x[i:i + 1], fmt, mode, seed=1)[0]) for i in range(x.size)])
+    if mode == "stochastic":  # (each element's bits depend on its index: compare values' neighbours)
+        vals = lowp.decode(got, fmt, np.float64)
+        lo = lowp.decode(lowp.encode(x, fmt, "down"), fmt, np.float64)
+        hi = lowp.decode(lowp.encode(x, fmt, "up"), fmt, np.float64)
+        assert np.all((vals == lo) | (vals == hi) | (np.isnan(lo) & np.isnan(vals)))
+        assert got.max() < 1 << fmt.bits
+    else:
+        np.testing.assert_array_equal(got.astype(np.int64), want)

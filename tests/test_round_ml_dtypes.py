@@ -207,11 +207,11 @@ def test_float16_from_float64_matches_numpy(isa):
     ("float8_e5m2", 1 + 2.0**-3 + 2.0**-40, 1.25),
     ("bfloat16", 1 + 2.0**-8 + 2.0**-30, 1.0078125),
 ])
-def test_ml_dtypes_double_rounds_from_float64(name, x, exact):
-    """ml_dtypes converts float64 through float32 (two roundings) and gets these wrong;
-    lowp rounds once. The exact answers: the inputs lie above the midpoint."""
+def test_float64_just_above_a_midpoint_rounds_once(name, x, exact):
+    """Through float32 these inputs become the midpoint and round to even (ml_dtypes
+    before 0.7 converted float64 that way); rounded once from float64, they round up."""
     t = getattr(ml_dtypes, name)
-    assert float(np.array([x]).astype(t).astype(np.float64)[0]) != exact  # ml_dtypes: the tie, to even
+    assert float(np.array([np.float32(x)]).astype(t).astype(np.float64)[0]) != exact  # the two roundings
     assert lowp.round(np.array([x]), name)[0] == exact
     assert lowp.cast(np.array([x]), t).astype(np.float64)[0] == exact
 

@@ -948,3 +948,97 @@ def test_tuple_arguments_are_the_scipy_forms(cls):
     x = [[1.0, 0.0], [0.0, 2.0]]
     for d in (x, np.array(x)):
         np.testing.assert_array_equal(cls(d).to_dense(), sp.csr_array(d).toarray())
+
+
+# -- byte order, wide integers, huge shapes, transposed input to prune ---------------------------
+
+@pytest.mark.parametrize("dt,want", [(">f4", np.float32), (">f8", np.float32), (">f2", np.float16),
+                                     (np.dtype(lowp.bfloat16).newbyteorder(">"), lowp.bfloat16)])
+@pytest.mark.parametrize("form", ["dense", "scipy", "coo", "csr"])
+def test_big_endian_values_are_read_by_value(dt, want, form):
+    d = np.array([[1.5, 0.0], [0.0, -2.0]])
+    big = d.astype(np.dtype(want)).astype(dt) if form == "dense" else np.array([1.5, -2.0]).astype(np.dtype(want)).astype(dt)
+    if form == "dense":
+        M = sparse.CSR.from_dense(big)
+    elif form == "scipy":
+        M = sparse.CSR.from_scipy(sp.csr_array((big.astype(np.dtype(want)).astype(np.float32).astype(
+            ">f4" if dt != ">f8" else ">f8"), [0, 1], [0, 1, 2]), shape=(2, 2)))
+        want = np.float32
+    elif form == "coo":
+        M = sparse.COO((big, (np.array([0, 1]), np.array([0, 1]))), shape=(2, 2))
+    else:
+        M = sparse.CSR((big, np.array([0, 1]), np.array([0, 1, 2])), shape=(2, 2))
+    assert M.dtype == np.dtype(want)
+    np.testing.assert_array_equal(M.to_dense().astype(np.float64), d)
+    np.testing.assert_array_equal(M @ np.ones(2, np.float32), [1.5, -2.0])
+
+
+def test_wide_integers_round_once_into_the_values():
+    """int64 beyond 2^53 rounds once from its exact value (not through float64)."""
+    x = 2**54 + 2**30 + 1  # float64 rounds it to 2^54, a float32 midpoint's side
+    assert int(sparse.CSR.from_dense(np.array([[x]], np.int64)).data[0]) == int(np.array([x]).astype(np.float32)[0]) == 2**54 + 2**31
+    y = 2**60 + 2**52 + 1  # just past a bf16 midpoint, which float64 drops
+    want = float(lowp.round(np.array([y]), "bf16")[0])
+    assert want == 2.0**60 * (1 + 2**-7)
+    assert float(sparse.CSR.from_dense(np.array([[y]], np.int64), dtype=lowp.bfloat16).data[0]) == want
+    M = sparse.CSR((np.array([y], np.int64), np.array([0]), np.array([0, 1])), shape=(1, 1), dtype=lowp.bfloat16)
+    assert float(M.data[0]) == want
+
+
+@pytest.mark.parametrize("rows,col_shape", [((0, 4), 2**62), ((0, 2), 2**62), ((2, 0), 2**62)])
+def test_huge_shapes_keep_entries_apart(rows, col_shape):
+    """Sorting on (row, col) must not wrap: a key row * n + col passes 2^63 here."""
+    r = np.array(rows)
+    C = sparse.COO((np.array([1.0, 2.0], np.float32), (r, np.array([0, 0]))), shape=(5, col_shape))
+    assert C.has_canonical_format == bool(r[1] > r[0])
+    S = C.tocsr().to_scipy().tocoo()
+    got = sorted(zip(S.row.tolist(), S.col.tolist(), S.data.tolist()))
+    assert got == sorted(zip(r.tolist(), [0, 0], [1.0, 2.0]))
+    B = sparse.BSR.from_scipy(C.to_scipy(), blocksize=(1, 1))
+    assert sorted(zip(*(a.tolist() for a in (B.to_scipy().tocoo().row, B.to_scipy().tocoo().data)))) == \
+        sorted(zip(r.tolist(), [1.0, 2.0]))
+
+
+@pytest.mark.parametrize("shape", [(3, 2**63), (2**64, 3), (3, 2**70)])
+def test_shapes_past_int64_raise_valueerror(shape):
+    with pytest.raises(ValueError, match="shape"):
+        sparse.COO((np.ones(1, np.float32), (np.array([0]), np.array([0]))), shape=shape)
+    with pytest.raises(ValueError, match="shape"):
+        sparse.CSR((np.ones(1, np.float32), np.array([0]), np.zeros(shape[0] + 1 if shape[0] < 10 else 2, np.int64)),
+                   shape=shape)
+
+
+@pytest.mark.parametrize("view", [lambda x: x.T, np.asfortranarray, lambda x: x[:, ::-1], lambda x: x[::-1].T])
+def test_prune_of_any_layout_matches_its_c_copy(view):
+    x = np.random.default_rng(3).standard_normal((6, 5)).astype(np.float32)
+    v = view(x)
+    np.testing.assert_array_equal(sparse.prune(v, 0.5), sparse.prune(np.ascontiguousarray(v), 0.5))
+    assert np.count_nonzero(sparse.prune(v, 0.5)) == v.size - 15
+
+
+@pytest.mark.parametrize("cls,kw", [(sparse.CSR, {"dtyp": lowp.bfloat16}), (sparse.CSC, {"foo": 1}),
+                                    (sparse.COO, {"blocksize": (2, 2)}), (sparse.NM, {"blocksize": (2, 2)}),
+                                    (sparse.BSR, {"n": 2})])
+def test_conversions_refuse_unknown_keywords(cls, kw):
+    d = np.eye(4, dtype=np.float32)
+    name = next(iter(kw))
+    with pytest.raises(TypeError, match=name):
+        cls.from_dense(d, **kw)
+    with pytest.raises(TypeError, match=name):
+        cls.from_scipy(sp.csr_array(d), **kw)
+
+
+def test_nm_from_scipy_takes_n_and_m():
+    S = sp.csr_array(np.array([[1, 0, 2, 0, 0, 5], [0, 3, 0, 0, 4, 0]], np.float32))
+    M = sparse.NM.from_scipy(S, n=1, m=2)
+    assert (M.n, M.m) == (1, 2)
+    np.testing.assert_array_equal(M.to_dense(), S.toarray())
+    with pytest.raises(ValueError, match="n: row 0"):
+        sparse.NM.from_scipy(S, n=1, m=3)
+
+
+def test_messages_name_the_argument():
+    with pytest.raises(TypeError, match="^x: unsupported dtype complex128"):
+        sparse.CSR.from_dense(np.ones((3, 3), complex))
+    with pytest.raises(TypeError, match="^dtype: .*complex64.*accepted: float32, float16, int8"):
+        sparse.CSR.from_dense(np.ones((3, 3)), dtype=np.complex64)

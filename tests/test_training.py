@@ -531,3 +531,129 @@ def test_unknown_preset():
         preset("fp8")
     with pytest.raises(ValueError, match="name"):
         QuantConfig.preset("bf16x")
+
+
+# -- LossScaler: unscale, then step; several groups; saved states --------------------------------
+
+class _Recorder:
+    def __init__(self):
+        self.seen = []
+
+    def step(self, grads):
+        self.seen.append([g.copy() for g in grads])
+
+
+def test_step_after_unscale_divides_once():
+    """The clipping pattern (unscale, clip, step) must not divide twice."""
+    s = LossScaler(init_scale=1024.0)
+    g = [np.array([1024.0, -2048.0], np.float32)]
+    assert s.unscale(g)
+    g[0] *= np.float32(0.5)  # clipping in between
+    opt = _Recorder()
+    assert s.step(opt, g) is True
+    np.testing.assert_array_equal(opt.seen[0][0], [0.5, -1.0])
+    # The update cleared the record: the next step unscales again.
+    s.step(opt, [np.array([1024.0], np.float32)])
+    np.testing.assert_array_equal(opt.seen[1][0], [1.0])
+
+
+def test_unscaling_an_array_twice_between_updates_raises():
+    s = LossScaler(init_scale=4.0)
+    g = np.array([8.0], np.float32)
+    s.unscale([g])
+    with pytest.raises(RuntimeError, match="already unscaled"):
+        s.unscale([g])
+    np.testing.assert_array_equal(g, [2.0])
+    s.update()
+    s.unscale([g])  # a new step
+    np.testing.assert_array_equal(g, [0.5])
+
+
+def test_an_inf_in_any_unscaled_group_skips_the_step():
+    s = LossScaler(init_scale=2.0)
+    g1, g2 = np.array([np.inf], np.float32), np.array([4.0], np.float32)
+    assert s.unscale([g1]) is False
+    assert s.unscale([g2]) is True  # this group alone is finite
+    opt = _Recorder()
+    assert s.step(opt, [g1, g2]) is False  # both already unscaled: nothing divided again
+    assert opt.seen == [] and s.scale == 1.0 and s.skipped_steps == 1
+    np.testing.assert_array_equal(g2, [2.0])
+
+
+def test_state_dict_round_trip_keeps_factors_and_checks_values():
+    a = LossScaler(init_scale=64.0, growth_factor=4.0, backoff_factor=0.25, growth_interval=3, min_scale=2.0)
+    a.update(True)
+    a.update(False)
+    b = LossScaler()
+    b.load_state_dict(a.state_dict())
+    assert (b.scale, b.growth_tracker, b.skipped_steps) == (16.0, 1, 1)
+    assert (b.growth_factor, b.backoff_factor, b.growth_interval, b.min_scale) == (4.0, 0.25, 3, 2.0)
+    # A state below min_scale would make the next backoff raise the scale.
+    with pytest.raises(ValueError, match=r"state\['scale'\]"):
+        LossScaler(init_scale=8.0, min_scale=4.0).load_state_dict({"scale": 1.0, "growth_tracker": 0})
+    with pytest.raises(ValueError, match="growth_tracker"):
+        LossScaler().load_state_dict({"scale": 1.0})
+    before = LossScaler(init_scale=8.0)
+    with pytest.raises(ValueError, match="growth_interval"):
+        before.load_state_dict({"scale": 2.0, "growth_tracker": 0, "growth_interval": 0})
+    assert before.scale == 8.0  # nothing changed
+
+
+def test_tracker_past_the_interval_grows_at_the_next_clean_step():
+    """A checkpoint from a longer interval: the scale still grows (it used to never again)."""
+    s = LossScaler(init_scale=2.0, growth_interval=3)
+    s.load_state_dict({"scale": 2.0, "growth_tracker": 5})
+    s.update(False)
+    assert s.scale == 4.0 and s.growth_tracker == 0
+    for _ in range(3):
+        s.update(False)
+    assert s.scale == 8.0
+
+
+# -- integer formats are refused where no scale exists --------------------------------------------
+
+@pytest.mark.parametrize("field", ["forward", "backward", "weights", "accumulate"])
+def test_quant_config_refuses_integer_formats(field):
+    with pytest.raises(ValueError, match=field):
+        QuantConfig(**{field: "int8"})
+
+
+def test_optimizer_refuses_integer_weight_format():
+    with pytest.raises(ValueError, match="weight_format"):
+        SGD([np.ones(2, np.float32)], 0.1, weight_format="int8")
+
+
+# -- a diverged weight stays visible in the working copy ------------------------------------------
+
+@pytest.mark.parametrize("fmt,want", [("float16", np.inf), ("bf16", np.inf), ("e5m2", np.inf),
+                                      ("e4m3fn", np.nan), ("posit16", np.nan)])
+@pytest.mark.parametrize("master", [True, False])
+def test_infinite_update_is_not_saturated_into_a_finite_weight(fmt, want, master):
+    p = [np.ones(3, np.float32)]
+    o = SGD(p, 1.0, weight_format=fmt, master_weights=master, seed=0)
+    with np.errstate(over="ignore", invalid="ignore"):
+        o.step([np.array([-np.inf, 1.0, -1e30], np.float32)])
+    if np.isnan(want):
+        assert np.isnan(p[0][0])
+    else:
+        assert p[0][0] == np.inf
+    assert p[0][1] == 0.0
+    # A finite update past the format's range still saturates, as documented.
+    f = lowp.format(fmt)
+    assert p[0][2] == (float(f.max) if f.max < 1e30 else pytest.approx(1e30, rel=2**-7))
+
+
+# -- Fp8Scaling.record names its argument ---------------------------------------------------------
+
+@pytest.mark.parametrize("bad,err", [("x", TypeError), (np.array([1.0, 2.0]), TypeError), (True, TypeError),
+                                     (None, TypeError), (-1.0, ValueError)])
+def test_fp8_record_rejects_bad_amax(bad, err):
+    with pytest.raises(err, match="amax"):
+        Fp8Scaling().record(bad)
+
+
+def test_fp8_record_takes_numpy_and_lowp_scalars():
+    s = Fp8Scaling(power_of_two=False)
+    s.record(lowp.bfloat16(4.0))
+    s.record(np.array(2.0))
+    assert s.scale == 448.0 / 4.0

@@ -326,3 +326,19 @@ def test_object_arrays_of_big_ints_are_refused():
             lowp.ulp(bad, "float64")
         with pytest.raises(TypeError, match="^y: .*Python objects"):
             lowp.nextafter(1.0, bad, "bf16")
+
+
+@pytest.mark.parametrize("x,y,fmt,want", [
+    (2.0**-24, 0.0, "float16", 0.0), (-2.0**-24, 0.0, "float16", -0.0), (2.0**-24, -1.0, "float16", 0.0),
+    (-2.0**-24, 1.0, "float16", -0.0), (2.0**-133, 0.0, "bf16", 0.0), (-2.0**-133, 0.0, "bf16", -0.0),
+    (2.0**-10, 0.0, "e4m3fnuz", 0.0), (-2.0**-10, 0.0, "e4m3fnuz", 0.0), (-2.0**-10, 1.0, "e4m3fnuz", 0.0),
+    (-1.0, 0.0, "int8", 0.0), (0.0, -0.0, "float16", -0.0), (-0.0, 0.0, "float16", 0.0)])
+def test_nextafter_onto_zero_keeps_xs_side(x, y, fmt, want):
+    """As numpy's nextafter: a step onto zero lands on x's zero (formats without -0: +0)."""
+    got = lowp.nextafter(x, y, fmt)
+    assert got == 0 and np.signbit(got) == np.signbit(want)
+    if fmt == "float16" and x != y:  # (equal: C's nextafter returns y, numpy's float16 x)
+        ref = np.nextafter(np.float16(x), np.float16(y))
+        assert np.signbit(ref) == np.signbit(got)
+    posit = lowp.nextafter(-lowp.format("posit8").min_subnormal, 0.0, "posit8")
+    assert posit == 0 and not np.signbit(posit)

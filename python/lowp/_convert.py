@@ -135,7 +135,7 @@ def _round_exact(v: Fraction, fmt: FloatFormat, rounding: str) -> float:
         # Overflow: what the core makes of a value past the largest in this mode.
         inf = rounding in ("nearest_even", "nearest_away") or (rounding == "up" and not neg) or (rounding == "down" and neg)
         return -math.inf if neg and inf else math.inf if inf else math.copysign(fmt.max, -1.0 if neg else 1.0)
-    return float(-c if neg else c)
+    return math.copysign(float(c), -1.0 if neg else 1.0)  # (a zero keeps v's sign)
 
 
 def _as_float_array(x: Any, arg: str = "x", fmt: Optional[Format] = None, rounding: Optional[str] = None) -> np.ndarray:
@@ -167,7 +167,9 @@ def _as_float_array(x: Any, arg: str = "x", fmt: Optional[Format] = None, roundi
         return _wide_exact(a, fmt, rounding, lambda v: int(v))
     if dt.kind in "iub":
         return a.astype(np.float64)
-    if dt.kind == "f" and fmt is not None and _significand_bits(fmt) <= 51:  # longdouble
+    if dt.kind == "f" and fmt is not None and _significand_bits(fmt) <= 51 and _unit_exp(fmt) >= -1072:  # longdouble
+        # (Rounded to odd, float64 keeps two bits below the format's finest unit, also on
+        # its own subnormal grid of 2^-1074: formats whose unit is finer go the exact way.)
         return _longdouble_to_f64_odd(_contiguous(a))
     if dt.kind == "f" and fmt is not None and rounding is not None:
         return _wide_exact(a, fmt, rounding, lambda v: Fraction(*v.as_integer_ratio()) if np.isfinite(v) else None)
@@ -175,6 +177,14 @@ def _as_float_array(x: Any, arg: str = "x", fmt: Optional[Format] = None, roundi
         return a.astype(np.float64)
     raise TypeError(f"{arg}: unsupported dtype {dt}; accepted: float16/32/64, integers, bool, "
                     f"and the low-precision dtypes of lowp and ml_dtypes")
+
+
+def _unit_exp(f: Format) -> int:
+    """The exponent of the finest step between values of ``f`` (floats: of the subnormal
+    grid, or of the smallest binade without subnormals)."""
+    if isinstance(f, FloatFormat):
+        return f.emin - f.man_bits
+    return math.frexp(float(f.min_subnormal))[1] - 1 if f.min_subnormal else 0
 
 
 def _significand_bits(f: Format) -> int:
@@ -222,11 +232,19 @@ def _raise_nan(f: Format) -> None:
 
 def round(x: Any, fmt: Any, rounding: str = "nearest_even", *, saturate: bool = False, subnormals: bool = True,
           seed: SeedLike = None, rbits: Optional[int] = None, out: Optional[np.ndarray] = None) -> np.ndarray:
-    """Round ``x`` to values representable in ``fmt``; the result has x's dtype (float32 or float64).
+    """Round ``x`` to values representable in ``fmt``, returned as float32 for float32 and
+    the inputs it holds exactly (float16, bf16, fp8, posit8/16) and as float64 for the
+    others (float64, integers, longdouble, posit32). From float32 into a format whose
+    range passes float32's, or of more than 24 significant bits, the values are given as
+    float32 holds them (infinities, zeros, float32's precision): pass float64, or use
+    :func:`encode`.
 
-    Rounding from float64 is correct rounding (never through float32). ``subnormals=False``
-    flushes results below the smallest normal to 0 or the smallest normal (by ``rounding``).
-    Stochastic rounding with ``seed`` is reproducible at any thread count and on every path.
+    Rounding from float64 is correct rounding (never through float32). ``saturate`` clamps
+    results (infinities included) to +-max; ``subnormals=False`` flushes results below the
+    smallest normal to 0 or the smallest normal (by ``rounding``). Stochastic rounding uses
+    ``rbits`` random bits (default 32 for float32 input, 64 for float64) drawn from ``seed``
+    (an int or a numpy Generator) and is reproducible at any thread count and on every
+    path. ``out``: an array of the result's shape and dtype to write into.
     """
     f, r, sat = _prepare(fmt, rounding, saturate)
     if not isinstance(subnormals, (bool, np.bool_)):
@@ -248,7 +266,8 @@ def round(x: Any, fmt: Any, rounding: str = "nearest_even", *, saturate: bool = 
 
 def encode(x: Any, fmt: Any, rounding: str = "nearest_even", *, saturate: bool = False, seed: SeedLike = None,
            rbits: Optional[int] = None, out: Optional[np.ndarray] = None) -> np.ndarray:
-    """Round ``x`` into ``fmt`` and return the encodings as uint8/16/32/64 (by ``fmt.bits``)."""
+    """Round ``x`` into ``fmt`` and return the encodings as uint8/16/32/64 (by ``fmt.bits``).
+    ``rounding``, ``saturate``, ``seed``, ``rbits`` and ``out`` as for :func:`round`."""
     f, r, sat = _prepare(fmt, rounding, saturate)
     a = _as_float_array(x, fmt=f, rounding=r)
     key = _seed_word(seed, r)
@@ -304,8 +323,8 @@ def cast(x: Any, dtype: Any, rounding: str = "nearest_even", *, saturate: bool =
     if isinstance(dtype, str):
         try:
             dtype = _format(dtype)  # a format name ("bf16", "e4m3fn", ...)
-        except ValueError as e:
-            raise ValueError(f"dtype: {e}".replace("dtype: fmt: ", "dtype: ")) from None
+        except (TypeError, ValueError) as e:
+            raise type(e)(f"dtype: {e}".replace("dtype: fmt: ", "dtype: ")) from None
     if isinstance(dtype, Format):
         f = dtype
         dt = f.dtype

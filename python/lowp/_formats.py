@@ -213,7 +213,8 @@ class FloatFormat(Format):
         return self._spec[6]
 
     def replace(self, **changes: Any) -> "FloatFormat":
-        """A copy with some parameters changed (``bias`` is recomputed unless given)."""
+        """A copy with some parameters changed (``bias`` is recomputed
+        when ``exp_bits`` or ``nan`` change, unless given; otherwise it is kept)."""
         kw = dict(bias=None if "nan" in changes or "exp_bits" in changes else self.bias, inf=self.inf or self.nan != "ieee",
                   nan=self.nan, subnormals=self.subnormals)
         args = dict(exp_bits=self.exp_bits, man_bits=self.man_bits)

@@ -6,8 +6,8 @@ inputs is ever made; float64 and posit32 inputs accumulate in float64; int8 x
 int8 accumulates exactly in int32. ``accumulate=<format>`` emulates a
 low-precision accumulator: every add is the exact sum rounded once.
 
-The ``@`` operator of lowp's dtypes is ``matmul(a, b, out_dtype=a.dtype)``:
-the float32 accumulators rounded once into the input dtype.
+The ``@`` operator of lowp's dtypes is ``matmul(a, b, out_dtype=np.result_type(a, b))``:
+the float32 accumulators rounded once into the operands' common dtype.
 """
 
 from __future__ import annotations
@@ -451,6 +451,7 @@ def qmatmul(qa: QuantizedArray, qb: QuantizedArray, *, out_dtype: Any = np.float
 
     Quantization along the inner dimension does not factor out of the sum; those
     operands are dequantized to float32 and multiplied with float32 accumulation.
+    ``out_dtype``: float32 (also for None), float64, float16 or a low-precision dtype.
     """
     for q, arg in ((qa, "qa"), (qb, "qb")):
         if not isinstance(q, QuantizedArray):
@@ -459,7 +460,7 @@ def qmatmul(qa: QuantizedArray, qb: QuantizedArray, *, out_dtype: Any = np.float
             raise TypeError(f"{arg}: values must be int8, got {q.values.dtype}")
         if q.values.ndim != 2:
             raise ValueError(f"{arg}: expected a 2-D QuantizedArray, got shape {q.values.shape}")
-    target = _target_dtype(out_dtype, "out_dtype")
+    target = _target_dtype(np.float32 if out_dtype is None else out_dtype, "out_dtype")
     A, B = qa.values, qb.values
     if A.shape[1] != B.shape[0]:
         raise ValueError(f"qb: shape mismatch: qa has shape {A.shape} and qb has shape {B.shape}")

@@ -13,6 +13,7 @@ __all__ = ["quantize", "QuantizedArray"]
 
 _F32_TINY = float(np.finfo(np.float32).tiny)  # smallest normal
 _F32_TINIEST = float(np.finfo(np.float32).smallest_subnormal)
+_F32_MAX = float(np.finfo(np.float32).max)
 
 
 class QuantizedArray:
@@ -58,20 +59,25 @@ class QuantizedArray:
 
 def _calibrate(a: np.ndarray, calibration: Any, reduce_axes: Optional[tuple], symmetric: bool) -> tuple[np.ndarray, np.ndarray]:
     """(lo, hi) of the range to map, reduced over ``reduce_axes`` (None: everything)."""
+    # An empty array maps nothing: zeros, one per index along the kept axis.
+    empty = np.zeros(np.sum(a, axis=reduce_axes).shape) if not a.size else None
     if isinstance(calibration, str) and calibration == "max":
+        if empty is not None:
+            return empty, empty
         if symmetric:
-            hi = np.max(np.abs(a), axis=reduce_axes) if a.size else np.zeros(())
+            hi = np.max(np.abs(a), axis=reduce_axes)
             return -hi, hi
-        if not a.size:
-            return np.zeros(()), np.zeros(())
         return np.min(a, axis=reduce_axes), np.max(a, axis=reduce_axes)
     if (isinstance(calibration, (tuple, list)) and len(calibration) == 2 and calibration[0] == "percentile"):
         p = calibration[1]
         if isinstance(p, bool) or not isinstance(p, (int, float, np.integer, np.floating)) or not 0 < float(p) <= 100:
             raise ValueError(f"calibration: percentile must be in (0, 100], got {p!r}")
         p = float(p)
-        if not a.size:
-            return np.zeros(()), np.zeros(())
+        if not symmetric and p < 50:
+            raise ValueError(f"calibration: an asymmetric range keeps the values between the percentiles 100 - p "
+                             f"and p, so p must be in [50, 100], got {p!r}")
+        if empty is not None:
+            return empty, empty
         if symmetric:
             hi = np.percentile(np.abs(a), p, axis=reduce_axes)
             return -hi, hi
@@ -95,6 +101,9 @@ def quantize(x: Any, fmt: Union[str, IntFormat] = "int8", *, axis: Optional[int]
     above float32's largest value, or values spanning less than its smallest positive
     value, 2**-149) raises ValueError. An all-zero range gives scale 1.
     """
+    if not isinstance(symmetric, (bool, np.bool_)):
+        raise TypeError(f"symmetric: expected a bool, got {type(symmetric).__name__}")
+    symmetric = bool(symmetric)
     f = _format(fmt)
     if not isinstance(f, IntFormat) or not f.signed:
         raise ValueError(f"fmt: expected a signed integer format such as 'int8', got {f!r}")
@@ -115,7 +124,7 @@ def quantize(x: Any, fmt: Union[str, IntFormat] = "int8", *, axis: Optional[int]
         reduce_axes = None
     qmax = (1 << (f.bits - 1)) - 1
     qmin = -qmax if symmetric else -qmax - 1
-    lo, hi = _calibrate(a, calibration, reduce_axes, bool(symmetric))
+    lo, hi = _calibrate(a, calibration, reduce_axes, symmetric)
     lo = np.minimum(np.asarray(lo, np.float64), 0.0)
     hi = np.maximum(np.asarray(hi, np.float64), 0.0)
     if symmetric:
@@ -124,7 +133,7 @@ def quantize(x: Any, fmt: Union[str, IntFormat] = "int8", *, axis: Optional[int]
     else:
         scale = (hi - lo) / (qmax - qmin)
     scale = np.where(scale > 0, scale, 1.0)
-    if (scale > float(np.finfo(np.float32).max)).any():
+    if (scale > _F32_MAX).any():
         raise ValueError(f"x: values up to {max(abs(float(np.min(lo))), float(np.max(hi))):g} need a scale beyond "
                          f"float32's range (scales are stored as float32)")
     span = hi if symmetric else hi - lo
@@ -140,6 +149,10 @@ def quantize(x: Any, fmt: Union[str, IntFormat] = "int8", *, axis: Optional[int]
     # calibrated range still fits in [qmin, qmax].
     up = (s32.astype(np.float64) < scale) & (scale < _F32_TINY)
     s32 = np.where(up, np.nextafter(s32, np.float32(np.inf)), s32)
+    # Rounded up at the top of float32's range, qmax steps would pass its largest value:
+    # rounded down instead, the largest values land a fraction of a step past qmax.
+    down = s32.astype(np.float64) * qmax > _F32_MAX
+    s32 = np.where(down, np.nextafter(s32, np.float32(0)), s32)
     scale = s32.astype(np.float64)
     scale = np.where(np.isfinite(scale) & (scale > 0), scale, 1.0)
     if not symmetric:
@@ -153,7 +166,14 @@ def quantize(x: Any, fmt: Union[str, IntFormat] = "int8", *, axis: Optional[int]
     if f.bits < 8 * vals.dtype.itemsize:  # sign-extend narrower formats
         sh = 8 * vals.dtype.itemsize - f.bits
         vals = (vals << sh) >> sh
-    vals = np.clip(vals, qmin, qmax).astype(vals.dtype)
+    # Where the scale rounded up (or the zero point by half a step) at the top of float32's
+    # range, the extreme codes would dequantize past float32's largest value: those are
+    # clipped to the last code whose value is finite, so dequantize() never returns inf.
+    steps = np.floor(_F32_MAX / scale)
+    steps = np.where(steps * scale > _F32_MAX, steps - 1, steps)
+    cmin = np.maximum(qmin, zp - steps).reshape(shape) if a.ndim else np.maximum(qmin, zp - steps)
+    cmax = np.minimum(qmax, zp + steps).reshape(shape) if a.ndim else np.minimum(qmax, zp + steps)
+    vals = np.clip(vals, cmin, cmax).astype(vals.dtype)
     if axis is None:
         return QuantizedArray(vals, np.float32(scale), np.int32(zp), None, f)
     return QuantizedArray(vals, scale.astype(np.float32), zp.astype(np.int32), axis, f)

@@ -67,7 +67,8 @@ def _target_format(dtype: Any) -> Optional[Format]:
         try:
             f = _format(dtype)
         except (TypeError, ValueError) as e:
-            raise TypeError(f"dtype: {e}") from None
+            raise TypeError(f"dtype: {str(e).split(': ', 1)[-1].split('; ', 1)[0]}; accepted: float32, float16, "
+                            "int8, and low-precision dtypes or formats (bf16, fp8, posits)") from None
     if f._spec == _FMT_F32._spec:
         return None
     if f.bits > 32 or (f.bits > 16 and f.storage_dtype.itemsize > 4):
@@ -75,8 +76,15 @@ def _target_format(dtype: Any) -> Optional[Format]:
     return f
 
 
-def _source_format(dt: np.dtype) -> Optional[Format]:
+def _native(a: np.ndarray) -> np.ndarray:
+    """``a`` in the machine's byte order (a swapped copy of a big-endian array)."""
+    return a if a.dtype.isnative else a.astype(a.dtype.newbyteorder("="))
+
+
+def _source_format(dt: np.dtype, arg: str = "data") -> Optional[Format]:
     """The format already held by an array of dtype ``dt`` (None: store as float32)."""
+    if not dt.isnative:
+        dt = dt.newbyteorder("=")
     if dt == np.float32 or dt == np.float64 or dt.kind in "bu" or (dt.kind == "i" and dt != np.int8):
         return None
     if dt == np.float16 or dt == np.int8:
@@ -84,24 +92,26 @@ def _source_format(dt: np.dtype) -> Optional[Format]:
     try:
         return _format(dt)
     except (TypeError, ValueError):
-        raise TypeError(f"data: unsupported dtype {dt}; accepted: float32/64, float16, int8, integers, "
+        raise TypeError(f"{arg}: unsupported dtype {dt}; accepted: float32/64, float16, int8, integers, "
                         "and the low-precision dtypes of lowp and ml_dtypes") from None
 
 
 def _encode_values(x: np.ndarray, fmt: Optional[Format], rounding: str = "nearest_even", saturate: bool = False,
                    seed: Any = None) -> np.ndarray:
     """Values ``x`` (any supported dtype) stored in ``fmt``: float32 values or codes."""
+    x = _native(x)
     src = _source_format(x.dtype)
     if src is not None and fmt is not None and src._spec == fmt._spec:
         return _contig(x).view(fmt.storage_dtype)
     if fmt is None:
         if x.dtype == np.float32:
             return _contig(x)
-        xf = _as_float_array(x, "data")
-        if rounding == "nearest_even":
-            return xf.astype(np.float32)
-        return _round(xf.astype(np.float64), _FMT_F32, rounding, saturate=saturate, seed=seed).astype(np.float32)
-    xf = _as_float_array(x, "data")
+        if x.dtype == np.float64 and rounding == "nearest_even":
+            return x.astype(np.float32)
+        # (Integers beyond 2^53 round once from their exact value, not through float64.)
+        return _round(x, _FMT_F32, rounding, saturate=saturate, seed=seed).astype(np.float32)
+    # (Integers go in as they are: those beyond 2^53 round once from their exact value.)
+    xf = x if x.dtype.kind in "iu" else _as_float_array(x, "data")
     return encode(xf, fmt, rounding, saturate=saturate, seed=seed)
 
 
@@ -176,6 +186,13 @@ def _compact_pair(a: np.ndarray, b: np.ndarray, maxval: int) -> tuple[np.ndarray
     return _contig(a, dtype=dt), _contig(b, dtype=dt)
 
 
+def _pair_starts(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """For pairs (a[i], b[i]) sorted on a then b: where each distinct pair starts."""
+    first = np.ones(a.size, bool)
+    first[1:] = (a[1:] != a[:-1]) | (b[1:] != b[:-1])
+    return first
+
+
 def _check_shape(shape: Any) -> tuple[int, int]:
     try:
         m, n = (operator_index(s) for s in shape)
@@ -183,6 +200,8 @@ def _check_shape(shape: Any) -> tuple[int, int]:
         raise ValueError(f"shape: expected two non-negative ints, got {shape!r}") from None
     if m < 0 or n < 0:
         raise ValueError(f"shape: expected two non-negative ints, got {shape!r}")
+    if m >= 1 << 63 or n >= 1 << 63:
+        raise ValueError(f"shape: dimensions must be below 2**63 (int64 indices), got {shape!r}")
     return m, n
 
 
@@ -280,6 +299,7 @@ class _Sparse:
 
     __array_ufunc__ = None  # numpy defers `ndarray @ M` to M.__rmatmul__
     format: str = ""
+    _structure_kw: tuple[str, ...] = ()  # keyword arguments of from_dense/from_scipy beside dtype
 
     _v: np.ndarray
     _fmt: Optional[Format]
@@ -423,7 +443,8 @@ class _Sparse:
         raise NotImplementedError
 
     def matmul(self, x: Any, *, transpose: bool = False) -> np.ndarray:
-        """``self @ x`` (or ``self.T @ x``) for a dense vector or matrix ``x``; float32 result."""
+        """``self @ x`` (or ``self.T @ x``) for a dense vector or matrix ``x``; float32 result.
+        ``x`` is read as float32 (a float64 or integer ``x`` is rounded to float32 first)."""
         return self._matmul(x, bool(transpose))
 
     def __matmul__(self, x: Any) -> Any:
@@ -566,18 +587,31 @@ class _Sparse:
     @classmethod
     def from_dense(cls, x: Any, dtype: Any = None, **kw: Any) -> "_Sparse":
         """Compress the nonzeros of the 2-D ``x``; ``dtype`` (None: keep x's low-precision dtype,
-        float32 otherwise) rounds the values to nearest even."""
+        float32 otherwise) rounds the values to nearest even. BSR takes ``blocksize`` (a pair
+        dividing the shape; default from the shape), NM takes ``n`` and ``m`` (default 2:4)."""
+        cls._check_kw(kw)
         coo = COO._from_dense(x, dtype)
         return cls._from_coo(coo, **kw) if cls is not COO else coo
 
     @classmethod
-    def from_scipy(cls, m: Any, dtype: Any = None, **kw: Any) -> "_Sparse":
+    def from_scipy(cls, m: Any, /, dtype: Any = None, **kw: Any) -> "_Sparse":
         """From a scipy.sparse matrix or array. float32 (or int8/low-precision ``dtype`` equal to
-        the data's) arrays of the same format are shared, not copied."""
+        the data's) arrays of the same format are shared, not copied. ``blocksize`` (BSR) and
+        ``n``, ``m`` (NM) as for :meth:`from_dense`."""
         if not _is_scipy_sparse(m):
             raise TypeError(f"m: expected a scipy.sparse matrix or array, got {type(m).__name__}")
+        cls._check_kw(kw)
         _check_scipy(m)
         return cls._from_scipy(m, dtype, **kw)
+
+    @classmethod
+    def _check_kw(cls, kw: dict) -> None:
+        """Keyword arguments of a conversion: the structure's own (BSR: blocksize; NM: n, m)."""
+        for k in kw:
+            if k not in cls._structure_kw:
+                accepted = ", ".join(("dtype",) + cls._structure_kw)
+                raise TypeError(f"{k}: unexpected keyword argument for {cls.__name__}.from_dense/from_scipy "
+                                f"(accepted: {accepted})")
 
     @classmethod
     def _from_coo(cls, coo: "COO", *a: Any, **kw: Any) -> Any:
@@ -722,9 +756,8 @@ class COO(_Sparse):
 
     def _is_canonical(self) -> bool:
         if self._canonical is None:
-            n = self._shape[1]
-            key = self._row.astype(np.int64) * max(n, 1) + self._col
-            self._canonical = bool(np.all(key[1:] > key[:-1]))
+            r, c = self._row, self._col
+            self._canonical = bool(np.all((r[1:] > r[:-1]) | ((r[1:] == r[:-1]) & (c[1:] > c[:-1]))))
         return self._canonical
 
     def sum_duplicates(self) -> "COO":
@@ -737,15 +770,12 @@ class COO(_Sparse):
         """:meth:`sum_duplicates` of validated index arrays."""
         if self._is_canonical():
             return self
-        n = self._shape[1]
-        key = self._row.astype(np.int64) * max(n, 1) + self._col
-        order = np.argsort(key, kind="stable")
-        ks = key[order]
-        first = np.ones(ks.size, bool)
-        first[1:] = ks[1:] != ks[:-1]
+        # (Sorted on the pair: a key row * n + col would wrap past 2^63 elements.)
+        order = np.lexsort((self._col, self._row))
+        first = _pair_starts(self._row[order], self._col[order])
         starts = np.flatnonzero(first)
         v = self._v[order]
-        if starts.size != ks.size:
+        if starts.size != order.size:
             vals = _decode_values(v, self._fmt)
             sums = np.add.reduceat(vals, starts) if starts.size else vals[:0]
             if self._fmt is None:
@@ -780,10 +810,10 @@ class COO(_Sparse):
         scale = 1.0
         if q is not None:
             x, scale = q
-        a = x if isinstance(x, np.ndarray) else np.asarray(x)
+        a = _native(x if isinstance(x, np.ndarray) else np.asarray(x))
         if a.ndim != 2:
             raise ValueError(f"x: must be 2-D, got shape {a.shape}")
-        src = _source_format(a.dtype)
+        src = _source_format(a.dtype, "x")
         fmt = src if dtype is None else _target_format(dtype)
         if src is not None and fmt is not None and src._spec == fmt._spec:
             codes = _contig(a).view(fmt.storage_dtype)
@@ -795,7 +825,7 @@ class COO(_Sparse):
             if fmt is None:
                 af = af.astype(np.float32) if af.dtype != np.float32 else af
             row, col = np.nonzero(af)
-            v = _encode_values(af[row, col], fmt)
+            v = _encode_values((a if a.dtype.kind in "iu" else af)[row, col], fmt)
             if fmt is not None:  # values that round to zero are not stored
                 keep = _decode_values(v, fmt) != 0
                 row, col, v = row[keep], col[keep], v[keep]
@@ -1042,6 +1072,7 @@ class BSR(_Sparse):
     ``(nblocks, br, bc)``; any block shape (4x4 and 8x8 have unrolled kernels)."""
 
     format = "bsr"
+    _structure_kw = ("blocksize",)
 
     def __init__(self, arg: Any, shape: Any = None, dtype: Any = None, blocksize: Any = None) -> None:
         if isinstance(arg, tuple) and len(arg) not in (2, 3):
@@ -1155,13 +1186,17 @@ class BSR(_Sparse):
         br, bc = _check_blocksize(_default_blocksize((m, n)) if blocksize is None else blocksize, (m, n))
         nbr, nbc = m // br, n // bc
         r, cl = c._row.astype(np.int64), c._col.astype(np.int64)
-        bkey = (r // br) * max(nbc, 1) + cl // bc
-        ukeys, inv = np.unique(bkey, return_inverse=True)
-        nb = ukeys.size
+        # Blocks in (block row, block column) order, sorted on the pair (a key
+        # brow * nbc + bcol would wrap past 2^63 blocks).
+        rb, cb = r // br, cl // bc
+        order = np.lexsort((cb, rb))
+        first = _pair_starts(rb[order], cb[order])
+        inv = np.empty(order.size, np.int64)
+        inv[order] = np.cumsum(first) - 1
+        brow, bcol = rb[order][first], cb[order][first]
+        nb = brow.size
         vals = np.zeros((nb, br, bc), c._v.dtype)  # code 0 is zero in every format
         vals[inv, r % br, cl % bc] = c._v
-        brow = ukeys // max(nbc, 1)
-        bcol = ukeys % max(nbc, 1)
         indptr = np.zeros(nbr + 1, np.int64)
         if nb:
             np.cumsum(np.bincount(brow, minlength=nbr), out=indptr[1:])
@@ -1248,6 +1283,7 @@ class NM(_Sparse):
     with data and positions of shape ``(rows, groups * n)``. ``M.T`` is a CSC matrix."""
 
     format = "nm"
+    _structure_kw = ("n", "m")
 
     def __init__(self, arg: Any, shape: Any = None, dtype: Any = None, n: int = 2, m: int = 4) -> None:
         n, m = _check_nm(n, m)
@@ -1377,7 +1413,7 @@ class NM(_Sparse):
         rank = np.arange(gkey.size) - start
         if rank.size and rank.max() >= n:
             bad = int(np.argmax(rank >= n))
-            raise ValueError(f"x: row {int(row[bad])}, columns {int(col[bad] // m * m)}..{int(col[bad] // m * m + m - 1)} "
+            raise ValueError(f"n: row {int(row[bad])}, columns {int(col[bad] // m * m)}..{int(col[bad] // m * m + m - 1)} "
                              f"hold more than n={n} nonzeros of every m={m}; use sparse.prune_nm first")
         slot = gkey * n + rank
         vals = np.zeros(rows * g * n, v.dtype if v.size else c._v.dtype)
@@ -1417,15 +1453,16 @@ def _magnitude(x: np.ndarray) -> np.ndarray:
 
 
 def prune(x: Any, sparsity: Any) -> np.ndarray:
-    """Zero the ``round(sparsity * x.size)`` entries of smallest magnitude (exactly that many;
-    among equal magnitudes the lower flat index goes first). Returns a new array of x's dtype."""
+    """Zero the ``floor(sparsity * x.size + 0.5)`` entries of smallest magnitude (exactly
+    that many: halves round up; among equal magnitudes the lower flat index, in C order,
+    goes first). Returns a new C-ordered array of x's dtype."""
     if isinstance(sparsity, (bool, np.bool_)) or not isinstance(sparsity, (numbers.Real, np.floating, np.integer)):
         raise TypeError(f"sparsity: expected a number in [0, 1], got {type(sparsity).__name__}")
     s = float(sparsity)
     if math.isnan(s) or not 0.0 <= s <= 1.0:
         raise ValueError(f"sparsity: must be in [0, 1], got {sparsity!r}")
     a = x if isinstance(x, np.ndarray) else np.asarray(x)
-    out = np.array(a, copy=True)
+    out = np.array(a, copy=True, order="C")  # (so that its flat view below is one)
     k = int(math.floor(s * a.size + 0.5))
     if k == 0:
         return out

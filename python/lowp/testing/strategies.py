@@ -188,8 +188,8 @@ def midpoints(fmt: Any, *, allow_overflow: bool = True) -> st.SearchStrategy[flo
 
     These are not values of ``fmt``; rounding them to nearest exercises the tie rule.
     With ``allow_overflow`` the draws include the point half an ulp above the largest
-    finite value (a float's overflow threshold). Needs a format with at least two
-    fewer significand bits than float64 (every lowp format but float64 itself).
+    finite value (a float's overflow threshold). Needs a format with at least one
+    fewer significand bit than float64 (every lowp format but float64 itself).
     """
     f = _format(fmt)
     if isinstance(f, FloatFormat) and f.precision > 52:

@@ -64,15 +64,25 @@ def rounding(value: Any, name: str = "rounding") -> str:
     return value
 
 
-def fmt_or_none(value: Any, name: str) -> Optional[Format]:
-    """A Format, or None for plain float32."""
-    if value is None:
-        return None
+def real_format(value: Any, name: str, also: str = "") -> Format:
+    """A float or posit Format; integer formats (which hold no fractions without a
+    scale) are refused with a message naming ``name``."""
     try:
         f = _format(value)
     except (TypeError, ValueError) as e:
         msg = str(e).split(": ", 1)[-1]
-        raise type(e)(f"{name}: {msg}") from None
+        raise type(e)(f"{name}: {msg}{also}") from None
+    if not isinstance(f, (FloatFormat, PositFormat)):
+        raise ValueError(f"{name}: expected a float or posit format (an integer format needs a scale: "
+                         f"see lowp.quantize), got {f!r}{also}")
+    return f
+
+
+def fmt_or_none(value: Any, name: str) -> Optional[Format]:
+    """A float or posit Format, or None for plain float32."""
+    if value is None:
+        return None
+    f = real_format(value, name)
     if f.name == "float32":
         return None
     return f

@@ -5,12 +5,17 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Optional, Union
 
-from .._formats import Format, format as _format
+import numpy as np
+
+from .._formats import Format
 from . import _checks
 
 __all__ = ["QuantConfig", "PRESETS", "preset"]
 
 _ACC_NAMES = ("float32", "float64")
+
+# What lowp.format accepts: a Format, a name, a numpy/lowp/ml_dtypes dtype or scalar type.
+FormatLike = Union[str, Format, np.dtype, type]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,14 +40,16 @@ class QuantConfig:
       (:class:`Fp8Scaling`, ``margin`` and ``amax_history_len`` as there).
     """
 
-    forward: Optional[Format] = None
-    backward: Optional[Format] = None
-    weights: Optional[Format] = None
-    accumulate: Union[str, Format] = "float32"
+    # Formats are given as anything lowp.format takes (a Format, a name such as "bf16",
+    # a dtype) and stored as Formats (None: float32).
+    forward: Optional[FormatLike] = None
+    backward: Optional[FormatLike] = None
+    weights: Optional[FormatLike] = None
+    accumulate: FormatLike = "float32"
     chunk: Optional[int] = None
-    chunk_accumulate: Union[None, str, Format] = None
+    chunk_accumulate: Optional[FormatLike] = None
     accumulate_rounding: str = "nearest_even"
-    output: Optional[Format] = None
+    output: Optional[FormatLike] = None
     rounding: str = "nearest_even"
     weight_rounding: str = "stochastic"
     master_weights: bool = True
@@ -103,10 +110,7 @@ class QuantConfig:
 def _acc(value: Any, name: str) -> Union[str, Format]:
     if isinstance(value, str) and value in _ACC_NAMES:
         return value
-    try:
-        f = _format(value)
-    except (TypeError, ValueError) as e:
-        raise type(e)(f"{name}: {str(e).split(': ', 1)[-1]}; or 'float32', 'float64'") from None
+    f = _checks.real_format(value, name, "; or 'float32', 'float64'")
     if f.name in _ACC_NAMES:
         return f.name  # type: ignore[return-value]
     return f

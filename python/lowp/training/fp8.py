@@ -68,9 +68,17 @@ class Fp8Scaling:
         return np.array(self._history, dtype=np.float64)
 
     def record(self, amax: float) -> None:
-        """Record the amax of a cast and recompute the scale for the next one."""
-        a = float(amax)
-        if not math.isfinite(a) or a < 0:
+        """Record the amax of a cast and recompute the scale for the next one. A
+        non-finite amax (an overflowed step) is not recorded."""
+        try:
+            if isinstance(amax, (str, bytes, bool, np.bool_)) or np.ndim(amax) != 0:
+                raise TypeError
+            a = float(amax)
+        except (TypeError, ValueError):
+            raise TypeError(f"amax: expected a real number, got {type(amax).__name__}") from None
+        if a < 0:
+            raise ValueError(f"amax: an absolute maximum is >= 0, got {a}")
+        if not math.isfinite(a):
             return
         self._history.append(a)
         ref = max(self._history) if self.amax_compute == "max" else self._history[-1]

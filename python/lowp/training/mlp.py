@@ -145,7 +145,8 @@ class MLP:
             z = self._round(z + b, out_fmt)
             last = layer == self.n_layers - 1
             mask = None if last else z > 0
-            h = z if last else np.where(mask, z, np.float32(0))
+            # ReLU; a NaN passes through (as np.maximum does), so a diverged layer shows.
+            h = z if last else np.where(mask | np.isnan(z), z, np.float32(0))
             if training:
                 cache.append(_Cache(xq, sx, wq, sw, mask))
         if training:

@@ -70,7 +70,18 @@ class Optimizer:
             if self.weight_format is None:
                 p[...] = m
             else:
-                p[...] = _round(m, self.weight_format, self.rounding, saturate=True, seed=self._seed())
+                p[...] = self._rounded(m)
+
+    def _rounded(self, x: np.ndarray) -> np.ndarray:
+        """``x`` rounded into the weight format: finite values saturate at its largest
+        value; an infinite ``x`` (a diverged weight) stays visible as the format's
+        infinity, or NaN where it has none."""
+        assert self.weight_format is not None
+        r = _round(x, self.weight_format, self.rounding, saturate=True, seed=self._seed())
+        inf = np.isinf(x)
+        if inf.any() and _has_nan(self.weight_format):
+            r[inf] = _round(x[inf], self.weight_format, "nearest_even")
+        return r
 
     def _apply(self, i: int, update: np.ndarray) -> None:
         """``param_i -= update`` (update already includes the learning rate)."""
@@ -83,7 +94,7 @@ class Optimizer:
             return
         # Exact in float64 (both terms are float32), then rounded once into the format.
         new = p.astype(np.float64) - update.astype(np.float64)
-        p[...] = _round(new, self.weight_format, self.rounding, saturate=True, seed=self._seed())
+        p[...] = self._rounded(new)
 
     def step(self, grads: Sequence[np.ndarray]) -> None:
         """Apply one update from ``grads`` (one float array per parameter, same shapes)."""

@@ -27,12 +27,14 @@ class LossScaler:
 
     Typical step::
 
-        grads = model.grads(x, y, loss_scale=scaler.scale)
+        loss, grads = model.grads(x, y, loss_scale=scaler.scale)
         if scaler.unscale(grads):
             optimizer.step(grads)
         scaler.update()            # uses what unscale found
 
-    or simply ``scaler.step(optimizer, grads)``.
+    or simply ``scaler.step(optimizer, grads)``, which unscales only the gradients not
+    unscaled since the last :meth:`update` (so ``unscale``, clipping, then ``step``
+    divides once). Unscaling the same array twice between updates raises RuntimeError.
     """
 
     def __init__(self, init_scale: float = 2.0**16, growth_factor: float = 2.0, backoff_factor: float = 0.5,
@@ -45,6 +47,7 @@ class LossScaler:
         self.min_scale = _checks.number(min_scale, "min_scale", gt=0.0, le=self._scale)
         self._growth_tracker = 0
         self._found_inf: Optional[bool] = None
+        self._unscaled: list[np.ndarray] = []  # unscaled since the last update (held: ids stay unique)
         self.skipped_steps = 0
 
     @property
@@ -81,6 +84,9 @@ class LossScaler:
                                 f"{getattr(g, 'dtype', type(g).__name__)}")
             if not g.flags.writeable:
                 raise ValueError(f"grads[{i}]: must be writeable (unscaled in place)")
+            if any(g is u for u in self._unscaled):
+                raise RuntimeError(f"grads[{i}]: already unscaled since the last update(); dividing again "
+                                   f"would scale it down twice")
         finite = True
         scale = np.float64(self._scale)
         with np.errstate(over="ignore", invalid="ignore"):
@@ -91,7 +97,9 @@ class LossScaler:
                     g[...] = g.astype(np.float64) / scale
                 if finite and not np.isfinite(g).all():
                     finite = False
-        self._found_inf = not finite
+        self._unscaled.extend(gs)
+        # Several groups may be unscaled before one update: an inf in any skips the step.
+        self._found_inf = bool(self._found_inf) or not finite
         return finite
 
     def update(self, found_inf: Optional[bool] = None) -> None:
@@ -104,34 +112,60 @@ class LossScaler:
         elif not isinstance(found_inf, (bool, np.bool_)):
             raise TypeError(f"found_inf: expected a bool or None, got {type(found_inf).__name__}")
         self._found_inf = None
+        self._unscaled = []
         if found_inf:
             self._scale = max(self._scale * self.backoff_factor, self.min_scale)
             self._growth_tracker = 0
             self.skipped_steps += 1
             return
         self._growth_tracker += 1
-        if self._growth_tracker == self.growth_interval:
+        if self._growth_tracker >= self.growth_interval:
             grown = self._scale * self.growth_factor
             if grown <= _F32_MAX:
                 self._scale = grown
             self._growth_tracker = 0
 
     def step(self, optimizer: Any, grads: Sequence[np.ndarray]) -> bool:
-        """Unscale ``grads``, let ``optimizer`` step when they are finite, update the
+        """Unscale ``grads`` (those not unscaled since the last :meth:`update`), let
+        ``optimizer`` step when every gradient unscaled since then is finite, update the
         scale. Returns whether the step was taken."""
-        ok = self.unscale(grads)
+        if isinstance(grads, np.ndarray):
+            grads = [grads]
+        gs = list(grads)
+        rest = [g for g in gs if not any(g is u for u in self._unscaled)]
+        if rest or self._found_inf is None:
+            self.unscale(rest)
+        ok = not self._found_inf
         if ok:
             optimizer.step(grads)
         self.update(not ok)
         return ok
 
     def state_dict(self) -> dict:
-        return {"scale": self._scale, "growth_tracker": self._growth_tracker, "skipped_steps": self.skipped_steps}
+        """The scale, the counters and the factors, for :meth:`load_state_dict`."""
+        return {"scale": self._scale, "growth_tracker": self._growth_tracker, "skipped_steps": self.skipped_steps,
+                "growth_factor": self.growth_factor, "backoff_factor": self.backoff_factor,
+                "growth_interval": self.growth_interval, "min_scale": self.min_scale}
 
     def load_state_dict(self, state: dict) -> None:
-        self._scale = _checks.number(state["scale"], "state['scale']", gt=0.0, le=_F32_MAX)
-        self._growth_tracker = _checks.integer(state["growth_tracker"], "state['growth_tracker']", ge=0)
-        self.skipped_steps = int(state.get("skipped_steps", 0))
+        """Restore a :meth:`state_dict` (factors absent from older states stay as they
+        are). Everything is checked before anything changes; a growth tracker at or
+        past the interval grows the scale at the next clean step."""
+        if not isinstance(state, dict):
+            raise TypeError(f"state: expected a dict from state_dict(), got {type(state).__name__}")
+        for key in ("scale", "growth_tracker"):
+            if key not in state:
+                raise ValueError(f"state: missing {key!r}")
+        gf = _checks.number(state.get("growth_factor", self.growth_factor), "state['growth_factor']", gt=1.0)
+        bf = _checks.number(state.get("backoff_factor", self.backoff_factor), "state['backoff_factor']", gt=0.0, lt=1.0)
+        gi = _checks.integer(state.get("growth_interval", self.growth_interval), "state['growth_interval']", ge=1)
+        ms = _checks.number(state.get("min_scale", self.min_scale), "state['min_scale']", gt=0.0)
+        scale = _checks.number(state["scale"], "state['scale']", ge=ms, le=_F32_MAX)
+        tracker = _checks.integer(state["growth_tracker"], "state['growth_tracker']", ge=0)
+        skipped = _checks.integer(state.get("skipped_steps", 0), "state['skipped_steps']", ge=0)
+        self.growth_factor, self.backoff_factor, self.growth_interval, self.min_scale = gf, bf, gi, ms
+        self._scale, self._growth_tracker, self.skipped_steps = scale, tracker, skipped
+        self._found_inf, self._unscaled = None, []
 
     def __repr__(self) -> str:
         return (f"LossScaler(scale={self._scale:g}, growth_factor={self.growth_factor:g}, "

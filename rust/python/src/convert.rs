@@ -177,6 +177,8 @@ fn format_info<'py>(py: Python<'py>, fmt: Spec) -> PyResult<Bound<'py, PyDict>> 
     Ok(d)
 }
 
+/// Set the number of threads lowp's kernels use (1 or more; the default is the
+/// number of cores, or `LOWP_NUM_THREADS`).
 #[pyfunction]
 fn set_num_threads(n: i64) -> PyResult<()> {
     // Every pool thread is started at once: a typo such as 10**9 must not try to start them all.
@@ -187,6 +189,7 @@ fn set_num_threads(n: i64) -> PyResult<()> {
     lowp_core::parallel::set_num_threads(n as usize).py_err()
 }
 
+/// The number of threads lowp's kernels use.
 #[pyfunction]
 fn get_num_threads() -> usize {
     lowp_core::parallel::num_threads()

@@ -100,7 +100,9 @@ impl Params {
     /// subnormals, at most 22 mantissa bits and a normal range inside f32's.
     pub(super) fn new(f: &FloatFormat, opts: &RoundOpts) -> Option<Params> {
         let tmin_ef = f.emin() + 127;
-        if !f.subnormals || f.man_bits > 22 || f.bits() > 32 || tmin_ef < 1 {
+        // (Smallest normal inside f32's normal range: a larger f32 exponent field
+        // would overflow the kernels' shifted limits.)
+        if !f.subnormals || f.man_bits > 22 || f.bits() > 32 || !(1..=254).contains(&tmin_ef) {
             return None;
         }
         let ovf = |neg: bool| {
