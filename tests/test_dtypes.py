@@ -873,9 +873,8 @@ def test_item_and_tolist_give_python_floats(name):
 
 @pytest.mark.parametrize("name", ALL)
 def test_python_scalars_keep_the_type(name):
-    """A Python int operand keeps the array's (or scalar's) lowp type, as numpy's weak
-    scalars do for float16 and ml_dtypes for its types. (A Python float, as with
-    ml_dtypes, runs in the smallest numpy float that holds the type.)"""
+    """A Python int or float operand keeps the array's (or scalar's) lowp type, as numpy's
+    weak scalars do for float16 (NEP 50) and ml_dtypes for its types."""
     x = np.array([1.5, -3.0], dt(name))
     for r in (x * 2, 2 * x, x + 1, x - 1, x ** 2, x // 1):
         assert r.dtype == dt(name)
@@ -884,7 +883,38 @@ def test_python_scalars_keep_the_type(name):
     assert type(s + 1) is type(s) and type(2 * s) is type(s)
     assert np.result_type(dt(name), 2) == dt(name)
     f = x - 1.5
-    assert f.dtype.kind == "f" and np.can_cast(dt(name), f.dtype) and np.array_equal(f, [0.0, -4.5])
+    assert f.dtype == dt(name) and np.array_equal(f.astype(np.float64), np.array([0.0, -4.5]).astype(dt(name)).astype(np.float64))
+    assert type(s + 1.0) is type(s) and type(0.5 * s) is type(s)
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_python_floats_are_rounded_into_the_type_once(name):
+    """``x op 0.1`` is ``x op T(0.1)``: the Python float rounded once into x's type, then
+    the type's own loop (so ``x == 0.1`` holds where x holds T(0.1), as for float16)."""
+    T = dt(name)
+    x = np.array([0.1, 1.0, -2.5, 3.0], T)
+    c = np.array(0.1, T)
+    with np.errstate(all="ignore"):
+        for op in (np.add, np.subtract, np.multiply, np.divide, np.maximum, np.fmin, np.arctan2, np.power,
+                   np.copysign, np.hypot, np.floor_divide, np.remainder):
+            for r, want in ((op(x, 0.1), op(x, c)), (op(0.1, x), op(c, x))):
+                assert r.dtype == T, op
+                np.testing.assert_array_equal(r.view(np.uint8), want.view(np.uint8))
+    np.testing.assert_array_equal(x == 0.1, x == c)
+    assert (x == 0.1)[0] and (x < 0.5).tolist() == [True, False, True, False]
+    assert np.maximum(x, np.nan).dtype == T and np.isnan(np.maximum(x, np.nan).astype(np.float64)).all()
+    q, r = np.divmod(x, 2.0)
+    assert q.dtype == r.dtype == T
+    for clipped in (x.clip(0.0, 1.0), x.clip(0, 1.0), np.clip(x, 0.5, 2)):
+        assert clipped.dtype == T
+    y = x.copy()
+    y *= 0.5
+    np.testing.assert_array_equal(y.view(np.uint8), (x * c.dtype.type(0.5)).view(np.uint8))
+    # numpy scalars and arrays are strong: they promote as before.
+    assert (x * np.float64(0.5)).dtype == np.float64 and (x * np.ones(4)).dtype == np.float64
+    # A signature or out= fixes the loop.
+    assert np.add(x, 0.5, dtype=np.float32).dtype == np.float32
+    assert np.add(x, 0.5, out=np.empty(4, np.float64)).dtype == np.float64
 
 
 @pytest.mark.parametrize("name", ALL)

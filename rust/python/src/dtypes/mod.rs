@@ -19,6 +19,7 @@
 mod casts;
 pub mod kernels;
 mod matmul;
+mod promote;
 mod scalar;
 mod ufuncs;
 

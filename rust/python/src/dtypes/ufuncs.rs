@@ -563,7 +563,10 @@ pub fn register_all(py: Python<'_>) -> PyResult<()> {
             check(py, rc, &format!("registering the {name} loop"))?;
         }
     }
-    Ok(())
+    // Python floats beside lowp operands: the ufuncs of two or three lowp inputs.
+    let mut mixed: Vec<(&str, usize)> = TABLE.iter().filter(|(_, op)| matches!(op, Op::Bin(_) | Op::Rel(_))).map(|&(n, _)| (n, 2)).collect();
+    mixed.extend([("divmod", 2), ("clip", 3)]);
+    super::promote::register_all(py, &mixed)
 }
 
 type LoopFn = unsafe extern "C" fn(*mut *mut c_char, *mut npy_intp, *mut npy_intp, *mut c_void);
