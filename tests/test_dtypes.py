@@ -1110,3 +1110,45 @@ def test_pickling_other_byte_order_leaves_the_dtype_alone(name):
             assert back == be
     assert pickle.loads(pickle.dumps(d)) is d
     assert np.array([1.5], np.float64).astype(d).view(udt(name))[0] == lowp.encode(np.array([1.5]), lowp.format(name))[0]
+
+
+@pytest.mark.parametrize("name", ["bfloat16", "float8_e4m3fn", "posit16", "float8_e5m2fnuz"])
+def test_strings_past_float64s_range_parse_by_their_side_of_zero(name):
+    """Strings whose exponents float64 cannot hold: overflow and underflow as the type
+    does for values past its range (posits: maxpos/minpos, never 0 from a nonzero),
+    decided without expanding the exponent."""
+    T = getattr(lowp, name)
+    f = lowp.format(name)
+    posit = isinstance(f, lowp.PositFormat)
+    big, tiny = float(T("1e400")), float(T("1e-400"))
+    for s, want in (("1e99999999", big), ("-1e99999999", -big if not math.isnan(big) else big),
+                    ("1e-99999999", tiny), ("-1e-99999999", -tiny), ("0e-99999999", 0.0)):
+        got = float(T(s))
+        assert (math.isnan(got) and math.isnan(want)) or got == want, (s, got, want)
+    assert tiny == (float(f.min_subnormal) if posit else 0.0)
+    want_big = float(f.max) if posit else float(np.array([1e300]).astype(dt(name)).astype(np.float64)[0])
+    assert big == want_big or (math.isnan(big) and math.isnan(want_big))
+    if not posit and f.nan != "fnuz":
+        assert np.signbit(float(T("-1e-99999999")))
+    arr = np.array(["1e99999999", "-1e-99999999"], dtype=dt(name))
+    assert arr.dtype == dt(name)
+
+
+@pytest.mark.parametrize("name", ["bfloat16", "float8_e5m2", "posit8"])
+def test_fractions_and_decimals_round_once(name):
+    """A Decimal or Fraction just past a midpoint: its exact value decides (through a
+    float64 it would land on the midpoint and round to even)."""
+    from decimal import Decimal
+    from fractions import Fraction
+    T = getattr(lowp, name)
+    f = lowp.format(name)
+    one_up = float(lowp.nextafter(1.0, 2.0, f))
+    mid = Fraction(1) + (Fraction(one_up) - 1) / 2
+    just_above = mid + Fraction(1, 2**70)
+    assert float(just_above) == float(mid)  # float64 cannot tell them apart
+    assert float(T(just_above)) == one_up
+    assert float(T(Decimal(just_above.numerator) / Decimal(just_above.denominator))) in (one_up,)
+    assert float(T(mid)) == float(T(float(mid)))
+    objs = np.array([just_above, Decimal(repr(float(mid)) + "0" * 40 + "1")], dtype=object)
+    np.testing.assert_array_equal(objs.astype(dt(name)).astype(np.float64), [one_up, one_up])
+    assert float(T(Decimal("1e-999999"))) == (float(f.min_subnormal) if isinstance(f, lowp.PositFormat) else 0.0)

@@ -182,9 +182,19 @@ fn convert(py: Python<'_>, t: usize, obj: &Bound<'_, PyAny>) -> PyResult<u32> {
                 )))
             }
         };
-        // A decimal with more digits than a float64 holds: its exact value decides.
-        let exact = py.import("fractions")?.getattr("Fraction")?.call1((s.trim(),));
-        return Ok(enc(t, if let Ok(q) = exact { sticky(&q, f)? } else { f }));
+        // A decimal with more digits than a float64 holds: its exact value decides. Past
+        // float64's range (a zero or infinite f) a Decimal says on which side of zero it
+        // lies without expanding the exponent, which a Fraction would (1e9999999: minutes).
+        let exact = if f.is_finite() && f != 0.0 {
+            py.import("fractions")?.getattr("Fraction")?.call1((s.trim(),)).ok()
+        } else {
+            let d = py.import("decimal")?.getattr("Decimal")?.call1((s.trim(),)).ok();
+            match d {
+                Some(d) if d.call_method0("is_finite")?.is_truthy()? => Some(d),
+                _ => None,
+            }
+        };
+        return Ok(enc(t, if let Some(q) = exact { sticky(&q, f)? } else { f }));
     }
     if obj.is_instance_of::<pyo3::types::PyComplex>() {
         return Err(PyTypeError::new_err(format!(
@@ -214,6 +224,14 @@ fn convert(py: Python<'_>, t: usize, obj: &Bound<'_, PyAny>) -> PyResult<u32> {
     };
     if longdouble && !(f.is_infinite() && obj.eq(f)?) {
         return Ok(enc(t, sticky(obj, f)?));
+    }
+    // Fractions and Decimals: their exact values, as for strings (a float64 first would
+    // round twice), compared in place where past float64's range.
+    let exact = py.import("fractions")?.getattr("Fraction")?;
+    let decimal = py.import("decimal")?.getattr("Decimal")?;
+    if (obj.is_instance(&exact)? || obj.is_instance(&decimal)?) && !f.is_nan() && !(f.is_infinite() && obj.eq(f)?) {
+        let q = if f.is_finite() && f != 0.0 { exact.call1((obj,))? } else { obj.clone() };
+        return Ok(enc(t, sticky(&q, f)?));
     }
     Ok(enc(t, f))
 }
