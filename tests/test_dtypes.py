@@ -873,8 +873,9 @@ def test_item_and_tolist_give_python_floats(name):
 
 @pytest.mark.parametrize("name", ALL)
 def test_python_scalars_keep_the_type(name):
-    """A Python int or float operand keeps the array's (or scalar's) lowp type, as numpy's
-    weak scalars do for float16 (NEP 50) and ml_dtypes for its types."""
+    """A Python int operand keeps the array's (or scalar's) lowp type, as numpy's weak
+    scalars do for float16 (NEP 50) and ml_dtypes for its types; so does a Python float
+    beside bfloat16 (the other types: see the next tests)."""
     x = np.array([1.5, -3.0], dt(name))
     for r in (x * 2, 2 * x, x + 1, x - 1, x ** 2, x // 1):
         assert r.dtype == dt(name)
@@ -883,11 +884,33 @@ def test_python_scalars_keep_the_type(name):
     assert type(s + 1) is type(s) and type(2 * s) is type(s)
     assert np.result_type(dt(name), 2) == dt(name)
     f = x - 1.5
-    assert f.dtype == dt(name) and np.array_equal(f.astype(np.float64), np.array([0.0, -4.5]).astype(dt(name)).astype(np.float64))
-    assert type(s + 1.0) is type(s) and type(0.5 * s) is type(s)
+    if name == "bfloat16":
+        assert f.dtype == dt(name) and np.array_equal(f.astype(np.float64), [0.0, -4.5])
+        assert type(s + 1.0) is type(s) and type(0.5 * s) is type(s)
+    else:
+        assert f.dtype.kind == "f" and np.can_cast(dt(name), f.dtype) and np.array_equal(f, [0.0, -4.5])
 
 
 @pytest.mark.parametrize("name", ALL)
+def test_python_floats_beside_other_types_promote_as_numpy_does(name):
+    """fp8 types and posits keep numpy's promotion of Python floats (float16 for the fp8
+    types, which cast safely into it, so the float is rounded once, into float16; the
+    smallest numpy float holding the posit otherwise): rounding the float into a type
+    without infinities would turn np.inf into NaN, and the fp8 types would get the float
+    through float16 (twice rounded). Comparisons and clips against infinities hold."""
+    T = dt(name)
+    x = np.array([-2.0, 0.5, 3.0], T)
+    with np.errstate(all="raise"):
+        assert (x < np.inf).all() and (x > -np.inf).all()
+        np.testing.assert_array_equal(np.clip(x, 0.0, np.inf).astype(np.float64), [0.0, 0.5, 3.0])
+        np.testing.assert_array_equal(np.minimum(x, np.inf).astype(np.float64), [-2.0, 0.5, 3.0])
+    if name != "bfloat16":
+        r = x * 0.5
+        assert r.dtype.kind == "f" and np.can_cast(T, r.dtype)
+        np.testing.assert_array_equal(r, x.astype(r.dtype) * r.dtype.type(0.5))
+
+
+@pytest.mark.parametrize("name", ["bfloat16"])
 def test_python_floats_are_rounded_into_the_type_once(name):
     """``x op 0.1`` is ``x op T(0.1)``: the Python float rounded once into x's type, then
     the type's own loop (so ``x == 0.1`` holds where x holds T(0.1), as for float16)."""

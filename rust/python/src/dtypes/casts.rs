@@ -617,7 +617,7 @@ unsafe extern "C" fn cast_bits<const SIZE: usize>(from: *mut c_void, to: *mut c_
 }
 
 /// Is every value of `src` (at most 16 bits) exactly a value of `dst`?
-fn all_exact(src: &Format, dst: &Format) -> bool {
+pub(super) fn all_exact(src: &Format, dst: &Format) -> bool {
     if src == dst || *dst == Format::Float(named::FLOAT64) {
         // Every lowp format's values are f64 values (decoding is exact).
         return true;

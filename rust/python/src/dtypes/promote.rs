@@ -1,14 +1,21 @@
-//! Python floats beside a lowp array keep the lowp type, as numpy 2 keeps
+//! Python floats beside a bfloat16 array keep bfloat16, as numpy 2 keeps
 //! float16 (NEP 50: Python scalars are "weak"): `x * 0.5`, `x == 0.1`,
 //! `np.maximum(x, np.nan)` and `np.clip(x, 0.0, 1)` run in x's type.
 //!
 //! numpy resolves a Python float against a legacy user dtype by trying a
 //! common type with float16, then float64, through safe casts; neither casts
-//! safely into a lowp type, so the float64 loop used to run and return
-//! float32. A ufunc promoter (numpy's `PyUFunc_AddPromoter`, C API 2.0) for
-//! every signature that mixes a lowp type with Python floats (and Python
-//! ints) maps those operands to the lowp type; numpy then converts the
-//! Python scalars into it, rounding once, and finds the type's own loop.
+//! safely into bfloat16, so the float64 loop used to run and return float32.
+//! A ufunc promoter (numpy's `PyUFunc_AddPromoter`, C API 2.0) for every
+//! signature that mixes the type with Python floats (and Python ints) maps
+//! those operands to it; numpy then stores the Python scalar in that common
+//! type (float64, exact) and casts it into the type, rounding once, and runs
+//! the type's own loop.
+//!
+//! Only types with infinities that float16 does not hold (bfloat16): the fp8
+//! types cast safely into float16, which numpy would then store the float in
+//! (a second rounding), and in types without infinities (posits, fn and fnuz
+//! formats) `x < np.inf` or `np.clip(x, 0, np.inf)` would meet NaN. Those
+//! keep numpy's promotion (float16 for fp8, float64 for posits).
 
 use std::ffi::{c_int, c_void};
 use std::sync::OnceLock;
@@ -18,7 +25,9 @@ use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 
-use super::{type_num, N};
+use lowp_core::format::Format;
+
+use super::{type_num, N, TYPES};
 
 /// The DType classes (numpy's `PyArray_DTypeMeta`) of the lowp types.
 static DTYPES: OnceLock<[usize; N]> = OnceLock::new();
@@ -115,6 +124,8 @@ pub fn register_all(py: Python<'_>, ufuncs: &[(&str, usize)]) -> PyResult<()> {
     let add_promoter: unsafe extern "C" fn(*mut ffi::PyObject, *mut ffi::PyObject, *mut ffi::PyObject) -> c_int =
         unsafe { std::mem::transmute(add) };
 
+    let f16 = Format::Float(lowp_core::format::named::FLOAT16);
+    let weak = |t: usize| matches!(&TYPES[t].fmt, Format::Float(f) if f.inf) && !super::casts::all_exact(&TYPES[t].fmt, &f16);
     let mut dtypes = [0usize; N];
     for (t, d) in dtypes.iter_mut().enumerate() {
         // SAFETY: the type is registered; its descriptor's type is its DType class.
@@ -143,7 +154,10 @@ pub fn register_all(py: Python<'_>, ufuncs: &[(&str, usize)]) -> PyResult<()> {
         }
         seen.push(uf.as_ptr() as usize);
         let nout: usize = uf.getattr("nout")?.extract()?;
-        for &cls in dtypes.iter() {
+        for (t, &cls) in dtypes.iter().enumerate() {
+            if !weak(t) {
+                continue;
+            }
             // SAFETY: as above.
             let lowp = unsafe { Bound::from_borrowed_ptr(py, cls as *mut ffi::PyObject) };
             // Every mix of the lowp type, Python ints and Python floats with at least one
