@@ -693,3 +693,58 @@ def test_back_to_back_and_concurrent_products_at_two_threads():
             assert all(ex.map(worker, range(4)))
     finally:
         lowp.set_num_threads(old)
+
+
+# -- formats with infinities but no NaN; argument names; int8 depths past 2^17 ------------------
+
+def test_accumulators_without_nan_codes_refuse_nan_and_opposite_infinities():
+    """An IEEE-style format with no mantissa bits has infinities but no NaN: a NaN product,
+    or infinite inputs (whose products can meet an infinite sum of the other sign), raise
+    instead of coming out as an infinity."""
+    F = lowp.FloatFormat(3, 0)
+    one = np.ones((2, 1), np.float32)
+    with pytest.raises(ValueError, match="accumulate: .*has no NaN"):
+        lowp.matmul(np.array([[np.nan, 1.0]], np.float32), one, accumulate=F)
+    with pytest.raises(ValueError, match="accumulate: .*infinities but no NaN"):
+        lowp.matmul(np.array([[np.inf, -np.inf]], np.float32), one, accumulate=F)
+    with pytest.raises(ValueError, match="chunk_accumulate: .*infinities but no NaN"):
+        lowp.matmul(np.array([[1.0, 1.0]], np.float32), np.array([[np.inf], [0.0]], np.float32),
+                    accumulate="bf16", chunk=1, chunk_accumulate=F)
+    with pytest.raises(ValueError, match="has no NaN"):
+        lowp.sum(np.array([np.nan], np.float32), accumulate=lowp.FloatFormat(8, 0))
+    with pytest.raises(ValueError, match="infinities but no NaN"):
+        lowp.sum(np.array([np.inf, 1.0], np.float32), accumulate=F)
+    # Finite inputs overflow to its infinity and stay there, as every add rounds.
+    r = lowp.matmul(np.array([[1e30, -2e30, 5.0]], np.float32), np.ones((3, 1), np.float32), accumulate=F)
+    assert r[0, 0] == np.inf
+    # Saturating formats (no NaN, no infinities) take infinities as their largest values.
+    S = lowp.FloatFormat(4, 3, nan=None)
+    assert lowp.matmul(np.array([[np.inf, -np.inf]], np.float32), one, accumulate=S)[0, 0] == -float(S.max)
+
+
+@pytest.mark.parametrize("fn", ["matmul", "sum"])
+def test_bad_chunk_accumulate_is_named(fn):
+    x = np.ones((2, 2), np.float32)
+    with pytest.raises(ValueError, match='^chunk_accumulate: expected "float32", "float64" or a format'):
+        if fn == "matmul":
+            lowp.matmul(x, x, chunk=2, chunk_accumulate="bogus")
+        else:
+            lowp.sum(x, chunk=2, chunk_accumulate="bogus")
+    with pytest.raises(ValueError, match='^accumulate: expected "float32", "float64" or a format'):
+        lowp.sum(x, accumulate="bogus")
+
+
+@pytest.mark.parametrize("out_dtype", [np.int64, np.float64])
+def test_int8_depths_past_2_17_are_whole_in_a_wider_output(out_dtype):
+    """int32 sums wrap past 2^31 (as numpy's int32 does); an int64 or float64 result gets
+    the exact sums."""
+    A = np.full((2, 2**17 + 5), -128, np.int8)
+    want = A.astype(np.int64) @ A.T.astype(np.int64)
+    np.testing.assert_array_equal(lowp.matmul(A, A.T, out_dtype=out_dtype), want.astype(out_dtype))
+    np.testing.assert_array_equal(lowp.matmul(A, A.T, out=np.zeros((2, 2), out_dtype)), want.astype(out_dtype))
+    assert lowp.matmul(A[0], A[0], out_dtype=out_dtype) == want[0, 0]
+    rng = np.random.default_rng(1)
+    B = rng.integers(-128, 128, (2, 3, 2**18 + 3)).astype(np.int8)
+    np.testing.assert_array_equal(lowp.matmul(B, B.transpose(0, 2, 1), out_dtype=np.int64),
+                                  B.astype(np.int64) @ B.transpose(0, 2, 1).astype(np.int64))
+    assert lowp.matmul(A, A.T)[0, 0] == want[:1, :1].astype(np.int32)[0, 0] < 0  # int32 wraps, as documented

@@ -300,8 +300,11 @@ class IntFormat(Format):
 
 
 def _has_nan(f: Format) -> bool:
-    """Does ``f`` have an encoding for NaN (a posit's NaR counts)?"""
-    return isinstance(f, PositFormat) or (isinstance(f, FloatFormat) and f.nan is not None)
+    """Does ``f`` have an encoding for NaN (a posit's NaR counts)? An IEEE-style float
+    without mantissa bits has none: its top exponent holds only the infinities."""
+    if isinstance(f, FloatFormat):
+        return f.nan is not None and not (f.nan == "ieee" and f.inf and f.man_bits == 0)
+    return isinstance(f, PositFormat)
 
 
 def _named(name: str, f: Format) -> Format:

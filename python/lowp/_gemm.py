@@ -19,7 +19,7 @@ import numpy as np
 
 from . import _lowp
 from ._convert import SeedLike, _check_rounding, _seed_word, encode
-from ._formats import Format, IntFormat, _NAMED, _has_nan, format as _format
+from ._formats import FloatFormat, Format, IntFormat, _NAMED, _has_nan, format as _format
 from ._memory import result_empty
 from ._quant import QuantizedArray
 
@@ -85,7 +85,7 @@ def _operand_of(dt: np.dtype, arg: str) -> tuple[Optional[np.dtype], Optional[tu
     return f.storage_dtype, f._spec, f
 
 
-def _parse_accumulate(accumulate: Any) -> Union[str, Format]:
+def _parse_accumulate(accumulate: Any, arg: str = "accumulate", int32: bool = True) -> Union[str, Format]:
     if isinstance(accumulate, str) and accumulate == "float32":
         return _F32
     if isinstance(accumulate, str) and accumulate.strip().lower() == "int32":
@@ -93,8 +93,9 @@ def _parse_accumulate(accumulate: Any) -> Union[str, Format]:
     try:
         f = _format(accumulate)
     except (TypeError, ValueError) as e:
-        raise type(e)(f"accumulate: expected \"float32\", \"float64\", \"int32\" or a format "
-                      f"(a Format, a name such as \"bf16\" or a dtype), got {accumulate!r}") from None
+        names = '"float32", "float64", "int32"' if int32 else '"float32", "float64"'
+        raise type(e)(f"{arg}: expected {names} or a format (a Format, a name such as \"bf16\" or a dtype), "
+                      f"got {accumulate!r}") from None
     return f
 
 
@@ -140,6 +141,15 @@ def _totals_may_be_lost(acc: Any, cacc: Any) -> bool:
     into a number?"""
     return cacc is not None and not _has_nan(cacc) and _has_nan(acc)
 
+
+def _inf_without_nan(f: Any) -> bool:
+    """A format with infinities but no NaN (IEEE-style without mantissa bits), where an
+    infinite product meeting an infinite sum of the other sign has no value."""
+    return isinstance(f, FloatFormat) and f.inf and not _has_nan(f)
+
+
+_INF_NO_NAN = ("{arg}: {f!r} has infinities but no NaN, so inf - inf has no value in it, and {what} "
+               "contains infinities; use a format with NaN or without infinities")
 
 _LOST_TOTAL = ("chunk_accumulate: {cacc!r} has no NaN, and a chunk's total in {acc!r} is NaN, or the totals "
                "include infinities of both signs (an overflow or inf - inf inside a chunk)")
@@ -244,7 +254,9 @@ def matmul(a: Any, b: Any, *, accumulate: Any = "float32", chunk: Optional[int] 
 
     accumulate: ``"float32"`` (default; float64 or posit32 inputs accumulate in float64,
         int8 x int8 accumulates exactly in int32 -- exact for k <= 2**17 - 1, beyond which
-        sums may wrap as numpy's int32 arithmetic does), ``"float64"``, ``"int32"`` (int8 inputs),
+        int32 results may wrap as numpy's int32 arithmetic does; a wider ``out_dtype`` or
+        ``out`` gets the sums of depth blocks of 2**17 - 1 whole, in int64),
+        ``"float64"``, ``"int32"`` (int8 inputs),
         or any format: then every add is ``acc = round(acc + a*b)``, the exact sum rounded
         once into the format with ``rounding`` (products are exact; inputs must be float32
         or narrower). The float32 and float64 paths to nearest-even without ``chunk`` are
@@ -291,7 +303,7 @@ def matmul(a: Any, b: Any, *, accumulate: Any = "float32", chunk: Optional[int] 
     if chunk_accumulate is not None:
         if chunk is None:
             raise ValueError("chunk_accumulate: only meaningful together with chunk")
-        c2 = _parse_accumulate(chunk_accumulate)
+        c2 = _parse_accumulate(chunk_accumulate, "chunk_accumulate", int32=False)
         if isinstance(c2, str):
             raise ValueError("chunk_accumulate: expected a float format, got \"int32\"")
         cacc = c2
@@ -343,6 +355,8 @@ def matmul(a: Any, b: Any, *, accumulate: Any = "float32", chunk: Optional[int] 
             if f is not None and not _has_nan(f) and _nan_product(a, b):
                 raise ValueError(f"{arg}: {f!r} has no NaN, and a product of a and b is NaN "
                                  f"(a NaN input, or an infinity times zero)")
+            if _inf_without_nan(f) and (_any(a, np.isinf) or _any(b, np.isinf)):
+                raise ValueError(_INF_NO_NAN.format(arg=arg, f=f, what="a or b"))
         fits = acc._fits_f32() and (cacc is None or cacc._fits_f32())
         natural, path = np.dtype(np.float32 if fits else np.float64), "emu"
     seed_w = _seed_word(seed, rounding if emulated else "nearest_even")  # (checked on every path)
@@ -358,6 +372,20 @@ def matmul(a: Any, b: Any, *, accumulate: Any = "float32", chunk: Optional[int] 
         result = out
     else:
         result = result_empty(tuple(shape), target, _SCRATCH_MIN)
+
+    k = a2.shape[-1]
+    if path == "i32" and target != np.int32 and k > _INT32_DEPTH and m * n > 0:
+        # int32 sums wrap past 2^31: for a wider result, depth blocks whose int32 sums
+        # are exact, added in int64.
+        def part(k0: int) -> np.ndarray:
+            sa = a[..., k0:k0 + _INT32_DEPTH]
+            sb = b[k0:k0 + _INT32_DEPTH] if b.ndim == 1 else b[..., k0:k0 + _INT32_DEPTH, :]
+            return np.asarray(matmul(sa, sb, accumulate="int32"), np.int64)
+        total = part(0)
+        for k0 in range(_INT32_DEPTH, k, _INT32_DEPTH):
+            total += part(k0)
+        _convert_into(total, result, "out" if out is not None and out_dtype is None else "out_dtype")
+        return result[()] if out is None and result.ndim == 0 else result
 
     # Emulated products are written as float64, or straight as float32 when the
     # accumulators fit in it (their values are then exact in float32).
@@ -519,7 +547,7 @@ def sum(x: Any, axis: Any = None, *, accumulate: Any = "float32", chunk: Optiona
         # Widened without copying broadcast axes: the distinct values only.
         x = np.broadcast_to(_distinct(x).astype(np.float64), x.shape)
     xv, spec, fx = _operand(x, "x")
-    acc = _parse_accumulate(accumulate)
+    acc = _parse_accumulate(accumulate, int32=False)
     if isinstance(acc, str):
         raise TypeError("accumulate: \"int32\" is not a float format; use a format or \"float32\"/\"float64\"")
     chunk = _parse_chunk(chunk)
@@ -529,12 +557,14 @@ def sum(x: Any, axis: Any = None, *, accumulate: Any = "float32", chunk: Optiona
     if chunk_accumulate is not None:
         if chunk is None:
             raise ValueError("chunk_accumulate: only meaningful together with chunk")
-        cacc = _parse_accumulate(chunk_accumulate)
+        cacc = _parse_accumulate(chunk_accumulate, "chunk_accumulate", int32=False)
         if isinstance(cacc, str):
             raise ValueError("chunk_accumulate: expected a float format, got \"int32\"")
     for f, arg in ((acc, "accumulate"), (cacc, "chunk_accumulate")):
         if f is not None and not _has_nan(f) and _any(x, np.isnan):
             raise ValueError(f"{arg}: {f!r} has no NaN, and x contains NaN")
+        if _inf_without_nan(f) and _any(x, np.isinf):
+            raise ValueError(_INF_NO_NAN.format(arg=arg, f=f, what="x"))
     if axis is None:
         axes = tuple(range(xv.ndim))
     else:
