@@ -1175,3 +1175,25 @@ def test_fractions_and_decimals_round_once(name):
     objs = np.array([just_above, Decimal(repr(float(mid)) + "0" * 40 + "1")], dtype=object)
     np.testing.assert_array_equal(objs.astype(dt(name)).astype(np.float64), [one_up, one_up])
     assert float(T(Decimal("1e-999999"))) == (float(f.min_subnormal) if isinstance(f, lowp.PositFormat) else 0.0)
+
+
+@pytest.mark.parametrize("op", [np.add, np.subtract, np.multiply, np.divide])
+def test_bfloat16_arithmetic_with_a_scalar_matches_the_elementwise_loop(op):
+    """A Python float or a 0-d array beside a bfloat16 array (stride 0, in blocks of
+    copies through the vectorized loop) gives the bits of the same op on a full array,
+    across block edges, in both operand orders; comparisons likewise."""
+    rng = np.random.default_rng(7)
+    x = (rng.standard_normal(10_001) * 2.0 ** rng.integers(-20, 20, 10_001)).astype(np.float32).astype(lowp.bfloat16)
+    x[::97] = np.nan
+    for v in (0.1, -3.0, 1e-30, 0.0):
+        full = np.full_like(x, v)
+        with np.errstate(all="ignore"):
+            np.testing.assert_array_equal(op(x, v).view(np.uint16), op(x, full).view(np.uint16))
+            np.testing.assert_array_equal(op(v, x).view(np.uint16), op(full, x).view(np.uint16))
+            np.testing.assert_array_equal(op(x[::-1], np.array(v, lowp.bfloat16)).view(np.uint16),
+                                          op(x[::-1], full).view(np.uint16))
+    f = x.astype(np.float32)
+    with np.errstate(all="raise"):  # quiet comparisons: NaN raises nothing
+        for rel in (np.equal, np.less, np.greater_equal, np.not_equal):
+            np.testing.assert_array_equal(rel(x, 0.5), rel(f, np.float32(lowp.bfloat16(0.5))))
+            np.testing.assert_array_equal(rel(x, x[::-1]), rel(f, f[::-1]))

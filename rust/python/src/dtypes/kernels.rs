@@ -848,22 +848,35 @@ pub fn pred(t: usize, op: Pred, a: &[u32], out: &mut [bool]) {
 
 pub fn rel(t: usize, op: Rel, a: &[u32], b: &[u32], out: &mut [bool]) {
     let n = a.len();
-    let mut x = [0f64; BLOCK];
-    let mut y = [0f64; BLOCK];
-    dec_block64(t, a, &mut x[..n]);
-    dec_block64(t, b, &mut y[..n]);
-    for ((p, q), o) in x[..n].iter().zip(&y[..n]).zip(out.iter_mut()) {
-        *o = match op {
-            Rel::Eq => p == q,
-            Rel::Ne => p != q,
-            Rel::Lt => p < q,
-            Rel::Le => p <= q,
-            Rel::Gt => p > q,
-            Rel::Ge => p >= q,
-            Rel::And => *p != 0.0 && *q != 0.0,
-            Rel::Or => *p != 0.0 || *q != 0.0,
-            Rel::Xor => (*p != 0.0) != (*q != 0.0),
-        };
+    // The values (exact: f32 for the types whose values all are f32s), then one
+    // loop per relation, which vectorizes.
+    macro_rules! compare {
+        ($x:expr, $y:expr, $zero:expr) => {{
+            let (x, y) = (&$x[..n], &$y[..n]);
+            let each = |o: &mut [bool], f: &dyn Fn(usize) -> bool| o.iter_mut().enumerate().for_each(|(i, r)| *r = f(i));
+            match op {
+                Rel::Eq => x.iter().zip(y).zip(out.iter_mut()).for_each(|((p, q), o)| *o = p == q),
+                Rel::Ne => x.iter().zip(y).zip(out.iter_mut()).for_each(|((p, q), o)| *o = p != q),
+                Rel::Lt => x.iter().zip(y).zip(out.iter_mut()).for_each(|((p, q), o)| *o = p < q),
+                Rel::Le => x.iter().zip(y).zip(out.iter_mut()).for_each(|((p, q), o)| *o = p <= q),
+                Rel::Gt => x.iter().zip(y).zip(out.iter_mut()).for_each(|((p, q), o)| *o = p > q),
+                Rel::Ge => x.iter().zip(y).zip(out.iter_mut()).for_each(|((p, q), o)| *o = p >= q),
+                Rel::And => each(out, &|i| x[i] != $zero && y[i] != $zero),
+                Rel::Or => each(out, &|i| x[i] != $zero || y[i] != $zero),
+                Rel::Xor => each(out, &|i| (x[i] != $zero) != (y[i] != $zero)),
+            }
+        }};
+    }
+    if t == BF16 || lut32(t).is_some() {
+        let (mut x, mut y) = ([0f32; BLOCK], [0f32; BLOCK]);
+        dec_block32(t, a, &mut x[..n]);
+        dec_block32(t, b, &mut y[..n]);
+        compare!(x, y, 0.0f32)
+    } else {
+        let (mut x, mut y) = ([0f64; BLOCK], [0f64; BLOCK]);
+        dec_block64(t, a, &mut x[..n]);
+        dec_block64(t, b, &mut y[..n]);
+        compare!(x, y, 0.0f64)
     }
 }
 

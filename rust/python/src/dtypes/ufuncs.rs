@@ -178,6 +178,26 @@ unsafe extern "C" fn loop_bin(args: *mut *mut c_char, dims: *mut npy_intp, steps
             // Contiguous, and the output is an input itself or apart from both: vectorized.
             return kernels::bf16_arith(d.op, a as *const u16, b as *const u16, o as *mut u16, n);
         }
+        if d.t == kernels::BF16
+            && matches!(d.op, Bin::Add | Bin::Sub | Bin::Mul | Bin::Div)
+            && so == 2
+            && ((sa, sb) == (0, 2) || (sa, sb) == (2, 0))
+            && !overlaps(a, sa, o, so, n, size)
+            && !overlaps(b, sb, o, so, n, size)
+        {
+            // One operand a scalar (`x * 0.5`: numpy passes it at stride 0): the vectorized
+            // loop against a block of its copies.
+            const SPAN: usize = 4096;
+            let fill = [(if sa == 0 { a } else { b } as *const u16).read_unaligned(); SPAN];
+            let mut i = 0;
+            while i < n {
+                let m = SPAN.min(n - i);
+                let (pa, pb) = if sa == 0 { (fill.as_ptr(), (b as *const u16).add(i)) } else { ((a as *const u16).add(i), fill.as_ptr()) };
+                kernels::bf16_arith(d.op, pa, pb, (o as *mut u16).add(i), m);
+                i += m;
+            }
+            return;
+        }
         if d.t == kernels::BF16 && matches!(d.op, Bin::Add | Bin::Sub | Bin::Mul | Bin::Div) {
             // Strided or overlapping: element by element in order (reductions too).
             return kernels::bf16_arith_strided(d.op, a, sa, b, sb, o, so, n);
@@ -337,13 +357,40 @@ unsafe extern "C" fn loop_pred(args: *mut *mut c_char, dims: *mut npy_intp, step
 /// # Safety
 /// As [`loop_bin`]; the output is numpy bool.
 unsafe extern "C" fn loop_rel(args: *mut *mut c_char, dims: *mut npy_intp, steps: *mut npy_intp, data: *mut c_void) {
+    // The vectorized comparisons signal invalid on NaN operands; numpy's compare
+    // quietly, so the status is put back.
     // SAFETY: see the function contract.
-    unsafe {
+    super::casts::with_fp_flags_kept(|| unsafe {
         let d = &*(data as *const LoopData<Rel>);
         let size = TYPES[d.t].size;
         let n = *dims as usize;
         let (a, b, o) = (*args as *const u8, *args.add(1) as *const u8, *args.add(2) as *mut u8);
         let (sa, sb, so) = (*steps, *steps.add(1), *steps.add(2));
+        if d.t == kernels::BF16 && matches!(sa, 0 | 2) && matches!(sb, 0 | 2) && so == 1 {
+            // bfloat16 arrays or a scalar (stride 0) into contiguous bools: values by a
+            // shift, one loop per relation.
+            let (pa, pb, ia, ib) = (a as *const u16, b as *const u16, (sa / 2) as usize, (sb / 2) as usize);
+            let val = |p: *const u16, i: usize| f32::from_bits(((p.add(i).read_unaligned()) as u32) << 16);
+            macro_rules! each {
+                ($f:expr) => {
+                    for i in 0..n {
+                        *o.add(i) = $f(val(pa, i * ia), val(pb, i * ib)) as u8;
+                    }
+                };
+            }
+            match d.op {
+                Rel::Eq => each!(|p: f32, q: f32| p == q),
+                Rel::Ne => each!(|p: f32, q: f32| p != q),
+                Rel::Lt => each!(|p: f32, q: f32| p < q),
+                Rel::Le => each!(|p: f32, q: f32| p <= q),
+                Rel::Gt => each!(|p: f32, q: f32| p > q),
+                Rel::Ge => each!(|p: f32, q: f32| p >= q),
+                Rel::And => each!(|p: f32, q: f32| p != 0.0 && q != 0.0),
+                Rel::Or => each!(|p: f32, q: f32| p != 0.0 || q != 0.0),
+                Rel::Xor => each!(|p: f32, q: f32| (p != 0.0) != (q != 0.0)),
+            }
+            return;
+        }
         let (mut ca, mut cb) = ([0u32; BLOCK], [0u32; BLOCK]);
         let mut r = [false; BLOCK];
         let mut i = 0;
@@ -358,7 +405,7 @@ unsafe extern "C" fn loop_rel(args: *mut *mut c_char, dims: *mut npy_intp, steps
             }
             i += m;
         }
-    }
+    })
 }
 
 /// `divmod`: `floor_divide` and `remainder` of the same pairs, into its two outputs
