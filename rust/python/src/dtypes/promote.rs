@@ -94,9 +94,10 @@ unsafe extern "C" fn promote_py_scalars(
     }
 }
 
-/// Register the promoters on every ufunc with loops of two or three lowp
-/// inputs. Without numpy's 2.0 C API (or if its tables do not look as
-/// expected) nothing is registered and Python floats promote as before.
+/// Register the promoters, for the types named in the module docs, on every
+/// ufunc with loops of two or three lowp inputs. Without numpy's 2.0 C API (or
+/// if its tables do not look as expected) nothing is registered and Python
+/// floats promote as before.
 pub fn register_all(py: Python<'_>, ufuncs: &[(&str, usize)]) -> PyResult<()> {
     // SAFETY: a plain query of numpy's C API.
     let feature = unsafe { PY_ARRAY_API.PyArray_GetNDArrayCFeatureVersion(py) };
