@@ -569,3 +569,25 @@ def test_encode_from_float32_into_ranges_above_float32s(isa, fmt, mode):
         assert got.max() < 1 << fmt.bits
     else:
         np.testing.assert_array_equal(got.astype(np.int64), want)
+
+
+@pytest.mark.parametrize("name", ["bfloat16", "posit16", "posit32", "float8_e4m3fn"])
+def test_big_endian_low_precision_arrays_round_by_value(name):
+    """Arrays of a low-precision dtype in the other byte order (lowp's or ml_dtypes')
+    are read by value in round, encode and cast, as native ones (their codes used to be
+    read unswapped)."""
+    import ml_dtypes
+    x = np.array([1.5, -2.0, 0.3, 1e-3, np.nan], np.float64)
+    for mod in (lowp, ml_dtypes):
+        t = getattr(mod, name, None)
+        if t is None:
+            continue
+        native = x.astype(t)
+        big = native.view(np.dtype(f"u{native.itemsize}")).byteswap().view(np.dtype(t).newbyteorder(">"))
+        if native.itemsize == 1:
+            big = native
+        for fmt in ("e4m3fn", "bf16", "posit16"):
+            np.testing.assert_array_equal(lowp.round(big, fmt), lowp.round(native, fmt))
+            np.testing.assert_array_equal(lowp.encode(big, fmt), lowp.encode(native, fmt))
+        np.testing.assert_array_equal(lowp.cast(big, lowp.float8_e5m2).view(np.uint8),
+                                      lowp.cast(native, lowp.float8_e5m2).view(np.uint8))

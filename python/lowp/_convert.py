@@ -138,6 +138,19 @@ def _round_exact(v: Fraction, fmt: FloatFormat, rounding: str) -> float:
     return math.copysign(float(c), -1.0 if neg else 1.0)  # (a zero keeps v's sign)
 
 
+def _native(a: np.ndarray) -> np.ndarray:
+    """``a`` in the machine's byte order: numpy's own types by a cast, the low-precision
+    dtypes (1, 2 or 4 bytes) by swapping the bytes of their codes, which needs no cast
+    of theirs."""
+    dt = a.dtype
+    if dt.isnative:
+        return a
+    if dt.kind in "biufc":
+        return a.astype(dt.newbyteorder("="))
+    codes = np.ascontiguousarray(a).view(np.dtype(f"u{dt.itemsize}"))
+    return codes.byteswap().view(dt.newbyteorder("="))
+
+
 def _as_float_array(x: Any, arg: str = "x", fmt: Optional[Format] = None, rounding: Optional[str] = None) -> np.ndarray:
     """``x`` as a C-contiguous float32 or float64 array (low-precision dtypes are decoded exactly;
     64-bit integers beyond 2**53, and longdouble values, are rounded to odd when ``fmt`` is
@@ -149,10 +162,8 @@ def _as_float_array(x: Any, arg: str = "x", fmt: Optional[Format] = None, roundi
             a = np.asarray(x)
         except Exception as e:  # e.g. ragged nested sequences
             raise TypeError(f"{arg}: cannot be read as a numeric array: {e}") from None
+    a = _native(a)
     dt = a.dtype
-    if dt.kind in "fiu" and not dt.isnative:
-        a = a.astype(dt.newbyteorder("="))
-        dt = a.dtype
     if dt == np.float32 or dt == np.float64:
         return _contiguous(a)
     if dt.name in DTYPE_NAMES:
@@ -303,8 +314,7 @@ def decode(bits: Any, fmt: Any, dtype: Any = np.float32, *, out: Optional[np.nda
             raise ValueError(f"bits: codes of a {f.bits}-bit format lie in 0..{(1 << f.bits) - 1}"
                              f"{' (or sign-extended, from -' + str(1 << (f.bits - 1)) + ')' if b.dtype.kind == 'i' else ''}; "
                              f"got values from {lo} to {hi}")
-    if not b.dtype.isnative:
-        b = b.astype(b.dtype.newbyteorder("="))
+    b = _native(b)
     if b.dtype.kind == "i":
         b = b.view(np.dtype(f"u{b.dtype.itemsize}"))
     b = _contiguous(b)

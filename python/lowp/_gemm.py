@@ -18,7 +18,7 @@ from typing import Any, Optional, Union
 import numpy as np
 
 from . import _lowp
-from ._convert import SeedLike, _check_rounding, _seed_word, encode
+from ._convert import SeedLike, _check_rounding, _native, _seed_word, encode
 from ._formats import FloatFormat, Format, IntFormat, _NAMED, _has_nan, format as _format
 from ._memory import result_empty
 from ._quant import QuantizedArray
@@ -51,8 +51,7 @@ _OPERANDS: dict = {}
 
 def _operand(x: np.ndarray, arg: str) -> tuple[np.ndarray, Optional[tuple], Format]:
     """(array the core reads, format spec for code storages or None, format of the values)."""
-    if not x.dtype.isnative:
-        x = x.astype(x.dtype.newbyteorder("="))
+    x = _native(x)
     dt = x.dtype
     hit = _OPERANDS.get(dt)
     if hit is None:

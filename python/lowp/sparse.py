@@ -31,7 +31,7 @@ from typing import Any, Optional
 import numpy as np
 
 from . import _lowp
-from ._convert import _as_float_array, _check_rounding, decode, encode
+from ._convert import _as_float_array, _check_rounding, _native, decode, encode
 from ._convert import round as _round
 from ._formats import Format, format as _format
 
@@ -74,11 +74,6 @@ def _target_format(dtype: Any) -> Optional[Format]:
     if f.bits > 32 or (f.bits > 16 and f.storage_dtype.itemsize > 4):
         raise TypeError(f"dtype: {f!r} is wider than 32 bits; accepted formats have at most 32")
     return f
-
-
-def _native(a: np.ndarray) -> np.ndarray:
-    """``a`` in the machine's byte order (a swapped copy of a big-endian array)."""
-    return a if a.dtype.isnative else a.astype(a.dtype.newbyteorder("="))
 
 
 def _source_format(dt: np.dtype, arg: str = "data") -> Optional[Format]:
