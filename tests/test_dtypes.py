@@ -514,6 +514,80 @@ def test_safe_casts_and_promotion():
     assert (np.ones(2, bf) + np.ones(2, np.float32)).dtype == np.float32
 
 
+LADDER = [np.float16, np.float32, np.float64, np.longdouble, np.complex64, np.complex128, np.clongdouble]
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_common_types_with_numpy_types(name):
+    """``np.result_type`` (and so ``concatenate``, ``stack``, ``where``) of a lowp type
+    and a numpy type is the one that holds the other (a safe cast), else the smallest
+    numpy float or complex type both cast into safely, as numpy gives float32 for
+    float16 with int16: never DTypePromotionError. Either argument order."""
+    T = dt(name)
+    for O in map(np.dtype, NUMPY_TYPES + [np.longdouble, np.clongdouble]):
+        r = np.result_type(T, O)
+        assert r == np.result_type(O, T), O
+        assert np.can_cast(T, r) and np.can_cast(O, r), O
+        if r not in (T, O):
+            assert not np.can_cast(T, O) and not np.can_cast(O, T)
+            smaller = LADDER[:LADDER.index(r.type)]
+            assert not any(np.can_cast(T, c) and np.can_cast(O, c) for c in smaller), (O, r)
+
+
+def test_common_types_match_numpys_float16():
+    bf, e4, e5, p16, p32 = (dt(n) for n in ("bfloat16", "float8_e4m3fn", "float8_e5m2", "posit16", "posit32"))
+    f16, f32, f64 = np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64)
+    # numpy: float16 with int16 and with a float16 of another kind gives float32, int32 float64.
+    assert np.result_type(np.float16, np.int16) == f32 and np.result_type(np.float16, np.int32) == f64
+    assert np.result_type(bf, np.int16) == np.result_type(bf, np.float16) == f32
+    assert np.result_type(bf, np.int32) == np.result_type(bf, np.uint64) == f64
+    assert np.result_type(e4, np.int16) == f32 and np.result_type(e4, np.float16) == f16
+    assert np.result_type(e4, e5) == f16 and np.result_type(bf, p16) == f32 and np.result_type(p32, np.float32) == f64
+    assert np.result_type(bf, e5) == bf and np.result_type(bf, np.int8) == bf
+    assert np.result_type(bf, np.complex64) == np.complex64 and np.result_type(p32, np.complex64) == np.complex128
+    assert np.result_type(bf, object) == object
+    with pytest.raises(TypeError):
+        np.result_type(bf, np.dtype("U3"))
+    # Python scalars: as the ufuncs resolve them (bfloat16 keeps its type).
+    assert np.result_type(np.ones(2, bf), 1.5) == bf and np.result_type(bf, 2) == bf
+    assert np.result_type(e4, 1.5) == f16 and np.result_type(p16, 1.5) == f32 and np.result_type(p32, 1.5) == f64
+
+
+def test_concatenate_stack_where_with_other_types():
+    """The arrays numpy builds on a common type hold every value exactly."""
+    x = np.array([1.5, -2.0, 0.00390625, 448.0], dt("bfloat16"))
+    for other in (np.array([300, -7, 1, 32767], np.int16), np.array([0.1, 65504, -1e-5, 3], np.float16),
+                  np.array([1.5, -2.0, 0.25, 448.0], dt("float8_e4m3fn")), np.array([2**30 + 1] * 4, np.int32),
+                  np.array([1 / 3, 1e6, -1e-6, 7], dt("posit16"))):
+        c = np.concatenate([x, other])
+        want = np.concatenate([x.astype(np.float64), other.astype(np.float64)])
+        assert c.dtype == np.result_type(x, other)
+        np.testing.assert_array_equal(c.astype(np.float64), want)
+        np.testing.assert_array_equal(np.stack([other, x]).astype(np.float64), np.stack([want[4:], want[:4]]))
+        w = np.where([True, False, True, False], x, other)
+        np.testing.assert_array_equal(w.astype(np.float64), np.where([True, False, True, False], want[:4], want[4:]))
+
+
+@pytest.mark.parametrize("first", ["lowp", "ml_dtypes"])
+def test_common_types_with_ml_dtypes_in_either_import_order(first):
+    """Promotion between lowp and ml_dtypes types works whichever is imported first,
+    including ml_dtypes types that lowp has no type for."""
+    code = textwrap.dedent(f"""
+        import {first}
+        import lowp, ml_dtypes, numpy as np
+        for a, b, want in [(lowp.bfloat16, ml_dtypes.float8_e3m4, np.float32), (lowp.posit16, ml_dtypes.bfloat16, np.float32),
+                           (lowp.float8_e4m3fn, ml_dtypes.float8_e5m2, np.float32), (lowp.bfloat16, ml_dtypes.float8_e4m3fn, lowp.bfloat16)]:
+            for x, y in ((a, b), (b, a)):
+                assert np.result_type(x, y) == np.dtype(want), (x, y, np.result_type(x, y))
+                c = np.concatenate([np.array([1.5, -2], x), np.array([0.25, 3], y)])
+                assert c.dtype == np.dtype(want) and c.astype(float).tolist() == [1.5, -2, 0.25, 3]
+        print("ok")
+    """)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "ok"
+
+
 def test_safe_casts_among_lowp_dtypes_are_the_exact_ones():
     """A cast between two lowp dtypes is safe exactly when every value of the one is a
     value of the other (NaN to a NaN), whatever their sizes: numpy alone would take any

@@ -125,8 +125,6 @@ pub fn register_all(py: Python<'_>, ufuncs: &[(&str, usize)]) -> PyResult<()> {
     let add_promoter: unsafe extern "C" fn(*mut ffi::PyObject, *mut ffi::PyObject, *mut ffi::PyObject) -> c_int =
         unsafe { std::mem::transmute(add) };
 
-    let f16 = Format::Float(lowp_core::format::named::FLOAT16);
-    let weak = |t: usize| matches!(&TYPES[t].fmt, Format::Float(f) if f.inf) && !super::casts::all_exact(&TYPES[t].fmt, &f16);
     let mut dtypes = [0usize; N];
     for (t, d) in dtypes.iter_mut().enumerate() {
         // SAFETY: the type is registered; its descriptor's type is its DType class.
@@ -180,4 +178,194 @@ pub fn register_all(py: Python<'_>, ufuncs: &[(&str, usize)]) -> PyResult<()> {
         }
     }
     Ok(())
+}
+
+// ---------------------------------------------------------------------------
+// Common DTypes (`np.result_type`, `np.concatenate`, `np.where`, `np.stack`).
+//
+// numpy gives a legacy user dtype a common-DType function that only looks for a
+// safe cast one way or the other, so a lowp type beside int16, float16 or a lowp
+// type neither holds (float8_e4m3fn and float8_e5m2) had no common type: numpy
+// raised DTypePromotionError where its own float16 gives float32. The function
+// below keeps those answers and adds numpy's search for floats: the smallest of
+// float16, float32, float64, longdouble (then the complex types) that both cast
+// into safely (`bfloat16` with int16 or float16: float32; with int32: float64).
+// Python floats and ints beside bfloat16 give bfloat16, as in its ufuncs.
+//
+// numpy 2 keeps the function in the DType's slot table, which it does not export
+// (`NPY_DType_Slots`: common_dtype is its fourth entry in numpy 2.0 to 2.5). It is
+// replaced only on those versions and only when the class's public fields read
+// back as the registered type (its type number and descriptor), so the layout is
+// the one expected; otherwise numpy's function stays.
+
+/// The public fields of numpy's `PyArray_DTypeMeta` after its `PyHeapTypeObject`.
+#[repr(C)]
+struct DTypeMetaFields {
+    singleton: *mut ffi::PyObject,
+    type_num: c_int,
+    scalar_type: *mut ffi::PyTypeObject,
+    flags: u64,
+    dt_slots: *mut *mut c_void,
+    reserved: [*mut c_void; 3],
+}
+
+/// `NPY_DT_LEGACY`: a DType with a type number (numpy's and legacy user types).
+const NPY_DT_LEGACY: u64 = 1;
+/// The entry of `common_dtype` in `NPY_DType_Slots`.
+const COMMON_DTYPE_SLOT: usize = 3;
+/// Feature versions with that layout: numpy 2.0 (0x12) to 2.5 (0x16).
+const NPY_2_5_API_VERSION: u32 = 0x16;
+
+/// The size of Python's heap type object (`type.__basicsize__`).
+static HEAP_TYPE_SIZE: OnceLock<usize> = OnceLock::new();
+
+/// The public fields of a DType class.
+///
+/// # Safety
+/// `cls` is a numpy DType class (an instance of `numpy._DTypeMeta`).
+unsafe fn fields(cls: *mut ffi::PyObject) -> *mut DTypeMetaFields {
+    let offset = *HEAP_TYPE_SIZE.get().expect("set before the function is installed");
+    // SAFETY: the fields follow the heap type object (numpy's `PyArray_DTypeMeta`).
+    unsafe { (cls as *mut u8).add(offset) as *mut DTypeMetaFields }
+}
+
+/// A new reference to the DType class of numpy type number `num`, or null with
+/// an exception.
+///
+/// # Safety
+/// The GIL is held.
+unsafe fn dtype_of(py: Python<'_>, num: c_int) -> *mut ffi::PyObject {
+    // SAFETY: the descriptor of a type number; its type is its DType class.
+    unsafe {
+        let d = PY_ARRAY_API.PyArray_DescrFromType(py, num) as *mut ffi::PyObject;
+        if d.is_null() {
+            return d;
+        }
+        let cls = ffi::Py_TYPE(d) as *mut ffi::PyObject;
+        ffi::Py_INCREF(cls);
+        ffi::Py_DECREF(d);
+        cls
+    }
+}
+
+/// numpy's types tried in order when neither type casts safely into the other.
+const FLOAT_LADDER: [c_int; 7] = [
+    numpy::npyffi::NPY_TYPES::NPY_HALF as c_int,
+    numpy::npyffi::NPY_TYPES::NPY_FLOAT as c_int,
+    numpy::npyffi::NPY_TYPES::NPY_DOUBLE as c_int,
+    numpy::npyffi::NPY_TYPES::NPY_LONGDOUBLE as c_int,
+    numpy::npyffi::NPY_TYPES::NPY_CFLOAT as c_int,
+    numpy::npyffi::NPY_TYPES::NPY_CDOUBLE as c_int,
+    numpy::npyffi::NPY_TYPES::NPY_CLONGDOUBLE as c_int,
+];
+
+/// The abstract DTypes of Python's int and float (null before registration).
+static PY_SCALAR_DTYPES: OnceLock<(usize, usize)> = OnceLock::new();
+
+/// The common DType of lowp type `cls` and `other` (numpy's `common_dtype` slot):
+/// a new reference, `NotImplemented` to let `other` decide, or null with an error.
+///
+/// # Safety
+/// numpy's contract: two DType classes, the GIL held.
+unsafe extern "C" fn common_dtype(cls: *mut ffi::PyObject, other: *mut ffi::PyObject) -> *mut ffi::PyObject {
+    // SAFETY: see the function contract; the fields are read as checked at registration.
+    unsafe {
+        let py = Python::assume_attached();
+        let not_implemented = || {
+            let p = ffi::Py_NotImplemented();
+            ffi::Py_INCREF(p);
+            p
+        };
+        let ours = DTYPES.get().map(|d| d.as_slice()).unwrap_or(&[]);
+        if cls == other {
+            ffi::Py_INCREF(cls);
+            return cls;
+        }
+        if (*fields(other)).flags & NPY_DT_LEGACY == 0 {
+            // Python's int and float beside bfloat16 keep it (see the ufunc promoters);
+            // other new-style DTypes decide for themselves.
+            if let (Some(&(pl, pf)), Some(t)) = (PY_SCALAR_DTYPES.get(), ours.iter().position(|&d| d == cls as usize)) {
+                if (other as usize == pl || other as usize == pf) && weak(t) {
+                    ffi::Py_INCREF(cls);
+                    return cls;
+                }
+            }
+            return not_implemented();
+        }
+        let (a, b) = ((*fields(cls)).type_num, (*fields(other)).type_num);
+        // Between two lowp types the one of the higher type number decides, as numpy's did.
+        if ours.contains(&(other as usize)) && a < b {
+            return not_implemented();
+        }
+        let safe = |from: c_int, to: c_int| PY_ARRAY_API.PyArray_CanCastSafely(py, from, to) != 0;
+        if safe(a, b) {
+            ffi::Py_INCREF(other);
+            return other;
+        }
+        if safe(b, a) {
+            ffi::Py_INCREF(cls);
+            return cls;
+        }
+        for &t in &FLOAT_LADDER {
+            if safe(a, t) && safe(b, t) {
+                return dtype_of(py, t);
+            }
+        }
+        not_implemented()
+    }
+}
+
+/// Whether Python floats beside lowp type `t` keep it (see the module docs).
+fn weak(t: usize) -> bool {
+    let f16 = Format::Float(lowp_core::format::named::FLOAT16);
+    matches!(&TYPES[t].fmt, Format::Float(f) if f.inf) && !super::casts::all_exact(&TYPES[t].fmt, &f16)
+}
+
+/// Install `common_dtype` on every lowp DType where numpy's layout is the one
+/// known (see above); returns whether it was installed.
+pub fn register_common_dtype(py: Python<'_>) -> PyResult<bool> {
+    // SAFETY: a plain query of numpy's C API.
+    let feature = unsafe { PY_ARRAY_API.PyArray_GetNDArrayCFeatureVersion(py) };
+    if !(NPY_2_0_API_VERSION..=NPY_2_5_API_VERSION).contains(&feature) {
+        return Ok(false);
+    }
+    let Some(dtypes) = DTYPES.get() else { return Ok(false) };
+    // The DType metaclass's instances are the heap type plus the fields above.
+    let heap: usize = py.get_type::<pyo3::types::PyType>().getattr("__basicsize__")?.extract()?;
+    let meta_size: usize = py.import("numpy")?.getattr("dtypes")?.getattr("Float32DType")?.get_type().getattr("__basicsize__")?.extract()?;
+    if meta_size != heap + std::mem::size_of::<DTypeMetaFields>() {
+        return Ok(false);
+    }
+    let _ = HEAP_TYPE_SIZE.set(heap);
+    let mut old: Option<*mut c_void> = None;
+    for (t, &cls) in dtypes.iter().enumerate() {
+        // SAFETY: a lowp DType class, whose size was checked: its fields are readable.
+        let f = unsafe { &*fields(cls as *mut ffi::PyObject) };
+        // SAFETY: the type's registered descriptor (a new reference, released).
+        let singleton_ok = unsafe {
+            let d = PY_ARRAY_API.PyArray_DescrFromType(py, type_num(t)) as *mut ffi::PyObject;
+            let ok = d == f.singleton;
+            ffi::Py_XDECREF(d);
+            ok
+        };
+        if f.type_num != type_num(t) || !singleton_ok || f.flags & NPY_DT_LEGACY == 0 || f.dt_slots.is_null() {
+            return Ok(false);
+        }
+        // Every lowp type has numpy's one function for legacy user types.
+        // SAFETY: the slot table of a numpy 2.0 - 2.5 DType holds common_dtype at this entry.
+        let slot = unsafe { *f.dt_slots.add(COMMON_DTYPE_SLOT) };
+        if slot.is_null() || old.is_some_and(|o| o != slot) {
+            return Ok(false);
+        }
+        old = Some(slot);
+    }
+    let _ = PY_SCALAR_DTYPES.set((
+        api_entry(py, "_ARRAY_API", ARRAY_PYLONG_DTYPE)? as usize,
+        api_entry(py, "_ARRAY_API", ARRAY_PYFLOAT_DTYPE)? as usize,
+    ));
+    for &cls in dtypes {
+        // SAFETY: as checked above.
+        unsafe { *(*fields(cls as *mut ffi::PyObject)).dt_slots.add(COMMON_DTYPE_SLOT) = common_dtype as *mut c_void };
+    }
+    Ok(true)
 }
