@@ -16,7 +16,8 @@ from _reference import FloatSpec, round_float
 
 FLOAT_NAMES = ["bfloat16", "float16", "float32", "float64", "float8_e5m2", "float8_e4m3fn", "float8_e4m3",
                "float8_e4m3fnuz", "float8_e5m2fnuz"]
-ML_FLOAT_NAMES = ["bfloat16", "float8_e5m2", "float8_e4m3fn", "float8_e4m3", "float8_e4m3fnuz", "float8_e5m2fnuz"]
+ML_FLOAT_NAMES = ["bfloat16", "float8_e5m2", "float8_e4m3fn", "float8_e4m3", "float8_e4m3fnuz", "float8_e5m2fnuz",
+                  "float8_e3m4", "float8_e4m3b11fnuz", "float6_e2m3fn", "float6_e3m2fn", "float4_e2m1fn"]
 POSIT_NAMES = {"posit8": 8, "posit16": 16, "posit32": 32}
 
 CUSTOM_FLOATS = [

@@ -229,3 +229,48 @@ def test_ml_dtypes_arrays_as_input(src):
     r = lowp.round(x, "float8_e4m3")
     assert r.dtype == np.float32
     np.testing.assert_array_equal(r, lowp.round(as32, "float8_e4m3"))
+
+
+ML_EXTRA = ["float8_e3m4", "float8_e4m3b11fnuz", "float6_e2m3fn", "float6_e3m2fn", "float4_e2m1fn"]
+
+
+@pytest.mark.parametrize("name", ML_EXTRA)
+def test_ml_dtypes_other_floats_are_named_formats(name):
+    """ml_dtypes' floats without a lowp dtype are named formats with its encodings: every
+    code decodes to its value; every float32 midpoint, its neighbours and random float32
+    round to its codes (to nearest even; the formats without NaN raise on NaN, where
+    ml_dtypes stores -0); lowp's functions take arrays of the dtype."""
+    t = np.dtype(getattr(ml_dtypes, name))
+    f = lowp.format(t)
+    assert f is lowp.format(name) and f.name == name and f.dtype == t
+    codes = np.arange(1 << f.bits, dtype=np.uint8)
+    theirs = cast(codes.view(t), np.float64)
+    ours = lowp.decode(codes, f, np.float64)
+    np.testing.assert_array_equal(ours, theirs)
+    assert np.array_equal(np.signbit(ours), np.signbit(theirs))
+    np.testing.assert_array_equal(lowp.cast(codes.view(t), np.float64), theirs)
+    fin = np.unique(np.abs(theirs[np.isfinite(theirs)]))
+    mids = ((fin[:-1] + fin[1:]) / 2).astype(np.float32)
+    rng = np.random.default_rng(len(name))
+    x = np.concatenate([mids, np.nextafter(mids, np.float32(np.inf)), np.nextafter(mids, np.float32(0)), fin.astype(np.float32),
+                        (rng.standard_normal(1 << 16) * float(f.max)).astype(np.float32),
+                        rng.integers(0, 1 << 32, 1 << 16, dtype=np.uint64).astype(np.uint32).view(np.float32),
+                        np.float32([np.inf, 3 * float(f.max), 0.0, 1e-30])])
+    x = np.concatenate([x, -x])
+    if not np.isnan(theirs).any():
+        x = x[~np.isnan(x)]
+        with pytest.raises(ValueError, match="NaN"):
+            lowp.encode(np.float32([np.nan]), f)
+    np.testing.assert_array_equal(lowp.encode(x, f), cast(x, t).view(np.uint8))
+    np.testing.assert_array_equal(lowp.cast(x, t).view(np.uint8), cast(x, t).view(np.uint8))
+    # matmul, sum and emulated products read the dtype as its format.
+    a = rng.standard_normal((19, 33)).astype(t)
+    b = rng.standard_normal((33, 7)).astype(t)
+    ref = a.astype(np.float64) @ b.astype(np.float64)
+    np.testing.assert_allclose(lowp.matmul(a, b), ref, rtol=1e-6, atol=1e-5)
+    np.testing.assert_allclose(lowp.matmul(a[:, ::3], b[::3].T.copy().T), a[:, ::3].astype(np.float64) @ b[::3].astype(np.float64),
+                               rtol=1e-6, atol=1e-5)
+    a32, b32 = a.astype(np.float32), b.astype(np.float32)
+    for acc in (f, "float64"):
+        np.testing.assert_array_equal(lowp.matmul(a, b, accumulate=acc), lowp.matmul(a32, b32, accumulate=acc))
+    np.testing.assert_allclose(lowp.sum(a, axis=0), a.astype(np.float64).sum(axis=0), rtol=1e-6, atol=1e-5)

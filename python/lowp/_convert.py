@@ -10,7 +10,7 @@ import numpy as np
 
 from . import _lowp
 from ._memory import result_empty
-from ._formats import DTYPE_NAMES, Format, FloatFormat, PositFormat, _canonical, _dtype_registry, format as _format
+from ._formats import Format, FloatFormat, PositFormat, _canonical, _code_format, _dtype_registry, format as _format
 
 __all__ = ["round", "cast", "encode", "decode", "ROUNDING_MODES", "nextafter_scalar"]
 
@@ -166,8 +166,8 @@ def _as_float_array(x: Any, arg: str = "x", fmt: Optional[Format] = None, roundi
     dt = a.dtype
     if dt == np.float32 or dt == np.float64:
         return _contiguous(a)
-    if dt.name in DTYPE_NAMES:
-        f = _format(dt)
+    f = _code_format(dt)
+    if f is not None:
         bits = _contiguous(a).view(f.storage_dtype)
         return decode(bits, f, dtype=np.float64 if not f._fits_f32() else np.float32)
     if dt == np.float16:

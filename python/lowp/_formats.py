@@ -327,6 +327,12 @@ _NAMED: dict[str, Format] = {
     "posit16": _named("posit16", PositFormat(16, 2)),
     "posit32": _named("posit32", PositFormat(32, 2)),
     "int8": _named("int8", IntFormat(8, True)),
+    # ml_dtypes' other floats (their dtypes are ml_dtypes'; lowp registers none).
+    "float8_e3m4": _named("float8_e3m4", FloatFormat(3, 4)),
+    "float8_e4m3b11fnuz": _named("float8_e4m3b11fnuz", FloatFormat(4, 3, bias=11, nan="fnuz")),
+    "float6_e2m3fn": _named("float6_e2m3fn", FloatFormat(2, 3, nan=None)),
+    "float6_e3m2fn": _named("float6_e3m2fn", FloatFormat(3, 2, nan=None)),
+    "float4_e2m1fn": _named("float4_e2m1fn", FloatFormat(2, 1, nan=None)),
 }
 
 _ALIASES = {
@@ -354,6 +360,15 @@ _ALIASES = {
     "p16": "posit16",
     "p32": "posit32",
     "i8": "int8",
+    "e3m4": "float8_e3m4",
+    "fp8_e3m4": "float8_e3m4",
+    "e4m3b11fnuz": "float8_e4m3b11fnuz",
+    "e2m3fn": "float6_e2m3fn",
+    "fp6_e2m3fn": "float6_e2m3fn",
+    "e3m2fn": "float6_e3m2fn",
+    "fp6_e3m2fn": "float6_e3m2fn",
+    "e2m1fn": "float4_e2m1fn",
+    "fp4_e2m1fn": "float4_e2m1fn",
 }
 
 # Named formats whose numpy dtype is lowp's own (registered by the native module).
@@ -370,6 +385,16 @@ _dtype_registry: dict[tuple, np.dtype] = {
     _NAMED["float64"]._spec: np.dtype(np.float64),
     _NAMED["int8"]._spec: np.dtype(np.int8),
 }
+
+
+def _code_format(dt: np.dtype) -> Optional[Format]:
+    """The format of a low-precision dtype stored as codes (lowp's or ml_dtypes' of a
+    named format), else None."""
+    f = _NAMED.get(dt.name)
+    if (f is None or dt.name in ("float16", "float32", "float64", "int8") or dt.kind not in "fV"
+            or dt.itemsize != f.storage_dtype.itemsize):
+        return None
+    return f
 
 
 def named_formats() -> dict[str, Format]:
@@ -453,15 +478,16 @@ class finfo:  # noqa: N801 - mirrors numpy.finfo
 
             self.epsneg = 1.0 - nextafter_scalar(1.0, -math.inf, f)
         self.negep = int(round(math.log2(self.epsneg)))
-        # Decimal digits as numpy computes them, but at least 1 as ml_dtypes reports
-        # for its 8-bit floats; the resolution is 10**-precision rounded into the format.
-        # (fewer when 10**-precision would round to 0 in a format of tiny range).
+        # Decimal digits as numpy computes them, but at least 1 for formats of 8 bits or
+        # more, as ml_dtypes reports for its 8-bit floats (its 4- and 6-bit floats have 0);
+        # the resolution is 10**-precision rounded into the format (fewer digits when
+        # 10**-precision would round to 0 in a format of tiny range).
         from ._convert import round as _round
 
         def _resolution(p: int) -> float:
             return float(_round(np.array([10.0**-p]), f, saturate=True)[0])
 
-        self.precision = max(int(-math.log10(self.eps)), 1)
+        self.precision = max(int(-math.log10(self.eps)), 1 if f.bits >= 8 else 0)
         self.resolution = _resolution(self.precision)
         while self.resolution == 0 and self.precision > 0:
             self.precision -= 1

@@ -19,7 +19,7 @@ import numpy as np
 
 from . import _lowp
 from ._convert import SeedLike, _check_rounding, _native, _seed_word, encode
-from ._formats import FloatFormat, Format, IntFormat, _NAMED, _has_nan, format as _format
+from ._formats import FloatFormat, Format, IntFormat, _NAMED, _code_format, _has_nan, format as _format
 from ._memory import result_empty
 from ._quant import QuantizedArray
 
@@ -30,7 +30,8 @@ _F64 = _NAMED["float64"]
 _I8 = _NAMED["int8"]
 
 _ACCEPTED = ("float16, float32, float64, int8, and the low-precision dtypes of lowp and ml_dtypes "
-             "(bfloat16, float8_*, posit8/16/32)")
+             "(bfloat16, float8_e5m2/e4m3fn/e4m3/e4m3fnuz/e5m2fnuz/e3m4/e4m3b11fnuz, float6_e2m3fn/e3m2fn, "
+             "float4_e2m1fn, posit8/16/32)")
 
 
 def _as_array(x: Any, arg: str) -> np.ndarray:
@@ -71,14 +72,7 @@ def _operand_of(dt: np.dtype, arg: str) -> tuple[Optional[np.dtype], Optional[tu
         return None, None, _F64
     if dt == np.int8:
         return None, None, _I8
-    f: Optional[Format] = None
-    if dt == np.float16:
-        f = _NAMED["float16"]
-    elif dt.name in _NAMED and dt.name not in ("float32", "float64", "int8") and dt.kind in "fV":
-        try:
-            f = _format(dt)
-        except (TypeError, ValueError):
-            f = None
+    f = _NAMED["float16"] if dt == np.float16 else _code_format(dt)
     if f is None or f.storage_dtype.itemsize != dt.itemsize:
         raise TypeError(f"{arg}: unsupported dtype {dt}; accepted: {_ACCEPTED}")
     return f.storage_dtype, f._spec, f
