@@ -274,3 +274,18 @@ def test_ml_dtypes_other_floats_are_named_formats(name):
     for acc in (f, "float64"):
         np.testing.assert_array_equal(lowp.matmul(a, b, accumulate=acc), lowp.matmul(a32, b32, accumulate=acc))
     np.testing.assert_allclose(lowp.sum(a, axis=0), a.astype(np.float64).sum(axis=0), rtol=1e-6, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["float6_e2m3fn", "float6_e3m2fn", "float4_e2m1fn"])
+def test_bytes_that_are_no_code_of_a_sub_byte_float_are_refused(name):
+    """A byte above the format's codes (written through a uint8 view) is no value: matmul,
+    sum and cast raise ValueError naming the operand, as decode does."""
+    t = getattr(ml_dtypes, name)
+    ok = np.ones((3, 3), t)
+    bad = ok.copy()
+    bad.view(np.uint8)[1, 2] = 0xFF
+    for call, arg in ((lambda: lowp.matmul(bad, ok), "a"), (lambda: lowp.matmul(ok, bad, accumulate="bf16"), "b"),
+                      (lambda: lowp.sum(bad), "x"), (lambda: lowp.cast(bad, np.float32), "bits")):
+        with pytest.raises(ValueError, match=f"{arg}: codes of"):
+            call()
+    assert float(lowp.sum(ok)) == 9.0 and np.array_equal(lowp.matmul(ok, ok), np.full((3, 3), 3.0, np.float32))

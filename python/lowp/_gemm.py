@@ -61,7 +61,16 @@ def _operand(x: np.ndarray, arg: str) -> tuple[np.ndarray, Optional[tuple], Form
             _OPERANDS.clear()
         _OPERANDS[dt] = hit
     sd, spec, f = hit
-    return (x if sd is None else x.view(sd)), spec, f
+    if sd is None:
+        return x, spec, f
+    v = x.view(sd)
+    if f.bits < 8 * sd.itemsize and v.size:
+        # ml_dtypes' 4- and 6-bit floats store a code in the low bits of a byte; other
+        # bytes are not values (lowp.decode and cast refuse them too).
+        top = int(_distinct(v).max())
+        if top >> f.bits:
+            raise ValueError(f"{arg}: codes of {dt} lie in 0..{(1 << f.bits) - 1}; got {top}")
+    return v, spec, f
 
 
 def _operand_of(dt: np.dtype, arg: str) -> tuple[Optional[np.dtype], Optional[tuple], Format]:
