@@ -550,6 +550,8 @@ def test_common_types_match_numpys_float16():
         np.result_type(bf, np.dtype("U3"))
     # Python scalars: as the ufuncs resolve them (bfloat16 keeps its type).
     assert np.result_type(np.ones(2, bf), 1.5) == bf and np.result_type(bf, 2) == bf
+    # (A float before it: numpy asks for the common type with float16, as for ml_dtypes 0.7.)
+    assert np.result_type(1.5, np.ones(2, bf)) == f32
     assert np.result_type(e4, 1.5) == f16 and np.result_type(p16, 1.5) == f32 and np.result_type(p32, 1.5) == f64
 
 
