@@ -264,7 +264,12 @@ def test_cast_from_numpy(name, source):
             x = (rng.standard_normal(5000) * 2.0 ** rng.integers(-40, 40, 5000)).astype(sd)
     else:
         x = (rng.standard_normal(5000) + 1j * rng.standard_normal(5000)).astype(sd)
-    got = x.astype(dt(name))
+    if sd.kind == "c":
+        # As numpy's complex -> float casts: the imaginary part dropped, with a warning.
+        with pytest.warns(np.exceptions.ComplexWarning, match="imaginary"):
+            got = x.astype(dt(name))
+    else:
+        got = x.astype(dt(name))
     ref = x.real.astype(np.float64) if sd.kind == "c" else x.astype(np.float64)
     if sd.kind in "iu" and sd.itemsize == 8:
         # int64 values beyond 2^53 would round twice through float64: compare exactly via Python ints.
@@ -1273,3 +1278,61 @@ def test_bfloat16_arithmetic_with_a_scalar_matches_the_elementwise_loop(op):
         for rel in (np.equal, np.less, np.greater_equal, np.not_equal):
             np.testing.assert_array_equal(rel(x, 0.5), rel(f, np.float32(lowp.bfloat16(0.5))))
             np.testing.assert_array_equal(rel(x, x[::-1]), rel(f, f[::-1]))
+
+
+@pytest.mark.parametrize("name", ["bfloat16", "float8_e4m3fn", "posit16"])
+def test_complex_casts_warn(name, monkeypatch):
+    """complex -> lowp drops the imaginary part with numpy's ComplexWarning, in astype and
+    inside a ufunc's output cast; where warnings are errors the cast still completes and the
+    warning goes to sys.unraisablehook (numpy does not check these casts for errors)."""
+    import warnings
+
+    T = dt(name)
+    x = np.array([1.5 + 2j, -3 - 1j, 0.25j])
+    want = np.array([1.5, -3.0, 0.0])
+    with pytest.warns(np.exceptions.ComplexWarning, match="imaginary"):
+        np.testing.assert_array_equal(x.astype(T).astype(np.float64), want)
+    out = np.empty(3, T)
+    with pytest.warns(np.exceptions.ComplexWarning):
+        np.add(x, x, out=out, casting="unsafe")
+    np.testing.assert_array_equal(out.astype(np.float64), 2 * want)
+    seen = []
+    monkeypatch.setattr(sys, "unraisablehook", lambda u: seen.append(u.exc_type))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        y = x.astype(T)
+        z = np.ones(3).astype(T)  # (no complex: no warning)
+    assert seen == [np.exceptions.ComplexWarning]
+    np.testing.assert_array_equal(y.astype(np.float64), want)
+    assert z.dtype == T
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_numpy_testing_compares_nans_as_for_its_floats(name):
+    """The dtypes are numeric to numpy (``type(dtype)._is_numeric``), so its testing
+    functions take NaNs in the same places as equal, as for float16."""
+    T = dt(name)
+    assert type(T)._is_numeric
+    a = np.array([1.0, np.nan, -2.0], T)
+    np.testing.assert_array_equal(a, a.copy())
+    np.testing.assert_equal(a, a.copy())
+    np.testing.assert_array_almost_equal(a, a.copy())
+    with pytest.raises(AssertionError):
+        np.testing.assert_array_equal(a, np.array([1.0, 1.0, -2.0], T))
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_fractions_past_float64_range(name):
+    """A Fraction past float64's range converts as an int that large does: an infinity,
+    NaN (formats without infinities) or the largest posit, with its sign."""
+    from fractions import Fraction
+
+    T = getattr(lowp, name)
+    for sign in (1, -1):
+        big = Fraction(sign * 10**400, 3)
+        assert same_bits(np.array([T(big)]), np.array([T(sign * 10**400)]))
+        a = np.zeros(1, T)
+        a[0] = big
+        assert same_bits(a, np.array([T(sign * 10**400)]))
+        tiny = T(Fraction(sign, 10**400))
+        assert float(tiny) == 0.0 or abs(float(tiny)) == float(lowp.format(name).min_subnormal)

@@ -522,9 +522,30 @@ unsafe extern "C" fn cast_from<const T: usize, E: NpElem>(from: *mut c_void, to:
     }
 }
 
+/// numpy's `ComplexWarning` class (a reference kept for the life of the process).
+static COMPLEX_WARNING: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+
 /// numpy element E -> lowp type T.
 unsafe extern "C" fn cast_to<const T: usize, E: NpElem>(from: *mut c_void, to: *mut c_void, n: npy_intp, _fa: *mut c_void, _ta: *mut c_void) {
     let n = n.max(0) as usize;
+    if (is::<E, C64>() || is::<E, C128>()) && n > 0 {
+        // As numpy's complex -> float casts: a warning. Where warnings are errors, numpy
+        // would not see one raised here (it checks only casts of dtypes flagged as needing
+        // the Python API, which would keep the GIL in every loop): it goes to
+        // sys.unraisablehook instead, and the cast completes.
+        // (numpy may run the cast with the GIL released, inside a ufunc's iteration.)
+        if let Some(&w) = COMPLEX_WARNING.get() {
+            // SAFETY: the GIL is taken (or re-entered) for the warning; a live warning class.
+            unsafe {
+                let gil = pyo3::ffi::PyGILState_Ensure();
+                let w = w as *mut pyo3::ffi::PyObject;
+                if pyo3::ffi::PyErr_WarnEx(w, c"Casting complex values to real discards the imaginary part".as_ptr(), 1) < 0 {
+                    pyo3::ffi::PyErr_WriteUnraisable(w);
+                }
+                pyo3::ffi::PyGILState_Release(gil);
+            }
+        }
+    }
     // SAFETY: numpy passes n contiguous aligned elements on each side.
     unsafe {
         if is::<E, f32>() && n >= PAR_MIN && !(super::kernels::is_posit(T) && TYPES[T].size == 1) {
@@ -745,6 +766,8 @@ fn longdouble_is_x87(py: Python<'_>) -> PyResult<bool> {
 
 pub fn register_all(py: Python<'_>) -> PyResult<()> {
     const _: () = assert!(N == 9);
+    let warning = py.import("numpy.exceptions")?.getattr("ComplexWarning")?;
+    let _ = COMPLEX_WARNING.set(warning.into_ptr() as usize);
     #[cfg(all(target_arch = "x86_64", not(target_os = "windows")))]
     let x87 = longdouble_is_x87(py)?;
     #[cfg(not(all(target_arch = "x86_64", not(target_os = "windows"))))]

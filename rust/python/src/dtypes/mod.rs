@@ -451,7 +451,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     casts::register_all(py)?;
     ufuncs::register_all(py)?;
     matmul::register_all(py)?;
-    promote::register_common_dtype(py)?;
+    promote::register_dtype_classes(py)?;
     m.add_function(wrap_pyfunction!(_register_equivalent, m)?)?;
     m.add_function(wrap_pyfunction!(_register_cross, m)?)?;
     m.add_function(wrap_pyfunction!(_dtype_numbers, m)?)?;

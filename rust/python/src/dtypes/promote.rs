@@ -211,6 +211,8 @@ struct DTypeMetaFields {
 
 /// `NPY_DT_LEGACY`: a DType with a type number (numpy's and legacy user types).
 const NPY_DT_LEGACY: u64 = 1;
+/// `NPY_DT_NUMERIC` (numpy's `dtype_api.h`): `type(dtype)._is_numeric`.
+const NPY_DT_NUMERIC: u64 = 1 << 3;
 /// The entry of `common_dtype` in `NPY_DType_Slots`.
 const COMMON_DTYPE_SLOT: usize = 3;
 /// Feature versions with that layout: numpy 2.0 (0x12) to 2.5 (0x16).
@@ -321,12 +323,14 @@ fn weak(t: usize) -> bool {
     matches!(&TYPES[t].fmt, Format::Float(f) if f.inf) && !super::casts::all_exact(&TYPES[t].fmt, &f16)
 }
 
-/// Install `common_dtype` on every lowp DType where numpy's layout is the one
-/// known (see above); returns whether it was installed.
-pub fn register_common_dtype(py: Python<'_>) -> PyResult<bool> {
+/// Mark every lowp DType numeric (`NPY_DT_NUMERIC`, a public flag: numpy's testing
+/// functions then compare NaNs as its own floats') on numpy 2.0 and later, and install
+/// `common_dtype` where numpy's layout is the one known (see above). Returns whether
+/// the common DType was installed.
+pub fn register_dtype_classes(py: Python<'_>) -> PyResult<bool> {
     // SAFETY: a plain query of numpy's C API.
     let feature = unsafe { PY_ARRAY_API.PyArray_GetNDArrayCFeatureVersion(py) };
-    if !(NPY_2_0_API_VERSION..=NPY_2_5_API_VERSION).contains(&feature) {
+    if feature < NPY_2_0_API_VERSION {
         return Ok(false);
     }
     let Some(dtypes) = DTYPES.get() else { return Ok(false) };
@@ -352,12 +356,21 @@ pub fn register_common_dtype(py: Python<'_>) -> PyResult<bool> {
             return Ok(false);
         }
         // Every lowp type has numpy's one function for legacy user types.
-        // SAFETY: the slot table of a numpy 2.0 - 2.5 DType holds common_dtype at this entry.
-        let slot = unsafe { *f.dt_slots.add(COMMON_DTYPE_SLOT) };
+        // SAFETY: the slot table of a numpy 2.0 - 2.5 DType holds common_dtype at this
+        // entry (read only on those versions).
+        let slot = if feature <= NPY_2_5_API_VERSION { unsafe { *f.dt_slots.add(COMMON_DTYPE_SLOT) } } else { std::ptr::null_mut() };
         if slot.is_null() || old.is_some_and(|o| o != slot) {
-            return Ok(false);
+            old = Some(std::ptr::null_mut());
+        } else if old.is_none() {
+            old = Some(slot);
         }
-        old = Some(slot);
+    }
+    for &cls in dtypes {
+        // SAFETY: as checked above: the public flags of a DType class.
+        unsafe { (*fields(cls as *mut ffi::PyObject)).flags |= NPY_DT_NUMERIC };
+    }
+    if old.is_none_or(|o| o.is_null()) {
+        return Ok(false);
     }
     let _ = PY_SCALAR_DTYPES.set((
         api_entry(py, "_ARRAY_API", ARRAY_PYLONG_DTYPE)? as usize,

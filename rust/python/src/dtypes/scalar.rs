@@ -205,6 +205,15 @@ fn convert(py: Python<'_>, t: usize, obj: &Bound<'_, PyAny>) -> PyResult<u32> {
     let f = unsafe { ffi::PyNumber_Float(obj.as_ptr()) };
     if f.is_null() {
         let e = PyErr::fetch(py);
+        if e.is_instance_of::<PyOverflowError>(py) && obj.hasattr("__lt__")? {
+            // A number past float64's range (a Fraction of huge terms): the largest float64
+            // of its sign stands for it, as for such ints (inf, or the largest posit).
+            if let (Ok(neg), Ok(pos)) = (obj.lt(0), obj.gt(0)) {
+                if neg || pos {
+                    return Ok(enc(t, f64::MAX.copysign(if neg { -1.0 } else { 1.0 })));
+                }
+            }
+        }
         if e.is_instance_of::<PyTypeError>(py) {
             return Err(PyTypeError::new_err(format!(
                 "{name}: cannot convert {} to {name}; accepted: real numbers and numeric strings",
