@@ -141,6 +141,24 @@ def test_different_seeds_differ():
     assert abs(agree - expect) < 4 * np.sqrt(expect * (1 - expect) / x.size)
 
 
+def test_seeds_draw_unrelated_streams_not_shifted_copies():
+    """Each seed has its own Weyl step: two seeds never draw one sequence some elements
+    apart (with one step for all, 19293 and 131765 drew the same million decisions,
+    262762 and 32739 the same shifted by one, and Generator draws overlapped within a
+    few dozen calls of a million elements)."""
+    x = np.full(1_000_000, 1 + 2.0**-9, np.float32)
+    p = 0.25
+    expect = p * p + (1 - p) * (1 - p)
+    tol = 5 * np.sqrt(expect * (1 - expect) / x.size)
+    r = {s: lowp.round(x, "bf16", "stochastic", seed=s) > 1 for s in (19293, 131765, 262762, 32739)}
+    for s, t, shift in ((19293, 131765, 0), (19293, 131765, 1), (262762, 32739, 1), (32739, 262762, 1)):
+        agree = (r[s][shift:] == r[t][:x.size - shift]).mean()
+        assert abs(agree - expect) < tol, (s, t, shift, agree)
+    g = np.random.default_rng(0)
+    draws = [lowp.round(x, "bf16", "stochastic", seed=g) > 1 for _ in range(40)]
+    assert abs((draws[39][:-241496] == draws[4][241496:]).mean() - expect) < 2 * tol
+
+
 def test_seed_generator():
     x = np.full(50_000, 1 + 2.0**-9)
     a = lowp.round(x, "bf16", "stochastic", seed=np.random.default_rng(11))

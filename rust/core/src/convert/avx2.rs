@@ -36,6 +36,7 @@ struct K {
     ovf_x: __m256i,
     rmask: __m256i,
     a0: u32,
+    g0: u32,
     step: __m256i,
     // Decoding.
     mag_mask: __m256i,
@@ -92,6 +93,7 @@ fn consts(p: &Params) -> K {
         // The top `rbits` bits: comparing them is comparing the shifted values.
         rmask: s(if p.rbits >= 32 { u32::MAX } else { !(u32::MAX >> p.rbits) }),
         a0: p.rng.key.a0,
+        g0: p.rng.key.g0,
         step: _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
         mag_mask: s(p.mag_mask),
         m_unit: s(p.sub_below),
@@ -128,21 +130,21 @@ fn consts(p: &Params) -> K {
 }
 
 /// The Weyl values of elements lo0 .. lo0 + 8 (`Rng::word0` before the mixer:
-/// lo * GAMMA + (a0 ^ hi)); element lo0 + j + lane has `weyl8 + j * GAMMA`.
+/// lo * g0 + (a0 ^ hi)); element lo0 + j + lane has `weyl8 + j * g0`.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 fn weyl8(k: &K, lo0: u32, hi: u32) -> __m256i {
     let lo = _mm256_add_epi32(_mm256_set1_epi32(lo0 as i32), k.step);
     // SAFETY: avx2 is enabled for this function.
-    unsafe { crate::round::weyl_x8(lo, k.a0 ^ hi) }
+    unsafe { crate::round::weyl_x8(lo, k.a0 ^ hi, k.g0) }
 }
 
 /// The low random words of the 8 elements `j ..` after the base of [`weyl8`].
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn rand8(weyl: __m256i, j: usize) -> __m256i {
+fn rand8(k: &K, weyl: __m256i, j: usize) -> __m256i {
     // SAFETY: avx2 is enabled for this function.
-    unsafe { crate::round::mix32_x8(_mm256_add_epi32(weyl, _mm256_set1_epi32((j as u32).wrapping_mul(crate::round::GAMMA) as i32))) }
+    unsafe { crate::round::mix32_x8(_mm256_add_epi32(weyl, _mm256_set1_epi32((j as u32).wrapping_mul(k.g0) as i32))) }
 }
 
 /// `pos` where the lane is non-negative, `pos ^ x` where `neg` is all ones.
@@ -445,7 +447,7 @@ fn encode_loop<C: Code, const MODE: u8>(p: &Params, src: &[f32], dst: &mut [C], 
     let weyl = weyl8(&k, lo0, hi_s);
     let n = src.len();
     // Random words for the 8 lanes starting at element j.
-    let rand_at = |j: usize| if is_sr(MODE) { rand8(weyl, j) } else { k.zero };
+    let rand_at = |j: usize| if is_sr(MODE) { rand8(&k, weyl, j) } else { k.zero };
     let mut j = 0;
     match C::BYTES {
         1 => {
@@ -564,7 +566,7 @@ fn round_loop<const MODE: u8>(p: &Params, src: &[f32], dst: &mut [f32], i0: u64,
     let n = src.len();
     let mut j = 0;
     while j + 8 <= n {
-        let rand = if is_sr(MODE) { rand8(weyl, j) } else { k.zero };
+        let rand = if is_sr(MODE) { rand8(&k, weyl, j) } else { k.zero };
         let v = dec8(&k, lane8::<MODE>(&k, load8(&src[j..]), rand));
         // SAFETY: j + 8 <= n = dst.len(); aligned when nt (see `streamed`).
         unsafe { put(dst.as_mut_ptr().add(j) as *mut __m256i, v, nt) };

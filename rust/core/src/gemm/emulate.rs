@@ -5427,15 +5427,15 @@ macro_rules! sr_last {
 }
 
 /// Constants of [`flush_sr`] ([`sr_comp`]): mix32's
-/// multipliers, the top `rbits` bits, the bits from the unit up, GAMMA.
+/// multipliers, the top `rbits` bits, the bits from the unit up, the Weyl step.
 #[cfg(target_arch = "x86_64")]
 #[repr(C, align(32))]
 struct SrConsts([[u32; 8]; 5]);
 
 #[cfg(target_arch = "x86_64")]
 impl SrConsts {
-    fn new(rbits: u32, unit: u32) -> Self {
-        SrConsts([[0x7feb_352d; 8], [0x846c_a68b; 8], [u32::MAX << (32 - rbits); 8], [u32::MAX << unit; 8], [crate::round::GAMMA; 8]])
+    fn new(rbits: u32, unit: u32, gamma: u32) -> Self {
+        SrConsts([[0x7feb_352d; 8], [0x846c_a68b; 8], [u32::MAX << (32 - rbits); 8], [u32::MAX << unit; 8], [gamma; 8]])
     }
 }
 
@@ -5771,14 +5771,14 @@ fn dir_sided(t: &mut [f32], up: bool, top: f32) {
 /// a multiple of 8; with `ties`, `marks` holds a byte for every 8 lanes.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
-unsafe fn flush_sr(tot: &mut [f32], row: &mut [f32], states: &[u32], rbits: u32, unit: u32, ties: bool, marks: &mut [u8]) -> bool {
+unsafe fn flush_sr(tot: &mut [f32], row: &mut [f32], states: &[u32], gamma: u32, rbits: u32, unit: u32, ties: bool, marks: &mut [u8]) -> bool {
     use std::arch::asm;
     assert!(tot.len() == row.len() && tot.len() == states.len() && tot.len() % 8 == 0);
     assert!((13..=21).contains(&unit) && (1..=unit).contains(&rbits) && (!ties || (rbits == unit && marks.len() >= tot.len() / 8)));
     if tot.is_empty() {
         return false;
     }
-    let k = SrConsts::new(rbits, unit);
+    let k = SrConsts::new(rbits, unit, gamma);
     // Toward zero.
     let rc = 3u32 << 13;
     let mut csr = [0u32; 2];
@@ -5976,14 +5976,14 @@ fn place_strips(run: &[u64], wsh: u32, psh: u32, kk: usize, sl: usize, d: &mut [
 /// first step, lane l of index `idx0 + l * stride` (wrapping); `None` when
 /// some lane's index changes its upper 32 bits over `len` steps (the kernel
 /// advances the lower word only). Where the 16 indices and their steps share
-/// one upper word, the states are `x0 + l * stride * GAMMA`.
+/// one upper word, the states are `x0 + l * stride * gamma`.
 fn sr_states(rng: &Rng, idx0: u64, stride: u64, len: usize) -> Option<[u32; 16]> {
     let last = len.max(1) as u64 - 1;
     let span = 15u64.checked_mul(stride).and_then(|x| x.checked_add(last));
     if let Some(end) = span.and_then(|x| idx0.checked_add(x)) {
         if idx0 >> 32 == end >> 32 {
             let x0 = rng.weyl0(idx0 as u32, rng.hi_word(idx0));
-            let g = (stride as u32).wrapping_mul(crate::round::GAMMA);
+            let g = (stride as u32).wrapping_mul(rng.gamma());
             return Some(std::array::from_fn(|l| x0.wrapping_add(g.wrapping_mul(l as u32))));
         }
     }
@@ -6722,7 +6722,7 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
                                         })
                                     });
                                     if ok {
-                                        let advance = ((t2 - k) as u32).wrapping_mul(crate::round::GAMMA);
+                                        let advance = ((t2 - k) as u32).wrapping_mul(rng2.gamma());
                                         sr_st.iter_mut().zip(&sr_st0).for_each(|(x, &x0)| *x = x0.wrapping_add(advance));
                                     } else {
                                         for (q, st) in sr_st.chunks_exact_mut(16).enumerate() {
@@ -6734,7 +6734,7 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
                                     }
                                     let ties = rbits > f2.unit;
                                     // SAFETY: kind16 checked avx2 (simd); equal lengths, a multiple of 16; a mark for every 8 lanes.
-                                    if unsafe { flush_sr(&mut tot32, &mut acc, &sr_st, rbits.min(f2.unit), f2.unit, ties, &mut marks) } {
+                                    if unsafe { flush_sr(&mut tot32, &mut acc, &sr_st, rng2.gamma(), rbits.min(f2.unit), f2.unit, ties, &mut marks) } {
                                         // The kept lanes, redone with all the bits.
                                         for (i, &mk) in marks.iter().enumerate().filter(|x| *x.1 != 0) {
                                             let (row, col0) = place(i / 2);
@@ -7932,7 +7932,7 @@ mod unit_tests {
             let (mut t, mut r) = (vec![tot as f32; 16], vec![row as f32; 16]);
             let mut marks = [0u8; 2];
             // SAFETY: avx2 detected (simd); 16 lanes, a mark for every 8.
-            let kept = unsafe { flush_sr(&mut t, &mut r, &states, unit, unit, true, &mut marks) };
+            let kept = unsafe { flush_sr(&mut t, &mut r, &states, rng.gamma(), unit, unit, true, &mut marks) };
             assert!(kept && marks[0] == 0xff && marks[1] == 0, "{fmt:?}: marks {marks:?}");
             let mut differ = 0;
             for (l, &i) in idx.iter().enumerate() {

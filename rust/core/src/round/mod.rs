@@ -8,7 +8,7 @@
 
 mod rng;
 
-pub use rng::{Rng, SeedKey, StepRand, GAMMA, GAMMA_COL};
+pub use rng::{Rng, SeedKey, StepRand};
 #[cfg(target_arch = "x86_64")]
 pub(crate) use rng::{mix32_x8, weyl_x8};
 

@@ -2,23 +2,46 @@
 //!
 //! The bits for element `i` are a pure function of `(seed, i)`, so results never
 //! depend on thread count, chunking or SIMD width. A random word is the
-//! "lowbias32" avalanche mixer applied to a Weyl sequence, `mix32(lo * G + k)`
+//! "lowbias32" avalanche mixer applied to a Weyl sequence, `mix32(lo * g + k)`
 //! (the counter-based form of SplitMix), with `k` from the seed and the high
-//! half of the index. It is built from 32-bit multiplies, adds and
-//! xor-shifts only, so the AVX2 path (`vpmulld`) computes exactly what the
-//! scalar path computes.
+//! half of the index, and the odd step `g` from the seed too: with one step for
+//! every seed, two seeds whose `k` differ by `m * g` would draw one sequence,
+//! shifted by m elements (and any two seeds one of 2^32 sequences). It is built
+//! from 32-bit multiplies, adds and xor-shifts only, so the AVX2 path
+//! (`vpmulld`) computes exactly what the scalar path computes.
 
 /// A 64-bit seed expanded into the constants of the hash.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct SeedKey {
-    /// Key of the low random word (`b0` is spare).
+    /// Key of the low random word (`b0`: of the columns' words of [`StepRand`]).
     pub a0: u32,
     pub b0: u32,
-    /// Key of the high random word, drawn only beyond 32 bits (`b1` is spare).
+    /// Key of the high random word, drawn only beyond 32 bits (`b1`: as `b0`).
     pub a1: u32,
     pub b1: u32,
     /// Key mixed with the high 32 bits of the element index.
     pub c: u32,
+    /// The Weyl steps (odd): of the elements' (and rows') words, and of the columns'.
+    pub g0: u32,
+    pub g1: u32,
+}
+
+impl Default for SeedKey {
+    fn default() -> Self {
+        SeedKey::from_seed(0)
+    }
+}
+
+/// An odd Weyl step from 32 random bits: at least 12 of its 31 neighbouring bit
+/// pairs differ (as SplitMix asks of its gammas; steps such as 1 or 2^31 + 1
+/// would feed the mixer nearly consecutive or nearly constant values).
+fn weyl_step(x: u32) -> u32 {
+    let g = x | 1;
+    if (g ^ (g >> 1)).count_ones() < 12 {
+        g ^ 0xAAAA_AAAA
+    } else {
+        g
+    }
 }
 
 /// splitmix64: expands a seed into well-mixed, distinct key words.
@@ -37,12 +60,15 @@ impl SeedKey {
         let w0 = splitmix64(&mut s);
         let w1 = splitmix64(&mut s);
         let w2 = splitmix64(&mut s);
-        SeedKey { a0: w0 as u32, b0: (w0 >> 32) as u32, a1: w1 as u32, b1: (w1 >> 32) as u32, c: w2 as u32 }
+        let g0 = weyl_step(w2 as u32);
+        let mut g1 = weyl_step((w2 >> 32) as u32);
+        if g1 == g0 {
+            // (The columns' words must not be the rows' shifted.)
+            g1 = weyl_step(g1.rotate_left(16));
+        }
+        SeedKey { a0: w0 as u32, b0: (w0 >> 32) as u32, a1: w1 as u32, b1: (w1 >> 32) as u32, c: splitmix64(&mut s) as u32, g0, g1 }
     }
 }
-
-/// The Weyl step: 2^32 / golden ratio, odd.
-pub const GAMMA: u32 = 0x9E37_79B9;
 
 /// A 32-bit avalanche mixer (xor-shift-multiply, "lowbias32" constants).
 #[inline(always)]
@@ -73,16 +99,16 @@ pub(crate) unsafe fn mix32_x8(x: std::arch::x86_64::__m256i) -> std::arch::x86_6
     }
 }
 
-/// [`Rng::weyl0`] on 8 u32 lanes of low index words, `key = a0 ^ hi`.
+/// [`Rng::weyl0`] on 8 u32 lanes of low index words, `key = a0 ^ hi`, step `gamma`.
 ///
 /// # Safety
 /// The CPU must support avx2.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-pub(crate) unsafe fn weyl_x8(lo: std::arch::x86_64::__m256i, key: u32) -> std::arch::x86_64::__m256i {
+pub(crate) unsafe fn weyl_x8(lo: std::arch::x86_64::__m256i, key: u32, gamma: u32) -> std::arch::x86_64::__m256i {
     use std::arch::x86_64::*;
     // SAFETY: avx2 per the caller.
-    unsafe { _mm256_add_epi32(_mm256_mullo_epi32(lo, _mm256_set1_epi32(GAMMA as i32)), _mm256_set1_epi32(key as i32)) }
+    unsafe { _mm256_add_epi32(_mm256_mullo_epi32(lo, _mm256_set1_epi32(gamma as i32)), _mm256_set1_epi32(key as i32)) }
 }
 
 /// The random stream of one call.
@@ -103,11 +129,17 @@ impl Rng {
         mix32(((i >> 32) as u32) ^ self.key.c)
     }
 
-    /// The Weyl value behind [`Rng::word0`]: `lo * GAMMA + (a0 ^ hi)`. The next
-    /// element's is GAMMA more, so vector loops advance it with an add.
+    /// The Weyl step of the stream ([`SeedKey::g0`]).
+    #[inline(always)]
+    pub fn gamma(&self) -> u32 {
+        self.key.g0
+    }
+
+    /// The Weyl value behind [`Rng::word0`]: `lo * g0 + (a0 ^ hi)`. The next
+    /// element's is [`Rng::gamma`] more, so vector loops advance it with an add.
     #[inline(always)]
     pub fn weyl0(&self, lo: u32, hi: u32) -> u32 {
-        lo.wrapping_mul(GAMMA).wrapping_add(self.key.a0 ^ hi)
+        lo.wrapping_mul(self.key.g0).wrapping_add(self.key.a0 ^ hi)
     }
 
     /// The low random word of element `i`, given `lo = i as u32` and `hi = self.hi_word(i)`.
@@ -119,7 +151,7 @@ impl Rng {
     /// The high random word: [`Rng::word0`] with key `a1`.
     #[inline(always)]
     fn word1(&self, lo: u32, hi: u32) -> u32 {
-        mix32(lo.wrapping_mul(GAMMA).wrapping_add(self.key.a1 ^ hi))
+        mix32(lo.wrapping_mul(self.key.g0).wrapping_add(self.key.a1 ^ hi))
     }
 
     /// `rbits` (1..=64) uniformly random bits for element `i`, in the low bits.
@@ -154,7 +186,7 @@ impl Rng {
     /// [`Rng::bits`] of index `x0 + l * stride`, 8 at a time with AVX2.
     pub fn fill32(&self, x0: u64, stride: u64, out: &mut [u64]) {
         // Word 0 of index i is the word of the rows' side of `StepRand` under this key.
-        Side { k0: self.key.a0, k1: self.key.a1, kc: self.key.c, gamma: GAMMA }.fill(x0, stride, 32, out)
+        Side { k0: self.key.a0, k1: self.key.a1, kc: self.key.c, gamma: self.key.g0 }.fill(x0, stride, 32, out)
     }
 
     /// [`Rng::word0`] of 8 low index words sharing the mixed high half `hi`.
@@ -168,23 +200,19 @@ impl Rng {
         let mut w = [0u32; 8];
         // SAFETY: avx2 per the contract; 8 lanes each.
         unsafe {
-            let x = weyl_x8(_mm256_loadu_si256(lo.as_ptr() as *const __m256i), self.key.a0 ^ hi);
+            let x = weyl_x8(_mm256_loadu_si256(lo.as_ptr() as *const __m256i), self.key.a0 ^ hi, self.key.g0);
             _mm256_storeu_si256(w.as_mut_ptr() as *mut __m256i, mix32_x8(x));
         }
         w
     }
 }
 
-/// The Weyl step of the column words of [`StepRand`] (odd, and unlike
-/// [`GAMMA`], so that no column's run of words is a row's shifted).
-pub const GAMMA_COL: u32 = 0x6A09_E667;
-
 /// The random bits of the depth steps of an emulated product `C = A B` with
 /// stochastic rounding. Step `t` of output element `(i, j)` draws the top
 /// `rbits` bits of `row(i, t) ^ col(j, t)`: a word of row i of A's side and a
 /// word of column j of B's side. A row's word is [`Rng::bits`]'s word of index
 /// `i * steps + t` (its own key); a column's likewise of `j * steps + t`, with
-/// its own key and Weyl step ([`GAMMA_COL`]). At most 32 bits use one mixed
+/// its own key and Weyl step ([`SeedKey::g1`]). At most 32 bits use one mixed
 /// word, more a second.
 ///
 /// Every element's bits are uniform, and one element's steps draw independent
@@ -280,8 +308,8 @@ impl StepRand {
     /// are `i * steps + t`, so `steps` fixes the stream).
     pub fn new(key: SeedKey, steps: u64) -> Self {
         StepRand {
-            rows: Side { k0: key.a0, k1: key.a1, kc: key.c, gamma: GAMMA },
-            cols: Side { k0: key.b0, k1: key.b1, kc: !key.c, gamma: GAMMA_COL },
+            rows: Side { k0: key.a0, k1: key.a1, kc: key.c, gamma: key.g0 },
+            cols: Side { k0: key.b0, k1: key.b1, kc: !key.c, gamma: key.g1 },
             steps,
         }
     }
@@ -381,6 +409,36 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn no_seed_draws_another_seeds_words_shifted() {
+        // With one Weyl step for every seed, seeds whose keys differ by m steps drew one
+        // sequence m elements apart: among 2000 seeds, some pair within 4096 elements of
+        // each other is expected (2000^2 / 2 * 8192 / 2^32: about 4). A pair of
+        // consecutive words of one seed must appear in no other seed's first 4096.
+        let n = 4096u64;
+        let seeds: Vec<Rng> = (0..2000u64).map(|s| Rng::new(SeedKey::from_seed(s.wrapping_mul(0x2545_F491_4F6C_DD1D) ^ 77))).collect();
+        let mut at = std::collections::HashMap::with_capacity(seeds.len() * n as usize);
+        for (k, r) in seeds.iter().enumerate() {
+            let w: Vec<u64> = (0..=n).map(|i| r.bits(i, 32)).collect();
+            for i in 0..n as usize {
+                at.entry((w[i] << 32) | w[i + 1]).or_insert((k, i));
+            }
+        }
+        for (k, r) in seeds.iter().enumerate() {
+            let pair = (r.bits(0, 32) << 32) | r.bits(1, 32);
+            assert_eq!(at[&pair], (k, 0), "seed {k}'s first words appear in another stream");
+        }
+        // And the steps are odd, with enough bit changes, the columns' unlike the rows'.
+        for s in 0..10_000u64 {
+            let k = SeedKey::from_seed(s);
+            for g in [k.g0, k.g1] {
+                assert!(g & 1 == 1 && (g ^ (g >> 1)).count_ones() >= 12, "seed {s}: step {g:#x}");
+            }
+            assert_ne!(k.g0, k.g1);
+        }
+        assert_eq!(SeedKey::default(), SeedKey::from_seed(0));
     }
 
     #[test]
