@@ -106,15 +106,43 @@ def test_values_hit_ties_of_narrower_formats(fmt):
 @pytest.mark.parametrize("fmt", ["bfloat16", "float16", "float8_e4m3fn", "float8_e5m2fnuz", "posit8", "posit16",
                                  "int8", lowp.FloatFormat(3, 1, nan=None)], ids=str)
 def test_midpoints_are_ties(fmt):
+    """Every draw is a tie: to nearest even it goes to the even code, away from zero to
+    the neighbour of larger magnitude (floats and integers: exactly halfway; posits: at
+    the bit string one bit longer, which is halfway only within a binade)."""
     f = lowp.format(fmt)
     drawn = collect(lst.midpoints(f), 200)
     for m in drawn:
         below = lowp.nextafter(m, -math.inf, f)
         above = lowp.nextafter(m, math.inf, f)
-        if math.isfinite(above):
-            assert m - below == above - m > 0
-        else:  # the overflow threshold: half a step past the largest value
+        if not math.isfinite(above):  # the overflow threshold: half a step past the largest value
             assert below == f.max and m > f.max
+            continue
+        assert below < m < above
+        if not isinstance(f, lowp.PositFormat):
+            assert m - below == above - m
+        even = lowp.round(np.array([m]), f)[0]
+        away = lowp.round(np.array([m]), f, "nearest_away")[0]
+        assert even in (below, above) and int(lowp.encode(np.array([m]), f)[0]) % 2 == 0
+        assert abs(away) == max(abs(below), abs(above))
+
+
+def test_posit_midpoints_are_bit_string_ties():
+    """posit8's ties where its exponent bits are cut (between 65536 and 262144 the tie is
+    131072, not 163840) and none beside zero (minpos / 2 rounds to minpos, not a tie)."""
+    drawn = set(collect(lst.midpoints("posit8"), 2000))
+    assert 131072.0 in drawn or any(abs(m) > 2**16 for m in drawn)
+    assert 163840.0 not in drawn and not any(abs(m) < float(lowp.format("posit8").min_subnormal) for m in drawn)
+    with pytest.raises(ValueError, match="no ties"):
+        lst.midpoints(lowp.PositFormat(2, 0))
+    with pytest.raises(TypeError, match="allow_overflow"):
+        lst.midpoints("bf16", allow_overflow="no")
+
+
+def test_integer_values_shrink_toward_zero():
+    from hypothesis import find
+
+    assert find(lst.values("int8"), lambda v: v != 0) in (1.0, -1.0)
+    assert find(lst.values("int8"), lambda v: True) == 0.0
 
 
 @pytest.mark.parametrize("fmt,dtype", [("bfloat16", ml_dtypes.bfloat16), ("float8_e4m3fn", ml_dtypes.float8_e4m3fn),
@@ -167,6 +195,40 @@ def test_assert_ulp_close_nan_and_inf_positions(a):
         b[0] = np.nan if not np.isnan(b[0]) else 1.0
         with pytest.raises(AssertionError):
             assert_ulp_close(b, a, "bf16", ulps=10**6)
+
+
+def test_ulp_distance_of_64_bit_codes_of_opposite_signs():
+    """Steps between float64 values of opposite signs pass int64 (the sum of both
+    magnitudes' ordinals): counted exactly, as the Fraction of the codes' positions."""
+    from fractions import Fraction
+
+    m = float(np.finfo(np.float64).max)
+    pairs = [(1.0, -4.0), (2.0, -2.0), (-m, m), (5e-324, -5e-324), (-3.0, 1e300)]
+    a = np.array([p[0] for p in pairs])
+    d = np.array([p[1] for p in pairs])
+    got = ulp_distance(a, d, "float64")
+
+    def ordinal(v):
+        bits = int(np.float64(v).view(np.uint64))
+        return -(bits & ((1 << 63) - 1)) if bits >> 63 else bits
+
+    want = [float(Fraction(abs(ordinal(x) - ordinal(y)))) for x, y in pairs]
+    np.testing.assert_array_equal(got, want)
+    for x, y in pairs:
+        with pytest.raises(AssertionError):
+            assert_ulp_close(x, y, "float64")
+    with pytest.raises(AssertionError):
+        assert_ulp_close(-m, m, "float64", ulps=1e17)
+
+
+def test_infinitely_far_pairs_fail_any_ulps():
+    with pytest.raises(AssertionError):
+        assert_ulp_close([np.nan, 1.0], [1.0, 1.0], "bf16", ulps=np.inf)
+    with pytest.raises(AssertionError):
+        assert_ulp_close([np.inf], [1.0], "bf16", ulps=np.inf)
+    assert_ulp_close([np.nan, np.inf, 3.0], [np.nan, np.inf, 1.0], "bf16", ulps=np.inf)
+    with pytest.raises(TypeError, match="err_msg"):
+        assert_ulp_close(1.0, 2.0, "bf16", err_msg=5)
 
 
 def test_assert_ulp_close_unrepresentable_desired():

@@ -145,7 +145,11 @@ def test_infinities_and_wide_integers():
     assert lowp.nextafter(np.inf, 0.0, "bf16") == lowp.format("bf16").max
     assert lowp.nextafter(-np.inf, 0.0, "e4m3fn") == -448.0
     assert lowp.nextafter(np.inf, 0.0, "int8") == 127 and lowp.nextafter(-np.inf, 0.0, "int8") == -128
-    assert np.isnan(lowp.nextafter(np.inf, 0.0, "posit8"))  # inf is not a posit
+    # Formats without infinities too (inf is not a posit, nor an e4m3fn value): beyond the largest.
+    assert lowp.nextafter(np.inf, 0.0, "posit8") == lowp.format("posit8").max
+    assert lowp.nextafter(-np.inf, 1.0, "posit16") == -lowp.format("posit16").max
+    with pytest.raises(ValueError, match="y: shape"):
+        lowp.nextafter(np.ones(3), np.ones(4), "bf16")
     x = np.int64(2**63 - 1)  # between the bf16 values 2^63 - 2^55 and 2^63
     assert lowp.nextafter(x, np.inf, "bf16") == 2.0**63
     assert lowp.nextafter(x, -np.inf, "bf16") == 2.0**63 - 2.0**55

@@ -227,23 +227,22 @@ def nextafter(x: Any, y: Any, fmt: Any) -> np.ndarray:
     beyond ``x`` toward ``y`` (``x`` rounded toward ``y``). ``x == y`` gives ``y``; NaN in
     either gives NaN. Stepping past the largest finite value gives inf when ``fmt`` has
     infinities and NaN otherwise (posits, fn/fnuz floats, integers). Infinite ``x`` steps
-    to the largest finite value toward ``y``. Integers beyond 2**53 (int64, uint64 and
+    to the largest finite value toward ``y`` (also in formats without infinities). Integers beyond 2**53 (int64, uint64 and
     Python ints of any size), Fractions and longdouble values are compared and stepped from
     exactly. Returns a float64 array (a scalar for scalar inputs).
     """
     f = _format(fmt)
     xa = _as_f64(x, "x", f)
     ya = _as_f64(y, "y", f)
-    xa, ya = np.broadcast_arrays(xa, ya)
+    try:
+        xa, ya = np.broadcast_arrays(xa, ya)
+    except ValueError:
+        raise ValueError(f"y: shape {ya.shape} does not broadcast with x's shape {xa.shape}") from None
     xa, ya = xa.copy(), ya.copy()
     out = np.full(xa.shape, np.nan)
     eq = np.asarray(xa == ya)
     up = np.asarray((ya > xa) & ~np.isnan(xa))
     down = np.asarray((ya < xa) & ~np.isnan(xa))
-    if isinstance(f, PositFormat):
-        # Posits have no infinities: inf is not a posit and has no neighbours.
-        up &= np.isfinite(xa)
-        down &= np.isfinite(xa)
     _exact_directions(x, y, xa, ya, eq, up, down)
     out[eq] = ya[eq]
     # An infinite x steps to the largest finite value toward y.

@@ -137,7 +137,11 @@ def _distances(actual: Any, desired: Any, f: Format) -> tuple[np.ndarray, dict[t
         rep = _representable(af, f) & _representable(df, f)
         out = np.empty(af.shape)
         if rep.any():
-            out[rep] = np.abs(_ordinals(af[rep], f) - _ordinals(df[rep], f)).astype(np.float64)
+            oa, od = _ordinals(af[rep], f), _ordinals(df[rep], f)
+            # |oa - od| passes int64 for 64-bit codes of opposite signs: the difference of
+            # the larger and the smaller, taken modulo 2^64, is exact in uint64.
+            lo, hi = np.minimum(oa, od), np.maximum(oa, od)
+            out[rep] = (hi.astype(np.uint64) - lo.astype(np.uint64)).astype(np.float64)
         nr = ~rep
         if nr.any():
             out[nr] = np.abs(af[nr] - df[nr]) / ulp(df[nr], f)
@@ -177,9 +181,12 @@ def assert_ulp_close(actual: Any, desired: Any, fmt: Any, ulps: float = 0, *, er
         raise TypeError(f"ulps: expected a number, got {type(ulps).__name__}")
     if not ulps >= 0:
         raise ValueError(f"ulps: must be >= 0, got {ulps}")
+    if not isinstance(err_msg, str):
+        raise TypeError(f"err_msg: expected a str, got {type(err_msg).__name__}")
     f: Format = _format(fmt)
     dist, exact = _distances(actual, desired, f)
-    bad = np.asarray(dist > ulps)
+    # (An infinite distance, NaN or an infinity against another value, fails any ulps.)
+    bad = np.asarray((dist > ulps) | np.isinf(dist))
     if exact:
         tol = Fraction(ulps) if math.isfinite(ulps) else None
         for i, v in exact.items():

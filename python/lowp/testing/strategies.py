@@ -81,7 +81,8 @@ def _edges(f: Format) -> list[float]:
         vals = {0, 1, lo, hi, lo + 1, hi - 1}
         if f.signed:
             vals.add(-1)
-        return sorted(float(v) for v in vals if lo <= v <= hi)
+        # Smallest magnitude first: hypothesis shrinks a sampled value toward the front.
+        return sorted((float(v) for v in vals if lo <= v <= hi), key=lambda v: (abs(v), v < 0))
     cand = [f.min_normal, f.max, 1.0, f.min_subnormal]
     cand += [float(nextafter(f.max, 0.0, f)), float(nextafter(1.0, np.inf, f)), float(nextafter(1.0, -np.inf, f)),
              float(nextafter(f.min_normal, np.inf, f)), float(nextafter(f.min_normal, 0.0, f))]  # last: largest subnormal
@@ -184,17 +185,28 @@ def arrays(fmt: Any, shape: Union[int, Sequence[int], st.SearchStrategy], *, dty
 
 
 def midpoints(fmt: Any, *, allow_overflow: bool = True) -> st.SearchStrategy[float]:
-    """Points exactly halfway between two consecutive finite values of ``fmt`` (float64).
+    """The ties of ``fmt`` (float64): the points where rounding to nearest goes by the tie
+    rule, between two consecutive finite values.
 
-    These are not values of ``fmt``; rounding them to nearest exercises the tie rule.
-    With ``allow_overflow`` the draws include the point half an ulp above the largest
-    finite value (a float's overflow threshold). Needs a format with at least one
-    fewer significand bit than float64 (every lowp format but float64 itself).
+    For floats and integers these lie exactly halfway. Posits round by their bit strings,
+    so a posit's tie is the value of the bit string one bit longer (the posit of n + 1 bits
+    between the two), which is halfway only where the two share their exponent; the
+    neighbours of zero have no tie (a posit never rounds to zero). With ``allow_overflow``
+    the draws include the point half an ulp above a float's largest finite value (its
+    overflow threshold). Needs a format with at least one fewer significand bit than
+    float64 (every lowp format but float64 itself).
     """
     f = _format(fmt)
+    _check_flags(allow_overflow=allow_overflow)
     if isinstance(f, FloatFormat) and f.precision > 52:
         raise ValueError(f"fmt: midpoints of {f!r} are not exact in float64")
     lo, hi = _ordinal_limits(f)
+    if isinstance(f, PositFormat):
+        n, es = f.nbits, f.es
+        # Ordinals lo .. hi - 1 open the gaps; -1 and 0 (the gaps beside zero) have no tie.
+        if hi - 3 < lo:
+            raise ValueError(f"fmt: {f!r} has no ties (its only gaps are beside zero)")
+        return st.integers(lo, hi - 3).map(lambda j: _posit_value(2 * (j if j < -1 else j + 2) + 1, n + 1, es))
 
     def mid(o: int) -> float:
         a, b = _from_ordinals(np.array([o, o + 1], dtype=np.int64), f)
@@ -206,3 +218,30 @@ def midpoints(fmt: Any, *, allow_overflow: bool = True) -> st.SearchStrategy[flo
 
     top = hi if allow_overflow and isinstance(f, FloatFormat) else hi - 1
     return st.integers(lo, top).map(mid)
+
+
+def _posit_value(code: int, n: int, es: int) -> float:
+    """The value of the ``n``-bit posit (exponent size ``es``) with two's-complement code
+    ``code`` (exact in float64 for n up to 33)."""
+    mask = (1 << n) - 1
+    code &= mask
+    if code == 0:
+        return 0.0
+    if code == 1 << (n - 1):
+        return math.nan
+    neg = code >> (n - 1) & 1
+    if neg:
+        code = -code & mask
+    body = n - 1  # bits after the sign
+    first = code >> (body - 1) & 1
+    run = 0
+    while run < body and (code >> (body - 1 - run) & 1) == first:
+        run += 1
+    regime = run - 1 if first else -run
+    rest = max(body - run - 1, 0)  # bits after the regime's terminating bit
+    eb = min(es, rest)
+    e = (code >> (rest - eb) & ((1 << eb) - 1)) << (es - eb)
+    fb = rest - eb
+    frac = code & ((1 << fb) - 1)
+    v = math.ldexp(1.0 + frac / (1 << fb), regime * (1 << es) + e)
+    return -v if neg else v
