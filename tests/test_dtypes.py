@@ -1336,3 +1336,33 @@ def test_fractions_past_float64_range(name):
         assert same_bits(a, np.array([T(sign * 10**400)]))
         tiny = T(Fraction(sign, 10**400))
         assert float(tiny) == 0.0 or abs(float(tiny)) == float(lowp.format(name).min_subnormal)
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_string_casts(name):
+    """Strings (str_ and bytes_) cast into the types as the scalar type parses them (the
+    decimal's exact value rounded once), so loadtxt/genfromtxt/full take them; values cast
+    to strings of the shortest digits that give them back. numpy sizes an unsized string
+    target of a user dtype at one character: astype(str) raises, naming the size to ask."""
+    import io
+
+    T = dt(name)
+    s = ["1.5", " -2 ", "0.1", "1e-3", "3.0000001", "1e9999", "-1e9999", "nan", "1e-9999"]
+    want = np.array([getattr(lowp, name)(v) for v in s], T)
+    for arr in (np.array(s), np.array([v.encode() for v in s])):
+        assert same_bits(arr.astype(T), want)
+    assert same_bits(np.full(3, "0.1", dtype=T), np.array([getattr(lowp, name)("0.1")] * 3, T))
+    got = np.loadtxt(io.StringIO("1.5 0.1\n-2 1e-3"), dtype=T)
+    assert same_bits(got, np.array([[1.5, 0.1], [-2, 1e-3]]).astype(T))
+    with pytest.raises(ValueError, match="abc"):
+        np.array(["1", "abc"]).astype(T)
+    codes = all_codes(name)
+    x = codes.view(T)
+    back = x.astype("U16").astype(T)
+    nan = np.isnan(x.astype(np.float64))
+    assert same_bits(back[~nan], x[~nan]) and np.isnan(back[nan].astype(np.float64)).all()
+    y = x[~nan][:1000]
+    assert same_bits(y.astype("S16").astype(T), y)
+    assert np.array([1.5], T).astype("U16")[0] == "1.5"
+    with pytest.raises(ValueError, match="U16"):
+        np.array([1.5], T).astype(str)

@@ -606,6 +606,122 @@ unsafe extern "C" fn cast_to<const T: usize, E: NpElem>(from: *mut c_void, to: *
     }
 }
 
+/// The element size of the array numpy passes a legacy cast (its source or target),
+/// or None with a Python error set.
+///
+/// # Safety
+/// The GIL is held; `arr` is null or an array.
+unsafe fn itemsize_of(py: Python<'_>, arr: *mut c_void) -> Option<usize> {
+    if arr.is_null() {
+        // SAFETY: the GIL is held.
+        unsafe { pyo3::ffi::PyErr_SetString(pyo3::ffi::PyExc_TypeError, c"lowp: a string cast without its array".as_ptr()) };
+        return None;
+    }
+    // SAFETY: a live array (borrowed).
+    let a = unsafe { Bound::from_borrowed_ptr(py, arr as *mut pyo3::ffi::PyObject) };
+    match a.getattr("itemsize").and_then(|v| v.extract::<usize>()) {
+        Ok(v) => Some(v),
+        Err(e) => {
+            e.restore(py);
+            None
+        }
+    }
+}
+
+/// numpy's str_ (`WIDE`: UCS4) or bytes_ strings -> lowp type T: each parsed as the
+/// scalar type parses a string (its exact decimal value rounded once); a string that
+/// is no number raises ValueError (numpy checks casts from strings for errors).
+unsafe extern "C" fn cast_from_str<const T: usize, const WIDE: bool>(from: *mut c_void, to: *mut c_void, n: npy_intp, fa: *mut c_void, _ta: *mut c_void) {
+    let n = n.max(0) as usize;
+    // SAFETY: numpy holds the GIL for casts from strings (taken again here all the same);
+    // n elements of the array's itemsize from `from`, n codes to `to`.
+    unsafe {
+        let gil = pyo3::ffi::PyGILState_Ensure();
+        let py = Python::assume_attached();
+        if pyo3::ffi::PyErr_Occurred().is_null() {
+            if let Some(width) = itemsize_of(py, fa) {
+                let size = TYPES[T].size;
+                for i in 0..n {
+                    let p = (from as *const u8).add(i * width);
+                    let text: String = if WIDE {
+                        (0..width / 4)
+                            .map(|k| u32::from_ne_bytes(std::ptr::read_unaligned(p.add(4 * k) as *const [u8; 4])))
+                            .take_while(|&c| c != 0)
+                            .map(|c| char::from_u32(c).unwrap_or(char::REPLACEMENT_CHARACTER))
+                            .collect()
+                    } else {
+                        (0..width).map(|k| p.add(k).read()).take_while(|&b| b != 0).map(char::from).collect()
+                    };
+                    let obj = pyo3::types::PyString::new(py, &text);
+                    match super::scalar::convert(py, T, obj.as_any()) {
+                        Ok(c) => super::store((to as *mut u8).add(i * size), size, c),
+                        Err(e) => {
+                            e.restore(py);
+                            break;
+                        }
+                    }
+                }
+            }
+        }
+        pyo3::ffi::PyGILState_Release(gil);
+    }
+}
+
+/// lowp type T -> numpy's str_ (`WIDE`) or bytes_: each value as the scalar type prints
+/// it (the shortest digits that give it back). A string longer than the target raises
+/// ValueError rather than being cut: numpy sizes an unsized target (`astype(str)`) of a
+/// user dtype at one character.
+unsafe extern "C" fn cast_to_str<const T: usize, const WIDE: bool>(from: *mut c_void, to: *mut c_void, n: npy_intp, _fa: *mut c_void, ta: *mut c_void) {
+    let n = n.max(0) as usize;
+    // SAFETY: as cast_from_str, the other way.
+    unsafe {
+        let gil = pyo3::ffi::PyGILState_Ensure();
+        let py = Python::assume_attached();
+        if pyo3::ffi::PyErr_Occurred().is_null() {
+            if let Some(width) = itemsize_of(py, ta) {
+                let size = TYPES[T].size;
+                let chars = if WIDE { width / 4 } else { width };
+                for i in 0..n {
+                    let text = super::scalar::repr_string(T, super::load((from as *const u8).add(i * size), size));
+                    if text.chars().count() > chars {
+                        let (kind, name) = (if WIDE { "U" } else { "S" }, TYPES[T].name);
+                        let msg = format!(
+                            "{name} -> string: {text:?} needs {} characters, the target holds {chars}; cast to '{kind}16' \
+                             or longer (numpy gives astype(str) of a user dtype one character)",
+                            text.chars().count()
+                        );
+                        pyo3::exceptions::PyValueError::new_err(msg).restore(py);
+                        break;
+                    }
+                    let q = (to as *mut u8).add(i * width);
+                    std::ptr::write_bytes(q, 0, width);
+                    if WIDE {
+                        for (k, ch) in text.chars().take(width / 4).enumerate() {
+                            std::ptr::write_unaligned(q.add(4 * k) as *mut [u8; 4], (ch as u32).to_ne_bytes());
+                        }
+                    } else {
+                        for (k, b) in text.bytes().take(width).enumerate() {
+                            q.add(k).write(b);
+                        }
+                    }
+                }
+            }
+        }
+        pyo3::ffi::PyGILState_Release(gil);
+    }
+}
+
+/// Casts both ways between lowp type T and numpy's strings.
+fn with_strings<const T: usize>(py: Python<'_>) -> PyResult<()> {
+    let me = descr(py, T);
+    let (u, s) = (builtin(py, NPY_TYPES::NPY_UNICODE), builtin(py, NPY_TYPES::NPY_STRING));
+    cast_func(py, u, type_num(T), Some(cast_from_str::<T, true>))?;
+    cast_func(py, s, type_num(T), Some(cast_from_str::<T, false>))?;
+    cast_func(py, me, NPY_TYPES::NPY_UNICODE as c_int, Some(cast_to_str::<T, true>))?;
+    cast_func(py, me, NPY_TYPES::NPY_STRING as c_int, Some(cast_to_str::<T, false>))?;
+    Ok(())
+}
+
 /// lowp type T -> lowp type U, through the exact value.
 unsafe extern "C" fn cast_lowp<const T: usize, const U: usize>(from: *mut c_void, to: *mut c_void, n: npy_intp, _fa: *mut c_void, _ta: *mut c_void) {
     let n = n.max(0) as usize;
@@ -730,6 +846,7 @@ fn register_type<const T: usize>(py: Python<'_>, x87: bool) -> PyResult<()> {
     with_numpy::<T, f64>(py)?;
     with_numpy::<T, C64>(py)?;
     with_numpy::<T, C128>(py)?;
+    with_strings::<T>(py)?;
     #[cfg(all(target_arch = "x86_64", not(target_os = "windows")))]
     if x87 {
         with_numpy::<T, LongDouble>(py)?;

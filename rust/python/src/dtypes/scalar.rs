@@ -122,7 +122,7 @@ fn sticky(x: &Bound<'_, PyAny>, f: f64) -> PyResult<f64> {
     Ok(f64::from_bits(if above == (f > 0.0) { bits + 1 } else { bits - 1 }))
 }
 
-fn convert(py: Python<'_>, t: usize, obj: &Bound<'_, PyAny>) -> PyResult<u32> {
+pub(super) fn convert(py: Python<'_>, t: usize, obj: &Bound<'_, PyAny>) -> PyResult<u32> {
     // SAFETY: obj is live.
     if let Some(s) = unsafe { scalar_index(obj.as_ptr()) } {
         // SAFETY: obj is a scalar of type s.
