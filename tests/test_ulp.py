@@ -346,3 +346,14 @@ def test_nextafter_onto_zero_keeps_xs_side(x, y, fmt, want):
         assert np.signbit(ref) == np.signbit(got)
     posit = lowp.nextafter(-lowp.format("posit8").min_subnormal, 0.0, "posit8")
     assert posit == 0 and not np.signbit(posit)
+
+
+def test_ragged_input_names_the_argument():
+    from lowp.testing import ulp_distance
+
+    with pytest.raises(TypeError, match="x: cannot be read"):
+        lowp.ulp([[1.0], [1.0, 2.0]], "bf16")
+    with pytest.raises(TypeError, match="y: cannot be read"):
+        lowp.nextafter(1.0, [[1.0], [1.0, 2.0]], "bf16")
+    with pytest.raises(TypeError, match="desired: cannot be read"):
+        ulp_distance(1.0, [[1.0], [1.0, 2.0]], "bf16")

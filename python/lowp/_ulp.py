@@ -49,6 +49,11 @@ def _as_f64(x: Any, arg: str, f: Optional[Format] = None) -> np.ndarray:
     e = _exact_scalar(x)
     if e is not None:
         return np.array(_nearest_f64(e))
+    if isinstance(x, (list, tuple)):
+        try:
+            np.asarray(x)
+        except ValueError as err:  # ragged nested sequences
+            raise TypeError(f"{arg}: cannot be read as a numeric array: {err}") from None
     if isinstance(x, (list, tuple, np.ndarray)) and np.asarray(x).dtype == object:
         raise TypeError(f"{arg}: arrays of Python objects (such as ints beyond 64 bits) are not supported; pass "
                         "such a value as a scalar, or use an array of a numeric dtype")
