@@ -1616,3 +1616,48 @@ def test_seed_is_checked_on_every_path_and_deterministic_rounding_draws_nothing(
     assert g.bit_generator.state == state
     lowp.matmul(m, m, accumulate="bfloat16", rounding="stochastic", seed=g)
     assert g.bit_generator.state != state
+
+
+NEG_BIAS_AND_NO_MANTISSA = [lowp.FloatFormat(5, 4, bias=-1), lowp.FloatFormat(4, 3, bias=-2), lowp.FloatFormat(6, 9, bias=-1),
+                            lowp.FloatFormat(4, 3, bias=-2, nan="fn"), lowp.FloatFormat(5, 2, bias=-1, nan="fnuz"),
+                            lowp.FloatFormat(4, 3, bias=0), lowp.FloatFormat(3, 0), lowp.FloatFormat(4, 0, nan="fn"),
+                            lowp.FloatFormat(5, 0)]
+
+
+@pytest.mark.parametrize("fmt", NEG_BIAS_AND_NO_MANTISSA, ids=repr)
+@pytest.mark.parametrize("mode", ["nearest_even", "nearest_away", "toward_zero", "up", "down", "odd"])
+def test_accumulators_with_a_negative_bias_or_no_mantissa_bits(fmt, mode):
+    """Accumulators whose smallest normal is above 1 (a negative bias: the SIMD kernels'
+    scale by it would leave f32/f64's normal range) and accumulators without mantissa
+    bits (a code's parity is its exponent's): every add rounded as round() rounds it, on
+    the SIMD and the scalar path, chunked or not; stochastic rounding runs (it used to
+    abort on an assertion)."""
+    g = np.random.default_rng(len(repr(fmt)) + len(mode))
+    if fmt.max < 100:  # sums stay below the largest value (no inf - inf)
+        a = (g.integers(-2, 3, (5, 23)) * 0.25).astype(np.float32)
+        b = (g.integers(-2, 3, (23, 7)) * 0.25).astype(np.float32)
+    else:
+        scale = 8.0 if fmt.max > 1e4 else 1.0
+        a = (g.integers(-8, 9, (5, 23)) * 0.25 * scale).astype(np.float32)
+        b = (g.integers(-8, 9, (23, 7)) * 0.5).astype(np.float32)
+    A, B = a.astype(np.float64), b.astype(np.float64)
+
+    def rnd(v):
+        return float(lowp.round(np.array([v]), fmt, mode)[0])
+
+    for chunk in (None, 4):
+        want = np.zeros((5, 7))
+        for i in range(5):
+            for j in range(7):
+                tot = acc = 0.0
+                for k in range(23):
+                    acc = rnd(acc + A[i, k] * B[k, j])  # products and sums exact in float64
+                    if chunk and (k + 1) % chunk == 0:
+                        tot, acc = rnd(tot + acc), 0.0
+                want[i, j] = rnd(tot + acc) if chunk else acc
+        got = matmul_as_scalar(a, b, accumulate=fmt, rounding=mode, chunk=chunk)
+        assert same_bits(got, want), (chunk, np.argwhere(got != want)[:3])
+        assert same_bits(lowp.sum(a[0] * b[:, 0], accumulate=fmt, rounding=mode, chunk=chunk), want[0, 0]) or chunk
+    big = g.standard_normal((16, 40)).astype(np.float32)
+    r = lowp.matmul(big, big.T, accumulate=fmt, rounding="stochastic", seed=1)
+    assert r.shape == (16, 16)

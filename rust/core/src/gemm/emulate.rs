@@ -337,8 +337,10 @@ macro_rules! by_mode {
 fn fast_ok(fmt: &Format) -> bool {
     match fmt {
         Format::Float(f) => {
+            // (No mantissa bits: a code's parity is its exponent's, which the
+            // significand-bit parity of `Fast::round` does not see.)
             f.subnormals
-                && f.man_bits <= 50
+                && (1..=50).contains(&f.man_bits)
                 && f.emin() - (f.man_bits as i32) > -1020
                 && f.emax() < 1020
                 && (f.inf || f.has_nan())
@@ -1080,7 +1082,7 @@ impl<const M: u8> Fast<M> {
     /// bit the decision reads. The scale takes the format's smallest normal to
     /// f64's, and its subnormals to f64's.
     fn sr_scale(&self, rbits: u32) -> Option<i32> {
-        (M == M_ST && rbits >= 1 && self.man + rbits <= 51).then_some(self.f64_scale())
+        if M == M_ST && rbits >= 1 && self.man + rbits <= 51 { self.f64_scale() } else { None }
     }
 
     /// [`Fast::sr_scale`], and with more bits (float32's default 32: 23 + 32 >
@@ -1090,7 +1092,7 @@ impl<const M: u8> Fast<M> {
     /// placed ones, [`Words::place_row`]) decide as all the bits do. The
     /// kernels report an inexact sum (MXCSR's precision flag).
     fn sr_checked(&self, rbits: u32) -> Option<(i32, bool)> {
-        (M == M_ST && rbits >= 1 && self.man <= 50).then_some((self.f64_scale(), self.man + rbits > 51))
+        if M == M_ST && rbits >= 1 && self.man <= 50 { self.f64_scale().map(|s| (s, self.man + rbits > 51)) } else { None }
     }
 
     /// [`tile64_sr`] on a tile of `nr` rows x 8 columns of `acc` (row stride
@@ -1180,8 +1182,11 @@ impl<const M: u8> Fast<M> {
     /// The power of two that takes the format's smallest normal to f64's (and
     /// its subnormals to f64's): the scale of the f64 tiles that round at the
     /// unit bit of the pattern ([`tile64_sr`], [`tile64_ne`]).
-    fn f64_scale(&self) -> i32 {
-        -1022 - self.emin
+    /// None where that power or its inverse is no normal f64 (a smallest normal
+    /// above 1: a negative bias).
+    fn f64_scale(&self) -> Option<i32> {
+        let s = -1022 - self.emin;
+        (-1022..=1022).contains(&s).then_some(s)
     }
 
     /// The most a step can add to a magnitude, before its rounding grows it by
@@ -1214,7 +1219,7 @@ impl<const M: u8> Fast<M> {
     /// least 2 bits up the f64 pattern. As [`Fast::sr_scale`]: the format's
     /// smallest normal becomes f64's, and its subnormals f64's.
     fn ne_scale(&self) -> Option<i32> {
-        ((M == M_NE || M == M_NA) && self.man <= 50).then_some(self.f64_scale())
+        if (M == M_NE || M == M_NA) && self.man <= 50 { self.f64_scale() } else { None }
     }
 
     /// [`tile64_ne`] on a tile of `nr` rows x 8 columns of `acc` (row stride
@@ -3461,10 +3466,12 @@ struct SrFmt {
 /// unit of every normal value sits `23 - man` bits up its f32 pattern; below
 /// the smallest normal, the format's subnormals and f32's meet at 2^-126 or
 /// lie above it), and 2 to 10 mantissa bits (float16, bfloat16, float8_e5m2,
-/// FloatFormat(6, 9) ...).
+/// FloatFormat(6, 9) ...). Its smallest normal is at most 1 (a bias of at least
+/// 1): the kernels scale by 2^[`unit_scale`], which must be a normal f32 whose
+/// inverse is one.
 fn sr_fmt(fmt: &Format) -> Option<SrFmt> {
     let Format::Float(f) = fmt else { return None };
-    let ok = f.subnormals && f.inf && f.nan == crate::format::NanPolicy::Ieee && (2..=10).contains(&f.man_bits) && f.emin() >= -126 && f.emax() <= 127;
+    let ok = f.subnormals && f.inf && f.nan == crate::format::NanPolicy::Ieee && (2..=10).contains(&f.man_bits) && (-126..=0).contains(&f.emin()) && f.emax() <= 127;
     ok.then(|| SrFmt { unit: 23 - f.man_bits, prec: f.man_bits as i32 + 1, max: f.max_value(), sub: f.emin() - f.man_bits as i32 })
 }
 
