@@ -223,7 +223,7 @@ def test_format_from_numpy(t, name):
     assert lowp.format(name).dtype == np.dtype(t)
 
 
-@pytest.mark.parametrize("bad", ["bf17", "float8", "", "posit"])
+@pytest.mark.parametrize("bad", ["bf17", "float8", "", "posit", "posit<8,1>", "posit(16,1)"])
 def test_format_unknown_name(bad):
     with pytest.raises(ValueError, match="fmt"):
         lowp.format(bad)

@@ -421,7 +421,7 @@ def format(x: Any) -> Format:  # noqa: A001 - the public name of the API
             return _NAMED[key]
         try:
             dt = np.dtype(x)
-        except TypeError:
+        except (TypeError, ValueError):  # (numpy raises ValueError for names with commas)
             dt = None
         if dt is not None and dt.name in _NAMED:
             return _NAMED[dt.name]
