@@ -107,8 +107,14 @@ def _overflow_to_inf(mode: str, negative: bool) -> bool:
 def neighbours(x: float, s: FloatSpec):
     """(lo, hi) magnitudes of the grid points around |x| (finite, nonzero), and k's parity."""
     a = Fraction(abs(x))
-    # floor(log2 |x|), exactly (x a float, or an int of any size)
-    e = abs(x).bit_length() - 1 if isinstance(x, int) else math.frexp(abs(x))[1] - 1
+    # floor(log2 |x|), exactly (x a float, an int of any size or a Fraction, which a
+    # float would round: to the next binade, or to zero far below float64's range)
+    if isinstance(x, Fraction):
+        e = a.numerator.bit_length() - a.denominator.bit_length()
+        if _pow2(e) > a:
+            e -= 1
+    else:
+        e = abs(x).bit_length() - 1 if isinstance(x, int) else math.frexp(abs(x))[1] - 1
     if e >= s.emin:
         q = e - s.m
     elif s.subnormals:

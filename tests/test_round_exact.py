@@ -532,6 +532,27 @@ def test_longdouble_rounds_once_on_float64s_subnormal_grid(fmt):
 
 
 @pytest.mark.skipif(np.finfo(np.longdouble).nmant < 60, reason="longdouble is float64 here")
+@pytest.mark.parametrize("fmt", [lowp.FloatFormat(11, 52, subnormals=False), lowp.FloatFormat(11, 51, subnormals=False),
+                                 lowp.FloatFormat(11, 0, bias=1074), lowp.FloatFormat(11, 0, bias=1070)], ids=repr)
+def test_longdouble_below_the_normal_range_and_without_mantissa_bits(fmt):
+    """longdouble values below the smallest normal of a format without subnormals (the
+    grid {0, 2^emin}: directed modes reach 2^emin, to nearest by the half), and into
+    formats without mantissa bits (a code's parity is its exponent's, for odd and ties)."""
+    L = np.longdouble
+    m = L(2) ** fmt.emin
+    x = [m * L(2) ** -3000, m / 2, m / 2 * (1 + L(2) ** -60), m / 2 * (1 - L(2) ** -60), m * (1 - L(2) ** -62)]
+    e = np.arange(-1000, -800, 7)
+    x += list(L(1.5) * L(2) ** e.astype(np.longdouble) * (1 + L(2) ** -62)) + list(L(1.5) * L(2) ** e.astype(np.longdouble))
+    x = np.array(x + [-v for v in x], np.longdouble)
+    s = FloatSpec.of(fmt)
+    for mode in MODES:
+        got = lowp.round(x, fmt, mode)
+        want = np.array([round_float(Fraction(*v.as_integer_ratio()), s, mode) for v in x])
+        assert_same_values(got, want, x.astype(np.float64), f"longdouble -> {fmt!r} {mode}")
+        assert np.array_equal(lowp.encode(x, fmt, mode), lowp.encode(want, fmt, mode)), mode
+
+
+@pytest.mark.skipif(np.finfo(np.longdouble).nmant < 60, reason="longdouble is float64 here")
 def test_tiny_negative_longdouble_rounds_to_minus_zero():
     f = lowp.FloatFormat(3, 51, bias=-60, nan=None)
     r = lowp.round(np.array([-np.longdouble(1) / 3]), f)

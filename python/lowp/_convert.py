@@ -119,7 +119,11 @@ def _round_exact(v: Fraction, fmt: FloatFormat, rounding: str) -> float:
     neg = v < 0
     a = -v if neg else v
     if not fmt.subnormals and a < Fraction(2) ** fmt.emin:
-        return float(v)  # (below the normal range of a format without subnormals: as before)
+        # Between zero and the smallest normal, m: a float64 in the same place relative to
+        # m / 2 (below, on, above), which the core rounds as it rounds v in every mode.
+        m = Fraction(2) ** fmt.emin
+        proxy = m / 4 if a * 2 < m else m / 2 if a * 2 == m else m * 3 / 4
+        return math.copysign(float(proxy), -1.0 if neg else 1.0)
     e = a.numerator.bit_length() - a.denominator.bit_length()
     if Fraction(2) ** e > a:
         e -= 1
@@ -127,8 +131,11 @@ def _round_exact(v: Fraction, fmt: FloatFormat, rounding: str) -> float:
     unit = Fraction(2) ** q
     k = a.numerator * unit.denominator // (a.denominator * unit.numerator)
     r = a - k * unit
-    up = {"toward_zero": False, "nearest_even": r * 2 > unit or (r * 2 == unit and k % 2 == 1),
-          "nearest_away": r * 2 >= unit, "odd": r != 0 and k % 2 == 0,
+    # The parity of the code below a: its last mantissa bit, or without mantissa bits its
+    # exponent field's (e - emin + 1 for a normal a).
+    odd = (e - fmt.emin + 1) % 2 == 1 if fmt.man_bits == 0 and e >= fmt.emin else k % 2 == 1
+    up = {"toward_zero": False, "nearest_even": r * 2 > unit or (r * 2 == unit and odd),
+          "nearest_away": r * 2 >= unit, "odd": r != 0 and not odd,
           "up": r != 0 and not neg, "down": r != 0 and neg}[rounding]
     c = (k + up) * unit
     if c > Fraction(fmt.max):
