@@ -139,12 +139,13 @@ fn weyl8(k: &K, lo0: u32, hi: u32) -> __m256i {
     unsafe { crate::round::weyl_x8(lo, k.a0 ^ hi, k.g0) }
 }
 
-/// The low random words of the 8 elements `j ..` after the base of [`weyl8`].
+/// The low random words of the 8 elements whose Weyl values are `weyl` ([`weyl8`],
+/// advanced by 8 steps, `8 * g0`, for each next 8 elements).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn rand8(k: &K, weyl: __m256i, j: usize) -> __m256i {
+fn rand8(weyl: __m256i) -> __m256i {
     // SAFETY: avx2 is enabled for this function.
-    unsafe { crate::round::mix32_x8(_mm256_add_epi32(weyl, _mm256_set1_epi32((j as u32).wrapping_mul(k.g0) as i32))) }
+    unsafe { crate::round::mix32_x8(weyl) }
 }
 
 /// `pos` where the lane is non-negative, `pos ^ x` where `neg` is all ones.
@@ -444,10 +445,20 @@ fn encode_loop<C: Code, const MODE: u8>(p: &Params, src: &[f32], dst: &mut [C], 
     let k = consts(p);
     let hi_s = p.rng.hi_word(i0);
     let lo0 = i0 as u32;
-    let weyl = weyl8(&k, lo0, hi_s);
+    let mut weyl = weyl8(&k, lo0, hi_s);
     let n = src.len();
-    // Random words for the 8 lanes starting at element j.
-    let rand_at = |j: usize| if is_sr(MODE) { rand8(&k, weyl, j) } else { k.zero };
+    // Random words for the next 8 lanes (the calls go through the elements in order,
+    // 8 at a time): the Weyl values advance by 8 steps.
+    let step8 = _mm256_set1_epi32(8u32.wrapping_mul(k.g0) as i32);
+    let mut next_rand = || {
+        if is_sr(MODE) {
+            let r = rand8(weyl);
+            weyl = _mm256_add_epi32(weyl, step8);
+            r
+        } else {
+            k.zero
+        }
+    };
     let mut j = 0;
     match C::BYTES {
         1 => {
@@ -456,10 +467,10 @@ fn encode_loop<C: Code, const MODE: u8>(p: &Params, src: &[f32], dst: &mut [C], 
             let order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
             while j + 32 <= n {
                 let s = &src[j..j + 32];
-                let c0 = lane8::<MODE>(&k, load8(&s[0..]), rand_at(j));
-                let c1 = lane8::<MODE>(&k, load8(&s[8..]), rand_at(j + 8));
-                let c2 = lane8::<MODE>(&k, load8(&s[16..]), rand_at(j + 16));
-                let c3 = lane8::<MODE>(&k, load8(&s[24..]), rand_at(j + 24));
+                let c0 = lane8::<MODE>(&k, load8(&s[0..]), next_rand());
+                let c1 = lane8::<MODE>(&k, load8(&s[8..]), next_rand());
+                let c2 = lane8::<MODE>(&k, load8(&s[16..]), next_rand());
+                let c3 = lane8::<MODE>(&k, load8(&s[24..]), next_rand());
                 // Codes are < 256: the saturating packs are plain narrowing; they
                 // interleave 128-bit halves, which the permute puts back in order.
                 let w = _mm256_packus_epi16(_mm256_packus_epi32(c0, c1), _mm256_packus_epi32(c2, c3));
@@ -473,8 +484,8 @@ fn encode_loop<C: Code, const MODE: u8>(p: &Params, src: &[f32], dst: &mut [C], 
             let d = dst.as_mut_ptr() as *mut u16;
             while j + 16 <= n {
                 let s = &src[j..j + 16];
-                let c0 = lane8::<MODE>(&k, load8(&s[0..]), rand_at(j));
-                let c1 = lane8::<MODE>(&k, load8(&s[8..]), rand_at(j + 8));
+                let c0 = lane8::<MODE>(&k, load8(&s[0..]), next_rand());
+                let c1 = lane8::<MODE>(&k, load8(&s[8..]), next_rand());
                 // Codes are < 2^16: narrowing pack, then restore the order of the 64-bit quarters.
                 let w = _mm256_permute4x64_epi64::<0b11_01_10_00>(_mm256_packus_epi32(c0, c1));
                 // SAFETY: j + 16 <= n = dst.len(); aligned when nt (see `streamed`).
@@ -485,7 +496,7 @@ fn encode_loop<C: Code, const MODE: u8>(p: &Params, src: &[f32], dst: &mut [C], 
         4 => {
             let d = dst.as_mut_ptr() as *mut u32;
             while j + 8 <= n {
-                let c = lane8::<MODE>(&k, load8(&src[j..]), rand_at(j));
+                let c = lane8::<MODE>(&k, load8(&src[j..]), next_rand());
                 // SAFETY: j + 8 <= n = dst.len(); aligned when nt (see `streamed`).
                 unsafe { put(d.add(j) as *mut __m256i, c, nt) };
                 j += 8;
@@ -562,11 +573,13 @@ fn round_loop<const MODE: u8>(p: &Params, src: &[f32], dst: &mut [f32], i0: u64,
     let k = consts(p);
     let hi_s = p.rng.hi_word(i0);
     let lo0 = i0 as u32;
-    let weyl = weyl8(&k, lo0, hi_s);
+    let mut weyl = weyl8(&k, lo0, hi_s);
+    let step8 = _mm256_set1_epi32(8u32.wrapping_mul(k.g0) as i32);
     let n = src.len();
     let mut j = 0;
     while j + 8 <= n {
-        let rand = if is_sr(MODE) { rand8(&k, weyl, j) } else { k.zero };
+        let rand = if is_sr(MODE) { rand8(weyl) } else { k.zero };
+        weyl = _mm256_add_epi32(weyl, step8);
         let v = dec8(&k, lane8::<MODE>(&k, load8(&src[j..]), rand));
         // SAFETY: j + 8 <= n = dst.len(); aligned when nt (see `streamed`).
         unsafe { put(dst.as_mut_ptr().add(j) as *mut __m256i, v, nt) };
