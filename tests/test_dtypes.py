@@ -1290,8 +1290,9 @@ def test_complex_casts_warn(name, monkeypatch):
     T = dt(name)
     x = np.array([1.5 + 2j, -3 - 1j, 0.25j])
     want = np.array([1.5, -3.0, 0.0])
-    with pytest.warns(np.exceptions.ComplexWarning, match="imaginary"):
-        np.testing.assert_array_equal(x.astype(T).astype(np.float64), want)
+    for c in (x, x.astype(np.complex64), x.astype(np.clongdouble)):
+        with pytest.warns(np.exceptions.ComplexWarning, match="imaginary"):
+            np.testing.assert_array_equal(c.astype(T).astype(np.float64), want)
     out = np.empty(3, T)
     with pytest.warns(np.exceptions.ComplexWarning):
         np.add(x, x, out=out, casting="unsafe")

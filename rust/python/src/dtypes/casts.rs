@@ -528,7 +528,11 @@ static COMPLEX_WARNING: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
 /// numpy element E -> lowp type T.
 unsafe extern "C" fn cast_to<const T: usize, E: NpElem>(from: *mut c_void, to: *mut c_void, n: npy_intp, _fa: *mut c_void, _ta: *mut c_void) {
     let n = n.max(0) as usize;
-    if (is::<E, C64>() || is::<E, C128>()) && n > 0 {
+    #[cfg(all(target_arch = "x86_64", not(target_os = "windows")))]
+    let complex = is::<E, C64>() || is::<E, C128>() || is::<E, CLongDouble>();
+    #[cfg(not(all(target_arch = "x86_64", not(target_os = "windows"))))]
+    let complex = is::<E, C64>() || is::<E, C128>();
+    if complex && n > 0 {
         // As numpy's complex -> float casts: a warning. Where warnings are errors, numpy
         // would not see one raised here (it checks only casts of dtypes flagged as needing
         // the Python API, which would keep the GIL in every loop): it goes to
