@@ -232,9 +232,10 @@ def nextafter(x: Any, y: Any, fmt: Any) -> np.ndarray:
     beyond ``x`` toward ``y`` (``x`` rounded toward ``y``). ``x == y`` gives ``y``; NaN in
     either gives NaN. Stepping past the largest finite value gives inf when ``fmt`` has
     infinities and NaN otherwise (posits, fn/fnuz floats, integers). Infinite ``x`` steps
-    to the largest finite value toward ``y`` (also in formats without infinities). Integers beyond 2**53 (int64, uint64 and
-    Python ints of any size), Fractions and longdouble values are compared and stepped from
-    exactly. Returns a float64 array (a scalar for scalar inputs).
+    to the largest finite value toward ``y`` (also in formats without infinities).
+    Integers beyond 2**53 (int64, uint64 and Python ints of any size), Fractions and
+    longdouble values are compared and stepped from exactly. Returns a float64 array (a
+    scalar for scalar inputs).
     """
     f = _format(fmt)
     xa = _as_f64(x, "x", f)
