@@ -1183,7 +1183,7 @@ impl<const M: u8> Fast<M> {
     /// its subnormals to f64's): the scale of the f64 tiles that round at the
     /// unit bit of the pattern ([`tile64_sr`], [`tile64_ne`]).
     /// None where that power or its inverse is no normal f64 (a smallest normal
-    /// above 1: a negative bias).
+    /// above 1: a bias below 1).
     fn f64_scale(&self) -> Option<i32> {
         let s = -1022 - self.emin;
         (-1022..=1022).contains(&s).then_some(s)
