@@ -632,42 +632,56 @@ unsafe fn itemsize_of(py: Python<'_>, arr: *mut c_void) -> Option<usize> {
     }
 }
 
+/// `body(py, width)` of a cast between a lowp type and numpy's strings, `width` the
+/// string array's itemsize: with the GIL (numpy holds it for casts of strings; taken
+/// again here all the same), and not over an error an earlier call left pending.
+///
+/// # Safety
+/// `arr` is null or the string side's array that numpy passes a legacy cast.
+unsafe fn string_cast(arr: *mut c_void, body: impl FnOnce(Python<'_>, usize)) {
+    // SAFETY: the GIL is taken for the calls; arr per the contract.
+    unsafe {
+        let gil = pyo3::ffi::PyGILState_Ensure();
+        let py = Python::assume_attached();
+        if pyo3::ffi::PyErr_Occurred().is_null() {
+            if let Some(width) = itemsize_of(py, arr) {
+                body(py, width);
+            }
+        }
+        pyo3::ffi::PyGILState_Release(gil);
+    }
+}
+
 /// numpy's str_ (`WIDE`: UCS4) or bytes_ strings -> lowp type T: each parsed as the
 /// scalar type parses a string (its exact decimal value rounded once); a string that
 /// is no number raises ValueError (numpy checks casts from strings for errors).
 unsafe extern "C" fn cast_from_str<const T: usize, const WIDE: bool>(from: *mut c_void, to: *mut c_void, n: npy_intp, fa: *mut c_void, _ta: *mut c_void) {
     let n = n.max(0) as usize;
-    // SAFETY: numpy holds the GIL for casts from strings (taken again here all the same);
-    // n elements of the array's itemsize from `from`, n codes to `to`.
+    let size = TYPES[T].size;
+    // SAFETY: n elements of the array's itemsize from `from`, n codes to `to`.
     unsafe {
-        let gil = pyo3::ffi::PyGILState_Ensure();
-        let py = Python::assume_attached();
-        if pyo3::ffi::PyErr_Occurred().is_null() {
-            if let Some(width) = itemsize_of(py, fa) {
-                let size = TYPES[T].size;
-                for i in 0..n {
-                    let p = (from as *const u8).add(i * width);
-                    let text: String = if WIDE {
-                        (0..width / 4)
-                            .map(|k| u32::from_ne_bytes(std::ptr::read_unaligned(p.add(4 * k) as *const [u8; 4])))
-                            .take_while(|&c| c != 0)
-                            .map(|c| char::from_u32(c).unwrap_or(char::REPLACEMENT_CHARACTER))
-                            .collect()
-                    } else {
-                        (0..width).map(|k| p.add(k).read()).take_while(|&b| b != 0).map(char::from).collect()
-                    };
-                    let obj = pyo3::types::PyString::new(py, &text);
-                    match super::scalar::convert(py, T, obj.as_any()) {
-                        Ok(c) => super::store((to as *mut u8).add(i * size), size, c),
-                        Err(e) => {
-                            e.restore(py);
-                            break;
-                        }
+        string_cast(fa, |py, width| {
+            for i in 0..n {
+                let p = (from as *const u8).add(i * width);
+                let text: String = if WIDE {
+                    (0..width / 4)
+                        .map(|k| u32::from_ne_bytes(std::ptr::read_unaligned(p.add(4 * k) as *const [u8; 4])))
+                        .take_while(|&c| c != 0)
+                        .map(|c| char::from_u32(c).unwrap_or(char::REPLACEMENT_CHARACTER))
+                        .collect()
+                } else {
+                    (0..width).map(|k| p.add(k).read()).take_while(|&b| b != 0).map(char::from).collect()
+                };
+                let obj = pyo3::types::PyString::new(py, &text);
+                match super::scalar::convert(py, T, obj.as_any()) {
+                    Ok(c) => store((to as *mut u8).add(i * size), size, c),
+                    Err(e) => {
+                        e.restore(py);
+                        break;
                     }
                 }
             }
-        }
-        pyo3::ffi::PyGILState_Release(gil);
+        })
     }
 }
 
@@ -677,41 +691,36 @@ unsafe extern "C" fn cast_from_str<const T: usize, const WIDE: bool>(from: *mut 
 /// user dtype at one character.
 unsafe extern "C" fn cast_to_str<const T: usize, const WIDE: bool>(from: *mut c_void, to: *mut c_void, n: npy_intp, _fa: *mut c_void, ta: *mut c_void) {
     let n = n.max(0) as usize;
-    // SAFETY: as cast_from_str, the other way.
+    let size = TYPES[T].size;
+    // SAFETY: n codes from `from`, n strings of the array's itemsize to `to`.
     unsafe {
-        let gil = pyo3::ffi::PyGILState_Ensure();
-        let py = Python::assume_attached();
-        if pyo3::ffi::PyErr_Occurred().is_null() {
-            if let Some(width) = itemsize_of(py, ta) {
-                let size = TYPES[T].size;
-                let chars = if WIDE { width / 4 } else { width };
-                for i in 0..n {
-                    let text = super::scalar::repr_string(T, super::load((from as *const u8).add(i * size), size));
-                    if text.chars().count() > chars {
-                        let (kind, name) = (if WIDE { "U" } else { "S" }, TYPES[T].name);
-                        let msg = format!(
-                            "{name} -> string: {text:?} needs {} characters, the target holds {chars}; cast to '{kind}16' \
-                             or longer (numpy gives astype(str) of a user dtype one character)",
-                            text.chars().count()
-                        );
-                        pyo3::exceptions::PyValueError::new_err(msg).restore(py);
-                        break;
+        string_cast(ta, |py, width| {
+            let chars = if WIDE { width / 4 } else { width };
+            for i in 0..n {
+                let text = super::scalar::repr_string(T, load((from as *const u8).add(i * size), size));
+                if text.chars().count() > chars {
+                    let (kind, name) = (if WIDE { "U" } else { "S" }, TYPES[T].name);
+                    let msg = format!(
+                        "{name} -> string: {text:?} needs {} characters, the target holds {chars}; cast to '{kind}16' \
+                         or longer (numpy gives astype(str) of a user dtype one character)",
+                        text.chars().count()
+                    );
+                    pyo3::exceptions::PyValueError::new_err(msg).restore(py);
+                    break;
+                }
+                let q = (to as *mut u8).add(i * width);
+                std::ptr::write_bytes(q, 0, width);
+                if WIDE {
+                    for (k, ch) in text.chars().take(chars).enumerate() {
+                        std::ptr::write_unaligned(q.add(4 * k) as *mut [u8; 4], (ch as u32).to_ne_bytes());
                     }
-                    let q = (to as *mut u8).add(i * width);
-                    std::ptr::write_bytes(q, 0, width);
-                    if WIDE {
-                        for (k, ch) in text.chars().take(width / 4).enumerate() {
-                            std::ptr::write_unaligned(q.add(4 * k) as *mut [u8; 4], (ch as u32).to_ne_bytes());
-                        }
-                    } else {
-                        for (k, b) in text.bytes().take(width).enumerate() {
-                            q.add(k).write(b);
-                        }
+                } else {
+                    for (k, b) in text.bytes().take(chars).enumerate() {
+                        q.add(k).write(b);
                     }
                 }
             }
-        }
-        pyo3::ffi::PyGILState_Release(gil);
+        })
     }
 }
 
