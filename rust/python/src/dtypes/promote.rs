@@ -136,6 +136,7 @@ pub fn register_all(py: Python<'_>, ufuncs: &[(&str, usize)]) -> PyResult<()> {
         };
     }
     let _ = DTYPES.set(dtypes);
+    let _ = PY_SCALAR_DTYPES.set((py_long as usize, py_float as usize));
     // SAFETY: a capsule of a promoter function, under the name numpy requires.
     let promoter = unsafe {
         let p = ffi::PyCapsule_New(promote_py_scalars as *mut c_void, c"numpy._ufunc_promoter".as_ptr(), None);
@@ -261,7 +262,7 @@ const FLOAT_LADDER: [c_int; 7] = [
     numpy::npyffi::NPY_TYPES::NPY_CLONGDOUBLE as c_int,
 ];
 
-/// The abstract DTypes of Python's int and float (null before registration).
+/// The abstract DTypes of Python's int and float (set with [`DTYPES`]).
 static PY_SCALAR_DTYPES: OnceLock<(usize, usize)> = OnceLock::new();
 
 /// The common DType of lowp type `cls` and `other` (numpy's `common_dtype` slot):
@@ -341,7 +342,7 @@ pub fn register_dtype_classes(py: Python<'_>) -> PyResult<bool> {
         return Ok(false);
     }
     let _ = HEAP_TYPE_SIZE.set(heap);
-    let mut old: Option<*mut c_void> = None;
+    let mut slots = Vec::with_capacity(N);
     for (t, &cls) in dtypes.iter().enumerate() {
         // SAFETY: a lowp DType class, whose size was checked: its fields are readable.
         let f = unsafe { &*fields(cls as *mut ffi::PyObject) };
@@ -358,24 +359,15 @@ pub fn register_dtype_classes(py: Python<'_>) -> PyResult<bool> {
         // Every lowp type has numpy's one function for legacy user types.
         // SAFETY: the slot table of a numpy 2.0 - 2.5 DType holds common_dtype at this
         // entry (read only on those versions).
-        let slot = if feature <= NPY_2_5_API_VERSION { unsafe { *f.dt_slots.add(COMMON_DTYPE_SLOT) } } else { std::ptr::null_mut() };
-        if slot.is_null() || old.is_some_and(|o| o != slot) {
-            old = Some(std::ptr::null_mut());
-        } else if old.is_none() {
-            old = Some(slot);
-        }
+        slots.push(if feature <= NPY_2_5_API_VERSION { unsafe { *f.dt_slots.add(COMMON_DTYPE_SLOT) } } else { std::ptr::null_mut() });
     }
     for &cls in dtypes {
         // SAFETY: as checked above: the public flags of a DType class.
         unsafe { (*fields(cls as *mut ffi::PyObject)).flags |= NPY_DT_NUMERIC };
     }
-    if old.is_none_or(|o| o.is_null()) {
+    if !slots.iter().all(|&p| !p.is_null() && p == slots[0]) {
         return Ok(false);
     }
-    let _ = PY_SCALAR_DTYPES.set((
-        api_entry(py, "_ARRAY_API", ARRAY_PYLONG_DTYPE)? as usize,
-        api_entry(py, "_ARRAY_API", ARRAY_PYFLOAT_DTYPE)? as usize,
-    ));
     for &cls in dtypes {
         // SAFETY: as checked above.
         unsafe { *(*fields(cls as *mut ffi::PyObject)).dt_slots.add(COMMON_DTYPE_SLOT) = common_dtype as *mut c_void };
