@@ -63,8 +63,10 @@ impl SeedKey {
         let g0 = weyl_step(w2 as u32);
         let mut g1 = weyl_step((w2 >> 32) as u32);
         if g1 == g0 {
-            // (The columns' words must not be the rows' shifted.)
-            g1 = weyl_step(g1.rotate_left(16));
+            // (The columns' words must not be the rows' shifted.) g0 is odd, so this
+            // flips bits 1 to 30 and leaves bit 0: either of weyl_step's results (the
+            // value, or it xor 0xAAAA_AAAA) differs from g0.
+            g1 = weyl_step(g0 ^ 0x5555_5554);
         }
         SeedKey { a0: w0 as u32, b0: (w0 >> 32) as u32, a1: w1 as u32, b1: (w1 >> 32) as u32, c: splitmix64(&mut s) as u32, g0, g1 }
     }
