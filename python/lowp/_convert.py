@@ -115,7 +115,8 @@ def _wide_exact(a: np.ndarray, fmt: Format, rounding: str, exact: Any) -> np.nda
 
 def _round_exact(v: Fraction, fmt: FloatFormat, rounding: str) -> float:
     """The nonzero ``v`` rounded into ``fmt`` with a deterministic ``rounding``, as a float64
-    that the core's rounding keeps (past the largest value: a value it overflows alike)."""
+    that the core's rounding keeps (past the largest value: a value it overflows alike;
+    below the smallest normal of a format without subnormals: a float64 it rounds as v)."""
     neg = v < 0
     a = -v if neg else v
     if not fmt.subnormals and a < Fraction(2) ** fmt.emin:
