@@ -96,6 +96,9 @@ for _name in DTYPE_NAMES:
     _t.is_integer = _is_integer
 
 
+_ML_EXTRA_NAMES = ("float8_e3m4", "float8_e4m3b11fnuz", "float6_e2m3fn", "float6_e3m2fn", "float4_e2m1fn")
+
+
 def _link_ml_dtypes(ml: Any) -> None:
     """Register bit-copy casts between ml_dtypes' dtypes and lowp's of the same name, and
     rounding casts (once, to nearest even) between them and lowp's other dtypes."""
@@ -107,6 +110,13 @@ def _link_ml_dtypes(ml: Any) -> None:
         t = getattr(ml, name, None)
         if t is not None:
             _lowp._register_cross(name, np.dtype(t))
+    # ml_dtypes' floats that are lowp formats without a lowp dtype: rounding casts too.
+    from ._formats import format as _format
+
+    for slot, name in enumerate(_ML_EXTRA_NAMES):
+        t = getattr(ml, name, None)
+        if t is not None:
+            _lowp._register_extra(slot, _format(name)._spec, np.dtype(t))
 
 
 class _MlDtypesHook:

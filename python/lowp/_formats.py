@@ -442,7 +442,10 @@ class finfo:  # noqa: N801 - mirrors numpy.finfo
     """Machine limits of a low-precision format, mirroring ``numpy.finfo``.
 
     ``precision`` and ``resolution`` follow numpy (decimal digits);
-    ``Format.precision`` is in bits.
+    ``Format.precision`` is in bits. The limits (``max``, ``min``, ``eps``, ``epsneg``,
+    ``tiny``, ``smallest_normal``, ``smallest_subnormal``, ``resolution``) are scalars
+    of the format's dtype, as numpy's and ml_dtypes' are, or Python floats for a format
+    without one.
     """
 
     def __init__(self, dtype_or_format: Any) -> None:
@@ -492,9 +495,15 @@ class finfo:  # noqa: N801 - mirrors numpy.finfo
         while self.resolution == 0 and self.precision > 0:
             self.precision -= 1
             self.resolution = _resolution(self.precision)
+        if self.dtype is not None:
+            # Scalars of the type, as numpy.finfo and ml_dtypes.finfo give (exact: every
+            # limit is a value of the format).
+            t = self.dtype.type
+            for name in ("max", "min", "eps", "epsneg", "tiny", "smallest_normal", "smallest_subnormal", "resolution"):
+                setattr(self, name, t(getattr(self, name)))
 
     def __repr__(self) -> str:
-        return (f"lowp.finfo(resolution={self.resolution}, min={self.min:g}, max={self.max:g}, "
-                f"eps={self.eps:g}, bits={self.bits}, format={self.format!r})")
+        return (f"lowp.finfo(resolution={float(self.resolution):g}, min={float(self.min):g}, max={float(self.max):g}, "
+                f"eps={float(self.eps):g}, bits={self.bits}, format={self.format!r})")
 
     __str__ = __repr__

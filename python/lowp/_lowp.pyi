@@ -8,6 +8,7 @@ __all__ = [
     "Buffer",
     "_register_equivalent",
     "_register_cross",
+    "_register_extra",
     "bfloat16",
     "buffer_cache_info",
     "bsr_matmul",
@@ -119,6 +120,7 @@ def nm_matmul(data: Any, table: Any, bf16: bool, indices: Any, n: int, m: int, s
 def _dtype_numbers() -> Any: ...
 def _register_equivalent(name: str, other: Any) -> None: ...
 def _register_cross(name: str, other: Any) -> None: ...
+def _register_extra(slot: int, fmt: tuple, other: Any) -> None: ...
 
 @final
 class Buffer:

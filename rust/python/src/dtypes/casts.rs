@@ -639,17 +639,19 @@ unsafe fn itemsize_of(py: Python<'_>, arr: *mut c_void) -> Option<usize> {
 /// # Safety
 /// `arr` is null or the string side's array that numpy passes a legacy cast.
 unsafe fn string_cast(arr: *mut c_void, body: impl FnOnce(Python<'_>, usize)) {
-    // SAFETY: the GIL is taken for the calls; arr per the contract.
-    unsafe {
-        let gil = pyo3::ffi::PyGILState_Ensure();
-        let py = Python::assume_attached();
-        if pyo3::ffi::PyErr_Occurred().is_null() {
-            if let Some(width) = itemsize_of(py, arr) {
-                body(py, width);
+    // Attached through pyo3 (not only the interpreter's GIL state): objects it drops
+    // here, such as a failed parse's exception, are released at once rather than
+    // queued for a later attach.
+    Python::attach(|py| {
+        // SAFETY: attached; arr per the contract.
+        unsafe {
+            if pyo3::ffi::PyErr_Occurred().is_null() {
+                if let Some(width) = itemsize_of(py, arr) {
+                    body(py, width);
+                }
             }
         }
-        pyo3::ffi::PyGILState_Release(gil);
-    }
+    })
 }
 
 /// numpy's str_ (`WIDE`: UCS4) or bytes_ strings -> lowp type T: each parsed as the
@@ -1017,6 +1019,137 @@ pub fn register_cross(py: Python<'_>, u: usize, other: *mut PyArray_Descr, other
                 can_cast(py, other, type_num(t))?;
             }
             // Kinds of the lowest and the highest rank, other than `other`'s.
+            settle(py, me, Some(if other_kind == b'b' { b'u' } else { b'b' }), other, None);
+            settle(py, other, None, me, Some(if other_kind == b'O' { b'V' } else { b'O' }));
+            Ok(())
+        })();
+        // SAFETY: a new reference, released.
+        unsafe { pyo3::ffi::Py_DECREF(me as *mut pyo3::ffi::PyObject) };
+        done?;
+    }
+    Ok(())
+}
+
+/// Slots for ml_dtypes' floats that lowp knows as formats but registers no dtype of
+/// its own for (float8_e3m4, float8_e4m3b11fnuz, float6_e2m3fn, float6_e3m2fn,
+/// float4_e2m1fn): their formats, set once when ml_dtypes is linked.
+pub const EXTRAS: usize = 5;
+static EXTRA: [std::sync::OnceLock<Format>; EXTRAS] = [const { std::sync::OnceLock::new() }; EXTRAS];
+
+/// The format of extra slot `x` (registered before its casts are).
+fn extra(x: usize) -> &'static Format {
+    EXTRA[x].get().expect("an extra format is set before its casts are registered")
+}
+
+/// Extra slot X's codes (one byte each; a sub-byte code in the low bits, the bits
+/// above it ignored) -> lowp type T, through the exact value, rounded once.
+unsafe extern "C" fn cast_extra_to<const X: usize, const T: usize>(from: *mut c_void, to: *mut c_void, n: npy_intp, _fa: *mut c_void, _ta: *mut c_void) {
+    let n = n.max(0) as usize;
+    let f = extra(X);
+    let mask = (1u64 << f.bits()) - 1;
+    let ds = TYPES[T].size;
+    let (s, d) = (from as *const u8, to as *mut u8);
+    let mut codes = [0u32; BLOCK];
+    let mut vals = [0f64; BLOCK];
+    let mut i = 0;
+    while i < n {
+        let m = BLOCK.min(n - i);
+        // SAFETY: numpy passes n contiguous elements on each side.
+        unsafe {
+            for j in 0..m {
+                vals[j] = f.decode(s.add(i + j).read() as u64 & mask);
+            }
+            enc_block64(T, &vals[..m], &mut codes[..m]);
+            for j in 0..m {
+                store(d.add((i + j) * ds), ds, codes[j]);
+            }
+        }
+        i += m;
+    }
+}
+
+/// lowp type T -> extra slot X's codes, rounded once to nearest even. NaN into a
+/// format without NaN gives the zero of the NaN's sign, as ml_dtypes' own casts do.
+unsafe extern "C" fn cast_to_extra<const T: usize, const X: usize>(from: *mut c_void, to: *mut c_void, n: npy_intp, _fa: *mut c_void, _ta: *mut c_void) {
+    let n = n.max(0) as usize;
+    let f = extra(X);
+    let (nan_code, o) = (1u64 << (f.bits() - 1), rne()); // (-0's code)
+    let ss = TYPES[T].size;
+    let (s, d) = (from as *const u8, to as *mut u8);
+    let mut codes = [0u32; BLOCK];
+    let mut vals = [0f64; BLOCK];
+    let mut i = 0;
+    while i < n {
+        let m = BLOCK.min(n - i);
+        // SAFETY: numpy passes n contiguous elements on each side.
+        unsafe {
+            for j in 0..m {
+                codes[j] = load(s.add((i + j) * ss), ss);
+            }
+            dec_block64(T, &codes[..m], &mut vals[..m]);
+            for j in 0..m {
+                let v = vals[j];
+                let c = match v.is_nan() && !f.has_nan() {
+                    true if v.is_sign_negative() => nan_code,
+                    true => 0,
+                    false => f.encode(v, &o, 0),
+                };
+                d.add(i + j).write(c as u8);
+            }
+        }
+        i += m;
+    }
+}
+
+type CastFn = unsafe extern "C" fn(*mut c_void, *mut c_void, npy_intp, *mut c_void, *mut c_void);
+
+/// The casts of extra slot `x` into lowp type `t` and back.
+fn extra_cast_fns(x: usize, t: usize) -> (CastFn, CastFn) {
+    macro_rules! row {
+        ($x:literal) => {
+            [
+                (cast_extra_to::<$x, 0> as CastFn, cast_to_extra::<0, $x> as CastFn),
+                (cast_extra_to::<$x, 1>, cast_to_extra::<1, $x>),
+                (cast_extra_to::<$x, 2>, cast_to_extra::<2, $x>),
+                (cast_extra_to::<$x, 3>, cast_to_extra::<3, $x>),
+                (cast_extra_to::<$x, 4>, cast_to_extra::<4, $x>),
+                (cast_extra_to::<$x, 5>, cast_to_extra::<5, $x>),
+                (cast_extra_to::<$x, 6>, cast_to_extra::<6, $x>),
+                (cast_extra_to::<$x, 7>, cast_to_extra::<7, $x>),
+                (cast_extra_to::<$x, 8>, cast_to_extra::<8, $x>),
+            ]
+        };
+    }
+    const _: () = assert!(N == 9 && EXTRAS == 5);
+    let table: [[(CastFn, CastFn); N]; EXTRAS] = [row!(0), row!(1), row!(2), row!(3), row!(4)];
+    table[x][t]
+}
+
+/// Casts both ways between every lowp type and `other`, a one-byte dtype holding
+/// the codes of format `f` that no lowp dtype has (ml_dtypes' float8_e3m4 and its
+/// other floats in extra slot `x`): through the exact value, rounded once; safe
+/// where exact, as [`register_cross`].
+pub fn register_extra(py: Python<'_>, x: usize, f: Format, other: *mut PyArray_Descr, other_num: c_int) -> PyResult<()> {
+    if x >= EXTRAS || f.storage_bytes() != 1 || f.bits() < 2 {
+        return Err(pyo3::exceptions::PyValueError::new_err("slot: an extra format is one of 5 slots of at most 8 bits"));
+    }
+    if *EXTRA[x].get_or_init(|| f) != f {
+        return Err(pyo3::exceptions::PyValueError::new_err(format!("slot: {x} already holds another format")));
+    }
+    // SAFETY: a live descriptor.
+    let other_kind = unsafe { (*other).fields.kind } as u8;
+    for t in 0..N {
+        let me = descr(py, t);
+        let (into, back) = extra_cast_fns(x, t);
+        let done: PyResult<()> = (|| {
+            cast_func(py, other, type_num(t), Some(into))?;
+            cast_func(py, me, other_num, Some(back))?;
+            if all_exact(&TYPES[t].fmt, &f) {
+                can_cast(py, me, other_num)?;
+            }
+            if all_exact(&f, &TYPES[t].fmt) {
+                can_cast(py, other, type_num(t))?;
+            }
             settle(py, me, Some(if other_kind == b'b' { b'u' } else { b'b' }), other, None);
             settle(py, other, None, me, Some(if other_kind == b'O' { b'V' } else { b'O' }));
             Ok(())

@@ -431,6 +431,18 @@ fn _register_cross(py: Python<'_>, name: &str, other: Bound<'_, PyAny>) -> PyRes
     casts::register_cross(py, u, other.as_ptr() as *mut PyArray_Descr, other.num())
 }
 
+/// Register casts between every lowp type and `other`, a one-byte dtype of format
+/// `fmt` that has no lowp dtype (ml_dtypes' float8_e3m4, float8_e4m3b11fnuz and its
+/// float6 and float4 types), in extra slot `slot`.
+#[pyfunction]
+fn _register_extra(py: Python<'_>, slot: usize, fmt: crate::spec::Spec, other: Bound<'_, PyAny>) -> PyResult<()> {
+    let other = other.cast_into::<numpy::PyArrayDescr>().map_err(|_| pyo3::exceptions::PyTypeError::new_err("other: expected a numpy dtype"))?;
+    if other.itemsize() != 1 {
+        return Err(pyo3::exceptions::PyValueError::new_err(format!("other: itemsize {} is not 1", other.itemsize())));
+    }
+    casts::register_extra(py, slot, fmt.0, other.as_ptr() as *mut PyArray_Descr, other.num())
+}
+
 /// Type numbers of the registered dtypes, by name.
 #[pyfunction]
 fn _dtype_numbers(py: Python<'_>) -> PyResult<Bound<'_, PyTuple>> {
@@ -454,6 +466,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     promote::register_dtype_classes(py)?;
     m.add_function(wrap_pyfunction!(_register_equivalent, m)?)?;
     m.add_function(wrap_pyfunction!(_register_cross, m)?)?;
+    m.add_function(wrap_pyfunction!(_register_extra, m)?)?;
     m.add_function(wrap_pyfunction!(_dtype_numbers, m)?)?;
     Ok(())
 }

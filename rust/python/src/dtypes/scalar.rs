@@ -254,11 +254,28 @@ fn shortest(t: usize, c: u32) -> Option<(String, f64)> {
         return None;
     }
     for digits in 1..=17 {
+        // The decimals of `digits` digits nearest v and on either side of it: where the
+        // spacing changes (at a power of two) the one nearest v may round to the
+        // neighbour of the narrower side while the one beyond it comes back
+        // (float8_e4m3fn's 0.125 is 0.13, not 0.12). The closest that comes back wins.
         let s = format!("{:.*e}", digits - 1, v);
-        if let Ok(p) = s.parse::<f64>() {
-            if enc(t, p) == c {
-                return Some((s, p));
+        let (m, e) = s.split_once('e')?;
+        let mi: i64 = m.chars().filter(char::is_ascii_digit).collect::<String>().parse().ok()?;
+        let scale = e.parse::<i32>().ok()? - (digits as i32 - 1);
+        let sign = if v < 0.0 { "-" } else { "" };
+        let mut best: Option<(String, f64)> = None;
+        for cand in [mi, mi - 1, mi + 1].into_iter().filter(|&q| q > 0) {
+            let digs = cand.to_string();
+            let kept = digs.trim_end_matches('0');
+            let exp = scale + digs.len() as i32 - 1;
+            let text = if kept.len() > 1 { format!("{sign}{}.{}e{exp}", &kept[..1], &kept[1..]) } else { format!("{sign}{kept}e{exp}") };
+            let Ok(p) = text.parse::<f64>() else { continue };
+            if enc(t, p) == c && best.as_ref().is_none_or(|(_, q)| (p - v).abs() < (q - v).abs()) {
+                best = Some((text, p));
             }
+        }
+        if best.is_some() {
+            return best;
         }
     }
     Some((format!("{v:e}"), v))
