@@ -430,3 +430,92 @@ def test_int32_chunk_accumulator_is_refused_alike():
 def test_cast_to_a_dtype_name_without_a_format_names_dtype():
     with pytest.raises(TypeError, match="^dtype: "):
         lowp.cast(np.ones(2), "float128")
+
+
+def test_more_argument_types_are_checked():
+    """Wrong types are refused by name (TypeError), not read as something else."""
+    from lowp import sparse, training
+
+    x = np.eye(3, dtype=np.float32)
+    M = sparse.CSR.from_dense(x)
+    cases = [
+        (lambda: M.matmul(np.ones(3, np.float32), transpose="no"), "transpose"),
+        (lambda: sparse.prune(None, 0), "x"),
+        (lambda: sparse.prune(np.zeros(3, complex), 0), "x"),
+        (lambda: M.asformat(["csr"]), "format"),
+        (lambda: M.astype(np.int8, scale=True), "scale"),
+        (lambda: M.astype(np.int8, scale="abc"), "scale"),
+        (lambda: lowp.empty({}, np.float32), "shape"),
+        (lambda: lowp.empty((2, 3), padded="no"), "padded"),
+        (lambda: lowp.empty((2, 3), None), "dtype"),
+        (lambda: lowp.padded_ld(3, None), "dtype"),
+        (lambda: lowp.decode(np.array([1], np.uint16), "bf16", None), "dtype"),
+        (lambda: lowp.set_num_threads(True), "n"),
+        (lambda: lowp.set_num_threads(None), "n"),
+        (lambda: lowp.QuantizedArray(None, None, None, None, None), "values"),
+        (lambda: lowp.QuantizedArray(np.zeros(2, np.int8), 1.0, 0, None, "bf16"), "fmt"),
+        (lambda: lowp.QuantizedArray(np.zeros(2, np.int8), "s", 0, None, "int8"), "scale"),
+        (lambda: lowp.QuantizedArray(np.zeros(2, np.int8), 1.0, 0.5, None, "int8"), "zero_point"),
+        (lambda: training.LossScaler().unscale(None), "grads"),
+        (lambda: training.LossScaler().step(None, [np.ones(2, np.float32)]), "optimizer"),
+    ]
+    for f, arg in cases:
+        with pytest.raises(TypeError, match=f"^{arg}: "):
+            f()
+    model = training.MLP([3, 2], training.QuantConfig())
+    for bad in (np.zeros((2, 3), "M8[D]"), np.zeros((2, 3), complex), np.zeros((2, 3), object), "abc"):
+        for f in (model.forward, model.predict, lambda v: model.evaluate(v, [0, 1]), lambda v: model.grads(v, [0, 1])):
+            with pytest.raises(TypeError, match="^x: expected real numbers"):
+                f(bad)
+    with pytest.raises(TypeError, match="^optimizer: "):
+        model.train_step(np.ones((2, 3), np.float32), [0, 1], None)
+    # Lists, ints and low-precision arrays are still inputs.
+    assert model.forward([[1, 2, 3]]).shape == (1, 2)
+    assert model.forward(np.ones((1, 3), lowp.bfloat16)).shape == (1, 2)
+
+
+def test_more_argument_values_are_checked():
+    """Values out of range are ValueErrors naming the argument."""
+    from lowp import sparse, training, testing
+
+    x = np.eye(3, dtype=np.float32)
+    cases = [
+        (lambda: sparse.CSR((np.ones(1, np.float32), np.array([0]), np.array([0, 1, 1])), shape=(2, 3, 4)), "shape"),
+        (lambda: sparse.BSR.from_dense(x, blocksize=(1, 1, 1)), "blocksize"),
+        # (Sparse shapes and block sizes of other types are invalid parameters, as in scipy.)
+        (lambda: sparse.BSR.from_dense(x, blocksize=1.5), "blocksize"),
+        (lambda: sparse.BSR.from_dense(x, blocksize=(1.5, 1)), "blocksize"),
+        (lambda: sparse.CSR((np.ones(1, np.float32), np.array([0]), np.array([0, 1, 1])), shape=(2.0, 3)), "shape"),
+        (lambda: sparse.CSR((2.0, 3)), "arg"),
+        (lambda: lowp.empty(2**70), "shape"),
+        (lambda: lowp.empty((2**40, 2**40)), "shape"),
+        (lambda: lowp.empty((2**40, 2**40), padded=False), "shape"),
+        (lambda: lowp.QuantizedArray(np.zeros((2, 2), np.int8), 1.0, 0, 5, "int8"), "axis"),
+        (lambda: lowp.QuantizedArray(np.zeros((2, 2), np.int8), np.ones(3), 0, 1, "int8"), "scale"),
+        (lambda: lowp.QuantizedArray(np.zeros(2, np.int8), -1.0, 0, None, "int8"), "scale"),
+        (lambda: training.Fp8Scaling(amax_history_len=2**70), "amax_history_len"),
+        (lambda: training.QuantConfig(fp8_scaling=True, amax_history_len=2**70), "amax_history_len"),
+        (lambda: testing.encoding_class(2**2000, "bf16"), "value"),
+    ]
+    for f, arg in cases:
+        with pytest.raises(ValueError, match=f"^{arg}: "):
+            f()
+    # prune_nm groups along any axis of an array of many dimensions.
+    a = np.random.default_rng(0).standard_normal((1,) * 30 + (3, 8)).astype(np.float32)
+    assert (sparse.prune_nm(a) != 0).sum() == 12
+    b = np.random.default_rng(1).standard_normal((5, 7, 10)).astype(np.float32)
+    for axis, kept in ((0, 210), (1, 200), (2, 210)):
+        r = sparse.prune_nm(b, axis=axis)
+        assert (r != 0).sum() == kept
+        np.testing.assert_array_equal(r[r != 0], b[r != 0])
+
+
+def test_ulp_helpers_take_values_beyond_float64():
+    """Distances past float64's range are infinite (and fail any ulps), not OverflowError."""
+    from lowp import testing
+
+    assert testing.ulp_distance(2**2000, 1.0, "bf16") == np.inf
+    assert testing.ulp_distance(np.longdouble("1e4000"), 1.0, "bf16") == np.inf or np.longdouble("1e4000") == np.inf
+    assert testing.ulp_distance(2**2000, 2**2000, "bf16") == 0
+    with pytest.raises(AssertionError):
+        testing.assert_ulp_close(1.0, 2**2000, "bf16", ulps=1)

@@ -472,8 +472,8 @@ def test_int8_vector_products(isa):
     matrices times vectors, exact against int64: B row-major, as w.T, with its rows or
     columns in reverse, Fortran-ordered and strided both ways; A row-major,
     Fortran-ordered and strided; depths and widths around the 16-element steps and
-    strips; at 1 and 2 threads, the larger shapes split over them; sums past 2^31 wrap
-    as numpy's int32 arithmetic does."""
+    strips; at 1 and 2 threads, the larger shapes split over them; sums past 2^31 are
+    whole in int64 and refused in int32."""
     g = np.random.default_rng(21)
     n0 = lowp.get_num_threads()
     shapes = [(m, k, n) for m in (1, 2, 3, 5, 8, 9) for k, n in ((1, 1), (15, 17), (33, 16), (514, 47))]
@@ -496,9 +496,10 @@ def test_int8_vector_products(isa):
         k = 140000
         a = np.full((1, k), -128, np.int8)
         w = np.full((3, k), -128, np.int8)
-        want = np.full((1, 3), (16384 * k + 2**31) % 2**32 - 2**31, np.int64)
         for b in (w.T, np.ascontiguousarray(w.T)):
-            assert np.array_equal(lowp.matmul(a, b).astype(np.int64), want)
+            assert np.array_equal(lowp.matmul(a, b, out_dtype=np.int64), np.full((1, 3), 16384 * k))
+            with pytest.raises(ValueError, match="do not fit int32"):
+                lowp.matmul(a, b)
     finally:
         lowp.set_num_threads(n0)
 
@@ -736,8 +737,8 @@ def test_bad_chunk_accumulate_is_named(fn):
 
 @pytest.mark.parametrize("out_dtype", [np.int64, np.float64])
 def test_int8_depths_past_2_17_are_whole_in_a_wider_output(out_dtype):
-    """int32 sums wrap past 2^31 (as numpy's int32 does); an int64 or float64 result gets
-    the exact sums."""
+    """Deeper than 2^17 - 1 an int64 or float64 result gets the exact sums; an int32 result
+    gets them where they fit and raises where they do not (rather than wrapping)."""
     A = np.full((2, 2**17 + 5), -128, np.int8)
     want = A.astype(np.int64) @ A.T.astype(np.int64)
     np.testing.assert_array_equal(lowp.matmul(A, A.T, out_dtype=out_dtype), want.astype(out_dtype))
@@ -747,4 +748,63 @@ def test_int8_depths_past_2_17_are_whole_in_a_wider_output(out_dtype):
     B = rng.integers(-128, 128, (2, 3, 2**18 + 3)).astype(np.int8)
     np.testing.assert_array_equal(lowp.matmul(B, B.transpose(0, 2, 1), out_dtype=np.int64),
                                   B.astype(np.int64) @ B.transpose(0, 2, 1).astype(np.int64))
-    assert lowp.matmul(A, A.T)[0, 0] == want[:1, :1].astype(np.int32)[0, 0] < 0  # int32 wraps, as documented
+    with pytest.raises(ValueError, match=r"^out_dtype: the exact int8 sums .* do not fit int32; pass out_dtype=np.int64"):
+        lowp.matmul(A, A.T)
+    with pytest.raises(ValueError, match=r"^out: the exact int8 sums"):
+        lowp.matmul(A, A.T, out=np.zeros((2, 2), np.int32))
+    C = np.full((2, 2**17 + 5), 127, np.int8)
+    C[:, ::2] = -128  # sums that fit int32 at this depth
+    np.testing.assert_array_equal(lowp.matmul(C, C.T), C.astype(np.int64) @ C.T.astype(np.int64))
+    assert lowp.matmul(C, C.T).dtype == np.int32
+
+
+def _odd_strided(values: np.ndarray, dtype, strides: tuple) -> np.ndarray:
+    """``values`` in a view whose byte strides are not whole elements (legal in numpy)."""
+    a = np.ndarray(values.shape, dtype, buffer=np.zeros(1024, np.uint8), strides=strides)
+    a[...] = values
+    return a
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16, lowp.bfloat16, lowp.posit16])
+def test_strides_that_are_not_whole_elements(dtype):
+    """Views whose byte strides are not multiples of the itemsize read the right elements
+    in matmul (every path) and sum."""
+    vals = np.array([[1, 2], [3, 4]], np.float32)
+    size = np.dtype(dtype).itemsize
+    a = _odd_strided(vals.astype(dtype), dtype, (2 * size + 1, size))
+    eye = np.eye(2, dtype=np.float32)
+    want = vals.astype(np.float64)
+    emulated = [] if dtype == np.float64 else [{"accumulate": "bf16"}, {"rounding": "toward_zero"}]
+    for kw in [{}, {"accumulate": "float64"}] + emulated:
+        np.testing.assert_array_equal(lowp.matmul(a, eye.astype(dtype), **kw).astype(np.float64), want)
+        np.testing.assert_array_equal(lowp.matmul(eye.astype(dtype), a, **kw).astype(np.float64), want)
+    np.testing.assert_array_equal(lowp.sum(a, axis=1), [3, 7])
+    np.testing.assert_array_equal(lowp.sum(a, axis=0), [4, 6])
+    v = _odd_strided(np.array([1, 2, 3], np.float32).astype(dtype), dtype, (np.dtype(dtype).itemsize + 1,))
+    assert float(lowp.matmul(v, v)) == 14 and float(lowp.sum(v)) == 6
+    stack = _odd_strided(np.stack([vals, 2 * vals]).astype(dtype), dtype, (6 * size + 1, 2 * size + 1, size))
+    np.testing.assert_array_equal(lowp.matmul(stack, eye).astype(np.float64), np.stack([want, 2 * want]))
+
+
+@pytest.mark.parametrize("dtype", ["f2", "f4", "f8", "bfloat16", "posit16", "posit32"])
+def test_big_endian_outputs(dtype):
+    """out= and out_dtype= of a byte-swapped dtype get the values, not swapped codes."""
+    be = (np.dtype(">" + dtype) if dtype[0] == "f" else np.dtype(getattr(lowp, dtype)).newbyteorder(">"))
+    a = np.array([[1.0, 2.0], [3.0, 4.0]], np.float32)
+    b = np.float32(1.5) * np.eye(2, dtype=np.float32)
+    want = a.astype(np.float64) @ b
+    o = np.zeros((2, 2), be)
+    lowp.matmul(a, b, out=o)
+    np.testing.assert_array_equal(o.astype(np.float64), want)
+    np.testing.assert_array_equal(lowp.matmul(a, b, out_dtype=be).astype(np.float64), want)
+    np.testing.assert_array_equal(lowp.matmul(a, b, out_dtype=be, accumulate="bf16").astype(np.float64), want)
+    o2 = np.zeros((2, 4), be)[:, ::2]
+    lowp.matmul(a, b, out=o2)
+    np.testing.assert_array_equal(o2.astype(np.float64), want)
+    qa, qb = lowp.quantize(a, "int8"), lowp.quantize(b, "int8")
+    np.testing.assert_array_equal(lowp.qmatmul(qa, qb, out_dtype=be).astype(np.float64),
+                                  lowp.qmatmul(qa, qb, out_dtype=be.newbyteorder("=")).astype(np.float64))
+    x = np.array([1.5, 3.0, 4.5], np.float32)
+    c = lowp.cast(x, be)
+    assert c.dtype == be
+    np.testing.assert_array_equal(c.astype(np.float64), x)

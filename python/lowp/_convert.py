@@ -149,9 +149,13 @@ def _round_exact(v: Fraction, fmt: FloatFormat, rounding: str) -> float:
 def _native(a: np.ndarray) -> np.ndarray:
     """``a`` in the machine's byte order: numpy's own types by a cast, the low-precision
     dtypes (1, 2 or 4 bytes) by swapping the bytes of their codes, which needs no cast
-    of theirs."""
+    of theirs. A view whose byte strides are not whole elements (legal in numpy, made
+    with ``as_strided`` or ``np.ndarray(..., strides=)``) is copied: the core steps in
+    elements."""
     dt = a.dtype
     if dt.isnative:
+        if dt.itemsize > 1 and any(st % dt.itemsize for st, n in zip(a.strides, a.shape) if n > 1):
+            return np.ascontiguousarray(a)
         return a
     if dt.kind in "biufc":
         return a.astype(dt.newbyteorder("="))
@@ -159,18 +163,22 @@ def _native(a: np.ndarray) -> np.ndarray:
     return codes.byteswap().view(dt.newbyteorder("="))
 
 
+def _array_arg(x: Any, arg: str) -> np.ndarray:
+    """``x`` as an array (itself if it is one); what numpy cannot read as one (ragged
+    nested sequences) raises TypeError naming ``arg``."""
+    if isinstance(x, np.ndarray):
+        return x
+    try:
+        return np.asarray(x)
+    except Exception as e:  # e.g. ragged nested sequences
+        raise TypeError(f"{arg}: cannot be read as a numeric array: {e}") from None
+
+
 def _as_float_array(x: Any, arg: str = "x", fmt: Optional[Format] = None, rounding: Optional[str] = None) -> np.ndarray:
     """``x`` as a C-contiguous float32 or float64 array (low-precision dtypes are decoded exactly;
     64-bit integers beyond 2**53, and longdouble values, are rounded to odd when ``fmt`` is
     narrow enough for that to be exact, else into ``fmt`` with ``rounding`` exactly)."""
-    if isinstance(x, np.ndarray):
-        a = x
-    else:
-        try:
-            a = np.asarray(x)
-        except Exception as e:  # e.g. ragged nested sequences
-            raise TypeError(f"{arg}: cannot be read as a numeric array: {e}") from None
-    a = _native(a)
+    a = _native(_array_arg(x, arg))
     dt = a.dtype
     if dt == np.float32 or dt == np.float64:
         return _contiguous(a)
@@ -303,12 +311,14 @@ def decode(bits: Any, fmt: Any, dtype: Any = np.float32, *, out: Optional[np.nda
     """Values of the encodings ``bits`` (unsigned or signed integers of fmt's storage width or wider)."""
     f = _format(fmt)
     try:
+        if dtype is None:
+            raise TypeError  # (numpy would read None as float64)
         dt = np.dtype(dtype)
     except TypeError:
         raise TypeError(f"dtype: expected float32 or float64, got {dtype!r}") from None
     if dt not in (np.float32, np.float64):
         raise TypeError(f"dtype: expected float32 or float64, got {dt}")
-    b = bits if isinstance(bits, np.ndarray) else np.asarray(bits)
+    b = _array_arg(bits, "bits")
     if b.dtype.kind not in "iu":
         raise TypeError(f"bits: expected an integer array, got dtype {b.dtype}")
     if b.dtype.itemsize < f.storage_dtype.itemsize:
@@ -361,6 +371,11 @@ def cast(x: Any, dtype: Any, rounding: str = "nearest_even", *, saturate: bool =
             raise TypeError(f"dtype: {e}".replace("dtype: fmt: ", "dtype: ")) from None
     f = _canonical(f)
     codes = encode(x, f, rounding, saturate=saturate, seed=seed, rbits=rbits)
+    if not dt.isnative:
+        # The native type's codes, byte-swapped into the requested order.
+        native = dt.newbyteorder("=")
+        res = decode(codes, f, native) if native in (np.float32, np.float64) else codes.view(native)
+        return res.astype(dt)
     if dt in (np.float32, np.float64):
         return decode(codes, f, dt)
     return codes.view(dt)

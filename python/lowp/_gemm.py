@@ -179,6 +179,10 @@ def _rbits_arg(rbits: Any) -> int:
 
 
 def _target_dtype(dt: Any, arg: str) -> np.dtype:
+    if dt is None:
+        # (numpy reads None as float64; here a dtype must be named.)
+        raise TypeError(f"{arg}: expected a dtype, got None; accepted: float32, float64, int32, float16 and the "
+                        f"low-precision dtypes")
     if isinstance(dt, Format) and dt.dtype is None:
         raise TypeError(f"{arg}: {dt!r} has no numpy dtype (only the named formats and those registered "
                         f"as dtypes do); accepted: float32, float64, int32, float16 and the low-precision dtypes")
@@ -200,6 +204,12 @@ def _convert_into(res: np.ndarray, dst: np.ndarray, arg: str) -> None:
     dt = dst.dtype
     if dt == res.dtype:
         dst[...] = res
+        return
+    if not dt.isnative:
+        # Rounded into the native type, then byte-swapped by numpy's copy.
+        tmp = np.empty(dst.shape, dt.newbyteorder("="))
+        _convert_into(res, tmp, arg)
+        dst[...] = tmp
         return
     if dt.kind == "f" and dt.itemsize in (4, 8) or dt == np.float16:
         dst[...] = res.astype(dt)  # one IEEE rounding (float64 -> float16 rounds once)
@@ -255,9 +265,9 @@ def matmul(a: Any, b: Any, *, accumulate: Any = "float32", chunk: Optional[int] 
     Inputs: float16/32/64, int8, or any lowp / ml_dtypes low-precision dtype, any strides.
 
     accumulate: ``"float32"`` (default; float64 or posit32 inputs accumulate in float64,
-        int8 x int8 accumulates exactly in int32 -- exact for k <= 2**17 - 1, beyond which
-        int32 results may wrap as numpy's int32 arithmetic does; a wider ``out_dtype`` or
-        ``out`` gets the sums of depth blocks of 2**17 - 1 whole, in int64),
+        int8 x int8 accumulates exactly in int32; deeper than 2**17 - 1, depth blocks
+        of 2**17 - 1 are added in int64, and an int32 result that cannot hold the exact
+        sums raises ValueError (pass ``out_dtype=np.int64``),
         ``"float64"``, ``"int32"`` (int8 inputs),
         or any format: then every add is ``acc = round(acc + a*b)``, the exact sum rounded
         once into the format with ``rounding`` (products are exact; inputs must be float32
@@ -376,9 +386,9 @@ def matmul(a: Any, b: Any, *, accumulate: Any = "float32", chunk: Optional[int] 
         result = result_empty(tuple(shape), target, _SCRATCH_MIN)
 
     k = a2.shape[-1]
-    if path == "i32" and target != np.int32 and k > _INT32_DEPTH and m * n > 0:
-        # int32 sums wrap past 2^31: for a wider result, depth blocks whose int32 sums
-        # are exact, added in int64.
+    if path == "i32" and k > _INT32_DEPTH and m * n > 0:
+        # int32 sums could wrap past 2^31: depth blocks whose int32 sums are exact,
+        # added in int64 (an int32 result that does not hold them raises).
         def part(k0: int) -> np.ndarray:
             sa = a[..., k0:k0 + _INT32_DEPTH]
             sb = b[k0:k0 + _INT32_DEPTH] if b.ndim == 1 else b[..., k0:k0 + _INT32_DEPTH, :]
@@ -386,6 +396,10 @@ def matmul(a: Any, b: Any, *, accumulate: Any = "float32", chunk: Optional[int] 
         total = part(0)
         for k0 in range(_INT32_DEPTH, k, _INT32_DEPTH):
             total += part(k0)
+        if target == np.int32 and total.size and not (-2**31 <= total.min() and total.max() < 2**31):
+            arg = "out" if out is not None and out_dtype is None else "out_dtype"
+            raise ValueError(f"{arg}: the exact int8 sums (from {total.min()} to {total.max()}, depth {k}) do not "
+                             f"fit int32; pass out_dtype=np.int64 (or float64)")
         _convert_into(total, result, "out" if out is not None and out_dtype is None else "out_dtype")
         return result[()] if out is None and result.ndim == 0 else result
 
@@ -623,10 +637,12 @@ def empty(shape: Any, dtype: Any = np.float32, *, padded: bool = True) -> np.nda
     d = _target_dtype(dtype, "dtype")
     if d.hasobject or d.kind not in "biufcV":
         raise TypeError(f"dtype: expected a numeric dtype, got {d}")
-    if isinstance(shape, (int, np.integer)) and not isinstance(shape, bool):
+    if not isinstance(padded, (bool, np.bool_)):
+        raise TypeError(f"padded: expected a bool, got {type(padded).__name__}")
+    if isinstance(shape, (int, np.integer)) and not isinstance(shape, (bool, np.bool_)):
         shape = (int(shape),)
     try:
-        if not all(isinstance(s, (int, np.integer)) and not isinstance(s, (bool, np.bool_)) for s in shape):
+        if not isinstance(shape, (tuple, list)) or not all(isinstance(s, (int, np.integer)) and not isinstance(s, (bool, np.bool_)) for s in shape):
             raise TypeError
         shape = tuple(int(s) for s in shape)
     except TypeError:
@@ -634,10 +650,15 @@ def empty(shape: Any, dtype: Any = np.float32, *, padded: bool = True) -> np.nda
     if any(s < 0 for s in shape):
         raise ValueError(f"shape: negative dimensions are not allowed, got {shape}")
     if not padded or len(shape) == 0:
-        return np.empty(shape, dtype=d)
+        try:
+            return np.empty(shape, dtype=d)
+        except ValueError as e:
+            raise ValueError(f"shape: {shape} is too large ({e})") from None
     n = shape[-1]
+    rows = math.prod(shape[:-1])
+    if n >= 2**62 or rows * (n + 64) * d.itemsize >= 2**63:
+        raise ValueError(f"shape: {shape} is too large")
     ld = padded_ld(n, d)
-    rows = int(np.prod(shape[:-1], dtype=np.int64)) if len(shape) > 1 else 1
     nbytes = rows * ld * d.itemsize
     raw = np.empty(nbytes + 64, dtype=np.uint8)
     off = (-raw.ctypes.data) % 64

@@ -58,7 +58,9 @@ def _check_env() -> None:
 
 def set_num_threads(n: int) -> None:
     """Use ``n`` threads (1 to 1024, ``_MAX_THREADS``) for the parallel kernels."""
-    if isinstance(n, (int, np.integer)) and not isinstance(n, (bool, np.bool_)) and not 0 < n <= 1 << 62:
+    if isinstance(n, (bool, np.bool_)) or not isinstance(n, (int, np.integer)):
+        raise TypeError(f"n: expected an int (the number of threads, 1..={_MAX_THREADS}), got {type(n).__name__}")
+    if not 0 < n <= 1 << 62:
         # (Beyond what the core's integer takes; it checks the rest.)
         raise ValueError(f"n: the number of threads must be in 1..={_MAX_THREADS}, got {n}")
     _lowp.set_num_threads(n)

@@ -22,12 +22,43 @@ class QuantizedArray:
 
     __slots__ = ("values", "scale", "zero_point", "axis", "format")
 
-    def __init__(self, values: np.ndarray, scale: Any, zero_point: Any, axis: Optional[int], fmt: IntFormat) -> None:
+    def __init__(self, values: np.ndarray, scale: Any, zero_point: Any, axis: Optional[int], fmt: Any) -> None:
+        if not isinstance(values, np.ndarray) or values.dtype.kind not in "iu":
+            raise TypeError(f"values: expected a numpy array of integers, got "
+                            f"{getattr(values, 'dtype', type(values).__name__)}")
+        try:
+            f = _format(fmt)
+        except (TypeError, ValueError) as e:
+            raise type(e)(f"fmt: {e}".replace("fmt: fmt: ", "fmt: ")) from None
+        if not isinstance(f, IntFormat):
+            raise TypeError(f"fmt: expected an integer format (such as \"int8\"), got {f!r}")
+        if axis is not None:
+            if isinstance(axis, (bool, np.bool_)) or not isinstance(axis, (int, np.integer)):
+                raise TypeError(f"axis: expected None or an int, got {type(axis).__name__}")
+            if not -values.ndim <= axis < values.ndim:
+                raise ValueError(f"axis: {axis} is out of range for values of shape {values.shape}")
+            axis = int(axis) % values.ndim
+        count = 1 if axis is None else values.shape[axis]
+        for name, p, kinds in (("scale", scale, "iuf"), ("zero_point", zero_point, "iu")):
+            a = np.asarray(p)
+            if a.dtype.kind not in kinds:
+                what = "real numbers" if kinds == "iuf" else "integers"
+                raise TypeError(f"{name}: expected {what}, got dtype {a.dtype}")
+            if not (a.ndim == 0 or (axis is not None and a.ndim == 1 and a.shape[0] in (1, count))):
+                want = "a scalar" if axis is None else f"a scalar or {count} values (one per index along axis {axis})"
+                raise ValueError(f"{name}: expected {want}, got shape {a.shape}")
+        sc = np.asarray(scale, dtype=np.float64)
+        if not (np.isfinite(sc) & (sc > 0)).all():
+            raise ValueError("scale: every scale must be a positive finite number")
         self.values = values
         self.scale = scale
         self.zero_point = zero_point
         self.axis = axis
-        self.format = fmt
+        self.format = f
+
+    def __reduce__(self) -> tuple:
+        # (Every pickle protocol: __slots__ without __getstate__ needs protocol 2.)
+        return (QuantizedArray, (self.values, self.scale, self.zero_point, self.axis, self.format))
 
     @property
     def shape(self) -> tuple:

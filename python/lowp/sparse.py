@@ -31,7 +31,7 @@ from typing import Any, Optional
 import numpy as np
 
 from . import _lowp
-from ._convert import _as_float_array, _check_rounding, _native, decode, encode
+from ._convert import _array_arg, _as_float_array, _check_rounding, _native, decode, encode
 from ._convert import round as _round
 from ._formats import Format, format as _format
 
@@ -190,9 +190,12 @@ def _pair_starts(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 def _check_shape(shape: Any) -> tuple[int, int]:
     try:
-        m, n = (operator_index(s) for s in shape)
-    except Exception:
+        dims = [operator_index(s) for s in shape]
+    except TypeError:
         raise ValueError(f"shape: expected two non-negative ints, got {shape!r}") from None
+    if len(dims) != 2:
+        raise ValueError(f"shape: expected two non-negative ints, got {shape!r}")
+    m, n = dims
     if m < 0 or n < 0:
         raise ValueError(f"shape: expected two non-negative ints, got {shape!r}")
     if m >= 1 << 63 or n >= 1 << 63:
@@ -210,7 +213,7 @@ def _empty_shape(arg: tuple, shape: Any) -> tuple[int, int]:
     """The shape of an empty ``cls((m, n), shape=...)`` matrix."""
     try:
         m, n = (operator_index(s) for s in arg)
-    except Exception:
+    except TypeError:
         m = n = -1
     if m < 0 or n < 0:
         raise ValueError(f"arg: an empty matrix is given as (m, n) with two non-negative ints, got {arg!r}")
@@ -440,6 +443,8 @@ class _Sparse:
     def matmul(self, x: Any, *, transpose: bool = False) -> np.ndarray:
         """``self @ x`` (or ``self.T @ x``) for a dense vector or matrix ``x``; float32 result.
         ``x`` is read as float32 (a float64 or integer ``x`` is rounded to float32 first)."""
+        if not isinstance(transpose, (bool, np.bool_)):
+            raise TypeError(f"transpose: expected a bool, got {type(transpose).__name__}")
         return self._matmul(x, bool(transpose))
 
     def __matmul__(self, x: Any) -> Any:
@@ -501,6 +506,8 @@ class _Sparse:
 
     def asformat(self, format: str, **kw: Any) -> "_Sparse":  # noqa: A002 - scipy's name
         conv = {"csr": self.tocsr, "csc": self.tocsc, "coo": self.tocoo, "bsr": self.tobsr, "nm": self.tonm}
+        if not isinstance(format, str):
+            raise TypeError(f"format: expected a str, one of {', '.join(conv)}; got {type(format).__name__}")
         if format not in conv:
             raise ValueError(f"format: unknown {format!r}; accepted: {', '.join(conv)}")
         return conv[format](**kw)
@@ -563,6 +570,8 @@ class _Sparse:
             vals = vals.astype(np.float64) * self._scale
         sc = 1.0
         if scale is not None:
+            if isinstance(scale, (bool, np.bool_)) or not isinstance(scale, (numbers.Real, np.floating, np.integer)):
+                raise TypeError(f"scale: expected a positive finite number, got {type(scale).__name__}")
             sc = float(scale)
             if not (math.isfinite(sc) and sc > 0):
                 raise ValueError(f"scale: must be a positive finite number, got {scale!r}")
@@ -805,7 +814,7 @@ class COO(_Sparse):
         scale = 1.0
         if q is not None:
             x, scale = q
-        a = _native(x if isinstance(x, np.ndarray) else np.asarray(x))
+        a = _native(_array_arg(x, "x"))
         if a.ndim != 2:
             raise ValueError(f"x: must be 2-D, got shape {a.shape}")
         src = _source_format(a.dtype, "x")
@@ -1054,9 +1063,12 @@ def _default_blocksize(shape: tuple[int, int]) -> tuple[int, int]:
 
 def _check_blocksize(blocksize: Any, shape: tuple[int, int]) -> tuple[int, int]:
     try:
-        br, bc = (operator_index(b) for b in blocksize)
-    except Exception:
+        dims = [operator_index(b) for b in blocksize]
+    except TypeError:
         raise ValueError(f"blocksize: expected two positive ints, got {blocksize!r}") from None
+    if len(dims) != 2:
+        raise ValueError(f"blocksize: expected two positive ints, got {blocksize!r}")
+    br, bc = dims
     if br < 1 or bc < 1 or shape[0] % br or shape[1] % bc:
         raise ValueError(f"blocksize: {(br, bc)} must be positive and divide the shape {shape}")
     return br, bc
@@ -1456,10 +1468,11 @@ def prune(x: Any, sparsity: Any) -> np.ndarray:
     s = float(sparsity)
     if math.isnan(s) or not 0.0 <= s <= 1.0:
         raise ValueError(f"sparsity: must be in [0, 1], got {sparsity!r}")
-    a = x if isinstance(x, np.ndarray) else np.asarray(x)
+    a = _array_arg(x, "x")
     out = np.array(a, copy=True, order="C")  # (so that its flat view below is one)
     k = int(math.floor(s * a.size + 0.5))
     if k == 0:
+        _magnitude(a.reshape(-1)[:1])  # (x's dtype is checked all the same)
         return out
     order = np.argsort(_magnitude(a.reshape(-1)), kind="stable")
     flat = out.reshape(-1)
@@ -1471,7 +1484,7 @@ def prune_nm(x: Any, n: int = 2, m: int = 4, axis: int = -1) -> np.ndarray:
     """Keep the ``n`` largest-magnitude entries of every ``m`` consecutive ones along ``axis``
     (ties: the lower index is kept); a last partial group keeps at most ``n``."""
     n, m = _check_nm(n, m)
-    a = x if isinstance(x, np.ndarray) else np.asarray(x)
+    a = _array_arg(x, "x")
     if a.ndim == 0:
         raise ValueError("x: must have at least one dimension")
     if isinstance(axis, (bool, np.bool_)) or not isinstance(axis, (numbers.Integral, np.integer)):
@@ -1480,8 +1493,10 @@ def prune_nm(x: Any, n: int = 2, m: int = 4, axis: int = -1) -> np.ndarray:
         raise ValueError(f"axis: {axis} is out of range for {a.ndim} dimensions")
     out = np.array(a, copy=True)
     mv = np.moveaxis(out, axis, -1)
+    # Groups along the last axis of a 2-D view: any number of dimensions.
     mag = np.moveaxis(_magnitude(a), axis, -1)
     length = mag.shape[-1]
+    mag = mag.reshape(math.prod(mag.shape[:-1]), length)
     g = -(-length // m)
     pad = g * m - length
     magp = np.concatenate([mag, np.full(mag.shape[:-1] + (pad,), -1.0)], axis=-1) if pad else mag
@@ -1490,5 +1505,5 @@ def prune_nm(x: Any, n: int = 2, m: int = 4, axis: int = -1) -> np.ndarray:
     drop = np.zeros(magp.shape, bool)
     np.put_along_axis(drop, order[..., n:], True, axis=-1)
     drop = drop.reshape(mag.shape[:-1] + (g * m,))[..., :length]
-    mv[drop] = 0
+    mv[drop.reshape(mv.shape)] = 0
     return out

@@ -67,7 +67,10 @@ def encoding_class(value: float, fmt: Any) -> str:
     ignored except for zero.
     """
     f = _format(fmt)
-    v = float(value)
+    try:
+        v = float(value)
+    except OverflowError:
+        raise ValueError(f"value: a {type(value).__name__} beyond float64's range, which no format holds") from None
     if np.isnan(v):
         return "nan"
     if np.isinf(v):
@@ -164,7 +167,10 @@ def _distances(actual: Any, desired: Any, f: Format) -> tuple[np.ndarray, dict[t
             continue
         u = Fraction(float(ulp(vd, f)))
         exact[i] = abs(Fraction(va) - Fraction(vd)) / u
-        dist[i] = float(exact[i])
+        try:
+            dist[i] = float(exact[i])
+        except OverflowError:  # (a distance past float64's range: an int beyond it)
+            dist[i] = np.inf
     return dist, exact
 
 

@@ -88,6 +88,36 @@ def fmt_or_none(value: Any, name: str) -> Optional[Format]:
     return f
 
 
+def real_array(value: Any, name: str) -> np.ndarray:
+    """``value`` as a float32 array: real numbers only (numpy's bools, ints and floats,
+    the float dtypes of lowp and ml_dtypes, and sequences of real numbers); dates,
+    strings, complex and object arrays are refused with a message naming ``name``."""
+    try:
+        a = value if isinstance(value, np.ndarray) else np.asarray(value)
+    except (TypeError, ValueError) as e:
+        raise type(e)(f"{name}: expected an array of real numbers, got {type(value).__name__} ({e})") from None
+    if a.dtype.kind not in "biuf" and not is_float_dtype(a.dtype):
+        raise TypeError(f"{name}: expected real numbers (bool, int, float or a low-precision float dtype), "
+                        f"got dtype {a.dtype}")
+    return a.astype(np.float32)
+
+
+def array_list(value: Any, name: str) -> list:
+    """``list(value)``, with a message naming ``name`` when it is no sequence."""
+    try:
+        return list(value)
+    except TypeError:
+        raise TypeError(f"{name}: expected a sequence of numpy arrays, got {type(value).__name__}") from None
+
+
+def optimizer(value: Any, name: str = "optimizer") -> Any:
+    """An object with a callable ``step(grads)`` (lowp's SGD and Adam, or the caller's own)."""
+    if not callable(getattr(value, "step", None)):
+        raise TypeError(f"{name}: expected an optimizer with a step(grads) method (such as lowp.training.SGD "
+                        f"or Adam), got {type(value).__name__}")
+    return value
+
+
 def params_list(params: Any, name: str = "params") -> list[np.ndarray]:
     if isinstance(params, np.ndarray):
         params = [params]

@@ -74,7 +74,7 @@ class QuantConfig:
             if not isinstance(getattr(self, field), bool):
                 raise TypeError(f"{field}: expected a bool, got {type(getattr(self, field)).__name__}")
         _checks.integer(self.margin, "margin", ge=0)
-        _checks.integer(self.amax_history_len, "amax_history_len", ge=1)
+        _checks.integer(self.amax_history_len, "amax_history_len", ge=1, le=2**31 - 1)
         if not isinstance(self.name, str):
             raise TypeError(f"name: expected a str, got {type(self.name).__name__}")
         if not self.master_weights and self.weights is None:

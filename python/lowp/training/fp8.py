@@ -43,7 +43,7 @@ class Fp8Scaling:
         self.format: Format = f
         # (2**margin beyond float32's exponent range would leave no usable scale.)
         self.margin = _checks.integer(margin, "margin", ge=0, le=127)
-        self.amax_history_len = _checks.integer(amax_history_len, "amax_history_len", ge=1)
+        self.amax_history_len = _checks.integer(amax_history_len, "amax_history_len", ge=1, le=2**31 - 1)
         if amax_compute not in AMAX_COMPUTE:
             raise ValueError(f"amax_compute: expected one of {', '.join(map(repr, AMAX_COMPUTE))}, got {amax_compute!r}")
         self.amax_compute = amax_compute

@@ -129,7 +129,7 @@ class MLP:
     def forward(self, x: Any, *, training: bool = False) -> np.ndarray:
         """Logits (float32) for inputs ``x`` of shape (batch, sizes[0]). ``training``
         keeps what the backward pass needs and updates the fp8 amax histories."""
-        h = np.asarray(x, dtype=np.float32)
+        h = _checks.real_array(x, "x")
         if h.ndim != 2 or h.shape[1] != self.sizes[0]:
             raise ValueError(f"x: expected shape (batch, {self.sizes[0]}), got {np.shape(x)}")
         c = self.config
@@ -230,6 +230,9 @@ class MLP:
     def train_step(self, x: Any, y: Any, optimizer: Optimizer, scaler: Optional[LossScaler] = None) -> tuple[float, bool]:
         """One step on the batch (x, y): ``(loss, step_taken)``. With a scaler the step is
         skipped when the scaled gradients overflow."""
+        _checks.optimizer(optimizer)
+        if scaler is not None and not isinstance(scaler, LossScaler):
+            raise TypeError(f"scaler: expected a LossScaler or None, got {type(scaler).__name__}")
         if scaler is None:
             loss, g = self.grads(x, y)
             if not all(np.isfinite(gi).all() for gi in g):

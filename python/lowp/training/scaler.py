@@ -77,7 +77,7 @@ class LossScaler:
         """
         if isinstance(grads, np.ndarray):
             grads = [grads]
-        gs = list(grads)
+        gs = _checks.array_list(grads, "grads")
         for i, g in enumerate(gs):  # all checked before any is changed
             if not isinstance(g, np.ndarray) or not _checks.is_float_dtype(g.dtype):
                 raise TypeError(f"grads[{i}]: expected a numpy array of {_checks.FLOAT_DTYPES}, got "
@@ -129,9 +129,10 @@ class LossScaler:
         """Unscale ``grads`` (those not unscaled since the last :meth:`update`), let
         ``optimizer`` step when every gradient unscaled since then is finite, update the
         scale. Returns whether the step was taken."""
+        _checks.optimizer(optimizer)
         if isinstance(grads, np.ndarray):
             grads = [grads]
-        gs = list(grads)
+        gs = _checks.array_list(grads, "grads")
         rest = [g for g in gs if not any(g is u for u in self._unscaled)]
         if rest or self._found_inf is None:
             self.unscale(rest)
