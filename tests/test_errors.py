@@ -496,6 +496,10 @@ def test_more_argument_values_are_checked():
         (lambda: training.Fp8Scaling(amax_history_len=2**70), "amax_history_len"),
         (lambda: training.QuantConfig(fp8_scaling=True, amax_history_len=2**70), "amax_history_len"),
         (lambda: testing.encoding_class(2**2000, "bf16"), "value"),
+        (lambda: training.MLP([4, 2**70]), "sizes"),
+        (lambda: sparse.CSR((2**62, 2**62)), "shape"),
+        (lambda: sparse.CSC((2**62, 2**62)), "shape"),
+        (lambda: sparse.BSR((2**62, 2**62)), "shape"),
     ]
     for f, arg in cases:
         with pytest.raises(ValueError, match=f"^{arg}: "):

@@ -203,6 +203,13 @@ def _check_shape(shape: Any) -> tuple[int, int]:
     return m, n
 
 
+def _check_indptr_size(rows: int, shape: tuple) -> None:
+    """A compressed matrix keeps ``rows + 1`` int64 index pointers: beyond what any memory
+    holds, a ValueError naming the shape (numpy's own message would name nothing)."""
+    if rows >= 1 << 59:
+        raise ValueError(f"shape: {shape} needs {rows + 1} index pointers, more than memory can hold")
+
+
 def _is_shape_arg(arg: Any) -> bool:
     """Whether a constructor's first argument is scipy's empty-matrix form ``(m, n)``."""
     return (isinstance(arg, tuple) and len(arg) == 2
@@ -959,6 +966,7 @@ class _Compressed(_Sparse):
         else:
             order = np.lexsort((c._row, c._col))
             major, minor, nmaj, v = c._col[order], c._row[order], n, c._v[order]
+        _check_indptr_size(nmaj, c._shape)
         counts = np.bincount(major, minlength=nmaj) if major.size else np.zeros(nmaj, np.int64)
         indptr = np.zeros(nmaj + 1, np.int64)
         np.cumsum(counts, out=indptr[1:])
@@ -1204,6 +1212,7 @@ class BSR(_Sparse):
         nb = brow.size
         vals = np.zeros((nb, br, bc), c._v.dtype)  # code 0 is zero in every format
         vals[inv, r % br, cl % bc] = c._v
+        _check_indptr_size(nbr, c._shape)
         indptr = np.zeros(nbr + 1, np.int64)
         if nb:
             np.cumsum(np.bincount(brow, minlength=nbr), out=indptr[1:])

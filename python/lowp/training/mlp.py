@@ -57,6 +57,9 @@ class MLP:
             raise TypeError(f"sizes: expected a sequence of ints, got {sizes!r}") from None
         if len(sz) < 2:
             raise ValueError(f"sizes: need at least an input and an output size, got {list(sizes)!r}")
+        for i in range(len(sz) - 1):
+            if sz[i] * sz[i + 1] >= 2**40:  # (a weight matrix of 4 TiB)
+                raise ValueError(f"sizes: layer {i} would have {sz[i]} x {sz[i + 1]} weights; too many to allocate")
         if config is None:
             config = preset("fp32")
         elif isinstance(config, str):

@@ -264,7 +264,10 @@ fn shortest(t: usize, c: u32) -> Option<(String, f64)> {
         let scale = e.parse::<i32>().ok()? - (digits as i32 - 1);
         let sign = if v < 0.0 { "-" } else { "" };
         let mut best: Option<(String, f64)> = None;
-        for cand in [mi, mi - 1, mi + 1].into_iter().filter(|&q| q > 0) {
+        // (The spacing changes only at powers of two: elsewhere the nearest decides.)
+        let pow2 = v.to_bits() & ((1u64 << 52) - 1) == 0;
+        let sides = if pow2 { 3 } else { 1 };
+        for cand in [mi, mi - 1, mi + 1].into_iter().take(sides).filter(|&q| q > 0) {
             let digs = cand.to_string();
             let kept = digs.trim_end_matches('0');
             let exp = scale + digs.len() as i32 - 1;
