@@ -208,3 +208,16 @@ def test_default_configs():
     assert not sr.master_weights and sr.weight_rounding == "stochastic"
     assert cfgs["fp16_acc"].chunk is None and cfgs["fp16_acc_chunk64"].chunk == 64
     assert cfgs["fp16_acc"].accumulate == cfgs["fp16_acc_chunk64"].accumulate
+
+
+def test_a_diverged_single_epoch_still_plots(tmp_path):
+    """A run whose only test loss is NaN writes every file (the loss axis is then linear)."""
+    out = tmp_path / "o"
+    assert cli.main(["experiment", "--configs", "fp32", "--epochs", "1", "--lr", "1e8", "--no-progress",
+                     "--output", str(out)]) == 0
+    assert (out / "curves.png").stat().st_size > 0 and (out / "results.md").exists()
+
+
+def test_hidden_width_is_bounded(tmp_path, capsys):
+    assert cli.main(["experiment", "--hidden", "1000000000", "--output", str(tmp_path / "o")]) == 2
+    assert "--hidden" in capsys.readouterr().err

@@ -1042,3 +1042,54 @@ def test_messages_name_the_argument():
         sparse.CSR.from_dense(np.ones((3, 3), complex))
     with pytest.raises(TypeError, match="^dtype: .*complex64.*accepted: float32, float16, int8"):
         sparse.CSR.from_dense(np.ones((3, 3)), dtype=np.complex64)
+
+
+@pytest.mark.parametrize("cls", [sparse.CSR, sparse.CSC, sparse.COO, sparse.BSR], ids=lambda c: c.__name__)
+def test_scipy_sorting_in_place_cannot_reorder_converted_matrices(cls):
+    """Where values are converted on the way to or from scipy, the index arrays are not
+    shared either: scipy's in-place sort_indices/sum_duplicates (spsolve calls them)
+    must not reorder a matrix's indices under its values."""
+    import scipy.sparse.linalg as spla
+
+    dense = np.array([[4.0, 1.0], [0.0, 3.0]])
+    fmt = cls.format
+    # lowp -> scipy, values converted (bf16 -> float32): the structure unsorted on purpose.
+    unsorted = sp.csr_array((np.array([1.0, 4.0, 3.0]), np.array([1, 0, 1]), np.array([0, 2, 3])), shape=(2, 2))
+    M = cls.from_scipy(unsorted.asformat(fmt) if fmt != "csr" else unsorted, dtype=lowp.bfloat16)
+    s = M.to_scipy()
+    spla.spsolve(s.tocsc() if fmt == "csc" else s.tocsr(), np.ones(2))
+    if hasattr(s, "sort_indices"):
+        s.sort_indices()
+    if hasattr(s, "sum_duplicates"):
+        s.sum_duplicates()
+    np.testing.assert_array_equal(M.to_dense().astype(np.float64), dense)
+    # scipy -> lowp, values converted (float64 -> float32).
+    src = sp.csr_array((np.array([1.0, 2.0, 3.0]), np.array([2, 0, 1]), np.array([0, 3])), shape=(1, 3))
+    src = src.asformat(fmt) if fmt != "bsr" else sp.bsr_array(src, blocksize=(1, 1))
+    if fmt == "coo":
+        src = sp.coo_array((np.array([1.0, 2.0, 3.0]), (np.zeros(3, np.int64), np.array([2, 0, 1]))), shape=(1, 3))
+    N = cls.from_scipy(src)
+    for f in ("sort_indices", "sum_duplicates"):
+        if hasattr(src, f):
+            getattr(src, f)()
+    np.testing.assert_array_equal(N.to_dense(), [[2.0, 3.0, 1.0]])
+
+
+@pytest.mark.parametrize("fmt", [lowp.FloatFormat(11, 20), lowp.FloatFormat(10, 5), lowp.PositFormat(32, 4)], ids=repr)
+@pytest.mark.parametrize("cls", [sparse.CSR, sparse.CSC, sparse.COO, sparse.BSR], ids=lambda c: c.__name__)
+def test_values_beyond_float32s_range_multiply_exactly(cls, fmt):
+    """Values float32 cannot hold are not read as float32 (inf or 0) by the products."""
+    big = cls.from_dense(np.array([[1e50, 0.0], [0.0, 2.0]]), dtype=fmt)
+    tiny = cls.from_dense(np.array([[1e-50, 0.0], [3.0, 2.0]]), dtype=fmt)
+    vb, vt = float(lowp.round(np.array([1e50]), fmt)[0]), float(lowp.round(np.array([1e-50]), fmt)[0])
+    np.testing.assert_allclose(big @ np.array([1e-30, 1.0], np.float32), [vb * float(np.float32(1e-30)), 2.0], rtol=1e-6)
+    np.testing.assert_allclose(tiny @ np.array([1e30, 1.0], np.float32), [vt * float(np.float32(1e30)), 3e30 + 2], rtol=1e-6)
+    np.testing.assert_allclose(tiny.matmul(np.array([1e30, 1.0], np.float32), transpose=True),
+                               [vt * float(np.float32(1e30)) + 3.0, 2.0], rtol=1e-6)
+    np.testing.assert_allclose(np.array([1e30, 1.0], np.float32) @ tiny, [vt * float(np.float32(1e30)) + 3.0, 2.0], rtol=1e-6)
+
+
+def test_from_dense_refuses_sparse_input():
+    for m in (sp.eye(2, format="csr"), sparse.CSR.from_dense(np.eye(2, dtype=np.float32))):
+        with pytest.raises(TypeError, match="^x: expected a dense array, got the sparse"):
+            sparse.CSR.from_dense(m)

@@ -657,3 +657,73 @@ def test_fp8_record_takes_numpy_and_lowp_scalars():
     s.record(lowp.bfloat16(4.0))
     s.record(np.array(2.0))
     assert s.scale == 448.0 / 4.0
+
+
+def test_fp8_scaling_rounds_the_exact_scaled_value_once():
+    """float64 input is scaled and rounded once (no float32 step), and amaxes past
+    float32's range are recorded; power-of-two scales are the largest not above."""
+    from fractions import Fraction
+
+    from _reference import FloatSpec, round_float
+
+    f = Fp8Scaling("e4m3fn")
+    q, _ = f.quantize(np.array([1 + 2.0**-4 + 2.0**-40]))
+    assert q[0] == 1.125  # through float32 it was the tie 1.0625, to even: 1.0
+    f.quantize(np.array([1e39]))
+    assert f.scale == 448 / 1e39
+    g = Fp8Scaling(power_of_two=True)
+    g.record(0.0008544921875000001)  # 448 / amax is just below 2**19
+    assert g.scale == 2.0**18
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal(3000) * rng.choice([1e-3, 1.0, 1e3], 3000)
+    spec = FloatSpec(4, 3, nan="fn")
+    for amax in (3.7, 1 / 3, 1234.5):
+        h = Fp8Scaling("e4m3fn")
+        h.record(amax)
+        s = h.scale
+        q, used = h.quantize(x, update=False)
+        assert used == s
+        want = [round_float(Fraction(v) * Fraction(s), spec, "nearest_even", saturate=True) for v in x]
+        np.testing.assert_array_equal(q, np.array(want, np.float32))
+
+
+def test_loss_scaler_divides_each_gradient_once():
+    p1, p2 = np.zeros(2, np.float32), np.zeros(2, np.float32)
+    g = np.full(2, 4.0, np.float32)
+    assert LossScaler(init_scale=2.0).step(SGD([p1, p2], 1.0), [g, g])  # tied: one array twice
+    np.testing.assert_array_equal(p1, [-2, -2])
+    np.testing.assert_array_equal(p2, [-2, -2])
+    s = LossScaler(init_scale=2.0)
+    h = np.array([4.0, 8.0], np.float32)
+    s.unscale([h])
+    with pytest.raises(RuntimeError, match="already unscaled"):
+        s.unscale([h[:]])
+    k = np.array([4.0, 8.0], np.float32)
+    with pytest.raises(RuntimeError, match="shares memory"):
+        LossScaler(init_scale=2.0).unscale([k, k[:1]])
+    np.testing.assert_array_equal(k, [4, 8])  # nothing divided
+
+
+def test_loss_scaler_reports_posit_overflow():
+    """Posits saturate instead of overflowing: a quotient past the largest posit counts as
+    an overflow, as an inf does for the float formats."""
+    import lowp
+
+    top = float(lowp.finfo("posit16").max)
+    g = np.array([top], lowp.posit16)
+    assert not LossScaler(init_scale=0.25, min_scale=0.125).unscale([g])
+    assert LossScaler(init_scale=0.25, min_scale=0.125).unscale([np.array([top / 8], lowp.posit16)])
+
+
+def test_weight_formats_wider_than_float32_are_refused():
+    """Working copies are float32: a format float32 cannot hold would be rounded twice."""
+    p = np.ones(4, np.float32)
+    for fmt in ("posit32", "float64"):
+        for master in (True, False):
+            with pytest.raises(ValueError, match="^weight_format: the working copies are float32"):
+                SGD([p], 0.1, weight_format=fmt, master_weights=master)
+        with pytest.raises(ValueError, match="^weights: the working copies are float32"):
+            QuantConfig(weights=fmt)
+    with pytest.raises(ValueError, match="^fp8_scaling: "):
+        QuantConfig(fp8_scaling=True)
+    assert QuantConfig(fp8_scaling=True, forward="e4m3fn").fp8_scaling

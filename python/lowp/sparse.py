@@ -41,6 +41,7 @@ _F32 = np.dtype(np.float32)
 _FMT_F32 = _format("float32")
 _FMT_BF16 = _format("bfloat16")
 _I32_MAX = np.iinfo(np.int32).max
+_F32_MAX = float(np.finfo(np.float32).max)
 
 
 def _contig(x: Any, dtype: Any = None) -> np.ndarray:
@@ -489,8 +490,32 @@ class _Sparse:
         x2 = a.reshape(rows_in, k)
         out = np.empty((rows_out, k), np.float32)
         if out.size:
-            self._product(x2, transpose, out)
+            if self._beyond_f32():
+                self._product_f64(x2, transpose, out)
+            else:
+                self._product(x2, transpose, out)
         return out.reshape(rows_out) if a.ndim == 1 else out
+
+    def _beyond_f32(self) -> bool:
+        """Do the (scaled) values reach past float32's normal range where float32 does not
+        hold them exactly? The kernels read values as float32, which would turn them into
+        inf or 0 (or cut their bits) while the products themselves may fit."""
+        f, sc = self._fmt, self._scale
+        if f is not None and f._fits_f32() and sc == 1.0:
+            return False
+        hi, lo = (_F32_MAX, 2.0**-149) if f is None else (f.max, f.min_subnormal)
+        return hi * sc > _F32_MAX or lo * sc < 2.0**-126
+
+    def _product_f64(self, x2: np.ndarray, transpose: bool, out: np.ndarray) -> None:
+        """``out = self @ x2`` (or ``self.T @ x2``) from the exact values in float64,
+        rounded once into float32: for values float32 cannot hold."""
+        c = self._to_coo()
+        vals = _decode_values(c._v, c._fmt, np.float64) * c._scale
+        r, cl = (c._col, c._row) if transpose else (c._row, c._col)
+        acc = np.zeros(out.shape, np.float64)
+        with np.errstate(over="ignore", invalid="ignore"):
+            np.add.at(acc, r.astype(np.intp), vals[:, None] * x2[cl.astype(np.intp)].astype(np.float64))
+            out[...] = acc
 
     # -- conversions
     def _to_coo(self) -> "COO":
@@ -543,7 +568,16 @@ class _Sparse:
         import scipy.sparse as sp
         self._check_indices()
         v = self._scipy_values(self._v)
-        return self._to_scipy(sp, v)
+        r = self._to_scipy(sp, v)
+        if not np.shares_memory(v, self._v):
+            # Values converted, so the index arrays must not be shared either: scipy sorts
+            # and sums them in place (sort_indices, sum_duplicates, spsolve) and would
+            # reorder this matrix's indices under its values.
+            if r.format == "coo":
+                r.coords = tuple(np.array(c) for c in r.coords)
+            else:
+                r.indices, r.indptr = np.array(r.indices), np.array(r.indptr)
+        return r
 
     def _scipy_values(self, v: np.ndarray) -> np.ndarray:
         if self._scale != 1.0:
@@ -821,6 +855,9 @@ class COO(_Sparse):
         scale = 1.0
         if q is not None:
             x, scale = q
+        if isinstance(x, _Sparse) or _is_scipy_sparse(x):
+            raise TypeError(f"x: expected a dense array, got the sparse {type(x).__name__}; use from_scipy, "
+                            f"asformat or the constructor")
         a = _native(_array_arg(x, "x"))
         if a.ndim != 2:
             raise ValueError(f"x: must be 2-D, got shape {a.shape}")
@@ -854,6 +891,7 @@ class COO(_Sparse):
         if not (r.size == cc.size == data.size):
             raise ValueError(f"m: data, row, col lengths differ ({data.size}, {r.size}, {cc.size})")
         r, cc = _index_pair(r, cc, max(*c.shape, data.size))
+        r, cc = _unshared(v, data, r, cc)
         _lowp.check_range(r, int(c.shape[0]), "m.row")
         _lowp.check_range(cc, int(c.shape[1]), "m.col")
         # (scipy's flag is not trusted: its index arrays are writable. Found when needed.)
@@ -1049,12 +1087,22 @@ class CSC(_Compressed):
         return _compressed_from_scipy(cls, m, dtype)
 
 
+def _unshared(v: np.ndarray, data: np.ndarray, *index: np.ndarray) -> tuple:
+    """A scipy matrix's index arrays, copied unless its values are shared too (``v`` a
+    view of ``data``): scipy may sort its indices in place, which must not reorder
+    this matrix's indices under values it no longer moves with."""
+    if np.shares_memory(v, data):
+        return index
+    return tuple(np.array(i) for i in index)
+
+
 def _compressed_from_scipy(cls: Any, m: Any, dtype: Any) -> Any:
     data = np.asarray(m.data)
     fmt = _source_format(data.dtype) if dtype is None else _target_format(dtype)
     v = _encode_values(data, fmt)
     mm, nn = (int(s) for s in m.shape)
     indptr, indices = _index_pair(np.asarray(m.indptr), np.asarray(m.indices), max(mm, nn, data.size))
+    indptr, indices = _unshared(v, data, indptr, indices)
     nmaj, nmin = (mm, nn) if cls._major_axis == 0 else (nn, mm)
     canonical = _lowp.check_compressed(indptr, indices, nmaj, nmin)
     return cls._make(v, fmt, 1.0, indices, indptr, (mm, nn), canonical)
@@ -1253,6 +1301,7 @@ class BSR(_Sparse):
                 raise ValueError(f"m: {data.shape} data blocks for {np.asarray(m.indices).size} block indices "
                                  f"of {br}x{bc} blocks")
             indptr, indices = _index_pair(np.asarray(m.indptr), np.asarray(m.indices), max(mm, nn, data.size))
+            indptr, indices = _unshared(v, data, indptr, indices)
             canonical = _lowp.check_compressed(indptr, indices, mm // br, nn // bc)
             return BSR._make(v, fmt, 1.0, indices, indptr, (mm, nn), (br, bc), canonical)
         return BSR._from_coo(COO._from_scipy(m, dtype), blocksize)

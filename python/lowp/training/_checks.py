@@ -88,6 +88,16 @@ def fmt_or_none(value: Any, name: str) -> Optional[Format]:
     return f
 
 
+def weight_format(value: Any, name: str) -> Optional[Format]:
+    """A weight format (or None: float32) whose values float32 holds: the working
+    copies are float32 arrays, so a wider format would be rounded twice on the way in."""
+    f = fmt_or_none(value, name)
+    if f is not None and not f._fits_f32():
+        raise ValueError(f"{name}: the working copies are float32, and {f!r} has values float32 cannot hold; "
+                         f"accepted: formats within float32 (bfloat16, float16, the fp8 formats, posit8, posit16, ...)")
+    return f
+
+
 def real_array(value: Any, name: str) -> np.ndarray:
     """``value`` as a float32 array: real numbers only (numpy's bools, ints and floats,
     the float dtypes of lowp and ml_dtypes, and sequences of real numbers); dates,

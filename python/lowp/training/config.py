@@ -61,8 +61,9 @@ class QuantConfig:
 
     def __post_init__(self) -> None:
         s = object.__setattr__
-        for field in ("forward", "backward", "weights", "output"):
+        for field in ("forward", "backward", "output"):
             s(self, field, _checks.fmt_or_none(getattr(self, field), field))
+        s(self, "weights", _checks.weight_format(self.weights, "weights"))
         s(self, "accumulate", _acc(self.accumulate, "accumulate"))
         if self.chunk_accumulate is not None:
             s(self, "chunk_accumulate", _acc(self.chunk_accumulate, "chunk_accumulate"))
@@ -79,6 +80,9 @@ class QuantConfig:
             raise TypeError(f"name: expected a str, got {type(self.name).__name__}")
         if not self.master_weights and self.weights is None:
             raise ValueError("master_weights: False needs a low-precision weights format (weights=None is float32)")
+        if self.fp8_scaling and self.forward is None and self.backward is None:
+            raise ValueError("fp8_scaling: scales the casts into forward and backward, which are both None (float32); "
+                             "name their formats (e.g. forward='e4m3fn', backward='e5m2')")
 
     @classmethod
     def preset(cls, name: str, /, **changes: Any) -> "QuantConfig":

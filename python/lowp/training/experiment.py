@@ -262,7 +262,8 @@ def plot(results: Sequence[Result], path: str, settings: dict[str, Any]) -> None
         # a marker every few epochs keeps the curves readable.
         mk = dict(marker="o", markersize=4 if len(ep) > 1 else 6, markevery=max(1, len(ep) // 15))
         ax1.plot(ep, 100 * np.asarray(r.test_acc), style, label=r.name, **mk)
-        ax2.plot(ep, r.test_loss, style, label=r.name, **mk)
+        loss = np.asarray(r.test_loss, np.float64)
+        ax2.plot(ep, np.where(np.isfinite(loss), loss, np.nan), style, label=r.name, **mk)  # (a diverged run: gaps)
     one_epoch = max((len(r.test_acc) for r in results), default=0) == 1
     for ax in (ax1, ax2):
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # epochs: whole numbers
@@ -274,7 +275,8 @@ def plot(results: Sequence[Result], path: str, settings: dict[str, Any]) -> None
     ax1.grid(alpha=0.3)
     ax2.set_xlabel("epoch")
     ax2.set_ylabel("test loss")
-    ax2.set_yscale("log")
+    if any(np.isfinite(v) and v > 0 for r in results for v in r.test_loss):
+        ax2.set_yscale("log")  # (needs a positive value to scale by)
     ax2.grid(alpha=0.3)
     ax2.legend(fontsize=8, loc="upper right")
     fig.suptitle(f"MLP on {settings.get('data', '?')}: " + ", ".join(
@@ -337,7 +339,7 @@ def add_subparser(sub: Any) -> argparse.ArgumentParser:
     p.add_argument("--lr", type=float, default=0.002, help="learning rate (default 0.002)")
     p.add_argument("--momentum", type=float, default=0.9, help="SGD momentum or Adam's beta1 (default 0.9)")
     p.add_argument("--batch-size", type=int, default=32, help="batch size (default 32)")
-    p.add_argument("--hidden", type=int, default=128, help="hidden layer width (default 128)")
+    p.add_argument("--hidden", type=int, default=128, help="hidden layer width, 1 to 1048576 (default 128)")
     p.add_argument("--seed", type=int, default=0, help="seed of weights, batches and stochastic rounding")
     p.add_argument("--backend", choices=("auto", "lowp", "numpy"), default="auto",
                    help="GEMM backend: lowp.matmul when available (auto), or the NumPy emulation")
@@ -349,7 +351,8 @@ def add_subparser(sub: Any) -> argparse.ArgumentParser:
 def main(args: argparse.Namespace) -> int:
     epochs = args.epochs if args.epochs is not None else (4 if args.quick else 60)
     for name, val, ok in (("--epochs", epochs, epochs >= 1), ("--batch-size", args.batch_size, args.batch_size >= 1),
-                          ("--hidden", args.hidden, args.hidden >= 1),
+                          # (64 inputs and 10 classes: a million units is 700 MB of weights.)
+                          ("--hidden", args.hidden, 1 <= args.hidden <= 1 << 20),
                           # (A float32 step: a learning rate beyond float32's range is none.)
                           ("--lr", args.lr, 0 < args.lr <= float(np.finfo(np.float32).max)),
                           ("--momentum", args.momentum, 0 <= args.momentum < 1), ("--seed", args.seed, args.seed >= 0)):

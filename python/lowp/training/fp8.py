@@ -17,6 +17,30 @@ __all__ = ["Fp8Scaling"]
 AMAX_COMPUTE = ("max", "most_recent")
 
 
+def _times_to_odd(a: np.ndarray, s: float) -> np.ndarray:
+    """``a * s`` in float64 rounded to odd: the exact product, or of the two float64s
+    around it the one whose last bit is 1. Rounding that once more into a format of at
+    most 51 significand bits gives the exact product rounded once. (The error term is
+    Dekker's exact product of split halves; products past float64's range saturate at
+    its largest value, which every such format's saturating cast clips the same way.)"""
+    with np.errstate(over="ignore", invalid="ignore"):
+        p = a * s
+        split = 134217729.0  # 2**27 + 1
+        ta, ts = split * a, split * s
+        ah = ta - (ta - a)
+        sh = ts - (ts - s)
+        al, sl = a - ah, s - sh
+        err = ((ah * sh - p) + ah * sl + al * sh) + al * sl
+        even = (p.view(np.int64) & 1) == 0
+        fix = even & (err != 0) & np.isfinite(err) & np.isfinite(p)
+        if fix.any():
+            p[fix] = np.nextafter(p[fix], np.where(err[fix] > 0, np.inf, -np.inf))
+        over = np.isinf(p) & np.isfinite(a)
+        if over.any():
+            p[over] = np.copysign(np.finfo(np.float64).max, p[over])
+    return p
+
+
 class Fp8Scaling:
     """Delayed per-tensor scaling, as used for fp8 training (Transformer Engine's recipe).
 
@@ -84,8 +108,10 @@ class Fp8Scaling:
         ref = max(self._history) if self.amax_compute == "max" else self._history[-1]
         if ref > 0:
             scale = self.format.max / (ref * 2.0**self.margin)
-            if self.power_of_two:
-                scale = 2.0 ** math.floor(math.log2(scale))
+            if self.power_of_two and math.isfinite(scale) and scale > 0:
+                # The largest power of two not above it, exactly (frexp: scale = m * 2**e,
+                # 0.5 <= m < 1; log2 in floating point can round up near a power of two).
+                scale = math.ldexp(1.0, math.frexp(scale)[1] - 1)
             if math.isfinite(scale) and scale > 0:
                 self._scale = scale
 
@@ -95,11 +121,11 @@ class Fp8Scaling:
         the format) ``= round(x * scale, saturate=True)``. With ``update`` the amax of ``x``
         is recorded afterwards (delayed scaling)."""
         a = _as_float_array(x)
-        a32 = a.astype(np.float32, copy=False)
         scale = self._scale
-        q = _round((a32.astype(np.float64) * scale), self.format, rounding, saturate=True, seed=seed).astype(np.float32)
+        q = _round(_times_to_odd(a.astype(np.float64, copy=False), scale), self.format, rounding, saturate=True,
+                   seed=seed).astype(np.float32)
         if update:
-            self.record(float(np.max(np.abs(a32))) if a32.size else 0.0)
+            self.record(float(np.max(np.abs(a))) if a.size else 0.0)
         return q, scale
 
     def fake_quantize(self, x: Any, rounding: str = "nearest_even", *, seed: Any = None,

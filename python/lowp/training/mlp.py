@@ -171,8 +171,8 @@ class MLP:
     def _softmax_xent(logits: np.ndarray, y: np.ndarray) -> tuple[float, np.ndarray]:
         """Mean cross-entropy and softmax probabilities (float32)."""
         z = logits.astype(np.float32)
-        z = z - z.max(axis=1, keepdims=True)
         with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+            z = z - z.max(axis=1, keepdims=True)  # (inf - inf in a diverged row: NaN, no warning)
             e = np.exp(z)
             p = e / e.sum(axis=1, keepdims=True)
             logp = z - np.log(e.sum(axis=1, keepdims=True))

@@ -36,7 +36,7 @@ class Optimizer:
                  seed: Any = None, master_weights: bool = True) -> None:
         self.params = _checks.params_list(params)
         self.lr = lr
-        self.weight_format: Optional[Format] = _checks.fmt_or_none(weight_format, "weight_format")
+        self.weight_format: Optional[Format] = _checks.weight_format(weight_format, "weight_format")
         self.rounding = _checks.rounding(rounding)
         if not isinstance(master_weights, (bool, np.bool_)):
             raise TypeError(f"master_weights: expected a bool, got {type(master_weights).__name__}")

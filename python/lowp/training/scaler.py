@@ -6,12 +6,29 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
+from .._formats import PositFormat, format as _format
 from . import _checks
 
 __all__ = ["LossScaler"]
 
 _F32_MAX = float(np.finfo(np.float32).max)
 _NATIVE_FLOATS = tuple(np.dtype(t) for t in (np.float16, np.float32, np.float64, np.longdouble))
+
+
+def _overlap(a: np.ndarray, b: np.ndarray) -> bool:
+    """Do two distinct arrays share an element (views of one buffer)?"""
+    return a is not b and np.may_share_memory(a, b) and np.shares_memory(a, b)
+
+
+def _is_posit(dt: np.dtype) -> bool:
+    try:
+        return isinstance(_format(dt), PositFormat)
+    except (TypeError, ValueError):
+        return False
+
+
+def _posit_max(dt: np.dtype) -> float:
+    return float(_format(dt).max)
 
 
 class LossScaler:
@@ -73,30 +90,45 @@ class LossScaler:
         gradients' dtype: exact division by a power-of-two scale (as with the default
         factors), where ``1/scale`` in float16 itself would underflow from 2**25 on.
         Finiteness is checked after the division, so a quotient that overflows the
-        gradients' format (a scale below 1) is reported like an inf in the input.
+        gradients' format (a scale below 1; for posits, past their largest value, where
+        they saturate) is reported like an inf in the input. An array given twice (tied
+        parameters) is divided once; distinct arrays sharing memory, or an array unscaled
+        before since the last update, raise RuntimeError.
         """
         if isinstance(grads, np.ndarray):
             grads = [grads]
-        gs = _checks.array_list(grads, "grads")
-        for i, g in enumerate(gs):  # all checked before any is changed
+        given = _checks.array_list(grads, "grads")
+        gs: list[np.ndarray] = []
+        for i, g in enumerate(given):  # all checked before any is changed
             if not isinstance(g, np.ndarray) or not _checks.is_float_dtype(g.dtype):
                 raise TypeError(f"grads[{i}]: expected a numpy array of {_checks.FLOAT_DTYPES}, got "
                                 f"{getattr(g, 'dtype', type(g).__name__)}")
             if not g.flags.writeable:
                 raise ValueError(f"grads[{i}]: must be writeable (unscaled in place)")
-            if any(g is u for u in self._unscaled):
+            if any(g is u for u in gs):
+                continue  # the same array again (tied parameters): divided once
+            if any(g is u or _overlap(g, u) for u in self._unscaled):
                 raise RuntimeError(f"grads[{i}]: already unscaled since the last update(); dividing again "
                                    f"would scale it down twice")
+            if any(_overlap(g, u) for u in gs):
+                raise RuntimeError(f"grads[{i}]: shares memory with an earlier gradient in grads; dividing both "
+                                   f"would scale the shared values down twice")
+            gs.append(g)
         finite = True
         scale = np.float64(self._scale)
         with np.errstate(over="ignore", invalid="ignore"):
             for g in gs:
                 if g.dtype in _NATIVE_FLOATS:
                     np.divide(g, scale, out=g, casting="unsafe")
+                    ok = bool(np.isfinite(g).all())
                 else:  # decoded exactly into float64, the quotient rounded once on the way back
-                    g[...] = g.astype(np.float64) / scale
-                if finite and not np.isfinite(g).all():
-                    finite = False
+                    q = g.astype(np.float64) / scale
+                    g[...] = q
+                    # A posit saturates rather than overflowing: a quotient past its
+                    # largest value is reported as an overflow all the same.
+                    ok = bool(np.isfinite(g).all()) and not (_is_posit(g.dtype) and
+                                                             (np.abs(q) > _posit_max(g.dtype)).any())
+                finite = finite and ok
         self._unscaled.extend(gs)
         # Several groups may be unscaled before one update: an inf in any skips the step.
         self._found_inf = bool(self._found_inf) or not finite
