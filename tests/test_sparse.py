@@ -1093,3 +1093,14 @@ def test_from_dense_refuses_sparse_input():
     for m in (sp.eye(2, format="csr"), sparse.CSR.from_dense(np.eye(2, dtype=np.float32))):
         with pytest.raises(TypeError, match="^x: expected a dense array, got the sparse"):
             sparse.CSR.from_dense(m)
+
+
+def test_no_elementwise_comparison_or_truth_value():
+    """== and != would otherwise compare identity (M == M.copy() False), bool() be True."""
+    M = sparse.CSR.from_dense(np.eye(2, dtype=np.float32))
+    for f in (lambda: M == M.copy(), lambda: M != M.copy(), lambda: M == np.eye(2), lambda: np.eye(2) == M):
+        with pytest.raises(TypeError, match="do not compare elementwise"):
+            f()
+    with pytest.raises(ValueError, match="truth value"):
+        bool(M)
+    assert M in {M} and hash(M) == hash(M)

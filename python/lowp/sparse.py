@@ -305,6 +305,21 @@ class _Sparse:
 
     __array_ufunc__ = None  # numpy defers `ndarray @ M` to M.__rmatmul__
     format: str = ""
+
+    # No elementwise comparison (scipy's gives sparse boolean matrices): refused rather
+    # than comparing identity, as object's == would. Hashing stays by identity.
+    def __eq__(self, other: Any) -> Any:
+        raise TypeError("==: lowp sparse matrices do not compare elementwise; compare M.to_dense() or "
+                        "M.to_scipy() instead")
+
+    def __ne__(self, other: Any) -> Any:
+        raise TypeError("!=: lowp sparse matrices do not compare elementwise; compare M.to_dense() or "
+                        "M.to_scipy() instead")
+
+    __hash__ = object.__hash__
+
+    def __bool__(self) -> bool:
+        raise ValueError("the truth value of a sparse matrix is ambiguous; use M.nnz or M.to_dense().any()")
     _structure_kw: tuple[str, ...] = ()  # keyword arguments of from_dense/from_scipy beside dtype
 
     _v: np.ndarray
