@@ -46,7 +46,8 @@ def test_per_tensor_every_mode(mode, symmetric):
     scale = np.float64(q.scale)
     zp = np.float64(q.zero_point)
     lo, hi = (-127, 127) if symmetric else (-128, 127)
-    want = np.clip(ref_round(x.astype(np.float64) / scale + zp, mode), lo, hi)
+    # The mode rounds x / scale; the zero point is added after (as ONNX and PyTorch).
+    want = np.clip(ref_round(x.astype(np.float64) / scale, mode) + zp, lo, hi)
     np.testing.assert_array_equal(q.values.astype(np.float64), want)
     assert q.values.min() >= lo and q.values.max() <= hi
     if symmetric:
@@ -283,3 +284,96 @@ def test_qmatmul_out_dtype_none_is_the_default(out_dtype, want):
     r = lowp.qmatmul(qa, qb, out_dtype=out_dtype)
     assert r.dtype == want
     np.testing.assert_allclose(r, lowp.qmatmul(qa, qb), rtol=1e-6)
+
+
+def _exact_round(q, mode):
+    """An exact rational q rounded to an integer in ``mode``."""
+    import math
+    from fractions import Fraction
+
+    fl = math.floor(q)
+    fr = q - fl
+    if fr == 0:
+        return fl
+    half = Fraction(1, 2)
+    return fl + {"nearest_even": fr > half or (fr == half and fl % 2 == 1),
+                 "nearest_away": fr > half or (fr == half and q > 0),
+                 "toward_zero": q < 0, "up": True, "down": False, "odd": fl % 2 == 0}[mode]
+
+
+@pytest.mark.parametrize("mode", DET_MODES)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_asymmetric_rounds_the_exact_quotient_then_adds_the_zero_point(mode, dtype):
+    """values = clip(round(x / scale) + zero_point): the mode acts on the exact quotient
+    (as ONNX and PyTorch), and float64 input is rounded once, not through x / scale."""
+    from fractions import Fraction
+
+    rng = np.random.default_rng(7)
+    for bits in (4, 8, 12):
+        x = (rng.standard_normal(1500) + 0.7).astype(dtype)
+        q = lowp.quantize(x, lowp.IntFormat(bits), symmetric=False, rounding=mode)
+        s, zp = Fraction(float(q.scale)), int(q.zero_point)
+        qmax = 2 ** (bits - 1) - 1
+        # Ties of x / scale: the quotient's halves, and (float64) just below them.
+        t = np.array([0.5, -0.5, 2.5, -3.5], np.float64) * float(q.scale)
+        xs = np.concatenate([x.astype(np.float64), t, np.nextafter(t, 0)]) if dtype == np.float64 else x
+        q = lowp.quantize(xs, lowp.IntFormat(bits), symmetric=False, rounding=mode)
+        s, zp = Fraction(float(q.scale)), int(q.zero_point)
+        want = [min(max(_exact_round(Fraction(float(v)) / s, mode) + zp, -qmax - 1), qmax) for v in xs]
+        np.testing.assert_array_equal(q.values.astype(np.int64), want)
+        d = q.dequantize()
+        np.testing.assert_array_equal(d, np.array([float((int(v) - zp) * s) for v in q.values], np.float32))
+
+
+def test_quantize_edge_cases():
+    from fractions import Fraction
+
+    q = lowp.quantize(np.float32(2.5))  # a 0-d input
+    assert isinstance(q.values, np.ndarray) and q.values.shape == () and q.dequantize() == np.float32(2.5)
+    # Wider than float32's 24 bits, dequantize still rounds the exact value once.
+    x = np.array([1e-6, -3.0, 2.5, 1.2345678])
+    q = lowp.quantize(x, lowp.IntFormat(32), symmetric=False)
+    s, zp = Fraction(float(q.scale)), int(q.zero_point)
+    want = np.array([float((int(v) - zp) * s) for v in q.values], np.float32)
+    np.testing.assert_array_equal(q.dequantize(), want)
+    # The constructor stores float32 scales and refuses what float32 cannot hold.
+    assert lowp.QuantizedArray(np.array([1, 2], np.int8), 0.1, 0, None, "int8").scale.dtype == np.float32
+    for bad in (1e-300, 1e300):
+        with pytest.raises(ValueError, match="^scale: "):
+            lowp.QuantizedArray(np.zeros(2, np.int8), bad, 0, None, "int8")
+    with pytest.raises(ValueError, match="^values: "):
+        lowp.QuantizedArray(np.array([200], np.int16), 1.0, 0, None, "int8")
+
+
+def test_qmatmul_rounds_once():
+    """The exact result, (sum of integer products) * sa * sb, rounded once into out_dtype."""
+    from fractions import Fraction
+
+    rng = np.random.default_rng(3)
+    for trial in range(40):
+        k = int(rng.integers(1, 1500))
+        qa = lowp.QuantizedArray(rng.integers(-128, 128, (3, k)).astype(np.int8), np.float32(rng.uniform(0.1, 3)),
+                                 int(rng.integers(-20, 20)), None, "int8")
+        qb = lowp.QuantizedArray(rng.integers(-128, 128, (k, 2)).astype(np.int8), np.float32(rng.uniform(0.1, 3)),
+                                 int(rng.integers(-20, 20)), None, "int8")
+        r = lowp.qmatmul(qa, qb)
+        ia = qa.values.astype(np.int64) - int(qa.zero_point)
+        ib = qb.values.astype(np.int64) - int(qb.zero_point)
+        exact = ia @ ib
+        sab = Fraction(float(qa.scale)) * Fraction(float(qb.scale))
+        for (i, j), v in np.ndenumerate(exact):
+            e = int(v) * sab
+            got = Fraction(float(r[i, j]))
+            # Correct rounding to float32: no float32 lies strictly closer to e.
+            lo, hi = sorted((got, Fraction(float(np.nextafter(r[i, j], np.float32(np.inf if e > got else -np.inf))))))
+            assert abs(got - e) <= abs(Fraction(float(np.nextafter(r[i, j], np.float32(np.inf)))) - e)
+            assert abs(got - e) <= abs(Fraction(float(np.nextafter(r[i, j], np.float32(-np.inf)))) - e)
+
+
+def test_sparse_int8_scale_rounds_the_exact_quotient():
+    from lowp import sparse
+
+    M = sparse.CSR.from_dense(np.array([[3.0, -3.0, 1.8]], np.float32)).astype(np.int8, scale=1.2)
+    # 3 / 1.2 is just above 2.5 exactly (the float64 quotient is the tie); float32's 1.8
+    # over 1.2 is just below 1.5.
+    np.testing.assert_array_equal(M.to_dense(), [[3, -3, 1]])

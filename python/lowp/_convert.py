@@ -163,6 +163,51 @@ def _native(a: np.ndarray) -> np.ndarray:
     return codes.byteswap().view(dt.newbyteorder("="))
 
 
+def _two_product(a: np.ndarray, b: Any) -> tuple[np.ndarray, np.ndarray]:
+    """``(p, e)`` with ``p = a * b`` rounded and ``p + e`` the exact product (Dekker's
+    splitting, no FMA needed; exact away from float64's overflow and underflow, where
+    ``e`` comes out non-finite or loses bits)."""
+    split = 134217729.0  # 2**27 + 1
+    p = a * b
+    ta, tb = split * a, split * b
+    ah, bh = ta - (ta - a), tb - (tb - b)
+    al, bl = a - ah, b - bh
+    return p, ((ah * bh - p) + ah * bl + al * bh) + al * bl
+
+
+def _to_odd(p: np.ndarray, err: np.ndarray) -> np.ndarray:
+    """``p`` (the rounded float64 result) made odd where the exact result lies ``err``
+    away from it: the float64 on that side whose last bit is 1."""
+    p = np.array(p, np.float64)
+    even = (p.view(np.int64) & 1) == 0
+    fix = even & (err != 0) & np.isfinite(err) & np.isfinite(p)
+    if fix.any():
+        p[fix] = np.nextafter(p[fix], np.where(err[fix] > 0, np.inf, -np.inf))
+    return p
+
+
+def _mul_to_odd(a: Any, b: Any) -> np.ndarray:
+    """``a * b`` (float64, broadcast) rounded to odd: the exact product, or of the two
+    float64s around it the one whose last bit is 1, so that rounding it once more into a
+    format of at most 51 significand bits (any rounding mode) rounds the exact product
+    once. Past float64's range the product is inf, as ``a * b``."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        p, e = _two_product(np.asarray(a, np.float64), np.asarray(b, np.float64))
+        return _to_odd(p, e)
+
+
+def _div_to_odd(a: Any, b: Any) -> np.ndarray:
+    """``a / b`` (float64, broadcast, b nonzero) rounded to odd, as :func:`_mul_to_odd`:
+    the remainder ``a - q*b`` is exact (Sterbenz: ``q*b`` lies within a factor 2 of
+    ``a``), and its sign against b's says on which side of q the quotient lies."""
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        q = a / b
+        p, e = _two_product(q, b)
+        r = (a - p) - e
+        return _to_odd(q, r * np.sign(b))
+
+
 def _array_arg(x: Any, arg: str) -> np.ndarray:
     """``x`` as an array (itself if it is one); what numpy cannot read as one (ragged
     nested sequences) raises TypeError naming ``arg``."""

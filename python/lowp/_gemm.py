@@ -18,7 +18,7 @@ from typing import Any, Optional, Union
 import numpy as np
 
 from . import _lowp
-from ._convert import SeedLike, _check_rounding, _native, _seed_word, encode
+from ._convert import SeedLike, _check_rounding, _mul_to_odd, _native, _seed_word, encode
 from ._formats import FloatFormat, Format, IntFormat, _NAMED, _code_format, _has_nan, format as _format
 from ._memory import result_empty
 from ._quant import QuantizedArray
@@ -222,8 +222,9 @@ def _convert_into(res: np.ndarray, dst: np.ndarray, arg: str) -> None:
         dst[...] = res.astype(dt)
         return
     if dt.kind in "iu":
-        raise TypeError(f"{arg}: integer output dtype {dt} needs int8 x int8 products; this result is "
-                        f"{res.dtype} (accepted: float32, float64, float16 and the low-precision dtypes)")
+        raise TypeError(f"{arg}: integer output dtype {dt} needs an integer result (int8 x int8 products with "
+                        f"lowp.matmul); this result is {res.dtype} (accepted: float32, float64, float16 and the "
+                        f"low-precision dtypes)")
     hit = _OPERANDS.get(dt)
     try:
         f = hit[2] if hit is not None and hit[1] is not None else _format(dt)
@@ -541,7 +542,11 @@ def qmatmul(qa: QuantizedArray, qb: QuantizedArray, *, out_dtype: Any = np.float
         s -= zb[None, :] * row_a.astype(np.float64)[:, None]
         if zpa:
             s += k * za[:, None] * zb[None, :]
-    s *= sa[:, None] * sb[None, :]
+    # sa * sb is exact in float64 (float32 scales); the product with the exact integer
+    # sums is rounded to odd unless float64 is the result, so the result rounds once.
+    scale = sa[:, None] * sb[None, :]
+    wide = res.dtype.kind == "f" and res.dtype.itemsize >= 8  # float64 (either byte order), longdouble
+    s = s * scale if wide else _mul_to_odd(s, scale)
     _convert_into(s, res, "out_dtype")
     return res
 

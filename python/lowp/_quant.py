@@ -6,7 +6,7 @@ from typing import Any, Optional, Union
 
 import numpy as np
 
-from ._convert import SeedLike, _as_float_array, _check_rounding, encode
+from ._convert import SeedLike, _as_float_array, _check_rounding, _div_to_odd, _mul_to_odd, encode
 from ._formats import IntFormat, format as _format
 
 __all__ = ["quantize", "QuantizedArray"]
@@ -50,8 +50,19 @@ class QuantizedArray:
         sc = np.asarray(scale, dtype=np.float64)
         if not (np.isfinite(sc) & (sc > 0)).all():
             raise ValueError("scale: every scale must be a positive finite number")
+        with np.errstate(over="ignore", under="ignore"):
+            s32 = np.asarray(scale, dtype=np.float32)
+        if not (np.isfinite(s32) & (s32 > 0)).all():
+            raise ValueError("scale: scales are stored as float32, and some lie beyond its range")
+        if values.size and (int(values.min()) < f.min or int(values.max()) > f.max):
+            raise ValueError(f"values: must lie in {f!r}'s range {int(f.min)}..{int(f.max)}, got "
+                             f"{int(values.min())}..{int(values.max())}")
+        zpa = np.asarray(zero_point)
+        if zpa.size and (int(zpa.min()) < f.min or int(zpa.max()) > f.max):
+            raise ValueError(f"zero_point: must lie in {f!r}'s range {int(f.min)}..{int(f.max)}")
         self.values = values
-        self.scale = scale
+        # Scales as float32 (what quantize gives): dequantize and qmatmul read the same ones.
+        self.scale = s32[()] if s32.ndim == 0 else s32
         self.zero_point = zero_point
         self.axis = axis
         self.format = f
@@ -77,11 +88,11 @@ class QuantizedArray:
         return p.reshape(shape)
 
     def dequantize(self) -> np.ndarray:
-        """float32 reals ``(values - zero_point) * scale``."""
-        v = self.values.astype(np.float32)
-        zp = self._broadcast(self.zero_point).astype(np.float32)
-        sc = self._broadcast(self.scale).astype(np.float32)
-        return ((v - zp) * sc).astype(np.float32)
+        """float32 reals ``(values - zero_point) * scale``, each the exact value rounded once."""
+        d = self.values.astype(np.int64) - self._broadcast(self.zero_point).astype(np.int64)
+        sc = self._broadcast(self.scale).astype(np.float32).astype(np.float64)
+        with np.errstate(over="ignore"):
+            return _mul_to_odd(d.astype(np.float64), sc).astype(np.float32)
 
     def __repr__(self) -> str:
         return (f"QuantizedArray(shape={self.values.shape}, format={self.format!r}, axis={self.axis}, "
@@ -191,12 +202,23 @@ def quantize(x: Any, fmt: Union[str, IntFormat] = "int8", *, axis: Optional[int]
     shape = [1] * a.ndim
     if axis is not None:
         shape[axis] = -1
-    y = a / scale.reshape(shape) + zp.reshape(shape) if a.ndim else a / scale + zp
-    codes = encode(y, f, r, seed=seed)
-    vals = codes.view(np.int8 if f.bits <= 8 else np.dtype(f"i{f.storage_dtype.itemsize}"))
-    if f.bits < 8 * vals.dtype.itemsize:  # sign-extend narrower formats
-        sh = 8 * vals.dtype.itemsize - f.bits
+    sc_b, zp_b = (scale.reshape(shape), zp.reshape(shape)) if a.ndim else (scale, zp)
+    # x / scale rounded to odd, so that the rounding into the integers is the exact
+    # quotient's, once; the rounding mode acts on x / scale and the zero point is added
+    # after (as ONNX and PyTorch quantize), in a format one bit wider that holds the
+    # rounded quotient whatever the zero point (32-bit formats: added before, as the
+    # widest integer format has no room).
+    y = _div_to_odd(a, sc_b)
+    wide = f if symmetric or f.bits >= 32 else IntFormat(f.bits + 1)
+    codes = encode(y if wide is not f or symmetric else y + zp_b, wide, r, seed=seed)
+    itype = np.dtype(f"i{wide.storage_dtype.itemsize}")
+    vals = np.asarray(codes.view(itype))
+    if wide.bits < 8 * itype.itemsize:  # sign-extend narrower formats
+        sh = 8 * itype.itemsize - wide.bits
         vals = (vals << sh) >> sh
+    if wide is not f:
+        vals = vals.astype(np.int64) + zp_b.astype(np.int64)  # (clipped into f's range below)
+    out_dtype = np.dtype(np.int8) if f.bits <= 8 else np.dtype(f"i{f.storage_dtype.itemsize}")
     # Where the scale rounded up (or the zero point by half a step) at the top of float32's
     # range, the extreme codes would dequantize past float32's largest value: those are
     # clipped to the last code whose value is finite, so dequantize() never returns inf.
@@ -204,7 +226,7 @@ def quantize(x: Any, fmt: Union[str, IntFormat] = "int8", *, axis: Optional[int]
     steps = np.where(steps * scale > _F32_MAX, steps - 1, steps)
     cmin = np.maximum(qmin, zp - steps).reshape(shape) if a.ndim else np.maximum(qmin, zp - steps)
     cmax = np.minimum(qmax, zp + steps).reshape(shape) if a.ndim else np.minimum(qmax, zp + steps)
-    vals = np.clip(vals, cmin, cmax).astype(vals.dtype)
+    vals = np.asarray(np.clip(vals, cmin, cmax).astype(out_dtype))
     if axis is None:
         return QuantizedArray(vals, np.float32(scale), np.int32(zp), None, f)
     return QuantizedArray(vals, scale.astype(np.float32), zp.astype(np.int32), axis, f)

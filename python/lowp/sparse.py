@@ -31,7 +31,7 @@ from typing import Any, Optional
 import numpy as np
 
 from . import _lowp
-from ._convert import _array_arg, _as_float_array, _check_rounding, _native, decode, encode
+from ._convert import _array_arg, _as_float_array, _check_rounding, _div_to_odd, _native, decode, encode
 from ._convert import round as _round
 from ._formats import Format, format as _format
 
@@ -631,7 +631,7 @@ class _Sparse:
             sc = float(scale)
             if not (math.isfinite(sc) and sc > 0):
                 raise ValueError(f"scale: must be a positive finite number, got {scale!r}")
-            vals = vals / sc
+            vals = _div_to_odd(vals, sc)  # (to odd: the rounding into dtype is the exact quotient's, once)
         if fmt is not None and fmt._spec == (self._fmt._spec if self._fmt is not None else None) and sc == self._scale \
                 and rounding == "nearest_even":
             return self._with_values(self._v.copy(), fmt, sc, copy=True)

@@ -8,7 +8,7 @@ from typing import Any, Optional
 
 import numpy as np
 
-from .._convert import _as_float_array, round as _round
+from .._convert import _as_float_array, _mul_to_odd, round as _round
 from .._formats import FloatFormat, Format, format as _format
 from . import _checks
 
@@ -18,26 +18,13 @@ AMAX_COMPUTE = ("max", "most_recent")
 
 
 def _times_to_odd(a: np.ndarray, s: float) -> np.ndarray:
-    """``a * s`` in float64 rounded to odd: the exact product, or of the two float64s
-    around it the one whose last bit is 1. Rounding that once more into a format of at
-    most 51 significand bits gives the exact product rounded once. (The error term is
-    Dekker's exact product of split halves; products past float64's range saturate at
-    its largest value, which every such format's saturating cast clips the same way.)"""
-    with np.errstate(over="ignore", invalid="ignore"):
-        p = a * s
-        split = 134217729.0  # 2**27 + 1
-        ta, ts = split * a, split * s
-        ah = ta - (ta - a)
-        sh = ts - (ts - s)
-        al, sl = a - ah, s - sh
-        err = ((ah * sh - p) + ah * sl + al * sh) + al * sl
-        even = (p.view(np.int64) & 1) == 0
-        fix = even & (err != 0) & np.isfinite(err) & np.isfinite(p)
-        if fix.any():
-            p[fix] = np.nextafter(p[fix], np.where(err[fix] > 0, np.inf, -np.inf))
-        over = np.isinf(p) & np.isfinite(a)
-        if over.any():
-            p[over] = np.copysign(np.finfo(np.float64).max, p[over])
+    """``a * s`` rounded to odd in float64 (see ``_mul_to_odd``); products past float64's
+    range saturate at its largest value, which every format's saturating cast clips the
+    same way."""
+    p = _mul_to_odd(a, s)
+    over = np.isinf(p) & np.isfinite(a)
+    if over.any():
+        p[over] = np.copysign(np.finfo(np.float64).max, p[over])
     return p
 
 
