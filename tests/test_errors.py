@@ -504,6 +504,8 @@ def test_more_argument_values_are_checked():
     for f, arg in cases:
         with pytest.raises(ValueError, match=f"^{arg}: "):
             f()
+    # Shapes as numpy takes them.
+    assert lowp.empty(np.array([2, 3]), np.float32).shape == (2, 3) and lowp.empty(range(2, 4)).shape == (2, 3)
     # prune_nm groups along any axis of an array of many dimensions.
     a = np.random.default_rng(0).standard_normal((1,) * 30 + (3, 8)).astype(np.float32)
     assert (sparse.prune_nm(a) != 0).sum() == 12

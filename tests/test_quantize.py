@@ -377,3 +377,10 @@ def test_sparse_int8_scale_rounds_the_exact_quotient():
     # 3 / 1.2 is just above 2.5 exactly (the float64 quotient is the tie); float32's 1.8
     # over 1.2 is just below 1.5.
     np.testing.assert_array_equal(M.to_dense(), [[3, -3, 1]])
+
+
+def test_quantized_array_takes_low_precision_scalars_as_scales():
+    q = lowp.QuantizedArray(np.array([1, 2], np.int8), lowp.bfloat16(0.5), 0, None, "int8")
+    np.testing.assert_array_equal(q.dequantize(), [0.5, 1.0])
+    q = lowp.QuantizedArray(np.array([1, 2], np.int8), lowp.finfo("bf16").eps, 0, None, "int8")
+    assert q.scale == np.float32(2.0**-7)

@@ -1104,3 +1104,15 @@ def test_no_elementwise_comparison_or_truth_value():
     with pytest.raises(ValueError, match="truth value"):
         bool(M)
     assert M in {M} and hash(M) == hash(M)
+
+
+def test_bsr_block_zeros_meet_infinities_as_scipy():
+    """Zeros stored inside BSR blocks multiply infinities of x into NaN, as in scipy (the
+    float32 kernels, not a conversion that drops them)."""
+    d = np.array([[1, 0, 2, 0], [0, 3, 0, 0], [0, 0, 0, 4], [5, 0, 0, 0]], np.float32)
+    x = np.array([1, np.inf, 1, 1], np.float32)
+    want = sp.bsr_array(d, blocksize=(2, 2)) @ x.astype(np.float64)
+    for dtype in (None, lowp.bfloat16):
+        B = sparse.BSR.from_dense(d, dtype, blocksize=(2, 2))
+        with np.errstate(invalid="ignore"):
+            np.testing.assert_array_equal(B @ x, want.astype(np.float32))

@@ -727,3 +727,21 @@ def test_weight_formats_wider_than_float32_are_refused():
     with pytest.raises(ValueError, match="^fp8_scaling: "):
         QuantConfig(fp8_scaling=True)
     assert QuantConfig(fp8_scaling=True, forward="e4m3fn").fp8_scaling
+
+
+def test_fp8_scaling_scalars_and_float64_extremes():
+    from fractions import Fraction
+
+    from _reference import FloatSpec, round_float
+
+    fs = Fp8Scaling("e4m3fn")
+    fs.record(3.3)
+    q, s = fs.quantize(np.float32(0.3))  # 0-d input
+    assert q.shape == () and float(q) == round_float(Fraction(float(np.float32(0.3))) * Fraction(s), FloatSpec(4, 3, nan="fn"), "nearest_even", saturate=True)
+    spec = FloatSpec(4, 3, nan="fn")
+    for amax, v in ((2e300, 1.785714285714286e300), (1.5e-300, 3.557477678571429e-303)):
+        f = Fp8Scaling("e4m3fn")
+        f.record(amax)
+        q, s = f.quantize(np.array([v, -v]), update=False)
+        want = round_float(Fraction(v) * Fraction(s), spec, "nearest_even", saturate=True)
+        np.testing.assert_array_equal(q, [want, -want])

@@ -179,6 +179,7 @@ def _to_odd(p: np.ndarray, err: np.ndarray) -> np.ndarray:
     """``p`` (the rounded float64 result) made odd where the exact result lies ``err``
     away from it: the float64 on that side whose last bit is 1."""
     p = np.array(p, np.float64)
+    err = np.broadcast_to(err, p.shape)
     even = (p.view(np.int64) & 1) == 0
     fix = even & (err != 0) & np.isfinite(err) & np.isfinite(p)
     if fix.any():
@@ -190,22 +191,28 @@ def _mul_to_odd(a: Any, b: Any) -> np.ndarray:
     """``a * b`` (float64, broadcast) rounded to odd: the exact product, or of the two
     float64s around it the one whose last bit is 1, so that rounding it once more into a
     format of at most 51 significand bits (any rounding mode) rounds the exact product
-    once. Past float64's range the product is inf, as ``a * b``."""
-    with np.errstate(over="ignore", invalid="ignore"):
-        p, e = _two_product(np.asarray(a, np.float64), np.asarray(b, np.float64))
-        return _to_odd(p, e)
+    once. The significands are multiplied (frexp: exact, far from overflow and
+    underflow) and the exponents added back, exactly wherever the result is a normal
+    float64; past float64's range it is inf, as ``a * b``."""
+    ma, ea = np.frexp(np.asarray(a, np.float64))
+    mb, eb = np.frexp(np.asarray(b, np.float64))
+    with np.errstate(over="ignore", invalid="ignore", under="ignore"):
+        p, e = _two_product(ma, mb)
+        return np.ldexp(_to_odd(p, e), ea + eb)
 
 
 def _div_to_odd(a: Any, b: Any) -> np.ndarray:
     """``a / b`` (float64, broadcast, b nonzero) rounded to odd, as :func:`_mul_to_odd`:
-    the remainder ``a - q*b`` is exact (Sterbenz: ``q*b`` lies within a factor 2 of
-    ``a``), and its sign against b's says on which side of q the quotient lies."""
-    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
-    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-        q = a / b
-        p, e = _two_product(q, b)
-        r = (a - p) - e
-        return _to_odd(q, r * np.sign(b))
+    of the significands, whose remainder ``a - q*b`` is exact (Sterbenz: ``q*b`` lies
+    within a factor 2 of ``a``) and says by its sign on which side of q the quotient
+    lies."""
+    ma, ea = np.frexp(np.asarray(a, np.float64))
+    mb, eb = np.frexp(np.asarray(b, np.float64))
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore"):
+        q = ma / mb
+        p, e = _two_product(q, mb)
+        r = (ma - p) - e
+        return np.ldexp(_to_odd(q, r * np.sign(mb)), ea - eb)
 
 
 def _array_arg(x: Any, arg: str) -> np.ndarray:

@@ -646,6 +646,8 @@ def empty(shape: Any, dtype: Any = np.float32, *, padded: bool = True) -> np.nda
         raise TypeError(f"padded: expected a bool, got {type(padded).__name__}")
     if isinstance(shape, (int, np.integer)) and not isinstance(shape, (bool, np.bool_)):
         shape = (int(shape),)
+    if isinstance(shape, np.ndarray) and shape.ndim == 1 and shape.dtype.kind in "iu" or isinstance(shape, range):
+        shape = tuple(int(s) for s in shape)
     try:
         if not isinstance(shape, (tuple, list)) or not all(isinstance(s, (int, np.integer)) and not isinstance(s, (bool, np.bool_)) for s in shape):
             raise TypeError

@@ -7,7 +7,7 @@ from typing import Any, Optional, Union
 import numpy as np
 
 from ._convert import SeedLike, _as_float_array, _check_rounding, _div_to_odd, _mul_to_odd, encode
-from ._formats import IntFormat, format as _format
+from ._formats import IntFormat, _code_format, format as _format
 
 __all__ = ["quantize", "QuantizedArray"]
 
@@ -41,17 +41,20 @@ class QuantizedArray:
         count = 1 if axis is None else values.shape[axis]
         for name, p, kinds in (("scale", scale, "iuf"), ("zero_point", zero_point, "iu")):
             a = np.asarray(p)
+            if kinds == "iuf" and a.dtype.kind == "V" and _code_format(a.dtype) is not None:
+                a = a.astype(np.float64)  # a low-precision float (lowp's or ml_dtypes' dtypes)
             if a.dtype.kind not in kinds:
                 what = "real numbers" if kinds == "iuf" else "integers"
                 raise TypeError(f"{name}: expected {what}, got dtype {a.dtype}")
             if not (a.ndim == 0 or (axis is not None and a.ndim == 1 and a.shape[0] in (1, count))):
                 want = "a scalar" if axis is None else f"a scalar or {count} values (one per index along axis {axis})"
                 raise ValueError(f"{name}: expected {want}, got shape {a.shape}")
-        sc = np.asarray(scale, dtype=np.float64)
+        sc = np.asarray(scale)
+        sc = sc.astype(np.float64) if sc.dtype.kind == "V" else np.asarray(scale, dtype=np.float64)
         if not (np.isfinite(sc) & (sc > 0)).all():
             raise ValueError("scale: every scale must be a positive finite number")
         with np.errstate(over="ignore", under="ignore"):
-            s32 = np.asarray(scale, dtype=np.float32)
+            s32 = sc.astype(np.float32)
         if not (np.isfinite(s32) & (s32 > 0)).all():
             raise ValueError("scale: scales are stored as float32, and some lie beyond its range")
         if values.size and (int(values.min()) < f.min or int(values.max()) > f.max):

@@ -514,10 +514,11 @@ class _Sparse:
     def _beyond_f32(self) -> bool:
         """Do the (scaled) values reach past float32's normal range where float32 does not
         hold them exactly? The kernels read values as float32, which would turn them into
-        inf or 0 (or cut their bits) while the products themselves may fit."""
+        inf or 0 while the products themselves may fit. (Within that range a value is read
+        rounded to float32, as posit32's are.)"""
         f, sc = self._fmt, self._scale
-        if f is not None and f._fits_f32() and sc == 1.0:
-            return False
+        if sc == 1.0 and (f is None or f._fits_f32()):
+            return False  # (float32 values, or values float32 holds: the kernels' own)
         hi, lo = (_F32_MAX, 2.0**-149) if f is None else (f.max, f.min_subnormal)
         return hi * sc > _F32_MAX or lo * sc < 2.0**-126
 

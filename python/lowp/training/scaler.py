@@ -15,9 +15,25 @@ _F32_MAX = float(np.finfo(np.float32).max)
 _NATIVE_FLOATS = tuple(np.dtype(t) for t in (np.float16, np.float32, np.float64, np.longdouble))
 
 
-def _overlap(a: np.ndarray, b: np.ndarray) -> bool:
-    """Do two distinct arrays share an element (views of one buffer)?"""
-    return a is not b and np.may_share_memory(a, b) and np.shares_memory(a, b)
+def _first_overlap(items: list[tuple[np.ndarray, int]]) -> Optional[tuple[int, int]]:
+    """The tags ``(i, j)`` (``i < j``) of two distinct arrays among ``items`` that share
+    memory, or None. Only arrays whose byte ranges overlap are compared: sorted by start,
+    each is checked against the earlier ones still open (usually none), so n views of one
+    buffer cost n log n, not n squared."""
+    try:
+        from numpy.lib.array_utils import byte_bounds
+    except ImportError:  # numpy < 2
+        byte_bounds = np.byte_bounds
+
+    spans = sorted(((*byte_bounds(a), tag, a) for a, tag in items if a.size), key=lambda t: t[0])
+    open_: list[tuple[int, int, np.ndarray]] = []  # (end, tag, array) of spans not yet closed
+    for lo, hi, tag, a in spans:
+        open_ = [o for o in open_ if o[0] > lo]
+        for _, t, b in open_:
+            if a is b or np.shares_memory(a, b):
+                return (min(t, tag), max(t, tag))
+        open_.append((hi, tag, a))
+    return None
 
 
 def _is_posit(dt: np.dtype) -> bool:
@@ -99,21 +115,26 @@ class LossScaler:
             grads = [grads]
         given = _checks.array_list(grads, "grads")
         gs: list[np.ndarray] = []
+        index: list[int] = []
+        seen: set[int] = set()
         for i, g in enumerate(given):  # all checked before any is changed
             if not isinstance(g, np.ndarray) or not _checks.is_float_dtype(g.dtype):
                 raise TypeError(f"grads[{i}]: expected a numpy array of {_checks.FLOAT_DTYPES}, got "
                                 f"{getattr(g, 'dtype', type(g).__name__)}")
             if not g.flags.writeable:
                 raise ValueError(f"grads[{i}]: must be writeable (unscaled in place)")
-            if any(g is u for u in gs):
-                continue  # the same array again (tied parameters): divided once
-            if any(g is u or _overlap(g, u) for u in self._unscaled):
-                raise RuntimeError(f"grads[{i}]: already unscaled since the last update(); dividing again "
+            if id(g) not in seen:  # (the same array again, tied parameters: divided once)
+                seen.add(id(g))
+                gs.append(g)
+                index.append(i)
+        clash = _first_overlap([(u, -1) for u in self._unscaled] + list(zip(gs, index)))
+        if clash is not None:
+            i, j = clash
+            if i < 0:
+                raise RuntimeError(f"grads[{j}]: already unscaled since the last update(); dividing again "
                                    f"would scale it down twice")
-            if any(_overlap(g, u) for u in gs):
-                raise RuntimeError(f"grads[{i}]: shares memory with an earlier gradient in grads; dividing both "
-                                   f"would scale the shared values down twice")
-            gs.append(g)
+            raise RuntimeError(f"grads[{j}]: shares memory with grads[{i}]; dividing both would scale the shared "
+                               f"values down twice")
         finite = True
         scale = np.float64(self._scale)
         with np.errstate(over="ignore", invalid="ignore"):

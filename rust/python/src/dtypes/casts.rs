@@ -1069,7 +1069,8 @@ unsafe extern "C" fn cast_extra_to<const X: usize, const T: usize>(from: *mut c_
 }
 
 /// lowp type T -> extra slot X's codes, rounded once to nearest even. NaN into a
-/// format without NaN gives the zero of the NaN's sign, as ml_dtypes' own casts do.
+/// format without NaN gives a zero of the other sign than the NaN's (a positive NaN
+/// gives -0), as ml_dtypes' own casts do.
 unsafe extern "C" fn cast_to_extra<const T: usize, const X: usize>(from: *mut c_void, to: *mut c_void, n: npy_intp, _fa: *mut c_void, _ta: *mut c_void) {
     let n = n.max(0) as usize;
     let f = extra(X);
@@ -1090,8 +1091,8 @@ unsafe extern "C" fn cast_to_extra<const T: usize, const X: usize>(from: *mut c_
             for j in 0..m {
                 let v = vals[j];
                 let c = match v.is_nan() && !f.has_nan() {
-                    true if v.is_sign_negative() => nan_code,
-                    true => 0,
+                    true if v.is_sign_negative() => 0,
+                    true => nan_code,
                     false => f.encode(v, &o, 0),
                 };
                 d.add(i + j).write(c as u8);
