@@ -49,8 +49,7 @@ class QuantizedArray:
             if not (a.ndim == 0 or (axis is not None and a.ndim == 1 and a.shape[0] in (1, count))):
                 want = "a scalar" if axis is None else f"a scalar or {count} values (one per index along axis {axis})"
                 raise ValueError(f"{name}: expected {want}, got shape {a.shape}")
-        sc = np.asarray(scale)
-        sc = sc.astype(np.float64) if sc.dtype.kind == "V" else np.asarray(scale, dtype=np.float64)
+        sc = np.asarray(scale).astype(np.float64)  # (numpy's or a low-precision float dtype, checked above)
         if not (np.isfinite(sc) & (sc > 0)).all():
             raise ValueError("scale: every scale must be a positive finite number")
         with np.errstate(over="ignore", under="ignore"):

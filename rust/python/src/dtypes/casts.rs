@@ -737,29 +737,46 @@ fn with_strings<const T: usize>(py: Python<'_>) -> PyResult<()> {
     Ok(())
 }
 
-/// lowp type T -> lowp type U, through the exact value.
-unsafe extern "C" fn cast_lowp<const T: usize, const U: usize>(from: *mut c_void, to: *mut c_void, n: npy_intp, _fa: *mut c_void, _ta: *mut c_void) {
+/// The loop of a cast through exact values: `n` codes of `ss` bytes at `from`, a
+/// block at a time, decoded by `dec` into float64 and encoded by `enc` into codes of
+/// `ds` bytes at `to`.
+///
+/// # Safety
+/// `n` contiguous elements of `ss` bytes at `from` and of `ds` bytes at `to`.
+unsafe fn cast_blocks(
+    from: *mut c_void,
+    to: *mut c_void,
+    n: npy_intp,
+    (ss, ds): (usize, usize),
+    dec: impl Fn(&[u32], &mut [f64]),
+    enc: impl Fn(&[f64], &mut [u32]),
+) {
     let n = n.max(0) as usize;
-    let (ss, ds) = (TYPES[T].size, TYPES[U].size);
     let (s, d) = (from as *const u8, to as *mut u8);
     let mut codes = [0u32; BLOCK];
     let mut vals = [0f64; BLOCK];
     let mut i = 0;
     while i < n {
         let m = BLOCK.min(n - i);
-        // SAFETY: numpy passes n contiguous elements on each side.
+        // SAFETY: per the function contract.
         unsafe {
             for j in 0..m {
                 codes[j] = load(s.add((i + j) * ss), ss);
             }
-            dec_block64(T, &codes[..m], &mut vals[..m]);
-            enc_block64(U, &vals[..m], &mut codes[..m]);
+            dec(&codes[..m], &mut vals[..m]);
+            enc(&vals[..m], &mut codes[..m]);
             for j in 0..m {
                 store(d.add((i + j) * ds), ds, codes[j]);
             }
         }
         i += m;
     }
+}
+
+/// lowp type T -> lowp type U, through the exact value.
+unsafe extern "C" fn cast_lowp<const T: usize, const U: usize>(from: *mut c_void, to: *mut c_void, n: npy_intp, _fa: *mut c_void, _ta: *mut c_void) {
+    // SAFETY: numpy passes n contiguous elements of each type.
+    unsafe { cast_blocks(from, to, n, (TYPES[T].size, TYPES[U].size), |c, v| dec_block64(T, c, v), |v, c| enc_block64(U, v, c)) }
 }
 
 /// Same encodings on both sides: a copy.
@@ -1044,62 +1061,30 @@ fn extra(x: usize) -> &'static Format {
 /// Extra slot X's codes (one byte each; a sub-byte code in the low bits, the bits
 /// above it ignored) -> lowp type T, through the exact value, rounded once.
 unsafe extern "C" fn cast_extra_to<const X: usize, const T: usize>(from: *mut c_void, to: *mut c_void, n: npy_intp, _fa: *mut c_void, _ta: *mut c_void) {
-    let n = n.max(0) as usize;
     let f = extra(X);
     let mask = (1u64 << f.bits()) - 1;
-    let ds = TYPES[T].size;
-    let (s, d) = (from as *const u8, to as *mut u8);
-    let mut codes = [0u32; BLOCK];
-    let mut vals = [0f64; BLOCK];
-    let mut i = 0;
-    while i < n {
-        let m = BLOCK.min(n - i);
-        // SAFETY: numpy passes n contiguous elements on each side.
-        unsafe {
-            for j in 0..m {
-                vals[j] = f.decode(s.add(i + j).read() as u64 & mask);
-            }
-            enc_block64(T, &vals[..m], &mut codes[..m]);
-            for j in 0..m {
-                store(d.add((i + j) * ds), ds, codes[j]);
-            }
-        }
-        i += m;
-    }
+    let dec = |c: &[u32], v: &mut [f64]| c.iter().zip(v).for_each(|(c, v)| *v = f.decode(*c as u64 & mask));
+    // SAFETY: numpy passes n contiguous one-byte codes and n elements of type T.
+    unsafe { cast_blocks(from, to, n, (1, TYPES[T].size), dec, |v, c| enc_block64(T, v, c)) }
 }
 
 /// lowp type T -> extra slot X's codes, rounded once to nearest even. NaN into a
 /// format without NaN gives a zero of the other sign than the NaN's (a positive NaN
 /// gives -0), as ml_dtypes' own casts do.
 unsafe extern "C" fn cast_to_extra<const T: usize, const X: usize>(from: *mut c_void, to: *mut c_void, n: npy_intp, _fa: *mut c_void, _ta: *mut c_void) {
-    let n = n.max(0) as usize;
     let f = extra(X);
     let (nan_code, o) = (1u64 << (f.bits() - 1), rne()); // (-0's code)
-    let ss = TYPES[T].size;
-    let (s, d) = (from as *const u8, to as *mut u8);
-    let mut codes = [0u32; BLOCK];
-    let mut vals = [0f64; BLOCK];
-    let mut i = 0;
-    while i < n {
-        let m = BLOCK.min(n - i);
-        // SAFETY: numpy passes n contiguous elements on each side.
-        unsafe {
-            for j in 0..m {
-                codes[j] = load(s.add((i + j) * ss), ss);
-            }
-            dec_block64(T, &codes[..m], &mut vals[..m]);
-            for j in 0..m {
-                let v = vals[j];
-                let c = match v.is_nan() && !f.has_nan() {
-                    true if v.is_sign_negative() => 0,
-                    true => nan_code,
-                    false => f.encode(v, &o, 0),
-                };
-                d.add(i + j).write(c as u8);
-            }
+    let enc = |v: &[f64], c: &mut [u32]| {
+        for (v, c) in v.iter().zip(c) {
+            *c = match v.is_nan() && !f.has_nan() {
+                true if v.is_sign_negative() => 0,
+                true => nan_code as u32,
+                false => f.encode(*v, &o, 0) as u32,
+            };
         }
-        i += m;
-    }
+    };
+    // SAFETY: numpy passes n contiguous elements of type T and n one-byte codes.
+    unsafe { cast_blocks(from, to, n, (TYPES[T].size, 1), |c, v| dec_block64(T, c, v), enc) }
 }
 
 type CastFn = unsafe extern "C" fn(*mut c_void, *mut c_void, npy_intp, *mut c_void, *mut c_void);
