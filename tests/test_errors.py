@@ -525,3 +525,41 @@ def test_ulp_helpers_take_values_beyond_float64():
     assert testing.ulp_distance(2**2000, 2**2000, "bf16") == 0
     with pytest.raises(AssertionError):
         testing.assert_ulp_close(1.0, 2**2000, "bf16", ulps=1)
+
+
+def test_thread_and_cache_counts_take_index_objects():
+    """Objects with ``__index__`` count as ints (as numpy's own integer arguments), bools,
+    floats and strings do not."""
+
+    class Two:
+        def __index__(self) -> int:
+            return 2
+
+    n0 = lowp.get_num_threads()
+    try:
+        lowp.set_num_threads(Two())
+        assert lowp.get_num_threads() == 2
+        lowp.set_num_threads(np.uint8(1))
+        assert lowp.get_num_threads() == 1
+    finally:
+        lowp.set_num_threads(n0)
+    old = lowp.set_buffer_cache(Two())
+    assert lowp.set_buffer_cache(old) == 2
+    for bad in (2.0, "2", np.bool_(True), False):
+        with pytest.raises(TypeError, match="^n: expected an int"):
+            lowp.set_num_threads(bad)
+        with pytest.raises(TypeError, match="^nbytes: expected an int"):
+            lowp.set_buffer_cache(bad)
+
+
+@pytest.mark.parametrize("padded", [True, False])
+def test_empty_of_shapes_past_numpys_range_names_the_shape(padded):
+    """Shapes numpy refuses (also with a zero dimension beside a huge one) raise ValueError
+    naming ``shape``; shapes numpy takes work."""
+    for shape in [(0, 2**61), (2**61, 0), (2**40, 2**40), (2**63,)]:
+        with pytest.raises(ValueError):
+            np.empty(shape, np.float32)
+        with pytest.raises(ValueError, match=r"^shape: \(.*\) is too large"):
+            lowp.empty(shape, np.float32, padded=padded)
+    assert lowp.empty((0, 2**40), np.float32, padded=padded).shape == (0, 2**40)
+    assert lowp.empty((0, 3), lowp.bfloat16, padded=padded).shape == (0, 3)

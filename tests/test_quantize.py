@@ -3,6 +3,8 @@ mode against numpy's own integer rounding, dequantization error, exact zero."""
 
 from __future__ import annotations
 
+from fractions import Fraction
+
 import numpy as np
 import pytest
 
@@ -384,3 +386,23 @@ def test_quantized_array_takes_low_precision_scalars_as_scales():
     np.testing.assert_array_equal(q.dequantize(), [0.5, 1.0])
     q = lowp.QuantizedArray(np.array([1, 2], np.int8), lowp.finfo("bf16").eps, 0, None, "int8")
     assert q.scale == np.float32(2.0**-7)
+
+
+def _f32_nearest(q: Fraction) -> np.float32:
+    c = np.float32(float(q))
+    near = [np.nextafter(c, np.float32(-np.inf)), c, np.nextafter(c, np.float32(np.inf))]
+    return min(near, key=lambda v: (abs(Fraction(float(v)) - q), int(np.array(v).view(np.int32)) & 1))
+
+
+def test_asymmetric_scale_is_the_exact_range_over_steps_rounded_once():
+    """hi - lo is not rounded in float64 before the division: ranges built so that the exact
+    (hi - lo) / 255 lies just past a float32 midpoint."""
+    rng = np.random.default_rng(5)
+    lo = -(2.0**-60)
+    for _ in range(200):
+        m = (2 * int(rng.integers(2**23, 2**24)) + 1) * 2.0**-24  # a float32 midpoint in [1, 2)
+        hi = m * 255 - lo
+        q = lowp.quantize(np.array([lo, hi]), "int8", symmetric=False)
+        assert q.scale == _f32_nearest((Fraction(hi) - Fraction(lo)) / 255)
+        for h in (np.nextafter(m * 127, np.inf), np.nextafter(m * 127, -np.inf)):
+            assert lowp.quantize(np.array([-h, h]), "int8").scale == _f32_nearest(Fraction(h) / 127)

@@ -1116,3 +1116,39 @@ def test_bsr_block_zeros_meet_infinities_as_scipy():
         B = sparse.BSR.from_dense(d, dtype, blocksize=(2, 2))
         with np.errstate(invalid="ignore"):
             np.testing.assert_array_equal(B @ x, want.astype(np.float32))
+
+
+def test_bsr_conversions_keep_block_zeros_as_scipy():
+    """Zeros stored inside blocks are stored entries: tocoo/tocsr keep them, as scipy's do,
+    so a wide format's float64 product (which goes through COO) meets infinities as the
+    float32 kernels do."""
+    d = np.array([[1, 0, 2, 0], [0, 3, 0, 0], [0, 0, 0, 4], [5, 0, 0, 0]], np.float32)
+    S = sp.bsr_array(d, blocksize=(2, 2))
+    B = sparse.BSR.from_dense(d, blocksize=(2, 2))
+    for conv in ("tocoo", "tocsr", "tocsc"):
+        got, want = getattr(B, conv)(), getattr(S, conv)()
+        assert got.nnz == want.nnz == B.nnz
+        np.testing.assert_array_equal(got.to_dense(), d)
+    x = np.array([1, np.inf, 1, 1], np.float32)
+    with np.errstate(invalid="ignore"):
+        want = (S @ x.astype(np.float64)).astype(np.float32)
+        W = sparse.BSR.from_dense(d, lowp.FloatFormat(11, 20), blocksize=(2, 2))
+        np.testing.assert_array_equal(W @ x, want)
+
+
+@pytest.mark.parametrize("cls", [sparse.CSR, sparse.CSC, sparse.COO], ids=lambda c: c.__name__)
+def test_float64_products_of_wide_formats_match_a_float64_reference(cls):
+    """The float64 path for values float32 cannot hold: empty rows, both orientations, and
+    products wider than one slice of columns."""
+    rng = np.random.default_rng(7)
+    d = rng.standard_normal((700, 600)) * (rng.random((700, 600)) < 0.3)
+    d[5] = 0.0
+    d[:, 9] = 0.0
+    fmt = lowp.FloatFormat(11, 20)
+    M = cls.from_dense(d, dtype=fmt)
+    v = lowp.round(d, fmt)
+    x = rng.standard_normal((600, 40)).astype(np.float32)
+    np.testing.assert_allclose(M @ x, v @ x.astype(np.float64), rtol=1e-5, atol=1e-4)
+    y = rng.standard_normal((700, 3)).astype(np.float32)
+    np.testing.assert_allclose(M.matmul(y, transpose=True), v.T @ y.astype(np.float64), rtol=1e-5, atol=1e-4)
+    assert (M @ x)[5].tolist() == [0.0] * 40

@@ -663,11 +663,16 @@ def empty(shape: Any, dtype: Any = np.float32, *, padded: bool = True) -> np.nda
             raise ValueError(f"shape: {shape} is too large ({e})") from None
     n = shape[-1]
     rows = math.prod(shape[:-1])
-    if n >= 2**62 or rows * (n + 64) * d.itemsize >= 2**63:
+    # (numpy refuses shapes whose nonzero dimensions' product is past its range even
+    # when another dimension is 0.)
+    if n >= 2**62 or max(rows, 1) * (n + 64) * d.itemsize >= 2**63:
         raise ValueError(f"shape: {shape} is too large")
     ld = padded_ld(n, d)
     nbytes = rows * ld * d.itemsize
     raw = np.empty(nbytes + 64, dtype=np.uint8)
     off = (-raw.ctypes.data) % 64
-    base = raw[off:off + nbytes].view(d).reshape(shape[:-1] + (ld,))
+    try:
+        base = raw[off:off + nbytes].view(d).reshape(shape[:-1] + (ld,))
+    except ValueError as e:
+        raise ValueError(f"shape: {shape} is too large ({e})") from None
     return base[..., :n]

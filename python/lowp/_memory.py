@@ -11,6 +11,7 @@ frees what the cache holds.
 from __future__ import annotations
 
 import math
+import operator
 import os
 import warnings
 from typing import Any
@@ -56,10 +57,19 @@ def _check_env() -> None:
                       RuntimeWarning, stacklevel=3)
 
 
+def _index(v: Any, arg: str, what: str) -> int:
+    """``v`` as a Python int: ints and objects with ``__index__`` (numpy integers), not bools."""
+    if not isinstance(v, (bool, np.bool_)):
+        try:
+            return operator.index(v)
+        except TypeError:
+            pass
+    raise TypeError(f"{arg}: expected {what}, got {type(v).__name__}")
+
+
 def set_num_threads(n: int) -> None:
     """Use ``n`` threads (1 to 1024, ``_MAX_THREADS``) for the parallel kernels."""
-    if isinstance(n, (bool, np.bool_)) or not isinstance(n, (int, np.integer)):
-        raise TypeError(f"n: expected an int (the number of threads, 1..={_MAX_THREADS}), got {type(n).__name__}")
+    n = _index(n, "n", f"an int (the number of threads, 1..={_MAX_THREADS})")
     if not 0 < n <= 1 << 62:
         # (Beyond what the core's integer takes; it checks the rest.)
         raise ValueError(f"n: the number of threads must be in 1..={_MAX_THREADS}, got {n}")
@@ -68,8 +78,7 @@ def set_num_threads(n: int) -> None:
 
 def set_buffer_cache(nbytes: int) -> int:
     """Keep at most ``nbytes`` of freed result memory for reuse (0: none); returns the old limit."""
-    if isinstance(nbytes, (bool, np.bool_)) or not isinstance(nbytes, (int, np.integer)):
-        raise TypeError(f"nbytes: expected an int, got {type(nbytes).__name__}")
+    nbytes = _index(nbytes, "nbytes", "an int")
     if nbytes < 0:
         raise ValueError(f"nbytes: must be >= 0, got {nbytes}")
     # (Larger limits than memory can hold all mean "no limit".)

@@ -6,7 +6,7 @@ from typing import Any, Optional, Union
 
 import numpy as np
 
-from ._convert import SeedLike, _as_float_array, _check_rounding, _div_to_odd, _mul_to_odd, encode
+from ._convert import SeedLike, _as_float_array, _check_rounding, _div_to_odd, _mul_to_odd, _to_odd, encode
 from ._formats import IntFormat, _code_format, format as _format
 
 __all__ = ["quantize", "QuantizedArray"]
@@ -171,11 +171,18 @@ def quantize(x: Any, fmt: Union[str, IntFormat] = "int8", *, axis: Optional[int]
     lo, hi = _calibrate(a, calibration, reduce_axes, symmetric)
     lo = np.minimum(np.asarray(lo, np.float64), 0.0)
     hi = np.maximum(np.asarray(hi, np.float64), 0.0)
+    # The scale rounded to odd in float64 (the range too: hi - lo is rounded to odd from
+    # its exact value), so that the float32 scale below is the exact one rounded once
+    # (for integer formats up to 28 bits, whose steps times a float32 midpoint fit float64).
     if symmetric:
-        scale = hi / qmax
+        scale = _div_to_odd(hi, qmax)
         zp = np.zeros_like(scale)
     else:
-        scale = (hi - lo) / (qmax - qmin)
+        span = hi - lo
+        with np.errstate(invalid="ignore"):
+            back = span - hi
+            err = (hi - (span - back)) + (-lo - back)  # (two-sum: span + err == hi - lo)
+        scale = _div_to_odd(_to_odd(span, err), qmax - qmin)
     scale = np.where(scale > 0, scale, 1.0)
     if (scale > _F32_MAX).any():
         raise ValueError(f"x: values up to {max(abs(float(np.min(lo))), float(np.max(hi))):g} need a scale beyond "

@@ -515,7 +515,7 @@ class _Sparse:
         """Do the (scaled) values reach past float32's normal range where float32 does not
         hold them exactly? The kernels read values as float32, which would turn them into
         inf or 0 while the products themselves may fit. (Within that range a value is read
-        rounded to float32, as posit32's are.)"""
+        rounded to float32, as posit32's are: an error within float32 accumulation's.)"""
         f, sc = self._fmt, self._scale
         if sc == 1.0 and (f is None or f._fits_f32()):
             return False  # (float32 values, or values float32 holds: the kernels' own)
@@ -528,10 +528,18 @@ class _Sparse:
         c = self._to_coo()
         vals = _decode_values(c._v, c._fmt, np.float64) * c._scale
         r, cl = (c._col, c._row) if transpose else (c._row, c._col)
-        acc = np.zeros(out.shape, np.float64)
+        order = np.argsort(r, kind="stable")
+        r, cl, vals = r[order].astype(np.intp), cl[order].astype(np.intp), vals[order]
+        out[...] = 0
+        if r.size == 0:
+            return
+        starts = np.flatnonzero(np.concatenate(([True], r[1:] != r[:-1])))
+        # Each row's products summed in float64 (reduceat), columns in slices of about 32 MB.
+        step = max(1, (1 << 22) // r.size)
         with np.errstate(over="ignore", invalid="ignore"):
-            np.add.at(acc, r.astype(np.intp), vals[:, None] * x2[cl.astype(np.intp)].astype(np.float64))
-            out[...] = acc
+            for j in range(0, x2.shape[1], step):
+                xs = x2[:, j:j + step].astype(np.float64)
+                out[r[starts], j:j + step] = np.add.reduceat(vals[:, None] * xs[cl], starts, axis=0)
 
     # -- conversions
     def _to_coo(self) -> "COO":
@@ -1252,11 +1260,12 @@ class BSR(_Sparse):
         rr = (brow[:, None, None] * br + np.arange(br)[None, :, None]) + np.zeros((1, 1, bc), np.int64)
         cc = (bcol[:, None, None] * bc + np.arange(bc)[None, None, :]) + np.zeros((1, br, 1), np.int64)
         v = self._v
-        keep = _decode_values(v, self._fmt) != 0  # zeros inside blocks are padding
         m, n = self._shape
-        row, col = _compact_pair(rr.reshape(-1)[keep], cc.reshape(-1)[keep], max(m, n, v.size))
+        # Every stored value, zeros inside blocks included (as scipy's tocoo keeps them:
+        # they are stored entries, and 0 * inf is NaN in a product).
+        row, col = _compact_pair(rr.reshape(-1), cc.reshape(-1), max(m, n, v.size))
         # Block order is not (row, col) order: canonical form is recomputed when needed.
-        return COO._make(v[keep], self._fmt, self._scale, row, col, self._shape, None)
+        return COO._make(v.reshape(-1).copy(), self._fmt, self._scale, row, col, self._shape, None)
 
     @classmethod
     def _from_coo(cls, coo: COO, blocksize: Any = None, *a: Any, **kw: Any) -> "BSR":
