@@ -1661,3 +1661,39 @@ def test_accumulators_with_a_negative_bias_or_no_mantissa_bits(fmt, mode):
     big = g.standard_normal((16, 40)).astype(np.float32)
     r = lowp.matmul(big, big.T, accumulate=fmt, rounding="stochastic", seed=1)
     assert r.shape == (16, 16)
+
+
+def test_chunk_totals_of_both_infinities_in_a_format_without_nan_raise():
+    """FloatFormat(5, 0) has infinities and no NaN: chunk totals +inf and -inf (overflows
+    inside the chunks) have no sum in it, whether it is the accumulator of the totals
+    by default or as chunk_accumulate."""
+    f = lowp.FloatFormat(5, 0)
+    x = np.array([6e4, -6e4], np.float32)
+    a, b = x[None, :], np.ones((2, 1), np.float32)
+    with pytest.raises(ValueError, match="^accumulate: FloatFormat"):
+        lowp.sum(x, accumulate=f, chunk=1)
+    with pytest.raises(ValueError, match="^accumulate: FloatFormat"):
+        lowp.matmul(a, b, accumulate=f, chunk=1)
+    with pytest.raises(ValueError, match="^chunk_accumulate: FloatFormat"):
+        lowp.matmul(a, b, accumulate=f, chunk=1, chunk_accumulate=lowp.FloatFormat(5, 0))
+    # Totals of one sign, or one run, have a value.
+    assert lowp.sum(np.array([6e4, 6e4], np.float32), accumulate=f, chunk=1) == np.inf
+    assert lowp.sum(x, accumulate=f, chunk=2) == np.inf
+    assert lowp.matmul(a, b, accumulate="bf16", chunk=1, chunk_accumulate=f)[0, 0] == np.inf
+
+
+def test_int32_accumulation_refuses_a_chunk_accumulator():
+    a, b = np.full((1, 4), 100, np.int8), np.full((4, 1), 3, np.int8)
+    with pytest.raises(ValueError, match="^chunk_accumulate: "):
+        lowp.matmul(a, b, accumulate="int32", chunk=2, chunk_accumulate="int8")
+    assert lowp.matmul(a, b, accumulate="int32", chunk=2)[0, 0] == 1200
+    assert lowp.matmul(a, b, accumulate=lowp.IntFormat(32), chunk=2, chunk_accumulate="int8")[0, 0] == 127
+
+
+def test_sum_of_64_bit_integers_is_exact_or_refused():
+    with pytest.raises(ValueError, match="^x: int64 values beyond 2\\*\\*53"):
+        lowp.sum(np.array([2**53 + 1, -2**53], np.int64), accumulate="float64")
+    with pytest.raises(ValueError, match="^x: uint64 values beyond 2\\*\\*53"):
+        lowp.sum(np.array([2**63], np.uint64))
+    assert lowp.sum(np.array([2**53, -2**53, 3], np.int64)) == 3
+    assert lowp.sum(np.array([2**53, 5], np.uint64), accumulate="float64") == 2**53 + 4  # one rounding (a tie, to even)

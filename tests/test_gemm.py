@@ -808,3 +808,26 @@ def test_big_endian_outputs(dtype):
     c = lowp.cast(x, be)
     assert c.dtype == be
     np.testing.assert_array_equal(c.astype(np.float64), x)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, lowp.posit16, np.float16, lowp.bfloat16], ids=lambda d: np.dtype(d).name)
+def test_float32_path_fuses_products_on_every_isa(dtype):
+    """The float32 path's products are exact on the portable kernels too (an FMA emulated
+    without the hardware), so every path gives the same bits."""
+    a = np.array([[1.0, 1 + 2**-12]], np.float32)
+    b = np.array([[-1.0], [1 + 2**-12]], np.float32)
+    rng = np.random.default_rng(11)
+    shapes = [(69, 120, 130), (5, 7, 3), (1, 300, 1), (2, 600, 40), (6, 16, 16), (200, 50, 1)]
+    cases = [(rng.standard_normal((m, k)) * 30, rng.standard_normal((k, n)) * 30) for m, k, n in shapes]
+    try:
+        for isa in ("scalar", "sse2", None):
+            lowp._lowp.set_isa(isa)
+            assert lowp.matmul(a, b)[0, 0] == np.float32(2**-11 + 2**-24), isa
+        lowp._lowp.set_isa(None)
+        simd = [lowp.matmul(x.astype(dtype), y.astype(dtype)) for x, y in cases]
+        lowp._lowp.set_isa("scalar")
+        scalar = [lowp.matmul(x.astype(dtype), y.astype(dtype)) for x, y in cases]
+    finally:
+        lowp._lowp.set_isa(None)
+    for s, r in zip(simd, scalar):
+        np.testing.assert_array_equal(s.view(np.uint32), r.view(np.uint32))

@@ -137,11 +137,17 @@ def _nan_product(a: np.ndarray, b: np.ndarray) -> bool:
     return bool((inf_a & zero_b | zero_a & inf_b).any())
 
 
-def _totals_may_be_lost(acc: Any, cacc: Any) -> bool:
-    """Can a chunk total in ``acc`` be NaN (an overflow without infinities, inf - inf)
-    or an infinity, which ``cacc``, a format without NaN (nor infinities), would turn
-    into a number?"""
-    return cacc is not None and not _has_nan(cacc) and _has_nan(acc)
+def _totals_may_be_lost(acc: Any, cacc: Any, chunk: Optional[int]) -> Optional[str]:
+    """Can the chunk totals have no value in the format they are added into (``cacc``,
+    or ``acc`` itself), one without NaN: a total in ``acc`` that is NaN (an overflow
+    without infinities, inf - inf) or totals that are infinities of both signs? The
+    argument naming that format, or None."""
+    if chunk is None:
+        return None
+    c, arg = (cacc, "chunk_accumulate") if cacc is not None else (acc, "accumulate")
+    if _has_nan(c) or not (_has_nan(acc) or _inf_without_nan(acc)):
+        return None
+    return arg
 
 
 def _inf_without_nan(f: Any) -> bool:
@@ -153,7 +159,7 @@ def _inf_without_nan(f: Any) -> bool:
 _INF_NO_NAN = ("{arg}: {f!r} has infinities but no NaN, so inf - inf has no value in it, and {what} "
                "contains infinities; use a format with NaN or without infinities")
 
-_LOST_TOTAL = ("chunk_accumulate: {cacc!r} has no NaN, and a chunk's total in {acc!r} is NaN, or the totals "
+_LOST_TOTAL = ("{arg}: {cacc!r} has no NaN, and a chunk's total in {acc!r} is NaN, or the totals "
                "include infinities of both signs (an overflow or inf - inf inside a chunk)")
 
 
@@ -276,7 +282,12 @@ def matmul(a: Any, b: Any, *, accumulate: Any = "float32", chunk: Optional[int] 
         BLAS-style: each depth block of a few hundred steps is summed from zero and then
         added to the total, so a sum may differ by rounding errors from the same adds made
         one by one in order. Any other ``rounding``, or a ``chunk`` (``chunk`` = the depth
-        is one run), emulates the adds in order.
+        is one run), emulates the adds in order. The float32 path's adds are fused
+        multiply-adds (exact products) on every CPU: without FMA hardware they are
+        emulated exactly, giving the same bits as the AVX2 kernels (float64 products
+        are rounded there). Accumulators start at +0, and
+        an exact zero sum is +0 in every rounding mode (IEEE 754 makes it -0 rounding
+        down).
     chunk: runs of ``chunk`` products accumulate in ``accumulate``; each run's total is
         added (rounded the same way) into an accumulator of format ``chunk_accumulate``
         (default: ``accumulate``).
@@ -347,6 +358,9 @@ def matmul(a: Any, b: Any, *, accumulate: Any = "float32", chunk: Optional[int] 
     if acc == "int32":
         if not both_i8:
             raise TypeError(f"accumulate: \"int32\" needs int8 inputs, got {a.dtype} and {b.dtype}")
+        if cacc is not None:
+            raise ValueError("chunk_accumulate: \"int32\" accumulation is exact (chunking changes nothing); "
+                             "use accumulate=lowp.IntFormat(32) to add chunk totals into another format")
         natural, path = np.dtype(np.int32), "i32"
     elif acc == _F32 and chunk is None and rounding == "nearest_even":
         if both_i8:
@@ -441,12 +455,14 @@ def matmul(a: Any, b: Any, *, accumulate: Any = "float32", chunk: Optional[int] 
                     _lowp.matmul_into(x, aspec, y, bspec, o)
 
         run(r2, cacc._spec if cacc is not None else None)
-        if path == "emu" and _totals_may_be_lost(acc, cacc):
-            # The same chunks again with float64 totals, which keep a NaN total.
+        lost = _totals_may_be_lost(acc, cacc, chunk) if path == "emu" else None
+        if lost is not None:
+            # The same chunks again with float64 totals, which keep a NaN total (and
+            # make one of infinities of both signs).
             shadow = np.empty(r2.shape, np.float64)
             run(shadow, _F64._spec)
             if _any(shadow, np.isnan):
-                raise ValueError(_LOST_TOTAL.format(cacc=cacc, acc=acc))
+                raise ValueError(_LOST_TOTAL.format(arg=lost, cacc=cacc if cacc is not None else acc, acc=acc))
     if not direct:
         if path == "emu" and target == natural:
             result[...] = res_core  # exact: the values are in the accumulator format
@@ -557,7 +573,9 @@ def sum(x: Any, axis: Any = None, *, accumulate: Any = "float32", chunk: Optiona
     """Sum of ``x`` along ``axis`` (None: all elements), adding in index order with every
     add rounded into ``accumulate`` (``"float32"``, ``"float64"`` or any format) with
     ``rounding``; ``chunk`` as in :func:`matmul`. Returns float32 when the accumulator
-    fits in it (else float64); a numpy scalar when ``axis`` is None.
+    fits in it (else float64); a numpy scalar when ``axis`` is None. The accumulator
+    starts at +0, and an exact zero sum is +0 in every rounding mode. Integers are added
+    exactly (64-bit ones up to 2**53 in magnitude).
 
     A bfloat16 accumulator stalls once the sum outgrows the addends
     (``sum(ones(4096, bf16), accumulate="bf16") == 256``); float32 or chunked
@@ -566,7 +584,11 @@ def sum(x: Any, axis: Any = None, *, accumulate: Any = "float32", chunk: Optiona
     x = _as_array(x, "x")
     if x.dtype.kind in "iub" and x.dtype != np.int8:
         # Widened without copying broadcast axes: the distinct values only.
-        x = np.broadcast_to(_distinct(x).astype(np.float64), x.shape)
+        d = _distinct(x)
+        if x.dtype.itemsize == 8 and d.size and not (-2**53 <= int(d.min()) and int(d.max()) <= 2**53):
+            raise ValueError(f"x: {x.dtype} values beyond 2**53 in magnitude have no exact float64 value "
+                             f"(the sums add exact values); convert them first")
+        x = np.broadcast_to(d.astype(np.float64), x.shape)
     xv, spec, fx = _operand(x, "x")
     acc = _parse_accumulate(accumulate, int32=False)
     if isinstance(acc, str):
@@ -611,12 +633,14 @@ def sum(x: Any, axis: Any = None, *, accumulate: Any = "float32", chunk: Optiona
     if mdim > 0:
         _lowp.sum_into(x2, spec, res, acc._spec, chunk, cacc._spec if cacc is not None else None,
                        rounding, seed_w, rbits_v)
-        if _totals_may_be_lost(acc, cacc):
-            # The same chunks again with float64 totals, which keep a NaN total.
+        lost = _totals_may_be_lost(acc, cacc, chunk)
+        if lost is not None:
+            # The same chunks again with float64 totals, which keep a NaN total (and
+            # make one of infinities of both signs).
             shadow = np.zeros((1, mdim), np.float64)
             _lowp.sum_into(x2, spec, shadow, acc._spec, chunk, _F64._spec, rounding, seed_w, rbits_v)
             if _any(shadow, np.isnan):
-                raise ValueError(_LOST_TOTAL.format(cacc=cacc, acc=acc))
+                raise ValueError(_LOST_TOTAL.format(arg=lost, cacc=cacc if cacc is not None else acc, acc=acc))
     r = res.reshape(rshape)
     return r[()] if r.ndim == 0 else r
 

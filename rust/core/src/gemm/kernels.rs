@@ -101,6 +101,11 @@ pub(crate) trait Real: Copy + Default + PartialEq + Send + Sync + std::ops::Add<
     }
 }
 
+/// Does the compilation target fuse multiply-adds in hardware (aarch64; x86-64
+/// only when built for it, which lowp never is: its AVX2 kernels enable FMA per
+/// function)? Without it `mul_add` is a call of libm's `fma`.
+const HW_FMA: bool = cfg!(any(target_arch = "aarch64", target_feature = "fma"));
+
 impl Real for f32 {
     const NAN: Self = f32::NAN;
     #[inline(always)]
@@ -111,9 +116,27 @@ impl Real for f32 {
     fn from_f64(x: f64) -> Self {
         x as f32
     }
+    /// `self * b + c` rounded once, as an FMA (the portable kernels then give the
+    /// AVX2 kernels' bits). Without FMA hardware: the product is exact in f64, the sum
+    /// is rounded to odd there (two-sum), and rounding that into f32 (29 bits fewer)
+    /// rounds the exact value once; branch-free, so that it vectorizes. (Calling
+    /// libm's `fmaf` per element ran three times as slow again.)
     #[inline(always)]
     fn madd(self, b: Self, c: Self) -> Self {
-        self.mul_add(b, c)
+        if HW_FMA {
+            return self.mul_add(b, c);
+        }
+        let p = self as f64 * b as f64;
+        let cd = c as f64;
+        let s = p + cd;
+        let bv = s - p;
+        let err = (p - (s - bv)) + (cd - bv);
+        // Inexact (err nonzero; NaN only from infinite operands, where s is not
+        // finite): s truncated (one step down in magnitude where the exact value lies
+        // below |s|), then its last bit set.
+        let inexact = err != 0.0 && s.is_finite();
+        let below = inexact && (err < 0.0) != (s < 0.0);
+        f64::from_bits(s.to_bits().wrapping_sub(below as u64) | inexact as u64) as f32
     }
 }
 
@@ -1212,7 +1235,7 @@ real_kernel!(F32Avx2, f32, 6, 16, 144, 256, 4080, avx2,
         unsafe { f32_6x16_avx2(kc, a, b, c, rs, cs, mr, nr, accumulate) }
         #[cfg(not(target_arch = "x86_64"))]
         // SAFETY: forwarded contract.
-        unsafe { real_body::<f32, 6, 16, false>(kc, a, b, c, rs, cs, mr, nr, accumulate) }
+        unsafe { real_body::<f32, 6, 16, true>(kc, a, b, c, rs, cs, mr, nr, accumulate) }
     }
     fn a_rows(&self, a: &Operand) -> Option<u8> {
         match a.dec {
@@ -1266,7 +1289,7 @@ real_kernel!(F32Avx2, f32, 6, 16, 144, 256, 4080, avx2,
 real_kernel!(F32Portable, f32, 6, 16, 144, 256, 4080,
     unsafe fn run(&self, kc: usize, a: *const f32, b: *const f32, c: *mut f32, rs: isize, cs: isize, mr: usize, nr: usize, accumulate: bool) {
         // SAFETY: forwarded contract.
-        unsafe { real_body::<f32, 6, 16, false>(kc, a, b, c, rs, cs, mr, nr, accumulate) }
+        unsafe { real_body::<f32, 6, 16, true>(kc, a, b, c, rs, cs, mr, nr, accumulate) }
     }
 );
 
@@ -1278,7 +1301,7 @@ real_kernel!(F64Avx2, f64, 6, 8, 72, 256, 4080, avx2,
         unsafe { f64_6x8_avx2(kc, a, b, c, rs, cs, mr, nr, accumulate) }
         #[cfg(not(target_arch = "x86_64"))]
         // SAFETY: forwarded contract.
-        unsafe { real_body::<f64, 6, 8, false>(kc, a, b, c, rs, cs, mr, nr, accumulate) }
+        unsafe { real_body::<f64, 6, 8, HW_FMA>(kc, a, b, c, rs, cs, mr, nr, accumulate) }
     }
     fn a_rows(&self, a: &Operand) -> Option<u8> {
         (cfg!(target_arch = "x86_64") && a.cs == 1 && matches!(a.dec, Dec::F64)).then_some(A_ROWS_SAME)
@@ -1296,7 +1319,7 @@ real_kernel!(F64Avx2, f64, 6, 8, 72, 256, 4080, avx2,
 real_kernel!(F64Portable, f64, 6, 8, 72, 256, 4080,
     unsafe fn run(&self, kc: usize, a: *const f64, b: *const f64, c: *mut f64, rs: isize, cs: isize, mr: usize, nr: usize, accumulate: bool) {
         // SAFETY: forwarded contract.
-        unsafe { real_body::<f64, 6, 8, false>(kc, a, b, c, rs, cs, mr, nr, accumulate) }
+        unsafe { real_body::<f64, 6, 8, HW_FMA>(kc, a, b, c, rs, cs, mr, nr, accumulate) }
     }
 );
 
