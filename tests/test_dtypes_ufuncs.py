@@ -786,3 +786,38 @@ def test_np_dot_sums_in_float64_and_rounds_once(name):
                           (np.dot(lb.T, la.T), b.T @ a.T), (np.inner(la, la), a @ a.T), (np.dot(la[0], lb[:, 0]), a[0] @ b[:, 0])):
             assert got.dtype == dt(name)
             np.testing.assert_array_equal(as_codes(got), lowp.encode(np.asarray(want), f).reshape(np.shape(want)))
+
+
+def test_posit32_ties_float64_cannot_see():
+    """Where float64's result is a tie of posit32 (or of a small posit16/bf16 value) the
+    exact value is not: exp near 0 is above 1 + x, arctan2 of a tiny ratio is below the
+    ratio, x ** 2 and x ** 0.5 round the exact square and root once, and arctanh is odd."""
+    import decimal
+
+    def odd(d: decimal.Decimal) -> float:
+        """d rounded to odd in float64 (then rounding into posit32 rounds d once)."""
+        f = float(d)
+        if decimal.Decimal(f) != d and not np.array(f).view(np.int64) & 1:
+            f = float(np.nextafter(f, np.inf if decimal.Decimal(f) < d else -np.inf))
+        return f
+
+    P = lowp.posit32
+    decimal.getcontext().prec = 80
+    for k in (28, 29, 30, 40, 50):
+        for v in (2.0**-k, -(2.0**-k), 3 * 2.0**-k):
+            got = float(np.exp(np.array(v, P)))
+            want = float(lowp.round(np.array([odd(decimal.Decimal(v).exp())]), lowp.PositFormat(32))[0])
+            assert got == want, (k, v)
+    assert float(np.exp(np.array(2.0**-28, P))) == 1 + 2**-27  # 1 + 2^-28 is the tie; exp lies above it
+    rng = np.random.default_rng(2)
+    x = np.concatenate([[1.25 + 2**-27], rng.uniform(0.5, 4, 5000)]).astype(P)
+    np.testing.assert_array_equal(np.power(x, np.array(2, P)).view(np.uint32), np.square(x).view(np.uint32))
+    np.testing.assert_array_equal(np.power(x, np.array(0.5, P)).view(np.uint32), np.sqrt(x).view(np.uint32))
+    np.testing.assert_array_equal(np.power(x, np.array(-1, P)).view(np.uint32), np.reciprocal(x).view(np.uint32))
+    c = np.array([0xC0000004, 0xC0000001, 0xC8000000], np.uint32).view(P)
+    np.testing.assert_array_equal(np.arctanh(c).view(np.uint32), (-np.arctanh(-c)).view(np.uint32))
+    assert float(np.arctan2(np.array(1.375, lowp.posit16), np.array(2.0**40, lowp.posit16))) == 1.25 * 2**-40
+    assert float(np.arctan2(np.array(1.5 * 2**-125, lowp.bfloat16), np.array(256, lowp.bfloat16))) == 2.0**-133
+    # Ratios that are not ties, and the signs, as before.
+    assert float(np.arctan2(np.array(-1.375, lowp.posit16), np.array(2.0**40, lowp.posit16))) == -1.25 * 2**-40
+    assert float(np.arctan2(np.array(1.25, lowp.posit16), np.array(2.0**40, lowp.posit16))) == 1.25 * 2**-40

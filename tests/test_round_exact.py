@@ -612,3 +612,28 @@ def test_big_endian_low_precision_arrays_round_by_value(name):
             np.testing.assert_array_equal(lowp.encode(big, fmt), lowp.encode(native, fmt))
         np.testing.assert_array_equal(lowp.cast(big, lowp.float8_e5m2).view(np.uint8),
                                       lowp.cast(native, lowp.float8_e5m2).view(np.uint8))
+
+
+def test_decode_without_subnormals_reads_the_zero_exponent_as_zero():
+    """Codes of the zero exponent in a format without subnormals are zeros of their sign
+    (round and encode never make the others, whose values would lie below min_normal)."""
+    f = lowp.FloatFormat(4, 3, subnormals=False)
+    v = lowp.decode(np.arange(256, dtype=np.uint8), f, np.float64)
+    assert np.all(v[1:8] == 0) and np.all(v[0x81:0x88] == 0) and np.all(np.signbit(v[0x80:0x88]))
+    assert v[8] == f.min_normal == f.min_subnormal
+    codes = np.arange(256, dtype=np.uint8)
+    keep = ~np.isnan(v) & ((codes & 0x78) != 0)
+    np.testing.assert_array_equal(lowp.encode(v[keep], f), codes[keep])
+
+
+def test_a_failed_round_in_place_leaves_its_input():
+    x = np.array([1.3, np.nan, 2.7, 1e6])
+    for fn in (lambda: lowp.round(x, lowp.IntFormat(8), out=x),
+               lambda: lowp.round(x, "float4_e2m1fn", out=x)):
+        with pytest.raises(ValueError, match="^x: contains NaN"):
+            fn()
+        np.testing.assert_array_equal(x, [1.3, np.nan, 2.7, 1e6])
+    y = x.astype(np.float32)
+    with pytest.raises(ValueError, match="^x: contains NaN"):
+        lowp.encode(y, lowp.IntFormat(32), out=y.view(np.uint32))
+    np.testing.assert_array_equal(y, np.array([1.3, np.nan, 2.7, 1e6], np.float32))

@@ -288,11 +288,14 @@ def _check_out(out: Any, shape: tuple, dtype: np.dtype) -> np.ndarray:
 
 def _into(res: np.ndarray, src: np.ndarray, call: Any) -> Any:
     """``call(dst)`` writing into ``res``; through a temporary when ``res`` overlaps the
-    input (``out=x`` rounds in place; the kernels never see aliased buffers)."""
+    input (``out=x`` rounds in place; the kernels never see aliased buffers), copied
+    back only when the call reports no failure (a true result), so that a call that
+    raises leaves its input as it was."""
     if np.may_share_memory(res, src):
         tmp = np.empty(res.shape, res.dtype)
         r = call(tmp)
-        res[...] = tmp
+        if not r:
+            res[...] = tmp
         return r
     return call(res)
 

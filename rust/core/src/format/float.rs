@@ -195,7 +195,14 @@ impl FloatFormat {
         let v = if self.nan == NanPolicy::Ieee && self.inf && (mag >> m) << m == (self.mag_mask() >> m) << m {
             f64::INFINITY
         } else if bexp == 0 {
-            ldexp(frac as f64, self.emin() - m as i32)
+            // Without subnormals the codes of the zero exponent are zeros (round and
+            // encode never make the others; their values would lie below min_normal,
+            // which is then the smallest positive value).
+            if self.subnormals {
+                ldexp(frac as f64, self.emin() - m as i32)
+            } else {
+                0.0
+            }
         } else {
             ldexp(((1u64 << m) | frac) as f64, bexp - self.bias - m as i32)
         };

@@ -422,6 +422,37 @@ fn sqrt_odd(x: f64) -> f64 {
     odd(s, (x - p) - e)
 }
 
+/// `exp(x)`; near 0, where `1 + x` (what f64 keeps of the exact value) can be a
+/// tie of posit32, the exact value `1 + expm1(x)` rounded to odd.
+#[inline(always)]
+fn exp_odd(x: f64) -> f64 {
+    if x != 0.0 && x.abs() < 1.0 / 1048576.0 {
+        add_odd(1.0, x.exp_m1())
+    } else {
+        x.exp()
+    }
+}
+
+/// `atan2(y, x)`; for `0 < |y/x| < 2^-27` (x > 0), where f64 keeps nothing of
+/// the series' `-t^3/3`, the quotient rounded to odd with an exact quotient
+/// counted as lying above the result (the arctangent is smaller in magnitude),
+/// so that a quotient on a tie of the format rounds toward zero as the exact
+/// arctangent does.
+#[inline(always)]
+fn atan2_odd(y: f64, x: f64) -> f64 {
+    if x > 0.0 && finite(x) && y != 0.0 && finite(y) && y.abs() < x * (1.0 / 134217728.0) {
+        let q = y / x;
+        if q == 0.0 || !finite(q) {
+            return y.atan2(x);
+        }
+        let (p, e) = two_prod(q, x);
+        let r = (y - p) - e; // y - q*x, exact; y/x - q has its sign (x > 0)
+        let dir = if r == 0.0 { -q } else { r };
+        return odd(q, dir);
+    }
+    y.atan2(x)
+}
+
 // ---------------------------------------------------------------- numpy semantics in f64
 
 fn divmod(a: f64, b: f64) -> (f64, f64) {
@@ -675,9 +706,21 @@ pub fn binary(t: usize, op: Bin, a: &[u32], b: &[u32], out: &mut [u32]) {
         Bin::FloorDiv => map!(|p: f64, q: f64| divmod(p, q).0),
         Bin::Rem => map!(|p: f64, q: f64| divmod(p, q).1),
         Bin::Fmod => map!(|p: f64, q: f64| p % q),
-        Bin::Pow => map!(f64::powf),
+        // Powers whose exact values other ops compute rounded to odd (f64's powf
+        // rounds x^2 of a 28-bit posit32 before the posit rounding: twice).
+        Bin::Pow => map!(|p: f64, q: f64| {
+            if q == 2.0 {
+                mul_odd(p, p)
+            } else if q == -1.0 {
+                div_odd(1.0, p)
+            } else if q == 0.5 && p > 0.0 && finite(p) {
+                sqrt_odd(p)
+            } else {
+                p.powf(q)
+            }
+        }),
         Bin::CopySign => map!(f64::copysign),
-        Bin::Arctan2 => map!(f64::atan2),
+        Bin::Arctan2 => map!(atan2_odd),
         Bin::Heaviside => map!(|p: f64, q: f64| if p.is_nan() { p } else if p < 0.0 { 0.0 } else if p > 0.0 { 1.0 } else { q }),
         Bin::LogAddExp => map!(|p: f64, q: f64| {
             // As numpy: the larger plus log1p(exp(-|difference|)), exact for equal inputs.
@@ -767,7 +810,7 @@ pub fn unary(t: usize, op: Un, a: &[u32], out: &mut [u32]) {
         Un::Square => map!(|p: f64| p * p),
         Un::Recip if posit => map!(|p: f64| div_odd(1.0, p)),
         Un::Recip => map!(|p: f64| 1.0 / p),
-        Un::Exp => map!(f64::exp),
+        Un::Exp => map!(exp_odd),
         Un::Exp2 => map!(f64::exp2),
         Un::Expm1 => map!(f64::exp_m1),
         Un::Log => map!(f64::ln),
@@ -788,7 +831,8 @@ pub fn unary(t: usize, op: Un, a: &[u32], out: &mut [u32]) {
         // its own functions raise them.)
         Un::Arcsinh => map!(|p: f64| if p == 0.0 { p } else { p.asinh() }),
         Un::Arccosh => map!(|p: f64| if p < 1.0 { (p - 1.0).sqrt() } else { p.acosh() }),
-        Un::Arctanh => map!(f64::atanh),
+        // (Odd: f64::atanh loses bits near -1, where 2x / (1 - x) nears -1 in ln_1p.)
+        Un::Arctanh => map!(|p: f64| if p < 0.0 { -(-p).atanh() } else { p.atanh() }),
         Un::Cbrt => map!(f64::cbrt),
         Un::Deg2Rad => map!(f64::to_radians),
         Un::Rad2Deg => map!(f64::to_degrees),
