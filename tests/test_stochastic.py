@@ -6,6 +6,8 @@ Statistical checks use fixed seeds (so they are deterministic) and 4-sigma bound
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -318,3 +320,23 @@ def test_posits_unbiased_where_exponent_bits_are_cut(fmt, dtype, isa):
         a = lowp.encode(np.full(64, x, np.float32), f, "stochastic", seed=3, rbits=24)
         b = lowp.encode(np.full(64, x, np.float32).astype(np.float64), f, "stochastic", seed=3, rbits=24)
         assert np.array_equal(a, b)
+
+
+def test_stochastic_rounding_of_values_float64_does_not_hold_is_unbiased():
+    """64-bit integers beyond 2**53 and longdouble values round up with the probability of
+    their exact place between the neighbours, not of the float64 they were read as."""
+    f50, f52 = lowp.FloatFormat(11, 50), lowp.FloatFormat(11, 52)
+    n = 20000
+    up = (lowp.round(np.full(n, 2**60 + 1, np.int64), f50, "stochastic", seed=3) > 2**60).sum()
+    assert abs(up - n / 1024) < 5 * math.sqrt(n / 1024)  # 1/1024 (it was 1/4)
+    half = lowp.round(np.full(4000, 2**53 + 1, np.int64), f52, "stochastic", seed=4)
+    assert abs((half > 2**53).mean() - 0.5) < 0.05
+    np.testing.assert_array_equal(half, lowp.round(np.full(4000, 2**53 + 1, np.int64), f52, "stochastic", seed=4))
+    neg = lowp.round(np.full(4000, -(2**53 + 1), np.int64), f52, "stochastic", seed=6)
+    assert abs((neg < -(2**53)).mean() - 0.5) < 0.05
+    codes = lowp.encode(np.full(n, 2**60 + 1, np.uint64), f50, "stochastic", seed=1)
+    assert abs((lowp.decode(codes, f50, np.float64) > 2**60).sum() - n / 1024) < 5 * math.sqrt(n / 1024)
+    if np.finfo(np.longdouble).nmant > 60:
+        ld = np.full(n, np.longdouble(1) + np.longdouble(2) ** -60)
+        ups = (lowp.round(ld, f52, "stochastic", seed=5) > 1).sum()
+        assert abs(ups - n / 256) < 5 * math.sqrt(n / 256)

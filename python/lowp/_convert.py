@@ -146,6 +146,51 @@ def _round_exact(v: Fraction, fmt: FloatFormat, rounding: str) -> float:
     return math.copysign(float(c), -1.0 if neg else 1.0)  # (a zero keeps v's sign)
 
 
+def _stochastic_exact(x: Any, a: np.ndarray, fmt: Format, key: int, nb: int) -> np.ndarray:
+    """Stochastic rounding of 64-bit integers and longdouble values float64 does not hold
+    (``a``: float64 as the core will read them), into a float format: float64 keeps only
+    52 - p bits of such a value's place between its two neighbours in a format of p
+    significant bits, which would bias the draw (2**60 + 1 into FloatFormat(11, 50)
+    rounded up a quarter of the time). Those values are rounded here from their exact
+    place, with ``nb`` bits drawn for each from a generator keyed by ``key`` in flat index
+    order (reproducible whatever the threads), and handed to the core as the chosen
+    neighbour, which it keeps."""
+    src = _native(_array_arg(x, "x"))
+    wide = src.dtype.kind in "iu" and src.dtype.itemsize == 8 or src.dtype.kind == "f" and src.dtype.itemsize > 8
+    if not wide or not isinstance(fmt, FloatFormat) or a.dtype != np.float64 or not a.size:
+        return a
+    flat = src.reshape(-1)
+    if src.dtype.kind in "iu":
+        big = (flat > 2**53) | (flat < -(2**53)) if src.dtype.kind == "i" else flat > 2**53
+        cand = np.flatnonzero(big)
+        exact: Any = lambda v: Fraction(int(v))
+    else:
+        with np.errstate(over="ignore"):
+            f64 = flat.astype(np.float64)
+        cand = np.flatnonzero(np.isfinite(f64) & (f64.astype(flat.dtype) != flat))
+        exact = lambda v: Fraction(*v.as_integer_ratio())
+    if not cand.size:
+        return a
+    words = np.random.default_rng([key, 0x5354_4f43]).integers(0, 2**64, size=flat.size, dtype=np.uint64)
+    out = np.array(a, np.float64, copy=True).reshape(-1)
+    top = Fraction(fmt.max)
+    for i in cand:
+        v = exact(flat[i])
+        mag = abs(v)
+        if mag < Fraction(fmt.min_normal) or mag >= top:
+            continue  # (the core's rounding of the float64: below the normal range or at the top)
+        lo = Fraction(abs(_round_exact(mag, fmt, "toward_zero")))
+        hi_f = _round_exact(mag, fmt, "up")
+        if lo == mag or not math.isfinite(hi_f):
+            continue
+        hi = Fraction(hi_f)
+        # Rounds away when the nb drawn bits lie below the top nb bits of the place.
+        t = ((mag - lo) * 2**nb / (hi - lo)).__floor__()
+        r = int(words[i]) >> (64 - nb)
+        out[i] = math.copysign(float(hi if r < t else lo), -1.0 if v < 0 else 1.0)
+    return out.reshape(a.shape)
+
+
 def _native(a: np.ndarray) -> np.ndarray:
     """``a`` in the machine's byte order: numpy's own types by a cast, the low-precision
     dtypes (1, 2 or 4 bytes) by swapping the bytes of their codes, which needs no cast
@@ -336,6 +381,8 @@ def round(x: Any, fmt: Any, rounding: str = "nearest_even", *, saturate: bool = 
     a = _as_float_array(x, fmt=f, rounding=r)
     key = _seed_word(seed, r)
     nb = _rbits(rbits, a.dtype)
+    if r == "stochastic":
+        a = _stochastic_exact(x, a, f, key, nb)
     if out is None:
         res = result_empty(a.shape, a.dtype)
     else:
@@ -354,6 +401,8 @@ def encode(x: Any, fmt: Any, rounding: str = "nearest_even", *, saturate: bool =
     a = _as_float_array(x, fmt=f, rounding=r)
     key = _seed_word(seed, r)
     nb = _rbits(rbits, a.dtype)
+    if r == "stochastic":
+        a = _stochastic_exact(x, a, f, key, nb)
     sd = f.storage_dtype
     res = result_empty(a.shape, sd) if out is None else _check_out(out, a.shape, sd)
     bad = _into(res, a, lambda d: _lowp.encode_into(a.reshape(-1), f._spec, d.reshape(-1), r, sat, key, nb))
