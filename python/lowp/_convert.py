@@ -146,16 +146,16 @@ def _round_exact(v: Fraction, fmt: FloatFormat, rounding: str) -> float:
     return math.copysign(float(c), -1.0 if neg else 1.0)  # (a zero keeps v's sign)
 
 
-def _stochastic_exact(x: Any, a: np.ndarray, fmt: Format, key: int, nb: int) -> np.ndarray:
+def _stochastic_exact(src: np.ndarray, a: np.ndarray, fmt: Format, key: int, nb: int) -> np.ndarray:
     """Stochastic rounding of 64-bit integers and longdouble values float64 does not hold
-    (``a``: float64 as the core will read them), into a float format: float64 keeps only
+    (``src``, native order; ``a``: float64 as the core will read them), into a float
+    format: float64 keeps only
     52 - p bits of such a value's place between its two neighbours in a format of p
     significant bits, which would bias the draw (2**60 + 1 into FloatFormat(11, 50)
     rounded up a quarter of the time). Those values are rounded here from their exact
     place, with ``nb`` bits drawn for each from a generator keyed by ``key`` in flat index
     order (reproducible whatever the threads), and handed to the core as the chosen
     neighbour, which it keeps."""
-    src = _native(_array_arg(x, "x"))
     wide = src.dtype.kind in "iu" and src.dtype.itemsize == 8 or src.dtype.kind == "f" and src.dtype.itemsize > 8
     if not wide or not isinstance(fmt, FloatFormat) or a.dtype != np.float64 or not a.size:
         return a
@@ -179,11 +179,10 @@ def _stochastic_exact(x: Any, a: np.ndarray, fmt: Format, key: int, nb: int) -> 
         mag = abs(v)
         if mag < Fraction(fmt.min_normal) or mag >= top:
             continue  # (the core's rounding of the float64: below the normal range or at the top)
-        lo = Fraction(abs(_round_exact(mag, fmt, "toward_zero")))
-        hi_f = _round_exact(mag, fmt, "up")
-        if lo == mag or not math.isfinite(hi_f):
+        lo = Fraction(_round_exact(mag, fmt, "toward_zero"))
+        if lo == mag:
             continue
-        hi = Fraction(hi_f)
+        hi = Fraction(_round_exact(mag, fmt, "up"))  # (at most max: mag lies below it)
         # Rounds away when the nb drawn bits lie below the top nb bits of the place.
         t = ((mag - lo) * 2**nb / (hi - lo)).__floor__()
         r = int(words[i]) >> (64 - nb)
@@ -244,6 +243,16 @@ def _mul_to_odd(a: Any, b: Any) -> np.ndarray:
     with np.errstate(over="ignore", invalid="ignore", under="ignore"):
         p, e = _two_product(ma, mb)
         return np.ldexp(_to_odd(p, e), ea + eb)
+
+
+def _add_to_odd(a: Any, b: Any) -> np.ndarray:
+    """``a + b`` (float64, broadcast) rounded to odd, as :func:`_mul_to_odd`: the error
+    of the rounded sum is exact (two-sum) and gives the side of the exact sum."""
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    with np.errstate(invalid="ignore"):
+        s = a + b
+        back = s - a
+        return _to_odd(s, (a - (s - back)) + (b - back))
 
 
 def _div_to_odd(a: Any, b: Any) -> np.ndarray:
@@ -378,11 +387,12 @@ def round(x: Any, fmt: Any, rounding: str = "nearest_even", *, saturate: bool = 
         raise TypeError(f"subnormals: expected a bool, got {type(subnormals).__name__}")
     if not subnormals and isinstance(f, FloatFormat) and f.subnormals:
         f = f.replace(subnormals=False)
-    a = _as_float_array(x, fmt=f, rounding=r)
+    src = _native(_array_arg(x, "x"))
+    a = _as_float_array(src, fmt=f, rounding=r)
     key = _seed_word(seed, r)
     nb = _rbits(rbits, a.dtype)
     if r == "stochastic":
-        a = _stochastic_exact(x, a, f, key, nb)
+        a = _stochastic_exact(src, a, f, key, nb)
     if out is None:
         res = result_empty(a.shape, a.dtype)
     else:
@@ -398,11 +408,12 @@ def encode(x: Any, fmt: Any, rounding: str = "nearest_even", *, saturate: bool =
     """Round ``x`` into ``fmt`` and return the encodings as uint8/16/32/64 (by ``fmt.bits``).
     ``rounding``, ``saturate``, ``seed``, ``rbits`` and ``out`` as for :func:`round`."""
     f, r, sat = _prepare(fmt, rounding, saturate)
-    a = _as_float_array(x, fmt=f, rounding=r)
+    src = _native(_array_arg(x, "x"))
+    a = _as_float_array(src, fmt=f, rounding=r)
     key = _seed_word(seed, r)
     nb = _rbits(rbits, a.dtype)
     if r == "stochastic":
-        a = _stochastic_exact(x, a, f, key, nb)
+        a = _stochastic_exact(src, a, f, key, nb)
     sd = f.storage_dtype
     res = result_empty(a.shape, sd) if out is None else _check_out(out, a.shape, sd)
     bad = _into(res, a, lambda d: _lowp.encode_into(a.reshape(-1), f._spec, d.reshape(-1), r, sat, key, nb))

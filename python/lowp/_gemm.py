@@ -141,13 +141,15 @@ def _totals_may_be_lost(acc: Any, cacc: Any, chunk: Optional[int]) -> Optional[s
     """Can the chunk totals have no value in the format they are added into (``cacc``,
     or ``acc`` itself), one without NaN: a total in ``acc`` that is NaN (an overflow
     without infinities, inf - inf) or totals that are infinities of both signs? The
-    argument naming that format, or None."""
+    error to raise if a float64 run of the totals finds one (naming that format), or
+    None."""
     if chunk is None:
         return None
     c, arg = (cacc, "chunk_accumulate") if cacc is not None else (acc, "accumulate")
     if _has_nan(c) or not (_has_nan(acc) or _inf_without_nan(acc)):
         return None
-    return arg
+    return (f"{arg}: {c!r} has no NaN, and a chunk's total in {acc!r} is NaN, or the totals include "
+            f"infinities of both signs (an overflow or inf - inf inside a chunk)")
 
 
 def _inf_without_nan(f: Any) -> bool:
@@ -158,10 +160,6 @@ def _inf_without_nan(f: Any) -> bool:
 
 _INF_NO_NAN = ("{arg}: {f!r} has infinities but no NaN, so inf - inf has no value in it, and {what} "
                "contains infinities; use a format with NaN or without infinities")
-
-_LOST_TOTAL = ("{arg}: {cacc!r} has no NaN, and a chunk's total in {acc!r} is NaN, or the totals "
-               "include infinities of both signs (an overflow or inf - inf inside a chunk)")
-
 
 def _parse_chunk(chunk: Any) -> Optional[int]:
     if chunk is None:
@@ -462,7 +460,7 @@ def matmul(a: Any, b: Any, *, accumulate: Any = "float32", chunk: Optional[int] 
             shadow = np.empty(r2.shape, np.float64)
             run(shadow, _F64._spec)
             if _any(shadow, np.isnan):
-                raise ValueError(_LOST_TOTAL.format(arg=lost, cacc=cacc if cacc is not None else acc, acc=acc))
+                raise ValueError(lost)
     if not direct:
         if path == "emu" and target == natural:
             result[...] = res_core  # exact: the values are in the accumulator format
@@ -640,7 +638,7 @@ def sum(x: Any, axis: Any = None, *, accumulate: Any = "float32", chunk: Optiona
             shadow = np.zeros((1, mdim), np.float64)
             _lowp.sum_into(x2, spec, shadow, acc._spec, chunk, _F64._spec, rounding, seed_w, rbits_v)
             if _any(shadow, np.isnan):
-                raise ValueError(_LOST_TOTAL.format(arg=lost, cacc=cacc if cacc is not None else acc, acc=acc))
+                raise ValueError(lost)
     r = res.reshape(rshape)
     return r[()] if r.ndim == 0 else r
 

@@ -6,7 +6,7 @@ from typing import Any, Optional, Union
 
 import numpy as np
 
-from ._convert import SeedLike, _as_float_array, _check_rounding, _div_to_odd, _mul_to_odd, _to_odd, encode
+from ._convert import SeedLike, _as_float_array, _add_to_odd, _check_rounding, _div_to_odd, _mul_to_odd, encode
 from ._formats import IntFormat, _code_format, format as _format
 
 __all__ = ["quantize", "QuantizedArray"]
@@ -178,11 +178,7 @@ def quantize(x: Any, fmt: Union[str, IntFormat] = "int8", *, axis: Optional[int]
         scale = _div_to_odd(hi, qmax)
         zp = np.zeros_like(scale)
     else:
-        span = hi - lo
-        with np.errstate(invalid="ignore"):
-            back = span - hi
-            err = (hi - (span - back)) + (-lo - back)  # (two-sum: span + err == hi - lo)
-        scale = _div_to_odd(_to_odd(span, err), qmax - qmin)
+        scale = _div_to_odd(_add_to_odd(hi, -lo), qmax - qmin)
     scale = np.where(scale > 0, scale, 1.0)
     if (scale > _F32_MAX).any():
         raise ValueError(f"x: values up to {max(abs(float(np.min(lo))), float(np.max(hi))):g} need a scale beyond "
