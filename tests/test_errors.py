@@ -196,11 +196,12 @@ def test_threads_and_isa_arguments():
     with pytest.raises(TypeError):
         lowp.set_num_threads(2.0)
     assert lowp.get_num_threads() >= 1
-    with pytest.raises(ValueError, match="^isa"):
-        _lowp.set_isa("avx512")
-    with pytest.raises(ValueError, match="^isa"):
+    if _lowp.detected_isa() != "avx512":
+        with pytest.raises(ValueError, match="^isa: \"avx512\" is not supported by this CPU"):
+            _lowp.set_isa("avx512")
+    with pytest.raises(ValueError, match='^isa: unknown "neon"'):
         _lowp.set_isa("neon")
-    assert _lowp.get_isa() in ("scalar", "sse2", "avx2")
+    assert _lowp.get_isa() in ("scalar", "sse2", "avx2", "avx512")
 
 
 def test_finfo_arguments():

@@ -12,15 +12,20 @@ FLOAT_DTYPES = [
     ml_dtypes.float8_e4m3, ml_dtypes.float8_e4m3fnuz, ml_dtypes.float8_e5m2fnuz,
     lowp.posit8, lowp.posit16,
 ]
-MR, NR = 6, 16
+MR, NR = 6, 16  # the AVX2 tile
+MR5, NR5 = 12, 32  # the AVX-512 tile
 SHAPES = [(0, 5, 3), (5, 0, 3), (4, 3, 0), (1, 1, 1), (MR - 1, NR - 1, 7), (MR + 1, NR + 1, 5), (MR, NR, 1),
-          (63, 65, 257), (65, 63, 63), (257, 17, 33)]
+          (63, 65, 257), (65, 63, 63), (257, 17, 33), (MR5 + 1, NR5 - 1, 300), (MR5 * 3 - 1, NR5 * 2 + 1, 513)]
 
 
-@pytest.fixture(params=["simd", "scalar"])
+@pytest.fixture(params=["simd", "avx2", "scalar"])
 def isa(request):
-    if request.param == "scalar":
-        _lowp.set_isa("scalar")
+    """The best SIMD path, the AVX2 one where the best is AVX-512 (the float32 GEMM has
+    kernels for both), and the scalar reference."""
+    if request.param == "avx2" and _lowp.detected_isa() != "avx512":
+        pytest.skip("the AVX2 path is the best path on this CPU")
+    if request.param != "simd":
+        _lowp.set_isa(request.param)
     yield request.param
     _lowp.set_isa(None)
 
@@ -657,6 +662,10 @@ def test_padded_ld_and_empty():
         lowp.padded_ld(-1, np.float32)
     with pytest.raises(TypeError, match="n"):
         lowp.padded_ld(1.5, np.float32)
+    for dt in ("V3", "V12", "V1024"):  # (no row of these is a whole number of cache lines)
+        with pytest.raises(TypeError, match="^dtype: .* has an itemsize of .* bytes; padded rows need one"):
+            lowp.padded_ld(10, dt)
+    assert lowp.padded_ld(10, "V16") == 12
     # A padded array is a normal matmul operand.
     a = lowp.empty((64, 1024), np.float32)
     a[...] = rand((64, 1024), np.float32, 20)
@@ -831,3 +840,77 @@ def test_float32_path_fuses_products_on_every_isa(dtype):
         lowp._lowp.set_isa(None)
     for s, r in zip(simd, scalar):
         np.testing.assert_array_equal(s.view(np.uint32), r.view(np.uint32))
+
+
+def _paths():
+    """The instruction-set paths this CPU has, best first."""
+    order = ["avx512", "avx2", "sse2", "scalar"]
+    return order[order.index(_lowp.detected_isa()):]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, lowp.bfloat16, ml_dtypes.float8_e4m3fn, lowp.posit16],
+                         ids=lambda d: np.dtype(d).name)
+def test_float32_gemm_paths_give_the_same_bits(dtype):
+    """The loop nest's kernels (AVX-512 12x32, AVX2 6x16, portable) sum every element of C
+    in the same depth blocks with the same FMA chains, so they give the same bits: over
+    several depth blocks, partial tiles of either kernel, transposed and strided operands,
+    and outputs with strided columns (stored through the scratch tile), at 1 and 2 threads."""
+    rng = np.random.default_rng(5)
+    cases = []
+    for m, k, n in [(100, 600, 70), (37, 257, 95), (12, 256, 32), (200, 300, 260)]:
+        a = (rng.standard_normal((m, k)) * 3).astype(dtype)
+        b = (rng.standard_normal((k, n)) * 3).astype(dtype)
+        cases.append((a, b, None))
+        cases.append((np.asfortranarray(a), b[:, ::-1], None))
+        cases.append((a, np.ascontiguousarray(b.T).T, np.zeros((n, m), np.float32).T))
+        cases.append((a, b, np.zeros((m, 2 * n), np.float32)[:, ::2]))
+    before = lowp.get_num_threads()
+    results = {}
+    try:
+        for isa in _paths():
+            _lowp.set_isa(isa)
+            for t in (1, 2):
+                lowp.set_num_threads(t)
+                got = []
+                for a, b, out in cases:
+                    if out is not None:
+                        out[...] = np.nan
+                        got.append(lowp.matmul(a, b, out=out).copy())
+                    else:
+                        got.append(lowp.matmul(a, b))
+                results[isa, t] = got
+    finally:
+        _lowp.set_isa(None)
+        lowp.set_num_threads(before)
+    first = next(iter(results))
+    for key, got in results.items():
+        for i, (g, w) in enumerate(zip(got, results[first])):
+            np.testing.assert_array_equal(g.view(np.uint32), w.view(np.uint32), err_msg=f"{key} case {i}")
+    for (a, b, _), c in zip(cases, results[first]):
+        check_f32(c, a, b)
+
+
+def test_out_without_elements_and_out_of_an_equivalent_dtype():
+    """numpy gives arrays without elements zero strides: such an ``out`` of the right
+    shape is taken (not refused as overlapping). An ``out`` whose dtype holds the same
+    values as ``out_dtype`` (the lowp and ml_dtypes dtypes of one format, another byte
+    order) is written; one of another format is refused."""
+    a8, b8 = np.ones((0, 3), np.int8), np.ones((3, 4), np.int8)
+    out = np.empty((0, 4), np.int32)
+    assert lowp.matmul(a8, b8, out=out) is out
+    f = np.ones((2, 3), np.float32)
+    out = np.empty((2, 0), np.float32)
+    assert lowp.matmul(f, np.ones((3, 0), np.float32), out=out) is out
+    out = np.empty((0, 2, 4), np.float32)
+    assert lowp.matmul(np.ones((0, 2, 3), np.float32), np.ones((3, 4), np.float32), out=out) is out
+    a, b = np.ones((2, 3), np.int8), np.ones((3, 2), np.int8)
+    for dt, name in ((ml_dtypes.bfloat16, "bf16"), (ml_dtypes.bfloat16, lowp.bfloat16),
+                     (lowp.bfloat16, ml_dtypes.bfloat16), (ml_dtypes.float8_e4m3fn, "e4m3fn"),
+                     (np.dtype(">f4"), np.float32)):
+        out = np.zeros((2, 2), dt)
+        assert lowp.matmul(a, b, out=out, out_dtype=name) is out
+        np.testing.assert_array_equal(out.astype(np.float64), np.full((2, 2), 3.0))
+    with pytest.raises(TypeError, match="^out: dtype float16 does not match out_dtype"):
+        lowp.matmul(a, b, out=np.zeros((2, 2), np.float16), out_dtype="bf16")
+    with pytest.raises(ValueError, match="^out: must not have zero strides"):
+        lowp.matmul(f, f.T, out=np.lib.stride_tricks.as_strided(np.zeros(2, np.float32), (2, 2), (4, 0)))

@@ -569,7 +569,7 @@ def test_encode_from_float32_into_ranges_above_float32s(isa, fmt, mode):
     """Formats whose smallest normal lies at or past float32's largest exponent: every
     float32 is below or near their range. Arrays long enough for the vector kernels give
     the codes float64 input gives."""
-    levels = ["scalar", "sse2", "avx2"]
+    levels = ["scalar", "sse2", "avx2", "avx512"]
     if levels.index(isa) > levels.index(lowp._lowp.detected_isa()):
         pytest.skip(f"{isa} not available")
     x = np.array([1.0, -1.0, 0.0, -0.0, -1.5 * 2.0**52, 3e38, -3e38, np.inf, -np.inf, 2.0**-149, 1.7e38,

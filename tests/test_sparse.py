@@ -1152,3 +1152,20 @@ def test_float64_products_of_wide_formats_match_a_float64_reference(cls):
     y = rng.standard_normal((700, 3)).astype(np.float32)
     np.testing.assert_allclose(M.matmul(y, transpose=True), v.T @ y.astype(np.float64), rtol=1e-5, atol=1e-4)
     assert (M @ x)[5].tolist() == [0.0] * 40
+
+
+def test_prune_ranks_64_bit_integers_exactly():
+    """Magnitudes of int64/uint64 entries beyond 2**53 are ranked exactly (float64 would
+    merge 2**62 and 2**62 + 1 into a tie, and the lower index would win), the most
+    negative int64 included."""
+    x = np.array([2**62, 2**62 + 1, 1, 2], np.int64)
+    np.testing.assert_array_equal(sparse.prune_nm(x, 1, 4), [0, 2**62 + 1, 0, 0])
+    y = np.array([2**62 + 1, 2**62, 1, 2], np.int64)
+    np.testing.assert_array_equal(sparse.prune(y, 0.75), [2**62 + 1, 0, 0, 0])
+    z = np.array([2**63 - 1, -2**63, 5, -5, 2**63 - 2, 7], np.int64)
+    np.testing.assert_array_equal(sparse.prune(z, 0.5), [2**63 - 1, -2**63, 0, 0, 2**63 - 2, 0])
+    np.testing.assert_array_equal(sparse.prune_nm(z.reshape(2, 3), 1, 3, axis=1), [[0, -2**63, 0], [0, 2**63 - 2, 0]])
+    u = np.array([2**64 - 2, 2**64 - 1, 3, 1], np.uint64)
+    np.testing.assert_array_equal(sparse.prune_nm(u, 1, 2), [0, 2**64 - 1, 3, 0])
+    # Ties still keep the lower index.
+    np.testing.assert_array_equal(sparse.prune_nm(np.array([-7, 7, 7, -7], np.int64), 1, 2), [-7, 0, 7, 0])

@@ -302,3 +302,56 @@ def test_overflow_midpoint_where_max_opens_its_binade():
 
     for fmt, tie in ((lowp.FloatFormat(3, 0), 12.0), (lowp.FloatFormat(4, 1, nan="fn"), 320.0), ("e5m2", 61440.0)):
         assert find(lst.midpoints(fmt, allow_overflow=True), lambda v: v > lowp.format(fmt).max) == tie
+
+
+def test_midpoints_at_the_edges_of_float64s_range():
+    """The overflow tie of a format whose top binade is float64's is finite (max + ulp/2,
+    not max + ulp formed first); formats whose ties float64 cannot hold (halves of gaps
+    below 2**-1074, values beyond its range) are refused, as wider significands are."""
+    from hypothesis import find
+
+    f = lowp.FloatFormat(11, 10)
+    top = find(lst.midpoints(f), lambda v: v > f.max)
+    assert top == f.max + 2.0**(1023 - 11)
+    assert float(lowp.round(np.array([np.nextafter(top, 0)]), f)[0]) == f.max
+    assert np.isinf(lowp.round(np.array([top]), f)[0])  # (the tie goes to the even side: inf)
+    g = lowp.FloatFormat(5, 2, bias=1072)  # smallest gap 2**-1073: its half is float64's least
+    low = find(lst.midpoints(g), lambda v: 0 < v < 2 * g.min_subnormal)
+    assert low == g.min_subnormal / 2 == 2.0**-1074
+    for bad in (lowp.FloatFormat(5, 2, bias=1073), lowp.FloatFormat(3, 5, bias=1070)):
+        with pytest.raises(ValueError, match="^fmt: midpoints of .* are not exact in float64"):
+            lst.midpoints(bad)
+
+
+def test_sequences_of_ints_float64_cannot_hold():
+    """numpy reads a list mixing ints beyond int64's reach, or ints and floats, as float64,
+    rounding the ints; the ULP functions refuse such a list (naming the argument) rather
+    than give what the ints as scalars do not, and take the same ints in an int64/uint64
+    array or as scalars exactly."""
+    with pytest.raises(TypeError, match="^x: a sequence that numpy reads as float64 holds Python ints"):
+        lowp.ulp([2**64 - 1, -1], "bf16")
+    with pytest.raises(TypeError, match="^x: a sequence"):
+        lowp.nextafter([2**63 + 1, 0], 0, "float64")
+    with pytest.raises(TypeError, match="^y: a sequence"):
+        lowp.nextafter(0.0, (2**63 + 1, 0.5), "float64")
+    with pytest.raises(TypeError, match="^actual: a sequence"):
+        assert_ulp_close([2**64 - 1, 0], [2.0**64, 0], "float64")
+    assert lowp.ulp(2**64 - 1, "bf16") == 2.0**56
+    assert lowp.ulp(np.array([2**64 - 1], np.uint64), "bf16")[0] == 2.0**56
+    assert lowp.nextafter(np.array([2**63 + 1], np.uint64), 0, "float64")[0] == 2.0**63
+    np.testing.assert_array_equal(lowp.ulp([2**53, 1.5], "float64"), [2.0, 2.0**-52])
+    with pytest.raises(AssertionError):
+        assert_ulp_close(np.array([2**64 - 1, 0], np.uint64), [2.0**64, 0], "float64")
+
+
+def test_ulps_beyond_float64s_range():
+    """An int ``ulps`` beyond float64's range passes every finite distance (exact ones
+    included) rather than raising OverflowError; an infinite distance still fails."""
+    assert_ulp_close([1.0, 3.0], [2.0, -3.0], "bf16", ulps=2**1100)
+    assert_ulp_close(2**64 - 1, 2.0**60, "float64", ulps=2**1100)
+    with pytest.raises(AssertionError):  # (2**1138 ulp: 0.0 is in units of 2**-1074)
+        assert_ulp_close(2**64 - 1, 0.0, "float64", ulps=2**1100)
+    with pytest.raises(AssertionError):
+        assert_ulp_close(np.inf, 1.0, "bf16", ulps=2**1100)
+    with pytest.raises(AssertionError):
+        assert_ulp_close(2**64 - 1, 2.0**64, "float64", ulps=0)

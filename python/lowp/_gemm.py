@@ -257,9 +257,19 @@ def _check_out(out: Any, shape: tuple) -> np.ndarray:
         raise ValueError(f"out: shape {out.shape} does not match the result shape {shape}")
     if not out.flags.writeable:
         raise ValueError("out: must be writeable")
-    if any(s == 0 for s, n in zip(out.strides, out.shape) if n > 1):
+    # (numpy gives arrays without elements zero strides.)
+    if out.size and any(s == 0 for s, n in zip(out.strides, out.shape) if n > 1):
         raise ValueError("out: must not have zero strides (overlapping elements)")
     return out
+
+
+def _same_values(d: np.dtype, target: np.dtype) -> bool:
+    """Does dtype ``d`` hold the values of ``target`` alike: the same dtype in either byte
+    order, or the lowp and ml_dtypes dtypes of one format?"""
+    if d.newbyteorder("=") == target.newbyteorder("="):
+        return True
+    f = _code_format(d)
+    return f is not None and f == _code_format(target) and d.itemsize == target.itemsize
 
 
 def matmul(a: Any, b: Any, *, accumulate: Any = "float32", chunk: Optional[int] = None,
@@ -388,8 +398,10 @@ def matmul(a: Any, b: Any, *, accumulate: Any = "float32", chunk: Optional[int] 
 
     if out_dtype is not None:
         target = _target_dtype(out_dtype, "out_dtype")
-        if out is not None and isinstance(out, np.ndarray) and out.dtype != target:
-            raise TypeError(f"out: dtype {out.dtype} does not match out_dtype {target}")
+        if out is not None and isinstance(out, np.ndarray):
+            if not _same_values(out.dtype, target):
+                raise TypeError(f"out: dtype {out.dtype} does not match out_dtype {target!r}")
+            target = out.dtype
     else:
         target = out.dtype if isinstance(out, np.ndarray) else natural
     if out is not None:
@@ -654,6 +666,9 @@ def padded_ld(n: int, dtype: Any) -> int:
     if not 0 <= n < 2**62:
         raise ValueError(f"n: must be in 0..2**62 - 1, got {n}")
     d = _target_dtype(dtype, "dtype")
+    if d.itemsize == 0 or 64 % d.itemsize:
+        raise TypeError(f"dtype: {d} has an itemsize of {d.itemsize} bytes; padded rows need one that divides "
+                        f"the 64-byte cache line (1, 2, 4, 8, 16, 32 or 64)")
     return int(_lowp.padded_ld(int(n), d.itemsize))
 
 

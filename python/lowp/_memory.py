@@ -52,8 +52,8 @@ def _check_env() -> None:
             warnings.warn(f"LOWP_NUM_THREADS={v!r} is ignored: expected an integer in 1..{_MAX_THREADS}",
                           RuntimeWarning, stacklevel=3)
     v = os.environ.get("LOWP_ISA")
-    if v is not None and v.strip() not in ("scalar", "sse2", "avx2"):
-        warnings.warn(f"LOWP_ISA={v!r} is ignored: expected \"scalar\", \"sse2\" or \"avx2\"",
+    if v is not None and v.strip() not in ("scalar", "sse2", "avx2", "avx512"):
+        warnings.warn(f"LOWP_ISA={v!r} is ignored: expected \"scalar\", \"sse2\", \"avx2\" or \"avx512\"",
                       RuntimeWarning, stacklevel=3)
 
 

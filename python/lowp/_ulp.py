@@ -49,11 +49,7 @@ def _as_f64(x: Any, arg: str, f: Optional[Format] = None) -> np.ndarray:
     e = _exact_scalar(x)
     if e is not None:
         return np.array(_nearest_f64(e))
-    if isinstance(x, (list, tuple)):
-        try:
-            np.asarray(x)
-        except ValueError as err:  # ragged nested sequences
-            raise TypeError(f"{arg}: cannot be read as a numeric array: {err}") from None
+    _check_sequence(x, arg)
     if isinstance(x, (list, tuple, np.ndarray)) and np.asarray(x).dtype == object:
         raise TypeError(f"{arg}: arrays of Python objects (such as ints beyond 64 bits) are not supported; pass "
                         "such a value as a scalar, or use an array of a numeric dtype")
@@ -65,13 +61,29 @@ def _as_f64(x: Any, arg: str, f: Optional[Format] = None) -> np.ndarray:
 _F64_EXACT_INT = 2**53  # integers of at most this magnitude are float64 values
 
 
-def _not_float64(x: Any) -> Optional[tuple[np.ndarray, list[Fraction]]]:
+def _check_sequence(x: Any, arg: str) -> None:
+    """A list or tuple numpy cannot read, or reads as floats while it holds Python ints
+    float64 cannot hold (numpy reads [2**63 + 1, 0] as float64): TypeError."""
+    if not isinstance(x, (list, tuple)):
+        return
+    try:
+        a = np.asarray(x)
+    except ValueError as err:  # ragged nested sequences
+        raise TypeError(f"{arg}: cannot be read as a numeric array: {err}") from None
+    if a.dtype.kind in "fc" and any(type(v) is int and abs(v) > _F64_EXACT_INT
+                                    for v in np.asarray(x, dtype=object).reshape(-1)):
+        raise TypeError(f"{arg}: a sequence that numpy reads as float64 holds Python ints beyond 2**53, which "
+                        "it would round; pass them in an int64 or uint64 array, or as scalars")
+
+
+def _not_float64(x: Any, arg: str = "x") -> Optional[tuple[np.ndarray, list[Fraction]]]:
     """Entries of ``x`` that float64 cannot hold (64-bit integers beyond 2**53, longdouble
     values, Python ints beyond 64 bits, Fractions): (mask, their exact values, in flat
     order), or None when there are none."""
     e = _exact_scalar(x)
     if e is not None:
         return None if _f64_or_none(e) is not None else (np.ones((), bool), [e])
+    _check_sequence(x, arg)
     a = np.asarray(x)
     dt = a.dtype
     if dt.kind in "iu" and dt.itemsize >= 8:
@@ -282,7 +294,7 @@ def _exact_directions(x: Any, y: Any, xa: np.ndarray, ya: np.ndarray, eq: np.nda
     behind ``x`` (below it when stepping up, above it when stepping down): no float64, so
     no value of any format, lies strictly between the two, and the next value beyond it
     toward ``y`` is the next value beyond ``x``. All arrays have the broadcast shape."""
-    ex, ey = _not_float64(x), _not_float64(y)
+    ex, ey = _not_float64(x), _not_float64(y, "y")
     if ex is None and ey is None:
         return
     shape = xa.shape

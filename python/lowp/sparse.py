@@ -1537,6 +1537,12 @@ class NM(_Sparse):
 # ---------------------------------------------------------------- pruning
 
 def _magnitude(x: np.ndarray) -> np.ndarray:
+    """Keys that order ``x``'s entries by magnitude (ties equal), NaN largest."""
+    if x.dtype.kind in "iu" and x.dtype.itemsize == 8:
+        # (float64 would merge 64-bit magnitudes beyond 2**53: their exact ranks instead.)
+        neg = x < 0
+        mag = np.where(neg, -(x + 1), x).astype(np.uint64) + neg
+        return np.unique(mag.reshape(-1), return_inverse=True)[1].reshape(x.shape).astype(np.float64)
     a = np.abs(_as_float_array(x, "x")).astype(np.float64)
     a[np.isnan(a)] = np.inf  # NaN counts as largest: never pruned before finite values
     return a

@@ -189,12 +189,16 @@ def assert_ulp_close(actual: Any, desired: Any, fmt: Any, ulps: float = 0, *, er
         raise ValueError(f"ulps: must be >= 0, got {ulps}")
     if not isinstance(err_msg, str):
         raise TypeError(f"err_msg: expected a str, got {type(err_msg).__name__}")
+    try:
+        ulps_f = float(ulps)
+    except OverflowError:  # (an int beyond float64's range: every finite distance passes)
+        ulps_f = math.inf
     f: Format = _format(fmt)
     dist, exact = _distances(actual, desired, f)
     # (An infinite distance, NaN or an infinity against another value, fails any ulps.)
-    bad = np.asarray((dist > ulps) | np.isinf(dist))
+    bad = np.asarray((dist > ulps_f) | np.isinf(dist))
     if exact:
-        tol = Fraction(ulps) if math.isfinite(ulps) else None
+        tol = Fraction(ulps) if isinstance(ulps, (int, np.integer)) or math.isfinite(ulps) else None
         for i, v in exact.items():
             bad[i] = tol is not None and v > tol
     if not bad.any():

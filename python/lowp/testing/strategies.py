@@ -194,11 +194,13 @@ def midpoints(fmt: Any, *, allow_overflow: bool = True) -> st.SearchStrategy[flo
     neighbours of zero have no tie (a posit never rounds to zero). With ``allow_overflow``
     the draws include the point half an ulp above a float's largest finite value (its
     overflow threshold). Needs a format with at least one fewer significand bit than
-    float64 (every lowp format but float64 itself).
+    float64 (every lowp format but float64 itself) whose ties lie in float64's range
+    (ValueError otherwise).
     """
     f = _format(fmt)
     _check_flags(allow_overflow=allow_overflow)
-    if isinstance(f, FloatFormat) and f.precision > 52:
+    if isinstance(f, FloatFormat) and (f.precision > 52 or f.emax > 1023 or f.emin - f.man_bits - 1 < -1074):
+        # (Too many digits, beyond float64's range, or halves of the smallest gap below it.)
         raise ValueError(f"fmt: midpoints of {f!r} are not exact in float64")
     lo, hi = _ordinal_limits(f)
     if isinstance(f, PositFormat):
@@ -212,8 +214,9 @@ def midpoints(fmt: Any, *, allow_overflow: bool = True) -> st.SearchStrategy[flo
         a, b = _from_ordinals(np.array([o, o + 1], dtype=np.int64), f)
         if not np.isfinite(b):
             # Past the top: the overflow threshold max + ulp/2, the unit of max's binade
-            # (as if the exponent went on; twice the gap below max where max opens it).
-            b = a + math.ldexp(1.0, math.frexp(a)[1] - 1 - f.man_bits)
+            # (as if the exponent went on; twice the gap below max where max opens it),
+            # added as a half (max + ulp can lie beyond float64's range).
+            return float(a + math.ldexp(1.0, math.frexp(a)[1] - 2 - f.man_bits))
         return float(a + (b - a) / 2)
 
     top = hi if allow_overflow and isinstance(f, FloatFormat) else hi - 1

@@ -252,7 +252,7 @@ pub(crate) mod hot {
             }
             std::hint::spin_loop();
             n = n.wrapping_add(1);
-            if n % 256 == 0 && Instant::now() >= until {
+            if n.is_multiple_of(256) && Instant::now() >= until {
                 break;
             }
         }

@@ -195,10 +195,10 @@ fn get_num_threads() -> usize {
     lowp_core::parallel::num_threads()
 }
 
-/// The instruction-set path in use ("scalar", "sse2" or "avx2").
+/// The instruction-set path in use ("scalar", "sse2", "avx2" or "avx512").
 #[pyfunction]
 fn get_isa() -> &'static str {
-    convert::isa().name()
+    convert::isa_level().name()
 }
 
 /// Force a path (None: the best the CPU has, or LOWP_ISA).

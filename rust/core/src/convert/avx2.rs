@@ -375,7 +375,7 @@ unsafe fn put(p: *mut __m256i, v: __m256i, nt: bool) {
 fn streamed<T>(dst: *const T, n: usize, nt: bool, mut f: impl FnMut(usize, usize, bool)) {
     let addr = dst as usize;
     let elem = std::mem::size_of::<T>();
-    if !nt || addr % elem != 0 {
+    if !nt || !addr.is_multiple_of(elem) {
         f(0, n, false);
         return;
     }

@@ -37,6 +37,8 @@ pub enum Isa {
     Scalar = 1,
     Sse2 = 2,
     Avx2 = 3,
+    /// AVX2 kernels, and AVX-512F ones where lowp has them (the float32 GEMM).
+    Avx512 = 4,
 }
 
 impl Isa {
@@ -45,6 +47,7 @@ impl Isa {
             Isa::Scalar => "scalar",
             Isa::Sse2 => "sse2",
             Isa::Avx2 => "avx2",
+            Isa::Avx512 => "avx512",
         }
     }
 
@@ -53,6 +56,7 @@ impl Isa {
             1 => Some(Isa::Scalar),
             2 => Some(Isa::Sse2),
             3 => Some(Isa::Avx2),
+            4 => Some(Isa::Avx512),
             _ => None,
         }
     }
@@ -62,7 +66,8 @@ impl Isa {
             "scalar" => Ok(Isa::Scalar),
             "sse2" => Ok(Isa::Sse2),
             "avx2" => Ok(Isa::Avx2),
-            _ => Err(Error::value(format!("isa: unknown {s:?}; accepted: \"scalar\", \"sse2\", \"avx2\""))),
+            "avx512" => Ok(Isa::Avx512),
+            _ => Err(Error::value(format!("isa: unknown {s:?}; accepted: \"scalar\", \"sse2\", \"avx2\", \"avx512\""))),
         }
     }
 }
@@ -77,7 +82,7 @@ pub fn detected_isa() -> Isa {
                 && std::is_x86_feature_detected!("fma")
                 && std::is_x86_feature_detected!("f16c")
             {
-                return Isa::Avx2;
+                return if std::is_x86_feature_detected!("avx512f") { Isa::Avx512 } else { Isa::Avx2 };
             }
         }
         Isa::Sse2
@@ -86,9 +91,16 @@ pub fn detected_isa() -> Isa {
 
 static FORCED: AtomicU8 = AtomicU8::new(0);
 
-/// The path kernels use now: `LOWP_ISA` (scalar, sse2, avx2) or [`set_isa`]
-/// may lower it; it never exceeds what the CPU supports.
+/// The path kernels use now, for kernels with no AVX-512 version: [`isa_level`]
+/// at most [`Isa::Avx2`].
 pub fn isa() -> Isa {
+    isa_level().min(Isa::Avx2)
+}
+
+/// The path the CPU and the settings allow now: `LOWP_ISA` (scalar, sse2,
+/// avx2, avx512) or [`set_isa`] may lower it; it never exceeds what the CPU
+/// supports. Kernels with an AVX-512 version use it at [`Isa::Avx512`].
+pub fn isa_level() -> Isa {
     if let Some(i) = Isa::from_u8(FORCED.load(Ordering::Relaxed)) {
         return i;
     }

@@ -1845,7 +1845,7 @@ unsafe fn tile64_ne<const NE: bool>(acc: &mut Tile64, ap: &[f64], bp: &[f64], ld
 unsafe fn flush64_sr(out: &mut [f64], tot: &[f64], sums: &[f64], w: &[u64], sc: f64, back: f64, d: u32) -> f64 {
     use std::arch::asm;
     let n = out.len() / 4;
-    assert!(out.len() % 4 == 0 && tot.len() >= out.len() && sums.len() >= out.len() && w.len() >= out.len() && (2..=52).contains(&d));
+    assert!(out.len().is_multiple_of(4) && tot.len() >= out.len() && sums.len() >= out.len() && w.len() >= out.len() && (2..=52).contains(&d));
     if n == 0 {
         return 0.0;
     }
@@ -3780,7 +3780,7 @@ fn tails_harmless(pa: i32, pb: i32, unit: i32) -> bool {
     // Is the odd part of n a product of integers below 2^pa and 2^pb?
     let product = |n: u64| {
         let n = n >> n.trailing_zeros();
-        64 - n.leading_zeros() <= p as u32 && (1..1u64 << pa).step_by(2).take_while(|&d| d <= n).any(|d| n % d == 0 && n / d < 1 << pb)
+        64 - n.leading_zeros() <= p as u32 && (1..1u64 << pa).step_by(2).take_while(|&d| d <= n).any(|d| n.is_multiple_of(d) && n / d < 1 << pb)
     };
     (1..=jmax).all(|j| {
         let m = j << sh;
@@ -4817,7 +4817,7 @@ unsafe fn flush_dir<const T: u8, const RM: i32>(tot: &mut [f32], row: &mut [f32]
     use std::arch::asm;
     use std::arch::x86_64::{_MM_FROUND_TO_NEG_INF, _MM_FROUND_TO_POS_INF, _MM_FROUND_TO_ZERO};
     assert!(T <= 3 && (0..4).contains(&RM) && (RM != 0 || T == 2));
-    assert!(tot.len() == row.len() && tot.len() % 16 == 0);
+    assert!(tot.len() == row.len() && tot.len().is_multiple_of(16));
     if tot.is_empty() {
         return;
     }
@@ -5780,7 +5780,7 @@ fn dir_sided(t: &mut [f32], up: bool, top: f32) {
 #[target_feature(enable = "avx2")]
 unsafe fn flush_sr(tot: &mut [f32], row: &mut [f32], states: &[u32], gamma: u32, rbits: u32, unit: u32, ties: bool, marks: &mut [u8]) -> bool {
     use std::arch::asm;
-    assert!(tot.len() == row.len() && tot.len() == states.len() && tot.len() % 8 == 0);
+    assert!(tot.len() == row.len() && tot.len() == states.len() && tot.len().is_multiple_of(8));
     assert!((13..=21).contains(&unit) && (1..=unit).contains(&rbits) && (!ties || (rbits == unit && marks.len() >= tot.len() / 8)));
     if tot.is_empty() {
         return false;
@@ -5875,7 +5875,7 @@ unsafe fn flush_sr(tot: &mut [f32], row: &mut [f32], states: &[u32], gamma: u32,
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn flush16<const BF: bool>(tot: &mut [f32], row: &mut [f32]) {
     use std::arch::x86_64::*;
-    assert!(tot.len() == row.len() && tot.len() % 8 == 0);
+    assert!(tot.len() == row.len() && tot.len().is_multiple_of(8));
     // SAFETY: j + 8 <= len for every access; CPU features per the contract.
     unsafe {
         let one = _mm256_set1_ps(1.0);
@@ -5902,7 +5902,7 @@ unsafe fn flush16<const BF: bool>(tot: &mut [f32], row: &mut [f32]) {
 #[target_feature(enable = "avx2,fma")]
 unsafe fn flush_split(tot: &mut [f32], row: &mut [f32], spl: f32, max: f32, slow: impl Fn(f32, f32) -> f32) {
     use std::arch::x86_64::*;
-    assert!(tot.len() == row.len() && tot.len() % 8 == 0);
+    assert!(tot.len() == row.len() && tot.len().is_multiple_of(8));
     // SAFETY: j + 8 <= len for every access; CPU features per the contract.
     unsafe {
         let (spl, max) = (_mm256_set1_ps(spl), _mm256_set1_ps(max));
@@ -7031,7 +7031,7 @@ fn drive<R: Round>(r: &R, a: &Operand, b: &Operand, c: EmuOut, spec: &AccumSpec,
         // Chunk totals of row i (of this task) after step kidx, when a chunk ends there.
         let flush = |acc: &mut [f64], tot: &mut [f64], i: usize, kidx: usize| {
             let Some(o) = outer else { return };
-            if (kidx + 1) % chunk != 0 && kidx + 1 != k {
+            if !(kidx + 1).is_multiple_of(chunk) && kidx + 1 != k {
                 return;
             }
             let ridx = kidx / chunk;
@@ -7799,7 +7799,7 @@ mod unit_tests {
                 let v: Vec<f64> = (0..len)
                     .map(|_| {
                         let r = next();
-                        if case % 4 == 0 && r % 7 == 0 {
+                        if case % 4 == 0 && r.is_multiple_of(7) {
                             specials[(r / 7) as usize % specials.len()]
                         } else if case % 4 == 1 {
                             0.0

@@ -282,7 +282,7 @@ unsafe fn rows_avx2<const D: u8>(a: &[f64], lda: usize, m: usize, kc: usize, b: 
 #[allow(clippy::too_many_arguments)]
 unsafe fn cols_avx2<const R: usize, const G: usize, const D: u8>(x: &[f64], lda: usize, b: *const u8, cs: isize, nc: usize, kc: usize, skew: usize, t: &mut [f64], ldt: usize) {
     use std::arch::x86_64::*;
-    assert!((1..=4 * G).contains(&nc) && ldt >= 4 * G && t.len() >= (R - 1) * ldt + 4 * G && kc <= lda && x.len() >= (R - 1) * lda + kc && skew % 8 == 0);
+    assert!((1..=4 * G).contains(&nc) && ldt >= 4 * G && t.len() >= (R - 1) * ldt + 4 * G && kc <= lda && x.len() >= (R - 1) * lda + kc && skew.is_multiple_of(8));
     // SAFETY: columns l < nc (the last one standing in for the missing ones),
     // elements below kc, are readable per the contract; x's reads and t's
     // stores inside them (asserted).

@@ -186,7 +186,7 @@ unsafe fn cols(m: usize, x: &[i16], kp: usize, k: usize, b: *const i8, cs: isize
 #[target_feature(enable = "avx2")]
 unsafe fn cols_avx2<const R: usize, const C: usize>(x: &[i16], kp: usize, k: usize, b: *const i8, cs: isize, nc: usize, t: &mut [i32; 16]) {
     use std::arch::x86_64::*;
-    assert!(R * C <= 16 && (1..=C).contains(&nc) && kp % 16 == 0 && kp >= k && x.len() >= R * kp);
+    assert!(R * C <= 16 && (1..=C).contains(&nc) && kp.is_multiple_of(16) && kp >= k && x.len() >= R * kp);
     // SAFETY: columns l < nc (the last one standing in for the missing ones),
     // elements below k, are readable per the contract; x's reads inside it (asserted).
     unsafe {
@@ -267,7 +267,7 @@ unsafe fn rows(m: usize, x: &[i16], kp: usize, k: usize, b: *const i8, rs: isize
 #[target_feature(enable = "avx2")]
 unsafe fn rows_avx2<const R: usize>(x: &[i16], kp: usize, k: usize, b: *const i8, rs: isize, w: usize, t: &mut [i32], ldt: usize) {
     use std::arch::x86_64::*;
-    assert!(w % 16 == 0 && ldt >= w && t.len() >= (R - 1) * ldt + w && kp >= k && x.len() >= R * kp);
+    assert!(w.is_multiple_of(16) && ldt >= w && t.len() >= (R - 1) * ldt + w && kp >= k && x.len() >= R * kp);
     // SAFETY: rows below k, columns below w of b are readable per the contract;
     // x's and t's accesses inside them (asserted).
     unsafe {

@@ -167,10 +167,10 @@ unsafe fn pack_lines<T: Copy + Default>(get: impl Fn(isize) -> T, base: isize, s
     let d = dst.as_mut_ptr();
     // SAFETY: indices p*w + l < kc*w <= dst.len(); offsets are valid per the contract.
     unsafe {
-        if sk == 1 && sl != 1 && matches!(w, 6 | 8 | 16 | 32) {
+        if sk == 1 && sl != 1 && matches!(w, 6 | 8 | 12 | 16 | 32) {
             // Lines along the depth: decode a block of each line with contiguous
-            // (vectorizable) reads, then interleave them. Six lines: A row-major;
-            // sixteen: the emulated paths' strips of a B whose columns are
+            // (vectorizable) reads, then interleave them. Six lines: A row-major
+            // (twelve for the AVX-512 tile); sixteen: the emulated paths' strips of a B whose columns are
             // contiguous; eight: their f64 tiles'; 32: the vector products'
             // strips of such a B.
             pack_across_w(&EachOf(get), w, base, sl, nv, kc, d);
@@ -437,7 +437,7 @@ where
     }
 }
 
-/// [`pack_real`] of `w` (6, 8, 16 or 32) lines along the depth (`sk` = 1) of
+/// [`pack_real`] of `w` (6, 8, 12, 16 or 32) lines along the depth (`sk` = 1) of
 /// float16 codes or of float8_e5m2, float8_e4m3fn and [`Place8`] formats:
 /// [`pack_across`] with each line's codes decoded 8 at a time (float16 by
 /// `vcvtph2ps`, the float8 codes as [`fp8x8_avx2`] and [`Place8::decode8`]
@@ -463,7 +463,7 @@ unsafe fn pack_across_codes<T: Real, const Q: bool>(op: &Operand, base: isize, s
             unsafe { pack_across_w(&runs, w, base, sl, nv, kc, d) }
         }};
     }
-    if !matches!(w, 6 | 8 | 16 | 32) {
+    if !matches!(w, 6 | 8 | 12 | 16 | 32) {
         return false;
     }
     // SAFETY (the decoders): avx2 and f16c are this function's; the offsets are
@@ -505,7 +505,7 @@ unsafe fn pack_across_codes<T: Real, const Q: bool>(op: &Operand, base: isize, s
     true
 }
 
-/// [`pack_across`] for `w` lines, 6, 8, 16 or 32 (32 for any other).
+/// [`pack_across`] for `w` lines, 6, 8, 12, 16 or 32 (32 for any other).
 ///
 /// # Safety
 /// As [`pack_across`].
@@ -516,6 +516,7 @@ unsafe fn pack_across_w<T: Copy + Default, R: Runs<T>>(runs: &R, w: usize, base:
         match w {
             6 => pack_across::<T, 6, R>(runs, base, sl, nv, kc, d),
             8 => pack_across::<T, 8, R>(runs, base, sl, nv, kc, d),
+            12 => pack_across::<T, 12, R>(runs, base, sl, nv, kc, d),
             16 => pack_across::<T, 16, R>(runs, base, sl, nv, kc, d),
             _ => pack_across::<T, 32, R>(runs, base, sl, nv, kc, d),
         }
@@ -559,13 +560,13 @@ unsafe fn pack_across<T: Copy + Default, const W: usize, R: Runs<T>>(runs: &R, b
                 unsafe { interleave64x6_avx2(t as *const f64, dp as *mut f64) };
                 continue;
             }
-            if std::mem::size_of::<T>() == 4 && W % 8 == 0 {
+            if std::mem::size_of::<T>() == 4 && W.is_multiple_of(8) {
                 // SAFETY: avx2 (simd); every line's PBLK values were written above, and
                 // the block's PBLK * W values of d lie inside it (p0 + PBLK <= kc).
                 unsafe { interleave32_avx2(t as *const f32, W, dp as *mut f32) };
                 continue;
             }
-            if std::mem::size_of::<T>() == 8 && W % 4 == 0 {
+            if std::mem::size_of::<T>() == 8 && W.is_multiple_of(4) {
                 // SAFETY: as above, for 8-byte values.
                 unsafe { interleave64_avx2(t as *const f64, W, dp as *mut f64) };
                 continue;
@@ -1286,6 +1287,24 @@ real_kernel!(F32Avx2, f32, 6, 16, 144, 256, 4080, avx2,
     }
 );
 
+// AVX-512F: a 12x32 tile, 24 zmm accumulators; one B strip (256 x 32 values,
+// 32 KiB) stays in a 48 KiB L1 while the A strips stream past it. KC stays
+// 256, so every element of C sees the same depth blocks and the same chain of
+// FMAs as on the AVX2 and portable kernels: the same bits on every CPU.
+real_kernel!(F32Avx512, f32, F32_512_MR, 32, 144, 256, 4080, avx2,
+    unsafe fn run(&self, kc: usize, a: *const f32, b: *const f32, c: *mut f32, rs: isize, cs: isize, mr: usize, nr: usize, accumulate: bool) {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: this kernel is only selected when avx512f, avx2 and fma were detected.
+        unsafe { f32_12x32_avx512(kc, a, b, c, rs, cs, mr, nr, accumulate) }
+        #[cfg(not(target_arch = "x86_64"))]
+        // SAFETY: forwarded contract.
+        unsafe { real_body::<f32, F32_512_MR, 32, true>(kc, a, b, c, rs, cs, mr, nr, accumulate) }
+    }
+);
+
+/// Rows of [`F32Avx512`]'s tile.
+pub(crate) const F32_512_MR: usize = 12;
+
 real_kernel!(F32Portable, f32, 6, 16, 144, 256, 4080,
     unsafe fn run(&self, kc: usize, a: *const f32, b: *const f32, c: *mut f32, rs: isize, cs: isize, mr: usize, nr: usize, accumulate: bool) {
         // SAFETY: forwarded contract.
@@ -1616,6 +1635,99 @@ unsafe fn f32_tile_avx2<const R: usize, const D: u8, const A: u8>(kc: usize, a: 
     }
 }
 
+/// [`F32Avx512`]'s tile with as few rows as cover `mr`: 4, 8 or 12.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx2,fma")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn f32_12x32_avx512(kc: usize, a: *const f32, b: *const f32, c: *mut f32, rs: isize, cs: isize, mr: usize, nr: usize, accumulate: bool) {
+    // SAFETY: per the caller; each variant reads the first R rows of the strip.
+    unsafe {
+        match mr {
+            0..=4 => f32_tile_avx512::<4>(kc, a, b, c, rs, cs, mr, nr, accumulate),
+            5..=8 => f32_tile_avx512::<8>(kc, a, b, c, rs, cs, mr, nr, accumulate),
+            _ => f32_tile_avx512::<F32_512_MR>(kc, a, b, c, rs, cs, mr, nr, accumulate),
+        }
+    }
+}
+
+/// The first `R` rows (at least `mr`) of [`F32Avx512`]'s tile: A's packed
+/// strip ([`F32_512_MR`] values a step, one broadcast each) times B's (32
+/// values a step, two zmm loads), one FMA chain per element from zero over
+/// the `kc` steps as [`real_body`] computes it, then added to C with
+/// `accumulate`. Columns past `nr` are masked off (never read or written)
+/// when C's rows are contiguous; otherwise the tile goes through [`store_tile`].
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn f32_tile_avx512<const R: usize>(kc: usize, a: *const f32, b: *const f32, c: *mut f32, rs: isize, cs: isize, mr: usize, nr: usize, accumulate: bool) {
+    use std::arch::x86_64::*;
+    debug_assert!(mr <= R && R <= F32_512_MR && nr <= 32);
+    const STEP: usize = F32_512_MR;
+    // SAFETY: a holds kc*STEP packed values and b kc*32; the tile of c is writable.
+    unsafe {
+        // Fetch the C tile early (its rows may share L1 sets at power-of-two strides).
+        if accumulate && cs == 1 {
+            for i in 0..mr {
+                let q = c.offset(i as isize * rs) as *const i8;
+                _mm_prefetch::<_MM_HINT_T0>(q);
+                _mm_prefetch::<_MM_HINT_T0>(q.wrapping_add(64));
+                _mm_prefetch::<_MM_HINT_T0>(q.wrapping_add(124));
+            }
+        }
+        let mut r0 = [_mm512_setzero_ps(); R];
+        let mut r1 = [_mm512_setzero_ps(); R];
+        let (mut ap, mut bp) = (a, b);
+        macro_rules! step {
+            ($off:expr) => {{
+                let b0 = _mm512_loadu_ps(bp.add($off * 32));
+                let b1 = _mm512_loadu_ps(bp.add($off * 32 + 16));
+                for i in 0..R {
+                    let ai = _mm512_set1_ps(*ap.add($off * STEP + i));
+                    r0[i] = _mm512_fmadd_ps(ai, b0, r0[i]);
+                    r1[i] = _mm512_fmadd_ps(ai, b1, r1[i]);
+                }
+            }};
+        }
+        let mut p = 0;
+        while p + 4 <= kc {
+            step!(0);
+            step!(1);
+            step!(2);
+            step!(3);
+            ap = ap.add(4 * STEP);
+            bp = bp.add(4 * 32);
+            p += 4;
+        }
+        while p < kc {
+            step!(0);
+            ap = ap.add(STEP);
+            bp = bp.add(32);
+            p += 1;
+        }
+        if cs == 1 {
+            let bits = if nr >= 32 { u32::MAX } else { (1u32 << nr) - 1 };
+            let (m0, m1) = (bits as __mmask16, (bits >> 16) as __mmask16);
+            for i in 0..mr {
+                let q = c.offset(i as isize * rs);
+                let (mut v0, mut v1) = (r0[i], r1[i]);
+                if accumulate {
+                    v0 = _mm512_add_ps(v0, _mm512_maskz_loadu_ps(m0, q));
+                    v1 = _mm512_add_ps(v1, _mm512_maskz_loadu_ps(m1, q.add(16)));
+                }
+                _mm512_mask_storeu_ps(q, m0, v0);
+                _mm512_mask_storeu_ps(q.add(16), m1, v1);
+            }
+        } else {
+            let mut t = [0f32; 32 * F32_512_MR];
+            for i in 0..R {
+                _mm512_storeu_ps(t.as_mut_ptr().add(32 * i), r0[i]);
+                _mm512_storeu_ps(t.as_mut_ptr().add(32 * i + 16), r1[i]);
+            }
+            store_tile(&t, 32, c, rs, cs, mr, nr, accumulate);
+        }
+    }
+}
+
 // ---------------------------------------------------------------- int8 ----
 
 /// int8 packing: values widened to i16 and interleaved in pairs of depth,
@@ -1800,6 +1912,26 @@ i8_kernel!(I8Avx2,
     }
 );
 
+// AVX-512BW: the same 6x16 tile and packing, one zmm a row (16 i32 sums), with
+// VNNI's fused multiply-add of pairs where the CPU has it.
+i8_kernel!(I8Avx512,
+    unsafe fn run(&self, kc: usize, a: *const i16, b: *const i16, c: *mut i32, rs: isize, cs: isize, mr: usize, nr: usize, accumulate: bool) {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: only selected when avx512f, avx512bw and avx2 were detected (and
+        // the VNNI variant when avx512vnni was).
+        unsafe {
+            if super::vnni() {
+                i8_6x16_vnni(kc, a, b, c, rs, cs, mr, nr, accumulate)
+            } else {
+                i8_6x16_avx512(kc, a, b, c, rs, cs, mr, nr, accumulate)
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        // SAFETY: forwarded contract.
+        unsafe { i8_body(kc, a, b, c, rs, cs, mr, nr, accumulate) }
+    }
+);
+
 i8_kernel!(I8Portable,
     unsafe fn run(&self, kc: usize, a: *const i16, b: *const i16, c: *mut i32, rs: isize, cs: isize, mr: usize, nr: usize, accumulate: bool) {
         // SAFETY: forwarded contract.
@@ -1892,6 +2024,84 @@ unsafe fn i8_6x16_avx2(kc: usize, a: *const i16, b: *const i16, c: *mut i32, rs:
                 _mm256_storeu_si256(t.as_mut_ptr().add(16 * i) as *mut __m256i, r0[i]);
                 _mm256_storeu_si256(t.as_mut_ptr().add(16 * i + 8) as *mut __m256i, r1[i]);
             }
+            store_tile_wrapping(&t, c, rs, cs, mr, nr, accumulate);
+        }
+    }
+}
+
+/// [`i8_6x16_avx2`] with one zmm a row: `vpmaddwd` on 16 depth pairs of the
+/// row's 16 columns, added into two sets of accumulators (even and odd pairs, so
+/// that the adds of one do not wait on the other's), summed at the end. Exact
+/// (wrapping) i32 sums in any order.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx2")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn i8_6x16_avx512(kc: usize, a: *const i16, b: *const i16, c: *mut i32, rs: isize, cs: isize, mr: usize, nr: usize, accumulate: bool) {
+    // SAFETY: forwarded contract.
+    unsafe { i8_tile_avx512::<false>(kc, a, b, c, rs, cs, mr, nr, accumulate) }
+}
+
+/// [`i8_6x16_avx512`] with VNNI: `vpdpwssd` multiplies and adds the pairs in one
+/// instruction.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn i8_6x16_vnni(kc: usize, a: *const i16, b: *const i16, c: *mut i32, rs: isize, cs: isize, mr: usize, nr: usize, accumulate: bool) {
+    // SAFETY: forwarded contract.
+    unsafe { i8_tile_avx512::<true>(kc, a, b, c, rs, cs, mr, nr, accumulate) }
+}
+
+/// The body of [`i8_6x16_avx512`] (`VNNI`: [`i8_6x16_vnni`]).
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn i8_tile_avx512<const VNNI: bool>(kc: usize, a: *const i16, b: *const i16, c: *mut i32, rs: isize, cs: isize, mr: usize, nr: usize, accumulate: bool) {
+    use std::arch::x86_64::*;
+    // SAFETY: packed strips of depth kc (pairs): a holds 12 and b 32 i16 per pair.
+    unsafe {
+        let mut r0 = [_mm512_setzero_si512(); 6];
+        let mut r1 = [_mm512_setzero_si512(); 6];
+        let kp = kc.div_ceil(2);
+        let mut ap = a as *const i32;
+        let mut bp = b as *const __m512i;
+        // Row i's sums += (both i16 of its depth pair, in every lane) . (B's pairs).
+        let madd = |r: __m512i, ai: __m512i, bv: __m512i| -> __m512i {
+            if VNNI {
+                _mm512_dpwssd_epi32(r, ai, bv)
+            } else {
+                _mm512_add_epi32(r, _mm512_madd_epi16(ai, bv))
+            }
+        };
+        let mut q = 0;
+        while q + 2 <= kp {
+            let b0 = _mm512_loadu_si512(bp);
+            let b1 = _mm512_loadu_si512(bp.add(1));
+            for i in 0..6 {
+                r0[i] = madd(r0[i], _mm512_set1_epi32(std::ptr::read_unaligned(ap.add(i))), b0);
+                r1[i] = madd(r1[i], _mm512_set1_epi32(std::ptr::read_unaligned(ap.add(6 + i))), b1);
+            }
+            ap = ap.add(12);
+            bp = bp.add(2);
+            q += 2;
+        }
+        if q < kp {
+            let b0 = _mm512_loadu_si512(bp);
+            for (i, r) in r0.iter_mut().enumerate() {
+                *r = madd(*r, _mm512_set1_epi32(std::ptr::read_unaligned(ap.add(i))), b0);
+            }
+        }
+        let mut t = [0i32; 96];
+        for i in 0..6 {
+            let v = _mm512_add_epi32(r0[i], r1[i]);
+            if mr == 6 && nr == 16 && cs == 1 {
+                let q = c.offset(i as isize * rs) as *mut __m512i;
+                let v = if accumulate { _mm512_add_epi32(v, _mm512_loadu_si512(q)) } else { v };
+                _mm512_storeu_si512(q, v);
+            } else {
+                _mm512_storeu_si512(t.as_mut_ptr().add(16 * i) as *mut __m512i, v);
+            }
+        }
+        if !(mr == 6 && nr == 16 && cs == 1) {
             store_tile_wrapping(&t, c, rs, cs, mr, nr, accumulate);
         }
     }
@@ -2476,7 +2686,7 @@ pub(super) unsafe fn gemv_cols(code: u8, p8: &Place8, rows: usize, groups: usize
 unsafe fn gemv_cols_avx2<const R: usize, const G: usize, const C: u8>(p8: &Place8, x: &[f32], lda: usize, b: *const u8, cs: isize, nc: usize, kc: usize, skew: usize, t: &mut [f32], ldt: usize) -> bool {
     use std::arch::x86_64::*;
     assert!((1..=2).contains(&G) && (1..=8 * G).contains(&nc) && ldt >= 8 * G && t.len() >= (R - 1) * ldt + 8 * G);
-    assert!(C <= ROW_FP8_CLEAN && x.len() >= (R - 1) * lda + kc && skew % 8 == 0 && (skew == 0 || G == 2));
+    assert!(C <= ROW_FP8_CLEAN && x.len() >= (R - 1) * lda + kc && skew.is_multiple_of(8) && (skew == 0 || G == 2));
     // e4m3fn's values, read times 2^-8, taken back up (exactly) here.
     let e4m3 = C == ROW_E4M3FN || C == ROW_E4M3FN_CLEAN;
     // SAFETY: columns l < nc (the last one standing in for the missing ones),
@@ -2524,5 +2734,66 @@ unsafe fn gemv_cols_avx2<const R: usize, const G: usize, const C: u8>(p8: &Place
             }
         }
         _mm_testz_si128(nan, nan) == 1
+    }
+}
+
+#[cfg(all(test, target_arch = "x86_64"))]
+mod tests {
+    use super::*;
+
+    /// The AVX-512 int8 tiles, with and without VNNI (where the CPU has them), give the
+    /// portable tile's wrapped i32 sums on packed strips of full-range values, odd and
+    /// even depths, whole and partial tiles, contiguous and strided C, with and
+    /// without accumulation.
+    #[test]
+    fn int8_avx512_tiles_match_the_portable_tile() {
+        if !(std::is_x86_feature_detected!("avx512f") && std::is_x86_feature_detected!("avx512bw")) {
+            return;
+        }
+        let vnni = std::is_x86_feature_detected!("avx512vnni");
+        let mut x = 12345u32;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            x
+        };
+        for kc in [1usize, 2, 3, 7, 64, 511, 512] {
+            let kp = kc.div_ceil(2);
+            // Packed as pack_i8 lays out pairs (an odd depth's last pair padded with 0).
+            let mut a: Vec<i16> = (0..12 * kp).map(|_| (next() % 256) as i16 - 128).collect();
+            let mut b: Vec<i16> = (0..32 * kp).map(|_| (next() % 256) as i16 - 128).collect();
+            if kc % 2 == 1 {
+                for l in 0..6 {
+                    a[(kp - 1) * 12 + 2 * l + 1] = 0;
+                }
+                for l in 0..16 {
+                    b[(kp - 1) * 32 + 2 * l + 1] = 0;
+                }
+            }
+            if kc == 512 {
+                a.iter_mut().for_each(|v| *v = -128);
+                b.iter_mut().for_each(|v| *v = -128);
+            }
+            for (mr, nr, cs) in [(6, 16, 1isize), (5, 16, 1), (6, 3, 1), (6, 16, 20)] {
+                for accumulate in [false, true] {
+                    let init: Vec<i32> = (0..400).map(|_| next() as i32).collect();
+                    let mut want = init.clone();
+                    let rs = if cs == 1 { 20 } else { 1 };
+                    // SAFETY: strips of depth kc; the tile lies inside the 400 elements.
+                    unsafe { i8_body(kc, a.as_ptr(), b.as_ptr(), want.as_mut_ptr(), rs, cs, mr, nr, accumulate) };
+                    let mut got = init.clone();
+                    // SAFETY: as above; avx512f and avx512bw were detected.
+                    unsafe { i8_6x16_avx512(kc, a.as_ptr(), b.as_ptr(), got.as_mut_ptr(), rs, cs, mr, nr, accumulate) };
+                    assert_eq!(got, want, "kc {kc} {mr}x{nr} cs {cs} accumulate {accumulate}");
+                    if vnni {
+                        let mut got = init.clone();
+                        // SAFETY: as above; avx512vnni was detected.
+                        unsafe { i8_6x16_vnni(kc, a.as_ptr(), b.as_ptr(), got.as_mut_ptr(), rs, cs, mr, nr, accumulate) };
+                        assert_eq!(got, want, "vnni kc {kc} {mr}x{nr} cs {cs} accumulate {accumulate}");
+                    }
+                }
+            }
+        }
     }
 }

@@ -332,6 +332,33 @@ fn simd() -> bool {
     isa() >= Isa::Avx2
 }
 
+/// May the GEMM use its AVX-512 kernels ([`kernels::F32Avx512`], [`kernels::I8Avx512`])?
+fn avx512() -> bool {
+    crate::convert::isa_level() >= Isa::Avx512
+}
+
+/// Does the CPU have AVX-512BW (the int8 kernel's 16-bit multiply-adds)?
+fn avx512bw() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        static BW: OnceLock<bool> = OnceLock::new();
+        *BW.get_or_init(|| std::is_x86_feature_detected!("avx512bw"))
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    false
+}
+
+/// Does the CPU have AVX-512 VNNI (`vpdpwssd`)?
+fn vnni() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        static VNNI: OnceLock<bool> = OnceLock::new();
+        *VNNI.get_or_init(|| std::is_x86_feature_detected!("avx512vnni") && avx512bw())
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    false
+}
+
 /// `c = a @ b` with f32 accumulation (inputs decoded to f32 while packing).
 pub fn matmul_f32(a: &Operand, b: &Operand, c: OutMat<f32>) -> Result<()> {
     check_shapes(a, b, c.rows, c.cols)?;
@@ -342,6 +369,11 @@ pub fn matmul_f32(a: &Operand, b: &Operand, c: OutMat<f32>) -> Result<()> {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: simd() means avx2, fma and f16c were detected.
         if unsafe { driver::small_f32(a, b, c) || driver::gemv_f32(a, b, c) } {
+            return Ok(());
+        }
+        #[cfg(target_arch = "x86_64")]
+        if avx512() {
+            driver::gemm(&kernels::F32Avx512, a, b, c);
             return Ok(());
         }
         driver::gemm(&kernels::F32Avx2, a, b, c);
@@ -378,6 +410,10 @@ pub fn matmul_i8(a: &Operand, b: &Operand, c: OutMat<i32>) -> Result<()> {
         // SAFETY: avx2 was detected (simd); the operands and c as for the loop nest.
         #[cfg(target_arch = "x86_64")]
         if unsafe { int8v::gemv_i8(a, b, c) } {
+            return Ok(());
+        }
+        if avx512() && avx512bw() {
+            driver::gemm(&kernels::I8Avx512, a, b, c);
             return Ok(());
         }
         driver::gemm(&kernels::I8Avx2, a, b, c);
@@ -432,12 +468,12 @@ pub const ALIAS_BYTES: usize = 1024;
 /// whenever the row length in bytes would be a multiple of [`ALIAS_BYTES`].
 /// E.g. f32: 1024 -> 1040, 1000 -> 1008, 1008 -> 1008; bf16: 2048 -> 2080.
 pub fn padded_ld(n: usize, itemsize: usize) -> Result<usize> {
-    if itemsize == 0 || CACHE_LINE % itemsize != 0 {
+    if itemsize == 0 || !CACHE_LINE.is_multiple_of(itemsize) {
         return Err(Error::value(format!("dtype: itemsize {itemsize} must divide the {CACHE_LINE}-byte cache line")));
     }
     let line = CACHE_LINE / itemsize;
     let mut ld = n.div_ceil(line).max(1) * line;
-    if (ld * itemsize) % ALIAS_BYTES == 0 {
+    if (ld * itemsize).is_multiple_of(ALIAS_BYTES) {
         ld += line;
     }
     Ok(ld)

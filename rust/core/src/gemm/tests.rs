@@ -65,9 +65,12 @@ fn check_f32(m: usize, n: usize, k: usize, transpose_a: bool) {
 #[test]
 fn f32_shapes_both_paths() {
     let _settings = crate::settings_write();
-    for isa in [None, Some(crate::convert::Isa::Scalar)] {
+    use crate::convert::{detected_isa, Isa};
+    // The best path (AVX-512 where the CPU has it), AVX2 and scalar.
+    let isas = [None, Some(Isa::Avx2), Some(Isa::Scalar)];
+    for isa in isas.into_iter().filter(|i| i.is_none_or(|i| i <= detected_isa())) {
         set_isa(isa).unwrap();
-        for &(m, n, k) in &[(1, 1, 1), (5, 15, 7), (7, 17, 3), (6, 16, 256), (13, 33, 300), (64, 65, 257), (150, 20, 9)] {
+        for &(m, n, k) in &[(1, 1, 1), (5, 15, 7), (7, 17, 3), (6, 16, 256), (13, 33, 300), (64, 65, 257), (150, 20, 9), (12, 32, 513), (25, 97, 260), (11, 31, 40)] {
             check_f32(m, n, k, false);
             check_f32(m, n, k, true);
         }
@@ -79,9 +82,11 @@ fn f32_shapes_both_paths() {
 #[test]
 fn int8_exact_extremes() {
     let _settings = crate::settings_write();
-    for isa in [None, Some(crate::convert::Isa::Scalar)] {
+    use crate::convert::{detected_isa, Isa};
+    let isas = [None, Some(Isa::Avx2), Some(Isa::Scalar)];
+    for isa in isas.into_iter().filter(|i| i.is_none_or(|i| i <= detected_isa())) {
         set_isa(isa).unwrap();
-        for &(m, n, k) in &[(7, 17, 513), (6, 16, 1), (1, 1, 1025)] {
+        for &(m, n, k) in &[(7, 17, 513), (6, 16, 1), (1, 1, 1025), (13, 33, 1027), (12, 32, 4)] {
             for fill in [-128i8, 127] {
                 let av = vec![fill; m * k];
                 let bv = vec![-128i8; k * n];
@@ -246,7 +251,7 @@ fn padded_ld_rule() {
     for n in 1..5000 {
         for s in [1, 2, 4, 8] {
             let ld = padded_ld(n, s).unwrap();
-            assert!(ld >= n && (ld * s) % 64 == 0 && (ld * s) % 1024 != 0);
+            assert!(ld >= n && (ld * s).is_multiple_of(64) && !(ld * s).is_multiple_of(1024));
         }
     }
 }
@@ -783,7 +788,7 @@ fn fp8_codes(g: &mut Lcg, len: usize, specials: &[u8], every: u64) -> Vec<u8> {
     (0..len)
         .map(|_| {
             let r = g.next();
-            if r % every == 0 {
+            if r.is_multiple_of(every) {
                 specials[(r / every) as usize % specials.len()]
             } else {
                 // Exponent field biased toward the middle of the range.
@@ -864,7 +869,7 @@ fn emulated_fp16_tile_paths_match_f64_lanes() {
                     .map(|_| {
                         let r = g.next();
                         let x = (g.unit() * 4.0 - 2.0) as f32 * 2f32.powi((r % 9) as i32 - 4);
-                        let x = if r % 29 == 0 { [65504.0, -1e-7, 3e-5, 1e20, -f32::MIN_POSITIVE, 0.0][(r / 29) as usize % 6] } else { x };
+                        let x = if r.is_multiple_of(29) { [65504.0, -1e-7, 3e-5, 1e20, -f32::MIN_POSITIVE, 0.0][(r / 29) as usize % 6] } else { x };
                         x.to_bits()
                     })
                     .collect()
@@ -889,7 +894,7 @@ fn emulated_fp16_tile_paths_match_f64_lanes() {
                         .map(|_| {
                             let r = g.next();
                             let x = (g.unit() * 4.0) as f32;
-                            let x = if case == 3 && r % 17 == 0 {
+                            let x = if case == 3 && r.is_multiple_of(17) {
                                 [1e30f32, -3e-39, f32::INFINITY, 7e-45, -65504.0, 1e-30][(r / 17) as usize % 6]
                             } else if case == 4 {
                                 x * [1.0, 2f32.powi(61), -(2f32.powi(-70))][(r % 3) as usize]
@@ -1093,7 +1098,7 @@ fn register_tile_matches_scalar() {
                 // Accumulators and products around 2^e; some cases push sums out of
                 // the normal range (tiny products from zero, huge ones, inf/NaN).
                 let e = ff.emin() + (g.next() % ((ff.emax() - ff.emin()) as u64)) as i32;
-                let acc: Vec<f64> = (0..TILE_ROWS * 8).map(|_| if g.next() % 5 == 0 { 0.0 } else { q(g.unit() * 2f64.powi(e)) }).collect();
+                let acc: Vec<f64> = (0..TILE_ROWS * 8).map(|_| if g.next().is_multiple_of(5) { 0.0 } else { q(g.unit() * 2f64.powi(e)) }).collect();
                 let ap: Vec<f64> = (0..kn * TILE_ROWS).map(|_| q(g.unit() * 2f64.powi((g.next() % 4) as i32))).collect();
                 let bp: Vec<f64> = (0..kn * 8)
                     .map(|_| match (rep % 6, g.next() % 50) {
@@ -1170,10 +1175,10 @@ fn exact_claim_from_values_holds() {
                 let spread = [2, 8, 20, 40][rep % 4];
                 // Accumulators from far below the products to above them.
                 let e = (g.next() % 50) as i32 - 40;
-                let acc: Vec<f64> = (0..8).map(|_| if g.next() % 4 == 0 { 0.0 } else { q(g.unit() * 2f64.powi(e + (g.next() % 6) as i32)) }).collect();
+                let acc: Vec<f64> = (0..8).map(|_| if g.next().is_multiple_of(4) { 0.0 } else { q(g.unit() * 2f64.powi(e + (g.next() % 6) as i32)) }).collect();
                 let val = |g: &mut Lcg| {
                     let v = q8((g.unit() + 0.01) * 2f64.powi(-((g.next() % spread) as i32)));
-                    if g.next() % 7 == 0 { 0.0 } else if g.next() % 2 == 0 { -v } else { v }
+                    if g.next().is_multiple_of(7) { 0.0 } else if g.next().is_multiple_of(2) { -v } else { v }
                 };
                 let ap: Vec<f64> = (0..kn).map(|_| val(&mut g)).collect();
                 let bp: Vec<f64> = (0..kn * 8).map(|_| val(&mut g)).collect();
@@ -1257,7 +1262,7 @@ fn register_tile_untracked_edges() {
                 let sub = |g: &mut Lcg| q(g.unit() * 2f64.powi(ff.emin()));
                 let acc: Vec<f64> = (0..TILE_ROWS * 8)
                     .map(|_| match case {
-                        2 => q(top * (0.5 + 0.5 * g.unit().abs()) * if g.next() % 2 == 0 { 1.0 } else { -1.0 }),
+                        2 => q(top * (0.5 + 0.5 * g.unit().abs()) * if g.next().is_multiple_of(2) { 1.0 } else { -1.0 }),
                         _ => sub(&mut g),
                     })
                     .collect();
@@ -1273,7 +1278,7 @@ fn register_tile_untracked_edges() {
                         2 => q(top * 2f64.powi(-((g.next() % 6) as i32)) * g.unit()),
                         // Zero products keep subnormal accumulators where they are; the
                         // others are no smaller than the bounds of quiet_ok allow.
-                        0 if g.next() % 4 != 0 => 0.0,
+                        0 if !g.next().is_multiple_of(4) => 0.0,
                         0 => q(2f64.powi(ff.emin() + ff.man_bits as i32 + (g.next() % 4) as i32) * (1.0 + g.unit().abs() / 2.0)),
                         _ => {
                             let v = sub(&mut g);
@@ -1519,7 +1524,7 @@ fn vector_case(av: &[u8], (sa, fa): (Storage, Option<Format>), bv: &[u8], (sb, f
         .unwrap();
         (a, b)
     };
-    let c = if layout % 2 == 0 { (n as isize * 2, 2, m * n * 2) } else { (1, m as isize, m * n) };
+    let c = if layout.is_multiple_of(2) { (n as isize * 2, 2, m * n * 2) } else { (1, m as isize, m * n) };
     (a, b, c)
 }
 
@@ -2129,7 +2134,7 @@ fn pack_lines_along_the_depth_every_code() {
         };
         for isa in [None, Some(crate::convert::Isa::Scalar)] {
             set_isa(isa).unwrap();
-            for (nv, w) in [(6, 6), (5, 6), (8, 8), (16, 16), (13, 16), (32, 32), (31, 32)] {
+            for (nv, w) in [(6, 6), (5, 6), (8, 8), (12, 12), (7, 12), (16, 16), (13, 16), (32, 32), (31, 32)] {
                 for (base, kc) in [(0, cols), (2 * cols as isize + 3, cols - 3), (cols as isize + 1, 64 + 9)] {
                     // Lines every row, and every other row.
                     for sl in [cols as isize, 2 * cols as isize] {
@@ -2148,3 +2153,4 @@ fn pack_lines_along_the_depth_every_code() {
         set_isa(None).unwrap();
     }
 }
+

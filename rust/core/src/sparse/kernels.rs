@@ -636,7 +636,7 @@ fn gather<G: Gather>(g: &G, b: Dense<'_>, out: &mut [f32]) -> Result<()> {
         }
         return Ok(());
     }
-    if k >= 8 && k % 8 == 0 && isa() == Isa::Avx2 && b.data.as_ptr().align_offset(64) != 0 {
+    if k >= 8 && k.is_multiple_of(8) && isa() == Isa::Avx2 && b.data.as_ptr().align_offset(64) != 0 {
         // Rows of B 32-byte aligned (k is a multiple of 8): a copy from a 64-byte boundary
         // (NumPy's buffers often start 16 bytes off one, splitting every other load).
         let mut pb = Vec::new();

@@ -108,7 +108,7 @@ fn bsr_and_nm_match_dense() {
             let (mut vals, mut ix, mut p) = (vec![], vec![], vec![0i32]);
             for bi in 0..mb {
                 for bj in 0..nb {
-                    if g.next() % 3 == 0 {
+                    if g.next().is_multiple_of(3) {
                         ix.push(bj as i32);
                         for r in 0..br {
                             for c in 0..bc {
@@ -211,7 +211,7 @@ fn random_24(g: &mut Gen, rows: usize, cols: usize) -> (Vec<f32>, Vec<u8>, Vec<f
             for _ in 0..2 {
                 let pos = (g.next() % width as u64) as usize;
                 // A few explicit zeros, as stored for groups with fewer nonzeros.
-                let x = if g.next() % 8 == 0 { 0.0 } else { g.f() };
+                let x = if g.next().is_multiple_of(8) { 0.0 } else { g.f() };
                 vals.push(x);
                 a[r * cols + gi * 4 + pos] += x;
                 idx[p / 4] |= (pos as u8) << (p % 4 * 2);

@@ -50,7 +50,7 @@ unsafe fn operand(p: *const u8, rows: usize, cols: usize, rs: isize, cs: isize, 
     let size = TYPES[t].size as isize;
     let fmt = Some(TYPES[t].fmt);
     let st = storage(size as usize);
-    if rs % size == 0 && cs % size == 0 && (p as usize) % (size as usize) == 0 {
+    if rs % size == 0 && cs % size == 0 && (p as usize).is_multiple_of(size as usize) {
         // SAFETY: whole-element strides and alignment; readable by the contract.
         return unsafe { Operand::from_raw(p, st, fmt, rows, cols, rs / size, cs / size, "a") };
     }
