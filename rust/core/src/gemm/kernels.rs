@@ -1364,11 +1364,7 @@ unsafe fn f64_tile_avx2<const AR: bool>(kc: usize, a: *const f64, lda: isize, b:
     // SAFETY: a holds kc*6 packed values (or six rows of kc), b kc*8; the tile of c is writable.
     unsafe {
         if accumulate && cs == 1 {
-            for i in 0..mr {
-                let q = c.offset(i as isize * rs) as *const i8;
-                _mm_prefetch::<_MM_HINT_T0>(q);
-                _mm_prefetch::<_MM_HINT_T0>(q.wrapping_add(56));
-            }
+            prefetch_tile(c as *const u8, rs * 8, mr, 64);
         }
         let mut r0 = [_mm256_setzero_pd(); 6];
         let mut r1 = [_mm256_setzero_pd(); 6];
@@ -1473,6 +1469,23 @@ pub(crate) unsafe fn codes8_avx2<const F16: bool>(p: *const u16) -> std::arch::x
     }
 }
 
+/// Fetch the rows of a C tile early (at power-of-two strides they may share L1
+/// sets): `rows` rows of `bytes` bytes at `c`, `rs` bytes apart, every cache line
+/// of each (its first and last bytes included, wherever the row starts). A hint:
+/// nothing is read.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn prefetch_tile(c: *const u8, rs: isize, rows: usize, bytes: usize) {
+    use std::arch::x86_64::*;
+    for i in 0..rows {
+        let q = c.wrapping_offset(i as isize * rs) as *const i8;
+        for o in (0..bytes).step_by(64).chain([bytes - 4]) {
+            // SAFETY: a prefetch never faults, whatever the address.
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(q.wrapping_add(o)) };
+        }
+    }
+}
+
 /// The 6x16 f32 tile: 12 ymm accumulators, two B loads and six broadcasts per
 /// step (enough independent FMAs to cover their latency on two FMA pipes).
 /// A last strip of at most 2 or 4 rows (a product of few rows: 8 = 6 + 2)
@@ -1565,11 +1578,7 @@ unsafe fn f32_tile_avx2<const R: usize, const D: u8, const A: u8>(kc: usize, a: 
     unsafe {
         // Fetch the C tile early (its rows may share L1 sets at power-of-two strides).
         if accumulate && cs == 1 {
-            for i in 0..mr {
-                let q = c.offset(i as isize * rs) as *const i8;
-                _mm_prefetch::<_MM_HINT_T0>(q);
-                _mm_prefetch::<_MM_HINT_T0>(q.wrapping_add(60));
-            }
+            prefetch_tile(c as *const u8, rs * 4, mr, 64);
         }
         let load = |p: *const u8| -> (__m256, __m256) {
             let q = p as *const u16;
@@ -1667,12 +1676,7 @@ unsafe fn f32_tile_avx512<const R: usize>(kc: usize, a: *const f32, b: *const f3
     unsafe {
         // Fetch the C tile early (its rows may share L1 sets at power-of-two strides).
         if accumulate && cs == 1 {
-            for i in 0..mr {
-                let q = c.offset(i as isize * rs) as *const i8;
-                _mm_prefetch::<_MM_HINT_T0>(q);
-                _mm_prefetch::<_MM_HINT_T0>(q.wrapping_add(64));
-                _mm_prefetch::<_MM_HINT_T0>(q.wrapping_add(124));
-            }
+            prefetch_tile(c as *const u8, rs * 4, mr, 128);
         }
         let mut r0 = [_mm512_setzero_ps(); R];
         let mut r1 = [_mm512_setzero_ps(); R];
