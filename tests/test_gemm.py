@@ -852,7 +852,8 @@ def _paths():
                          ids=lambda d: np.dtype(d).name)
 def test_float32_gemm_paths_give_the_same_bits(dtype):
     """The loop nest's kernels (AVX-512 12x32, AVX2 6x16, portable) sum every element of C
-    in the same depth blocks with the same FMA chains, so they give the same bits: over
+    in the same depth blocks with the same FMA chains, so they give the same bits (finite
+    inputs: a NaN's payload may come from either operand): over
     several depth blocks, partial tiles of either kernel, transposed and strided operands,
     and outputs with strided columns (stored through the scratch tile), at 1 and 2 threads."""
     rng = np.random.default_rng(5)

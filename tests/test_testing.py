@@ -328,7 +328,7 @@ def test_sequences_of_ints_float64_cannot_hold():
     rounding the ints; the ULP functions refuse such a list (naming the argument) rather
     than give what the ints as scalars do not, and take the same ints in an int64/uint64
     array or as scalars exactly."""
-    with pytest.raises(TypeError, match="^x: a sequence that numpy reads as float64 holds Python ints"):
+    with pytest.raises(TypeError, match="^x: a sequence that numpy reads as float64 holds Python ints float64 cannot"):
         lowp.ulp([2**64 - 1, -1], "bf16")
     with pytest.raises(TypeError, match="^x: a sequence"):
         lowp.nextafter([2**63 + 1, 0], 0, "float64")
@@ -340,6 +340,9 @@ def test_sequences_of_ints_float64_cannot_hold():
     assert lowp.ulp(np.array([2**64 - 1], np.uint64), "bf16")[0] == 2.0**56
     assert lowp.nextafter(np.array([2**63 + 1], np.uint64), 0, "float64")[0] == 2.0**63
     np.testing.assert_array_equal(lowp.ulp([2**53, 1.5], "float64"), [2.0, 2.0**-52])
+    # Ints beyond 2**53 that are float64 values read as before.
+    np.testing.assert_array_equal(lowp.ulp([2**60, 0.5, 2**53 + 2], "float32"), [2.0**37, 2.0**-24, 2.0**30])
+    assert lowp.nextafter([2**60, 0.5], 0, "float64")[0] == np.nextafter(2.0**60, 0)
     with pytest.raises(AssertionError):
         assert_ulp_close(np.array([2**64 - 1, 0], np.uint64), [2.0**64, 0], "float64")
 

@@ -584,8 +584,10 @@ def sum(x: Any, axis: Any = None, *, accumulate: Any = "float32", chunk: Optiona
     add rounded into ``accumulate`` (``"float32"``, ``"float64"`` or any format) with
     ``rounding``; ``chunk`` as in :func:`matmul`. Returns float32 when the accumulator
     fits in it (else float64); a numpy scalar when ``axis`` is None. The accumulator
-    starts at +0, and an exact zero sum is +0 in every rounding mode. Integers are added
-    exactly (64-bit ones up to 2**53 in magnitude).
+    starts at +0, and an exact zero sum is +0 in every rounding mode. Integer values enter
+    the sums exactly (64-bit ones up to 2**53 in magnitude); each add is still rounded into
+    ``accumulate`` (float32 rounds sums beyond 2**24; ``"float64"`` holds every sum of
+    integers up to 2**53).
 
     A bfloat16 accumulator stalls once the sum outgrows the addends
     (``sum(ones(4096, bf16), accumulate="bf16") == 256``); float32 or chunked

@@ -61,6 +61,14 @@ def _as_f64(x: Any, arg: str, f: Optional[Format] = None) -> np.ndarray:
 _F64_EXACT_INT = 2**53  # integers of at most this magnitude are float64 values
 
 
+def _is_f64(v: int) -> bool:
+    """Is the int ``v`` a float64 value?"""
+    try:
+        return int(float(v)) == v
+    except OverflowError:
+        return False
+
+
 def _check_sequence(x: Any, arg: str) -> None:
     """A list or tuple numpy cannot read, or reads as floats while it holds Python ints
     float64 cannot hold (numpy reads [2**63 + 1, 0] as float64): TypeError."""
@@ -70,10 +78,10 @@ def _check_sequence(x: Any, arg: str) -> None:
         a = np.asarray(x)
     except ValueError as err:  # ragged nested sequences
         raise TypeError(f"{arg}: cannot be read as a numeric array: {err}") from None
-    if a.dtype.kind in "fc" and any(type(v) is int and abs(v) > _F64_EXACT_INT
+    if a.dtype.kind in "fc" and any(type(v) is int and abs(v) > _F64_EXACT_INT and not _is_f64(v)
                                     for v in np.asarray(x, dtype=object).reshape(-1)):
-        raise TypeError(f"{arg}: a sequence that numpy reads as float64 holds Python ints beyond 2**53, which "
-                        "it would round; pass them in an int64 or uint64 array, or as scalars")
+        raise TypeError(f"{arg}: a sequence that numpy reads as float64 holds Python ints float64 cannot hold, "
+                        "which it would round; pass them in an int64 or uint64 array, or as scalars")
 
 
 def _not_float64(x: Any, arg: str = "x") -> Optional[tuple[np.ndarray, list[Fraction]]]:

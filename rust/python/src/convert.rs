@@ -195,7 +195,8 @@ fn get_num_threads() -> usize {
     lowp_core::parallel::num_threads()
 }
 
-/// The instruction-set path in use ("scalar", "sse2", "avx2" or "avx512").
+/// The instruction-set level in use ("scalar", "sse2", "avx2" or "avx512"; at
+/// "avx512" the kernels without an AVX-512 version run their AVX2 one).
 #[pyfunction]
 fn get_isa() -> &'static str {
     convert::isa_level().name()

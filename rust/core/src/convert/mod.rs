@@ -37,7 +37,8 @@ pub enum Isa {
     Scalar = 1,
     Sse2 = 2,
     Avx2 = 3,
-    /// AVX2 kernels, and AVX-512F ones where lowp has them (the float32 GEMM).
+    /// AVX2 kernels, and AVX-512 ones where lowp has them: the float32 GEMM's
+    /// micro-kernel (AVX-512F) and the int8 GEMM's (AVX-512BW, VNNI when present).
     Avx512 = 4,
 }
 

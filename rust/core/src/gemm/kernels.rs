@@ -1288,10 +1288,12 @@ real_kernel!(F32Avx2, f32, 6, 16, 144, 256, 4080, avx2,
 );
 
 // AVX-512F: a 12x32 tile, 24 zmm accumulators; one B strip (256 x 32 values,
-// 32 KiB) stays in a 48 KiB L1 while the A strips stream past it. KC stays
-// 256, so every element of C sees the same depth blocks and the same chain of
-// FMAs as on the AVX2 and portable kernels: the same bits on every CPU.
-real_kernel!(F32Avx512, f32, F32_512_MR, 32, 144, 256, 4080, avx2,
+// 32 KiB) stays in a 48 KiB L1 while the A strips stream past it (NC: a
+// multiple of 32). KC stays 256, so every element of C sees the same depth
+// blocks and the same chain of FMAs as on the AVX2 and portable kernels: the
+// same values on every CPU (which NaN's payload a NaN result carries, A's or
+// B's, may differ between kernels).
+real_kernel!(F32Avx512, f32, F32_512_MR, 32, 144, 256, 4064, avx2,
     unsafe fn run(&self, kc: usize, a: *const f32, b: *const f32, c: *mut f32, rs: isize, cs: isize, mr: usize, nr: usize, accumulate: bool) {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: this kernel is only selected when avx512f, avx2 and fma were detected.
@@ -1714,12 +1716,14 @@ unsafe fn f32_tile_avx512<const R: usize>(kc: usize, a: *const f32, b: *const f3
             for i in 0..mr {
                 let q = c.offset(i as isize * rs);
                 let (mut v0, mut v1) = (r0[i], r1[i]);
+                // (Wrapping: with nr <= 16 the second half may lie past C's end, masked off.)
+                let q1 = q.wrapping_add(16);
                 if accumulate {
                     v0 = _mm512_add_ps(v0, _mm512_maskz_loadu_ps(m0, q));
-                    v1 = _mm512_add_ps(v1, _mm512_maskz_loadu_ps(m1, q.add(16)));
+                    v1 = _mm512_add_ps(v1, _mm512_maskz_loadu_ps(m1, q1));
                 }
                 _mm512_mask_storeu_ps(q, m0, v0);
-                _mm512_mask_storeu_ps(q.add(16), m1, v1);
+                _mm512_mask_storeu_ps(q1, m1, v1);
             }
         } else {
             let mut t = [0f32; 32 * F32_512_MR];

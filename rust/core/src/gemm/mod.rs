@@ -9,7 +9,9 @@
 //! - `driver`: the five-loop nest, generic over a `kernels::Kernel` carrying
 //!   MR, NR and the block sizes; packing buffers use cache-friendly strides.
 //! - `kernels`: the AVX2+FMA 6x16 f32 micro-kernel (std::arch intrinsics), the
-//!   f64 and int8 kernels, and portable fallbacks used when `isa()` is below AVX2.
+//!   AVX-512F 12x32 one chosen where the CPU has it, the f64 and int8 kernels
+//!   (int8 also with AVX-512BW/VNNI), and portable fallbacks used when `isa()`
+//!   is below AVX2.
 //! - `emulate`: `acc = round(acc + a*b)` into any format, optionally chunked.
 
 #![allow(clippy::too_many_arguments)]
