@@ -1169,3 +1169,17 @@ def test_prune_ranks_64_bit_integers_exactly():
     np.testing.assert_array_equal(sparse.prune_nm(u, 1, 2), [0, 2**64 - 1, 3, 0])
     # Ties still keep the lower index.
     np.testing.assert_array_equal(sparse.prune_nm(np.array([-7, 7, 7, -7], np.int64), 1, 2), [-7, 0, 7, 0])
+
+
+def test_64_bit_integer_operands_round_once():
+    """A 64-bit integer dense operand is rounded to float32 once from its exact value (not
+    through float64, which would round 2**60 + 2**36 + 1 down to the tie 2**60 + 2**36 and
+    then to even, 2**60): the same float32 as lowp.cast, from either side."""
+    v = 2**60 + 2**36 + 1
+    want = np.float32(2.0**60 + 2**37)
+    assert lowp.cast(np.array([v], np.int64), np.float32)[0] == want
+    m = sparse.CSR.from_scipy(sp.csr_array(np.eye(2, dtype=np.float32)))
+    np.testing.assert_array_equal(m @ np.array([v, 3], np.int64), [want, 3])
+    np.testing.assert_array_equal(np.array([v, 3], np.int64) @ m, [want, 3])
+    np.testing.assert_array_equal(m @ np.array([[v], [2]], np.uint64), [[want], [2]])
+    np.testing.assert_array_equal(m.matmul(np.array([3, v], np.int64), transpose=True), [3, want])

@@ -147,6 +147,10 @@ def _as_dense_f32(x: Any, arg: str = "x") -> np.ndarray:
     if a.ndim == 0:  # as numpy and scipy: @ takes vectors and matrices only
         raise ValueError(f"{arg}: scalar operands are not allowed with @; expected a 1-D or 2-D array "
                          "(to scale the values: M.data *= s)")
+    xa = _native(np.asarray(x))
+    if xa.dtype.kind in "iu" and xa.dtype.itemsize == 8:
+        # (64-bit integers round once from their exact value, not through float64.)
+        return _contig(_round(xa, _FMT_F32).astype(np.float32))
     return _contig(a, dtype=np.float32)
 
 
@@ -570,7 +574,7 @@ class _Sparse:
 
     def to_dense(self) -> np.ndarray:
         """The stored values as a dense array of :attr:`dtype` (a format without a dtype gives
-        float32). With a :attr:`scale` other than 1 the matrix is ``to_dense() * scale``
+        float32, or float64 for formats whose values float32 does not hold). With a :attr:`scale` other than 1 the matrix is ``to_dense() * scale``
         (int8 values stay int8, as ``QuantizedArray.values``); ``to_scipy`` applies it."""
         coo = self._to_coo()._summed()
         m, n = self._shape
