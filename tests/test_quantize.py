@@ -406,3 +406,26 @@ def test_asymmetric_scale_is_the_exact_range_over_steps_rounded_once():
         assert q.scale == _f32_nearest((Fraction(hi) - Fraction(lo)) / 255)
         for h in (np.nextafter(m * 127, np.inf), np.nextafter(m * 127, -np.inf)):
             assert lowp.quantize(np.array([-h, h]), "int8").scale == _f32_nearest(Fraction(h) / 127)
+
+
+def test_fields_assigned_later_are_checked():
+    """A field of a QuantizedArray assigned after construction is checked as the
+    constructor checks it (q.dequantize() and qmatmul would otherwise use a negative scale, a
+    float zero point or extra scales silently); a valid one is stored as the constructor
+    stores it (scales as float32)."""
+    q = lowp.quantize(np.array([[1.0, -2.0], [3.0, 0.5]]), "int8", axis=0)
+    before = q.dequantize()
+    for key, value, err, msg in (("scale", -1.0, ValueError, "^scale: every scale must be a positive"),
+                                 ("zero_point", 0.5, TypeError, "^zero_point: expected integers"),
+                                 ("scale", np.array([1.0, 2.0, 3.0]), ValueError, "^scale: expected a scalar or 2"),
+                                 ("axis", 5, ValueError, "^axis: 5 is out of range"),
+                                 ("values", np.array([[300, 0], [0, 0]]), ValueError, "^values: must lie in"),
+                                 ("format", "bf16", TypeError, "^fmt: expected an integer format")):
+        with pytest.raises(err, match=msg):
+            setattr(q, key, value)
+        np.testing.assert_array_equal(q.dequantize(), before)  # (left as it was)
+    q.scale = 0.5
+    assert q.scale == 0.5 and q.scale.dtype == np.float32
+    np.testing.assert_array_equal(q.dequantize(), q.values.astype(np.float32) * 0.5)
+    with pytest.raises(AttributeError):
+        q.other = 1

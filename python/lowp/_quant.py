@@ -69,6 +69,19 @@ class QuantizedArray:
         self.axis = axis
         self.format = f
 
+    def __setattr__(self, key: str, value: Any) -> None:
+        # A field assigned after construction is checked as the constructor checks it (a
+        # negative scale, a float zero point, a scale count that does not match the axis
+        # would otherwise reach dequantize and qmatmul unchecked).
+        if key not in QuantizedArray.__slots__ or not hasattr(self, "format"):  # (in __init__: format comes last)
+            object.__setattr__(self, key, value)
+            return
+        parts = {k: getattr(self, k) for k in QuantizedArray.__slots__}
+        parts[key] = value
+        q = QuantizedArray(parts["values"], parts["scale"], parts["zero_point"], parts["axis"], parts["format"])
+        for k in QuantizedArray.__slots__:
+            object.__setattr__(self, k, getattr(q, k))
+
     def __reduce__(self) -> tuple:
         # (Every pickle protocol: __slots__ without __getstate__ needs protocol 2.)
         return (QuantizedArray, (self.values, self.scale, self.zero_point, self.axis, self.format))
