@@ -84,14 +84,14 @@ def _check_sequence(x: Any, arg: str) -> None:
                         "which it would round; pass them in an int64 or uint64 array, or as scalars")
 
 
-def _not_float64(x: Any, arg: str = "x") -> Optional[tuple[np.ndarray, list[Fraction]]]:
+def _not_float64(x: Any) -> Optional[tuple[np.ndarray, list[Fraction]]]:
     """Entries of ``x`` that float64 cannot hold (64-bit integers beyond 2**53, longdouble
     values, Python ints beyond 64 bits, Fractions): (mask, their exact values, in flat
-    order), or None when there are none."""
+    order), or None when there are none. ``x`` has been read by :func:`_as_f64` (which
+    refuses the sequences :func:`_check_sequence` does)."""
     e = _exact_scalar(x)
     if e is not None:
         return None if _f64_or_none(e) is not None else (np.ones((), bool), [e])
-    _check_sequence(x, arg)
     a = np.asarray(x)
     dt = a.dtype
     if dt.kind in "iu" and dt.itemsize >= 8:
@@ -302,7 +302,7 @@ def _exact_directions(x: Any, y: Any, xa: np.ndarray, ya: np.ndarray, eq: np.nda
     behind ``x`` (below it when stepping up, above it when stepping down): no float64, so
     no value of any format, lies strictly between the two, and the next value beyond it
     toward ``y`` is the next value beyond ``x``. All arrays have the broadcast shape."""
-    ex, ey = _not_float64(x), _not_float64(y, "y")
+    ex, ey = _not_float64(x), _not_float64(y)
     if ex is None and ey is None:
         return
     shape = xa.shape

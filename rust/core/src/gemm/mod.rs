@@ -339,24 +339,19 @@ fn avx512() -> bool {
     crate::convert::isa_level() >= Isa::Avx512
 }
 
-/// Does the CPU have AVX-512BW (the int8 kernel's 16-bit multiply-adds)?
+/// Does the CPU have AVX-512BW (the int8 kernel's 16-bit multiply-adds)? (std caches
+/// the detection.)
 fn avx512bw() -> bool {
     #[cfg(target_arch = "x86_64")]
-    {
-        static BW: OnceLock<bool> = OnceLock::new();
-        *BW.get_or_init(|| std::is_x86_feature_detected!("avx512bw"))
-    }
+    return std::is_x86_feature_detected!("avx512bw");
     #[cfg(not(target_arch = "x86_64"))]
     false
 }
 
-/// Does the CPU have AVX-512 VNNI (`vpdpwssd`)?
+/// Does the CPU have AVX-512 VNNI (`vpdpwssd`) besides AVX-512BW?
 fn vnni() -> bool {
     #[cfg(target_arch = "x86_64")]
-    {
-        static VNNI: OnceLock<bool> = OnceLock::new();
-        *VNNI.get_or_init(|| std::is_x86_feature_detected!("avx512vnni") && avx512bw())
-    }
+    return std::is_x86_feature_detected!("avx512vnni") && avx512bw();
     #[cfg(not(target_arch = "x86_64"))]
     false
 }
