@@ -1095,6 +1095,24 @@ def test_from_dense_refuses_sparse_input():
             sparse.CSR.from_dense(m)
 
 
+@pytest.mark.parametrize("cls", [sparse.CSR, sparse.CSC, sparse.COO, sparse.BSR, sparse.NM])
+def test_errors_name_the_argument_given(cls):
+    """from_scipy names its argument ``m`` for an unsupported value dtype (it named ``data``),
+    and ``x @ A`` names x's columns against A's rows (it spoke of x's rows)."""
+    with pytest.raises(TypeError, match="^m.dtype: unsupported dtype complex128"):
+        cls.from_scipy(sp.csr_matrix(np.eye(4, dtype=complex)))
+    A = cls.from_dense(np.eye(4, dtype=np.float32)[:, ::-1].copy())
+    with pytest.raises(ValueError, match="^x: has 3 columns but the matrix has 4 rows"):
+        np.ones((2, 3), np.float32) @ A
+    with pytest.raises(ValueError, match="^x: has 3 columns but the matrix has 4 rows"):
+        A.rmatmul(np.ones((2, 3), np.float32))
+    with pytest.raises(ValueError, match="^x: has length 3 but the matrix has 4 rows"):
+        np.ones(3, np.float32) @ A
+    x = np.arange(8, dtype=np.float32).reshape(2, 4)
+    np.testing.assert_array_equal(x @ A, x[:, ::-1])
+    np.testing.assert_array_equal(x[0] @ A, x[0, ::-1])
+
+
 def test_no_elementwise_comparison_or_truth_value():
     """== and != would otherwise compare identity (M == M.copy() False), bool() be True."""
     M = sparse.CSR.from_dense(np.eye(2, dtype=np.float32))

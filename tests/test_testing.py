@@ -358,3 +358,36 @@ def test_ulps_beyond_float64s_range():
         assert_ulp_close(np.inf, 1.0, "bf16", ulps=2**1100)
     with pytest.raises(AssertionError):
         assert_ulp_close(2**64 - 1, 2.0**64, "float64", ulps=0)
+
+
+def test_encoding_class_refuses_values_the_format_does_not_hold():
+    """encoding_class classifies values of the format; anything else is a ValueError naming
+    ``value`` (it used to classify 1.1 as a bfloat16 "normal" and 1e39 as "normal")."""
+    from fractions import Fraction
+
+    cases = [(1.1, "bf16"), (1e39, "bf16"), (2.0**-140, "bf16"), (math.inf, "e4m3fn"), (-math.inf, "posit8"),
+             (math.nan, "int8"), (math.inf, "int8"), (0.5, "int8"), (200, "int8"), (2**53 + 1, "float32"),
+             (Fraction(1, 3), "float16"), (np.longdouble(1) + np.finfo(np.longdouble).eps, "bf16"),
+             (449.0, "e4m3fn"), (1e-6, "posit8"), (2.0**-150, lowp.FloatFormat(8, 7, subnormals=False))]
+    for v, f in cases:
+        with pytest.raises(ValueError, match="^value: "):
+            encoding_class(v, f)
+    with pytest.raises(TypeError, match="^value: "):
+        encoding_class("one", "bf16")
+    # Values of the format, including those given exactly as other types.
+    assert encoding_class(448, "e4m3fn") == "max"
+    assert encoding_class(Fraction(1, 4), "bf16") == "normal"
+    assert encoding_class(np.int64(-128), "int8") == "min"
+    assert encoding_class(-0.0, "e4m3fnuz") == "zero"
+    assert encoding_class(2.0**-133, "bf16") == "subnormal"
+
+
+def test_ulp_distance_of_scalars_is_a_scalar():
+    """As numpy's ufuncs (and lowp.ulp, lowp.nextafter): scalars and 0-d arrays give a
+    float64 scalar, arrays an array."""
+    for a, d in ((1.0, 1.0078125), (np.float64(1.0), np.array(1.0078125)), (np.array(1.0), 1.0078125)):
+        r = ulp_distance(a, d, "bf16")
+        assert type(r) is np.float64 and r == 1.0
+    r = ulp_distance([1.0], [1.0078125], "bf16")
+    assert isinstance(r, np.ndarray) and r.shape == (1,) and r[0] == 1.0
+    assert ulp_distance(np.ones((2, 0)), 1.0, "bf16").shape == (2, 0)

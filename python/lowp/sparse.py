@@ -483,10 +483,13 @@ class _Sparse:
         if isinstance(x, _Sparse):
             return NotImplemented
         a = _as_dense_f32(x)
+        if a.ndim not in (1, 2):
+            raise ValueError(f"x: must be 1-D or 2-D, got shape {a.shape}")
+        if a.shape[-1] != self._shape[0]:
+            what = f"length {a.shape[0]}" if a.ndim == 1 else f"{a.shape[1]} columns"
+            raise ValueError(f"x: has {what} but the matrix has {self._shape[0]} rows")
         if a.ndim == 1:
             return self._matmul(a, True)
-        if a.ndim != 2:
-            raise ValueError(f"x: must be 1-D or 2-D, got shape {a.shape}")
         return _contig(self._matmul(_contig(a.T), True).T)
 
     def rmatmul(self, x: Any) -> np.ndarray:
@@ -708,6 +711,7 @@ def _check_scipy(m: Any) -> None:
     writable, and scipy checks them only when the matrix is built)."""
     if len(m.shape) != 2:
         raise ValueError(f"m: must be 2-D, got shape {m.shape}")
+    _source_format(np.dtype(m.dtype), "m.dtype")
     mm, nn = (int(s) for s in m.shape)
     if m.format == "coo":
         r, c = _as_index(m.coords[0], "m.row"), _as_index(m.coords[1], "m.col")

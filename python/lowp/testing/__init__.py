@@ -15,7 +15,7 @@ from typing import Any, Optional
 
 import numpy as np
 
-from .._formats import FloatFormat, Format, IntFormat, PositFormat, format as _format
+from .._formats import FloatFormat, Format, IntFormat, PositFormat, _has_nan, format as _format
 from .._ulp import _as_f64, _not_float64, _ordinals, _representable, ulp
 
 __all__ = ["assert_ulp_close", "ulp_distance", "encoding_class", "ENCODING_CLASSES", "encoding_classes", "strategies"]
@@ -64,17 +64,27 @@ def encoding_class(value: float, fmt: Any) -> str:
     smallest normal magnitude; posits: minpos), ``"normal"``, ``"max"`` (the largest
     finite magnitude), ``"nan"`` (posits: NaR), ``"inf"``, and for signed integers
     ``"min"`` (the most negative value, which has no positive counterpart). The sign is
-    ignored except for zero.
+    ignored except for zero. A value that ``fmt`` does not hold (not on its grid, beyond
+    its range, an infinity or NaN of a format without them) raises ValueError.
     """
     f = _format(fmt)
     try:
         v = float(value)
     except OverflowError:
         raise ValueError(f"value: a {type(value).__name__} beyond float64's range, which no format holds") from None
+    except (TypeError, ValueError):
+        raise TypeError(f"value: expected a real number, got {type(value).__name__}") from None
     if np.isnan(v):
+        if not _has_nan(f):
+            raise ValueError(f"value: NaN, which {f!r} does not have")
         return "nan"
     if np.isinf(v):
+        if not (isinstance(f, FloatFormat) and f.inf):
+            raise ValueError(f"value: {v}, which {f!r} does not have (it has no infinities)")
         return "inf"
+    if _not_float64(value) is not None or not _representable(np.array([v]), f)[0]:
+        raise ValueError(f"value: {value!r} is not a value of {f!r} (expected one of its values; "
+                         "lowp.round gives the nearest)")
     if v == 0:
         return "negative_zero" if np.signbit(v) and isinstance(f, FloatFormat) and f.nan != "fnuz" else "zero"
     if isinstance(f, IntFormat):
@@ -93,7 +103,7 @@ def encoding_class(value: float, fmt: Any) -> str:
     return "normal"
 
 
-def ulp_distance(actual: Any, desired: Any, fmt: Any) -> np.ndarray:
+def ulp_distance(actual: Any, desired: Any, fmt: Any) -> Any:
     """Elementwise distance between ``actual`` and ``desired`` in ulps of ``fmt`` (float64).
 
     When both values are finite and representable in ``fmt`` it is the number of steps
@@ -102,9 +112,11 @@ def ulp_distance(actual: Any, desired: Any, fmt: Any) -> np.ndarray:
     equal infinities are 0 apart; NaN against a number, or an infinity against anything
     else, is infinitely far. Values float64 cannot hold (integers beyond 2**53, longdouble
     values, Python ints beyond 64 bits, Fractions) are taken exactly: the distance is
-    computed exactly and rounded once to float64.
+    computed exactly and rounded once to float64. Scalars give a float64 scalar, as numpy's
+    ufuncs do.
     """
-    return _distances(actual, desired, _format(fmt))[0]
+    d = _distances(actual, desired, _format(fmt))[0]
+    return d[()] if d.ndim == 0 else d
 
 
 def _exact_entries(x: Any, shape: tuple[int, ...]) -> Optional[np.ndarray]:
