@@ -289,3 +289,52 @@ def test_bytes_that_are_no_code_of_a_sub_byte_float_are_refused(name):
         with pytest.raises(ValueError, match=f"{arg}: codes of"):
             call()
     assert float(lowp.sum(ok)) == 9.0 and np.array_equal(lowp.matmul(ok, ok), np.full((3, 3), 3.0, np.float32))
+
+
+ML_INTS = {"int4": (4, True), "uint4": (4, False), "int2": (2, True), "uint2": (2, False)}
+
+
+@pytest.mark.parametrize("name", sorted(ML_INTS))
+def test_ml_dtypes_narrow_integers_are_named_formats(name):
+    """ml_dtypes' int4/uint4/int2/uint2 are the named integer formats of those widths, with
+    its encodings (the two's complement in the low bits of a byte): every value decodes as
+    ml_dtypes reads it, integer values encode to its bytes, every rounding mode agrees with
+    an exact reference on a grid of fractions, and matmul and sum read the dtype."""
+    import fractions
+
+    bits, signed = ML_INTS[name]
+    t = np.dtype(getattr(ml_dtypes, name))
+    f = lowp.format(t)
+    assert f is lowp.format(name) and f == lowp.IntFormat(bits, signed) and f.dtype == t
+    lo, hi = int(ml_dtypes.iinfo(t).min), int(ml_dtypes.iinfo(t).max)
+    assert (f.min, f.max) == (lo, hi)
+    vals = np.arange(lo, hi + 1, dtype=np.float64)
+    theirs = vals.astype(t)
+    np.testing.assert_array_equal(lowp.encode(vals, f), theirs.view(np.uint8))
+    np.testing.assert_array_equal(lowp.cast(vals, t).view(np.uint8), theirs.view(np.uint8))
+    codes = np.arange(1 << bits, dtype=np.uint8)
+    np.testing.assert_array_equal(lowp.decode(codes, f, np.float64), codes.view(t).astype(np.float64))
+    np.testing.assert_array_equal(lowp.cast(codes.view(t), np.float64), codes.view(t).astype(np.float64))
+    # Every mode, saturating, against exact rounding of the grid's fractions.
+    x = np.arange(4 * (lo - 3), 4 * (hi + 3) + 1) / 4.0
+    def ref(v, mode):
+        q = fractions.Fraction(v)
+        fl, ce = q.numerator // q.denominator, -(-q.numerator // q.denominator)
+        half = q - fl == fractions.Fraction(1, 2)
+        n = {"toward_zero": fl if q >= 0 else ce, "up": ce, "down": fl,
+             "nearest_even": (fl if fl % 2 == 0 else ce) if half else round(q),
+             "nearest_away": (ce if q > 0 else fl) if half else round(q),
+             "odd": fl if fl == ce or fl % 2 else ce}[mode]
+        return min(max(n, lo), hi)
+    for mode in ("nearest_even", "nearest_away", "toward_zero", "up", "down", "odd"):
+        got = lowp.cast(x, t, rounding=mode, saturate=True)
+        assert got.dtype == t
+        np.testing.assert_array_equal(got.astype(np.float64), [ref(v, mode) for v in x], err_msg=mode)
+    # matmul and sum read the dtype as its format.
+    rng = np.random.default_rng(bits)
+    a = rng.integers(lo, hi + 1, (9, 17)).astype(t)
+    b = rng.integers(lo, hi + 1, (17, 5)).astype(t)
+    ref_ab = a.astype(np.int64) @ b.astype(np.int64)
+    np.testing.assert_array_equal(lowp.matmul(a, b), ref_ab)
+    np.testing.assert_array_equal(lowp.matmul(a, b, accumulate="float16"), ref_ab)
+    assert float(lowp.sum(a)) == a.astype(np.int64).sum()

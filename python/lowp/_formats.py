@@ -333,6 +333,11 @@ _NAMED: dict[str, Format] = {
     "float6_e2m3fn": _named("float6_e2m3fn", FloatFormat(2, 3, nan=None)),
     "float6_e3m2fn": _named("float6_e3m2fn", FloatFormat(3, 2, nan=None)),
     "float4_e2m1fn": _named("float4_e2m1fn", FloatFormat(2, 1, nan=None)),
+    # ml_dtypes' narrow integers (one byte each, the value's two's complement in the low bits).
+    "int4": _named("int4", IntFormat(4, True)),
+    "uint4": _named("uint4", IntFormat(4, False)),
+    "int2": _named("int2", IntFormat(2, True)),
+    "uint2": _named("uint2", IntFormat(2, False)),
 }
 
 _ALIASES = {
