@@ -1201,3 +1201,31 @@ def test_64_bit_integer_operands_round_once():
     np.testing.assert_array_equal(np.array([v, 3], np.int64) @ m, [want, 3])
     np.testing.assert_array_equal(m @ np.array([[v], [2]], np.uint64), [[want], [2]])
     np.testing.assert_array_equal(m.matmul(np.array([3, v], np.int64), transpose=True), [3, want])
+
+
+@pytest.mark.parametrize("cls", [sparse.CSR, sparse.CSC])
+@pytest.mark.parametrize("dtype", [np.float32, lowp.bfloat16, "e4m3fn"])
+def test_sorted_indices_keeps_duplicates_as_scipy(cls, dtype):
+    """sorted_indices sorts each row's (column's) indices and keeps duplicates, as scipy's
+    (it used to add them up, changing nnz); has_sorted_indices reads the index arrays."""
+    data = np.array([1.0, 2.0, 3.0, 4.0, 5.0, 6.0], np.float32)
+    indices = np.array([2, 0, 2, 1, 3, 0])
+    indptr = np.array([0, 3, 3, 6])
+    theirs = (sp.csr_matrix if cls is sparse.CSR else sp.csc_matrix)((data, indices, indptr), shape=(3, 4) if cls is sparse.CSR else (4, 3))
+    ours = cls((data, indices, indptr), shape=theirs.shape, dtype=dtype)
+    assert not ours.has_sorted_indices and not theirs.has_sorted_indices
+    s, t = ours.sorted_indices(), theirs.sorted_indices()
+    assert s.nnz == t.nnz == 6 and s.has_sorted_indices and not s.has_canonical_format
+    np.testing.assert_array_equal(s.indices, t.indices)
+    np.testing.assert_array_equal(s.indptr, t.indptr)
+    np.testing.assert_array_equal(s.data.astype(np.float32), t.data)
+    np.testing.assert_array_equal(s.to_dense(), t.toarray())
+    # The original is untouched; duplicates only: sorted but not canonical.
+    np.testing.assert_array_equal(ours.indices, indices)
+    dup = cls((data[:2], np.array([1, 1]), np.array([0, 2, 2, 2])), shape=theirs.shape, dtype=dtype)
+    assert dup.has_sorted_indices and not dup.has_canonical_format
+    u = ours.sum_duplicates().sorted_indices()
+    assert u.has_canonical_format and u.nnz == 5
+    # Indices changed in place are read again.
+    s.indices[:2] = s.indices[1::-1].copy()
+    assert not s.has_sorted_indices

@@ -1052,8 +1052,27 @@ class _Compressed(_Sparse):
         self._check_indices()
         return self if self._canonical else type(self)._from_coo(self._to_coo())
 
+    @property
+    def has_sorted_indices(self) -> bool:
+        """Whether the indices of every row (CSR) or column (CSC) are in ascending order
+        (duplicates allowed; found from the index arrays as they are now)."""
+        self._check_indices()
+        if self._canonical:
+            return True
+        major = np.repeat(np.arange(self._indptr.size - 1), np.diff(self._indptr))
+        i = self._indices
+        return bool(np.all((major[1:] != major[:-1]) | (i[1:] >= i[:-1])))
+
     def sorted_indices(self) -> Any:
-        return self.sum_duplicates()
+        """A copy with the indices of every row (CSR) or column (CSC) in ascending order, as
+        scipy's: duplicates are kept, in their order (:meth:`sum_duplicates` adds them)."""
+        self._check_indices()
+        major = np.repeat(np.arange(self._indptr.size - 1), np.diff(self._indptr))
+        order = np.lexsort((self._indices, major))
+        out = type(self)._make(_contig(self._v[order]), self._fmt, self._scale, _contig(self._indices[order]),
+                               self._indptr.copy(), self._shape, False)
+        out._check_indices()
+        return out
 
 
 class CSR(_Compressed):
