@@ -84,3 +84,20 @@ def test_operator_stacks_equal_their_matrices(threads, name, shape):
         np.testing.assert_array_equal(bits(c[i]), want)
         np.testing.assert_array_equal(bits(out[i]), want)
         np.testing.assert_array_equal(bits(c2[i]), bits(lowp.cast(lowp.matmul(a[count - 1 - i], b2, out_dtype=acc), t)))
+
+
+@pytest.mark.parametrize("name", ["bfloat16", "float8_e4m3fn", "posit32"])
+def test_operator_outputs_past_a_block_equal_matmul(name):
+    """Outputs of more than 2^22 elements are computed in blocks of rows (of columns for
+    one long row): the same bits as lowp.matmul, on plain and reversed views."""
+    dt = np.dtype(getattr(lowp, name))
+    g = np.random.default_rng(5)
+    for m, k, p in ((2100, 7, 2100), (1, 5, 2**22 + 9), (4100, 3, 1030)):
+        a = g.standard_normal((m, k)).astype(dt)
+        b = g.standard_normal((k, p)).astype(dt)
+        want = lowp.matmul(a, b, out_dtype=dt)
+        got = a @ b
+        assert got.dtype == dt
+        np.testing.assert_array_equal(got.view(np.uint8), want.view(np.uint8))
+        rev = np.ascontiguousarray(a[::-1] @ b[:, ::-1])
+        np.testing.assert_array_equal(rev.view(np.uint8), np.ascontiguousarray(want[::-1, ::-1]).view(np.uint8))

@@ -168,3 +168,54 @@ def test_nan_checks_make_no_wide_copies():
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     assert int(r.stdout.split()[-1]) < 64 * 1024  # KiB: a float64 copy would be 1 GiB
+
+
+def test_deep_vector_products_decode_a_in_pieces():
+    """A vector product decodes A's rows in depth pieces: a 1 x 2^26 dot product of
+    broadcast fp8 operands (no memory of their own) grows the peak by far less than the
+    256 MiB a whole float32 copy of A would take (512 MiB as float64), and its value is
+    exact."""
+    import subprocess
+    import sys
+    import textwrap
+
+    code = textwrap.dedent("""
+        import resource, numpy as np, ml_dtypes, lowp
+        K = 2**26
+        one = np.ones((), ml_dtypes.float8_e4m3fn)
+        a, b = np.broadcast_to(one, (1, K)), np.broadcast_to(one, (K, 1))
+        base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        assert float(lowp.matmul(a, b)[0, 0]) == K
+        assert float(lowp.matmul(b.T, a.T)[0, 0]) == K
+        assert float(lowp.matmul(a, b, out_dtype=np.float64)[0, 0]) == K
+        p = np.broadcast_to(np.ones((), lowp.posit32), (3, K))
+        assert (lowp.matmul(p, p.T[:, :2]) == K).all()  # posit32 accumulates in float64
+        print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base)
+    """)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    assert int(r.stdout.split()[-1]) < 64 * 1024  # KiB
+
+
+def test_operator_keeps_no_output_sized_scratch():
+    """np.matmul on lowp dtypes sums into a scratch of at most 2^22 elements a block and
+    frees it after a large product: an 8192 x 8192 fp8 result (64 MiB) left 512 MiB of
+    sums and codes on the thread for its life."""
+    import subprocess
+    import sys
+    import textwrap
+
+    code = textwrap.dedent("""
+        import numpy as np, lowp
+        rss = lambda: int(open('/proc/self/statm').read().split()[1]) * 4096 >> 10
+        x = np.ones((8192, 1), lowp.float8_e4m3fn)
+        y = np.ones((1, 8192), lowp.float8_e4m3fn)
+        base = rss()
+        z = x @ y
+        assert z.dtype == lowp.float8_e4m3fn and float(z[-1, -1]) == 1.0
+        del z
+        print(rss() - base)
+    """)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert int(r.stdout.split()[-1]) < 64 * 1024  # KiB

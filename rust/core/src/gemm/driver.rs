@@ -702,21 +702,21 @@ pub(super) unsafe fn gemv_f32(a: &Operand, b: &Operand, c: OutMat<f32>) -> bool 
     // b, which lie inside it; the caller guarantees the CPU features.
     unsafe {
         // A block strip by strip, packed as the loop nest packs it.
-        let strips = |av: &[f32], pc: usize, kc: usize, j0: usize, w: usize, t: &mut [f32], ldt: usize| {
-            gemv_strips::<F32Avx2, f32, GEMV_W>(b, kernels::gemv_strip_avx2, av, k, m, pc, kc, j0, w, t, ldt)
+        let strips = |av: &[f32], lda: usize, pc: usize, kc: usize, j0: usize, w: usize, t: &mut [f32], ldt: usize| {
+            gemv_strips::<F32Avx2, f32, GEMV_W>(b, kernels::gemv_strip_avx2, av, lda, m, pc, kc, j0, w, t, ldt)
         };
         // The row streaming's decoding: e4m3fn's reads its values times 2^-8, and
         // takes A's block times 2^8 (the same products), where that stays finite.
         // (The column dots multiply their transposed values back instead.)
         let code = kernels::row_code(&b.dec, b.fmt);
         let p8 = kernels::place8(&b.dec, b.fmt).unwrap_or(kernels::Place8::NONE);
-        let scaled = |av: &[f32], pc: usize, kc: usize, go: &mut dyn FnMut(&[f32], usize) -> bool| {
+        let scaled = |av: &[f32], lda: usize, kc: usize, go: &mut dyn FnMut(&[f32], usize) -> bool| {
             if code != Some(kernels::ROW_E4M3FN) {
-                return go(&av[pc..], k);
+                return go(av, lda);
             }
             let mut sa = [0f32; GEMV_ROWS * F32Avx2::KC];
             for r in 0..m {
-                for (d, &x) in sa[r * kc..(r + 1) * kc].iter_mut().zip(&av[r * k + pc..r * k + pc + kc]) {
+                for (d, &x) in sa[r * kc..(r + 1) * kc].iter_mut().zip(&av[r * lda..r * lda + kc]) {
                     *d = x * kernels::E4M3FN_SCALE;
                     if d.is_infinite() && x.is_finite() {
                         return false;
@@ -728,9 +728,9 @@ pub(super) unsafe fn gemv_f32(a: &Operand, b: &Operand, c: OutMat<f32>) -> bool 
         // A block goes strip by strip where those cannot take it (or met an
         // e4m3fn NaN code, which they read as 1.875).
         match (b.cs, b.rs, code) {
-            (1, _, Some(code)) => gemv_units::<F32Avx2, f32>(&a, c, b.cols, gemv_width(m, b.cols, k), &|av, pc, kc, j0, w, t, ldt| {
-                if !scaled(av, pc, kc, &mut |x, lda| kernels::gemv_block(code, &p8, x, lda, m, kc, at(pc, j0), b.rs * bytes, w, t, ldt)) {
-                    strips(av, pc, kc, j0, w, t, ldt)
+            (1, _, Some(code)) => gemv_units::<F32Avx2, f32>(&a, c, b.cols, gemv_width(m, b.cols, k), &|av, lda, pc, kc, j0, w, t, ldt| {
+                if !scaled(av, lda, kc, &mut |x, ldx| kernels::gemv_block(code, &p8, x, ldx, m, kc, at(pc, j0), b.rs * bytes, w, t, ldt)) {
+                    strips(av, lda, pc, kc, j0, w, t, ldt)
                 }
             }),
             (_, 1, Some(code)) => {
@@ -749,17 +749,17 @@ pub(super) unsafe fn gemv_f32(a: &Operand, b: &Operand, c: OutMat<f32>) -> bool 
                 };
                 // Units of one kernel's columns: each column read whole, from
                 // block to block, before the next (long streams for the prefetchers).
-                gemv_units::<F32Avx2, f32>(&a, c, b.cols, 8 * groups, &|av, pc, kc, j0, w, t, ldt| {
+                gemv_units::<F32Avx2, f32>(&a, c, b.cols, 8 * groups, &|av, lda, pc, kc, j0, w, t, ldt| {
                     // e4m3fn and other fp8 columns: the block's codes (a few KiB, read
                     // next from L1) scanned first, the check of the decoding then left out.
                     let code = match code {
                         kernels::ROW_E4M3FN if kernels::specials_free(at(pc, j0), w, apart, kc, (0x7f, 0x7f)) => kernels::ROW_E4M3FN_CLEAN,
                         kernels::ROW_FP8 if kernels::specials_free(at(pc, j0), w, apart, kc, p8.specials()) => kernels::ROW_FP8_CLEAN,
-                        kernels::ROW_E4M3FN | kernels::ROW_FP8 => return strips(av, pc, kc, j0, w, t, ldt),
+                        kernels::ROW_E4M3FN | kernels::ROW_FP8 => return strips(av, lda, pc, kc, j0, w, t, ldt),
                         _ => code,
                     };
-                    if !kernels::gemv_cols(code, &p8, m, groups, skew, &av[pc..], k, at(pc, j0), apart, w, kc, t, ldt) {
-                        strips(av, pc, kc, j0, w, t, ldt)
+                    if !kernels::gemv_cols(code, &p8, m, groups, skew, av, lda, at(pc, j0), apart, w, kc, t, ldt) {
+                        strips(av, lda, pc, kc, j0, w, t, ldt)
                     }
                 })
             }
@@ -809,17 +809,25 @@ pub(super) fn gemv_width(m: usize, n: usize, k: usize) -> usize {
     w.min(n.div_ceil(gemv_threads(m * n * k)).div_ceil(GEMV_W) * GEMV_W)
 }
 
-/// A depth block of a vector path: `(a, pc, kc, j0, w, t, ldt)`, see [`gemv_units`].
-pub(super) type GemvBlock<'a, T> = &'a (dyn Fn(&[T], usize, usize, usize, usize, &mut [T], usize) + Sync);
+/// A depth block of a vector path: `(a, lda, pc, kc, j0, w, t, ldt)`, see [`gemv_units`].
+pub(super) type GemvBlock<'a, T> = &'a (dyn Fn(&[T], usize, usize, usize, usize, usize, &mut [T], usize) + Sync);
+
+/// Values of A a vector path decodes at a time (1 MiB of f32): A's rows go in
+/// depth pieces of whole blocks, so that the buffer stays this size whatever
+/// the depth (a 1 x 2^28 product would otherwise decode a GiB of A).
+const GEMV_A_MAX: usize = 1 << 18;
 
 /// The loop of a vector path ([`gemv_f32`], [`super::f64v`]) over the `n`
 /// columns of C (m x n), in units of `width` (split over the threads as the
 /// loop nest splits columns, from [`GEMV_PAR_MIN`] multiply-adds on): A's
-/// rows decoded once (`K::pack`) into this thread's buffer (`a`, row r at `r *
-/// k`), then for each unit and depth block of `K::KC`, `block(a, pc, kc, j0,
-/// w, t, ldt)` puts the block's sums of columns `j0..j0 + w` of row r into
+/// rows decoded (`K::pack`) into this thread's buffer, whole or, beyond
+/// [`GEMV_A_MAX`] values, in depth pieces of whole blocks (`lda` values a row),
+/// then for each unit and depth block of `K::KC`, `block(a, lda, pc, kc, j0,
+/// w, t, ldt)`, with row r's values of the block at `a[r * lda..][..kc]`,
+/// puts the block's sums of columns `j0..j0 + w` of row r into
 /// `t[r * ldt..][..w]`, which are stored (the first block) or added to C, as
-/// the loop nest's tiles are.
+/// the loop nest's tiles are (each column's blocks in depth order, so the
+/// pieces change no bits).
 ///
 /// # Safety
 /// `block` must be safe to call for every unit and depth block of the product.
@@ -830,17 +838,21 @@ pub(super) unsafe fn gemv_units<K: Kernel<P = T, C = T>, T: Copy + std::ops::Add
     // of sums a multiple of 4 KiB apart would share their L1 sets: 8 x 4096 x
     // 4096 in float64, 2048 sums a row, took 2x as long.)
     let ldt = padded_ld(width.max(GEMV_W), std::mem::size_of::<T>()).expect("sums of 4 or 8 bytes");
+    let lda = if m * k <= GEMV_A_MAX { k } else { (GEMV_A_MAX / m / K::KC).max(1) * K::KC };
     let run = |u0: usize, u1: usize| {
-        with_scratch::<T, ()>(&APACK, m * (k + ldt), |buf| {
-            let (av, t) = buf.split_at_mut(m * k);
-            // SAFETY: rows 0..m of a, columns 0..k.
-            unsafe { K::pack(a, 0, a.cs, a.rs, k, k, m, av) };
-            for u in u0..u1 {
-                let (j0, w) = (u * width, width.min(n - u * width));
-                for pc in (0..k).step_by(K::KC) {
-                    block(av, pc, K::KC.min(k - pc), j0, w, t, ldt);
-                    // SAFETY: rows 0..m, columns j0..j0+w of c.
-                    unsafe { super::kernels::store_tile(t, ldt, c.at(0, j0), c.rs, c.cs, m, w, pc > 0) };
+        with_scratch::<T, ()>(&APACK, m * (lda + ldt), |buf| {
+            let (av, t) = buf.split_at_mut(m * lda);
+            for d0 in (0..k).step_by(lda.max(1)) {
+                let dk = lda.min(k - d0);
+                // SAFETY: rows 0..m of a, columns d0..d0+dk.
+                unsafe { K::pack(a, d0 as isize * a.cs, a.cs, a.rs, dk, lda, m, av) };
+                for u in u0..u1 {
+                    let (j0, w) = (u * width, width.min(n - u * width));
+                    for pc in (d0..d0 + dk).step_by(K::KC) {
+                        block(&av[pc - d0..], lda, pc, K::KC.min(d0 + dk - pc), j0, w, t, ldt);
+                        // SAFETY: rows 0..m, columns j0..j0+w of c.
+                        unsafe { super::kernels::store_tile(t, ldt, c.at(0, j0), c.rs, c.cs, m, w, pc > 0) };
+                    }
                 }
             }
         })
@@ -851,8 +863,8 @@ pub(super) unsafe fn gemv_units<K: Kernel<P = T, C = T>, T: Copy + std::ops::Add
 /// A depth block of a vector path (rows pc..pc + kc, columns j0..j0 + w of
 /// `b`), any B, strip by strip of `W <= GEMV_W` columns: each strip packed as
 /// the loop nest packs it (`K::pack`) into a buffer of this thread that stays
-/// in L1, then summed by `strip` for each of the `m` rows of A (`k` apart in
-/// `av`) into its row of `t` (`ldt` apart; `strip(a, bs, t)` puts `sum_kk
+/// in L1, then summed by `strip` for each of the `m` rows of A (the block's
+/// values, `lda` apart in `av`) into its row of `t` (`ldt` apart; `strip(a, bs, t)` puts `sum_kk
 /// a[kk] * bs[kk * W + j]` into `t[j]`, the loop nest's FMAs in its order).
 /// B's rows contiguous: the next strip's piece of each row is fetched ahead
 /// (each row lies on another page, where the prefetchers stop), into L2 (the
@@ -862,7 +874,7 @@ pub(super) unsafe fn gemv_units<K: Kernel<P = T, C = T>, T: Copy + std::ops::Add
 /// Those rows and columns lie inside `b`; `strip` must be safe to call; `t`
 /// holds `m` rows of `ldt` values, `W` from each strip's first column on.
 #[allow(clippy::too_many_arguments)]
-pub(super) unsafe fn gemv_strips<K: Kernel<P = T>, T: Copy, const W: usize>(b: &Operand, strip: unsafe fn(&[T], &[T], &mut [T]), av: &[T], k: usize, m: usize, pc: usize, kc: usize, j0: usize, w: usize, t: &mut [T], ldt: usize) {
+pub(super) unsafe fn gemv_strips<K: Kernel<P = T>, T: Copy, const W: usize>(b: &Operand, strip: unsafe fn(&[T], &[T], &mut [T]), av: &[T], lda: usize, m: usize, pc: usize, kc: usize, j0: usize, w: usize, t: &mut [T], ldt: usize) {
     let bytes = b.storage.bytes() as isize;
     for s in (0..w).step_by(W) {
         #[cfg(target_arch = "x86_64")]
@@ -881,7 +893,7 @@ pub(super) unsafe fn gemv_strips<K: Kernel<P = T>, T: Copy, const W: usize>(b: &
             unsafe {
                 K::pack(b, pc as isize * b.rs + (j0 + s) as isize * b.cs, b.cs, b.rs, W.min(w - s), W, kc, bs);
                 for r in 0..m {
-                    strip(&av[r * k + pc..r * k + pc + kc], bs, &mut t[r * ldt + s..]);
+                    strip(&av[r * lda..r * lda + kc], bs, &mut t[r * ldt + s..]);
                 }
             }
         })

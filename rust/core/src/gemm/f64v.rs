@@ -85,17 +85,17 @@ pub(super) unsafe fn gemv_f64(a: &Operand, b: &Operand, c: OutMat<f64>) -> bool 
     let bytes = b.storage.bytes() as isize;
     // Element (pc, j0) of B.
     let at = move |pc: usize, j0: usize| b.ptr.wrapping_offset((pc as isize * b.rs + j0 as isize * b.cs) * bytes);
-    let strips = |av: &[f64], pc: usize, kc: usize, j0: usize, w: usize, t: &mut [f64], ldt: usize| {
+    let strips = |av: &[f64], lda: usize, pc: usize, kc: usize, j0: usize, w: usize, t: &mut [f64], ldt: usize| {
         // SAFETY: rows pc..pc+kc, columns j0..j0+w of b; the CPU features per the contract.
-        unsafe { gemv_strips::<F64Avx2, f64, W>(b, strip_avx2, av, k, m, pc, kc, j0, w, t, ldt) }
+        unsafe { gemv_strips::<F64Avx2, f64, W>(b, strip_avx2, av, lda, m, pc, kc, j0, w, t, ldt) }
     };
     // SAFETY (all): each block reads rows pc..pc+kc and columns j0..j0+w of b,
     // which lie inside it; the caller guarantees the CPU features.
     unsafe {
         match (b.cs, b.rs, code(&b.dec)) {
-            (1, _, Some(d)) => gemv_units::<F64Avx2, f64>(&a, c, n, gemv_width(m, n, k), &|av, pc, kc, j0, w, t, ldt| {
+            (1, _, Some(d)) => gemv_units::<F64Avx2, f64>(&a, c, n, gemv_width(m, n, k), &|av, lda, pc, kc, j0, w, t, ldt| {
                 let rs = b.rs * bytes;
-                by_code!(d, rows_avx2::<>(&av[pc..], k, m, kc, at(pc, j0), rs, w, t, ldt))
+                by_code!(d, rows_avx2::<>(av, lda, m, kc, at(pc, j0), rs, w, t, ldt))
             }),
             (_, 1, Some(d)) => {
                 // Groups of 4 columns: two up to 5 rows, one from 6 (the sums of two
@@ -109,11 +109,11 @@ pub(super) unsafe fn gemv_f64(a: &Operand, b: &Operand, c: OutMat<f64>) -> bool 
                 // without, one row times it 1.0-1.02x; with four groups a row,
                 // 1024 x 1024 x 1 1.9x).
                 let skew = if (b.cs * bytes) % 4096 == 0 { SKEW } else { 0 };
-                gemv_units::<F64Avx2, f64>(&a, c, n, 4 * groups, &|av, pc, kc, j0, w, t, ldt| {
-                    let (x, p, cs) = (&av[pc..], at(pc, j0), b.cs * bytes);
+                gemv_units::<F64Avx2, f64>(&a, c, n, 4 * groups, &|av, lda, pc, kc, j0, w, t, ldt| {
+                    let (p, cs) = (at(pc, j0), b.cs * bytes);
                     macro_rules! go {
                         ($r:literal, $g:literal) => {
-                            by_code!(d, cols_avx2::<$r, $g>(x, k, p, cs, w, kc, skew, t, ldt))
+                            by_code!(d, cols_avx2::<$r, $g>(av, lda, p, cs, w, kc, skew, t, ldt))
                         };
                     }
                     match m {

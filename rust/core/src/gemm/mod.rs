@@ -179,6 +179,13 @@ impl Operand {
         Operand { ptr: self.ptr.wrapping_offset(elems * self.storage.bytes() as isize), ..self.clone() }
     }
 
+    /// The view of rows `i0..i0 + rows` and columns `j0..j0 + cols` (no copy).
+    pub fn block(&self, i0: usize, j0: usize, rows: usize, cols: usize) -> Operand {
+        assert!(i0 + rows <= self.rows && j0 + cols <= self.cols, "a block inside the view");
+        let off = (i0 as isize * self.rs + j0 as isize * self.cs) * self.storage.bytes() as isize;
+        Operand { ptr: self.ptr.wrapping_offset(off), rows, cols, ..self.clone() }
+    }
+
     /// Are all values exactly f32 (so the f32 path loses nothing in the inputs)?
     pub fn fits_f32(&self) -> bool {
         match &self.dec {

@@ -102,6 +102,17 @@ thread_local! {
     static SCRATCH: std::cell::RefCell<(Vec<f32>, Vec<f64>, Vec<u32>)> = const { std::cell::RefCell::new((Vec::new(), Vec::new(), Vec::new())) };
 }
 
+/// Elements of C a product computes at a time (16 MiB of float32 sums): larger
+/// outputs go in blocks of rows (of columns where one row is more), so the
+/// scratch stays this size (a 2^14 x 2^14 fp8 output held 2 GiB of sums and
+/// codes) while B is packed once per block (a few percent of a product this
+/// large).
+const BLOCK_ELEMS: usize = 1 << 22;
+
+/// Scratch kept on a thread after a product (1 MiB of float32 sums): more is
+/// freed, not kept for the life of the thread.
+const KEEP_ELEMS: usize = 1 << 18;
+
 /// One matrix of [`loop_matmul`]: `o = a @ b`, accumulated in float32 (float64
 /// for formats wider than float32) and rounded once into the type; `s` holds
 /// a's (m, n), b's (n, p) and o's (m, p) byte strides.
@@ -122,25 +133,42 @@ unsafe fn one_matmul(t: usize, a: *const u8, b: *const u8, o: *mut u8, (m, n, p)
         let (Ok(oa), Ok(ob)) = (oa, ob) else {
             return fill_nan(o, m, p, s[4], s[5], t);
         };
-        let work = |(acc32, acc64, codes): &mut (Vec<f32>, Vec<f64>, Vec<u32>)| {
-            codes.resize(m * p, 0);
-            // Accumulate into a contiguous buffer, then round once into codes.
+        // Blocks of rb rows and cb columns of C.
+        let cb = p.min(BLOCK_ELEMS);
+        let rb = m.min((BLOCK_ELEMS / cb.max(1)).max(1));
+        // One block: accumulate into a contiguous buffer, then round once into codes.
+        let block = |(acc32, acc64, codes): &mut (Vec<f32>, Vec<f64>, Vec<u32>), i0: usize, j0: usize| {
+            let (r, w) = (rb.min(m - i0), cb.min(p - j0));
+            let (sa, sb) = (oa.block(i0, 0, r, n), ob.block(0, j0, n, w));
+            codes.resize(r * w, 0);
             let ok = if wide {
-                acc64.resize(m * p, 0.0);
-                let c = OutMat::from_raw(acc64.as_mut_ptr(), m, p, p as isize, 1);
-                gemm::matmul_f64(&oa, &ob, c).is_ok() && convert::encode(&info.fmt, &acc64[..], &mut codes[..], &opts, 0).is_ok()
+                acc64.resize(r * w, 0.0);
+                let c = OutMat::from_raw(acc64.as_mut_ptr(), r, w, w as isize, 1);
+                gemm::matmul_f64(&sa, &sb, c).is_ok() && convert::encode(&info.fmt, &acc64[..r * w], &mut codes[..r * w], &opts, 0).is_ok()
             } else {
-                acc32.resize(m * p, 0.0);
-                let c = OutMat::from_raw(acc32.as_mut_ptr(), m, p, p as isize, 1);
-                gemm::matmul_f32(&oa, &ob, c).is_ok() && convert::encode(&info.fmt, &acc32[..], &mut codes[..], &opts, 0).is_ok()
+                acc32.resize(r * w, 0.0);
+                let c = OutMat::from_raw(acc32.as_mut_ptr(), r, w, w as isize, 1);
+                gemm::matmul_f32(&sa, &sb, c).is_ok() && convert::encode(&info.fmt, &acc32[..r * w], &mut codes[..r * w], &opts, 0).is_ok()
             };
             if ok {
-                for i in 0..m {
-                    for j in 0..p {
-                        let dst = o.offset(i as isize * s[4] + j as isize * s[5]);
-                        store(dst, info.size, codes[i * p + j]);
+                for i in 0..r {
+                    for j in 0..w {
+                        let dst = o.offset((i0 + i) as isize * s[4] + (j0 + j) as isize * s[5]);
+                        store(dst, info.size, codes[i * w + j]);
                     }
                 }
+            }
+            ok
+        };
+        let work = |bufs: &mut (Vec<f32>, Vec<f64>, Vec<u32>)| {
+            let mut ok = true;
+            for i0 in (0..m).step_by(rb.max(1)) {
+                for j0 in (0..p).step_by(cb.max(1)) {
+                    ok &= block(bufs, i0, j0);
+                }
+            }
+            if bufs.0.capacity().max(bufs.1.capacity()).max(bufs.2.capacity()) > KEEP_ELEMS {
+                *bufs = Default::default();
             }
             ok
         };
