@@ -219,3 +219,37 @@ def test_operator_keeps_no_output_sized_scratch():
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     assert int(r.stdout.split()[-1]) < 64 * 1024  # KiB
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="needs os.fork")
+def test_forked_children_compute_with_their_own_pool():
+    """A child of os.fork() (multiprocessing's "fork" start method) after the parent used
+    the thread pool: the child's kernels ran on the parent's workers, which it does not
+    have, and hung. It now starts its own pool, with the parent's thread count, and gets
+    the parent's bits."""
+    import subprocess
+    import sys
+    import textwrap
+
+    code = textwrap.dedent("""
+        import multiprocessing as mp, os, signal, numpy as np, lowp
+        def f(seed):
+            a = np.random.default_rng(seed).standard_normal((300, 300)).astype(np.float32)
+            return lowp.matmul(a, a.T, accumulate="bf16", rounding="stochastic", seed=seed).tobytes()
+        if __name__ == "__main__":
+            lowp.set_num_threads(2)
+            x = np.random.default_rng(0).standard_normal(1 << 21).astype(np.float32)
+            want = lowp.round(x, "bf16")
+            parent = [f(s) for s in range(3)]
+            pid = os.fork()
+            if pid == 0:
+                signal.alarm(60)
+                ok = lowp.get_num_threads() == 2 and np.array_equal(lowp.round(x, "bf16"), want) and f(1) == parent[1]
+                os._exit(0 if ok else 1)
+            assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
+            with mp.get_context("fork").Pool(2) as p:
+                assert p.map_async(f, range(3)).get(timeout=60) == parent
+            print("ok")
+    """)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and r.stdout.split()[-1] == "ok", r.stderr

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os as _os
+
 from . import _lowp, _memory
 from ._convert import ROUNDING_MODES, cast, decode, encode, round
 from ._memory import buffer_cache_info, set_buffer_cache, set_num_threads
@@ -15,6 +17,12 @@ from ._ulp import nextafter, ulp
 __version__ = "0.1.0"
 
 _memory._check_env()
+
+# A child of os.fork() (multiprocessing's "fork" start method) does not have the
+# parent's worker threads: it starts its own pool on first use.
+if hasattr(_os, "register_at_fork"):
+    _os.register_at_fork(before=_lowp._fork_prepare, after_in_parent=_lowp._fork_parent,
+                         after_in_child=_lowp._fork_child)
 
 get_num_threads = _lowp.get_num_threads
 

@@ -43,7 +43,11 @@ pub fn pool() -> Arc<ThreadPool> {
     }
     let mut w = POOL.write().unwrap_or_else(|e| e.into_inner());
     if w.is_none() {
-        *w = Some(build(default_threads()).unwrap_or_else(|_| build(1).expect("a one-thread pool")));
+        let n = match NEXT_THREADS.load(std::sync::atomic::Ordering::Relaxed) {
+            0 => default_threads(),
+            n => n,
+        };
+        *w = Some(build(n).unwrap_or_else(|_| build(1).expect("a one-thread pool")));
     }
     w.as_ref().unwrap().clone()
 }
@@ -57,6 +61,47 @@ pub fn set_num_threads(n: usize) -> Result<()> {
     *POOL.write().unwrap_or_else(|e| e.into_inner()) = Some(p);
     Ok(())
 }
+
+std::thread_local! {
+    /// The pool's lock, held by the thread that forks from [`before_fork`] to the
+    /// after-fork call (the child's copy of it then is not held by a thread that
+    /// no longer exists).
+    static FORK_GUARD: std::cell::RefCell<Option<std::sync::RwLockWriteGuard<'static, Option<Arc<ThreadPool>>>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// Before `fork()`: take the pool's lock, so that no thread holds it when the
+/// process is copied. Must be followed on the same thread by [`after_fork`].
+pub fn before_fork() {
+    let g = POOL.write().unwrap_or_else(|e| e.into_inner());
+    FORK_GUARD.with(|f| *f.borrow_mut() = Some(g));
+}
+
+/// After `fork()`, in the parent (`child` false) or the child: release the
+/// lock [`before_fork`] took. In the child the pool's workers did not survive
+/// the fork (waiting on them would hang), so its pool is forgotten, neither
+/// used nor joined, and the next kernel starts a new one with as many threads;
+/// no worker spins for a handoff there either.
+pub fn after_fork(child: bool) {
+    let Some(mut g) = FORK_GUARD.with(|f| f.borrow_mut().take()) else {
+        return;
+    };
+    if child {
+        if let Some(old) = g.take() {
+            let n = old.current_num_threads();
+            std::mem::forget(old);
+            hot::reset();
+            drop(g);
+            // Built on first use, with the parent's count.
+            NEXT_THREADS.store(n, std::sync::atomic::Ordering::Relaxed);
+            return;
+        }
+        hot::reset();
+    }
+}
+
+/// Threads of the pool [`pool`] creates next, where a fork left one behind (0: the default).
+static NEXT_THREADS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
 pub fn num_threads() -> usize {
     if SERIAL.with(|s| s.get()) {
@@ -236,6 +281,12 @@ pub(crate) mod hot {
                 }
             }
         }
+    }
+
+    /// In the child of a fork: no worker spins there, and no part is posted.
+    pub(crate) fn reset() {
+        SPINNING.store(0, Ordering::Release);
+        SLOT.store(std::ptr::null_mut(), Ordering::Release);
     }
 
     /// Spin on this worker for the next posted part, for up to LINGER after the last one.

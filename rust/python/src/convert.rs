@@ -210,6 +210,26 @@ fn set_isa(name: Option<&str>) -> PyResult<()> {
     convert::set_isa(i).py_err()
 }
 
+/// Before `os.fork()` (registered with `os.register_at_fork`): hold the thread
+/// pool's lock across the fork.
+#[pyfunction]
+fn _fork_prepare() {
+    lowp_core::parallel::before_fork()
+}
+
+/// After `os.fork()` in the parent: release the lock.
+#[pyfunction]
+fn _fork_parent() {
+    lowp_core::parallel::after_fork(false)
+}
+
+/// After `os.fork()` in the child: release the lock and leave the parent's
+/// workers (which the child does not have) behind; the next kernel starts a pool.
+#[pyfunction]
+fn _fork_child() {
+    lowp_core::parallel::after_fork(true)
+}
+
 #[pyfunction]
 fn detected_isa() -> &'static str {
     convert::detected_isa().name()
@@ -225,5 +245,8 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(get_isa, m)?)?;
     m.add_function(wrap_pyfunction!(set_isa, m)?)?;
     m.add_function(wrap_pyfunction!(detected_isa, m)?)?;
+    m.add_function(wrap_pyfunction!(_fork_prepare, m)?)?;
+    m.add_function(wrap_pyfunction!(_fork_parent, m)?)?;
+    m.add_function(wrap_pyfunction!(_fork_child, m)?)?;
     Ok(())
 }
