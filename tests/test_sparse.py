@@ -1229,3 +1229,43 @@ def test_sorted_indices_keeps_duplicates_as_scipy(cls, dtype):
     # Indices changed in place are read again.
     s.indices[:2] = s.indices[1::-1].copy()
     assert not s.has_sorted_indices
+
+
+def test_index_arrays_written_during_a_product_never_crash():
+    """Products release the GIL, and the index arrays are the matrix's own writable
+    arrays: another thread writing bad entries into indptr or indices while products run
+    gives ValueErrors or numbers, never a crash (the kernels read indptr again after
+    checking it, and the vector kernel its indices, which segfaulted)."""
+    import subprocess
+    import sys
+    import textwrap
+
+    code = textwrap.dedent("""
+        import threading, time, numpy as np
+        from lowp import sparse
+        rng = np.random.default_rng(0)
+        d = sparse.prune(rng.standard_normal((8000, 2000)).astype(np.float32), 0.95)
+        v, v8 = rng.standard_normal(2000).astype(np.float32), rng.standard_normal((2000, 8)).astype(np.float32)
+        for M in (sparse.CSR.from_dense(d), sparse.BSR.from_dense(d, blocksize=(4, 4))):
+            for arr in (M.indptr, M.indices):
+                good, bad = arr.copy(), arr.copy()
+                bad[1:-1:2] = 2**30
+                bad[2:-1:2] = -7
+                end = time.monotonic() + 1.0
+                def write():
+                    while time.monotonic() < end:
+                        arr[:] = bad
+                        arr[:] = good
+                t = threading.Thread(target=write)
+                t.start()
+                while t.is_alive():
+                    for x in (v, v8):
+                        try:
+                            M @ x
+                        except ValueError:
+                            pass
+                t.join()
+        print("ok")
+    """)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and r.stdout.split()[-1] == "ok", (r.returncode, r.stderr[-2000:])

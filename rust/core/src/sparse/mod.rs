@@ -72,6 +72,29 @@ impl Index<'_> {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+
+    /// A copy of the entries.
+    fn to_owned(self) -> OwnedIndex {
+        match self {
+            Index::I32(v) => OwnedIndex::I32(v.to_vec()),
+            Index::I64(v) => OwnedIndex::I64(v.to_vec()),
+        }
+    }
+}
+
+/// A copied index array.
+enum OwnedIndex {
+    I32(Vec<i32>),
+    I64(Vec<i64>),
+}
+
+impl OwnedIndex {
+    fn view(&self) -> Index<'_> {
+        match self {
+            OwnedIndex::I32(v) => Index::I32(v),
+            OwnedIndex::I64(v) => Index::I64(v),
+        }
+    }
 }
 
 /// An index type: negative values map to `usize::MAX`, which every bound check rejects.
@@ -203,6 +226,11 @@ pub fn csr_matmul(vals: Values<'_>, indptr: Index<'_>, indices: Index<'_>, shape
     if vals.len() != indices.len() {
         return Err(Error::value(format!("data: length {} differs from the length of indices ({})", vals.len(), indices.len())));
     }
+    // The kernels trust the checked pointers (ranges of the values read unchecked):
+    // a copy, so that another thread writing the caller's array (numpy's are
+    // writable) cannot move them after the check. The indices are checked as read.
+    let ptr = indptr.to_owned();
+    let indptr = ptr.view();
     check_indptr(indptr, m, indices.len(), "indptr")?;
     let (rin, rout) = if transpose { (m, n) } else { (n, m) };
     check_b(&b, rin)?;
@@ -245,6 +273,9 @@ pub fn bsr_matmul(vals: Values<'_>, indptr: Index<'_>, indices: Index<'_>, shape
             vals.len()
         )));
     }
+    // A copy of the checked pointers, as in csr_matmul.
+    let ptr = indptr.to_owned();
+    let indptr = ptr.view();
     check_indptr(indptr, m / br, indices.len(), "indptr")?;
     let (rin, rout) = if transpose { (m, n) } else { (n, m) };
     check_b(&b, rin)?;
