@@ -253,3 +253,27 @@ def test_forked_children_compute_with_their_own_pool():
     """)
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0 and r.stdout.split()[-1] == "ok", r.stderr
+
+
+def test_tables_of_many_custom_formats_stay_bounded():
+    """Decoding tables are cached per format within a bound: a sweep over 1000 custom
+    16-bit formats kept every table (half a MiB each, 500 MiB in all)."""
+    import subprocess
+    import sys
+    import textwrap
+
+    code = textwrap.dedent("""
+        import numpy as np, lowp
+        rss = lambda: int(open('/proc/self/statm').read().split()[1]) * 4096 >> 10
+        codes = np.arange(1024, dtype=np.uint16)
+        base = rss()
+        for b in range(-500, 500):
+            f = lowp.FloatFormat(5, 10, bias=b)
+            v = lowp.decode(codes, f, np.float64)
+            assert v[1] == 2.0 ** (1 - b - 10)
+            lowp.decode(codes, f, np.float32)
+        print(rss() - base)
+    """)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert int(r.stdout.split()[-1]) < 64 * 1024  # KiB

@@ -29,7 +29,7 @@ def encoding_classes(fmt: Any) -> frozenset[str]:
     return _encoding_classes(_format(fmt))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.lru_cache(maxsize=256)
 def _encoding_classes(f: Format) -> frozenset[str]:
     if f.bits <= 16:
         # Small formats: classify every encoding (exact, and right for degenerate layouts).

@@ -7,6 +7,7 @@ pub mod gemm;
 pub mod parallel;
 pub mod round;
 pub mod sparse;
+pub mod tables;
 
 pub use format::{FloatFormat, Format, IntFormat, NanPolicy, PositFormat};
 pub use round::{Mode, RoundOpts, SeedKey};

@@ -13,13 +13,13 @@
 //! random bits come from the same counter-based generator, keyed by the
 //! element index.
 
-use std::any::{Any, TypeId};
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::any::TypeId;
+use std::sync::{Arc, OnceLock};
 
 use super::{Code, Isa, Real};
 use crate::format::{FloatFormat, Format, NanPolicy};
 use crate::round::{Mode, RoundOpts, Rng};
+use crate::tables::TableCache;
 
 /// Constants of one (format, options) pair, for the lane function.
 #[derive(Clone, Copy, Debug)]
@@ -371,21 +371,12 @@ pub(super) fn decode_lane(p: &Params, code: u32) -> u32 {
     bits | (sign << 31)
 }
 
-/// Decoding table of a format of at most 16 bits, shared across calls.
+/// Decoding table of a format of at most 16 bits, shared across calls (the
+/// recent ones kept, within [`crate::tables::LIMIT`] bytes).
 pub(super) fn decode_table<D: Real>(fmt: &Format) -> Arc<Vec<D>> {
-    type Cache = Mutex<HashMap<(Format, TypeId), Arc<dyn Any + Send + Sync>>>;
-    static CACHE: OnceLock<Cache> = OnceLock::new();
-    let key = (*fmt, TypeId::of::<D>());
-    let cache = CACHE.get_or_init(Default::default);
-    if let Some(t) = cache.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
-        if let Ok(t) = t.clone().downcast::<Vec<D>>() {
-            return t;
-        }
-    }
+    static CACHE: OnceLock<TableCache<(Format, TypeId)>> = OnceLock::new();
     let n = 1usize << fmt.bits();
-    let t: Arc<Vec<D>> = Arc::new((0..n as u64).map(|c| D::from_f64(fmt.decode(c))).collect());
-    cache.lock().unwrap_or_else(|e| e.into_inner()).insert(key, t.clone());
-    t
+    CACHE.get_or_init(Default::default).get((*fmt, TypeId::of::<D>()), || (0..n as u64).map(|c| D::from_f64(fmt.decode(c))).collect())
 }
 
 pub(super) fn decode_lut<C: Code, D: Real>(lut: &[D], src: &[C], dst: &mut [D], path: Isa) {

@@ -23,7 +23,6 @@ mod int8v;
 mod kernels;
 mod narrow;
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use crate::convert::{isa, Isa};
@@ -94,17 +93,12 @@ unsafe impl Sync for Operand {}
 
 type Table = Arc<Vec<f32>>;
 
-/// Every code's f32 value, built once per format (fits_f32 formats of <= 16 bits).
+/// Every code's f32 value, shared across calls (fits_f32 formats of <= 16 bits;
+/// the recent ones kept, within [`crate::tables::LIMIT`] bytes).
 fn table(fmt: &Format) -> Table {
-    static CACHE: OnceLock<Mutex<HashMap<Format, Table>>> = OnceLock::new();
-    let cache = CACHE.get_or_init(|| Mutex::new(HashMap::new()));
-    if let Some(t) = cache.lock().unwrap_or_else(|e| e.into_inner()).get(fmt) {
-        return t.clone();
-    }
+    static CACHE: OnceLock<crate::tables::TableCache<Format>> = OnceLock::new();
     let n = 1usize << (fmt.storage_bytes() * 8);
-    let t: Table = Arc::new((0..n as u64).map(|c| fmt.decode(c) as f32).collect());
-    cache.lock().unwrap_or_else(|e| e.into_inner()).insert(*fmt, t.clone());
-    t
+    CACHE.get_or_init(Default::default).get(*fmt, || (0..n as u64).map(|c| fmt.decode(c) as f32).collect())
 }
 
 impl Operand {
