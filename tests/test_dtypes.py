@@ -1472,3 +1472,54 @@ def test_string_casts(name):
     assert np.array([1.5], T).astype("U16")[0] == "1.5"
     with pytest.raises(ValueError, match="U16"):
         np.array([1.5], T).astype(str)
+
+
+def test_scalar_constructors_refuse_what_would_crash_and_prefer_float():
+    """An object array holding itself raises RecursionError (it recursed until the stack
+    overflowed); a subclass whose first base is not a lowp type raises TypeError when
+    instantiated (numpy read its instances as object scalars: a segfault); objects with
+    both __float__ and __index__ convert through __float__, as numpy's and ml_dtypes'
+    types do (ints and numpy integers stay exact)."""
+    a = np.empty((), dtype=object)
+    a[()] = a
+    for t in (lowp.bfloat16, lowp.posit32, lowp.float8_e4m3fn):
+        with pytest.raises(RecursionError):
+            t(a)
+    b = np.empty((), dtype=object)
+    b[()] = np.array(2.5)
+    assert float(lowp.bfloat16(b)) == 2.5
+
+    class Mixin:
+        pass
+
+    class Bad(Mixin, lowp.bfloat16):
+        pass
+
+    with pytest.raises(TypeError, match="first base"):
+        Bad(1.5)
+
+    class Good(lowp.bfloat16):
+        pass
+
+    class Deeper(Good, Mixin):
+        pass
+
+    x = Deeper(3.5)
+    assert np.array([x]).dtype == lowp.bfloat16 and float(x + Deeper(1)) == 4.5 and x.item() == 3.5
+
+    class Both:
+        def __float__(self):
+            return 1.25
+
+        def __index__(self):
+            return 1
+
+    class OnlyIndex:
+        def __index__(self):
+            return 2**60 + 2**52 + 1
+
+    for t in (lowp.bfloat16, lowp.posit16, lowp.float8_e4m3fn):
+        assert float(t(Both())) == float(np.float32(Both())) == 1.25
+        assert float(np.array([Both()], dtype=t)[0]) == 1.25
+    # Exact integers: 2**60 + 2**52 + 1 is just above a bfloat16 tie, float64 would round it onto it.
+    assert float(lowp.bfloat16(OnlyIndex())) == float(lowp.bfloat16(np.int64(2**60 + 2**52 + 1))) == 2.0**60 + 2**53

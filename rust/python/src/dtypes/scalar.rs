@@ -137,17 +137,29 @@ pub(super) fn convert(py: Python<'_>, t: usize, obj: &Bound<'_, PyAny>) -> PyRes
         // A 0-d array is its element; anything larger is no single value (as numpy
         // says of its own dtypes, rather than failing on __index__ below).
         if obj.getattr("ndim")?.extract::<usize>()? == 0 {
-            return convert(py, t, &obj.get_item(())?);
+            // (An object array may hold itself: unwrap 0-d arrays a bounded number of times.)
+            let mut item = obj.get_item(())?;
+            for _ in 0..32 {
+                if !(item.is_instance(&py.import("numpy")?.getattr("ndarray")?)? && item.getattr("ndim")?.extract::<usize>()? == 0) {
+                    return convert(py, t, &item);
+                }
+                item = item.get_item(())?;
+            }
+            return Err(pyo3::exceptions::PyRecursionError::new_err(format!("{name}: 0-d arrays nested too deeply (an object array holding itself?)")));
         }
         return Err(pyo3::exceptions::PyValueError::new_err("setting an array element with a sequence."));
     }
     if obj.is_instance_of::<pyo3::types::PyList>() || obj.is_instance_of::<PyTuple>() {
         return Err(pyo3::exceptions::PyValueError::new_err("setting an array element with a sequence."));
     }
-    // Integers (Python's, numpy's and anything with __index__): exactly.
+    // Integers (Python's, numpy's, and objects with __index__ but no __float__): exactly.
+    // Other objects convert through __float__ first, as numpy's and ml_dtypes' types do.
     let int = if obj.is_instance_of::<pyo3::types::PyInt>() {
         Some(obj.clone())
-    } else if !obj.is_instance_of::<PyString>() && obj.hasattr("__index__")? {
+    } else if !obj.is_instance_of::<PyString>()
+        && obj.hasattr("__index__")?
+        && (obj.is_instance(&py.import("numpy")?.getattr("integer")?)? || !obj.hasattr("__float__")?)
+    {
         // SAFETY: obj is live; PyNumber_Index returns a new reference or NULL with an error set.
         let i = unsafe { ffi::PyNumber_Index(obj.as_ptr()) };
         if i.is_null() {
@@ -463,6 +475,26 @@ unsafe extern "C" fn tp_new(sub: *mut ffi::PyTypeObject, args: *mut ffi::PyObjec
         // SAFETY: sub is the type being instantiated, a lowp scalar type or subclass.
         let t = unsafe { type_index(sub) }.ok_or_else(|| PyTypeError::new_err("not a lowp scalar type"))?;
         let name = TYPES[t].name;
+        // numpy finds a scalar's dtype through the first base of its type's MRO: a
+        // subclass whose next base is not a lowp type would be read as another
+        // dtype's scalar (object: its bytes taken as a pointer).
+        // SAFETY: sub is a live type object.
+        let sub_type = unsafe { Bound::from_borrowed_ptr(py, sub as *mut ffi::PyObject) };
+        let mro = sub_type.getattr("__mro__")?.cast_into::<PyTuple>()?;
+        if mro.len() > 1 {
+            let next = mro.get_item(1)?;
+            // SAFETY: a live type object.
+            let base = unsafe { Bound::from_borrowed_ptr(py, super::type_obj(t) as *mut ffi::PyObject) };
+            let builtins = py.import("builtins")?;
+            let next_is_lowp = builtins.getattr("issubclass")?.call1((&next, &base))?.is_truthy()?;
+            if !next_is_lowp && !sub_type.is(&base) {
+                return Err(PyTypeError::new_err(format!(
+                    "{}: a subclass of {name} must list a {name} type as its first base, got {}",
+                    sub_type.getattr("__name__")?,
+                    next.getattr("__name__")?
+                )));
+            }
+        }
         // SAFETY: kwds is NULL or a dict.
         if !kwds.is_null() && unsafe { ffi::PyDict_Size(kwds) } != 0 {
             return Err(PyTypeError::new_err(format!("{name}() takes no keyword arguments")));
