@@ -501,12 +501,18 @@ def test_more_argument_values_are_checked():
         (lambda: sparse.CSR((2**62, 2**62)), "shape"),
         (lambda: sparse.CSC((2**62, 2**62)), "shape"),
         (lambda: sparse.BSR((2**62, 2**62)), "shape"),
+        (lambda: sparse.COO((2**64 + 5, 3)), "arg"),
+        (lambda: sparse.CSR((1, 2**64 + 5)), "arg"),
+        (lambda: sparse.CSC((2**63, 1)), "arg"),
+        (lambda: sparse.BSR((1, 2**64 + 5)), "arg"),
     ]
     for f, arg in cases:
         with pytest.raises(ValueError, match=f"^{arg}: "):
             f()
-    # Shapes as numpy takes them.
+    # Shapes as numpy takes them, those without elements too (no rows to pad).
     assert lowp.empty(np.array([2, 3]), np.float32).shape == (2, 3) and lowp.empty(range(2, 4)).shape == (2, 3)
+    for shape in ((2**54, 0), (0, 2**54), (3, 0), (0, 5, 7)):
+        assert lowp.empty(shape, np.float64).shape == np.empty(shape, np.float64).shape == shape
     # prune_nm groups along any axis of an array of many dimensions.
     a = np.random.default_rng(0).standard_normal((1,) * 30 + (3, 8)).astype(np.float32)
     assert (sparse.prune_nm(a) != 0).sum() == 12

@@ -277,3 +277,24 @@ def test_tables_of_many_custom_formats_stay_bounded():
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     assert int(r.stdout.split()[-1]) < 64 * 1024  # KiB
+
+
+def test_bsr_without_blocks_converts_in_constant_memory():
+    """A BSR matrix with no stored blocks converts to COO without index grids the size of
+    a block (blocks of 2^26 x 2^26 took a GiB of grids for nothing)."""
+    import subprocess
+    import sys
+    import textwrap
+
+    code = textwrap.dedent("""
+        import resource, lowp
+        from lowp import sparse
+        base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        b = sparse.BSR((2**27, 2**27), blocksize=(2**26, 2**26))
+        c = b.tocoo()
+        assert c.nnz == 0 and c.shape == (2**27, 2**27) and c.to_scipy().nnz == 0
+        print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base)
+    """)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert int(r.stdout.split()[-1]) < 64 * 1024  # KiB

@@ -695,7 +695,8 @@ def empty(shape: Any, dtype: Any = np.float32, *, padded: bool = True) -> np.nda
         raise TypeError(f"shape: expected an int or a tuple of ints, got {shape!r}") from None
     if any(s < 0 for s in shape):
         raise ValueError(f"shape: negative dimensions are not allowed, got {shape}")
-    if not padded or len(shape) == 0:
+    if not padded or len(shape) == 0 or 0 in shape:
+        # (No elements, no rows to pad.)
         try:
             return np.empty(shape, dtype=d)
         except ValueError as e:

@@ -229,6 +229,8 @@ def _empty_shape(arg: tuple, shape: Any) -> tuple[int, int]:
         m = n = -1
     if m < 0 or n < 0:
         raise ValueError(f"arg: an empty matrix is given as (m, n) with two non-negative ints, got {arg!r}")
+    if m >= 1 << 63 or n >= 1 << 63:
+        raise ValueError(f"arg: dimensions must be below 2**63 (int64 indices), got {arg!r}")
     if shape is not None and _check_shape(shape) != (m, n):
         raise ValueError(f"shape: {tuple(shape)!r} differs from the shape {(m, n)} given as the first argument")
     return m, n
@@ -1284,6 +1286,10 @@ class BSR(_Sparse):
     def _to_coo(self) -> COO:
         br, bc = self._bs
         brow, bcol = self._blocks_coo()
+        if brow.size == 0:
+            # (The index grids below are the block's size, whatever the number of blocks.)
+            empty = np.zeros(0, np.int32)
+            return COO._make(self._v.reshape(-1).copy(), self._fmt, self._scale, empty, empty.copy(), self._shape, True)
         rr = (brow[:, None, None] * br + np.arange(br)[None, :, None]) + np.zeros((1, 1, bc), np.int64)
         cc = (bcol[:, None, None] * bc + np.arange(bc)[None, None, :]) + np.zeros((1, br, 1), np.int64)
         v = self._v
