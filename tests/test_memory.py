@@ -198,9 +198,9 @@ def test_deep_vector_products_decode_a_in_pieces():
 
 
 def test_operator_keeps_no_output_sized_scratch():
-    """np.matmul on lowp dtypes sums into a scratch of at most 2^22 elements a block and
-    frees it after a large product: an 8192 x 8192 fp8 result (64 MiB) left 512 MiB of
-    sums and codes on the thread for its life."""
+    """np.matmul on lowp dtypes sums into a scratch of at most 2^22 elements a block (32
+    MiB of sums and codes, kept for the next product): an 8192 x 8192 fp8 result (64 MiB)
+    left 512 MiB of sums and codes on the thread for its life."""
     import subprocess
     import sys
     import textwrap
@@ -298,3 +298,26 @@ def test_bsr_without_blocks_converts_in_constant_memory():
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     assert int(r.stdout.split()[-1]) < 64 * 1024  # KiB
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="needs os.fork")
+def test_fork_after_reloading_the_package():
+    """The fork hooks are registered once per process: reloading the package registered
+    them again, and the second hook waited forever on the lock the first one held."""
+    import subprocess
+    import sys
+    import textwrap
+
+    code = textwrap.dedent("""
+        import importlib, os, numpy as np, lowp
+        importlib.reload(lowp)
+        importlib.reload(lowp)
+        lowp.round(np.ones(1 << 21, np.float32), "bf16")
+        pid = os.fork()
+        if pid == 0:
+            os._exit(0 if lowp.round(np.ones(1 << 21, np.float32), "bf16")[0] == 1 else 1)
+        assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
+        print("ok")
+    """)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and r.stdout.split()[-1] == "ok", r.stderr

@@ -624,8 +624,11 @@ def test_from_scipy_checks_edited_index_arrays(cls):
         getattr(s, attr)[0] = bad
         with pytest.raises(ValueError, match=f"^{name}: "):
             cls.from_scipy(s)
-        with pytest.raises(ValueError, match=f"^{name}: "):
+        # The constructor's argument is arg.
+        with pytest.raises(ValueError, match=f"^arg{name[1:]}: "):
             cls(s)
+    with pytest.raises(TypeError, match="^arg.dtype: unsupported dtype complex128"):
+        cls(sp.csr_matrix(np.eye(4, dtype=complex)))
 
 
 # ---------------------------------------------------------------- N:M without rows

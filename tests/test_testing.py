@@ -363,12 +363,14 @@ def test_ulps_beyond_float64s_range():
 def test_encoding_class_refuses_values_the_format_does_not_hold():
     """encoding_class classifies values of the format; anything else is a ValueError naming
     ``value`` (it used to classify 1.1 as a bfloat16 "normal" and 1e39 as "normal")."""
+    from decimal import Decimal
     from fractions import Fraction
 
     cases = [(1.1, "bf16"), (1e39, "bf16"), (2.0**-140, "bf16"), (math.inf, "e4m3fn"), (-math.inf, "posit8"),
              (math.nan, "int8"), (math.inf, "int8"), (0.5, "int8"), (200, "int8"), (2**53 + 1, "float32"),
              (Fraction(1, 3), "float16"), (np.longdouble(1) + np.finfo(np.longdouble).eps, "bf16"),
-             (449.0, "e4m3fn"), (1e-6, "posit8"), (2.0**-150, lowp.FloatFormat(8, 7, subnormals=False))]
+             (449.0, "e4m3fn"), (1e-6, "posit8"), (2.0**-150, lowp.FloatFormat(8, 7, subnormals=False)),
+             (Decimal("0.1"), "float64"), (Decimal("1.0000000000000000000001"), "bfloat16")]
     for v, f in cases:
         with pytest.raises(ValueError, match="^value: "):
             encoding_class(v, f)
@@ -380,6 +382,7 @@ def test_encoding_class_refuses_values_the_format_does_not_hold():
     assert encoding_class(np.int64(-128), "int8") == "min"
     assert encoding_class(-0.0, "e4m3fnuz") == "zero"
     assert encoding_class(2.0**-133, "bf16") == "subnormal"
+    assert encoding_class(Decimal("0.5"), "e4m3fn") == "normal"
 
 
 def test_ulp_distance_of_scalars_is_a_scalar():

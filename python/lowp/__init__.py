@@ -20,9 +20,11 @@ _memory._check_env()
 
 # A child of os.fork() (multiprocessing's "fork" start method) does not have the
 # parent's worker threads: it starts its own pool on first use.
-if hasattr(_os, "register_at_fork"):
+# (Once per process: the native module outlives a reload of the package.)
+if hasattr(_os, "register_at_fork") and not getattr(_lowp, "_fork_hooks", False):
     _os.register_at_fork(before=_lowp._fork_prepare, after_in_parent=_lowp._fork_parent,
                          after_in_child=_lowp._fork_child)
+    _lowp._fork_hooks = True
 
 get_num_threads = _lowp.get_num_threads
 

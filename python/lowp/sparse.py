@@ -708,24 +708,24 @@ class _Sparse:
         raise TypeError("data: expected an array of values")
 
 
-def _check_scipy(m: Any) -> None:
+def _check_scipy(m: Any, name: str = "m") -> None:
     """Validate the index arrays of a scipy matrix before scipy or lowp converts it (they are
-    writable, and scipy checks them only when the matrix is built)."""
+    writable, and scipy checks them only when the matrix is built). Errors name ``name``."""
     if len(m.shape) != 2:
-        raise ValueError(f"m: must be 2-D, got shape {m.shape}")
-    _source_format(np.dtype(m.dtype), "m.dtype")
+        raise ValueError(f"{name}: must be 2-D, got shape {m.shape}")
+    _source_format(np.dtype(m.dtype), f"{name}.dtype")
     mm, nn = (int(s) for s in m.shape)
     if m.format == "coo":
-        r, c = _as_index(m.coords[0], "m.row"), _as_index(m.coords[1], "m.col")
+        r, c = _as_index(m.coords[0], f"{name}.row"), _as_index(m.coords[1], f"{name}.col")
         r, c = _index_pair(r, c, max(mm, nn))
-        _lowp.check_range(r, mm, "m.row")
-        _lowp.check_range(c, nn, "m.col")
+        _lowp.check_range(r, mm, f"{name}.row")
+        _lowp.check_range(c, nn, f"{name}.col")
     elif m.format in ("csr", "csc", "bsr"):
         br, bc = m.blocksize if m.format == "bsr" else (1, 1)
         nmaj, nmin = (mm // br, nn // bc) if m.format != "csc" else (nn, mm)
-        indptr, indices = _as_index(m.indptr, "m.indptr"), _as_index(m.indices, "m.indices")
+        indptr, indices = _as_index(m.indptr, f"{name}.indptr"), _as_index(m.indices, f"{name}.indices")
         indptr, indices = _index_pair(indptr, indices, max(mm, nn))
-        _lowp.check_compressed(indptr, indices, nmaj, nmin, "m.indptr", "m.indices")
+        _lowp.check_compressed(indptr, indices, nmaj, nmin, f"{name}.indptr", f"{name}.indices")
 
 
 def _quant_input(x: Any) -> Optional[tuple[np.ndarray, float]]:
@@ -754,6 +754,7 @@ class COO(_Sparse):
             if isinstance(arg, _Sparse):
                 c = arg.tocoo() if dtype is None else arg.astype(dtype).tocoo()
             elif _is_scipy_sparse(arg):
+                _check_scipy(arg, "arg")
                 c = COO.from_scipy(arg, dtype)
             elif _is_shape_arg(arg):
                 c = _empty_coo(_empty_shape(arg, shape), dtype)
@@ -944,6 +945,7 @@ class _Compressed(_Sparse):
             if isinstance(arg, _Sparse):
                 c = type(self)._from_coo(arg.tocoo() if dtype is None else arg.astype(dtype).tocoo())
             elif _is_scipy_sparse(arg):
+                _check_scipy(arg, "arg")
                 c = type(self).from_scipy(arg, dtype)
             elif isinstance(arg, tuple):  # (m, n) or (data, (row, col))
                 if not _is_shape_arg(arg):
@@ -1198,6 +1200,7 @@ class BSR(_Sparse):
                 src = arg if dtype is None else arg.astype(dtype)
                 b = BSR._from_coo(src.tocoo(), blocksize)
             elif _is_scipy_sparse(arg):
+                _check_scipy(arg, "arg")
                 b = BSR.from_scipy(arg, dtype, blocksize=blocksize)
             elif _is_shape_arg(arg):
                 b = BSR._from_coo(_empty_coo(_empty_shape(arg, shape), dtype), blocksize)
@@ -1418,7 +1421,7 @@ class NM(_Sparse):
                 src = arg if dtype is None else arg.astype(dtype)
                 o = NM._from_coo(src.tocoo(), n, m)
             elif _is_scipy_sparse(arg):
-                _check_scipy(arg)  # (not from_scipy: its matrix argument is also called m)
+                _check_scipy(arg, "arg")
                 o = NM._from_scipy(arg, dtype, n=n, m=m)
             elif _is_shape_arg(arg):
                 o = NM._from_coo(_empty_coo(_empty_shape(arg, shape), dtype), n, m)

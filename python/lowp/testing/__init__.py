@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import math
+from decimal import Decimal
 from fractions import Fraction
 from typing import Any, Optional
 
@@ -82,7 +83,8 @@ def encoding_class(value: float, fmt: Any) -> str:
         if not (isinstance(f, FloatFormat) and f.inf):
             raise ValueError(f"value: {v}, which {f!r} does not have (it has no infinities)")
         return "inf"
-    if _not_float64(value) is not None or not _representable(np.array([v]), f)[0]:
+    exact_elsewhere = isinstance(value, Decimal) and Fraction(value) != Fraction(v)
+    if exact_elsewhere or _not_float64(value) is not None or not _representable(np.array([v]), f)[0]:
         raise ValueError(f"value: {value!r} is not a value of {f!r} (expected one of its values; "
                          "lowp.round gives the nearest)")
     if v == 0:

@@ -73,6 +73,11 @@ std::thread_local! {
 /// Before `fork()`: take the pool's lock, so that no thread holds it when the
 /// process is copied. Must be followed on the same thread by [`after_fork`].
 pub fn before_fork() {
+    // (Hooks registered twice, say by a reload of the package, call this twice: the
+    // lock is not reentrant, so the second call finds it held and does nothing.)
+    if FORK_GUARD.with(|f| f.borrow().is_some()) {
+        return;
+    }
     let g = POOL.write().unwrap_or_else(|e| e.into_inner());
     FORK_GUARD.with(|f| *f.borrow_mut() = Some(g));
 }

@@ -1,19 +1,20 @@
 //! A bounded cache of per-format decoding tables, shared across calls.
 //!
-//! Tables of named formats are built once and kept; a program that makes
-//! tables for many custom formats (a sweep over biases, say) keeps only the
-//! most recent ones within [`LIMIT`] bytes instead of every table it ever built.
+//! Tables are kept within [`LIMIT`] bytes, the least recently used evicted
+//! first: a program that makes tables for many custom formats (a sweep over
+//! biases, say) keeps the ones it uses now instead of every table it ever
+//! built, and the tables of the formats it keeps using stay.
 
 use std::any::Any;
 use std::collections::{HashMap, VecDeque};
 use std::hash::Hash;
 use std::sync::{Arc, Mutex};
 
-/// Bytes of tables kept (32 tables of 2^16 float64 values).
-pub const LIMIT: usize = 16 << 20;
+/// Bytes of tables kept (64 tables of 2^16 float64 values).
+pub const LIMIT: usize = 32 << 20;
 
-/// Tables by key, evicted oldest first past [`LIMIT`] bytes (an evicted table
-/// stays alive while a caller still holds it).
+/// Tables by key, the least recently used evicted first past [`LIMIT`] bytes
+/// (an evicted table stays alive while a caller still holds it).
 pub struct TableCache<K> {
     inner: Mutex<Inner<K>>,
 }
@@ -34,18 +35,30 @@ impl<K: Hash + Eq + Clone> TableCache<K> {
     /// The table of `key`, built by `build` (outside the lock) when it is not kept.
     pub fn get<T: Copy + Send + Sync + 'static>(&self, key: K, build: impl FnOnce() -> Vec<T>) -> Arc<Vec<T>> {
         let lock = || self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(t) = lock().map.get(&key) {
-            if let Ok(t) = t.clone().downcast::<Vec<T>>() {
-                return t;
+        {
+            let mut c = lock();
+            if let Some(t) = c.map.get(&key).cloned() {
+                if let Ok(t) = t.downcast::<Vec<T>>() {
+                    // Most recently used: to the back (few tables, a short scan).
+                    if let Some(i) = c.order.iter().position(|(k, _)| *k == key) {
+                        let e = c.order.remove(i).expect("a position inside");
+                        c.order.push_back(e);
+                    }
+                    return t;
+                }
             }
         }
         let t = Arc::new(build());
         let size = t.len() * std::mem::size_of::<T>();
         let mut c = lock();
-        if c.map.insert(key.clone(), t.clone()).is_none() {
-            c.order.push_back((key, size));
-            c.bytes += size;
+        c.map.insert(key.clone(), t.clone());
+        // (A table of another type under the same key is replaced.)
+        if let Some(i) = c.order.iter().position(|(k, _)| *k == key) {
+            let (_, old) = c.order.remove(i).expect("a position inside");
+            c.bytes -= old;
         }
+        c.order.push_back((key, size));
+        c.bytes += size;
         while c.bytes > LIMIT && c.order.len() > 1 {
             let (k, s) = c.order.pop_front().expect("non-empty");
             c.map.remove(&k);
@@ -82,5 +95,17 @@ mod tests {
         // A kept table is returned, not rebuilt; another type under the same key is built.
         assert_eq!(c.get(0, || vec![3.0f64; big])[0], 2.0);
         assert_eq!(c.get(19, || vec![0f32; 4]).len(), 4);
+    }
+
+    #[test]
+    fn a_table_in_use_stays() {
+        let c: TableCache<u32> = TableCache::default();
+        let big = LIMIT / 8 / 4;
+        c.get(0, || vec![0.0f64; big]);
+        for k in 1..20u32 {
+            c.get(k, || vec![k as f64; big]);
+            // Used between the others: never evicted, never rebuilt.
+            assert_eq!(c.get(0, || vec![9.0f64; big])[0], 0.0);
+        }
     }
 }

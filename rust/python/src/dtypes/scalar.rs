@@ -137,29 +137,30 @@ pub(super) fn convert(py: Python<'_>, t: usize, obj: &Bound<'_, PyAny>) -> PyRes
         // A 0-d array is its element; anything larger is no single value (as numpy
         // says of its own dtypes, rather than failing on __index__ below).
         if obj.getattr("ndim")?.extract::<usize>()? == 0 {
-            // (An object array may hold itself: unwrap 0-d arrays a bounded number of times.)
+            // (An object array may hold itself, or a cycle of 0-d arrays: unwrapped in a
+            // loop, refused when it meets the first array again or nests past any use.)
+            let ndarray = py.import("numpy")?.getattr("ndarray")?;
             let mut item = obj.get_item(())?;
-            for _ in 0..32 {
-                if !(item.is_instance(&py.import("numpy")?.getattr("ndarray")?)? && item.getattr("ndim")?.extract::<usize>()? == 0) {
+            for _ in 0..10_000 {
+                if !(item.is_instance(&ndarray)? && item.getattr("ndim")?.extract::<usize>()? == 0) {
                     return convert(py, t, &item);
+                }
+                if item.is(obj) {
+                    break;
                 }
                 item = item.get_item(())?;
             }
-            return Err(pyo3::exceptions::PyRecursionError::new_err(format!("{name}: 0-d arrays nested too deeply (an object array holding itself?)")));
+            return Err(pyo3::exceptions::PyRecursionError::new_err(format!("{name}: a 0-d object array holding itself (or 0-d arrays nested past 10000 levels)")));
         }
         return Err(pyo3::exceptions::PyValueError::new_err("setting an array element with a sequence."));
     }
     if obj.is_instance_of::<pyo3::types::PyList>() || obj.is_instance_of::<PyTuple>() {
         return Err(pyo3::exceptions::PyValueError::new_err("setting an array element with a sequence."));
     }
-    // Integers (Python's, numpy's, and objects with __index__ but no __float__): exactly.
-    // Other objects convert through __float__ first, as numpy's and ml_dtypes' types do.
+    // Integers (Python's, numpy's and anything with __index__): exactly.
     let int = if obj.is_instance_of::<pyo3::types::PyInt>() {
         Some(obj.clone())
-    } else if !obj.is_instance_of::<PyString>()
-        && obj.hasattr("__index__")?
-        && (obj.is_instance(&py.import("numpy")?.getattr("integer")?)? || !obj.hasattr("__float__")?)
-    {
+    } else if !obj.is_instance_of::<PyString>() && obj.hasattr("__index__")? {
         // SAFETY: obj is live; PyNumber_Index returns a new reference or NULL with an error set.
         let i = unsafe { ffi::PyNumber_Index(obj.as_ptr()) };
         if i.is_null() {
@@ -480,14 +481,13 @@ unsafe extern "C" fn tp_new(sub: *mut ffi::PyTypeObject, args: *mut ffi::PyObjec
         // dtype's scalar (object: its bytes taken as a pointer).
         // SAFETY: sub is a live type object.
         let sub_type = unsafe { Bound::from_borrowed_ptr(py, sub as *mut ffi::PyObject) };
-        let mro = sub_type.getattr("__mro__")?.cast_into::<PyTuple>()?;
-        if mro.len() > 1 {
+        if sub != super::type_obj(t) {
+            let mro = sub_type.getattr("__mro__")?.cast_into::<PyTuple>()?;
             let next = mro.get_item(1)?;
             // SAFETY: a live type object.
             let base = unsafe { Bound::from_borrowed_ptr(py, super::type_obj(t) as *mut ffi::PyObject) };
-            let builtins = py.import("builtins")?;
-            let next_is_lowp = builtins.getattr("issubclass")?.call1((&next, &base))?.is_truthy()?;
-            if !next_is_lowp && !sub_type.is(&base) {
+            let next_is_lowp = mro.len() < 2 || py.import("builtins")?.getattr("issubclass")?.call1((&next, &base))?.is_truthy()?;
+            if !next_is_lowp {
                 return Err(PyTypeError::new_err(format!(
                     "{}: a subclass of {name} must list a {name} type as its first base, got {}",
                     sub_type.getattr("__name__")?,
