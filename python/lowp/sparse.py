@@ -193,19 +193,24 @@ def _pair_starts(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return first
 
 
-def _check_shape(shape: Any) -> tuple[int, int]:
+def _check_shape(shape: Any, arg: str = "shape") -> tuple[int, int]:
     try:
         dims = [operator_index(s) for s in shape]
     except TypeError:
-        raise ValueError(f"shape: expected two non-negative ints, got {shape!r}") from None
+        raise ValueError(f"{arg}: expected two non-negative ints, got {shape!r}") from None
     if len(dims) != 2:
-        raise ValueError(f"shape: expected two non-negative ints, got {shape!r}")
+        raise ValueError(f"{arg}: expected two non-negative ints, got {shape!r}")
     m, n = dims
     if m < 0 or n < 0:
-        raise ValueError(f"shape: expected two non-negative ints, got {shape!r}")
+        raise ValueError(f"{arg}: expected two non-negative ints, got {shape!r}")
     if m >= 1 << 63 or n >= 1 << 63:
-        raise ValueError(f"shape: dimensions must be below 2**63 (int64 indices), got {shape!r}")
+        raise ValueError(f"{arg}: dimensions must be below 2**63 (int64 indices), got {shape!r}")
     return m, n
+
+
+def _major(indptr: np.ndarray, dtype: Any) -> np.ndarray:
+    """The major index (row of CSR, column of CSC, block row of BSR) of every stored entry."""
+    return np.repeat(np.arange(indptr.size - 1, dtype=dtype), np.diff(indptr))
 
 
 def _check_indptr_size(rows: int, shape: tuple) -> None:
@@ -229,8 +234,7 @@ def _empty_shape(arg: tuple, shape: Any) -> tuple[int, int]:
         m = n = -1
     if m < 0 or n < 0:
         raise ValueError(f"arg: an empty matrix is given as (m, n) with two non-negative ints, got {arg!r}")
-    if m >= 1 << 63 or n >= 1 << 63:
-        raise ValueError(f"arg: dimensions must be below 2**63 (int64 indices), got {arg!r}")
+    _check_shape((m, n), "arg")  # (the bound)
     if shape is not None and _check_shape(shape) != (m, n):
         raise ValueError(f"shape: {tuple(shape)!r} differs from the shape {(m, n)} given as the first argument")
     return m, n
@@ -755,7 +759,7 @@ class COO(_Sparse):
                 c = arg.tocoo() if dtype is None else arg.astype(dtype).tocoo()
             elif _is_scipy_sparse(arg):
                 _check_scipy(arg, "arg")
-                c = COO.from_scipy(arg, dtype)
+                c = COO._from_scipy(arg, dtype)
             elif _is_shape_arg(arg):
                 c = _empty_coo(_empty_shape(arg, shape), dtype)
             else:
@@ -946,7 +950,7 @@ class _Compressed(_Sparse):
                 c = type(self)._from_coo(arg.tocoo() if dtype is None else arg.astype(dtype).tocoo())
             elif _is_scipy_sparse(arg):
                 _check_scipy(arg, "arg")
-                c = type(self).from_scipy(arg, dtype)
+                c = type(self)._from_scipy(arg, dtype)
             elif isinstance(arg, tuple):  # (m, n) or (data, (row, col))
                 if not _is_shape_arg(arg):
                     arg = _coo_form(arg, _FORMS_COMPRESSED)
@@ -1024,8 +1028,7 @@ class _Compressed(_Sparse):
 
     def _to_coo(self) -> COO:
         self._check_indices()
-        nmaj = self._indptr.size - 1
-        major = np.repeat(np.arange(nmaj, dtype=self._indices.dtype), np.diff(self._indptr))
+        major = _major(self._indptr, self._indices.dtype)
         if self._major_axis == 0:
             return COO._make(self._v, self._fmt, self._scale, major, self._indices, self._shape,
                              True if self._canonical else None)
@@ -1063,7 +1066,7 @@ class _Compressed(_Sparse):
         self._check_indices()
         if self._canonical:
             return True
-        major = np.repeat(np.arange(self._indptr.size - 1), np.diff(self._indptr))
+        major = _major(self._indptr, self._indices.dtype)
         i = self._indices
         return bool(np.all((major[1:] != major[:-1]) | (i[1:] >= i[:-1])))
 
@@ -1071,7 +1074,7 @@ class _Compressed(_Sparse):
         """A copy with the indices of every row (CSR) or column (CSC) in ascending order, as
         scipy's: duplicates are kept, in their order (:meth:`sum_duplicates` adds them)."""
         self._check_indices()
-        major = np.repeat(np.arange(self._indptr.size - 1), np.diff(self._indptr))
+        major = _major(self._indptr, self._indices.dtype)
         order = np.lexsort((self._indices, major))
         out = type(self)._make(_contig(self._v[order]), self._fmt, self._scale, _contig(self._indices[order]),
                                self._indptr.copy(), self._shape, False)
@@ -1201,7 +1204,7 @@ class BSR(_Sparse):
                 b = BSR._from_coo(src.tocoo(), blocksize)
             elif _is_scipy_sparse(arg):
                 _check_scipy(arg, "arg")
-                b = BSR.from_scipy(arg, dtype, blocksize=blocksize)
+                b = BSR._from_scipy(arg, dtype, blocksize=blocksize)
             elif _is_shape_arg(arg):
                 b = BSR._from_coo(_empty_coo(_empty_shape(arg, shape), dtype), blocksize)
             elif isinstance(arg, tuple):  # (data, (row, col))
@@ -1282,8 +1285,7 @@ class BSR(_Sparse):
 
     def _blocks_coo(self) -> tuple[np.ndarray, np.ndarray]:
         self._check_indices()
-        nbr = self._indptr.size - 1
-        brow = np.repeat(np.arange(nbr, dtype=np.int64), np.diff(self._indptr))
+        brow = _major(self._indptr, np.int64)
         return brow, self._indices.astype(np.int64)
 
     def _to_coo(self) -> COO:

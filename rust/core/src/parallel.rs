@@ -92,16 +92,12 @@ pub fn after_fork(child: bool) {
         return;
     };
     if child {
-        if let Some(old) = g.take() {
-            let n = old.current_num_threads();
-            std::mem::forget(old);
-            hot::reset();
-            drop(g);
-            // Built on first use, with the parent's count.
-            NEXT_THREADS.store(n, std::sync::atomic::Ordering::Relaxed);
-            return;
-        }
         hot::reset();
+        if let Some(old) = g.take() {
+            // Built on first use, with the parent's count.
+            NEXT_THREADS.store(old.current_num_threads(), std::sync::atomic::Ordering::Relaxed);
+            std::mem::forget(old);
+        }
     }
 }
 

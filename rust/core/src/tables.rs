@@ -31,6 +31,14 @@ impl<K: Hash + Eq + Clone> Default for TableCache<K> {
     }
 }
 
+impl<K: Eq> Inner<K> {
+    /// Take `key`'s entry out of the use order (few tables: a short scan).
+    fn unlink(&mut self, key: &K) -> Option<(K, usize)> {
+        let i = self.order.iter().position(|(k, _)| k == key)?;
+        self.order.remove(i)
+    }
+}
+
 impl<K: Hash + Eq + Clone> TableCache<K> {
     /// The table of `key`, built by `build` (outside the lock) when it is not kept.
     pub fn get<T: Copy + Send + Sync + 'static>(&self, key: K, build: impl FnOnce() -> Vec<T>) -> Arc<Vec<T>> {
@@ -39,9 +47,8 @@ impl<K: Hash + Eq + Clone> TableCache<K> {
             let mut c = lock();
             if let Some(t) = c.map.get(&key).cloned() {
                 if let Ok(t) = t.downcast::<Vec<T>>() {
-                    // Most recently used: to the back (few tables, a short scan).
-                    if let Some(i) = c.order.iter().position(|(k, _)| *k == key) {
-                        let e = c.order.remove(i).expect("a position inside");
+                    // Most recently used: to the back.
+                    if let Some(e) = c.unlink(&key) {
                         c.order.push_back(e);
                     }
                     return t;
@@ -53,8 +60,7 @@ impl<K: Hash + Eq + Clone> TableCache<K> {
         let mut c = lock();
         c.map.insert(key.clone(), t.clone());
         // (A table of another type under the same key is replaced.)
-        if let Some(i) = c.order.iter().position(|(k, _)| *k == key) {
-            let (_, old) = c.order.remove(i).expect("a position inside");
+        if let Some((_, old)) = c.unlink(&key) {
             c.bytes -= old;
         }
         c.order.push_back((key, size));

@@ -228,7 +228,8 @@ pub fn csr_matmul(vals: Values<'_>, indptr: Index<'_>, indices: Index<'_>, shape
     }
     // The kernels trust the checked pointers (ranges of the values read unchecked):
     // a copy, so that another thread writing the caller's array (numpy's are
-    // writable) cannot move them after the check. The indices are checked as read.
+    // writable) cannot move them after the check. The indices are checked as the
+    // kernels read them (except by the float32 SpMV kernel: see csr_spmv_i32).
     let ptr = indptr.to_owned();
     let indptr = ptr.view();
     check_indptr(indptr, m, indices.len(), "indptr")?;

@@ -13,7 +13,7 @@ use std::ffi::{c_int, c_void, CString};
 use pyo3::exceptions::{PyOverflowError, PyTypeError};
 use pyo3::ffi;
 use pyo3::prelude::*;
-use pyo3::types::{PyFloat, PyString, PyTuple};
+use pyo3::types::{PyFloat, PyString, PyTuple, PyType};
 
 use super::kernels::{dec, enc};
 use super::{load, store, type_obj, N, TYPES};
@@ -133,13 +133,13 @@ pub(super) fn convert(py: Python<'_>, t: usize, obj: &Bound<'_, PyAny>) -> PyRes
     if obj.is_instance_of::<PyFloat>() {
         return Ok(enc(t, obj.extract::<f64>()?));
     }
-    if obj.is_instance(&py.import("numpy")?.getattr("ndarray")?)? {
+    let ndarray = py.import("numpy")?.getattr("ndarray")?;
+    if obj.is_instance(&ndarray)? {
         // A 0-d array is its element; anything larger is no single value (as numpy
         // says of its own dtypes, rather than failing on __index__ below).
         if obj.getattr("ndim")?.extract::<usize>()? == 0 {
             // (An object array may hold itself, or a cycle of 0-d arrays: unwrapped in a
             // loop, refused when it meets the first array again or nests past any use.)
-            let ndarray = py.import("numpy")?.getattr("ndarray")?;
             let mut item = obj.get_item(())?;
             for _ in 0..10_000 {
                 if !(item.is_instance(&ndarray)? && item.getattr("ndim")?.extract::<usize>()? == 0) {
@@ -479,15 +479,17 @@ unsafe extern "C" fn tp_new(sub: *mut ffi::PyTypeObject, args: *mut ffi::PyObjec
         // numpy finds a scalar's dtype through the first base of its type's MRO: a
         // subclass whose next base is not a lowp type would be read as another
         // dtype's scalar (object: its bytes taken as a pointer).
-        // SAFETY: sub is a live type object.
-        let sub_type = unsafe { Bound::from_borrowed_ptr(py, sub as *mut ffi::PyObject) };
         if sub != super::type_obj(t) {
-            let mro = sub_type.getattr("__mro__")?.cast_into::<PyTuple>()?;
-            let next = mro.get_item(1)?;
-            // SAFETY: a live type object.
-            let base = unsafe { Bound::from_borrowed_ptr(py, super::type_obj(t) as *mut ffi::PyObject) };
-            let next_is_lowp = mro.len() < 2 || py.import("builtins")?.getattr("issubclass")?.call1((&next, &base))?.is_truthy()?;
-            if !next_is_lowp {
+            // SAFETY: sub and the lowp type are live type objects.
+            let (sub_type, base) = unsafe {
+                (
+                    Bound::from_borrowed_ptr(py, sub as *mut ffi::PyObject).cast_into::<PyType>()?,
+                    Bound::from_borrowed_ptr(py, super::type_obj(t) as *mut ffi::PyObject).cast_into::<PyType>()?,
+                )
+            };
+            // (A subclass's MRO holds at least itself and the lowp type.)
+            let next = sub_type.mro().get_item(1)?.cast_into::<PyType>()?;
+            if !next.is_subclass(&base)? {
                 return Err(PyTypeError::new_err(format!(
                     "{}: a subclass of {name} must list a {name} type as its first base, got {}",
                     sub_type.getattr("__name__")?,
