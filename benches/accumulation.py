@@ -1,5 +1,6 @@
 """Accuracy of low-precision accumulation: relative error of dot products of
-float8_e4m3fn values (uniform in [0, 1), products exact) accumulated in fp16,
+float8_e4m3fn values (of uniform numbers in [0, 1), rounding taking the top ones to 1;
+products exact) accumulated in fp16,
 unchunked and with chunk-based accumulation (chunk 16/64/256, fp16 chunk totals),
 against float32 accumulation. The exact reference is math.fsum of the exact products.
 
@@ -27,7 +28,7 @@ def main() -> None:
                ("fp16 c64", dict(accumulate="float16", chunk=64)),
                ("fp16 c256", dict(accumulate="float16", chunk=256)),
                ("f32", dict(accumulate="float32"))]
-    print("relative error |dot - exact| / |exact| (mean of %d dot products), e4m3fn inputs in [0, 1)" % args.trials)
+    print("relative error |dot - exact| / |exact| (mean of %d dot products), e4m3fn inputs of uniform [0, 1)" % args.trials)
     print(f"{'length':>8} " + " ".join(f"{name:>11}" for name, _ in configs) + f" {'fp16/c64':>9}")
     for e in range(10, top + 1):
         n = 2 ** e

@@ -35,6 +35,21 @@ def best(f, reps):
     return min(t)
 
 
+def check(op: str, got, la, x) -> None:
+    """Fail the run unless a timed lowp result is the exact one rounded once: casts and
+    add/multiply (whose float64 results round into these types as the exact ones do)
+    against float64 arithmetic rounded by a cast, so that a broken loop cannot look fast."""
+    v = la.astype(np.float64)
+    ref = {"f32->dtype": lambda: x.astype(np.float64).astype(la.dtype), "dtype->f32": lambda: v.astype(np.float32),
+           "add": lambda: (v + v).astype(la.dtype), "multiply": lambda: (v * v).astype(la.dtype)}.get(op)
+    if ref is None:
+        return
+    want = np.asarray(ref()).astype(np.float64)
+    got = np.asarray(got).astype(np.float64)
+    if not np.array_equal(got, want, equal_nan=True):
+        raise AssertionError(f"{la.dtype} {op}: {int((got != want).sum())} values differ from the exact ones rounded once")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", type=int, default=1 << 22)
@@ -71,6 +86,7 @@ def main() -> None:
                 with np.errstate(all="ignore"):
                     tl = best(fl, reps)
                     tm = best(fm, reps)
+                    check(op, fl(), la, x)
                 cells.append(f"{tm / tl:8.2f}x ({tl / n * 1e9:5.2f} ns)")
             vs = f"  (vs {label})" if label else ""
             print(f"{name:18s}" + "".join(f"{c:>22s}" for c in cells) + vs)

@@ -82,6 +82,18 @@ def verdict(r, target):
     return "ok" if r >= target else "below target"
 
 
+def check(got, dense, x):
+    """Fail the run unless ``got`` (a timed product of the matrix ``dense`` with ``x``)
+    lies within the float32 accumulation bound of the exact product, so that a broken
+    kernel cannot look fast."""
+    d64, x64 = np.asarray(dense, np.float64), np.asarray(x, np.float64)
+    k = max(1, int((d64 != 0).sum(axis=1).max()))
+    bound = k * 2.0**-24 / (1 - k * 2.0**-24) * (np.abs(d64) @ np.abs(x64))
+    bad = np.abs(np.asarray(got, np.float64) - d64 @ x64) > bound
+    if bad.any():
+        raise AssertionError(f"sparse product of shape {np.shape(got)}: {int(bad.sum())} values outside the bound")
+
+
 def random_csr(m, n, density, seed):
     return sp.random_array((m, n), density=density, format="csr", dtype=np.float32, rng=seed)
 
@@ -101,6 +113,8 @@ def bench_csr(name, s):
             set_threads(th)
             # f32 and bf16 values are close competitors: timed in alternation.
             t32, t16 = best_interleaved([lambda: f32 @ x, lambda: b16 @ x])
+            check(f32 @ x, s.toarray(), x)
+            check(b16 @ x, b16.to_dense().astype(np.float32), x)
             op = "SpMV" if k is None else f"SpMM {k}"
             tgt = 1.3 if k is None else (1.5 if th == 1 else 2.7)
             print(f"{op:10s} {th:3d} {gflops(flops, t_sc):9.2f} {gflops(flops, t32):9.2f} {gflops(flops, t16):9.2f}"
@@ -129,6 +143,8 @@ def bench_bsr():
             set_threads(th)
             t8 = best(lambda: A @ x)
             t4 = best(lambda: A4 @ x)
+            check(A @ x, dense, x)
+            check(A4 @ x, dense, x)
             op = "SpMV" if k is None else f"SpMM {k}"
             print(f"{op:10s} thr={th}  scipy CSR {gflops(flops, t_sc):7.2f}  BSR8 {gflops(flops, t8):7.2f} "
                   f"({t_sc / t8:5.2f}x, target 3x: {verdict(t_sc / t8, 3.0)})  "
@@ -149,6 +165,8 @@ def bench_nm():
             t_d = best(lambda: dense @ x)
             t = best(lambda: A @ x)
             t16 = best(lambda: A16 @ x)
+            check(A @ x, dense, x)
+            check(A16 @ x, A16.to_dense().astype(np.float32), x)
             print(f"k={k:4d} thr={th}  sgemm {gflops(2 * m * n * k, t_d):7.1f} GFLOP/s {t_d * 1e3:7.2f} ms   "
                   f"2:4 f32 {t * 1e3:7.2f} ms ({t_d / t:5.2f}x, target 1x: {verdict(t_d / t, 1.0)})   "
                   f"2:4 bf16 {t16 * 1e3:7.2f} ms ({t_d / t16:5.2f}x)")

@@ -1697,3 +1697,69 @@ def test_sum_of_64_bit_integers_is_exact_or_refused():
         lowp.sum(np.array([2**63], np.uint64))
     assert lowp.sum(np.array([2**53, -2**53, 3], np.int64)) == 3
     assert lowp.sum(np.array([2**53, 5], np.uint64), accumulate="float64") == 2**53 + 4  # one rounding (a tie, to even)
+
+
+_FTZ_CASES = '''
+import numpy as np, lowp
+from lowp import sparse
+def bits32(e, shape=()):  # 2**e in float32, from its bits (under flush-to-zero, casts flush subnormals)
+    return np.full(shape, (e + 127) << 23 if e >= -126 else 1 << (e + 149), np.uint32).view(np.float32)
+def cases():
+    a = np.full((3, 16), 2.0**-20, lowp.bfloat16)
+    b = np.full((16, 5), 0.25, lowp.bfloat16)
+    out = {}
+    for isa in ("scalar", "avx2", "avx512", None):
+        try:
+            lowp._lowp.set_isa(isa)
+        except ValueError:
+            continue
+        for m in ("toward_zero", "up", "down", "nearest_even", "odd", "stochastic"):
+            out[f"mm {isa} {m}"] = lowp.matmul(a, b, accumulate="float16", rounding=m, seed=1)
+            out[f"mm64 {isa} {m}"] = lowp.matmul(a, b, accumulate="float16", chunk=4, rounding=m, seed=1)
+            out[f"sum {isa} {m}"] = lowp.sum(a, axis=1, accumulate="float16", rounding=m, seed=1)
+        out[f"f32 {isa}"] = lowp.matmul(bits32(-70, (7, 9)), bits32(-70, (9, 20)))
+        out[f"sum32 {isa}"] = lowp.sum(bits32(-140, (100,)))
+        out[f"round {isa}"] = lowp.round(np.concatenate([bits32(-140, (1,)), np.uint32([3]).view(np.float32)]),
+                                         "float32", "up")
+        out[f"enc {isa}"] = lowp.encode(bits32(-130, (2,)), "bf16", "toward_zero")
+        out[f"dec {isa}"] = lowp.decode(np.uint16([1, 0x8003]), "bf16")
+        out[f"sp {isa}"] = sparse.CSR((bits32(-140, (4,)), np.arange(4), np.arange(5)), shape=(4, 4)) @ np.ones(4, np.float32)
+        out[f"op {isa}"] = np.full((2, 3), 2.0**-100, lowp.bfloat16) @ np.full((3, 2), 2.0**-30, lowp.bfloat16)
+    lowp._lowp.set_isa(None)
+    # (Bytes, not values: a float cast would flush them.)
+    return {k: np.ascontiguousarray(v).tobytes().hex() for k, v in out.items()}
+'''
+
+
+@pytest.mark.skipif(not (sys.platform.startswith("linux") and __import__("platform").machine() == "x86_64"),
+                    reason="sets MXCSR through glibc's fenv_t")
+def test_results_do_not_depend_on_the_callers_flush_to_zero():
+    """A process whose thread has flush-to-zero and denormals-are-zero set (as
+    -ffast-math libraries and torch.set_flush_denormal do) before lowp starts its
+    threads gets the same bits from the kernels on every path as one without."""
+    import json
+    import subprocess
+
+    code = _FTZ_CASES + '''
+import ctypes, ctypes.util, json, struct
+libm = ctypes.CDLL(ctypes.util.find_library("m"))
+env = ctypes.create_string_buffer(64)
+assert libm.fegetenv(env) == 0
+mxcsr = struct.unpack_from("<I", env.raw, 28)[0]  # (glibc's x86_64 fenv_t)
+ctypes.memmove(ctypes.addressof(env) + 28, struct.pack("<I", mxcsr | 0x8040), 4)
+assert libm.fesetenv(env) == 0
+assert np.float32(2.0**-140) * np.float32(1.0) == 0  # flushed
+lowp.set_num_threads(2)
+print(json.dumps(cases()))
+'''
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    flushed = json.loads(r.stdout)
+    ns: dict = {}
+    exec(_FTZ_CASES, ns)
+    want = ns["cases"]()
+    assert flushed.keys() == want.keys()
+    for k in want:
+        assert flushed[k] == want[k], k
+    up = np.frombuffer(bytes.fromhex(want["mm None up"]), np.float32)
+    assert up[0] == 16 * 2.0**-22 and np.frombuffer(bytes.fromhex(want["sum32 None"]), np.float32)[0] == 100 * 2.0**-140

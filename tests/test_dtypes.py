@@ -543,6 +543,20 @@ def test_casts_with_ml_dtypes_without_a_lowp_dtype(ml_name, name):
     assert float(np.array([1.5], dt(name)).astype(ml)[0]) == 1.5
 
 
+@pytest.mark.parametrize("ml_name", ["float6_e2m3fn", "float6_e3m2fn", "float4_e2m1fn"])
+def test_sub_byte_casts_read_every_byte_as_ml_dtypes(ml_name):
+    """A byte with bits set above a sub-byte code (made through a uint8 view) casts into
+    lowp's types as ml_dtypes reads it, so x.astype(t) is x.astype(float64).astype(t)."""
+    ml = np.dtype(getattr(ml_dtypes, ml_name))
+    src = np.arange(256, dtype=np.uint8).view(ml)
+    v = src.astype(np.float64)
+    for name in ("bfloat16", "float8_e4m3", "posit16"):
+        got = src.astype(dt(name)).astype(np.float64)
+        np.testing.assert_array_equal(got, v.astype(dt(name)).astype(np.float64))
+    mixed = (src + np.zeros(256, dt("bfloat16"))).astype(np.float64)
+    np.testing.assert_array_equal(mixed, v.astype(dt("bfloat16")).astype(np.float64))
+
+
 def test_failed_string_casts_release_their_errors():
     """A string that is no number raises on every cast, and each error is released (the
     failed parse's exception used to be queued for a later release that never came)."""
@@ -600,6 +614,21 @@ def test_import_order(order):
             assert np.array_equal(a.view(c.dtype), c)
             b = a.astype(getattr(ml_dtypes, n))
             assert np.array_equal(b.view(c.dtype), c)
+        # Mixed with ml_dtypes' types, ufuncs run in np.result_type's type (where that
+        # was ml_dtypes' type they ran lowp's same-named one, or float32).
+        names = ("bfloat16", "float8_e5m2", "float8_e4m3fn", "float8_e4m3", "float8_e4m3fnuz", "float8_e5m2fnuz",
+                 "posit8", "posit16", "posit32")
+        ours = [getattr(lowp, n) for n in names]
+        theirs = [getattr(ml_dtypes, n) for n in names[:6] + ("float8_e3m4", "float6_e2m3fn", "float4_e2m1fn")]
+        for l in ours:
+            for m in theirs:
+                for x, y in ((l, m), (m, l)):
+                    a, b = np.ones(3, x), np.full(3, 2, y)
+                    want = np.result_type(a, b)
+                    for got in (a + b, np.maximum(a, b), np.divmod(a, b)[1], a ** b):
+                        assert got.dtype == want and got.dtype.type is want.type, (x, y, got.dtype, want)
+                    assert np.array_equal((a * b).astype(np.float64), np.full(3, 2.0))
+                    assert (a < b).all()
         print("ok")
     """)
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

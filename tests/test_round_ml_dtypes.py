@@ -279,13 +279,18 @@ def test_ml_dtypes_other_floats_are_named_formats(name):
 @pytest.mark.parametrize("name", ["float6_e2m3fn", "float6_e3m2fn", "float4_e2m1fn"])
 def test_bytes_that_are_no_code_of_a_sub_byte_float_are_refused(name):
     """A byte above the format's codes (written through a uint8 view) is no value: matmul,
-    sum and cast raise ValueError naming the operand, as decode does."""
+    sum, cast, round, ulp and the sparse constructors raise ValueError naming the operand,
+    as decode does."""
     t = getattr(ml_dtypes, name)
     ok = np.ones((3, 3), t)
     bad = ok.copy()
     bad.view(np.uint8)[1, 2] = 0xFF
     for call, arg in ((lambda: lowp.matmul(bad, ok), "a"), (lambda: lowp.matmul(ok, bad, accumulate="bf16"), "b"),
-                      (lambda: lowp.sum(bad), "x"), (lambda: lowp.cast(bad, np.float32), "bits")):
+                      (lambda: lowp.sum(bad), "x"), (lambda: lowp.cast(bad, np.float32), "x"),
+                      (lambda: lowp.round(bad, "bf16"), "x"), (lambda: lowp.ulp(bad, "bf16"), "x"),
+                      (lambda: lowp.sparse.CSR.from_dense(bad), "x"),
+                      (lambda: lowp.sparse.CSR((bad[1], [0, 1, 2], [0, 3]), shape=(1, 3)), "data"),
+                      (lambda: lowp.sparse.COO((bad[1], ([0, 0, 0], [0, 1, 2])), shape=(1, 3)), "data")):
         with pytest.raises(ValueError, match=f"{arg}: codes of"):
             call()
     assert float(lowp.sum(ok)) == 9.0 and np.array_equal(lowp.matmul(ok, ok), np.full((3, 3), 3.0, np.float32))
@@ -338,3 +343,40 @@ def test_ml_dtypes_narrow_integers_are_named_formats(name):
     np.testing.assert_array_equal(lowp.matmul(a, b), ref_ab)
     np.testing.assert_array_equal(lowp.matmul(a, b, accumulate="float16"), ref_ab)
     assert float(lowp.sum(a)) == a.astype(np.int64).sum()
+
+
+def test_ml_dtypes_types_in_finfo_quantize_and_int_outputs():
+    """finfo of an ml_dtypes dtype keeps that dtype (its limits its scalars, as
+    ml_dtypes.finfo's); QuantizedArray takes ml_dtypes' narrow integer arrays as values;
+    int8 products store into ml_dtypes' narrow integers where the sums fit; the types
+    without a format, and unsigned formats in quantize, are refused by name."""
+    for t in (ml_dtypes.bfloat16, np.dtype(ml_dtypes.float8_e4m3fn), ml_dtypes.float4_e2m1fn):
+        fi, theirs = lowp.finfo(t), ml_dtypes.finfo(t)
+        assert fi.dtype == np.dtype(t) and type(fi.max) is np.dtype(t).type
+        assert float(fi.max) == float(theirs.max) and float(fi.eps) == float(theirs.eps)
+    assert type(lowp.finfo("bf16").max) is lowp.bfloat16 and type(lowp.finfo(lowp.bfloat16).eps) is lowp.bfloat16
+    with pytest.raises(TypeError, match="ml_dtypes.iinfo"):
+        lowp.finfo(ml_dtypes.int4)
+    q = lowp.QuantizedArray(np.array([1, -2, 7], ml_dtypes.int4), 0.5, 0, None, "int4")
+    np.testing.assert_array_equal(q.dequantize(), [0.5, -1.0, 3.5])
+    a = np.array([[1, 2], [3, -4]], np.int8)
+    for t in (ml_dtypes.int4, ml_dtypes.int2):
+        got = lowp.matmul(a[:, :1] % 2, a[:1, :1] % 2, out_dtype=t)
+        assert got.dtype == t and got.astype(np.int64).tolist() == [[1], [1]]
+        with pytest.raises(ValueError, match=f"^out_dtype: the result's values .* do not fit {np.dtype(t)}"):
+            lowp.matmul(a, a, out_dtype=t)
+    out = np.zeros((2, 2), ml_dtypes.int4)
+    lowp.matmul(a, np.eye(2, dtype=np.int8), out=out)
+    assert out.astype(np.int64).tolist() == a.tolist()
+    with pytest.raises(TypeError, match="^out_dtype: integer output dtype uint4 needs an integer result"):
+        lowp.matmul(a.astype(np.float32), a.astype(np.float32), out_dtype=ml_dtypes.uint4)
+    for t in ("uint4", "uint2", ml_dtypes.uint4):
+        with pytest.raises(ValueError, match="^fmt: quantize takes signed integer formats"):
+            lowp.quantize(np.ones(3, np.float32), t, symmetric=False)
+    for t in ("int1", "uint1", "float8_e8m0fnu", "float8_e5m3fnu"):
+        if hasattr(ml_dtypes, t):
+            x = np.zeros(2, getattr(ml_dtypes, t))
+            for call, arg in ((lambda: lowp.round(x, "bf16"), "x"), (lambda: lowp.matmul(x, x), "a"),
+                              (lambda: lowp.sparse.CSR.from_dense(x[None]), "x")):
+                with pytest.raises(TypeError, match=f"^{arg}: unsupported dtype.*not ml_dtypes' .*{t}"):
+                    call()

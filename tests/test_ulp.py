@@ -336,7 +336,9 @@ def test_object_arrays_of_big_ints_are_refused():
     (2.0**-24, 0.0, "float16", 0.0), (-2.0**-24, 0.0, "float16", -0.0), (2.0**-24, -1.0, "float16", 0.0),
     (-2.0**-24, 1.0, "float16", -0.0), (2.0**-133, 0.0, "bf16", 0.0), (-2.0**-133, 0.0, "bf16", -0.0),
     (2.0**-10, 0.0, "e4m3fnuz", 0.0), (-2.0**-10, 0.0, "e4m3fnuz", 0.0), (-2.0**-10, 1.0, "e4m3fnuz", 0.0),
-    (-1.0, 0.0, "int8", 0.0), (0.0, -0.0, "float16", -0.0), (-0.0, 0.0, "float16", 0.0)])
+    (-1.0, 0.0, "int8", 0.0), (0.0, -0.0, "float16", -0.0), (-0.0, 0.0, "float16", 0.0),
+    (0.0, -0.0, "e4m3fnuz", 0.0), (-0.0, -0.0, "e5m2fnuz", 0.0), (-0.0, -0.0, "posit8", 0.0),
+    (0.0, -0.0, "int8", 0.0)])
 def test_nextafter_onto_zero_keeps_xs_side(x, y, fmt, want):
     """As numpy's nextafter: a step onto zero lands on x's zero (formats without -0: +0)."""
     got = lowp.nextafter(x, y, fmt)

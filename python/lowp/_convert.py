@@ -280,6 +280,22 @@ def _array_arg(x: Any, arg: str) -> np.ndarray:
         raise TypeError(f"{arg}: cannot be read as a numeric array: {e}") from None
 
 
+# ml_dtypes' types without a lowp format, named where an argument of one is refused.
+_NO_FORMAT = " (not ml_dtypes' float8_e8m0fnu, float8_e5m3fnu, int1 or uint1, which have no lowp format)"
+
+
+def _sub_byte_codes(v: np.ndarray, f: Format, dt: np.dtype, arg: str) -> np.ndarray:
+    """``v``, the codes of an array of dtype ``dt`` viewed as ``f``'s storage: ml_dtypes'
+    4- and 6-bit floats and narrow integers store a code in the low bits of a byte, and
+    other bytes are no values (ValueError naming ``arg``)."""
+    if f.bits < 8 * v.dtype.itemsize and v.size:
+        # (Broadcast axes, stride 0, looked at once.)
+        top = int(v[tuple(slice(0, 1) if st == 0 and n > 1 else slice(None) for st, n in zip(v.strides, v.shape))].max())
+        if top >> f.bits:
+            raise ValueError(f"{arg}: codes of {dt} lie in 0..{(1 << f.bits) - 1}; got {top}")
+    return v
+
+
 def _as_float_array(x: Any, arg: str = "x", fmt: Optional[Format] = None, rounding: Optional[str] = None) -> np.ndarray:
     """``x`` as a C-contiguous float32 or float64 array (low-precision dtypes are decoded exactly;
     64-bit integers beyond 2**53, and longdouble values, are rounded to odd when ``fmt`` is
@@ -290,7 +306,7 @@ def _as_float_array(x: Any, arg: str = "x", fmt: Optional[Format] = None, roundi
         return _contiguous(a)
     f = _code_format(dt)
     if f is not None:
-        bits = _contiguous(a).view(f.storage_dtype)
+        bits = _sub_byte_codes(_contiguous(a).view(f.storage_dtype), f, dt, arg)
         return decode(bits, f, dtype=np.float64 if not f._fits_f32() else np.float32)
     if dt == np.float16:
         return a.astype(np.float32)
@@ -309,7 +325,7 @@ def _as_float_array(x: Any, arg: str = "x", fmt: Optional[Format] = None, roundi
     if dt.kind == "f":
         return a.astype(np.float64)
     raise TypeError(f"{arg}: unsupported dtype {dt}; accepted: float16/32/64, integers, bool, "
-                    f"and the low-precision dtypes of lowp and ml_dtypes")
+                    f"and the low-precision dtypes of lowp and ml_dtypes{_NO_FORMAT}")
 
 
 def _unit_exp(f: Format) -> int:

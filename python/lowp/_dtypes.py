@@ -117,6 +117,21 @@ def _link_ml_dtypes(ml: Any) -> None:
         t = getattr(ml, name, None)
         if t is not None:
             _lowp._register_extra(slot, _format(name)._spec, np.dtype(t))
+    # Mixed with lowp's types, ufuncs run in np.result_type's type where that is
+    # ml_dtypes' (numpy's loop search would run lowp's same-named type, or float32).
+    ours = [np.dtype(getattr(_lowp, name)) for name in DTYPE_NAMES]
+    theirs = [np.dtype(getattr(ml, name)) for name in DTYPE_NAMES + _ML_EXTRA_NAMES if hasattr(ml, name)]
+    pairs = []
+    for x in ours:
+        for y in theirs:
+            for a, b in ((x, y), (y, x)):
+                try:
+                    common = np.result_type(a, b)
+                except TypeError:
+                    continue
+                if common == y and common.type is y.type:
+                    pairs.append((type(a), type(b), type(y)))
+    _lowp._register_common(pairs)
 
 
 class _MlDtypesHook:

@@ -449,16 +449,21 @@ class finfo:  # noqa: N801 - mirrors numpy.finfo
     ``precision`` and ``resolution`` follow numpy (decimal digits);
     ``Format.precision`` is in bits. The limits (``max``, ``min``, ``eps``, ``epsneg``,
     ``tiny``, ``smallest_normal``, ``smallest_subnormal``, ``resolution``) are scalars
-    of the format's dtype, as numpy's and ml_dtypes' are, or Python floats for a format
-    without one.
+    of the format's dtype (of the dtype given, for an ml_dtypes dtype), as numpy's and
+    ml_dtypes' are, or Python floats for a format without one.
     """
 
     def __init__(self, dtype_or_format: Any) -> None:
         f = format(dtype_or_format)
         if isinstance(f, IntFormat):
-            raise TypeError(f"finfo: {f!r} is an integer format; use numpy.iinfo")
+            raise TypeError(f"finfo: {f!r} is an integer format; use numpy.iinfo (ml_dtypes.iinfo for ml_dtypes' "
+                            f"narrow integers)")
         self.format = f
-        self.dtype = f.dtype
+        # The dtype given, if it stores the format (ml_dtypes' own: its limits stay its scalars).
+        given = dtype_or_format if isinstance(dtype_or_format, np.dtype) else None
+        if given is None and isinstance(dtype_or_format, type) and not issubclass(dtype_or_format, Format):
+            given = np.dtype(dtype_or_format)
+        self.dtype = given if given is not None and _code_format(given) == f else f.dtype
         self.bits = f.bits
         self.max = f.max
         self.min = -f.max

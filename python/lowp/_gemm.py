@@ -18,7 +18,7 @@ from typing import Any, Optional, Union
 import numpy as np
 
 from . import _lowp
-from ._convert import SeedLike, _check_rounding, _mul_to_odd, _native, _seed_word, encode
+from ._convert import SeedLike, _check_rounding, _mul_to_odd, _native, _seed_word, _sub_byte_codes, encode, _NO_FORMAT
 from ._formats import FloatFormat, Format, IntFormat, _NAMED, _code_format, _has_nan, format as _format
 from ._memory import result_empty
 from ._quant import QuantizedArray
@@ -31,7 +31,7 @@ _I8 = _NAMED["int8"]
 
 _ACCEPTED = ("float16, float32, float64, int8, and the low-precision dtypes of lowp and ml_dtypes "
              "(bfloat16, float8_e5m2/e4m3fn/e4m3/e4m3fnuz/e5m2fnuz/e3m4/e4m3b11fnuz, float6_e2m3fn/e3m2fn, "
-             "float4_e2m1fn, posit8/16/32)")
+             "float4_e2m1fn, posit8/16/32, int4/uint4/int2/uint2)" + _NO_FORMAT)
 
 
 def _as_array(x: Any, arg: str) -> np.ndarray:
@@ -63,14 +63,7 @@ def _operand(x: np.ndarray, arg: str) -> tuple[np.ndarray, Optional[tuple], Form
     sd, spec, f = hit
     if sd is None:
         return x, spec, f
-    v = x.view(sd)
-    if f.bits < 8 * sd.itemsize and v.size:
-        # ml_dtypes' 4- and 6-bit floats store a code in the low bits of a byte; other
-        # bytes are not values (lowp.decode and cast refuse them too).
-        top = int(_distinct(v).max())
-        if top >> f.bits:
-            raise ValueError(f"{arg}: codes of {dt} lie in 0..{(1 << f.bits) - 1}; got {top}")
-    return v, spec, f
+    return _sub_byte_codes(x.view(sd), f, dt, arg), spec, f
 
 
 def _operand_of(dt: np.dtype, arg: str) -> tuple[Optional[np.dtype], Optional[tuple], Format]:
@@ -218,25 +211,24 @@ def _convert_into(res: np.ndarray, dst: np.ndarray, arg: str) -> None:
     if dt.kind == "f" and dt.itemsize in (4, 8) or dt == np.float16:
         dst[...] = res.astype(dt)  # one IEEE rounding (float64 -> float16 rounds once)
         return
-    if dt.kind in "iu" and res.dtype.kind in "iu":
-        info = np.iinfo(dt)
-        if res.size and (res.min() < info.min or res.max() > info.max):
-            raise ValueError(f"{arg}: the result's values (from {res.min()} to {res.max()}) do not fit {dt} "
-                             f"({info.min} to {info.max})")
-        dst[...] = res.astype(dt)
-        return
-    if dt.kind in "iu":
-        raise TypeError(f"{arg}: integer output dtype {dt} needs an integer result (int8 x int8 products with "
-                        f"lowp.matmul); this result is {res.dtype} (accepted: float32, float64, float16 and the "
-                        f"low-precision dtypes)")
     hit = _OPERANDS.get(dt)
     try:
-        f = hit[2] if hit is not None and hit[1] is not None else _format(dt)
+        f = _I8 if dt.kind in "iu" else hit[2] if hit is not None and hit[1] is not None else _format(dt)
     except (TypeError, ValueError):
         raise TypeError(f"{arg}: unsupported output dtype {dt}; accepted: float32, float64, int32, "
                         f"float16 and the low-precision dtypes") from None
     if isinstance(f, IntFormat):
-        raise TypeError(f"{arg}: integer output dtype {dt} needs int8 inputs")
+        # numpy's integers and ml_dtypes' narrow ones: the exact sums, where they fit.
+        if res.dtype.kind not in "iu":
+            raise TypeError(f"{arg}: integer output dtype {dt} needs an integer result (int8 x int8 products with "
+                            f"lowp.matmul); this result is {res.dtype} (accepted: float32, float64, float16 and the "
+                            f"low-precision dtypes)")
+        lo, hi = (np.iinfo(dt).min, np.iinfo(dt).max) if dt.kind in "iu" else (int(f.min), int(f.max))
+        if res.size and (res.min() < lo or res.max() > hi):
+            raise ValueError(f"{arg}: the result's values (from {res.min()} to {res.max()}) do not fit {dt} "
+                             f"({lo} to {hi})")
+        dst[...] = res.astype(dt)
+        return
     src = res if res.dtype.kind == "f" else res.astype(np.float64)
     sd = f.storage_dtype
     if dst.flags.c_contiguous and dst.flags.aligned and src.flags.c_contiguous and sd.itemsize == dt.itemsize:

@@ -23,6 +23,8 @@ class QuantizedArray:
     __slots__ = ("values", "scale", "zero_point", "axis", "format")
 
     def __init__(self, values: np.ndarray, scale: Any, zero_point: Any, axis: Optional[int], fmt: Any) -> None:
+        if isinstance(values, np.ndarray) and values.dtype.kind == "V" and isinstance(_code_format(values.dtype), IntFormat):
+            values = values.astype(np.int8)  # ml_dtypes' narrow integers, stored as quantize stores them
         if not isinstance(values, np.ndarray) or values.dtype.kind not in "iu":
             raise TypeError(f"values: expected a numpy array of integers, got "
                             f"{getattr(values, 'dtype', type(values).__name__)}")
@@ -163,7 +165,7 @@ def quantize(x: Any, fmt: Union[str, IntFormat] = "int8", *, axis: Optional[int]
     symmetric = bool(symmetric)
     f = _format(fmt)
     if not isinstance(f, IntFormat) or not f.signed:
-        raise ValueError(f"fmt: expected a signed integer format such as 'int8', got {f!r}")
+        raise ValueError(f"fmt: quantize takes signed integer formats ('int8', 'int4', 'int2', IntFormat(bits)), got {f!r}")
     r = _check_rounding(rounding)
     a = _as_float_array(x).astype(np.float64)
     if np.isnan(a).any():

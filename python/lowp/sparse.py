@@ -31,7 +31,7 @@ from typing import Any, Optional
 import numpy as np
 
 from . import _lowp
-from ._convert import _array_arg, _as_float_array, _check_rounding, _div_to_odd, _native, decode, encode
+from ._convert import _NO_FORMAT, _array_arg, _sub_byte_codes, _as_float_array, _check_rounding, _div_to_odd, _native, decode, encode
 from ._convert import round as _round
 from ._formats import Format, format as _format
 
@@ -89,7 +89,7 @@ def _source_format(dt: np.dtype, arg: str = "data") -> Optional[Format]:
         return _format(dt)
     except (TypeError, ValueError):
         raise TypeError(f"{arg}: unsupported dtype {dt}; accepted: float32/64, float16, int8, integers, "
-                        "and the low-precision dtypes of lowp and ml_dtypes") from None
+                        "and the low-precision dtypes of lowp and ml_dtypes" + _NO_FORMAT) from None
 
 
 def _encode_values(x: np.ndarray, fmt: Optional[Format], rounding: str = "nearest_even", saturate: bool = False,
@@ -98,7 +98,7 @@ def _encode_values(x: np.ndarray, fmt: Optional[Format], rounding: str = "neares
     x = _native(x)
     src = _source_format(x.dtype)
     if src is not None and fmt is not None and src._spec == fmt._spec:
-        return _contig(x).view(fmt.storage_dtype)
+        return _sub_byte_codes(_contig(x).view(fmt.storage_dtype), fmt, x.dtype, "data")
     if fmt is None:
         if x.dtype == np.float32:
             return _contig(x)
@@ -903,7 +903,7 @@ class COO(_Sparse):
         src = _source_format(a.dtype, "x")
         fmt = src if dtype is None else _target_format(dtype)
         if src is not None and fmt is not None and src._spec == fmt._spec:
-            codes = _contig(a).view(fmt.storage_dtype)
+            codes = _sub_byte_codes(_contig(a).view(fmt.storage_dtype), fmt, a.dtype, "x")
             nz = _decode_values(codes, fmt) != 0
             row, col = np.nonzero(nz)
             v = codes[row, col]

@@ -3,6 +3,7 @@
 
 pub mod convert;
 pub mod format;
+pub mod fpenv;
 pub mod gemm;
 pub mod parallel;
 pub mod round;

@@ -31,6 +31,8 @@ fn build(n: usize) -> Result<Arc<ThreadPool>> {
     ThreadPoolBuilder::new()
         .num_threads(n)
         .thread_name(|i| format!("lowp-{i}"))
+        // (Started from a caller's thread, they would inherit its flush-to-zero.)
+        .start_handler(|_| crate::fpenv::set_clean())
         .build()
         .map(Arc::new)
         .map_err(|e| Error::value(format!("n: could not start {n} threads: {e}")))

@@ -8,7 +8,7 @@ use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use crate::errors::IntoPy;
+use crate::errors::{detach, IntoPy};
 use crate::spec::Spec;
 
 /// `FromPyObject` for an enum of arrays, one variant per element type: the
@@ -69,7 +69,7 @@ fn encode_into(py: Python<'_>, x: InReal<'_>, fmt: Spec, mut out: OutCode<'_>, r
         ($x:expr, $d:expr) => {{
             let s = contiguous($x.as_slice(), "x")?;
             let d = contiguous_mut($d.as_slice_mut(), "out")?;
-            py.detach(|| convert::encode(&f, s, d, &o, index0)).py_err()?
+            detach(py, || convert::encode(&f, s, d, &o, index0)).py_err()?
         }};
     }
     let rep = match (&x, &mut out) {
@@ -93,7 +93,7 @@ fn decode_into(py: Python<'_>, bits: InCode<'_>, fmt: Spec, mut out: OutReal<'_>
         ($x:expr, $d:expr) => {{
             let s = contiguous($x.as_slice(), "bits")?;
             let d = contiguous_mut($d.as_slice_mut(), "out")?;
-            py.detach(|| convert::decode(&f, s, d)).py_err()?
+            detach(py, || convert::decode(&f, s, d)).py_err()?
         }};
     }
     match (&bits, &mut out) {
@@ -120,7 +120,7 @@ fn round_into(py: Python<'_>, x: InReal<'_>, fmt: Spec, mut out: OutReal<'_>, ro
         ($x:expr, $d:expr) => {{
             let s = contiguous($x.as_slice(), "x")?;
             let d = contiguous_mut($d.as_slice_mut(), "out")?;
-            py.detach(|| convert::round(&f, s, d, &o, index0)).py_err()?
+            detach(py, || convert::round(&f, s, d, &o, index0)).py_err()?
         }};
     }
     let rep = match (&x, &mut out) {

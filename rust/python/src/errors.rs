@@ -3,6 +3,12 @@
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::PyErr;
 
+/// `f` without the GIL, in the floating-point environment the kernels need
+/// ([`lowp_core::fpenv::clean`]: whatever the caller's thread set).
+pub fn detach<T: Send>(py: pyo3::Python<'_>, f: impl FnOnce() -> T + Send) -> T {
+    py.detach(|| lowp_core::fpenv::clean(f))
+}
+
 pub fn to_py(e: lowp_core::Error) -> PyErr {
     match e {
         lowp_core::Error::Value(m) => PyValueError::new_err(m),

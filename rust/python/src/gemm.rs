@@ -12,7 +12,7 @@ use numpy::{PyArrayDescrMethods, PyReadonlyArray, PyReadonlyArray2, PyReadwriteA
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 
-use crate::errors::IntoPy;
+use crate::errors::{detach, IntoPy};
 use crate::spec::Spec;
 
 /// A borrowed input array of dimension `D` (a matrix, or a batch of them).
@@ -120,15 +120,15 @@ fn matmul_into<'py>(py: Python<'py>, a: Bound<'py, PyAny>, a_fmt: Option<Spec>, 
     match &mut out {
         OutArr::F32(o) => {
             let c = out_mat(o);
-            py.detach(|| gemm::matmul_f32(&oa, &ob, c)).py_err()
+            detach(py, || gemm::matmul_f32(&oa, &ob, c)).py_err()
         }
         OutArr::F64(o) => {
             let c = out_mat(o);
-            py.detach(|| gemm::matmul_f64(&oa, &ob, c)).py_err()
+            detach(py, || gemm::matmul_f64(&oa, &ob, c)).py_err()
         }
         OutArr::I32(o) => {
             let c = out_mat(o);
-            py.detach(|| gemm::matmul_i8(&oa, &ob, c)).py_err()
+            detach(py, || gemm::matmul_i8(&oa, &ob, c)).py_err()
         }
     }
 }
@@ -173,7 +173,7 @@ fn run_batch<'py, T: numpy::Element>(
     }
     let (a0, b0, c0) = (operand(a, a_fmt, "a")?, operand(b, b_fmt, "b")?, out_mat(o));
     let madds = a0.rows * a0.cols * b0.cols;
-    py.detach(|| {
+    detach(py, || {
         gemm::for_batch(count, madds, &|j| {
             let i = j as isize;
             // SAFETY: matrix i of each array starts i strides of its first axis on
@@ -260,7 +260,7 @@ fn matmul_emulated_into<'py>(
     let oa = operand(&a, a_fmt.as_ref(), "a")?;
     let ob = operand(&b, b_fmt.as_ref(), "b")?;
     let c = emu_out(&mut out)?;
-    py.detach(|| gemm::matmul_emulated(&oa, &ob, c, &spec)).py_err()
+    detach(py, || gemm::matmul_emulated(&oa, &ob, c, &spec)).py_err()
 }
 
 /// [`matmul_emulated_into`] for a batch (3-D arrays): every product with the same
@@ -311,7 +311,7 @@ fn sum_into<'py>(
     let (x, mut out) = (in_mat::<Ix2>(&x, "x")?, out_arr::<Ix2>(&out)?);
     let ox = operand(&x, x_fmt.as_ref(), "x")?;
     let c = emu_out(&mut out)?;
-    py.detach(|| gemm::sum_emulated(&ox, c, &spec)).py_err()
+    detach(py, || gemm::sum_emulated(&ox, c, &spec)).py_err()
 }
 
 /// Are products of values of the two formats exact in float64?
@@ -351,7 +351,7 @@ fn matmul_unpacked_f32(py: Python<'_>, a: PyReadonlyArray2<'_, f32>, b: PyReadon
             std::slice::from_raw_parts_mut(cv.as_mut_ptr(), span(m, n, ldc)),
         )
     };
-    py.detach(|| gemm::matmul_unpacked_f32(sa, lda, sb, ldb, sc, ldc, m, n, k)).py_err()
+    detach(py, || gemm::matmul_unpacked_f32(sa, lda, sb, ldb, sc, ldc, m, n, k)).py_err()
 }
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {

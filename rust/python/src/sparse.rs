@@ -5,7 +5,7 @@ use numpy::{PyArrayDescrMethods, PyReadonlyArrayDyn, PyReadwriteArrayDyn, PyUnty
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 
-use crate::errors::IntoPy;
+use crate::errors::{detach, IntoPy};
 
 pub enum InVals<'py> {
     F32(PyReadonlyArrayDyn<'py, f32>),
@@ -91,7 +91,7 @@ fn csr_matmul(py: Python<'_>, data: &Bound<'_, PyAny>, table: Option<PyReadonlyA
     let (indptr, indices) = (in_idx(indptr, "indptr")?, in_idx(indices, "indices")?);
     let (p, i) = (index(&indptr, "indptr")?, index(&indices, "indices")?);
     let io = io(&x, &mut out)?;
-    py.detach(|| sparse::csr_matmul(v, p, i, shape, io.b, io.out, transpose)).py_err()
+    detach(py, || sparse::csr_matmul(v, p, i, shape, io.b, io.out, transpose)).py_err()
 }
 
 #[pyfunction]
@@ -103,7 +103,7 @@ fn coo_matmul(py: Python<'_>, data: &Bound<'_, PyAny>, table: Option<PyReadonlyA
     let (row, col) = (in_idx(row, "row")?, in_idx(col, "col")?);
     let (r, c) = (index(&row, "row")?, index(&col, "col")?);
     let io = io(&x, &mut out)?;
-    py.detach(|| sparse::coo_matmul(v, r, c, shape, io.b, io.out, transpose)).py_err()
+    detach(py, || sparse::coo_matmul(v, r, c, shape, io.b, io.out, transpose)).py_err()
 }
 
 #[pyfunction]
@@ -115,7 +115,7 @@ fn bsr_matmul(py: Python<'_>, data: &Bound<'_, PyAny>, table: Option<PyReadonlyA
     let (indptr, indices) = (in_idx(indptr, "indptr")?, in_idx(indices, "indices")?);
     let (p, i) = (index(&indptr, "indptr")?, index(&indices, "indices")?);
     let io = io(&x, &mut out)?;
-    py.detach(|| sparse::bsr_matmul(v, p, i, shape, blocksize, io.b, io.out, transpose)).py_err()
+    detach(py, || sparse::bsr_matmul(v, p, i, shape, blocksize, io.b, io.out, transpose)).py_err()
 }
 
 #[pyfunction]
@@ -126,7 +126,7 @@ fn nm_matmul(py: Python<'_>, data: &Bound<'_, PyAny>, table: Option<PyReadonlyAr
     let v = values(&data, &table, bf16)?;
     let ix = slice(&indices, "indices")?;
     let io = io(&x, &mut out)?;
-    py.detach(|| sparse::nm_matmul(v, ix, n, m, shape, io.b, io.out, transpose)).py_err()
+    detach(py, || sparse::nm_matmul(v, ix, n, m, shape, io.b, io.out, transpose)).py_err()
 }
 
 /// Validate a compressed structure (`indptr` of `nmajor + 1` entries, `indices`

@@ -1058,12 +1058,15 @@ fn extra(x: usize) -> &'static Format {
     EXTRA[x].get().expect("an extra format is set before its casts are registered")
 }
 
-/// Extra slot X's codes (one byte each; a sub-byte code in the low bits, the bits
-/// above it ignored) -> lowp type T, through the exact value, rounded once.
+/// Extra slot X's codes (one byte each; a sub-byte code in the low bits) -> lowp type
+/// T, through the exact value, rounded once. A byte with bits set above a sub-byte
+/// code's sign bit reads as ml_dtypes reads it: negative, with the magnitude of its
+/// bits below the sign bit.
 unsafe extern "C" fn cast_extra_to<const X: usize, const T: usize>(from: *mut c_void, to: *mut c_void, n: npy_intp, _fa: *mut c_void, _ta: *mut c_void) {
     let f = extra(X);
-    let mask = (1u64 << f.bits()) - 1;
-    let dec = |c: &[u32], v: &mut [f64]| c.iter().zip(v).for_each(|(c, v)| *v = f.decode(*c as u64 & mask));
+    let sign = 1u64 << (f.bits() - 1);
+    let code = move |c: u64| if c >= sign { sign | (c & (sign - 1)) } else { c };
+    let dec = |c: &[u32], v: &mut [f64]| c.iter().zip(v).for_each(|(c, v)| *v = f.decode(code(*c as u64)));
     // SAFETY: numpy passes n contiguous one-byte codes and n elements of type T.
     unsafe { cast_blocks(from, to, n, (1, TYPES[T].size), dec, |v, c| enc_block64(T, v, c)) }
 }

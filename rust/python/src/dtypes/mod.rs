@@ -468,5 +468,6 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(_register_cross, m)?)?;
     m.add_function(wrap_pyfunction!(_register_extra, m)?)?;
     m.add_function(wrap_pyfunction!(_dtype_numbers, m)?)?;
+    m.add_function(wrap_pyfunction!(promote::register_common, m)?)?;
     Ok(())
 }

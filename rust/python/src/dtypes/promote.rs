@@ -94,6 +94,112 @@ unsafe extern "C" fn promote_py_scalars(
     }
 }
 
+/// numpy's `PyUFunc_AddPromoter(ufunc, DType_tuple, promoter)`.
+type AddPromoter = unsafe extern "C" fn(*mut ffi::PyObject, *mut ffi::PyObject, *mut ffi::PyObject) -> c_int;
+
+/// numpy's `PyUFunc_AddPromoter`, where its C API has it (2.0 and later).
+fn add_promoter_fn(py: Python<'_>) -> PyResult<Option<AddPromoter>> {
+    // SAFETY: a plain query of numpy's C API.
+    if unsafe { PY_ARRAY_API.PyArray_GetNDArrayCFeatureVersion(py) } < NPY_2_0_API_VERSION {
+        return Ok(None);
+    }
+    let add = api_entry(py, "_UFUNC_API", UFUNC_ADD_PROMOTER)?;
+    // SAFETY: slot 44 of the ufunc API (feature version 2.0 and later) is that function.
+    Ok((!add.is_null()).then(|| unsafe { std::mem::transmute::<*mut c_void, AddPromoter>(add) }))
+}
+
+/// The ufuncs of two inputs that [`register_all`] was given (their names).
+static PAIR_UFUNCS: OnceLock<Vec<String>> = OnceLock::new();
+
+/// Pairs of DTypes, in order, whose common DType numpy's legacy loop search would not
+/// run ([`register_common`]), with that DType: `[first, second, common]`.
+static COMMON: std::sync::Mutex<Vec<[usize; 3]>> = std::sync::Mutex::new(Vec::new());
+
+/// The promoter of [`register_common`]'s pairs: both inputs become their common
+/// DType (the signature's DTypes where it fixes them); outputs stay as given.
+///
+/// # Safety
+/// As [`promote_py_scalars`].
+unsafe extern "C" fn promote_to_common(
+    ufunc: *mut ffi::PyObject,
+    op_dtypes: *const *mut ffi::PyObject,
+    signature: *const *mut ffi::PyObject,
+    new_op_dtypes: *mut *mut ffi::PyObject,
+) -> c_int {
+    // SAFETY: see the function contract.
+    unsafe {
+        let uf = ufunc as *mut PyUFuncObject;
+        let (nin, nout) = ((*uf).fields.nin as usize, (*uf).fields.nout as usize);
+        let (a, b) = (*op_dtypes as usize, *op_dtypes.add(1) as usize);
+        let common = COMMON.lock().ok().and_then(|t| t.iter().find(|e| e[0] == a && e[1] == b).map(|e| e[2]));
+        let Some(common) = common.filter(|_| nin == 2) else {
+            // (Registered only for the pairs in the table: cannot happen.)
+            ffi::PyErr_SetString(ffi::PyExc_TypeError, c"lowp: promoter called for a pair it was not registered for".as_ptr());
+            return -1;
+        };
+        for i in 0..nin + nout {
+            let fixed = *signature.add(i);
+            let d = if !fixed.is_null() {
+                fixed
+            } else if i < nin {
+                common as *mut ffi::PyObject
+            } else {
+                *op_dtypes.add(i)
+            };
+            ffi::Py_XINCREF(d);
+            *new_op_dtypes.add(i) = d;
+        }
+        0
+    }
+}
+
+/// Make the two-input ufuncs run in `np.result_type`'s type for each `(first, second,
+/// common)` DType classes given (ml_dtypes' types beside lowp's whose common type is
+/// ml_dtypes' one: numpy's legacy loop search ran lowp's loop for same-named pairs, and
+/// float32's for ml_dtypes' bfloat16 beside lowp's fp8 and posit8 types).
+#[pyfunction]
+#[pyo3(name = "_register_common")]
+pub fn register_common(py: Python<'_>, pairs: Vec<(Bound<'_, PyAny>, Bound<'_, PyAny>, Bound<'_, PyAny>)>) -> PyResult<()> {
+    let (Some(add_promoter), Some(names)) = (add_promoter_fn(py)?, PAIR_UFUNCS.get()) else {
+        return Ok(());
+    };
+    // SAFETY: a capsule of a promoter function, under the name numpy requires.
+    let promoter = unsafe {
+        let p = ffi::PyCapsule_New(promote_to_common as *mut c_void, c"numpy._ufunc_promoter".as_ptr(), None);
+        Bound::from_owned_ptr_or_err(py, p)?
+    };
+    let umath = py.import("numpy")?.getattr("_core")?.getattr("umath")?;
+    for (a, b, c) in &pairs {
+        // (Registered dtypes' classes live as long as numpy: the table holds their addresses.)
+        let key = [a.as_ptr() as usize, b.as_ptr() as usize, c.as_ptr() as usize];
+        {
+            let mut table = COMMON.lock().map_err(|_| pyo3::exceptions::PyRuntimeError::new_err("lowp: promoter table poisoned"))?;
+            if table.iter().any(|e| e[..2] == key[..2]) {
+                continue;
+            }
+            table.push(key);
+        }
+        let mut seen: Vec<usize> = Vec::new();
+        for name in names {
+            let uf = umath.getattr(name.as_str())?;
+            // (`divide` and `true_divide` are one ufunc.)
+            if seen.contains(&(uf.as_ptr() as usize)) {
+                continue;
+            }
+            seen.push(uf.as_ptr() as usize);
+            let nout: usize = uf.getattr("nout")?.extract()?;
+            let mut items = vec![a.clone(), b.clone()];
+            items.extend((0..nout).map(|_| py.None().into_bound(py)));
+            let tuple = PyTuple::new(py, items)?;
+            // SAFETY: a ufunc, a tuple of nin + nout DTypes or None, a promoter capsule.
+            if unsafe { add_promoter(uf.as_ptr(), tuple.as_ptr(), promoter.as_ptr()) } < 0 {
+                return Err(PyErr::fetch(py));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Register the promoters, for the types named in the module docs, on every
 /// ufunc with loops of two or three lowp inputs. Without numpy's 2.0 C API (or
 /// if its tables do not look as expected) nothing is registered and Python
@@ -116,14 +222,10 @@ pub fn register_all(py: Python<'_>, ufuncs: &[(&str, usize)]) -> PyResult<()> {
     if !named(py_float, "PyFloat") || !named(py_long, "PyLong") {
         return Ok(());
     }
-    let add = api_entry(py, "_UFUNC_API", UFUNC_ADD_PROMOTER)?;
-    if add.is_null() {
+    let Some(add_promoter) = add_promoter_fn(py)? else {
         return Ok(());
-    }
-    // SAFETY: slot 44 of the ufunc API (feature version 2.0 and later) is
-    // `int PyUFunc_AddPromoter(PyObject *ufunc, PyObject *DType_tuple, PyObject *promoter)`.
-    let add_promoter: unsafe extern "C" fn(*mut ffi::PyObject, *mut ffi::PyObject, *mut ffi::PyObject) -> c_int =
-        unsafe { std::mem::transmute(add) };
+    };
+    let _ = PAIR_UFUNCS.set(ufuncs.iter().filter(|u| u.1 == 2).map(|u| u.0.to_string()).collect());
 
     let mut dtypes = [0usize; N];
     for (t, d) in dtypes.iter_mut().enumerate() {

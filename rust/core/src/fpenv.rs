@@ -1,0 +1,86 @@
+//! The floating-point environment the kernels run in.
+//!
+//! Exact rounding needs subnormals and round-to-nearest arithmetic. A caller's thread
+//! may have flush-to-zero and denormals-are-zero set (a library built with
+//! `-ffast-math`, or `torch.set_flush_denormal(True)`), or another rounding
+//! direction; threads started from it inherit them. [`clean`] runs a kernel with
+//! those controls cleared and puts them back after, keeping the status flags the
+//! kernel raised; [`set_clean`] clears them for good on the pool's threads.
+
+/// MXCSR's flush-to-zero (bit 15), rounding control (bits 13-14) and
+/// denormals-are-zero (bit 6).
+#[cfg(target_arch = "x86_64")]
+const CONTROLS: u32 = (1 << 15) | (3 << 13) | (1 << 6);
+/// MXCSR's status flags (bits 0-5).
+#[cfg(target_arch = "x86_64")]
+const FLAGS: u32 = 0x3f;
+
+#[cfg(target_arch = "x86_64")]
+fn read() -> u32 {
+    let mut v = 0u32;
+    // SAFETY: stmxcsr stores the 4-byte register at a valid, writable address.
+    unsafe { std::arch::asm!("stmxcsr [{}]", in(reg) &mut v, options(nostack, preserves_flags)) };
+    v
+}
+
+#[cfg(target_arch = "x86_64")]
+fn write(v: u32) {
+    // SAFETY: ldmxcsr of a value whose reserved bits (16-31) come from a value read
+    // from the register, so stay zero.
+    unsafe { std::arch::asm!("ldmxcsr [{}]", in(reg) &v, options(nostack, readonly, preserves_flags)) };
+}
+
+/// Clear this thread's flush-to-zero, denormals-are-zero and rounding direction
+/// (the pool's threads, once at their start).
+pub fn set_clean() {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let v = read();
+        if v & CONTROLS != 0 {
+            write(v & !CONTROLS);
+        }
+    }
+}
+
+/// `f` run with this thread's flush-to-zero, denormals-are-zero and rounding
+/// direction cleared, then set back as they were; the status flags `f` raised stay.
+pub fn clean<R>(f: impl FnOnce() -> R) -> R {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let saved = read();
+        if saved & CONTROLS == 0 {
+            return f();
+        }
+        write(saved & !CONTROLS);
+        // Restored on the way out, also when f panics.
+        struct Restore(u32);
+        impl Drop for Restore {
+            fn drop(&mut self) {
+                write((self.0 & !FLAGS) | (read() & FLAGS));
+            }
+        }
+        let _restore = Restore(saved);
+        f()
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    f()
+}
+
+#[cfg(all(test, target_arch = "x86_64"))]
+mod tests {
+    use super::*;
+
+    /// The controls are cleared inside and restored after; flags raised inside stay.
+    #[test]
+    fn clean_clears_and_restores() {
+        let before = read();
+        write((before & !FLAGS) | CONTROLS);
+        let tiny = std::hint::black_box(f32::from_bits(1));
+        let (inside, product) = clean(|| (read(), std::hint::black_box(tiny) * std::hint::black_box(2.0f32)));
+        let after = read();
+        write(before);
+        assert_eq!(inside & CONTROLS, 0);
+        assert_eq!(product, f32::from_bits(2), "a subnormal kept inside");
+        assert_eq!(after & CONTROLS, CONTROLS);
+    }
+}
