@@ -1273,3 +1273,16 @@ def test_index_arrays_written_during_a_product_never_crash():
     """)
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0 and r.stdout.split()[-1] == "ok", (r.returncode, r.stderr[-2000:])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, lowp.bfloat16])
+def test_astype_checks_seed_and_saturate_even_when_nothing_rounds(dtype):
+    """seed and saturate are checked as lowp.cast checks them, also where the values need
+    no rounding (float32 into float32)."""
+    m = sparse.CSR.from_dense(np.array([[1.3, 0.0], [0.0, 2.7]], np.float32))
+    for kw, err, msg in (({"seed": -5}, ValueError, "^seed: must be in"), ({"seed": "abc"}, TypeError, "^seed: expected"),
+                         ({"seed": 2**80}, ValueError, "^seed: must be in"),
+                         ({"saturate": "yes"}, TypeError, "^saturate: expected a bool")):
+        with pytest.raises(err, match=msg):
+            m.astype(dtype, "stochastic", **kw)
+    assert m.astype(dtype, "stochastic", seed=5).nnz == 2

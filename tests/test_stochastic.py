@@ -340,3 +340,29 @@ def test_stochastic_rounding_of_values_float64_does_not_hold_is_unbiased():
         ld = np.full(n, np.longdouble(1) + np.longdouble(2) ** -60)
         ups = (lowp.round(ld, f52, "stochastic", seed=5) > 1).sum()
         assert abs(ups - n / 256) < 5 * math.sqrt(n / 256)
+
+
+def test_a_refused_call_draws_nothing_from_a_generator():
+    """A call that raises leaves a numpy Generator passed as seed as it was (the next
+    seeded call gives the bits it would have), as numpy's own Generator methods do."""
+    x = np.linspace(0.1, 0.9, 64).astype(np.float32)
+    a = np.ones((4, 8), np.float32)
+
+    def next_bits(g):
+        return lowp.round(x, "e4m3fn", "stochastic", seed=g)
+
+    want = next_bits(np.random.default_rng(7))
+    refused = [
+        lambda g: lowp.round(x, "bf16", "stochastic", seed=g, out=np.empty(3, np.float32)),
+        lambda g: lowp.round(np.float32([np.nan]), "int8", "stochastic", seed=g),
+        lambda g: lowp.encode(np.float32([np.nan]), "int8", "stochastic", seed=g),
+        lambda g: lowp.cast(np.float32([np.nan]), lowp.posit8, "stochastic", seed=g, saturate="no"),
+        lambda g: lowp.matmul(a, a.T, accumulate="bf16", rounding="stochastic", seed=g, out=np.empty((3, 3), np.float32)),
+        lambda g: lowp.matmul(a, a.T, accumulate="bf16", rounding="stochastic", seed=g, out_dtype="foo"),
+        lambda g: lowp.sum(a, axis=5, accumulate="bf16", rounding="stochastic", seed=g),
+    ]
+    for i, call in enumerate(refused):
+        g = np.random.default_rng(7)
+        with pytest.raises((TypeError, ValueError)):
+            call(g)
+        np.testing.assert_array_equal(next_bits(g), want, err_msg=str(i))

@@ -230,3 +230,30 @@ def test_mlp_bad_input():
         MLP([12, 3], config=3)
     with pytest.raises(ValueError, match="b"):
         _gemm.gemm(np.zeros((2, 3), np.float32), np.zeros((4, 2), np.float32))
+
+
+def test_inference_does_not_change_training_or_its_own_answers():
+    """With stochastic rounding, forward/predict/evaluate draw from a stream of their own,
+    started afresh each call: evaluating between steps leaves the trained weights as they
+    would be without it, and an unchanged model gives the same logits every time."""
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((32, 16)).astype(np.float32)
+    y = rng.integers(0, 4, 32)
+    cfg = QuantConfig(forward="bf16", backward="bf16", weights="bf16", rounding="stochastic", accumulate="bf16",
+                      accumulate_rounding="stochastic")
+
+    def train(look: bool) -> np.ndarray:
+        m = MLP([16, 32, 4], cfg, seed=0)
+        opt = m.optimizer("sgd", 0.05, seed=1)
+        for _ in range(4):
+            m.train_step(x, y, opt)
+            if look:
+                m.evaluate(x, y)
+                m.predict(x)
+                m.loss(x, y)
+        return np.concatenate([p.ravel() for p in m.params])
+
+    np.testing.assert_array_equal(train(False), train(True))
+    m = MLP([16, 32, 4], cfg, seed=0)
+    first = m.forward(x)
+    np.testing.assert_array_equal(first, m.forward(x))

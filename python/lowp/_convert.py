@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from fractions import Fraction
 from typing import Any, Optional, Union
@@ -40,6 +41,26 @@ def _seed_word(seed: SeedLike, rounding: str) -> int:
     if not 0 <= seed < 2**64:
         raise ValueError(f"seed: must be in [0, 2**64), got {seed}")
     return seed if rounding == "stochastic" else 0
+
+
+def _keeps_generator_on_error(fn: Any) -> Any:
+    """``fn`` (whose ``seed`` is keyword-only), with a numpy Generator passed as ``seed``
+    put back as it was when the call raises: a refused call draws nothing, as numpy's
+    own Generator methods check their arguments first."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        g = kwargs.get("seed")
+        if not isinstance(g, np.random.Generator):
+            return fn(*args, **kwargs)
+        state = g.bit_generator.state
+        try:
+            return fn(*args, **kwargs)
+        except BaseException:
+            g.bit_generator.state = state
+            raise
+
+    return wrapper
 
 
 def _rbits(rbits: Any, dtype: np.dtype) -> int:
@@ -382,6 +403,7 @@ def _raise_nan(f: Format) -> None:
     raise ValueError(f"x: contains NaN, which {f!r} cannot represent")
 
 
+@_keeps_generator_on_error
 def round(x: Any, fmt: Any, rounding: str = "nearest_even", *, saturate: bool = False, subnormals: bool = True,
           seed: SeedLike = None, rbits: Optional[int] = None, out: Optional[np.ndarray] = None) -> np.ndarray:
     """Round ``x`` to values representable in ``fmt``, returned as float32 for float32 and
@@ -419,6 +441,7 @@ def round(x: Any, fmt: Any, rounding: str = "nearest_even", *, saturate: bool = 
     return res
 
 
+@_keeps_generator_on_error
 def encode(x: Any, fmt: Any, rounding: str = "nearest_even", *, saturate: bool = False, seed: SeedLike = None,
            rbits: Optional[int] = None, out: Optional[np.ndarray] = None) -> np.ndarray:
     """Round ``x`` into ``fmt`` and return the encodings as uint8/16/32/64 (by ``fmt.bits``).

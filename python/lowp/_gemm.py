@@ -18,7 +18,8 @@ from typing import Any, Optional, Union
 import numpy as np
 
 from . import _lowp
-from ._convert import SeedLike, _check_rounding, _mul_to_odd, _native, _seed_word, _sub_byte_codes, encode, _NO_FORMAT
+from ._convert import SeedLike, _check_rounding, _mul_to_odd, _native, _seed_word, _sub_byte_codes, encode, _NO_FORMAT, \
+    _keeps_generator_on_error
 from ._formats import FloatFormat, Format, IntFormat, _NAMED, _code_format, _has_nan, format as _format
 from ._memory import result_empty
 from ._quant import QuantizedArray
@@ -264,6 +265,7 @@ def _same_values(d: np.dtype, target: np.dtype) -> bool:
     return f is not None and f == _code_format(target) and d.itemsize == target.itemsize
 
 
+@_keeps_generator_on_error
 def matmul(a: Any, b: Any, *, accumulate: Any = "float32", chunk: Optional[int] = None,
            chunk_accumulate: Any = None, rounding: str = "nearest_even", seed: SeedLike = None,
            out: Optional[np.ndarray] = None, out_dtype: Any = None, rbits: Optional[int] = None) -> np.ndarray:
@@ -569,6 +571,7 @@ def qmatmul(qa: QuantizedArray, qb: QuantizedArray, *, out_dtype: Any = np.float
     return res
 
 
+@_keeps_generator_on_error
 def sum(x: Any, axis: Any = None, *, accumulate: Any = "float32", chunk: Optional[int] = None,  # noqa: A001
         chunk_accumulate: Any = None, rounding: str = "nearest_even", seed: SeedLike = None,
         rbits: Optional[int] = None) -> Any:

@@ -71,7 +71,12 @@ class MLP:
         self.sizes = sz
         self.config: QuantConfig = config
         self.backend = backend
-        self._seeds = _checks.SeedStream(_checks.integer(seed, "seed", ge=0) + 0x5EED)
+        seed = _checks.integer(seed, "seed", ge=0)
+        self._seeds = _checks.SeedStream(seed + 0x5EED)
+        # Inference (forward without training, predict, evaluate) draws from a stream of
+        # its own, started afresh on each call: looking at the model changes neither its
+        # training nor its answers.
+        self._eval_seed = seed + 0xE7A1
         rng = np.random.default_rng(seed)
         self.params: list[np.ndarray] = []
         for fan_in, fan_out in zip(sz[:-1], sz[1:]):
@@ -135,6 +140,15 @@ class MLP:
         h = _checks.real_array(x, "x")
         if h.ndim != 2 or h.shape[1] != self.sizes[0]:
             raise ValueError(f"x: expected shape (batch, {self.sizes[0]}), got {np.shape(x)}")
+        if training:
+            return self._forward(h, True)
+        train_seeds, self._seeds = self._seeds, _checks.SeedStream(self._eval_seed)
+        try:
+            return self._forward(h, False)
+        finally:
+            self._seeds = train_seeds
+
+    def _forward(self, h: np.ndarray, training: bool) -> np.ndarray:
         c = self.config
         out_fmt = c.output if c.output is not None else c.forward
         cache: list[_Cache] = []
