@@ -72,6 +72,7 @@ def check(got, a, b) -> None:
     a64 = np.asarray(a).astype(np.float64)
     b64 = np.asarray(b).astype(np.float64)
     ref = a64 @ b64
+    rounded = np.asarray(got).dtype not in (np.float32, np.float64, np.int32, np.int64)  # (into a narrow type)
     got = np.asarray(got).astype(np.float64)
     if np.asarray(a).dtype == np.int8 and np.asarray(b).dtype == np.int8:
         if not np.array_equal(got, ref):
@@ -80,7 +81,7 @@ def check(got, a, b) -> None:
     k = a64.shape[-1]
     # |error| <= gamma_k |a| |b| (float32 sums of k products), plus the result's own rounding.
     gamma = k * 2.0**-24 / (1 - k * 2.0**-24)
-    bound = gamma * (np.abs(a64) @ np.abs(b64)) + np.abs(ref) * 2.0**-7 * (got.dtype != np.float32)
+    bound = gamma * (np.abs(a64) @ np.abs(b64)) + np.abs(ref) * 2.0**-7 * rounded
     bad = np.abs(got - ref) > bound
     if bad.any():
         raise AssertionError(f"product of {np.asarray(a).dtype} x {np.asarray(b).dtype}, shape {got.shape}: "

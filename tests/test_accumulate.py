@@ -1725,6 +1725,10 @@ def cases():
         out[f"dec {isa}"] = lowp.decode(np.uint16([1, 0x8003]), "bf16")
         out[f"sp {isa}"] = sparse.CSR((bits32(-140, (4,)), np.arange(4), np.arange(5)), shape=(4, 4)) @ np.ones(4, np.float32)
         out[f"op {isa}"] = np.full((2, 3), 2.0**-100, lowp.bfloat16) @ np.full((3, 2), 2.0**-30, lowp.bfloat16)
+        for n in (8, 1 << 17):  # (long arrays run on the pool's threads)
+            x, y = np.full(n, 2.0**-60, lowp.bfloat16), np.full(n, 2.0**-70, lowp.bfloat16)
+            out[f"ufunc {isa} {n}"] = np.unique((x * y).view(np.uint16))
+            out[f"cast {isa} {n}"] = np.unique(np.full(n, 5, np.uint32).view(np.float32).astype(lowp.posit16).view(np.uint16))
     lowp._lowp.set_isa(None)
     # (Bytes, not values: a float cast would flush them.)
     return {k: np.ascontiguousarray(v).tobytes().hex() for k, v in out.items()}
@@ -1736,7 +1740,8 @@ def cases():
 def test_results_do_not_depend_on_the_callers_flush_to_zero():
     """A process whose thread has flush-to-zero and denormals-are-zero set (as
     -ffast-math libraries and torch.set_flush_denormal do) before lowp starts its
-    threads gets the same bits from the kernels on every path as one without."""
+    threads gets the same bits from the kernels on every path as one without: lowp's
+    functions, `@`, and the dtypes' ufunc loops and casts at every length."""
     import json
     import subprocess
 

@@ -557,6 +557,25 @@ def test_sub_byte_casts_read_every_byte_as_ml_dtypes(ml_name):
     np.testing.assert_array_equal(mixed, v.astype(dt("bfloat16")).astype(np.float64))
 
 
+def test_mixed_ml_dtypes_promotion_does_not_depend_on_call_order():
+    """A signature fixing an input to another type than the common one finds no loop
+    (as numpy's own float32 + float64 with signature float32), before and after plain
+    calls, which keep np.result_type's type."""
+    ml = np.ones(3, ml_dtypes.bfloat16)
+    for lo, ufuncs in ((np.ones(3, dt("bfloat16")), ((np.subtract, np.divmod), (np.multiply, np.fmax))),
+                       (np.ones(3, dt("float8_e4m3fn")), ((np.add, np.minimum), (np.power, np.hypot)))):
+        want = np.result_type(lo, ml)
+        assert want.type is ml_dtypes.bfloat16
+        for first_plain, group in zip((True, False), ufuncs):
+            for ufunc in group:
+                if first_plain:
+                    ufunc(lo, ml)
+                with pytest.raises(TypeError):
+                    ufunc(lo, ml, signature=(type(lo.dtype), None) + (None,) * ufunc.nout)
+                got = ufunc(lo, ml)
+                assert all(g.dtype.type is want.type for g in (got if isinstance(got, tuple) else (got,)))
+
+
 def test_failed_string_casts_release_their_errors():
     """A string that is no number raises on every cast, and each error is released (the
     failed parse's exception used to be queued for a later release that never came)."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import math
 from fractions import Fraction
-from typing import Any, Optional, Union
+from typing import Any, Callable, Optional, TypeVar, Union
 
 import numpy as np
 
@@ -43,7 +43,10 @@ def _seed_word(seed: SeedLike, rounding: str) -> int:
     return seed if rounding == "stochastic" else 0
 
 
-def _keeps_generator_on_error(fn: Any) -> Any:
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _keeps_generator_on_error(fn: _F) -> _F:
     """``fn`` (whose ``seed`` is keyword-only), with a numpy Generator passed as ``seed``
     put back as it was when the call raises: a refused call draws nothing, as numpy's
     own Generator methods check their arguments first."""
@@ -60,7 +63,7 @@ def _keeps_generator_on_error(fn: Any) -> Any:
             g.bit_generator.state = state
             raise
 
-    return wrapper
+    return wrapper  # type: ignore[return-value]
 
 
 def _rbits(rbits: Any, dtype: np.dtype) -> int:
@@ -305,13 +308,17 @@ def _array_arg(x: Any, arg: str) -> np.ndarray:
 _NO_FORMAT = " (not ml_dtypes' float8_e8m0fnu, float8_e5m3fnu, int1 or uint1, which have no lowp format)"
 
 
+def _distinct(x: np.ndarray) -> np.ndarray:
+    """``x`` with its broadcast axes (stride 0) cut to one element: its distinct values."""
+    return x[tuple(slice(0, 1) if st == 0 and n > 1 else slice(None) for st, n in zip(x.strides, x.shape))]
+
+
 def _sub_byte_codes(v: np.ndarray, f: Format, dt: np.dtype, arg: str) -> np.ndarray:
     """``v``, the codes of an array of dtype ``dt`` viewed as ``f``'s storage: ml_dtypes'
     4- and 6-bit floats and narrow integers store a code in the low bits of a byte, and
     other bytes are no values (ValueError naming ``arg``)."""
     if f.bits < 8 * v.dtype.itemsize and v.size:
-        # (Broadcast axes, stride 0, looked at once.)
-        top = int(v[tuple(slice(0, 1) if st == 0 and n > 1 else slice(None) for st, n in zip(v.strides, v.shape))].max())
+        top = int(_distinct(v).max())
         if top >> f.bits:
             raise ValueError(f"{arg}: codes of {dt} lie in 0..{(1 << f.bits) - 1}; got {top}")
     return v
@@ -327,8 +334,12 @@ def _as_float_array(x: Any, arg: str = "x", fmt: Optional[Format] = None, roundi
         return _contiguous(a)
     f = _code_format(dt)
     if f is not None:
-        bits = _sub_byte_codes(_contiguous(a).view(f.storage_dtype), f, dt, arg)
-        return decode(bits, f, dtype=np.float64 if not f._fits_f32() else np.float32)
+        bits = _contiguous(a).view(f.storage_dtype)
+        try:
+            return decode(bits, f, dtype=np.float64 if not f._fits_f32() else np.float32)
+        except ValueError:
+            _sub_byte_codes(bits, f, dt, arg)  # (the same refusal, naming the argument)
+            raise
     if dt == np.float16:
         return a.astype(np.float32)
     if dt.kind in "iu" and fmt is not None and _significand_bits(fmt) <= 51:

@@ -19,7 +19,7 @@ import numpy as np
 
 from . import _lowp
 from ._convert import SeedLike, _check_rounding, _mul_to_odd, _native, _seed_word, _sub_byte_codes, encode, _NO_FORMAT, \
-    _keeps_generator_on_error
+    _distinct, _keeps_generator_on_error
 from ._formats import FloatFormat, Format, IntFormat, _NAMED, _code_format, _has_nan, format as _format
 from ._memory import result_empty
 from ._quant import QuantizedArray
@@ -93,11 +93,6 @@ def _parse_accumulate(accumulate: Any, arg: str = "accumulate", int32: bool = Tr
         raise type(e)(f"{arg}: expected {names} or a format (a Format, a name such as \"bf16\" or a dtype), "
                       f"got {accumulate!r}") from None
     return f
-
-
-def _distinct(x: np.ndarray) -> np.ndarray:
-    """``x`` with its broadcast axes (stride 0) cut to one element: its distinct values."""
-    return x[tuple(slice(0, 1) if st == 0 and n > 1 else slice(None) for st, n in zip(x.strides, x.shape))]
 
 
 def _any(x: np.ndarray, pred: Any) -> bool:
@@ -214,17 +209,17 @@ def _convert_into(res: np.ndarray, dst: np.ndarray, arg: str) -> None:
         return
     hit = _OPERANDS.get(dt)
     try:
-        f = _I8 if dt.kind in "iu" else hit[2] if hit is not None and hit[1] is not None else _format(dt)
+        f = None if dt.kind in "iu" else hit[2] if hit is not None and hit[1] is not None else _format(dt)
     except (TypeError, ValueError):
-        raise TypeError(f"{arg}: unsupported output dtype {dt}; accepted: float32, float64, int32, "
-                        f"float16 and the low-precision dtypes") from None
-    if isinstance(f, IntFormat):
+        raise TypeError(f"{arg}: unsupported output dtype {dt}; accepted: float32, float64, float16, the "
+                        f"low-precision dtypes, and integers (numpy's and ml_dtypes', for int8 products)") from None
+    if f is None or isinstance(f, IntFormat):
         # numpy's integers and ml_dtypes' narrow ones: the exact sums, where they fit.
         if res.dtype.kind not in "iu":
             raise TypeError(f"{arg}: integer output dtype {dt} needs an integer result (int8 x int8 products with "
                             f"lowp.matmul); this result is {res.dtype} (accepted: float32, float64, float16 and the "
                             f"low-precision dtypes)")
-        lo, hi = (np.iinfo(dt).min, np.iinfo(dt).max) if dt.kind in "iu" else (int(f.min), int(f.max))
+        lo, hi = (np.iinfo(dt).min, np.iinfo(dt).max) if f is None else (int(f.min), int(f.max))
         if res.size and (res.min() < lo or res.max() > hi):
             raise ValueError(f"{arg}: the result's values (from {res.min()} to {res.max()}) do not fit {dt} "
                              f"({lo} to {hi})")

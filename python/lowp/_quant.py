@@ -25,6 +25,9 @@ class QuantizedArray:
     def __init__(self, values: np.ndarray, scale: Any, zero_point: Any, axis: Optional[int], fmt: Any) -> None:
         if isinstance(values, np.ndarray) and values.dtype.kind == "V" and isinstance(_code_format(values.dtype), IntFormat):
             values = values.astype(np.int8)  # ml_dtypes' narrow integers, stored as quantize stores them
+        zp = np.asarray(zero_point) if isinstance(zero_point, (np.ndarray, np.generic)) else None
+        if zp is not None and zp.dtype.kind == "V" and isinstance(_code_format(zp.dtype), IntFormat):
+            zero_point = zp.astype(np.int32)  # (as quantize stores zero points)
         if not isinstance(values, np.ndarray) or values.dtype.kind not in "iu":
             raise TypeError(f"values: expected a numpy array of integers, got "
                             f"{getattr(values, 'dtype', type(values).__name__)}")

@@ -104,30 +104,32 @@ class MLP:
     def n_layers(self) -> int:
         return len(self.sizes) - 1
 
-    def _seed(self, rounding: str) -> Optional[int]:
-        return self._seeds.next() if rounding == "stochastic" else None
+    def _seed(self, rounding: str, seeds: Optional[_checks.SeedStream]) -> Optional[int]:
+        """The next seed of ``seeds`` (None: the training stream) for a stochastic rounding."""
+        return (seeds or self._seeds).next() if rounding == "stochastic" else None
 
-    def _cast(self, x: np.ndarray, fmt: Optional[Format], scaling: Optional[Fp8Scaling], update: bool) -> tuple[np.ndarray, float]:
+    def _cast(self, x: np.ndarray, fmt: Optional[Format], scaling: Optional[Fp8Scaling], update: bool,
+              seeds: Optional[_checks.SeedStream] = None) -> tuple[np.ndarray, float]:
         """Round ``x`` to ``fmt`` (scaled when ``scaling``): ``(q, scale)``, ``x ~ q/scale``."""
         r = self.config.rounding
         if fmt is None:
             return x.astype(np.float32, copy=False), 1.0
         if scaling is not None:
-            q, s = scaling.quantize(x, r, seed=self._seed(r), update=update)
+            q, s = scaling.quantize(x, r, seed=self._seed(r, seeds), update=update)
             return q * np.float32(1.0 / s), 1.0  # exact: s is a power of two
-        return _round(x.astype(np.float32, copy=False), fmt, r, seed=self._seed(r)), 1.0
+        return _round(x.astype(np.float32, copy=False), fmt, r, seed=self._seed(r, seeds)), 1.0
 
-    def _round(self, x: np.ndarray, fmt: Optional[Format]) -> np.ndarray:
+    def _round(self, x: np.ndarray, fmt: Optional[Format], seeds: Optional[_checks.SeedStream] = None) -> np.ndarray:
         if fmt is None:
             return x.astype(np.float32, copy=False)
         r = self.config.rounding
-        return _round(x.astype(np.float32, copy=False), fmt, r, seed=self._seed(r))
+        return _round(x.astype(np.float32, copy=False), fmt, r, seed=self._seed(r, seeds))
 
-    def _gemm(self, a: np.ndarray, b: np.ndarray, scale: float) -> np.ndarray:
+    def _gemm(self, a: np.ndarray, b: np.ndarray, scale: float, seeds: Optional[_checks.SeedStream] = None) -> np.ndarray:
         c = self.config
         acc_r = c.accumulate_rounding
         out = gemm(a, b, accumulate=c.accumulate, chunk=c.chunk, chunk_accumulate=c.chunk_accumulate,
-                   rounding=acc_r, seed=self._seed(acc_r), backend=self.backend)
+                   rounding=acc_r, seed=self._seed(acc_r, seeds), backend=self.backend)
         if scale != 1.0:
             out = (out.astype(np.float64) * (1.0 / scale)).astype(np.float32)
         return out
@@ -140,15 +142,9 @@ class MLP:
         h = _checks.real_array(x, "x")
         if h.ndim != 2 or h.shape[1] != self.sizes[0]:
             raise ValueError(f"x: expected shape (batch, {self.sizes[0]}), got {np.shape(x)}")
-        if training:
-            return self._forward(h, True)
-        train_seeds, self._seeds = self._seeds, _checks.SeedStream(self._eval_seed)
-        try:
-            return self._forward(h, False)
-        finally:
-            self._seeds = train_seeds
+        return self._forward(h, training, None if training else _checks.SeedStream(self._eval_seed))
 
-    def _forward(self, h: np.ndarray, training: bool) -> np.ndarray:
+    def _forward(self, h: np.ndarray, training: bool, seeds: Optional[_checks.SeedStream]) -> np.ndarray:
         c = self.config
         out_fmt = c.output if c.output is not None else c.forward
         cache: list[_Cache] = []
@@ -156,10 +152,10 @@ class MLP:
             w, b = self.params[2 * layer], self.params[2 * layer + 1]
             xs = self.x_scaling[layer] if self.x_scaling else None
             ws = self.w_scaling[layer] if self.w_scaling else None
-            xq, sx = self._cast(h, c.forward, xs, training)
-            wq, sw = self._cast(w, c.forward, ws, training)
-            z = self._round(self._gemm(xq, wq, sx * sw), out_fmt)
-            z = self._round(z + b, out_fmt)
+            xq, sx = self._cast(h, c.forward, xs, training, seeds)
+            wq, sw = self._cast(w, c.forward, ws, training, seeds)
+            z = self._round(self._gemm(xq, wq, sx * sw, seeds), out_fmt, seeds)
+            z = self._round(z + b, out_fmt, seeds)
             last = layer == self.n_layers - 1
             mask = None if last else z > 0
             # ReLU; a NaN passes through (as np.maximum does), so a diverged layer shows.

@@ -42,27 +42,42 @@ pub fn set_clean() {
     }
 }
 
-/// `f` run with this thread's flush-to-zero, denormals-are-zero and rounding
-/// direction cleared, then set back as they were; the status flags `f` raised stay.
-pub fn clean<R>(f: impl FnOnce() -> R) -> R {
+/// While alive, this thread's flush-to-zero, denormals-are-zero and rounding
+/// direction are cleared; dropped, they are set back as they were, and the status
+/// flags raised meanwhile stay.
+pub struct Clean {
     #[cfg(target_arch = "x86_64")]
-    {
-        let saved = read();
-        if saved & CONTROLS == 0 {
-            return f();
-        }
-        write(saved & !CONTROLS);
-        // Restored on the way out, also when f panics.
-        struct Restore(u32);
-        impl Drop for Restore {
-            fn drop(&mut self) {
-                write((self.0 & !FLAGS) | (read() & FLAGS));
+    saved: u32,
+}
+
+impl Clean {
+    /// Clear the controls (a read of MXCSR where they are clear already).
+    pub fn enter() -> Clean {
+        #[cfg(target_arch = "x86_64")]
+        {
+            let saved = read();
+            if saved & CONTROLS != 0 {
+                write(saved & !CONTROLS);
             }
+            Clean { saved }
         }
-        let _restore = Restore(saved);
-        f()
+        #[cfg(not(target_arch = "x86_64"))]
+        Clean {}
     }
-    #[cfg(not(target_arch = "x86_64"))]
+}
+
+impl Drop for Clean {
+    fn drop(&mut self) {
+        #[cfg(target_arch = "x86_64")]
+        if self.saved & CONTROLS != 0 {
+            write((self.saved & !FLAGS) | (read() & FLAGS));
+        }
+    }
+}
+
+/// `f` run under [`Clean`] (also set back when `f` panics).
+pub fn clean<R>(f: impl FnOnce() -> R) -> R {
+    let _clean = Clean::enter();
     f()
 }
 

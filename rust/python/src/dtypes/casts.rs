@@ -2,7 +2,8 @@
 //! Casts between the lowp dtypes and every numpy bool/int/uint/float/complex
 //! dtype, and among the lowp dtypes.
 //!
-//! Every cast rounds once, to nearest even: values go through their exact
+//! Every cast rounds once, to nearest even (under [`lowp_core::fpenv::Clean`],
+//! whatever the caller's flush-to-zero): values go through their exact
 //! f64 (or f32) value into the conversion kernels of `lowp_core::convert`
 //! (f32 and f64 sources use them directly, so `astype` runs at kernel speed).
 //! Overflow follows the target: inf where it has one, else NaN (fn, fnuz),
@@ -474,6 +475,7 @@ fn is<A: 'static, B: 'static>() -> bool {
 
 /// lowp type T -> numpy element E.
 unsafe extern "C" fn cast_from<const T: usize, E: NpElem>(from: *mut c_void, to: *mut c_void, n: npy_intp, _fa: *mut c_void, _ta: *mut c_void) {
+    let _fp = lowp_core::fpenv::Clean::enter();
     let n = n.max(0) as usize;
     // SAFETY: numpy passes n contiguous aligned elements on each side.
     unsafe {
@@ -527,6 +529,7 @@ static COMPLEX_WARNING: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
 
 /// numpy element E -> lowp type T.
 unsafe extern "C" fn cast_to<const T: usize, E: NpElem>(from: *mut c_void, to: *mut c_void, n: npy_intp, _fa: *mut c_void, _ta: *mut c_void) {
+    let _fp = lowp_core::fpenv::Clean::enter();
     let n = n.max(0) as usize;
     #[cfg(all(target_arch = "x86_64", not(target_os = "windows")))]
     let complex = is::<E, C64>() || is::<E, C128>() || is::<E, CLongDouble>();
@@ -775,6 +778,7 @@ unsafe fn cast_blocks(
 
 /// lowp type T -> lowp type U, through the exact value.
 unsafe extern "C" fn cast_lowp<const T: usize, const U: usize>(from: *mut c_void, to: *mut c_void, n: npy_intp, _fa: *mut c_void, _ta: *mut c_void) {
+    let _fp = lowp_core::fpenv::Clean::enter();
     // SAFETY: numpy passes n contiguous elements of each type.
     unsafe { cast_blocks(from, to, n, (TYPES[T].size, TYPES[U].size), |c, v| dec_block64(T, c, v), |v, c| enc_block64(U, v, c)) }
 }
@@ -1063,6 +1067,7 @@ fn extra(x: usize) -> &'static Format {
 /// code's sign bit reads as ml_dtypes reads it: negative, with the magnitude of its
 /// bits below the sign bit.
 unsafe extern "C" fn cast_extra_to<const X: usize, const T: usize>(from: *mut c_void, to: *mut c_void, n: npy_intp, _fa: *mut c_void, _ta: *mut c_void) {
+    let _fp = lowp_core::fpenv::Clean::enter();
     let f = extra(X);
     let sign = 1u64 << (f.bits() - 1);
     let code = move |c: u64| if c >= sign { sign | (c & (sign - 1)) } else { c };
@@ -1075,6 +1080,7 @@ unsafe extern "C" fn cast_extra_to<const X: usize, const T: usize>(from: *mut c_
 /// format without NaN gives a zero of the other sign than the NaN's (a positive NaN
 /// gives -0), as ml_dtypes' own casts do.
 unsafe extern "C" fn cast_to_extra<const T: usize, const X: usize>(from: *mut c_void, to: *mut c_void, n: npy_intp, _fa: *mut c_void, _ta: *mut c_void) {
+    let _fp = lowp_core::fpenv::Clean::enter();
     let f = extra(X);
     let (nan_code, o) = (1u64 << (f.bits() - 1), rne()); // (-0's code)
     let enc = |v: &[f64], c: &mut [u32]| {

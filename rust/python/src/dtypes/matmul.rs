@@ -89,12 +89,13 @@ unsafe extern "C" fn loop_matmul(args: *mut *mut c_char, dims: *mut npy_intp, st
         // A stack runs as lowp.matmul runs one: small products one per thread at a
         // time, larger ones each over every thread; each matrix the same either way
         // (and in the floating-point environment lowp.matmul's run in).
-        let _ = lowp_core::fpenv::clean(|| gemm::for_batch(count, m * n * p, &|k| {
+        let _fp = lowp_core::fpenv::Clean::enter();
+        let _ = gemm::for_batch(count, m * n * p, &|k| {
             let k = k as isize;
             let (a, b, o) = ((a0 as *const u8).offset(k * st[0]), (b0 as *const u8).offset(k * st[1]), (o0 as *mut u8).offset(k * st[2]));
             one_matmul(t, a, b, o, (m, n, p), &st[3..]);
             Ok(())
-        }));
+        });
     }
 }
 

@@ -321,6 +321,7 @@ unsafe extern "C" fn dotfunc<const T: usize>(
     n: npy_intp,
     _arr: *mut c_void,
 ) {
+    let _fp = lowp_core::fpenv::Clean::enter();
     // SAFETY: numpy passes n elements at the given strides.
     let acc = unsafe { kernels::dot_f64(T, ip1 as *const u8, is1, ip2 as *const u8, is2, n.max(0) as usize) };
     // SAFETY: numpy passes one writable output element.

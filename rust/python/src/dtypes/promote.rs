@@ -78,19 +78,39 @@ unsafe extern "C" fn promote_py_scalars(
             ffi::PyErr_SetString(ffi::PyExc_TypeError, c"lowp: promoter called without a lowp operand".as_ptr());
             return -1;
         };
+        set_new(op_dtypes, signature, new_op_dtypes, nin, nout, lowp, true);
+        0
+    }
+}
+
+/// A promoter's answer into `new_op_dtypes` (new references): the inputs `input`
+/// (the signature's DTypes where it fixes them, if `fixed_inputs`), the outputs as
+/// the signature fixes them, else as given.
+///
+/// # Safety
+/// As [`promote_py_scalars`]; `input` is a DType class.
+unsafe fn set_new(
+    op_dtypes: *const *mut ffi::PyObject,
+    signature: *const *mut ffi::PyObject,
+    new_op_dtypes: *mut *mut ffi::PyObject,
+    nin: usize,
+    nout: usize,
+    input: *mut ffi::PyObject,
+    fixed_inputs: bool,
+) {
+    // SAFETY: see the function contract.
+    unsafe {
         for i in 0..nin + nout {
             let fixed = *signature.add(i);
-            let d = if !fixed.is_null() {
-                fixed
-            } else if i < nin {
-                lowp
-            } else {
-                *op_dtypes.add(i)
+            let d = match (i < nin, fixed.is_null()) {
+                (true, false) if fixed_inputs => fixed,
+                (true, _) => input,
+                (false, false) => fixed,
+                (false, true) => *op_dtypes.add(i),
             };
             ffi::Py_XINCREF(d);
             *new_op_dtypes.add(i) = d;
         }
-        0
     }
 }
 
@@ -116,7 +136,11 @@ static PAIR_UFUNCS: OnceLock<Vec<String>> = OnceLock::new();
 static COMMON: std::sync::Mutex<Vec<[usize; 3]>> = std::sync::Mutex::new(Vec::new());
 
 /// The promoter of [`register_common`]'s pairs: both inputs become their common
-/// DType (the signature's DTypes where it fixes them); outputs stay as given.
+/// DType, whatever a signature fixes (numpy caches a promotion by the operands'
+/// DTypes alone, so an answer that followed the signature would be reused without
+/// it; a signature fixing another input type then finds no loop, as for numpy's own
+/// `np.add(float32, float64, signature=(float32, None, None))`); outputs as
+/// [`set_new`] gives them.
 ///
 /// # Safety
 /// As [`promote_py_scalars`].
@@ -137,18 +161,7 @@ unsafe extern "C" fn promote_to_common(
             ffi::PyErr_SetString(ffi::PyExc_TypeError, c"lowp: promoter called for a pair it was not registered for".as_ptr());
             return -1;
         };
-        for i in 0..nin + nout {
-            let fixed = *signature.add(i);
-            let d = if !fixed.is_null() {
-                fixed
-            } else if i < nin {
-                common as *mut ffi::PyObject
-            } else {
-                *op_dtypes.add(i)
-            };
-            ffi::Py_XINCREF(d);
-            *new_op_dtypes.add(i) = d;
-        }
+        set_new(op_dtypes, signature, new_op_dtypes, nin, nout, common as *mut ffi::PyObject, false);
         0
     }
 }

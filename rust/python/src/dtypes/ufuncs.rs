@@ -2,7 +2,8 @@
 //! loop helpers (binary, unary, predicate, relation) that gather a block of
 //! codes, run the block kernel of [`super::kernels`] and scatter the results.
 //! The loop's `data` pointer carries (type, operation), so every type shares
-//! the same four functions.
+//! the same four functions. Every loop runs under [`lowp_core::fpenv::Clean`]
+//! (flush-to-zero and the like cleared, as for lowp's functions).
 
 use std::ffi::{c_char, c_int, c_void};
 
@@ -144,6 +145,7 @@ fn overlaps(p: *const u8, sp: isize, o: *mut u8, so: isize, n: usize, size: usiz
 /// numpy's loop contract: `args`, `dims`, `steps` describe `dims[0]` elements;
 /// `data` is a leaked `LoopData` made by `register_all`.
 unsafe extern "C" fn loop_bin(args: *mut *mut c_char, dims: *mut npy_intp, steps: *mut npy_intp, data: *mut c_void) {
+    let _fp = lowp_core::fpenv::Clean::enter();
     // SAFETY: see the function contract.
     unsafe {
         let d = &*(data as *const LoopData<Bin>);
@@ -282,6 +284,7 @@ unsafe fn reduce(t: usize, op: Bin, o: *mut u8, b: *const u8, sb: isize, n: usiz
 /// # Safety
 /// As [`loop_bin`].
 unsafe extern "C" fn loop_un(args: *mut *mut c_char, dims: *mut npy_intp, steps: *mut npy_intp, data: *mut c_void) {
+    let _fp = lowp_core::fpenv::Clean::enter();
     // SAFETY: see the function contract.
     unsafe {
         let d = &*(data as *const LoopData<Un>);
@@ -331,6 +334,7 @@ unsafe extern "C" fn loop_un(args: *mut *mut c_char, dims: *mut npy_intp, steps:
 /// # Safety
 /// As [`loop_bin`]; the output is numpy bool.
 unsafe extern "C" fn loop_pred(args: *mut *mut c_char, dims: *mut npy_intp, steps: *mut npy_intp, data: *mut c_void) {
+    let _fp = lowp_core::fpenv::Clean::enter();
     // SAFETY: see the function contract.
     unsafe {
         let d = &*(data as *const LoopData<Pred>);
@@ -357,6 +361,7 @@ unsafe extern "C" fn loop_pred(args: *mut *mut c_char, dims: *mut npy_intp, step
 /// # Safety
 /// As [`loop_bin`]; the output is numpy bool.
 unsafe extern "C" fn loop_rel(args: *mut *mut c_char, dims: *mut npy_intp, steps: *mut npy_intp, data: *mut c_void) {
+    let _fp = lowp_core::fpenv::Clean::enter();
     // The vectorized comparisons signal invalid on NaN operands; numpy's compare
     // quietly, so the status is put back.
     // SAFETY: see the function contract.
@@ -415,6 +420,7 @@ unsafe extern "C" fn loop_rel(args: *mut *mut c_char, dims: *mut npy_intp, steps
 /// numpy's ufunc loop contract: two inputs and two outputs of the type, `dims[0]`
 /// elements `steps` apart.
 unsafe extern "C" fn loop_divmod(args: *mut *mut c_char, dims: *mut npy_intp, steps: *mut npy_intp, data: *mut c_void) {
+    let _fp = lowp_core::fpenv::Clean::enter();
     // SAFETY: see the function contract.
     unsafe {
         let t = *(data as *const usize);
@@ -450,6 +456,7 @@ unsafe extern "C" fn loop_divmod(args: *mut *mut c_char, dims: *mut npy_intp, st
 /// # Safety
 /// numpy's ufunc loop contract: one input and two outputs of the type.
 unsafe extern "C" fn loop_modf(args: *mut *mut c_char, dims: *mut npy_intp, steps: *mut npy_intp, data: *mut c_void) {
+    let _fp = lowp_core::fpenv::Clean::enter();
     // SAFETY: see the function contract.
     unsafe {
         let t = *(data as *const usize);
@@ -474,6 +481,7 @@ unsafe extern "C" fn loop_modf(args: *mut *mut c_char, dims: *mut npy_intp, step
 /// # Safety
 /// numpy's ufunc loop contract: one input of the type, outputs of the type and int32.
 unsafe extern "C" fn loop_frexp(args: *mut *mut c_char, dims: *mut npy_intp, steps: *mut npy_intp, data: *mut c_void) {
+    let _fp = lowp_core::fpenv::Clean::enter();
     // SAFETY: see the function contract.
     unsafe {
         let t = *(data as *const usize);
@@ -505,6 +513,7 @@ unsafe extern "C" fn loop_frexp(args: *mut *mut c_char, dims: *mut npy_intp, ste
 /// # Safety
 /// numpy's ufunc loop contract: inputs of the type and of `I`, an output of the type.
 unsafe extern "C" fn loop_ldexp<I: Copy + Into<i64>>(args: *mut *mut c_char, dims: *mut npy_intp, steps: *mut npy_intp, data: *mut c_void) {
+    let _fp = lowp_core::fpenv::Clean::enter();
     // SAFETY: see the function contract.
     unsafe {
         let t = *(data as *const usize);
@@ -530,6 +539,7 @@ unsafe extern "C" fn loop_ldexp<I: Copy + Into<i64>>(args: *mut *mut c_char, dim
 /// # Safety
 /// numpy's ufunc loop contract: three inputs and an output of the type.
 unsafe extern "C" fn loop_clip(args: *mut *mut c_char, dims: *mut npy_intp, steps: *mut npy_intp, data: *mut c_void) {
+    let _fp = lowp_core::fpenv::Clean::enter();
     // SAFETY: see the function contract.
     unsafe {
         let t = *(data as *const usize);
