@@ -429,3 +429,23 @@ def test_fields_assigned_later_are_checked():
     np.testing.assert_array_equal(q.dequantize(), q.values.astype(np.float32) * 0.5)
     with pytest.raises(AttributeError):
         q.other = 1
+
+
+@pytest.mark.parametrize("mode", ["nearest_even", "nearest_away", "toward_zero", "odd", "up", "down"])
+def test_asymmetric_32_bit_rounds_the_quotient_then_adds_the_zero_point(mode):
+    """In 32 bits too the mode acts on the exact quotient and the zero point is added
+    after (it used to be added first, in float64: ties and tiny fractions went wrong)."""
+    f = lowp.IntFormat(32)
+    lo, hi = -1000000001.0, 4294967295.0 - 1000000001.0  # scale 1, an odd zero point
+    for inner in ([2.5, -3.5, 0.5], [2.0 + 2.0**-40, -2.0 - 2.0**-40]):
+        x = np.array([lo, hi] + inner)
+        q = lowp.quantize(x, f, symmetric=False, rounding=mode)
+        assert float(q.scale) == 1.0
+        zp = int(q.zero_point)
+        want = [lowp.round(np.array([v]), lowp.IntFormat(8), mode)[0] for v in inner]
+        assert (q.values[2:].astype(np.int64) - zp).tolist() == want
+
+
+def test_no_warning_from_the_scale_at_the_top_of_float32():
+    q = lowp.quantize(np.float32([np.finfo(np.float32).max]), "int2")
+    assert q.values.tolist() == [1]

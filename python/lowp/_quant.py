@@ -213,7 +213,8 @@ def quantize(x: Any, fmt: Union[str, IntFormat] = "int8", *, axis: Optional[int]
     # (by up to half of it), which would clip the largest values; rounded up instead, the
     # calibrated range still fits in [qmin, qmax].
     up = (s32.astype(np.float64) < scale) & (scale < _F32_TINY)
-    s32 = np.where(up, np.nextafter(s32, np.float32(np.inf)), s32)
+    with np.errstate(over="ignore"):  # (np.where computes both sides: the unused one may overflow)
+        s32 = np.where(up, np.nextafter(s32, np.float32(np.inf)), s32)
     # Rounded up at the top of float32's range, qmax steps would pass its largest value:
     # rounded down instead, the largest values land a fraction of a step past qmax.
     down = s32.astype(np.float64) * qmax > _F32_MAX
@@ -229,11 +230,14 @@ def quantize(x: Any, fmt: Union[str, IntFormat] = "int8", *, axis: Optional[int]
     # x / scale rounded to odd, so that the rounding into the integers is the exact
     # quotient's, once; the rounding mode acts on x / scale and the zero point is added
     # after (as ONNX and PyTorch quantize), in a format one bit wider that holds the
-    # rounded quotient whatever the zero point (32-bit formats: added before, as the
-    # widest integer format has no room).
+    # rounded quotient whatever the zero point. No integer format is wider than 32 bits:
+    # there an even integer part of the quotient is set aside (exactly: y - base is a
+    # Sterbenz difference) and added back with the zero point, which changes no rounding,
+    # ties to even and to odd included.
     y = _div_to_odd(a, sc_b)
-    wide = f if symmetric or f.bits >= 32 else IntFormat(f.bits + 1)
-    codes = encode(y if wide is not f or symmetric else y + zp_b, wide, r, seed=seed)
+    base = 2.0 * np.trunc(y * 0.5) if not symmetric and f.bits >= 32 else None
+    wide = f if symmetric else IntFormat(3) if base is not None else IntFormat(f.bits + 1)
+    codes = encode(y if base is None else y - base, wide, r, seed=seed)
     itype = np.dtype(f"i{wide.storage_dtype.itemsize}")
     vals = np.asarray(codes.view(itype))
     if wide.bits < 8 * itype.itemsize:  # sign-extend narrower formats
@@ -241,6 +245,8 @@ def quantize(x: Any, fmt: Union[str, IntFormat] = "int8", *, axis: Optional[int]
         vals = (vals << sh) >> sh
     if wide is not f:
         vals = vals.astype(np.int64) + zp_b.astype(np.int64)  # (clipped into f's range below)
+        if base is not None:
+            vals = vals + base.astype(np.int64)
     out_dtype = np.dtype(np.int8) if f.bits <= 8 else np.dtype(f"i{f.storage_dtype.itemsize}")
     # Where the scale rounded up (or the zero point by half a step) at the top of float32's
     # range, the extreme codes would dequantize past float32's largest value: those are

@@ -26,8 +26,10 @@ fn read() -> u32 {
 #[cfg(target_arch = "x86_64")]
 fn write(v: u32) {
     // SAFETY: ldmxcsr of a value whose reserved bits (16-31) come from a value read
-    // from the register, so stay zero.
-    unsafe { std::arch::asm!("ldmxcsr [{}]", in(reg) &v, options(nostack, readonly, preserves_flags)) };
+    // from the register, so stay zero. (Without `readonly` or `nomem` the asm is a
+    // barrier to memory accesses: the kernels' loads and stores, and so the arithmetic
+    // between them, stay on their side of it.)
+    unsafe { std::arch::asm!("ldmxcsr [{}]", in(reg) &v, options(nostack, preserves_flags)) };
 }
 
 /// Clear this thread's flush-to-zero, denormals-are-zero and rounding direction
@@ -90,8 +92,15 @@ mod tests {
     fn clean_clears_and_restores() {
         let before = read();
         write((before & !FLAGS) | CONTROLS);
-        let tiny = std::hint::black_box(f32::from_bits(1));
-        let (inside, product) = clean(|| (read(), std::hint::black_box(tiny) * std::hint::black_box(2.0f32)));
+        let (tiny, two) = (f32::from_bits(1), 2.0f32);
+        let mut product = 0f32;
+        // (Through memory, as a kernel's data goes: the arithmetic stays inside.)
+        // SAFETY: volatile accesses of locals.
+        let inside = clean(|| unsafe {
+            let p = std::ptr::read_volatile(&tiny) * std::ptr::read_volatile(&two);
+            std::ptr::write_volatile(&mut product, p);
+            read()
+        });
         let after = read();
         write(before);
         assert_eq!(inside & CONTROLS, 0);
