@@ -449,3 +449,12 @@ def test_asymmetric_32_bit_rounds_the_quotient_then_adds_the_zero_point(mode):
 def test_no_warning_from_the_scale_at_the_top_of_float32():
     q = lowp.quantize(np.float32([np.finfo(np.float32).max]), "int2")
     assert q.values.tolist() == [1]
+
+
+def test_directed_modes_see_quotients_below_float64s_range():
+    """x / scale below float64's smallest subnormal is still nonzero: up gives 1 and down
+    -1 (the quotient used to flush to 0)."""
+    x = np.array([1e-300, 3e38, -1e-300])
+    assert lowp.quantize(x, "int8", rounding="up").values.tolist()[0] == 1
+    assert lowp.quantize(x, "int8", rounding="down").values.tolist()[2] == -1
+    assert lowp.quantize(x, "int8").values.tolist()[::2] == [0, 0]

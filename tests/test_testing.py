@@ -104,7 +104,8 @@ def test_values_hit_ties_of_narrower_formats(fmt):
 
 
 @pytest.mark.parametrize("fmt", ["bfloat16", "float16", "float8_e4m3fn", "float8_e5m2fnuz", "posit8", "posit16",
-                                 "int8", lowp.FloatFormat(3, 1, nan=None)], ids=str)
+                                 "int8", lowp.FloatFormat(3, 1, nan=None), lowp.FloatFormat(3, 1, nan="fn"),
+                                 "float4_e2m1fn", "float6_e3m2fn"], ids=str)
 def test_midpoints_are_ties(fmt):
     """Every draw is a tie: to nearest even it goes to the even code, away from zero to
     the neighbour of larger magnitude (floats and integers: exactly halfway; posits: at
@@ -115,7 +116,11 @@ def test_midpoints_are_ties(fmt):
         below = lowp.nextafter(m, -math.inf, f)
         above = lowp.nextafter(m, math.inf, f)
         if not math.isfinite(above):  # the overflow threshold: half a step past the largest value
+            # (a tie: just below it rounds to max, away from zero it overflows; formats
+            # that saturate, with neither infinity nor NaN, have none)
             assert below == f.max and m > f.max
+            assert lowp.round(np.array([np.nextafter(m, 0.0)]), f)[0] == f.max
+            assert not np.isfinite(lowp.round(np.array([m]), f, "nearest_away")[0])
             continue
         assert below < m < above
         if not isinstance(f, lowp.PositFormat):

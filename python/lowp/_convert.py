@@ -255,6 +255,14 @@ def _to_odd(p: np.ndarray, err: np.ndarray) -> np.ndarray:
     return p
 
 
+def _scaled_to_odd(t: np.ndarray, k: np.ndarray) -> np.ndarray:
+    """``t * 2**k`` for a result rounded to odd at ``t``'s precision: exact where that is a
+    normal float64; where it falls below float64's subnormals, the smallest subnormal of
+    its sign (rounded to odd, not to zero: the directed modes see a nonzero value)."""
+    r = np.ldexp(t, k)
+    return np.where((r == 0) & (t != 0), np.copysign(np.float64(5e-324), t), r)
+
+
 def _mul_to_odd(a: Any, b: Any) -> np.ndarray:
     """``a * b`` (float64, broadcast) rounded to odd: the exact product, or of the two
     float64s around it the one whose last bit is 1, so that rounding it once more into a
@@ -266,7 +274,7 @@ def _mul_to_odd(a: Any, b: Any) -> np.ndarray:
     mb, eb = np.frexp(np.asarray(b, np.float64))
     with np.errstate(over="ignore", invalid="ignore", under="ignore"):
         p, e = _two_product(ma, mb)
-        return np.ldexp(_to_odd(p, e), ea + eb)
+        return _scaled_to_odd(_to_odd(p, e), ea + eb)
 
 
 def _add_to_odd(a: Any, b: Any) -> np.ndarray:
@@ -290,7 +298,7 @@ def _div_to_odd(a: Any, b: Any) -> np.ndarray:
         q = ma / mb
         p, e = _two_product(q, mb)
         r = (ma - p) - e
-        return np.ldexp(_to_odd(q, r * np.sign(mb)), ea - eb)
+        return _scaled_to_odd(_to_odd(q, r * np.sign(mb)), ea - eb)
 
 
 def _array_arg(x: Any, arg: str) -> np.ndarray:

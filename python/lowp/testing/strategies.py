@@ -193,7 +193,7 @@ def midpoints(fmt: Any, *, allow_overflow: bool = True) -> st.SearchStrategy[flo
     between the two), which is halfway only where the two share their exponent; the
     neighbours of zero have no tie (a posit never rounds to zero). With ``allow_overflow``
     the draws include the point half an ulp above a float's largest finite value (its
-    overflow threshold). Needs a format with at least one fewer significand bit than
+    overflow threshold; floats with neither infinity nor NaN saturate and have none). Needs a format with at least one fewer significand bit than
     float64 (every lowp format but float64 itself) whose ties lie in float64's range
     (ValueError otherwise).
     """
@@ -219,7 +219,7 @@ def midpoints(fmt: Any, *, allow_overflow: bool = True) -> st.SearchStrategy[flo
             return float(a + math.ldexp(1.0, math.frexp(a)[1] - 2 - f.man_bits))
         return float(a + (b - a) / 2)
 
-    top = hi if allow_overflow and isinstance(f, FloatFormat) else hi - 1
+    top = hi if allow_overflow and isinstance(f, FloatFormat) and (f.inf or f.nan is not None) else hi - 1
     return st.integers(lo, top).map(mid)
 
 
