@@ -458,3 +458,25 @@ def test_directed_modes_see_quotients_below_float64s_range():
     assert lowp.quantize(x, "int8", rounding="up").values.tolist()[0] == 1
     assert lowp.quantize(x, "int8", rounding="down").values.tolist()[2] == -1
     assert lowp.quantize(x, "int8").values.tolist()[::2] == [0, 0]
+
+
+@pytest.mark.parametrize("bits", [29, 30, 31, 32])
+def test_wide_asymmetric_scale_is_the_exact_one_rounded_once(bits):
+    """range / steps exactly a float32 tie whose range is no float64: the scale rounds
+    to even, once (rounding the range first, then the quotient, went the other way from
+    30 bits on)."""
+    import math
+    from fractions import Fraction
+
+    s = 2**bits - 1
+    for j in range(1, 200):
+        tie = 1 + Fraction(2 * j + 1, 2**24)
+        r = tie * s
+        hi = float(r)
+        if Fraction(hi) > r:
+            hi = math.nextafter(hi, 0)
+        lo = float(Fraction(hi) - r)
+        if Fraction(hi) - Fraction(lo) != r or Fraction(hi) == r:
+            continue
+        q = lowp.quantize(np.array([lo, hi]), lowp.IntFormat(bits), symmetric=False)
+        assert q.scale == np.float32(float(tie))  # (the tie is a float64: numpy's cast rounds it to even)

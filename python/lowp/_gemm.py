@@ -18,8 +18,8 @@ from typing import Any, Optional, Union
 import numpy as np
 
 from . import _lowp
-from ._convert import SeedLike, _check_rounding, _mul_to_odd, _native, _seed_word, _sub_byte_codes, encode, _NO_FORMAT, \
-    _distinct, _keeps_generator_on_error
+from ._convert import (_NO_FORMAT, SeedLike, _check_rounding, _distinct, _keeps_generator_on_error, _mul_to_odd,
+                       _native, _seed_word, _sub_byte_codes, encode)
 from ._formats import FloatFormat, Format, IntFormat, _NAMED, _code_format, _has_nan, format as _format
 from ._memory import result_empty
 from ._quant import QuantizedArray

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+from fractions import Fraction
 from typing import Any, Optional, Union
 
 import numpy as np
@@ -147,6 +149,17 @@ def _calibrate(a: np.ndarray, calibration: Any, reduce_axes: Optional[tuple], sy
     raise ValueError(f"calibration: expected 'max' or ('percentile', p), got {calibration!r}")
 
 
+def _to_odd_f64(q: Fraction) -> float:
+    """The non-negative ``q`` rounded to odd at float64's 53 bits (its normal range)."""
+    if q == 0:
+        return 0.0
+    e = q.numerator.bit_length() - q.denominator.bit_length()
+    if Fraction(2) ** e > q:
+        e -= 1  # (2**e <= q < 2**(e + 1))
+    n, rest = divmod(q.numerator << max(52 - e, 0), q.denominator << max(e - 52, 0))
+    return math.ldexp(n | (rest != 0), e - 52)
+
+
 def quantize(x: Any, fmt: Union[str, IntFormat] = "int8", *, axis: Optional[int] = None, symmetric: bool = True,
              rounding: str = "nearest_even", seed: SeedLike = None, calibration: Any = "max") -> QuantizedArray:
     """Quantize ``x`` to integers with a scale (and zero point when not ``symmetric``).
@@ -189,14 +202,17 @@ def quantize(x: Any, fmt: Union[str, IntFormat] = "int8", *, axis: Optional[int]
     lo, hi = _calibrate(a, calibration, reduce_axes, symmetric)
     lo = np.minimum(np.asarray(lo, np.float64), 0.0)
     hi = np.maximum(np.asarray(hi, np.float64), 0.0)
-    # The scale rounded to odd in float64 (the range too: hi - lo is rounded to odd from
-    # its exact value), so that the float32 scale below is the exact one rounded once
-    # (for integer formats up to 28 bits, whose steps times a float32 midpoint fit float64).
+    # The scale rounded to odd in float64, so that the float32 scale below is the exact
+    # one rounded once: the range hi - lo rounded to odd first, up to 28 bits (steps times
+    # a float32 midpoint fit float64), else the quotient rounded to odd from exact values.
     if symmetric:
         scale = _div_to_odd(hi, qmax)
         zp = np.zeros_like(scale)
-    else:
+    elif f.bits <= 28:
         scale = _div_to_odd(_add_to_odd(hi, -lo), qmax - qmin)
+    else:
+        scale = np.array([_to_odd_f64((Fraction(h) - Fraction(lo_)) / (qmax - qmin))
+                          for h, lo_ in zip(hi.ravel().tolist(), lo.ravel().tolist())]).reshape(hi.shape)
     scale = np.where(scale > 0, scale, 1.0)
     if (scale > _F32_MAX).any():
         raise ValueError(f"x: values up to {max(abs(float(np.min(lo))), float(np.max(hi))):g} need a scale beyond "

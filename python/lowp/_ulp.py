@@ -286,9 +286,9 @@ def nextafter(x: Any, y: Any, fmt: Any) -> np.ndarray:
             # Floats and posits are symmetric about zero.
             xd = xa[down]
             out[down] = np.where(np.isposinf(xd), -lowest, -_next_up(np.where(np.isposinf(xd), 0.0, -xd), f))
-    # A step onto zero lands on the zero of x's side, as numpy's (C's) nextafter; formats
-    # without -0 (fnuz floats, posits, integers) have only +0.
-    # x == y == 0 gives y's zero, unless the format has no -0.
+    # A step onto zero lands on the zero of x's side, as numpy's (C's) nextafter, and
+    # x == y == 0 gives y's zero; formats without -0 (fnuz floats, posits, integers)
+    # have only +0.
     if isinstance(f, FloatFormat) and f.nan != "fnuz":
         z = (out == 0) & ~eq
         out[z] = np.where(np.signbit(xa[z]), -0.0, 0.0)

@@ -31,7 +31,8 @@ from typing import Any, Optional
 import numpy as np
 
 from . import _lowp
-from ._convert import _NO_FORMAT, _array_arg, _seed_word, _sub_byte_codes, _as_float_array, _check_rounding, _div_to_odd, _native, decode, encode
+from ._convert import (_NO_FORMAT, _array_arg, _as_float_array, _check_rounding, _div_to_odd, _native, _seed_word,
+                       _sub_byte_codes, decode, encode)
 from ._convert import round as _round
 from ._formats import Format, format as _format
 
