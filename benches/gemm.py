@@ -32,6 +32,7 @@ import numpy as np
 
 import lowp
 from _blas import openblas_threads
+from _check import check_product, exact_product
 from lowp import _lowp
 
 
@@ -65,27 +66,18 @@ def warm(f) -> None:
         f()
 
 
-def check(got, a, b) -> None:
-    """Fail the run unless ``got`` (a timed product of ``a`` and ``b``) lies within the
-    float32 accumulation bound of the exact product (int8 inputs: equal to it), so that
-    a broken kernel cannot look fast."""
-    a64 = np.asarray(a).astype(np.float64)
-    b64 = np.asarray(b).astype(np.float64)
-    ref = a64 @ b64
-    rounded = np.asarray(got).dtype not in (np.float32, np.float64, np.int32, np.int64)  # (into a narrow type)
-    got = np.asarray(got).astype(np.float64)
-    if np.asarray(a).dtype == np.int8 and np.asarray(b).dtype == np.int8:
-        if not np.array_equal(got, ref):
+def check(got, a, b, exact=None) -> None:
+    """Fail the run unless ``got`` (a timed product of ``a`` and ``b``; ``exact``: their
+    :func:`exact_product` where already computed) lies within the float32 accumulation
+    bound of the exact product (int8 inputs: equal to it)."""
+    exact = exact_product(a, b) if exact is None else exact
+    a, b, got = np.asarray(a), np.asarray(b), np.asarray(got)
+    if a.dtype == np.int8 and b.dtype == np.int8:
+        if not np.array_equal(got.astype(np.float64), exact[0]):
             raise AssertionError(f"int8 product of shape {got.shape} is not exact")
         return
-    k = a64.shape[-1]
-    # |error| <= gamma_k |a| |b| (float32 sums of k products), plus the result's own rounding.
-    gamma = k * 2.0**-24 / (1 - k * 2.0**-24)
-    bound = gamma * (np.abs(a64) @ np.abs(b64)) + np.abs(ref) * 2.0**-7 * rounded
-    bad = np.abs(got - ref) > bound
-    if bad.any():
-        raise AssertionError(f"product of {np.asarray(a).dtype} x {np.asarray(b).dtype}, shape {got.shape}: "
-                             f"{int(bad.sum())} values outside the float32 accumulation bound")
+    rounded = got.dtype not in (np.float32, np.float64, np.int32, np.int64)  # (into a narrow type: its own rounding)
+    check_product(got, exact, a.shape[-1], f"product of {a.dtype} x {b.dtype}", 2.0**-7 * rounded)
 
 
 def best(f, reps: int) -> float:
@@ -139,6 +131,7 @@ def throughput(sizes, quick: bool) -> None:
         reps, rounds = (24, 6) if n <= 512 else (5, 4) if n <= 1024 else (3, 4)
         x32 = g.standard_normal((n, n)).astype(np.float32)
         y32 = g.standard_normal((n, n)).astype(np.float32)
+        exact: dict = {}  # (each format's exact product, computed once for both thread counts)
         for t in (1, 2):
             set_threads(t)
             for name, dt in FORMATS:
@@ -147,7 +140,9 @@ def throughput(sizes, quick: bool) -> None:
                 # sgemm and lowp are timed in alternating blocks, so that each ratio
                 # compares measurements taken over the same stretch of time.
                 t_sgemm, t_lowp = best_pair(lambda: x32 @ y32, lambda: lowp.matmul(x, y), reps, rounds)
-                check(lowp.matmul(x, y), x, y)
+                if name not in exact:
+                    exact[name] = exact_product(x, y)
+                check(lowp.matmul(x, y), x, y, exact[name])
                 if dt is np.float32:
                     up = "-"
                 else:

@@ -410,12 +410,16 @@ def _into(res: np.ndarray, src: np.ndarray, call: Any) -> Any:
     return call(res)
 
 
+def _check_saturate(saturate: Any) -> bool:
+    if not isinstance(saturate, (bool, np.bool_)):
+        raise TypeError(f"saturate: expected a bool, got {type(saturate).__name__}")
+    return bool(saturate)
+
+
 def _prepare(fmt: Any, rounding: Any, saturate: Any) -> tuple[Format, str, bool]:
     f = _format(fmt)
     r = _check_rounding(rounding)
-    if not isinstance(saturate, (bool, np.bool_)):
-        raise TypeError(f"saturate: expected a bool, got {type(saturate).__name__}")
-    return f, r, bool(saturate)
+    return f, r, _check_saturate(saturate)
 
 
 def _raise_nan(f: Format) -> None:

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import math
 from fractions import Fraction
 from typing import Any, Optional, Union
 
 import numpy as np
 
-from ._convert import SeedLike, _as_float_array, _add_to_odd, _check_rounding, _div_to_odd, _mul_to_odd, encode
-from ._formats import IntFormat, _code_format, format as _format
+from ._convert import SeedLike, _add_to_odd, _as_float_array, _check_rounding, _div_to_odd, _mul_to_odd, _round_exact, encode
+from ._formats import _NAMED, IntFormat, _code_format, format as _format
 
 __all__ = ["quantize", "QuantizedArray"]
 
@@ -149,17 +148,6 @@ def _calibrate(a: np.ndarray, calibration: Any, reduce_axes: Optional[tuple], sy
     raise ValueError(f"calibration: expected 'max' or ('percentile', p), got {calibration!r}")
 
 
-def _to_odd_f64(q: Fraction) -> float:
-    """The non-negative ``q`` rounded to odd at float64's 53 bits (its normal range)."""
-    if q == 0:
-        return 0.0
-    e = q.numerator.bit_length() - q.denominator.bit_length()
-    if Fraction(2) ** e > q:
-        e -= 1  # (2**e <= q < 2**(e + 1))
-    n, rest = divmod(q.numerator << max(52 - e, 0), q.denominator << max(e - 52, 0))
-    return math.ldexp(n | (rest != 0), e - 52)
-
-
 def quantize(x: Any, fmt: Union[str, IntFormat] = "int8", *, axis: Optional[int] = None, symmetric: bool = True,
              rounding: str = "nearest_even", seed: SeedLike = None, calibration: Any = "max") -> QuantizedArray:
     """Quantize ``x`` to integers with a scale (and zero point when not ``symmetric``).
@@ -211,8 +199,9 @@ def quantize(x: Any, fmt: Union[str, IntFormat] = "int8", *, axis: Optional[int]
     elif f.bits <= 28:
         scale = _div_to_odd(_add_to_odd(hi, -lo), qmax - qmin)
     else:
-        scale = np.array([_to_odd_f64((Fraction(h) - Fraction(lo_)) / (qmax - qmin))
-                          for h, lo_ in zip(hi.ravel().tolist(), lo.ravel().tolist())]).reshape(hi.shape)
+        ranges = [Fraction(h) - Fraction(lo_) for h, lo_ in zip(hi.ravel().tolist(), lo.ravel().tolist())]
+        scale = np.array([_round_exact(r / (qmax - qmin), _NAMED["float64"], "odd") if r else 0.0
+                          for r in ranges]).reshape(hi.shape)
     scale = np.where(scale > 0, scale, 1.0)
     if (scale > _F32_MAX).any():
         raise ValueError(f"x: values up to {max(abs(float(np.min(lo))), float(np.max(hi))):g} need a scale beyond "

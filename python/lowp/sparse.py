@@ -31,8 +31,8 @@ from typing import Any, Optional
 import numpy as np
 
 from . import _lowp
-from ._convert import (_NO_FORMAT, _array_arg, _as_float_array, _check_rounding, _div_to_odd, _native, _seed_word,
-                       _sub_byte_codes, decode, encode)
+from ._convert import (_NO_FORMAT, _array_arg, _as_float_array, _check_rounding, _check_saturate, _div_to_odd, _native,
+                       _seed_word, _sub_byte_codes, decode, encode)
 from ._convert import round as _round
 from ._formats import Format, format as _format
 
@@ -639,8 +639,7 @@ class _Sparse:
         rounding with ``seed`` is reproducible). ``scale`` (int8): stored = round(value / scale).
         The result shares no array with ``self`` (as scipy's ``astype``), even for the same dtype."""
         _check_rounding(rounding)
-        if not isinstance(saturate, (bool, np.bool_)):
-            raise TypeError(f"saturate: expected a bool, got {type(saturate).__name__}")
+        _check_saturate(saturate)
         _seed_word(seed, "nearest_even")  # (checked where no rounding draws from it too)
         fmt = _target_format(dtype)
         # Exact values, float32 when they fit (so stochastic rounding draws as lowp.cast does).

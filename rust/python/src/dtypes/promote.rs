@@ -69,8 +69,7 @@ unsafe extern "C" fn promote_py_scalars(
 ) -> c_int {
     // SAFETY: see the function contract.
     unsafe {
-        let uf = ufunc as *mut PyUFuncObject;
-        let (nin, nout) = ((*uf).fields.nin as usize, (*uf).fields.nout as usize);
+        let (nin, nout) = arity(ufunc);
         let ours = DTYPES.get().map(|d| d.as_slice()).unwrap_or(&[]);
         let lowp = (0..nin).map(|i| *op_dtypes.add(i)).find(|&d| ours.contains(&(d as usize)));
         let Some(lowp) = lowp else {
@@ -81,6 +80,16 @@ unsafe extern "C" fn promote_py_scalars(
         set_new(op_dtypes, signature, new_op_dtypes, nin, nout, lowp, true);
         0
     }
+}
+
+/// A ufunc's numbers of inputs and outputs.
+///
+/// # Safety
+/// `ufunc` is a numpy ufunc.
+unsafe fn arity(ufunc: *mut ffi::PyObject) -> (usize, usize) {
+    // SAFETY: see the function contract.
+    let uf = unsafe { &*(ufunc as *mut PyUFuncObject) };
+    (uf.fields.nin as usize, uf.fields.nout as usize)
 }
 
 /// A promoter's answer into `new_op_dtypes` (new references): the inputs `input`
@@ -117,19 +126,50 @@ unsafe fn set_new(
 /// numpy's `PyUFunc_AddPromoter(ufunc, DType_tuple, promoter)`.
 type AddPromoter = unsafe extern "C" fn(*mut ffi::PyObject, *mut ffi::PyObject, *mut ffi::PyObject) -> c_int;
 
-/// numpy's `PyUFunc_AddPromoter`, where its C API has it (2.0 and later).
-fn add_promoter_fn(py: Python<'_>) -> PyResult<Option<AddPromoter>> {
-    // SAFETY: a plain query of numpy's C API.
-    if unsafe { PY_ARRAY_API.PyArray_GetNDArrayCFeatureVersion(py) } < NPY_2_0_API_VERSION {
-        return Ok(None);
-    }
-    let add = api_entry(py, "_UFUNC_API", UFUNC_ADD_PROMOTER)?;
-    // SAFETY: slot 44 of the ufunc API (feature version 2.0 and later) is that function.
-    Ok((!add.is_null()).then(|| unsafe { std::mem::transmute::<*mut c_void, AddPromoter>(add) }))
+/// A promoter (numpy's `PyArrayMethod_PromoterFunction`).
+type Promoter = unsafe extern "C" fn(*mut ffi::PyObject, *const *mut ffi::PyObject, *const *mut ffi::PyObject, *mut *mut ffi::PyObject) -> c_int;
+
+/// Registers one promoter function on ufuncs, for tuples of input DTypes.
+struct Registrar<'py> {
+    add: AddPromoter,
+    capsule: Bound<'py, PyAny>,
 }
 
-/// The ufuncs of two inputs that [`register_all`] was given (their names).
-static PAIR_UFUNCS: OnceLock<Vec<String>> = OnceLock::new();
+impl<'py> Registrar<'py> {
+    /// For `f`, where numpy's C API has `PyUFunc_AddPromoter` (2.0 and later).
+    fn new(py: Python<'py>, f: Promoter) -> PyResult<Option<Self>> {
+        // SAFETY: a plain query of numpy's C API.
+        if unsafe { PY_ARRAY_API.PyArray_GetNDArrayCFeatureVersion(py) } < NPY_2_0_API_VERSION {
+            return Ok(None);
+        }
+        let add = api_entry(py, "_UFUNC_API", UFUNC_ADD_PROMOTER)?;
+        if add.is_null() {
+            return Ok(None);
+        }
+        // SAFETY: slot 44 of the ufunc API (feature version 2.0 and later) is that
+        // function; the capsule holds a promoter under the name numpy requires.
+        unsafe {
+            let capsule = ffi::PyCapsule_New(f as *mut c_void, c"numpy._ufunc_promoter".as_ptr(), None);
+            Ok(Some(Registrar { add: std::mem::transmute::<*mut c_void, AddPromoter>(add), capsule: Bound::from_owned_ptr_or_err(py, capsule)? }))
+        }
+    }
+
+    /// The promoter on `uf` for the input DTypes `inputs` (outputs: any).
+    fn add(&self, uf: &Bound<'py, PyAny>, mut inputs: Vec<Bound<'py, PyAny>>) -> PyResult<()> {
+        let py = uf.py();
+        let nout: usize = uf.getattr("nout")?.extract()?;
+        inputs.extend((0..nout).map(|_| py.None().into_bound(py)));
+        let tuple = PyTuple::new(py, inputs)?;
+        // SAFETY: a ufunc, a tuple of nin + nout DTypes or None, a promoter capsule.
+        if unsafe { (self.add)(uf.as_ptr(), tuple.as_ptr(), self.capsule.as_ptr()) } < 0 {
+            return Err(PyErr::fetch(py));
+        }
+        Ok(())
+    }
+}
+
+/// The distinct ufuncs of two inputs that [`register_all`] was given.
+static PAIR_UFUNCS: OnceLock<Vec<Py<PyAny>>> = OnceLock::new();
 
 /// Pairs of DTypes, in order, whose common DType numpy's legacy loop search would not
 /// run ([`register_common`]), with that DType: `[first, second, common]`.
@@ -152,8 +192,7 @@ unsafe extern "C" fn promote_to_common(
 ) -> c_int {
     // SAFETY: see the function contract.
     unsafe {
-        let uf = ufunc as *mut PyUFuncObject;
-        let (nin, nout) = ((*uf).fields.nin as usize, (*uf).fields.nout as usize);
+        let (nin, nout) = arity(ufunc);
         let (a, b) = (*op_dtypes as usize, *op_dtypes.add(1) as usize);
         let common = COMMON.lock().ok().and_then(|t| t.iter().find(|e| e[0] == a && e[1] == b).map(|e| e[2]));
         let Some(common) = common.filter(|_| nin == 2) else {
@@ -173,15 +212,9 @@ unsafe extern "C" fn promote_to_common(
 #[pyfunction]
 #[pyo3(name = "_register_common")]
 pub fn register_common(py: Python<'_>, pairs: Vec<(Bound<'_, PyAny>, Bound<'_, PyAny>, Bound<'_, PyAny>)>) -> PyResult<()> {
-    let (Some(add_promoter), Some(names)) = (add_promoter_fn(py)?, PAIR_UFUNCS.get()) else {
+    let (Some(reg), Some(ufuncs)) = (Registrar::new(py, promote_to_common)?, PAIR_UFUNCS.get()) else {
         return Ok(());
     };
-    // SAFETY: a capsule of a promoter function, under the name numpy requires.
-    let promoter = unsafe {
-        let p = ffi::PyCapsule_New(promote_to_common as *mut c_void, c"numpy._ufunc_promoter".as_ptr(), None);
-        Bound::from_owned_ptr_or_err(py, p)?
-    };
-    let umath = py.import("numpy")?.getattr("_core")?.getattr("umath")?;
     for (a, b, c) in &pairs {
         // (Registered dtypes' classes live as long as numpy: the table holds their addresses.)
         let key = [a.as_ptr() as usize, b.as_ptr() as usize, c.as_ptr() as usize];
@@ -192,22 +225,8 @@ pub fn register_common(py: Python<'_>, pairs: Vec<(Bound<'_, PyAny>, Bound<'_, P
             }
             table.push(key);
         }
-        let mut seen: Vec<usize> = Vec::new();
-        for name in names {
-            let uf = umath.getattr(name.as_str())?;
-            // (`divide` and `true_divide` are one ufunc.)
-            if seen.contains(&(uf.as_ptr() as usize)) {
-                continue;
-            }
-            seen.push(uf.as_ptr() as usize);
-            let nout: usize = uf.getattr("nout")?.extract()?;
-            let mut items = vec![a.clone(), b.clone()];
-            items.extend((0..nout).map(|_| py.None().into_bound(py)));
-            let tuple = PyTuple::new(py, items)?;
-            // SAFETY: a ufunc, a tuple of nin + nout DTypes or None, a promoter capsule.
-            if unsafe { add_promoter(uf.as_ptr(), tuple.as_ptr(), promoter.as_ptr()) } < 0 {
-                return Err(PyErr::fetch(py));
-            }
+        for uf in ufuncs {
+            reg.add(uf.bind(py), vec![a.clone(), b.clone()])?;
         }
     }
     Ok(())
@@ -218,11 +237,9 @@ pub fn register_common(py: Python<'_>, pairs: Vec<(Bound<'_, PyAny>, Bound<'_, P
 /// if its tables do not look as expected) nothing is registered and Python
 /// floats promote as before.
 pub fn register_all(py: Python<'_>, ufuncs: &[(&str, usize)]) -> PyResult<()> {
-    // SAFETY: a plain query of numpy's C API.
-    let feature = unsafe { PY_ARRAY_API.PyArray_GetNDArrayCFeatureVersion(py) };
-    if feature < NPY_2_0_API_VERSION {
+    let Some(reg) = Registrar::new(py, promote_py_scalars)? else {
         return Ok(());
-    }
+    };
     let py_float = api_entry(py, "_ARRAY_API", ARRAY_PYFLOAT_DTYPE)? as *mut ffi::PyObject;
     let py_long = api_entry(py, "_ARRAY_API", ARRAY_PYLONG_DTYPE)? as *mut ffi::PyObject;
     // The abstract DTypes of Python's float and int are types named after them.
@@ -235,10 +252,6 @@ pub fn register_all(py: Python<'_>, ufuncs: &[(&str, usize)]) -> PyResult<()> {
     if !named(py_float, "PyFloat") || !named(py_long, "PyLong") {
         return Ok(());
     }
-    let Some(add_promoter) = add_promoter_fn(py)? else {
-        return Ok(());
-    };
-    let _ = PAIR_UFUNCS.set(ufuncs.iter().filter(|u| u.1 == 2).map(|u| u.0.to_string()).collect());
 
     let mut dtypes = [0usize; N];
     for (t, d) in dtypes.iter_mut().enumerate() {
@@ -252,23 +265,21 @@ pub fn register_all(py: Python<'_>, ufuncs: &[(&str, usize)]) -> PyResult<()> {
     }
     let _ = DTYPES.set(dtypes);
     let _ = PY_SCALAR_DTYPES.set((py_long as usize, py_float as usize));
-    // SAFETY: a capsule of a promoter function, under the name numpy requires.
-    let promoter = unsafe {
-        let p = ffi::PyCapsule_New(promote_py_scalars as *mut c_void, c"numpy._ufunc_promoter".as_ptr(), None);
-        Bound::from_owned_ptr_or_err(py, p)?
-    };
     let np = py.import("numpy")?;
     // SAFETY: the DType classes live as long as numpy.
     let (pf, pl) = unsafe { (Bound::from_borrowed_ptr(py, py_float), Bound::from_borrowed_ptr(py, py_long)) };
-    let mut seen: Vec<usize> = Vec::new();
+    let mut seen: Vec<Py<PyAny>> = Vec::new();
+    let mut pairs: Vec<Py<PyAny>> = Vec::new();
     for &(name, nin) in ufuncs {
         let uf = np.getattr("_core")?.getattr("umath")?.getattr(name)?;
         // (`divide` and `true_divide` are one ufunc.)
-        if seen.contains(&(uf.as_ptr() as usize)) {
+        if seen.iter().any(|u| u.is(&uf)) {
             continue;
         }
-        seen.push(uf.as_ptr() as usize);
-        let nout: usize = uf.getattr("nout")?.extract()?;
+        seen.push(uf.clone().unbind());
+        if nin == 2 {
+            pairs.push(uf.clone().unbind());
+        }
         for (t, &cls) in dtypes.iter().enumerate() {
             if !weak(t) {
                 continue;
@@ -282,17 +293,11 @@ pub fn register_all(py: Python<'_>, ufuncs: &[(&str, usize)]) -> PyResult<()> {
                 if !kinds.contains(&0) || !kinds.contains(&2) {
                     continue;
                 }
-                let mut items: Vec<Bound<'_, PyAny>> = kinds.iter().map(|&k| [&lowp, &pl, &pf][k].clone()).collect();
-                items.extend((0..nout).map(|_| py.None().into_bound(py)));
-                let tuple = PyTuple::new(py, items)?;
-                // SAFETY: a ufunc, a tuple of nin + nout DTypes or None, a promoter capsule.
-                let rc = unsafe { add_promoter(uf.as_ptr(), tuple.as_ptr(), promoter.as_ptr()) };
-                if rc < 0 {
-                    return Err(PyErr::fetch(py));
-                }
+                reg.add(&uf, kinds.iter().map(|&k| [&lowp, &pl, &pf][k].clone()).collect())?;
             }
         }
     }
+    let _ = PAIR_UFUNCS.set(pairs);
     Ok(())
 }
 
