@@ -1569,3 +1569,80 @@ def test_scalar_constructors_refuse_what_would_crash_and_prefer_float():
     # Exact integers: 2**60 + 2**52 + 1 is just above a bfloat16 tie, float64 would round it onto it.
     for v in (OnlyIndex(), IntLike(), np.int64(2**60 + 2**52 + 1), 2**60 + 2**52 + 1):
         assert float(lowp.bfloat16(v)) == 2.0**60 + 2**53
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_comparisons_with_python_ints_by_value(name):
+    """Python ints beyond a type's range compare by value, as numpy's own types compare
+    them (its floats through infinity). In the types without infinities the int used to
+    be stored in the type: NaN in the fn and fnuz fp8 types (``x < 1000`` False), the
+    largest posit in posits (``posit16(2**56) == 2**60`` True, with unequal hashes)."""
+    t = getattr(lowp, name)
+    top = float(lowp.finfo(t).max)
+    big = 2 * int(top) + 1
+    a = np.array([1.0, -2.0, top], t)
+    np.testing.assert_array_equal(a < big, [True, True, True])
+    np.testing.assert_array_equal(a > -big, [True, True, True])
+    np.testing.assert_array_equal(a == big, [False, False, False])
+    np.testing.assert_array_equal(big != a, [True, True, True])
+    np.testing.assert_array_equal(big >= a, [True, True, True])
+    x = a[2]
+    assert x < big and x > -big and not x == big and x != big and x == int(top)
+    assert sorted([big, x, -big]) == [-big, x, big]
+    # In range, the ints compare as before.
+    np.testing.assert_array_equal(a == 1, [True, False, False])
+    np.testing.assert_array_equal(-2 < a, [True, False, True])
+    if getattr(lowp.format(name), "inf", False):
+        np.testing.assert_array_equal(a < 10**400, [True, True, True])  # (the int becomes infinity)
+    else:
+        with pytest.raises(OverflowError):
+            a < 10**400  # (through float64, as numpy's float64)
+
+
+@pytest.mark.parametrize("name", ["bfloat16", "float8_e4m3fn", "posit16", "posit32"])
+def test_scalars_from_numpy_complex_scalars(name):
+    """Every numpy complex scalar gives its real part with numpy's ComplexWarning, as
+    numpy's float types take them (np.complex128 is also a Python complex, which was
+    refused); a clongdouble's real part rounds once. Python's complex stays refused."""
+    T = getattr(lowp, name)
+    for c in (np.complex64(1.5 - 2j), np.complex128(1.5 + 1j), np.clongdouble(1.5 + 3j)):
+        with pytest.warns(np.exceptions.ComplexWarning, match="imaginary"):
+            assert float(T(c)) == 1.5
+    if X87 and name == "bfloat16":
+        r = np.longdouble(1) + np.longdouble(2) ** -8 + np.longdouble(2) ** -60  # just above a tie
+        with pytest.warns(np.exceptions.ComplexWarning):
+            assert float(T(np.clongdouble(r))) == float(T(r)) == 1 + 2**-7
+    with pytest.raises(TypeError, match="complex"):
+        T(1.5 + 0j)
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_floor_divide_and_divmod_keep_nan_quiet(name):
+    """A NaN operand gives NaN without the "invalid" flag, as for numpy's floats (the
+    vectorized ordered comparisons raised it)."""
+    T = getattr(lowp, name)
+    one, nan = T(1.0), T(float("nan"))
+    a = np.array([np.nan] * 37 + [1.0] * 37, T)
+    b = np.array([1.0] * 37 + [np.nan] * 37, T)
+    with np.errstate(all="raise"):
+        for x, y in ((nan, one), (one, nan), (nan, nan)):
+            assert all(math.isnan(float(v)) for v in divmod(x, y))
+            assert math.isnan(float(x // y)) and math.isnan(float(x % y))
+        for r in (*np.divmod(a, b), a // b, a % b, np.floor_divide(b, a)):
+            assert np.isnan(r.astype(np.float64)).all()
+
+
+@pytest.mark.parametrize("name", ["bfloat16", "float8_e4m3fn", "posit16"])
+def test_format_without_a_type_uses_the_shortest_digits(name):
+    """Format specs without a presentation type or precision pad the repr's digits, as
+    Python's floats do (they printed the float64 value's digits: bfloat16(0.1) as
+    0.10009765625); typed specs and precisions format the value."""
+    T = getattr(lowp, name)
+    y = T(0.1)
+    s = repr(y)
+    assert f"{y}" == s and f"{y:>12}" == s.rjust(12) and f"{y:*^12}" == s.center(12, "*")
+    assert f"{y:+}" == "+" + s and f"{y:.<12}" == s.ljust(12, ".") and f"{-y:,}" == "-" + s
+    assert f"{y:.3f}" == format(float(y), ".3f") and f"{y:.12}" == format(float(y), ".12")
+    assert f"{y:e}" == format(float(y), "e")
+    for v in (0.0, float("nan"), 3.0):
+        assert f"{T(v):>8}" == repr(T(v)).rjust(8)

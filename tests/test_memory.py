@@ -321,3 +321,24 @@ def test_fork_after_reloading_the_package():
     """)
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and r.stdout.split()[-1] == "ok", r.stderr
+
+
+def test_more_dimensions_than_32():
+    """numpy 2 arrays take 64 dimensions: results of any size (the large ones come from the
+    buffer cache) and matmul's broadcast batch take them too."""
+    if np.lib.NumpyVersion(np.__version__) < "2.0.0":
+        pytest.skip("numpy before 2 stops at 32 dimensions")
+    rng = np.random.default_rng(5)
+    for shape in ((2,) * 21 + (1,) * 20, (3,) + (1,) * 40):  # 16 MiB of float64, and small
+        x = rng.standard_normal(shape)
+        np.testing.assert_array_equal(lowp.round(x, "bf16"), lowp.round(x.reshape(-1), "bf16").reshape(shape))
+        c = lowp.encode(x, "bf16")
+        assert c.shape == shape and lowp.decode(c, "bf16").shape == shape
+    for nd in (33, 35, 40):
+        a = rng.standard_normal((1,) * (nd - 2) + (300, 300)).astype(np.float32)
+        b = rng.standard_normal((2,) + (1,) * (nd - 3) + (300, 300)).astype(np.float32)
+        r = lowp.matmul(a, b)
+        assert r.shape == np.matmul(a, b).shape
+        np.testing.assert_allclose(r, np.matmul(a.astype(np.float64), b.astype(np.float64)), rtol=1e-4, atol=1e-3)
+    with pytest.raises(ValueError, match="^b: batch"):
+        lowp.matmul(np.ones((2, 3, 4), np.float32), np.ones((3, 4, 5), np.float32))

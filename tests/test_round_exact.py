@@ -612,6 +612,13 @@ def test_big_endian_low_precision_arrays_round_by_value(name):
             np.testing.assert_array_equal(lowp.encode(big, fmt), lowp.encode(native, fmt))
         np.testing.assert_array_equal(lowp.cast(big, lowp.float8_e5m2).view(np.uint8),
                                       lowp.cast(native, lowp.float8_e5m2).view(np.uint8))
+        # 0-d arrays stay 0-d (the byte swap made them 1-d).
+        for f in (lambda a: lowp.round(a, "e4m3fn"), lambda a: lowp.encode(a, "bf16"),
+                  lambda a: lowp.cast(a, lowp.float8_e5m2).view(np.uint8), lambda a: lowp.quantize(a).values):
+            np.testing.assert_array_equal(f(big[0]), f(native[0]), strict=True)
+            np.testing.assert_array_equal(f(big[:1].reshape(())), f(native[0]), strict=True)
+        with pytest.raises(ValueError, match="^axis"):
+            lowp.sum(big[:1].reshape(()), axis=0)
 
 
 def test_decode_without_subnormals_reads_the_zero_exponent_as_zero():

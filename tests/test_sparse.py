@@ -1286,3 +1286,35 @@ def test_astype_checks_seed_and_saturate_even_when_nothing_rounds(dtype):
         with pytest.raises(err, match=msg):
             m.astype(dtype, "stochastic", **kw)
     assert m.astype(dtype, "stochastic", seed=5).nnz == 2
+
+
+def test_data_assignment_refused_on_read_only_storage():
+    """A matrix built from a read-only values array shares it (so M.T does too): ``M.data =``
+    cannot write in place and is refused rather than giving M alone a copy, which left M.T
+    with the old values. ``copy()`` gives a matrix that takes it."""
+    d = np.array([1.0, 2.0, 3.0], np.float32)
+    d.flags.writeable = False
+    M = sparse.CSR((d, np.array([0, 1, 2]), np.array([0, 1, 2, 3])), shape=(3, 3))
+    T = M.T
+    with pytest.raises(ValueError, match="^data: .*read-only.*copy"):
+        M.data = np.array([10.0, 20.0, 30.0])
+    np.testing.assert_array_equal(np.diag(M.to_dense()), [1, 2, 3])
+    np.testing.assert_array_equal(np.diag(T.to_dense()), [1, 2, 3])
+    C = M.copy()
+    CT = C.T
+    C.data = np.array([10.0, 20.0, 30.0])
+    np.testing.assert_array_equal(np.diag(CT.to_dense()), [10, 20, 30])
+    np.testing.assert_array_equal(np.diag(M.to_dense()), [1, 2, 3])
+
+
+@pytest.mark.parametrize("src", ["csr", "csc", "bsr", "coo"])
+def test_from_scipy_with_byte_swapped_values(src):
+    """scipy keeps values assigned in the other byte order but refuses them in its own
+    conversions (tocoo, copy); every class reads them by value."""
+    sp = pytest.importorskip("scipy.sparse")
+    x = sparse.prune_nm(_random(np.random.default_rng(48), (8, 8), 0.5, ints=True), 2, 4)
+    for cls in (sparse.CSR, sparse.CSC, sparse.COO, sparse.BSR, sparse.NM):
+        m = sp.csr_matrix(x).asformat(src, copy=True)
+        m.data = m.data.astype(">f4")
+        np.testing.assert_array_equal(cls.from_scipy(m).to_dense(), x)
+        np.testing.assert_array_equal(cls.from_scipy(m, dtype=ml_dtypes.bfloat16).to_dense().astype(np.float32), x)

@@ -163,6 +163,16 @@ def test_arrays(fmt, dtype):
         assert all_values_of(vals.ravel(), f)
 
 
+def test_arrays_float32_exactly_when_every_value_is_a_float32():
+    # Signed 25-bit integers reach -2**24 and 2**24 - 1, all float32s; unsigned ones reach
+    # 2**25 - 1, which is not.
+    for a in collect(lst.arrays(lowp.IntFormat(25), 6, dtype=np.float32), 30):
+        assert a.dtype == np.float32 and all_values_of(a.astype(np.float64), lowp.IntFormat(25))
+    for f in (lowp.IntFormat(25, signed=False), lowp.IntFormat(26)):
+        with pytest.raises(TypeError, match="dtype"):
+            lst.arrays(f, 3, dtype=np.float32)
+
+
 def test_arrays_bad_dtype():
     with pytest.raises(TypeError, match="dtype"):
         lst.arrays("posit32", 3, dtype=np.float32)

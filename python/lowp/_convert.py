@@ -223,11 +223,11 @@ def _native(a: np.ndarray) -> np.ndarray:
     dt = a.dtype
     if dt.isnative:
         if dt.itemsize > 1 and any(st % dt.itemsize for st, n in zip(a.strides, a.shape) if n > 1):
-            return np.ascontiguousarray(a)
+            return _contiguous(a)
         return a
     if dt.kind in "biufc":
         return a.astype(dt.newbyteorder("="))
-    codes = np.ascontiguousarray(a).view(np.dtype(f"u{dt.itemsize}"))
+    codes = _contiguous(a).view(np.dtype(f"u{dt.itemsize}"))
     return codes.byteswap().view(dt.newbyteorder("="))
 
 
@@ -389,20 +389,21 @@ def _check_out(out: Any, shape: tuple, dtype: np.dtype) -> np.ndarray:
         raise TypeError(f"out: expected a numpy array, got {type(out).__name__}")
     if out.shape != shape:
         raise ValueError(f"out: shape {out.shape} does not match {shape}")
-    if out.dtype != dtype:
+    if out.dtype.newbyteorder("=") != dtype:
         raise TypeError(f"out: dtype {out.dtype} must be {dtype}")
-    if not out.flags.c_contiguous or not out.flags.aligned or not out.flags.writeable:
-        raise ValueError("out: must be C-contiguous, aligned and writeable")
+    if not out.flags.writeable:
+        raise ValueError("out: is read-only")
     return out
 
 
 def _into(res: np.ndarray, src: np.ndarray, call: Any) -> Any:
     """``call(dst)`` writing into ``res``; through a temporary when ``res`` overlaps the
-    input (``out=x`` rounds in place; the kernels never see aliased buffers), copied
-    back only when the call reports no failure (a true result), so that a call that
-    raises leaves its input as it was."""
-    if np.may_share_memory(res, src):
-        tmp = np.empty(res.shape, res.dtype)
+    input (``out=x`` rounds in place; the kernels never see aliased buffers) or is not a
+    C-contiguous, aligned array in the machine's byte order (which the kernels write),
+    copied back only when the call reports no failure (a true result), so that a call
+    that raises leaves ``res`` as it was."""
+    if not (res.flags.c_contiguous and res.flags.aligned and res.dtype.isnative) or np.may_share_memory(res, src):
+        tmp = np.empty(res.shape, res.dtype.newbyteorder("="))
         r = call(tmp)
         if not r:
             res[...] = tmp
@@ -493,7 +494,7 @@ def decode(bits: Any, fmt: Any, dtype: Any = np.float32, *, out: Optional[np.nda
         dt = np.dtype(dtype)
     except TypeError:
         raise TypeError(f"dtype: expected float32 or float64, got {dtype!r}") from None
-    if dt not in (np.float32, np.float64):
+    if dt.newbyteorder("=") not in (np.float32, np.float64):
         raise TypeError(f"dtype: expected float32 or float64, got {dt}")
     b = _array_arg(bits, "bits")
     if b.dtype.kind not in "iu":
@@ -513,9 +514,10 @@ def decode(bits: Any, fmt: Any, dtype: Any = np.float32, *, out: Optional[np.nda
     if b.dtype.kind == "i":
         b = b.view(np.dtype(f"u{b.dtype.itemsize}"))
     b = _contiguous(b)
-    res = result_empty(b.shape, dt) if out is None else _check_out(out, b.shape, dt)
+    native = dt.newbyteorder("=")
+    res = result_empty(b.shape, native) if out is None else _check_out(out, b.shape, native)
     _into(res, b, lambda d: _lowp.decode_into(b.reshape(-1), f._spec, d.reshape(-1)))
-    return res
+    return res if out is not None or dt.isnative else res.astype(dt)
 
 
 def cast(x: Any, dtype: Any, rounding: str = "nearest_even", *, saturate: bool = False, seed: SeedLike = None,
@@ -525,6 +527,11 @@ def cast(x: Any, dtype: Any, rounding: str = "nearest_even", *, saturate: bool =
     ``dtype`` may be a lowp or ml_dtypes dtype (the result is an array of it), numpy's
     float16/float32/float64 or int8, or a Format with a registered dtype.
     """
+    if isinstance(dtype, str) and dtype[:1] in "<>":
+        try:
+            dtype = np.dtype(dtype)  # a numpy type string with its byte order ('>f4')
+        except TypeError:
+            raise TypeError(f"dtype: expected a numpy dtype or a Format, got {dtype!r}") from None
     if isinstance(dtype, str):
         try:
             dtype = _format(dtype)  # a format name ("bf16", "e4m3fn", ...)

@@ -261,6 +261,19 @@ def _same_values(d: np.dtype, target: np.dtype) -> bool:
 
 
 @_keeps_generator_on_error
+def _broadcast_batch(s: tuple, t: tuple) -> Optional[tuple]:
+    """The broadcast of two shapes, or None (np.broadcast_shapes stops at 32 dimensions,
+    where numpy 2's arrays and np.matmul take 64)."""
+    n = max(len(s), len(t))
+    s, t = (1,) * (n - len(s)) + tuple(s), (1,) * (n - len(t)) + tuple(t)
+    out = []
+    for x, y in zip(s, t):
+        if x != y and 1 not in (x, y):
+            return None
+        out.append(y if x == 1 else x)
+    return tuple(out)
+
+
 def matmul(a: Any, b: Any, *, accumulate: Any = "float32", chunk: Optional[int] = None,
            chunk_accumulate: Any = None, rounding: str = "nearest_even", seed: SeedLike = None,
            out: Optional[np.ndarray] = None, out_dtype: Any = None, rbits: Optional[int] = None) -> np.ndarray:
@@ -338,10 +351,9 @@ def matmul(a: Any, b: Any, *, accumulate: Any = "float32", chunk: Optional[int] 
     if a2.ndim == 2 and b2.ndim == 2:
         batch: tuple = ()
     else:
-        try:
-            batch = np.broadcast_shapes(a2.shape[:-2], b2.shape[:-2])
-        except ValueError:
-            raise ValueError(f"b: batch dimensions of a {a.shape} and b {b.shape} do not broadcast") from None
+        batch = _broadcast_batch(a2.shape[:-2], b2.shape[:-2])
+        if batch is None:
+            raise ValueError(f"b: batch dimensions of a {a.shape} and b {b.shape} do not broadcast")
     m, n = a2.shape[-2], b2.shape[-1]
     shape = tuple(batch) + (() if a.ndim == 1 else (m,)) + (() if b.ndim == 1 else (n,))
 

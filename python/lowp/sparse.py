@@ -385,7 +385,9 @@ class _Sparse:
 
         ``M.data = values`` (an array of the same shape, any real dtype) stores the values,
         rounded once to nearest even into the matrix's format (int8: saturated to
-        [-128, 127]), in place: views of the same storage, such as ``M.T``, see them.
+        [-128, 127]), in place: views of the same storage, such as ``M.T``, see them. A matrix
+        whose values are a read-only array it was built from refuses it (ValueError; its
+        :meth:`copy` takes it).
         """
         v = self._values_as_dtype(self._v)
         if self._fmt is not None and self._fmt.dtype is None:
@@ -401,12 +403,12 @@ class _Sparse:
         if arr.shape != shape:
             raise ValueError(f"data: expected an array of shape {shape} (one value per stored entry), "
                              f"got shape {arr.shape}")
-        codes = _encode_values(arr.reshape(-1), self._fmt)
-        if self._v.flags.writeable:
-            self._v[...] = codes  # a no-op after `M.data *= s`, which has written in place
-        else:  # storage shared with a read-only array: the matrix gets its own
-            self._v = _contig(codes).copy()
-            self._kv = None
+        if not self._v.flags.writeable:
+            # (A private copy here would leave views of the same storage, such as M.T,
+            # with the old values.)
+            raise ValueError("data: the matrix stores its values in a read-only array it was built from; "
+                             "M = M.copy() gives it its own")
+        self._v[...] = _encode_values(arr.reshape(-1), self._fmt)  # (a no-op after `M.data *= s`)
 
     def _data_shape(self) -> tuple[int, ...]:
         """The shape of :attr:`data`."""
@@ -687,7 +689,7 @@ class _Sparse:
             raise TypeError(f"m: expected a scipy.sparse matrix or array, got {type(m).__name__}")
         cls._check_kw(kw)
         _check_scipy(m)
-        return cls._from_scipy(m, dtype, **kw)
+        return cls._from_scipy(_native_scipy(m), dtype, **kw)
 
     @classmethod
     def _check_kw(cls, kw: dict) -> None:
@@ -733,6 +735,20 @@ def _check_scipy(m: Any, name: str = "m") -> None:
         indptr, indices = _as_index(m.indptr, f"{name}.indptr"), _as_index(m.indices, f"{name}.indices")
         indptr, indices = _index_pair(indptr, indices, max(mm, nn))
         _lowp.check_compressed(indptr, indices, nmaj, nmin, f"{name}.indptr", f"{name}.indices")
+
+
+def _native_scipy(m: Any) -> Any:
+    """``m`` with its values in the machine's byte order: scipy holds swapped ones (an
+    assignment to ``.data`` makes them) but refuses them in its conversions."""
+    d = np.asarray(m.data)
+    if d.dtype.isnative:
+        return m
+    d = d.astype(d.dtype.newbyteorder("="))
+    if m.format == "coo":
+        return type(m)((d, (m.coords[0], m.coords[1])), shape=m.shape)
+    if m.format in ("csr", "csc", "bsr"):
+        return type(m)((d, m.indices, m.indptr), shape=m.shape)
+    return m  # (the other formats convert through tocoo, which scipy makes native)
 
 
 def _quant_input(x: Any) -> Optional[tuple[np.ndarray, float]]:

@@ -151,9 +151,7 @@ fn cached_empty<'py>(py: Python<'py>, shape: Vec<usize>, dtype: Bound<'py, PyArr
     if dtype.has_object() {
         return Err(PyTypeError::new_err("dtype: object dtypes are not accepted; accepted: numeric dtypes"));
     }
-    if shape.len() > 32 {
-        return Err(PyValueError::new_err(format!("shape: {} dimensions, at most 32 are accepted", shape.len())));
-    }
+    // (numpy refuses more dimensions than it supports: 32 before numpy 2, 64 since.)
     let item = dtype.itemsize();
     let need = shape
         .iter()

@@ -298,6 +298,66 @@ pub fn register_all(py: Python<'_>, ufuncs: &[(&str, usize)]) -> PyResult<()> {
         }
     }
     let _ = PAIR_UFUNCS.set(pairs);
+    register_int_comparisons(py, &pl, dtypes)
+}
+
+/// numpy's float64 DType class (set with [`DTYPES`]).
+static FLOAT64_DTYPE: OnceLock<Py<PyAny>> = OnceLock::new();
+
+/// The promoter of [`register_int_comparisons`]: both inputs become float64,
+/// whatever a signature fixes (as [`promote_to_common`]); outputs as [`set_new`]
+/// gives them.
+///
+/// # Safety
+/// As [`promote_py_scalars`].
+unsafe extern "C" fn promote_to_float64(
+    ufunc: *mut ffi::PyObject,
+    op_dtypes: *const *mut ffi::PyObject,
+    signature: *const *mut ffi::PyObject,
+    new_op_dtypes: *mut *mut ffi::PyObject,
+) -> c_int {
+    // SAFETY: see the function contract.
+    unsafe {
+        let (nin, nout) = arity(ufunc);
+        let Some(f64_dtype) = FLOAT64_DTYPE.get() else {
+            // (Set before the promoter is registered: cannot happen.)
+            ffi::PyErr_SetString(ffi::PyExc_TypeError, c"lowp: promoter called before its set-up".as_ptr());
+            return -1;
+        };
+        set_new(op_dtypes, signature, new_op_dtypes, nin, nout, f64_dtype.as_ptr(), false);
+        0
+    }
+}
+
+/// Comparisons of a type without infinities (posits, the fn and fnuz fp8 types)
+/// with a Python int run in float64. numpy stores the int in the array's type, where
+/// one beyond the range became NaN (fn, fnuz: `x < 1000` was False) or the largest
+/// posit (`posit16(2**56) == 2**60` was True, and `hash` disagreed); numpy's own
+/// integer types compare such ints by value, its floats through infinity. float64
+/// holds every value of these types, and the ints exactly up to 2**53.
+fn register_int_comparisons(py: Python<'_>, py_long: &Bound<'_, PyAny>, dtypes: [usize; N]) -> PyResult<()> {
+    let Some(reg) = Registrar::new(py, promote_to_float64)? else {
+        return Ok(());
+    };
+    let f64_dtype = py.import("numpy")?.getattr("dtypes")?.getattr("Float64DType")?;
+    let _ = FLOAT64_DTYPE.set(f64_dtype.unbind());
+    let umath = py.import("numpy")?.getattr("_core")?.getattr("umath")?;
+    for name in ["equal", "not_equal", "less", "less_equal", "greater", "greater_equal"] {
+        let uf = umath.getattr(name)?;
+        for (t, &cls) in dtypes.iter().enumerate() {
+            let no_inf = match &TYPES[t].fmt {
+                Format::Float(f) => !f.inf,
+                _ => true,
+            };
+            if !no_inf {
+                continue;
+            }
+            // SAFETY: the DType classes live as long as numpy.
+            let lowp = unsafe { Bound::from_borrowed_ptr(py, cls as *mut ffi::PyObject) };
+            reg.add(&uf, vec![lowp.clone(), py_long.clone()])?;
+            reg.add(&uf, vec![py_long.clone(), lowp])?;
+        }
+    }
     Ok(())
 }
 

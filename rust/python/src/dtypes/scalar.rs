@@ -209,6 +209,15 @@ pub(super) fn convert(py: Python<'_>, t: usize, obj: &Bound<'_, PyAny>) -> PyRes
         };
         return Ok(enc(t, if let Some(q) = exact { sticky(&q, f)? } else { f }));
     }
+    let np = py.import("numpy")?;
+    if obj.is_instance(&np.getattr("complexfloating")?)? {
+        // numpy's complex scalars (np.complex128 is a Python complex too): the real part,
+        // with numpy's warning, as numpy's own floats take them (a longdouble real part
+        // then rounds once).
+        let warning = np.getattr("exceptions")?.getattr("ComplexWarning")?;
+        PyErr::warn(py, &warning, c"Casting complex values to real discards the imaginary part", 1)?;
+        return convert(py, t, &obj.getattr("real")?);
+    }
     if obj.is_instance_of::<pyo3::types::PyComplex>() {
         return Err(PyTypeError::new_err(format!(
             "{name}: cannot convert complex to {name}; take .real first (accepted: real numbers and numeric strings)"
@@ -467,7 +476,15 @@ unsafe extern "C" fn format_method(ob: *mut ffi::PyObject, spec: *mut ffi::PyObj
         if spec.is_empty() {
             return Ok(pyo3::types::PyString::new(py, &repr_string(t, c)).into_ptr());
         }
-        Ok(PyFloat::new(py, dec(t, c)).call_method1("__format__", (spec,))?.into_ptr())
+        // Without a presentation type or a precision ("^10", "+", ","), Python formats a
+        // float by its repr's digits: here the type's shortest ones, through the float64
+        // that prints them (the value's own float64 would print all its digits).
+        let chars: Vec<char> = spec.chars().collect();
+        let align = |i: usize| chars.get(i).is_some_and(|ch| "<>=^".contains(*ch));
+        let rest = &chars[if align(1) { 2 } else if align(0) { 1 } else { 0 }..];
+        let typed = rest.last().is_some_and(|ch| ch.is_ascii_alphabetic() || *ch == '%');
+        let v = if !typed && !rest.contains(&'.') { shortest(t, c).map_or(dec(t, c), |(_, p)| p) } else { dec(t, c) };
+        Ok(PyFloat::new(py, v).call_method1("__format__", (spec,))?.into_ptr())
     })
 }
 
