@@ -675,27 +675,31 @@ def test_common_types_with_numpy_types(name):
     """``np.result_type`` (and so ``concatenate``, ``stack``, ``where``) of a lowp type
     and a numpy type is the one that holds the other (a safe cast), else the smallest
     numpy float or complex type both cast into safely, as numpy gives float32 for
-    float16 with int16: never DTypePromotionError. Either argument order."""
+    float16 with int16: never DTypePromotionError. Either argument order. float16 is
+    never the answer (an fp8 type beside it gives float32, as in ml_dtypes)."""
     T = dt(name)
     for O in map(np.dtype, NUMPY_TYPES + [np.longdouble, np.clongdouble]):
         r = np.result_type(T, O)
         assert r == np.result_type(O, T), O
         assert np.can_cast(T, r) and np.can_cast(O, r), O
         if r not in (T, O):
-            assert not np.can_cast(T, O) and not np.can_cast(O, T)
-            smaller = LADDER[:LADDER.index(r.type)]
+            assert not np.can_cast(O, T) and (not np.can_cast(T, O) or O == np.float16)
+            smaller = [c for c in LADDER[:LADDER.index(r.type)] if c is not np.float16]
             assert not any(np.can_cast(T, c) and np.can_cast(O, c) for c in smaller), (O, r)
 
 
 def test_common_types_match_numpys_float16():
     bf, e4, e5, p16, p32 = (dt(n) for n in ("bfloat16", "float8_e4m3fn", "float8_e5m2", "posit16", "posit32"))
-    f16, f32, f64 = np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64)
+    f32, f64 = np.dtype(np.float32), np.dtype(np.float64)
     # numpy: float16 with int16 and with a float16 of another kind gives float32, int32 float64.
     assert np.result_type(np.float16, np.int16) == f32 and np.result_type(np.float16, np.int32) == f64
     assert np.result_type(bf, np.int16) == np.result_type(bf, np.float16) == f32
     assert np.result_type(bf, np.int32) == np.result_type(bf, np.uint64) == f64
-    assert np.result_type(e4, np.int16) == f32 and np.result_type(e4, np.float16) == f16
-    assert np.result_type(e4, e5) == f16 and np.result_type(bf, p16) == f32 and np.result_type(p32, np.float32) == f64
+    # float16 is never the answer: an fp8 type beside float16 or another fp8 type gives
+    # float32, as in ml_dtypes (float16 overflows on e4m3 x e5m2 products).
+    assert np.result_type(e4, np.int16) == f32 and np.result_type(e4, np.float16) == f32
+    assert np.result_type(e5, np.float16) == f32 and np.result_type(np.float16, e5) == f32
+    assert np.result_type(e4, e5) == f32 and np.result_type(bf, p16) == f32 and np.result_type(p32, np.float32) == f64
     assert np.result_type(bf, e5) == bf and np.result_type(bf, np.int8) == bf
     assert np.result_type(bf, np.complex64) == np.complex64 and np.result_type(p32, np.complex64) == np.complex128
     assert np.result_type(bf, object) == object
@@ -705,7 +709,7 @@ def test_common_types_match_numpys_float16():
     assert np.result_type(np.ones(2, bf), 1.5) == bf and np.result_type(bf, 2) == bf
     # (A float before it: numpy asks for the common type with float16, as for ml_dtypes 0.7.)
     assert np.result_type(1.5, np.ones(2, bf)) == f32
-    assert np.result_type(e4, 1.5) == f16 and np.result_type(p16, 1.5) == f32 and np.result_type(p32, 1.5) == f64
+    assert np.result_type(e4, 1.5) == f32 and np.result_type(p16, 1.5) == f32 and np.result_type(p32, 1.5) == f64
 
 
 def test_concatenate_stack_where_with_other_types():
@@ -762,7 +766,7 @@ def test_safe_casts_among_lowp_dtypes_are_the_exact_ones():
     b = np.array([1024.0, 1.0], dt("float8_e5m2"))
     for x, y in ((a, b), (b, a)):
         s = x + y
-        assert s.dtype == np.float16 and s.tolist() == [1025.0, 2.125]  # exact in float16
+        assert s.dtype == np.float32 and s.tolist() == [1025.0, 2.125]  # float32, as in ml_dtypes
         assert (x == y).tolist() == [False, False]
     assert (np.ones((1, 3), dt("float8_e4m3fn")) @ np.full((3, 1), 512.0, dt("float8_e5m2"))).tolist() == [[1536.0]]
     assert not (np.array([1.0], dt("bfloat16")) == np.array([1 + 2**-10], dt("posit16")))[0]
@@ -1646,3 +1650,28 @@ def test_format_without_a_type_uses_the_shortest_digits(name):
     assert f"{y:e}" == format(float(y), "e")
     for v in (0.0, float("nan"), 3.0):
         assert f"{T(v):>8}" == repr(T(v)).rjust(8)
+
+
+def test_fp8_pairs_and_python_floats_compute_in_float32():
+    """An fp8 type beside another fp8 type, float16 or a Python float runs float32's
+    loops, ``@`` and the vector products included, as ml_dtypes' arrays do: float16's
+    overflowed on an e4m3fn x e5m2 product (448 * 192) and rounded the sum of
+    ``[1, 1/64] @ [1024, 1]``."""
+    a = np.array([[448.0, 1.0]], lowp.float8_e4m3fn)
+    b = np.array([[200.0], [1.0]], lowp.float8_e5m2)
+    for r in (a @ b, np.matmul(a, b), np.dot(a, b), a @ b.astype(np.float16), b.T @ a.T):
+        assert r.dtype == np.float32 and r.tolist() == [[86017.0]]
+    assert np.vecdot(a[0], b[:, 0]).dtype == np.float32 and float(np.vecdot(a[0], b[:, 0])) == 86017.0
+    c = np.array([[1.0, 0.015625]], lowp.float8_e4m3fn) @ np.array([[1024.0], [1.0]], lowp.float8_e5m2)
+    assert c.tolist() == [[1024.015625]]
+    p = a * b.T
+    assert p.dtype == np.float32 and p.tolist() == [[86016.0, 1.0]]  # (200 is 192 in e5m2)
+    for t in (lowp.float8_e4m3fn, lowp.float8_e5m2, lowp.float8_e4m3fnuz):
+        x = np.array([1.5, 3.0], t)
+        for r in (x * 0.5, 0.5 * x, np.clip(x, 0.0, 2.0), np.maximum(x, 0.25), np.where(x > 2, x, 0.1)):
+            assert r.dtype == np.float32
+        assert np.result_type(x, 0.5) == np.float32
+        assert (x * 2).dtype == t  # (Python ints keep the type)
+    # bfloat16 keeps its type beside Python floats; beside fp8 types it holds them.
+    bf = np.array([1.0], lowp.bfloat16)
+    assert (bf * 0.5).dtype == lowp.bfloat16 and (bf @ np.ones((1, 1), lowp.float8_e5m2)).dtype == lowp.bfloat16

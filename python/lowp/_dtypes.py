@@ -96,6 +96,26 @@ for _name in DTYPE_NAMES:
     _t.is_integer = _is_integer
 
 
+def _register_float32_pairs() -> None:
+    """An fp8 type beside float16 or another fp8 type has float32 as its np.result_type (as
+    in ml_dtypes), while numpy's loop search would run float16's loops, which overflow on
+    an e4m3 x e5m2 product: the ufuncs of two inputs, ``@`` and the vector products run
+    float32's."""
+    ours = [np.dtype(getattr(_lowp, name)) for name in DTYPE_NAMES]
+    f16, f32 = np.dtype(np.float16), np.dtype(np.float32)
+    pairs = []
+    for x in ours:
+        for y in ours + [f16]:
+            for a, b in ((x, y), (y, x)):
+                if a != b and np.result_type(a, b) == f32 and np.can_cast(a, f16) and np.can_cast(b, f16):
+                    pairs.append((type(a), type(b), type(f32)))
+    more = [getattr(np, n) for n in ("matmul", "vecdot", "matvec", "vecmat") if hasattr(np, n)]
+    _lowp._register_common(pairs, more)
+
+
+_register_float32_pairs()
+
+
 _ML_EXTRA_NAMES = ("float8_e3m4", "float8_e4m3b11fnuz", "float6_e2m3fn", "float6_e3m2fn", "float4_e2m1fn")
 
 

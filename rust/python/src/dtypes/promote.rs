@@ -14,8 +14,10 @@
 //! Only types with infinities that float16 does not hold (bfloat16): the fp8
 //! types cast safely into float16, which numpy would then store the float in
 //! (a second rounding), and in types without infinities (posits, fn and fnuz
-//! formats) `x < np.inf` or `np.clip(x, 0, np.inf)` would meet NaN. Those
-//! keep numpy's promotion (float16 for fp8, float64 for posits).
+//! formats) `x < np.inf` or `np.clip(x, 0, np.inf)` would meet NaN. A second
+//! promoter runs the fp8 types beside Python floats in float32 (their common
+//! type with float16, see `common_dtype`); posits keep numpy's promotion (the
+//! smallest numpy float holding them).
 
 use std::ffi::{c_int, c_void};
 use std::sync::OnceLock;
@@ -209,9 +211,10 @@ unsafe extern "C" fn promote_to_common(
 /// common)` DType classes given (ml_dtypes' types beside lowp's whose common type is
 /// ml_dtypes' one: numpy's legacy loop search ran lowp's loop for same-named pairs, and
 /// float32's for ml_dtypes' bfloat16 beside lowp's fp8 and posit8 types).
+/// `more` are further ufuncs of two inputs to register them on (the matrix products).
 #[pyfunction]
-#[pyo3(name = "_register_common")]
-pub fn register_common(py: Python<'_>, pairs: Vec<(Bound<'_, PyAny>, Bound<'_, PyAny>, Bound<'_, PyAny>)>) -> PyResult<()> {
+#[pyo3(name = "_register_common", signature = (pairs, more = Vec::new()))]
+pub fn register_common(py: Python<'_>, pairs: Vec<(Bound<'_, PyAny>, Bound<'_, PyAny>, Bound<'_, PyAny>)>, more: Vec<Bound<'_, PyAny>>) -> PyResult<()> {
     let (Some(reg), Some(ufuncs)) = (Registrar::new(py, promote_to_common)?, PAIR_UFUNCS.get()) else {
         return Ok(());
     };
@@ -225,8 +228,8 @@ pub fn register_common(py: Python<'_>, pairs: Vec<(Bound<'_, PyAny>, Bound<'_, P
             }
             table.push(key);
         }
-        for uf in ufuncs {
-            reg.add(uf.bind(py), vec![a.clone(), b.clone()])?;
+        for uf in ufuncs.iter().map(|u| u.bind(py)).chain(more.iter()) {
+            reg.add(uf, vec![a.clone(), b.clone()])?;
         }
     }
     Ok(())
@@ -266,6 +269,10 @@ pub fn register_all(py: Python<'_>, ufuncs: &[(&str, usize)]) -> PyResult<()> {
     let _ = DTYPES.set(dtypes);
     let _ = PY_SCALAR_DTYPES.set((py_long as usize, py_float as usize));
     let np = py.import("numpy")?;
+    let f32_dtype = np.getattr("dtypes")?.getattr("Float32DType")?;
+    let f64_dtype = np.getattr("dtypes")?.getattr("Float64DType")?;
+    let _ = FLOAT_DTYPES.set((f32_dtype.unbind(), f64_dtype.unbind()));
+    let reg32 = Registrar::new(py, promote_to_float32)?;
     // SAFETY: the DType classes live as long as numpy.
     let (pf, pl) = unsafe { (Bound::from_borrowed_ptr(py, py_float), Bound::from_borrowed_ptr(py, py_long)) };
     let mut seen: Vec<Py<PyAny>> = Vec::new();
@@ -281,9 +288,11 @@ pub fn register_all(py: Python<'_>, ufuncs: &[(&str, usize)]) -> PyResult<()> {
             pairs.push(uf.clone().unbind());
         }
         for (t, &cls) in dtypes.iter().enumerate() {
-            if !weak(t) {
-                continue;
-            }
+            let reg = match (weak(t), &reg32) {
+                (true, _) => &reg,
+                (false, Some(r)) if in_float16(t) => r,
+                _ => continue,
+            };
             // SAFETY: as above.
             let lowp = unsafe { Bound::from_borrowed_ptr(py, cls as *mut ffi::PyObject) };
             // Every mix of the lowp type, Python ints and Python floats with at least one
@@ -301,12 +310,49 @@ pub fn register_all(py: Python<'_>, ufuncs: &[(&str, usize)]) -> PyResult<()> {
     register_int_comparisons(py, &pl, dtypes)
 }
 
-/// numpy's float64 DType class (set with [`DTYPES`]).
-static FLOAT64_DTYPE: OnceLock<Py<PyAny>> = OnceLock::new();
+/// numpy's float32 and float64 DType classes (set with [`DTYPES`]).
+static FLOAT_DTYPES: OnceLock<(Py<PyAny>, Py<PyAny>)> = OnceLock::new();
 
-/// The promoter of [`register_int_comparisons`]: both inputs become float64,
-/// whatever a signature fixes (as [`promote_to_common`]); outputs as [`set_new`]
-/// gives them.
+/// A promoter making both inputs float32 (`WIDE` false) or float64, whatever a
+/// signature fixes (as [`promote_to_common`]); outputs as [`set_new`] gives them.
+///
+/// # Safety
+/// As [`promote_py_scalars`].
+unsafe fn promote_to_float<const WIDE: bool>(
+    ufunc: *mut ffi::PyObject,
+    op_dtypes: *const *mut ffi::PyObject,
+    signature: *const *mut ffi::PyObject,
+    new_op_dtypes: *mut *mut ffi::PyObject,
+) -> c_int {
+    // SAFETY: see the function contract.
+    unsafe {
+        let (nin, nout) = arity(ufunc);
+        let Some((f32_dtype, f64_dtype)) = FLOAT_DTYPES.get() else {
+            // (Set before the promoters are registered: cannot happen.)
+            ffi::PyErr_SetString(ffi::PyExc_TypeError, c"lowp: promoter called before its set-up".as_ptr());
+            return -1;
+        };
+        let to = if WIDE { f64_dtype } else { f32_dtype };
+        set_new(op_dtypes, signature, new_op_dtypes, nin, nout, to.as_ptr(), false);
+        0
+    }
+}
+
+/// [`promote_to_float`] into float32: Python floats beside the fp8 types.
+///
+/// # Safety
+/// As [`promote_py_scalars`].
+unsafe extern "C" fn promote_to_float32(
+    ufunc: *mut ffi::PyObject,
+    op_dtypes: *const *mut ffi::PyObject,
+    signature: *const *mut ffi::PyObject,
+    new_op_dtypes: *mut *mut ffi::PyObject,
+) -> c_int {
+    // SAFETY: forwarded contract.
+    unsafe { promote_to_float::<false>(ufunc, op_dtypes, signature, new_op_dtypes) }
+}
+
+/// [`promote_to_float`] into float64: Python ints in comparisons.
 ///
 /// # Safety
 /// As [`promote_py_scalars`].
@@ -316,17 +362,8 @@ unsafe extern "C" fn promote_to_float64(
     signature: *const *mut ffi::PyObject,
     new_op_dtypes: *mut *mut ffi::PyObject,
 ) -> c_int {
-    // SAFETY: see the function contract.
-    unsafe {
-        let (nin, nout) = arity(ufunc);
-        let Some(f64_dtype) = FLOAT64_DTYPE.get() else {
-            // (Set before the promoter is registered: cannot happen.)
-            ffi::PyErr_SetString(ffi::PyExc_TypeError, c"lowp: promoter called before its set-up".as_ptr());
-            return -1;
-        };
-        set_new(op_dtypes, signature, new_op_dtypes, nin, nout, f64_dtype.as_ptr(), false);
-        0
-    }
+    // SAFETY: forwarded contract.
+    unsafe { promote_to_float::<true>(ufunc, op_dtypes, signature, new_op_dtypes) }
 }
 
 /// Comparisons of a type without infinities (posits, the fn and fnuz fp8 types)
@@ -339,8 +376,6 @@ fn register_int_comparisons(py: Python<'_>, py_long: &Bound<'_, PyAny>, dtypes: 
     let Some(reg) = Registrar::new(py, promote_to_float64)? else {
         return Ok(());
     };
-    let f64_dtype = py.import("numpy")?.getattr("dtypes")?.getattr("Float64DType")?;
-    let _ = FLOAT64_DTYPE.set(f64_dtype.unbind());
     let umath = py.import("numpy")?.getattr("_core")?.getattr("umath")?;
     for name in ["equal", "not_equal", "less", "less_equal", "greater", "greater_equal"] {
         let uf = umath.getattr(name)?;
@@ -431,7 +466,8 @@ unsafe fn dtype_of(py: Python<'_>, num: c_int) -> *mut ffi::PyObject {
     }
 }
 
-/// numpy's types tried in order when neither type casts safely into the other.
+/// numpy's types tried in order when neither type casts safely into the other
+/// (float16 skipped, see [`common_dtype`]).
 const FLOAT_LADDER: [c_int; 7] = [
     numpy::npyffi::NPY_TYPES::NPY_HALF as c_int,
     numpy::npyffi::NPY_TYPES::NPY_FLOAT as c_int,
@@ -481,7 +517,12 @@ unsafe extern "C" fn common_dtype(cls: *mut ffi::PyObject, other: *mut ffi::PyOb
             return not_implemented();
         }
         let safe = |from: c_int, to: c_int| PY_ARRAY_API.PyArray_CanCastSafely(py, from, to) != 0;
-        if safe(a, b) {
+        // float16 is never the answer: an fp8 type beside float16 or another fp8 type
+        // gives float32, as in ml_dtypes (float16 would overflow where a float32 holds
+        // an e4m3 x e5m2 product, 448 * 57344, and `@` of such a pair ran numpy's float16
+        // matmul).
+        let half = numpy::npyffi::NPY_TYPES::NPY_HALF as c_int;
+        if safe(a, b) && b != half {
             ffi::Py_INCREF(other);
             return other;
         }
@@ -489,7 +530,7 @@ unsafe extern "C" fn common_dtype(cls: *mut ffi::PyObject, other: *mut ffi::PyOb
             ffi::Py_INCREF(cls);
             return cls;
         }
-        for &t in &FLOAT_LADDER {
+        for &t in FLOAT_LADDER.iter().filter(|&&t| t != half) {
             if safe(a, t) && safe(b, t) {
                 return dtype_of(py, t);
             }
@@ -498,10 +539,14 @@ unsafe extern "C" fn common_dtype(cls: *mut ffi::PyObject, other: *mut ffi::PyOb
     }
 }
 
+/// Whether float16 holds every value of lowp type `t` (the fp8 types).
+fn in_float16(t: usize) -> bool {
+    super::casts::all_exact(&TYPES[t].fmt, &Format::Float(lowp_core::format::named::FLOAT16))
+}
+
 /// Whether Python floats beside lowp type `t` keep it (see the module docs).
 fn weak(t: usize) -> bool {
-    let f16 = Format::Float(lowp_core::format::named::FLOAT16);
-    matches!(&TYPES[t].fmt, Format::Float(f) if f.inf) && !super::casts::all_exact(&TYPES[t].fmt, &f16)
+    matches!(&TYPES[t].fmt, Format::Float(f) if f.inf) && !in_float16(t)
 }
 
 /// Mark every lowp DType numeric (`NPY_DT_NUMERIC`, a public flag: numpy's testing
