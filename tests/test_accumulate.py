@@ -1768,3 +1768,31 @@ print(json.dumps(cases()))
         assert flushed[k] == want[k], k
     up = np.frombuffer(bytes.fromhex(want["mm None up"]), np.float32)
     assert up[0] == 16 * 2.0**-22 and np.frombuffer(bytes.fromhex(want["sum32 None"]), np.float32)[0] == 100 * 2.0**-140
+
+
+def test_int8_beside_floats():
+    """int8 beside a float operand multiplies by its values (numpy's int8 @ float32 is
+    float32; it used to be refused): the float32 path within its bound, and emulated
+    accumulation bit-exact against the Fraction reference, in either operand order."""
+    import ml_dtypes
+
+    rng = np.random.default_rng(61)
+    a = rng.integers(-128, 128, (4, 21)).astype(np.int8)
+    a[0] = -128
+    for t in (np.float32, np.float16, lowp.bfloat16, lowp.float8_e4m3fn, lowp.posit16, ml_dtypes.float8_e5m2):
+        b = (rng.standard_normal((21, 5)) * 4).astype(t)
+        exact = a.astype(np.float64) @ b.astype(np.float64)
+        r = lowp.matmul(a, b)
+        assert r.dtype == np.float32
+        bound = 21 * 2.0**-23 * (np.abs(a.astype(np.float64)) @ np.abs(b.astype(np.float64)))
+        assert np.all(np.abs(r - exact) <= bound)
+        np.testing.assert_array_equal(lowp.matmul(b.T, a.T), r.T)
+        for fmt, mode, chunk in ((lowp.format("bf16"), "nearest_even", None), (lowp.format("fp16"), "toward_zero", 8),
+                                 (lowp.FloatFormat(6, 9), "up", None)):
+            got = lowp.matmul(a, b, accumulate=fmt, rounding=mode, chunk=chunk)
+            assert same(got, ref_matmul(a, b, fmt, mode, chunk)), (t, fmt, mode)
+            assert same(lowp.matmul(b.T, a.T, accumulate=fmt, rounding=mode, chunk=chunk), ref_matmul(b.T, a.T, fmt, mode, chunk))
+    # float64 inputs keep their rule: emulated accumulation needs exact float64 products.
+    with pytest.raises(TypeError, match="^a, b: emulated accumulation"):
+        lowp.matmul(a, np.ones((21, 2)), accumulate="bf16")
+    assert lowp.matmul(a, np.ones((21, 2))).dtype == np.float64

@@ -480,3 +480,30 @@ def test_wide_asymmetric_scale_is_the_exact_one_rounded_once(bits):
             continue
         q = lowp.quantize(np.array([lo, hi]), lowp.IntFormat(bits), symmetric=False)
         assert q.scale == np.float32(float(tie))  # (the tie is a float64: numpy's cast rounds it to even)
+
+
+def test_qmatmul_along_the_inner_dimension_sums_in_float64():
+    """Scales along the inner dimension do not factor out of the sum: the exact reals are
+    multiplied with float64 accumulation (float32's lost the 1 beside 127e6 - 127e6), and
+    on random inputs the result is the exact one rounded once to float32."""
+    from fractions import Fraction
+
+    qa = lowp.QuantizedArray(np.array([[127, 1, -127]], np.int8), np.array([1e6, 1.0, 1e6], np.float32),
+                             np.zeros(3, np.int32), 1, "int8")
+    qb = lowp.QuantizedArray(np.ones((3, 1), np.int8), np.float32(1.0), np.int32(0), None, "int8")
+    assert lowp.qmatmul(qa, qb).tolist() == [[1.0]]
+    assert lowp.qmatmul(lowp.quantize(np.array([[127e6, 1.0, -127e6]]), "int8", axis=1), qb).tolist() == [[1.0]]
+    rng = np.random.default_rng(4)
+    for ax_a, ax_b in ((1, None), (None, 0), (1, 0), (1, 1), (0, 0)):
+        x = rng.standard_normal((4, 50)) * 2.0 ** rng.integers(-6, 6, (1, 50))
+        w = rng.standard_normal((50, 3))
+        qa = lowp.quantize(x, "int8", axis=ax_a, symmetric=False)
+        qb = lowp.quantize(w, "int8", axis=ax_b)
+        r = lowp.qmatmul(qa, qb)
+        fa = [[Fraction(float(v)) for v in row] for row in qa._dequantize64()]
+        fb = [[Fraction(float(v)) for v in row] for row in qb._dequantize64()]
+        for i in range(4):
+            for j in range(3):
+                e = sum(fa[i][t] * fb[t][j] for t in range(50))
+                assert r[i, j] == lowp.round(np.array([float(e)]), "float32")[0] or \
+                    abs(Fraction(float(r[i, j])) - e) <= abs(Fraction(float(np.float32(float(e)))) - e)

@@ -279,7 +279,8 @@ def matmul(a: Any, b: Any, *, accumulate: Any = "float32", chunk: Optional[int] 
            out: Optional[np.ndarray] = None, out_dtype: Any = None, rbits: Optional[int] = None) -> np.ndarray:
     """Matrix product of ``a`` and ``b`` (numpy ``matmul`` shapes: 1-D, 2-D, stacks).
 
-    Inputs: float16/32/64, int8, or any lowp / ml_dtypes low-precision dtype, any strides.
+    Inputs: float16/32/64, int8, or any lowp / ml_dtypes low-precision dtype, any strides
+    (int8 beside a float type multiplies by its values, as numpy's int8 @ float32).
 
     accumulate: ``"float32"`` (default; float64 or posit32 inputs accumulate in float64,
         int8 x int8 accumulates exactly in int32; deeper than 2**17 - 1, depth blocks
@@ -358,11 +359,9 @@ def matmul(a: Any, b: Any, *, accumulate: Any = "float32", chunk: Optional[int] 
     shape = tuple(batch) + (() if a.ndim == 1 else (m,)) + (() if b.ndim == 1 else (n,))
 
     # The path.
-    int_in = (fa == _I8, fb == _I8)
-    if any(int_in) and not all(int_in):
-        raise TypeError(f"a, b: no common format for {a.dtype} and {b.dtype}; int8 multiplies int8 "
-                        f"(cast, or quantize the other operand)")
-    both_i8 = all(int_in)
+    # int8 beside a float: its values as they are (every format holds them exactly or
+    # rounds them as it rounds any value), as numpy's int8 @ float32 is float32.
+    both_i8 = fa == _I8 and fb == _I8
     emulated = False
     if acc == "int32":
         if not both_i8:
@@ -522,7 +521,9 @@ def qmatmul(qa: QuantizedArray, qb: QuantizedArray, *, out_dtype: Any = np.float
     ``C[i, j] = sa[i] * sb[j] * sum_k (qa[i, k] - za[i]) * (qb[k, j] - zb[j])``.
 
     Quantization along the inner dimension does not factor out of the sum; those
-    operands are dequantized to float32 and multiplied with float32 accumulation.
+    operands are dequantized to float64 (exactly) and multiplied with float64
+    accumulation, then rounded into ``out_dtype``: the exact result's rounding unless
+    the float64 sum has rounded (terms far apart in size, or cancelling).
     ``out_dtype``: float32 (also for None), float64, float16 or a low-precision dtype.
     """
     for q, arg in ((qa, "qa"), (qb, "qb")):
@@ -544,7 +545,7 @@ def qmatmul(qa: QuantizedArray, qb: QuantizedArray, *, out_dtype: Any = np.float
     zb = _scale_vec(qb.zero_point, qb.axis, 2, 1, n, "qb.zero_point")
     res = np.empty((m, n), dtype=target)
     if sa is None or za is None or sb is None or zb is None:
-        r = matmul(qa.dequantize(), qb.dequantize())
+        r = matmul(qa._dequantize64(), qb._dequantize64())
         _convert_into(r, res, "out_dtype")
         return res
     # Sums of B's columns and A's rows for the zero points, by the same exact int32

@@ -110,10 +110,16 @@ class QuantizedArray:
 
     def dequantize(self) -> np.ndarray:
         """float32 reals ``(values - zero_point) * scale``, each the exact value rounded once."""
+        with np.errstate(over="ignore"):
+            return self._dequantize64().astype(np.float32)
+
+    def _dequantize64(self) -> np.ndarray:
+        """The reals as float64: exact (a float32 scale times an integer below 2**29),
+        else rounded to odd, which the rounding to float32 then rounds once."""
         d = self.values.astype(np.int64) - self._broadcast(self.zero_point).astype(np.int64)
         sc = self._broadcast(self.scale).astype(np.float32).astype(np.float64)
         with np.errstate(over="ignore"):
-            return _mul_to_odd(d.astype(np.float64), sc).astype(np.float32)
+            return _mul_to_odd(d.astype(np.float64), sc)
 
     def __repr__(self) -> str:
         return (f"QuantizedArray(shape={self.values.shape}, format={self.format!r}, axis={self.axis}, "
