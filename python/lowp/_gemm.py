@@ -260,7 +260,6 @@ def _same_values(d: np.dtype, target: np.dtype) -> bool:
     return f is not None and f == _code_format(target) and d.itemsize == target.itemsize
 
 
-@_keeps_generator_on_error
 def _broadcast_batch(s: tuple, t: tuple) -> Optional[tuple]:
     """The broadcast of two shapes, or None (np.broadcast_shapes stops at 32 dimensions,
     where numpy 2's arrays and np.matmul take 64)."""
@@ -274,6 +273,7 @@ def _broadcast_batch(s: tuple, t: tuple) -> Optional[tuple]:
     return tuple(out)
 
 
+@_keeps_generator_on_error
 def matmul(a: Any, b: Any, *, accumulate: Any = "float32", chunk: Optional[int] = None,
            chunk_accumulate: Any = None, rounding: str = "nearest_even", seed: SeedLike = None,
            out: Optional[np.ndarray] = None, out_dtype: Any = None, rbits: Optional[int] = None) -> np.ndarray:
