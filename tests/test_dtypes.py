@@ -1580,7 +1580,9 @@ def test_comparisons_with_python_ints_by_value(name):
     """Python ints beyond a type's range compare by value, as numpy's own types compare
     them (its floats through infinity). In the types without infinities the int used to
     be stored in the type: NaN in the fn and fnuz fp8 types (``x < 1000`` False), the
-    largest posit in posits (``posit16(2**56) == 2**60`` True, with unequal hashes)."""
+    largest posit in posits (``posit16(2**56) == 2**60`` True, with unequal hashes). Those
+    types now compare every int by value (in float64); the types with infinities store it
+    in the type first, as numpy's float16 does."""
     t = getattr(lowp, name)
     top = float(lowp.finfo(t).max)
     big = 2 * int(top) + 1
@@ -1593,9 +1595,13 @@ def test_comparisons_with_python_ints_by_value(name):
     x = a[2]
     assert x < big and x > -big and not x == big and x != big and x == int(top)
     assert sorted([big, x, -big]) == [-big, x, big]
-    # In range, the ints compare as before.
     np.testing.assert_array_equal(a == 1, [True, False, False])
     np.testing.assert_array_equal(-2 < a, [True, False, True])
+    # In range: by value where there is no infinity, else rounded into the type first.
+    n = np.array([96.0], t)
+    if float(n[0]) == 96.0:
+        by_value = not getattr(lowp.format(name), "inf", False)
+        assert bool((n == 97)[0]) == (not by_value and float(np.array([97.0]).astype(t)[0]) == 96.0)
     if getattr(lowp.format(name), "inf", False):
         np.testing.assert_array_equal(a < 10**400, [True, True, True])  # (the int becomes infinity)
     else:
@@ -1648,8 +1654,13 @@ def test_format_without_a_type_uses_the_shortest_digits(name):
     assert f"{y:+}" == "+" + s and f"{y:.<12}" == s.ljust(12, ".") and f"{-y:,}" == "-" + s
     assert f"{y:.3f}" == format(float(y), ".3f") and f"{y:.12}" == format(float(y), ".12")
     assert f"{y:e}" == format(float(y), "e")
-    for v in (0.0, float("nan"), 3.0):
-        assert f"{T(v):>8}" == repr(T(v)).rjust(8)
+    for v in (0.0, float("nan"), 3.0, 64.0, 448.0, 1024.0, 57344.0, 1e10, -0.1):
+        x = T(v)
+        assert f"{x:>16}" == repr(x).rjust(16) or "e" in repr(x)  # (Python writes 1e10 out)
+        if not math.isnan(float(x)):
+            assert float(f"{x:,}".replace(",", "")) == float(f"{x:+}") == float(repr(x))
+    assert f"{T(448.0):,}" == "448.0" and f"{T(64.0):+}" == "+64.0"
+    assert f"{y:z}" == s and f"{y:z>12}" == s.rjust(12, "z")
 
 
 def test_fp8_pairs_and_python_floats_compute_in_float32():

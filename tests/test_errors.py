@@ -226,7 +226,8 @@ def test_out_may_alias_the_input():
 def test_out_of_any_layout():
     """``out=`` of round, encode and decode may be strided, reversed, Fortran-ordered,
     unaligned, in the other byte order or lowp.empty's padded rows, as matmul's: the
-    results equal those of a plain array, and a refused call leaves ``out`` untouched."""
+    results equal those of a plain array; a refused call leaves such an ``out`` (written
+    through a temporary) untouched."""
     x = np.random.default_rng(3).standard_normal((3, 4)) * 100
 
     def layouts(dt):
@@ -271,6 +272,9 @@ def test_byte_swapped_inputs():
         np.testing.assert_array_equal(r, lowp.cast(x, np.dtype(t)))
     with pytest.raises(TypeError, match="^dtype"):
         lowp.cast(x, ">bf16")
+    for name in ("", ">"):  # (format names: the message lists them)
+        with pytest.raises(ValueError, match="^dtype: .*bf16"):
+            lowp.cast(x, name)
 
 
 def test_nan_products_into_accumulators_without_nan():

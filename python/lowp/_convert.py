@@ -400,8 +400,8 @@ def _into(res: np.ndarray, src: np.ndarray, call: Any) -> Any:
     """``call(dst)`` writing into ``res``; through a temporary when ``res`` overlaps the
     input (``out=x`` rounds in place; the kernels never see aliased buffers) or is not a
     C-contiguous, aligned array in the machine's byte order (which the kernels write),
-    copied back only when the call reports no failure (a true result), so that a call
-    that raises leaves ``res`` as it was."""
+    copied back only when the call reports no failure (a true result). (A call that
+    raises may have written part of a ``res`` it writes directly.)"""
     if not (res.flags.c_contiguous and res.flags.aligned and res.dtype.isnative) or np.may_share_memory(res, src):
         tmp = np.empty(res.shape, res.dtype.newbyteorder("="))
         r = call(tmp)
@@ -527,7 +527,7 @@ def cast(x: Any, dtype: Any, rounding: str = "nearest_even", *, saturate: bool =
     ``dtype`` may be a lowp or ml_dtypes dtype (the result is an array of it), numpy's
     float16/float32/float64 or int8, or a Format with a registered dtype.
     """
-    if isinstance(dtype, str) and dtype[:1] in "<>":
+    if isinstance(dtype, str) and len(dtype) > 1 and dtype[0] in "<>":
         try:
             dtype = np.dtype(dtype)  # a numpy type string with its byte order ('>f4')
         except TypeError:

@@ -365,7 +365,7 @@ def matmul(a: Any, b: Any, *, accumulate: Any = "float32", chunk: Optional[int] 
     emulated = False
     if acc == "int32":
         if not both_i8:
-            raise TypeError(f"accumulate: \"int32\" needs int8 inputs, got {a.dtype} and {b.dtype}")
+            raise TypeError(f"accumulate: \"int32\" needs both inputs int8, got {a.dtype} and {b.dtype}")
         if cacc is not None:
             raise ValueError("chunk_accumulate: \"int32\" accumulation is exact (chunking changes nothing); "
                              "use accumulate=lowp.IntFormat(32) to add chunk totals into another format")

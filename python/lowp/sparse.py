@@ -748,7 +748,7 @@ def _native_scipy(m: Any) -> Any:
         return type(m)((d, (m.coords[0], m.coords[1])), shape=m.shape)
     if m.format in ("csr", "csc", "bsr"):
         return type(m)((d, m.indices, m.indptr), shape=m.shape)
-    return m  # (the other formats convert through tocoo, which scipy makes native)
+    return m  # (the other formats as they are: scipy's conversion refuses their swapped values)
 
 
 def _quant_input(x: Any) -> Optional[tuple[np.ndarray, float]]:

@@ -456,12 +456,12 @@ fn atan2_odd(y: f64, x: f64) -> f64 {
 // ---------------------------------------------------------------- numpy semantics in f64
 
 fn divmod(a: f64, b: f64) -> (f64, f64) {
-    // As numpy's npy_divmod on doubles. A NaN operand gives NaN before any ordered
-    // comparison: vectorized, `<` is a signaling compare, which raised "invalid"
-    // for a quiet NaN where numpy's floats stay quiet.
+    // As numpy's npy_divmod on doubles. A NaN operand gives numpy's NaNs before any
+    // ordered comparison: vectorized, `<` is a signaling compare, which raised
+    // "invalid" for a quiet NaN where numpy's floats stay quiet.
     if a.is_nan() || b.is_nan() {
-        let n = a + b;
-        return (n, n);
+        let m = a % b;
+        return ((a - m) / b, m);
     }
     if b == 0.0 {
         return (a / b, a % b);

@@ -477,13 +477,13 @@ unsafe extern "C" fn format_method(ob: *mut ffi::PyObject, spec: *mut ffi::PyObj
             return Ok(pyo3::types::PyString::new(py, &repr_string(t, c)).into_ptr());
         }
         // Without a presentation type or a precision ("^10", "+", ","), Python formats a
-        // float by its repr's digits: here the type's shortest ones, through the float64
-        // that prints them (the value's own float64 would print all its digits).
+        // float by its repr's digits: here the repr's, through the float64 they parse to
+        // (the value's own float64 would print all its digits).
         let chars: Vec<char> = spec.chars().collect();
         let align = |i: usize| chars.get(i).is_some_and(|ch| "<>=^".contains(*ch));
         let rest = &chars[if align(1) { 2 } else if align(0) { 1 } else { 0 }..];
-        let typed = rest.last().is_some_and(|ch| ch.is_ascii_alphabetic() || *ch == '%');
-        let v = if !typed && !rest.contains(&'.') { shortest(t, c).map_or(dec(t, c), |(_, p)| p) } else { dec(t, c) };
+        let typed = rest.last().is_some_and(|ch| "eEfFgGn%".contains(*ch));
+        let v = if !typed && !rest.contains(&'.') { repr_string(t, c).parse::<f64>().unwrap_or(dec(t, c)) } else { dec(t, c) };
         Ok(PyFloat::new(py, v).call_method1("__format__", (spec,))?.into_ptr())
     })
 }
