@@ -1683,6 +1683,11 @@ def test_fp8_pairs_and_python_floats_compute_in_float32():
             assert r.dtype == np.float32
         assert np.result_type(x, 0.5) == np.float32
         assert (x * 2).dtype == t  # (Python ints keep the type)
+    # np.clip of such mixes too (its third operand anything).
+    e4, e5, h = a[0], b[:, 0], np.array([1.0, 1.0], np.float16)
+    for r in (np.clip(e4, h, e5), np.clip(e4, 0.0, e5), np.clip(e4, 0, e5), np.clip(h, e4, 1), np.clip(e4, h, 2)):
+        assert r.dtype == np.float32
+    assert np.clip(e4, h, e5).tolist() == [192.0, 1.0] and np.clip(e4, 0, 2).dtype == lowp.float8_e4m3fn
     # bfloat16 keeps its type beside Python floats; beside fp8 types it holds them.
     bf = np.array([1.0], lowp.bfloat16)
     assert (bf * 0.5).dtype == lowp.bfloat16 and (bf @ np.ones((1, 1), lowp.float8_e5m2)).dtype == lowp.bfloat16

@@ -307,7 +307,37 @@ pub fn register_all(py: Python<'_>, ufuncs: &[(&str, usize)]) -> PyResult<()> {
         }
     }
     let _ = PAIR_UFUNCS.set(pairs);
+    if let Some(r) = &reg32 {
+        register_clip_mixes(py, r, &pl, &pf, dtypes)?;
+    }
     register_int_comparisons(py, &pl, dtypes)
+}
+
+/// `np.clip` of an fp8 type beside another fp8 type or float16 (and anything as its
+/// third operand) runs in float32, as the ufuncs of two such operands do (the pairs'
+/// common type); numpy's loop search would run float16's loop. (An fp8 type beside
+/// Python scalars alone is registered with the other Python-float mixes.)
+fn register_clip_mixes(py: Python<'_>, reg: &Registrar<'_>, pl: &Bound<'_, PyAny>, pf: &Bound<'_, PyAny>, dtypes: [usize; N]) -> PyResult<()> {
+    let clip = py.import("numpy")?.getattr("_core")?.getattr("umath")?.getattr("clip")?;
+    let f16 = py.import("numpy")?.getattr("dtypes")?.getattr("Float16DType")?;
+    // SAFETY: the DType classes live as long as numpy.
+    let fp8: Vec<Bound<'_, PyAny>> = (0..N).filter(|&t| !weak(t) && in_float16(t)).map(|t| unsafe { Bound::from_borrowed_ptr(py, dtypes[t] as *mut ffi::PyObject) }).collect();
+    let typed: Vec<Bound<'_, PyAny>> = fp8.iter().cloned().chain([f16]).collect();
+    let any: Vec<Bound<'_, PyAny>> = typed.iter().cloned().chain([pl.clone(), pf.clone()]).collect();
+    for x in &any {
+        for y in &any {
+            for z in &any {
+                let ops = [x, y, z];
+                let kinds: Vec<&Bound<'_, PyAny>> = ops.iter().copied().filter(|o| typed.iter().any(|t| t.is(*o))).collect();
+                let distinct = kinds.iter().any(|k| !k.is(kinds[0]));
+                let has_fp8 = ops.iter().any(|o| fp8.iter().any(|t| t.is(*o)));
+                if has_fp8 && distinct {
+                    reg.add(&clip, vec![x.clone(), y.clone(), z.clone()])?;
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 /// numpy's float32 and float64 DType classes (set with [`DTYPES`]).
