@@ -272,7 +272,7 @@ pub fn register_all(py: Python<'_>, ufuncs: &[(&str, usize)]) -> PyResult<()> {
     let f32_dtype = np.getattr("dtypes")?.getattr("Float32DType")?;
     let f64_dtype = np.getattr("dtypes")?.getattr("Float64DType")?;
     let _ = FLOAT_DTYPES.set((f32_dtype.unbind(), f64_dtype.unbind()));
-    let reg32 = Registrar::new(py, promote_to_float32)?;
+    let reg32 = Registrar::new(py, promote_to_float::<false>)?;
     // SAFETY: the DType classes live as long as numpy.
     let (pf, pl) = unsafe { (Bound::from_borrowed_ptr(py, py_float), Bound::from_borrowed_ptr(py, py_long)) };
     let mut seen: Vec<Py<PyAny>> = Vec::new();
@@ -321,7 +321,7 @@ fn register_clip_mixes(py: Python<'_>, reg: &Registrar<'_>, pl: &Bound<'_, PyAny
     let clip = py.import("numpy")?.getattr("_core")?.getattr("umath")?.getattr("clip")?;
     let f16 = py.import("numpy")?.getattr("dtypes")?.getattr("Float16DType")?;
     // SAFETY: the DType classes live as long as numpy.
-    let fp8: Vec<Bound<'_, PyAny>> = (0..N).filter(|&t| !weak(t) && in_float16(t)).map(|t| unsafe { Bound::from_borrowed_ptr(py, dtypes[t] as *mut ffi::PyObject) }).collect();
+    let fp8: Vec<Bound<'_, PyAny>> = (0..N).filter(|&t| in_float16(t)).map(|t| unsafe { Bound::from_borrowed_ptr(py, dtypes[t] as *mut ffi::PyObject) }).collect();
     let typed: Vec<Bound<'_, PyAny>> = fp8.iter().cloned().chain([f16]).collect();
     let any: Vec<Bound<'_, PyAny>> = typed.iter().cloned().chain([pl.clone(), pf.clone()]).collect();
     for x in &any {
@@ -343,12 +343,13 @@ fn register_clip_mixes(py: Python<'_>, reg: &Registrar<'_>, pl: &Bound<'_, PyAny
 /// numpy's float32 and float64 DType classes (set with [`DTYPES`]).
 static FLOAT_DTYPES: OnceLock<(Py<PyAny>, Py<PyAny>)> = OnceLock::new();
 
-/// A promoter making both inputs float32 (`WIDE` false) or float64, whatever a
-/// signature fixes (as [`promote_to_common`]); outputs as [`set_new`] gives them.
+/// A promoter making both inputs float32 (`WIDE` false: Python floats beside the
+/// fp8 types) or float64 (Python ints in comparisons), whatever a signature fixes
+/// (as [`promote_to_common`]); outputs as [`set_new`] gives them.
 ///
 /// # Safety
 /// As [`promote_py_scalars`].
-unsafe fn promote_to_float<const WIDE: bool>(
+unsafe extern "C" fn promote_to_float<const WIDE: bool>(
     ufunc: *mut ffi::PyObject,
     op_dtypes: *const *mut ffi::PyObject,
     signature: *const *mut ffi::PyObject,
@@ -368,34 +369,6 @@ unsafe fn promote_to_float<const WIDE: bool>(
     }
 }
 
-/// [`promote_to_float`] into float32: Python floats beside the fp8 types.
-///
-/// # Safety
-/// As [`promote_py_scalars`].
-unsafe extern "C" fn promote_to_float32(
-    ufunc: *mut ffi::PyObject,
-    op_dtypes: *const *mut ffi::PyObject,
-    signature: *const *mut ffi::PyObject,
-    new_op_dtypes: *mut *mut ffi::PyObject,
-) -> c_int {
-    // SAFETY: forwarded contract.
-    unsafe { promote_to_float::<false>(ufunc, op_dtypes, signature, new_op_dtypes) }
-}
-
-/// [`promote_to_float`] into float64: Python ints in comparisons.
-///
-/// # Safety
-/// As [`promote_py_scalars`].
-unsafe extern "C" fn promote_to_float64(
-    ufunc: *mut ffi::PyObject,
-    op_dtypes: *const *mut ffi::PyObject,
-    signature: *const *mut ffi::PyObject,
-    new_op_dtypes: *mut *mut ffi::PyObject,
-) -> c_int {
-    // SAFETY: forwarded contract.
-    unsafe { promote_to_float::<true>(ufunc, op_dtypes, signature, new_op_dtypes) }
-}
-
 /// Comparisons of a type without infinities (posits, the fn and fnuz fp8 types)
 /// with a Python int run in float64. numpy stores the int in the array's type, where
 /// one beyond the range became NaN (fn, fnuz: `x < 1000` was False) or the largest
@@ -403,18 +376,14 @@ unsafe extern "C" fn promote_to_float64(
 /// integer types compare such ints by value, its floats through infinity. float64
 /// holds every value of these types, and the ints exactly up to 2**53.
 fn register_int_comparisons(py: Python<'_>, py_long: &Bound<'_, PyAny>, dtypes: [usize; N]) -> PyResult<()> {
-    let Some(reg) = Registrar::new(py, promote_to_float64)? else {
+    let Some(reg) = Registrar::new(py, promote_to_float::<true>)? else {
         return Ok(());
     };
     let umath = py.import("numpy")?.getattr("_core")?.getattr("umath")?;
     for name in ["equal", "not_equal", "less", "less_equal", "greater", "greater_equal"] {
         let uf = umath.getattr(name)?;
         for (t, &cls) in dtypes.iter().enumerate() {
-            let no_inf = match &TYPES[t].fmt {
-                Format::Float(f) => !f.inf,
-                _ => true,
-            };
-            if !no_inf {
+            if has_inf(t) {
                 continue;
             }
             // SAFETY: the DType classes live as long as numpy.
@@ -574,9 +543,14 @@ fn in_float16(t: usize) -> bool {
     super::casts::all_exact(&TYPES[t].fmt, &Format::Float(lowp_core::format::named::FLOAT16))
 }
 
+/// Whether lowp type `t` has infinities.
+fn has_inf(t: usize) -> bool {
+    matches!(&TYPES[t].fmt, Format::Float(f) if f.inf)
+}
+
 /// Whether Python floats beside lowp type `t` keep it (see the module docs).
 fn weak(t: usize) -> bool {
-    matches!(&TYPES[t].fmt, Format::Float(f) if f.inf) && !in_float16(t)
+    has_inf(t) && !in_float16(t)
 }
 
 /// Mark every lowp DType numeric (`NPY_DT_NUMERIC`, a public flag: numpy's testing
