@@ -745,3 +745,78 @@ def test_fp8_scaling_scalars_and_float64_extremes():
         q, s = f.quantize(np.array([v, -v]), update=False)
         want = round_float(Fraction(v) * Fraction(s), spec, "nearest_even", saturate=True)
         np.testing.assert_array_equal(q, [want, -want])
+
+
+def test_loss_scaler_step_takes_a_generator_of_gradients():
+    p = np.ones(2, np.float32)
+    s = LossScaler(init_scale=4.0)
+    g = np.array([4.0, 8.0], np.float32)
+    assert s.step(SGD([p], 0.1), (t for t in [g]))
+    np.testing.assert_array_equal(g, [1.0, 2.0])
+    np.testing.assert_allclose(p, [0.9, 0.8], rtol=1e-6)
+
+
+def test_loss_scaler_step_refused_by_the_optimizer_divides_nothing():
+    s = LossScaler(init_scale=4.0)
+    g = np.array([4.0, 8.0, 12.0], np.float32)
+    with pytest.raises(ValueError, match=r"grads\[0\]: shape"):
+        s.step(SGD([np.ones(2, np.float32)], 0.1), [g])
+    np.testing.assert_array_equal(g, [4.0, 8.0, 12.0])
+    with pytest.raises(ValueError, match="grads: got 2 arrays for 1"):
+        s.step(SGD([np.ones(3, np.float32)], 0.1), [g, g.copy()])
+    np.testing.assert_array_equal(g, [4.0, 8.0, 12.0])
+    assert s.step(SGD([np.ones(3, np.float32)], 0.1), [g])  # nothing was left half-done
+
+
+@pytest.mark.parametrize("master", [True, False])
+def test_optimizers_refuse_a_parameter_passed_twice(master):
+    p = np.ones(4, np.float32)
+    for params in ([p, p], [p, p[:2]], [p[::2], p[1:3]]):
+        with pytest.raises(ValueError, match=r"params\[1\]: shares memory with params\[0\]"):
+            SGD(params, 0.1, weight_format="bf16", master_weights=master)
+        with pytest.raises(ValueError, match=r"params\[1\]: shares memory"):
+            Adam(params, weight_format="bf16", master_weights=master)
+    SGD([p[::2], p[1::2]], 0.1, master_weights=master)  # interleaved, disjoint: fine
+
+
+@pytest.mark.parametrize("fmt", ["bf16", "float16", "e5m2", "e4m3fn", "posit16"])
+def test_infinite_weights_stay_visible_without_masters(fmt):
+    f = lowp.format(fmt)
+    ws = {}
+    for master in (True, False):
+        p = np.array([np.inf, -np.inf, 1.0], np.float32)
+        SGD([p], 0.1, weight_format=fmt, master_weights=master)
+        ws[master] = p
+    np.testing.assert_array_equal(ws[False], ws[True])
+    expect = lowp.round(np.array([np.inf, -np.inf], np.float32), f)
+    np.testing.assert_array_equal(ws[False][:2], expect)
+    assert ws[False][2] == 1.0
+
+
+@pytest.mark.parametrize("make", [
+    lambda v: LossScaler(init_scale=v), lambda v: LossScaler(min_scale=v), lambda v: SGD([np.ones(2, np.float32)], v),
+    lambda v: SGD([np.ones(2, np.float32)], 0.1, weight_decay=v), lambda v: Adam([np.ones(2, np.float32)], eps=v)])
+def test_huge_python_ints_are_refused_by_name(make):
+    with pytest.raises(ValueError, match="must be finite, got an int of 1329 bits"):
+        make(10**400)
+
+
+def test_fp8_scaling_takes_a_huge_int_amax_as_infinite():
+    s = Fp8Scaling()
+    s.record(2.0)
+    s.record(10**400)  # not recorded, as inf is not
+    assert s.amax_history.tolist() == [2.0] and s.scale == 224.0
+    with pytest.raises(ValueError, match="amax: an absolute maximum is >= 0"):
+        s.record(-(10**400))
+
+
+def test_quant_config_refuses_at_construction_what_the_model_would():
+    with pytest.raises(ValueError, match="forward: fp8_scaling scales casts into float formats"):
+        QuantConfig(forward="posit8", fp8_scaling=True)
+    with pytest.raises(ValueError, match="backward: fp8_scaling"):
+        QuantConfig(forward="e4m3fn", backward="posit16", fp8_scaling=True)
+    with pytest.raises(ValueError, match="margin: must be <= 127"):
+        QuantConfig(forward="e4m3fn", fp8_scaling=True, margin=1000)
+    c = QuantConfig(forward="bf16", loss_scaling=np.True_, fp8_scaling=np.False_)
+    assert c.loss_scaling is True and c.fp8_scaling is False
+    QuantConfig(forward="posit8")  # without fp8 scaling any real format goes

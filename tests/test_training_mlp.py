@@ -257,3 +257,38 @@ def test_inference_does_not_change_training_or_its_own_answers():
     m = MLP([16, 32, 4], cfg, seed=0)
     first = m.forward(x)
     np.testing.assert_array_equal(first, m.forward(x))
+
+
+def _grads_state(m):
+    hist = [s.amax_history.tolist() for s in (m.x_scaling or [])]
+    return hist, [s.scale for s in (m.x_scaling or [])]
+
+
+@pytest.mark.parametrize("bad_y, err", [(lambda y: y + 10, ValueError), (lambda y: y.astype(float), TypeError),
+                                        (lambda y: y[:-1], ValueError)])
+def test_a_refused_grads_call_leaves_the_model_as_it_was(bad_y, err):
+    rng = np.random.default_rng(0)
+    x = rng.random((8, 4)).astype(np.float32)
+    y = np.arange(8) % 3
+    for cfg in ("hfp8", QuantConfig(forward="bf16", backward="bf16", rounding="stochastic")):
+        a, b = MLP([4, 5, 3], cfg, seed=0), MLP([4, 5, 3], cfg, seed=0)
+        with pytest.raises(err, match="y: "):
+            a.grads(x, bad_y(y))
+        assert _grads_state(a) == _grads_state(b)
+        for _ in range(2):
+            ga, gb = a.grads(x, y)[1], b.grads(x, y)[1]
+            assert all(np.array_equal(u, v) for u, v in zip(ga, gb))
+
+
+def test_train_step_refuses_a_mismatched_optimizer_before_computing():
+    rng = np.random.default_rng(0)
+    x = rng.random((8, 4)).astype(np.float32)
+    y = np.arange(8) % 3
+    a, b = MLP([4, 5, 3], "hfp8", seed=0), MLP([4, 5, 3], "hfp8", seed=0)
+    other = MLP([4, 6, 3], "hfp8", seed=0)
+    with pytest.raises(ValueError, match="optimizer: its parameters' shapes"):
+        a.train_step(x, y, other.optimizer())
+    assert _grads_state(a) == _grads_state(b)
+    oa, ob = a.optimizer(), b.optimizer()
+    a.train_step(x, y, oa), b.train_step(x, y, ob)
+    assert all(np.array_equal(u, v) for u, v in zip(a.params, b.params))

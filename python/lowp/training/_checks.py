@@ -31,7 +31,11 @@ def number(value: Any, name: str, *, gt: Optional[float] = None, ge: Optional[fl
            lt: Optional[float] = None, le: Optional[float] = None) -> float:
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
         raise TypeError(f"{name}: expected a real number, got {type(value).__name__}")
-    v = float(value)
+    try:
+        v = float(value)
+    except OverflowError:  # (a Python int past float64's range)
+        raise ValueError(f"{name}: must be finite, got an int of {int(value).bit_length()} bits, "
+                         f"beyond float64's range") from None
     if math.isnan(v):
         raise ValueError(f"{name}: must be a number, got nan")
     if math.isinf(v):
@@ -128,6 +132,27 @@ def optimizer(value: Any, name: str = "optimizer") -> Any:
     return value
 
 
+def first_overlap(items: list[tuple[np.ndarray, int]]) -> Optional[tuple[int, int]]:
+    """The tags ``(i, j)`` (``i < j``) of two entries of ``items`` whose arrays share
+    memory (the same array twice included), or None. Only arrays whose byte ranges
+    overlap are compared: sorted by start, each is checked against the earlier ones still
+    open (usually none), so n views of one buffer cost n log n, not n squared."""
+    try:
+        from numpy.lib.array_utils import byte_bounds
+    except ImportError:  # numpy < 2
+        byte_bounds = np.byte_bounds
+
+    spans = sorted(((*byte_bounds(a), tag, a) for a, tag in items if a.size), key=lambda t: t[0])
+    open_: list[tuple[int, int, np.ndarray]] = []  # (end, tag, array) of spans not yet closed
+    for lo, hi, tag, a in spans:
+        open_ = [o for o in open_ if o[0] > lo]
+        for _, t, b in open_:
+            if a is b or np.shares_memory(a, b):
+                return (min(t, tag), max(t, tag))
+        open_.append((hi, tag, a))
+    return None
+
+
 def params_list(params: Any, name: str = "params") -> list[np.ndarray]:
     if isinstance(params, np.ndarray):
         params = [params]
@@ -144,6 +169,11 @@ def params_list(params: Any, name: str = "params") -> list[np.ndarray]:
             raise TypeError(f"{name}[{i}]: expected dtype float32 (the working copy), got {p.dtype}")
         if not p.flags.writeable:
             raise ValueError(f"{name}[{i}]: must be writeable (it is updated in place)")
+    clash = first_overlap([(p, i) for i, p in enumerate(ps)])
+    if clash is not None:
+        i, j = clash
+        raise ValueError(f"{name}[{j}]: shares memory with {name}[{i}]; each parameter is updated in place once a "
+                         f"step, so pass it once (tied weights: one array, the sum of its gradients)")
     return ps
 
 

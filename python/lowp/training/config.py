@@ -7,7 +7,7 @@ from typing import Any, Optional, Union
 
 import numpy as np
 
-from .._formats import Format
+from .._formats import FloatFormat, Format
 from . import _checks
 
 __all__ = ["QuantConfig", "PRESETS", "preset"]
@@ -72,9 +72,11 @@ class QuantConfig:
         for field in ("accumulate_rounding", "rounding", "weight_rounding"):
             _checks.rounding(getattr(self, field), field)
         for field in ("master_weights", "loss_scaling", "fp8_scaling"):
-            if not isinstance(getattr(self, field), bool):
+            if not isinstance(getattr(self, field), (bool, np.bool_)):
                 raise TypeError(f"{field}: expected a bool, got {type(getattr(self, field)).__name__}")
-        _checks.integer(self.margin, "margin", ge=0)
+            s(self, field, bool(getattr(self, field)))
+        # (As Fp8Scaling takes it: 2**margin past float32's exponent range leaves no scale.)
+        _checks.integer(self.margin, "margin", ge=0, le=127)
         _checks.integer(self.amax_history_len, "amax_history_len", ge=1, le=2**31 - 1)
         if not isinstance(self.name, str):
             raise TypeError(f"name: expected a str, got {type(self.name).__name__}")
@@ -83,6 +85,12 @@ class QuantConfig:
         if self.fp8_scaling and self.forward is None and self.backward is None:
             raise ValueError("fp8_scaling: scales the casts into forward and backward, which are both None (float32); "
                              "name their formats (e.g. forward='e4m3fn', backward='e5m2')")
+        if self.fp8_scaling:
+            for field in ("forward", "backward"):
+                f = getattr(self, field)
+                if f is not None and not isinstance(f, FloatFormat):
+                    raise ValueError(f"{field}: fp8_scaling scales casts into float formats (e.g. 'e4m3fn', "
+                                     f"'e5m2'), got {f!r}")
 
     @classmethod
     def preset(cls, name: str, /, **changes: Any) -> "QuantConfig":

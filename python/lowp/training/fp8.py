@@ -84,7 +84,10 @@ class Fp8Scaling:
         try:
             if isinstance(amax, (str, bytes, bool, np.bool_)) or np.ndim(amax) != 0:
                 raise TypeError
-            a = float(amax)
+            try:
+                a = float(amax)
+            except OverflowError:  # an int past float64's range: as an infinite amax
+                a = -math.inf if amax < 0 else math.inf
         except (TypeError, ValueError):
             raise TypeError(f"amax: expected a real number, got {type(amax).__name__}") from None
         if a < 0:

@@ -139,10 +139,14 @@ class MLP:
     def forward(self, x: Any, *, training: bool = False) -> np.ndarray:
         """Logits (float32) for inputs ``x`` of shape (batch, sizes[0]). ``training``
         keeps what the backward pass needs and updates the fp8 amax histories."""
+        h = self._inputs(x)
+        return self._forward(h, training, None if training else _checks.SeedStream(self._eval_seed))
+
+    def _inputs(self, x: Any) -> np.ndarray:
         h = _checks.real_array(x, "x")
         if h.ndim != 2 or h.shape[1] != self.sizes[0]:
             raise ValueError(f"x: expected shape (batch, {self.sizes[0]}), got {np.shape(x)}")
-        return self._forward(h, training, None if training else _checks.SeedStream(self._eval_seed))
+        return h
 
     def _forward(self, h: np.ndarray, training: bool, seeds: Optional[_checks.SeedStream]) -> np.ndarray:
         c = self.config
@@ -198,9 +202,12 @@ class MLP:
         """``(loss, grads)``: the mean loss and the gradients of ``loss * loss_scale`` with
         respect to ``params`` (same order and shapes), computed per the config."""
         scale = _checks.number(loss_scale, "loss_scale", gt=0.0)
-        logits = self.forward(x, training=True)
-        n = logits.shape[0]
+        # Every argument is checked before the forward pass, which records fp8 amaxes and
+        # draws rounding seeds: a refused call leaves the model as it was.
+        h = self._inputs(x)
+        n = h.shape[0]
         yy = self._labels(y, n, self.sizes[-1])
+        logits = self._forward(h, True, None)
         loss, p = self._softmax_xent(logits, yy)
         dz = p
         dz[np.arange(n), yy] -= 1.0
@@ -246,6 +253,12 @@ class MLP:
         _checks.optimizer(optimizer)
         if scaler is not None and not isinstance(scaler, LossScaler):
             raise TypeError(f"scaler: expected a LossScaler or None, got {type(scaler).__name__}")
+        if isinstance(optimizer, Optimizer):
+            # Refused before the gradients are computed (which changes the model's state).
+            shapes = [p.shape for p in self.params]
+            if [p.shape for p in optimizer.params] != shapes:
+                raise ValueError(f"optimizer: its parameters' shapes {[p.shape for p in optimizer.params]} do not "
+                                 f"match the model's {shapes}; build it with model.optimizer()")
         if scaler is None:
             loss, g = self.grads(x, y)
             if not all(np.isfinite(gi).all() for gi in g):

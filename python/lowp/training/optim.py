@@ -51,7 +51,7 @@ class Optimizer:
             # The working copies must hold values of the format to begin with.
             if self.weight_format is not None:
                 for p in self.params:
-                    p[...] = _round(p, self.weight_format, "nearest_even", saturate=True)
+                    p[...] = self._rounded(p, "nearest_even")
 
     @property
     def lr(self) -> float:
@@ -72,12 +72,13 @@ class Optimizer:
             else:
                 p[...] = self._rounded(m)
 
-    def _rounded(self, x: np.ndarray) -> np.ndarray:
-        """``x`` rounded into the weight format: finite values saturate at its largest
-        value; an infinite ``x`` (a diverged weight) stays visible as the format's
-        infinity, or NaN where it has none."""
+    def _rounded(self, x: np.ndarray, rounding: Optional[str] = None) -> np.ndarray:
+        """``x`` rounded into the weight format (with ``rounding``, default the
+        optimizer's): finite values saturate at its largest value; an infinite ``x`` (a
+        diverged weight) stays visible as the format's infinity, or NaN where it has none."""
         assert self.weight_format is not None
-        r = _round(x, self.weight_format, self.rounding, saturate=True, seed=self._seed())
+        seed = self._seed() if rounding is None else None
+        r = _round(x, self.weight_format, rounding or self.rounding, saturate=True, seed=seed)
         inf = np.isinf(x)
         if inf.any() and _has_nan(self.weight_format):
             r[inf] = _round(x[inf], self.weight_format, "nearest_even")

@@ -8,32 +8,12 @@ import numpy as np
 
 from .._formats import PositFormat, format as _format
 from . import _checks
+from .optim import Optimizer
 
 __all__ = ["LossScaler"]
 
 _F32_MAX = float(np.finfo(np.float32).max)
 _NATIVE_FLOATS = tuple(np.dtype(t) for t in (np.float16, np.float32, np.float64, np.longdouble))
-
-
-def _first_overlap(items: list[tuple[np.ndarray, int]]) -> Optional[tuple[int, int]]:
-    """The tags ``(i, j)`` (``i < j``) of two distinct arrays among ``items`` that share
-    memory, or None. Only arrays whose byte ranges overlap are compared: sorted by start,
-    each is checked against the earlier ones still open (usually none), so n views of one
-    buffer cost n log n, not n squared."""
-    try:
-        from numpy.lib.array_utils import byte_bounds
-    except ImportError:  # numpy < 2
-        byte_bounds = np.byte_bounds
-
-    spans = sorted(((*byte_bounds(a), tag, a) for a, tag in items if a.size), key=lambda t: t[0])
-    open_: list[tuple[int, int, np.ndarray]] = []  # (end, tag, array) of spans not yet closed
-    for lo, hi, tag, a in spans:
-        open_ = [o for o in open_ if o[0] > lo]
-        for _, t, b in open_:
-            if a is b or np.shares_memory(a, b):
-                return (min(t, tag), max(t, tag))
-        open_.append((hi, tag, a))
-    return None
 
 
 def _is_posit(dt: np.dtype) -> bool:
@@ -127,7 +107,7 @@ class LossScaler:
                 seen.add(id(g))
                 gs.append(g)
                 index.append(i)
-        clash = _first_overlap([(u, -1) for u in self._unscaled] + list(zip(gs, index)))
+        clash = _checks.first_overlap([(u, -1) for u in self._unscaled] + list(zip(gs, index)))
         if clash is not None:
             i, j = clash
             if i < 0:
@@ -185,13 +165,16 @@ class LossScaler:
         _checks.optimizer(optimizer)
         if isinstance(grads, np.ndarray):
             grads = [grads]
-        gs = _checks.array_list(grads, "grads")
+        gs = _checks.array_list(grads, "grads")  # (once: grads may be an iterator)
+        if isinstance(optimizer, Optimizer):
+            # What the optimizer would refuse is refused before any gradient is divided.
+            _checks.grads_list(gs, optimizer.params)
         rest = [g for g in gs if not any(g is u for u in self._unscaled)]
         if rest or self._found_inf is None:
             self.unscale(rest)
         ok = not self._found_inf
         if ok:
-            optimizer.step(grads)
+            optimizer.step(gs)
         self.update(not ok)
         return ok
 
