@@ -1318,3 +1318,46 @@ def test_from_scipy_with_byte_swapped_values(src):
         m.data = m.data.astype(">f4")
         np.testing.assert_array_equal(cls.from_scipy(m).to_dense(), x)
         np.testing.assert_array_equal(cls.from_scipy(m, dtype=ml_dtypes.bfloat16).to_dense().astype(np.float32), x)
+
+
+def test_from_scipy_takes_dok_matrices_and_arrays():
+    for make in (sp.dok_array, sp.dok_matrix):
+        s = make((2, 3), dtype=np.float32)
+        s[0, 1] = 3.0
+        s[1, 2] = -0.5
+        for cls in (sparse.CSR, sparse.CSC, sparse.COO, sparse.BSR):
+            np.testing.assert_array_equal(cls.from_scipy(s).to_dense(), s.toarray())
+        np.testing.assert_array_equal(sparse.CSR.from_scipy(s, dtype=lowp.bfloat16).to_dense().astype(np.float32),
+                                      s.toarray())
+
+
+@pytest.mark.parametrize("dtype, vals", [(np.int8, [100, 100, -3]), (lowp.posit8, [1.0, 2**-5, 2**-5]),
+                                         (np.float32, [1.0, 2**-30, 3.0])])
+def test_csr_csc_conversions_keep_duplicates_as_scipy(dtype, vals):
+    data = np.array(vals, np.float32)
+    indices, indptr = np.array([0, 0, 0]), np.array([0, 3, 3])
+    M = sparse.CSR((data, indices, indptr), shape=(2, 1), dtype=dtype)
+    x = np.ones(1, np.float32)
+    exact = float(np.sum(np.asarray(M.data).astype(np.float64)))
+    for N in (M.tocsc(), M.tocsc().tocsr(), M.T.tocsr().T, M.tocoo(), M.tocsc().tocoo()):
+        assert N.nnz == 3
+        assert (N @ x)[0] == np.float32(exact), type(N)
+        np.testing.assert_array_equal(np.sort(N.to_scipy().data), np.sort(M.to_scipy().data))
+    s = M.to_scipy()
+    assert s.tocsc().nnz == M.tocsc().nnz
+    # Where a position holds one value the sum is rounded once into the format.
+    fmt = lowp.format(dtype) if dtype != np.float32 else None
+    summed = float(np.float32(exact)) if fmt is None else float(lowp.round(np.array([exact]), fmt, saturate=True)[0])
+    for N in (M.tocoo().tocsr(), M.tobsr((1, 1)), M.tonm(1, 1)):
+        assert N.to_dense().astype(np.float64)[0, 0] == summed, type(N)
+    assert M.to_dense().astype(np.float64)[0, 0] == summed
+
+
+def test_data_errors_name_data():
+    M = sparse.CSR.from_dense(np.array([[1.0, 0, 2]]), dtype=np.int8)
+    with pytest.raises(ValueError, match="^data: contains NaN"):
+        M.data = np.array([np.nan, 1.0])
+    with pytest.raises(ValueError, match="^data: contains NaN"):
+        sparse.CSR((np.array([np.nan]), [0], [0, 1]), shape=(1, 1), dtype=np.int8)
+    with pytest.raises(ValueError, match="^x: contains NaN"):
+        sparse.CSR.from_dense(np.array([[np.nan]]), dtype=np.int8)

@@ -6,11 +6,17 @@ values are stored as their encodings and decoded on the fly inside the Rust kern
 ``A @ x`` reads 1 or 2 bytes per value. Products accumulate in float32 and return float32.
 
 Index arrays are int32 (int64 when a count exceeds 2**31 - 1, or when given so).
-``M.nbytes`` counts values, indices and pointers. ``x @ M`` and ``M.T @ x`` run the
-transposed product directly, without building the transpose.
+``M.nbytes`` counts values, indices and pointers. ``x @ M`` and ``M.matmul(x,
+transpose=True)`` run the transposed product directly, without building the transpose, as
+does ``M.T @ x`` for CSR, CSC and COO, whose ``.T`` is a view (BSR's and N:M's ``.T``
+build the transposed matrix, as scipy's BSR does).
 
 Conversions keep the values' encodings, so dense -> sparse -> dense, scipy -> lowp ->
-scipy and conversions between formats are exact. scipy has no float16 or low-precision
+scipy and conversions between formats are exact. Duplicate entries (which CSR, CSC and
+COO may hold) are kept from CSR to CSC and back and from either to COO, as in scipy. They
+are added where the result holds one value a position (COO to CSR or CSC, as in scipy;
+BSR, N:M and ``to_dense``): summed in float64, rounded once into the format (int8
+saturates). scipy has no float16 or low-precision
 dtypes: ``to_scipy`` gives float32 values for those (exactly the same numbers). A matrix
 with a ``scale`` (``astype(np.int8, scale=...)``) represents ``stored values * scale``;
 ``to_scipy`` gives that product in float64.
@@ -94,8 +100,9 @@ def _source_format(dt: np.dtype, arg: str = "data") -> Optional[Format]:
 
 
 def _encode_values(x: np.ndarray, fmt: Optional[Format], rounding: str = "nearest_even", saturate: bool = False,
-                   seed: Any = None) -> np.ndarray:
-    """Values ``x`` (any supported dtype) stored in ``fmt``: float32 values or codes."""
+                   seed: Any = None, name: str = "data") -> np.ndarray:
+    """Values ``x`` (any supported dtype) stored in ``fmt``: float32 values or codes.
+    Errors name ``name``."""
     x = _native(x)
     src = _source_format(x.dtype)
     if src is not None and fmt is not None and src._spec == fmt._spec:
@@ -108,8 +115,14 @@ def _encode_values(x: np.ndarray, fmt: Optional[Format], rounding: str = "neares
         # (Integers beyond 2^53 round once from their exact value, not through float64.)
         return _round(x, _FMT_F32, rounding, saturate=saturate, seed=seed).astype(np.float32)
     # (Integers go in as they are: those beyond 2^53 round once from their exact value.)
-    xf = x if x.dtype.kind in "iu" else _as_float_array(x, "data")
-    return encode(xf, fmt, rounding, saturate=saturate, seed=seed)
+    xf = x if x.dtype.kind in "iu" else _as_float_array(x, name)
+    try:
+        return encode(xf, fmt, rounding, saturate=saturate, seed=seed)
+    except (TypeError, ValueError) as e:
+        msg = str(e)
+        if not msg.startswith("x: "):
+            raise
+        raise type(e)(f"{name}: {msg[3:]}") from None
 
 
 _TABLES: dict = {}
@@ -385,7 +398,8 @@ class _Sparse:
 
         ``M.data = values`` (an array of the same shape, any real dtype) stores the values,
         rounded once to nearest even into the matrix's format (int8: saturated to
-        [-128, 127]), in place: views of the same storage, such as ``M.T``, see them. A matrix
+        [-128, 127]), in place: views of the same storage, such as ``M.T`` of a CSR, CSC or
+        COO matrix, see them (BSR's and N:M's ``.T`` are copies). A matrix
         whose values are a read-only array it was built from refuses it (ValueError; its
         :meth:`copy` takes it).
         """
@@ -740,6 +754,8 @@ def _check_scipy(m: Any, name: str = "m") -> None:
 def _native_scipy(m: Any) -> Any:
     """``m`` with its values in the machine's byte order: scipy holds swapped ones (an
     assignment to ``.data`` makes them) but refuses them in its conversions."""
+    if not hasattr(m, "data"):  # (DOK: a dict, whose values scipy converts as they are)
+        return m
     d = np.asarray(m.data)
     if d.dtype.isnative:
         return m
@@ -931,7 +947,7 @@ class COO(_Sparse):
             if fmt is None:
                 af = af.astype(np.float32) if af.dtype != np.float32 else af
             row, col = np.nonzero(af)
-            v = _encode_values((a if a.dtype.kind in "iu" else af)[row, col], fmt)
+            v = _encode_values((a if a.dtype.kind in "iu" else af)[row, col], fmt, name="x")
             if fmt is not None:  # values that round to zero are not stored
                 keep = _decode_values(v, fmt) != 0
                 row, col, v = row[keep], col[keep], v[keep]
@@ -1054,14 +1070,17 @@ class _Compressed(_Sparse):
         return COO._make(self._v, self._fmt, self._scale, self._indices, major, self._shape, None)
 
     @classmethod
-    def _from_coo(cls, coo: COO, *a: Any, **kw: Any) -> Any:
-        c = coo._summed()
+    def _from_coo(cls, coo: COO, *a: Any, keep_duplicates: bool = False, **kw: Any) -> Any:
+        """From ``coo``, its duplicates added (as scipy's ``coo.tocsr()``) or, with
+        ``keep_duplicates``, kept in their order (as scipy's ``csr.tocsc()``)."""
+        c = coo if keep_duplicates else coo._summed()
         m, n = c._shape
-        if cls._major_axis == 0:
+        if cls._major_axis == 0 and c._canonical:
             major, minor, nmaj, v = c._row, c._col, m, c._v
         else:
-            order = np.lexsort((c._row, c._col))
-            major, minor, nmaj, v = c._col[order], c._row[order], n, c._v[order]
+            a_maj, a_min = (c._row, c._col) if cls._major_axis == 0 else (c._col, c._row)
+            order = np.lexsort((a_min, a_maj))  # (stable: duplicates keep their order)
+            major, minor, nmaj, v = a_maj[order], a_min[order], (m, n)[cls._major_axis], c._v[order]
         _check_indptr_size(nmaj, c._shape)
         counts = np.bincount(major, minlength=nmaj) if major.size else np.zeros(nmaj, np.int64)
         indptr = np.zeros(nmaj + 1, np.int64)
@@ -1070,7 +1089,13 @@ class _Compressed(_Sparse):
         if indptr[-1] > _I32_MAX:
             dt = np.int64
         return cls._make(_contig(v), c._fmt, c._scale, _contig(minor, dtype=dt),
-                         indptr.astype(dt), (m, n), True)
+                         indptr.astype(dt), (m, n), True if c._canonical else None)
+
+    def tocsr(self) -> "CSR":
+        return CSR._from_coo(self._to_coo(), keep_duplicates=True)
+
+    def tocsc(self) -> "CSC":
+        return CSC._from_coo(self._to_coo(), keep_duplicates=True)
 
     def sum_duplicates(self) -> Any:
         """Canonical form: sorted indices, duplicates added (in float64, rounded once into
