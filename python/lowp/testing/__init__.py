@@ -148,6 +148,7 @@ def _distances(actual: Any, desired: Any, f: Format) -> tuple[np.ndarray, dict[t
     both_nan = np.isnan(a) & np.isnan(d)
     same_inf = np.isinf(a) & (a == d)
     dist[both_nan | same_inf] = 0.0
+    exact: dict[tuple[int, ...], Fraction] = {}
     fin = np.isfinite(a) & np.isfinite(d)
     if fin.any():
         af, df = a[fin], d[fin]
@@ -158,12 +159,16 @@ def _distances(actual: Any, desired: Any, f: Format) -> tuple[np.ndarray, dict[t
             # |oa - od| passes int64 for 64-bit codes of opposite signs: the difference of
             # the larger and the smaller, taken modulo 2^64, is exact in uint64.
             lo, hi = np.minimum(oa, od), np.maximum(oa, od)
-            out[rep] = (hi.astype(np.uint64) - lo.astype(np.uint64)).astype(np.float64)
+            steps = hi.astype(np.uint64) - lo.astype(np.uint64)
+            out[rep] = steps.astype(np.float64)
+            big = steps > np.uint64(1 << 53)  # (float64 rounds these: the exact count is kept too)
+            if big.any():
+                for i, v in zip(np.argwhere(fin)[rep][big], steps[big]):
+                    exact[tuple(int(j) for j in i)] = Fraction(int(v))
         nr = ~rep
         if nr.any():
             out[nr] = np.abs(af[nr] - df[nr]) / ulp(df[nr], f)
         dist[fin] = out
-    exact: dict[tuple[int, ...], Fraction] = {}
     ea, ed = _exact_entries(actual, a.shape), _exact_entries(desired, a.shape)
     if ea is None and ed is None:
         return dist, exact

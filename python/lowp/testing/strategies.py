@@ -104,10 +104,20 @@ def _check_flags(**flags: Any) -> None:
             raise TypeError(f"{k}: expected a bool, got {type(v).__name__}")
 
 
+def _uniform_bits(n: int) -> st.SearchStrategy[int]:
+    """Integers of ``n`` uniformly random bits (shrinking to 0). ``st.integers(0, 2**n - 1)``
+    favours small values, which for 32- and 64-bit codes are mostly subnormals."""
+    if n <= 0:
+        return st.just(0)
+    mask = (1 << n) - 1
+    k = (n + 7) // 8
+    return st.binary(min_size=k, max_size=k).map(lambda b: int.from_bytes(b, "big") & mask)
+
+
 def encodings(fmt: Any) -> st.SearchStrategy[int]:
     """Uniformly drawn encodings (unsigned integers of ``fmt.bits`` bits), invalid ones included."""
     f = _format(fmt)
-    return st.integers(0, (1 << f.bits) - 1)
+    return _uniform_bits(f.bits)
 
 
 def values(fmt: Any, *, allow_nan: bool = True, allow_infinity: bool = True, allow_subnormal: bool = True,
@@ -134,7 +144,7 @@ def values(fmt: Any, *, allow_nan: bool = True, allow_infinity: bool = True, all
     branches: list[st.SearchStrategy[float]] = []
     if edge_vals:
         branches.append(st.sampled_from(edge_vals))
-    branches.append(st.integers(0, (1 << n) - 1).map(lambda c: _decode1(c, f)).filter(ok))
+    branches.append(_uniform_bits(n).map(lambda c: _decode1(c, f)).filter(ok))
     if isinstance(f, FloatFormat) and f.subnormals and f.man_bits > 0 and allow_subnormal:
         m = f.man_bits
         sub = st.tuples(st.booleans(), st.integers(1, (1 << m) - 1)).map(
@@ -145,7 +155,7 @@ def values(fmt: Any, *, allow_nan: bool = True, allow_infinity: bool = True, all
     kmax = min(kmax, 12)
     if kmax >= 1:
         ties = st.integers(1, kmax).flatmap(
-            lambda k: st.integers(0, (1 << (n - k)) - 1).map(lambda hi, k=k: (hi << k) | (1 << (k - 1))))
+            lambda k: _uniform_bits(n - k).map(lambda hi, k=k: (hi << k) | (1 << (k - 1))))
         branches.append(ties.map(lambda c: _decode1(c, f)).filter(ok))
     return st.one_of(branches)
 
