@@ -423,8 +423,8 @@ def _prepare(fmt: Any, rounding: Any, saturate: Any) -> tuple[Format, str, bool]
     return f, r, _check_saturate(saturate)
 
 
-def _raise_nan(f: Format) -> None:
-    raise ValueError(f"x: contains NaN, which {f!r} cannot represent")
+def _raise_nan(f: Format, name: str = "x") -> None:
+    raise ValueError(f"{name}: contains NaN, which {f!r} cannot represent")
 
 
 @_keeps_generator_on_error
@@ -465,14 +465,20 @@ def round(x: Any, fmt: Any, rounding: str = "nearest_even", *, saturate: bool = 
     return res
 
 
-@_keeps_generator_on_error
 def encode(x: Any, fmt: Any, rounding: str = "nearest_even", *, saturate: bool = False, seed: SeedLike = None,
            rbits: Optional[int] = None, out: Optional[np.ndarray] = None) -> np.ndarray:
     """Round ``x`` into ``fmt`` and return the encodings as uint8/16/32/64 (by ``fmt.bits``).
     ``rounding``, ``saturate``, ``seed``, ``rbits`` and ``out`` as for :func:`round`."""
+    return _encode(x, fmt, rounding, saturate=saturate, seed=seed, rbits=rbits, out=out)
+
+
+@_keeps_generator_on_error
+def _encode(x: Any, fmt: Any, rounding: str = "nearest_even", *, saturate: bool = False, seed: SeedLike = None,
+            rbits: Optional[int] = None, out: Optional[np.ndarray] = None, name: str = "x") -> np.ndarray:
+    """:func:`encode`, its errors about the values naming them ``name``."""
     f, r, sat = _prepare(fmt, rounding, saturate)
-    src = _native(_array_arg(x, "x"))
-    a = _as_float_array(src, fmt=f, rounding=r)
+    src = _native(_array_arg(x, name))
+    a = _as_float_array(src, name, fmt=f, rounding=r)
     key = _seed_word(seed, r)
     nb = _rbits(rbits, a.dtype)
     if r == "stochastic":
@@ -481,7 +487,7 @@ def encode(x: Any, fmt: Any, rounding: str = "nearest_even", *, saturate: bool =
     res = result_empty(a.shape, sd) if out is None else _check_out(out, a.shape, sd)
     bad = _into(res, a, lambda d: _lowp.encode_into(a.reshape(-1), f._spec, d.reshape(-1), r, sat, key, nb))
     if bad:
-        _raise_nan(f)
+        _raise_nan(f, name)
     return res
 
 

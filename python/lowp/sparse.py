@@ -37,8 +37,8 @@ from typing import Any, Optional
 import numpy as np
 
 from . import _lowp
-from ._convert import (_NO_FORMAT, _array_arg, _as_float_array, _check_rounding, _check_saturate, _div_to_odd, _native,
-                       _seed_word, _sub_byte_codes, decode, encode)
+from ._convert import (_NO_FORMAT, _array_arg, _as_float_array, _check_rounding, _check_saturate, _div_to_odd, _encode,
+                       _native, _seed_word, _sub_byte_codes, decode, encode)
 from ._convert import round as _round
 from ._formats import Format, format as _format
 
@@ -116,13 +116,7 @@ def _encode_values(x: np.ndarray, fmt: Optional[Format], rounding: str = "neares
         return _round(x, _FMT_F32, rounding, saturate=saturate, seed=seed).astype(np.float32)
     # (Integers go in as they are: those beyond 2^53 round once from their exact value.)
     xf = x if x.dtype.kind in "iu" else _as_float_array(x, name)
-    try:
-        return encode(xf, fmt, rounding, saturate=saturate, seed=seed)
-    except (TypeError, ValueError) as e:
-        msg = str(e)
-        if not msg.startswith("x: "):
-            raise
-        raise type(e)(f"{name}: {msg[3:]}") from None
+    return _encode(xf, fmt, rounding, saturate=saturate, seed=seed, name=name)
 
 
 _TABLES: dict = {}
