@@ -1395,6 +1395,36 @@ def test_strings_past_float64s_range_parse_by_their_side_of_zero(name):
     assert arr.dtype == dt(name)
 
 
+@pytest.mark.parametrize("name", ["bfloat16", "float8_e4m3fn", "posit8", "posit16", "posit32"])
+def test_strings_past_decimals_exponent_range_parse_by_their_side_of_zero(name):
+    """Exponents that even Decimal refuses (past 10**18): still minpos/maxpos for
+    posits (never 0 or NaR from a nonzero number), 0 and overflow for floats; a
+    zero's digits give a zero."""
+    T = getattr(lowp, name)
+    big, tiny = float(T("1e400")), float(T("1e-400"))
+    cases = (("1e-9223372036854775807", tiny), ("-1E-99999999999999999999", -tiny),
+             ("1e1000000000000000000", big), ("-2.5e99999999999999999999", -big if not math.isnan(big) else big),
+             ("0.000e-99999999999999999999", 0.0), ("-0e99999999999999999999", 0.0))
+    for s, want in cases:
+        got = float(T(s))
+        assert (math.isnan(got) and math.isnan(want)) or got == want, (s, got, want)
+    arr = np.array([c[0] for c in cases]).astype(dt(name)).astype(np.float64)
+    np.testing.assert_array_equal(arr, [c[1] for c in cases])
+
+
+@pytest.mark.parametrize("name", ["bfloat16", "float8_e4m3fn", "float8_e5m2", "posit8", "posit16", "posit32"])
+def test_casts_from_float64_below_float32s_range_raise_no_underflow(name):
+    """A float64 below float32's normals casts with no floating-point flag from an
+    internal narrowing (the posits' results are nonzero; none of these casts reports
+    underflow from a float32 source either), rounded as lowp.round rounds it."""
+    x = np.array([1e-30, 1e-40, 1e-300, -5e-324, 3e-39])
+    with np.errstate(all="raise"):
+        got = x.astype(dt(name)).astype(np.float64)
+    np.testing.assert_array_equal(got, lowp.round(x, lowp.format(name)))
+    if name.startswith("posit"):
+        assert (got != 0).all()
+
+
 @pytest.mark.parametrize("name", ["bfloat16", "float8_e5m2", "posit8"])
 def test_fractions_and_decimals_round_once(name):
     """A Decimal or Fraction just past a midpoint: its exact value decides (through a

@@ -583,18 +583,22 @@ unsafe extern "C" fn cast_to<const T: usize, E: NpElem>(from: *mut c_void, to: *
             if TYPES[T].size == 1 {
                 let tab = super::kernels::odd_table(T);
                 let (s, d) = (from as *const f64, to as *mut u8);
-                for i in 0..n {
-                    let v = s.add(i).read();
-                    // Finite values beyond f32 stay finite (f32::MAX is odd and overflows every 8-bit type).
-                    let y = if v.abs() > f32::MAX as f64 && v.abs() != f64::INFINITY {
-                        // (no `v as f32` here: it would raise the overflow flag numpy reports)
-                        if v.is_sign_negative() { -f32::MAX } else { f32::MAX }
-                    } else {
-                        super::kernels::f64_to_f32_odd(v)
-                    };
-                    d.add(i).write(tab[super::kernels::bf16_odd(y.to_bits())]);
-                }
-                return;
+                // The narrowing to f32 raises underflow (and inexact) on values below f32's
+                // normals, which numpy would report for a cast that rounds as the f32
+                // sources' casts do, without a flag: the caller's flags are kept.
+                return with_fp_flags_kept(|| {
+                    for i in 0..n {
+                        let v = s.add(i).read();
+                        // Finite values beyond f32 stay finite (f32::MAX is odd and overflows every 8-bit type).
+                        let y = if v.abs() > f32::MAX as f64 && v.abs() != f64::INFINITY {
+                            // (no `v as f32` here: it would raise the overflow flag numpy reports)
+                            if v.is_sign_negative() { -f32::MAX } else { f32::MAX }
+                        } else {
+                            super::kernels::f64_to_f32_odd(v)
+                        };
+                        d.add(i).write(tab[super::kernels::bf16_odd(y.to_bits())]);
+                    }
+                });
             }
             return encode_into(T, std::slice::from_raw_parts(from as *const f64, n), to);
         }

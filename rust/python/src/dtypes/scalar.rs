@@ -201,10 +201,21 @@ pub(super) fn convert(py: Python<'_>, t: usize, obj: &Bound<'_, PyAny>) -> PyRes
         let exact = if f.is_finite() && f != 0.0 {
             py.import("fractions")?.getattr("Fraction")?.call1((s.trim(),)).ok()
         } else {
-            let d = py.import("decimal")?.getattr("Decimal")?.call1((s.trim(),)).ok();
-            match d {
-                Some(d) if d.call_method0("is_finite")?.is_truthy()? => Some(d),
-                _ => None,
+            match py.import("decimal")?.getattr("Decimal")?.call1((s.trim(),)) {
+                Ok(d) if d.call_method0("is_finite")?.is_truthy()? => Some(d),
+                Ok(_) => None,
+                // An exponent beyond even Decimal's range (1e-10**19): the digits before
+                // it say whether the number is zero; one that is not lies past float64's
+                // range on f's side, and stands in as its smallest or largest float64
+                // (posits round those to minpos or maxpos, never to 0 or NaR).
+                Err(_) => {
+                    let digits = s.trim().split(['e', 'E']).next().unwrap_or("");
+                    if digits.bytes().any(|b| (b'1'..=b'9').contains(&b)) {
+                        let g = if f == 0.0 { f64::from_bits(1) } else { f64::MAX };
+                        return Ok(enc(t, g.copysign(f)));
+                    }
+                    None
+                }
             }
         };
         return Ok(enc(t, if let Some(q) = exact { sticky(&q, f)? } else { f }));
