@@ -221,3 +221,146 @@ def test_a_diverged_single_epoch_still_plots(tmp_path):
 def test_hidden_width_is_bounded(tmp_path, capsys):
     assert cli.main(["experiment", "--hidden", "1000000000", "--output", str(tmp_path / "o")]) == 2
     assert "--hidden" in capsys.readouterr().err
+
+
+def test_version(capsys):
+    import lowp
+
+    for flag in ("--version", "-V"):
+        with pytest.raises(SystemExit) as e:
+            cli.main([flag])
+        assert e.value.code == 0
+        assert capsys.readouterr().out.strip() == f"lowp {lowp.__version__}"
+
+
+def test_train_loss_is_the_mean_over_samples(monkeypatch):
+    """A short last batch counts by its size: with a step whose 'loss' is its batch's
+    size, the epoch's train loss is sum(size**2) / n."""
+    from lowp.training.mlp import MLP
+
+    monkeypatch.setattr(MLP, "train_step", lambda self, x, y, opt, scaler: (float(len(x)), True))
+    data = experiment.load_digits_split()
+    n, bs = len(data.y_train), 1000
+    r = experiment.train_one(experiment.default_configs()["fp32"], data, epochs=1, lr=0.01, momentum=0.0,
+                             batch_size=bs, hidden=4, seed=0)
+    sizes = [min(bs, n - i) for i in range(0, n, bs)]
+    assert len(set(sizes)) == 2
+    assert r.train_loss == [pytest.approx(sum(s * s for s in sizes) / n, rel=1e-12)]
+
+
+def test_data_that_is_not_finite_in_float32_is_refused(tmp_path, capsys):
+    x = np.zeros((4, 3))
+    y = np.arange(4) % 2
+    for bad in (np.nan, np.inf, 1e300):
+        xb = x.copy()
+        xb[1, 2] = bad
+        path = tmp_path / "d.npz"
+        np.savez(path, X_train=x, y_train=y, X_test=xb, y_test=y)
+        with pytest.raises(ValueError, match="^data: X_test holds values that are not finite in float32"):
+            experiment.load_npz(str(path))
+        out = tmp_path / "never"
+        assert cli.main(["experiment", "--data", str(path), "--output", str(out), "--no-progress"]) == 2
+        assert "not finite" in capsys.readouterr().err
+        assert not out.exists()  # (the data is read before the output folder is made)
+
+
+def test_too_many_weights_for_the_data_are_a_usage_error(tmp_path, capsys):
+    path = tmp_path / "many.npz"
+    y = np.array([0, 65535])
+    np.savez(path, X_train=np.zeros((2, 3)), y_train=y, X_test=np.zeros((2, 3)), y_test=y)
+    out = tmp_path / "o"
+    assert cli.main(["experiment", "--data", str(path), "--hidden", "1048576", "--output", str(out),
+                     "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "--hidden" in err and "65536 classes" in err and "Traceback" not in err
+    assert not out.exists()
+
+
+def test_interrupts_before_any_config_finishes(tmp_path, monkeypatch, capsys):
+    """An interrupt while the data loads, or before the first config finishes: exit code
+    130 and a message saying nothing was written (and whose the folder's files are)."""
+    def interrupted(*a, **k):
+        raise KeyboardInterrupt
+
+    out = tmp_path / "o"
+    with monkeypatch.context() as m:
+        m.setattr(experiment, "load_digits_split", interrupted)
+        assert cli.main(["experiment", "--output", str(out), "--no-progress", "--configs", "fp32"]) == 130
+    err = capsys.readouterr().err
+    assert "interrupted before any config finished: no results written" in err and "earlier run" not in err
+    assert cli.main(["experiment", "--output", str(out), "--no-progress", "--configs", "fp32", "--epochs", "1",
+                     "--hidden", "4"]) == 0
+    capsys.readouterr()
+    with monkeypatch.context() as m:
+        m.setattr(experiment, "train_one", interrupted)
+        assert cli.main(["experiment", "--output", str(out), "--no-progress", "--configs", "fp32", "bf16"]) == 130
+    err = capsys.readouterr().err
+    assert "no results written" in err and f"the files in {out} are from an earlier run" in err
+
+
+def test_results_are_replaced_whole(tmp_path, monkeypatch):
+    """A write that fails (here: interrupted while plotting) leaves the previous files
+    and no temporary ones."""
+    out = tmp_path / "o"
+    assert cli.main(["experiment", "--output", str(out), "--no-progress", "--configs", "fp32", "--epochs", "1",
+                     "--hidden", "4"]) == 0
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+
+    def broken_plot(results, path, settings):
+        with open(path, "wb") as fh:
+            fh.write(b"\x89PNG partial")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(experiment, "plot", broken_plot)
+    assert cli.main(["experiment", "--output", str(out), "--no-progress", "--configs", "bf16", "--epochs", "1",
+                     "--hidden", "4"]) == 130
+    after = {p.name: p.read_bytes() for p in out.iterdir()}
+    assert set(after) == set(before)
+    assert after["curves.png"] == before["curves.png"]
+    assert after["results.csv"] != before["results.csv"]  # (written before the plot)
+
+
+def test_results_that_cannot_be_written_are_a_clean_error(tmp_path, capsys):
+    out = tmp_path / "o"
+    (out / "results.csv").mkdir(parents=True)
+    rc = cli.main(["experiment", "--output", str(out), "--no-progress", "--configs", "fp32", "--epochs", "1",
+                   "--hidden", "4"])
+    cap = capsys.readouterr()
+    assert rc == 1
+    assert "error: --output: cannot write results to" in cap.err and "Traceback" not in cap.err
+    assert "| fp32 |" in cap.out  # (what finished is printed all the same)
+
+
+def test_no_progress_bar_when_stderr_is_not_a_terminal(tmp_path, capsys):
+    assert cli.main(["experiment", "--output", str(tmp_path / "o"), "--configs", "fp32", "--epochs", "2",
+                     "--hidden", "4"]) == 0
+    assert capsys.readouterr().err == ""
+
+
+def test_closed_or_full_stdout_exits_quietly(tmp_path):
+    p = subprocess.Popen([sys.executable, "-m", "lowp", "info"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    p.stdout.close()  # (the reader gone before anything is written)
+    with p.stderr:
+        err = p.stderr.read().decode()
+    assert p.wait(timeout=120) == 1 and err == ""
+    with open("/dev/full", "w") as full:
+        r = subprocess.run([sys.executable, "-m", "lowp", "info"], stdout=full, stderr=subprocess.PIPE, text=True,
+                           timeout=120)
+    assert r.returncode == 1 and "cannot write to standard output" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_a_diverged_run_keeps_the_epoch_axis(monkeypatch, tmp_path):
+    """Every test loss NaN: the loss panel still spans the epochs (shared with the
+    accuracy panel) and says why it is empty."""
+    import matplotlib.pyplot as plt
+
+    figs = []
+    monkeypatch.setattr(plt, "close", lambda fig=None: figs.append(fig))
+    results = [experiment.Result("fp32", "", test_acc=[0.1, 0.1, 0.1], test_loss=[float("nan")] * 3)]
+    experiment.plot(results, str(tmp_path / "curves.png"), {"data": "t", "epochs": 3})
+    (fig,) = figs
+    ax1, ax2 = fig.axes
+    lo, hi = ax2.get_xlim()
+    assert lo <= 1 and hi >= 3 and ax2.get_xlim() == ax1.get_xlim()
+    assert any("diverged" in t.get_text() for t in ax2.texts)
+    plt.close(fig)

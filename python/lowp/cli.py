@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import errno
+import os
 import sys
 from typing import Optional, Sequence
 
@@ -35,7 +37,10 @@ def _info(args: argparse.Namespace) -> int:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    from . import __version__
+
     parser = argparse.ArgumentParser(prog="lowp", description="Low-precision numerics for NumPy.")
+    parser.add_argument("-V", "--version", action="version", version=f"lowp {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     p_info = sub.add_parser("info", help="print every named format with its layout and limits")
     p_info.set_defaults(func=_info)
@@ -43,7 +48,36 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     _add_experiment(sub)
     args = parser.parse_args(argv)
-    return int(args.func(args))
+    try:
+        rc = int(args.func(args))
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # The reader went away (`lowp info | head -1`): nothing more to say to it. The
+        # interpreter's own flush at exit would fail again: stdout now goes nowhere.
+        _silence_stdout()
+        return 1
+    except OSError as e:
+        # Standard output cannot be written (a full disk, /dev/full): the commands write
+        # their files themselves and report what fails there, naming the file.
+        if e.filename is not None or e.errno not in _WRITE_ERRNOS:
+            raise
+        _silence_stdout()
+        print(f"lowp: error: cannot write to standard output: {e.strerror or e}", file=sys.stderr)
+        return 1
+    return rc
+
+
+#: What writing to a full or failing standard output raises.
+_WRITE_ERRNOS = {getattr(errno, n) for n in ("ENOSPC", "EIO", "EDQUOT", "EFBIG") if hasattr(errno, n)}
+
+
+def _silence_stdout() -> None:
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, AttributeError, ValueError):  # (a stdout without a file descriptor)
+        pass
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -129,8 +129,15 @@ def load_npz(path: str) -> Data:
                              + (f" and values from {yy.min()} to {yy.max()}" if yy.dtype.kind in "iu" else ""))
     if xtr.shape[1] != xte.shape[1]:
         raise ValueError(f"data: X_train has {xtr.shape[1]} features but X_test has {xte.shape[1]}")
-    return Data(xtr.astype(np.float32), ytr.astype(np.int64), xte.astype(np.float32), yte.astype(np.int64),
-                os.path.basename(path))
+    xs = []
+    for name, xx in (("train", xtr), ("test", xte)):
+        with np.errstate(over="ignore"):  # (values past float32's range: refused below)
+            x32 = xx.astype(np.float32)
+        if not np.isfinite(x32).all():
+            raise ValueError(f"data: X_{name} holds values that are not finite in float32 (NaN, infinities, or "
+                             f"magnitudes past {float(np.finfo(np.float32).max):.4g})")
+        xs.append(x32)
+    return Data(xs[0], ytr.astype(np.int64), xs[1], yte.astype(np.int64), os.path.basename(path))
 
 
 @dataclasses.dataclass
@@ -161,16 +168,18 @@ def train_one(cfg: QuantConfig, data: Data, *, epochs: int, lr: float, momentum:
     n = len(data.y_train)
     for _ in range(epochs):
         perm = order.permutation(n)
-        losses = []
+        losses, sizes = [], []
         for i in range(0, n, batch_size):
             idx = perm[i:i + batch_size]
             loss, taken = model.train_step(data.x_train[idx], data.y_train[idx], opt, scaler)
             losses.append(loss)
+            sizes.append(len(idx))
             res.skipped_steps += not taken
         acc, tl = model.evaluate(data.x_test, data.y_test)
         res.test_acc.append(acc)
         res.test_loss.append(tl)
-        res.train_loss.append(float(np.mean(losses)))
+        # The mean over samples: a short last batch weighs by its size.
+        res.train_loss.append(float(np.average(losses, weights=sizes)))
         res.seconds = time.perf_counter() - t0
         if on_epoch is not None:
             on_epoch(res)
@@ -204,33 +213,53 @@ def findings(results: Sequence[Result]) -> list[str]:
     return out
 
 
+def _replace_file(path: str, write: Callable[[str], None]) -> None:
+    """``write(tmp)`` a file beside ``path``, then rename it to ``path``: an interrupted
+    or failed write leaves the previous file, never a partial one."""
+    d, base = os.path.split(path)
+    tmp = os.path.join(d, f".{base}.{os.getpid()}.tmp")
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
 def write_results(results: Sequence[Result], outdir: str, settings: dict[str, Any]) -> list[str]:
-    """Write results.md, results.csv, history.csv and curves.png; returns the paths."""
+    """Write results.md, results.csv, history.csv and curves.png (each replaced whole);
+    returns the paths."""
     os.makedirs(outdir, exist_ok=True)
     done = [r for r in results if r.test_acc]
+
+    def results_csv(t: str) -> None:
+        with open(t, "w", newline="") as fh:
+            w = csv.writer(fh)
+            w.writerow(HEADER)
+            for r in done:
+                w.writerow(_fmt_row(r))
+
+    def history_csv(t: str) -> None:
+        with open(t, "w", newline="") as fh:
+            w = csv.writer(fh)
+            w.writerow(["config", "epoch", "test accuracy", "test loss", "train loss"])
+            for r in done:
+                for e, (a, tl, trl) in enumerate(zip(r.test_acc, r.test_loss, r.train_loss), 1):
+                    w.writerow([r.name, e, f"{a:.6f}", f"{tl:.6f}", f"{trl:.6f}"])
+
+    def results_md(t: str) -> None:
+        with open(t, "w") as fh:
+            fh.write(markdown_table(done, settings))
+
     paths = []
-    p = os.path.join(outdir, "results.csv")
-    with open(p, "w", newline="") as fh:
-        w = csv.writer(fh)
-        w.writerow(HEADER)
-        for r in done:
-            w.writerow(_fmt_row(r))
-    paths.append(p)
-    p = os.path.join(outdir, "history.csv")
-    with open(p, "w", newline="") as fh:
-        w = csv.writer(fh)
-        w.writerow(["config", "epoch", "test accuracy", "test loss", "train loss"])
-        for r in done:
-            for e, (a, tl, trl) in enumerate(zip(r.test_acc, r.test_loss, r.train_loss), 1):
-                w.writerow([r.name, e, f"{a:.6f}", f"{tl:.6f}", f"{trl:.6f}"])
-    paths.append(p)
-    p = os.path.join(outdir, "results.md")
-    with open(p, "w") as fh:
-        fh.write(markdown_table(done, settings))
-    paths.append(p)
-    p = os.path.join(outdir, "curves.png")
-    plot(done, p, settings)
-    paths.append(p)
+    for name, write in (("results.csv", results_csv), ("history.csv", history_csv), ("results.md", results_md),
+                        ("curves.png", lambda t: plot(done, t, settings))):
+        p = os.path.join(outdir, name)
+        _replace_file(p, write)
+        paths.append(p)
     return paths
 
 
@@ -254,7 +283,8 @@ def plot(results: Sequence[Result], path: str, settings: dict[str, Any]) -> None
     import matplotlib.pyplot as plt
     from matplotlib.ticker import MaxNLocator
 
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.8))
+    # (A shared epoch axis: the loss panel keeps it when every loss is NaN.)
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.8), sharex=True)
     for r in results:
         ep = np.arange(1, len(r.test_acc) + 1)
         style = "--" if "nomaster" in r.name or "acc" in r.name else "-"
@@ -277,25 +307,32 @@ def plot(results: Sequence[Result], path: str, settings: dict[str, Any]) -> None
     ax2.set_ylabel("test loss")
     if any(np.isfinite(v) and v > 0 for r in results for v in r.test_loss):
         ax2.set_yscale("log")  # (needs a positive value to scale by)
+    elif results:
+        ax2.text(0.5, 0.5, "no finite test loss (diverged)", transform=ax2.transAxes, ha="center", va="center")
+    ax2.tick_params(labelbottom=True)
     ax2.grid(alpha=0.3)
     ax2.legend(fontsize=8, loc="upper right")
     fig.suptitle(f"MLP on {settings.get('data', '?')}: " + ", ".join(
         f"{k} {v}" for k, v in settings.items() if k in ("optimizer", "epochs", "lr", "momentum", "batch", "hidden")),
         fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, format="png")
     plt.close(fig)
 
 
 def run(configs: dict[str, QuantConfig], data: Data, outdir: str, *, epochs: int, lr: float, momentum: float,
         batch_size: int, hidden: int, seed: int, backend: str = "auto", optimizer: str = "sgd",
-        progress: bool = True) -> list[Result]:
-    """Train under every config in turn, writing the results after each one. On
-    KeyboardInterrupt the finished configs stay written and the exception propagates."""
+        progress: bool = True, results: Optional[list[Result]] = None) -> list[Result]:
+    """Train under every config in turn, writing the results after each one, and return
+    them (appended to ``results`` when given, as each config finishes). On
+    KeyboardInterrupt the finished configs stay written and the exception propagates.
+    ``progress``: a bar on stderr (None: only when stderr is a terminal)."""
     settings = dict(data=data.name, train=len(data.y_train), test=len(data.y_test), optimizer=optimizer,
                     epochs=epochs, lr=lr, momentum=momentum, batch=batch_size, hidden=hidden, seed=seed)
-    results: list[Result] = []
+    results = [] if results is None else results
     bar = None
+    if progress is None:
+        progress = sys.stderr is not None and sys.stderr.isatty()
     if progress:
         from tqdm import tqdm
 
@@ -310,9 +347,12 @@ def run(configs: dict[str, QuantConfig], data: Data, outdir: str, *, epochs: int
                     bar.update(1)
                     bar.set_postfix(acc=f"{100 * r.test_acc[-1]:.1f}%", loss=f"{r.test_loss[-1]:.3f}")
 
-            results.append(train_one(cfg, data, epochs=epochs, lr=lr, momentum=momentum, batch_size=batch_size,
-                                     hidden=hidden, seed=seed, backend=backend, optimizer=optimizer,
-                                     on_epoch=tick))
+            # (A diverging config overflows: its loss reads NaN and its steps are skipped,
+            # which the results report; numpy's warnings about it would only repeat that.)
+            with np.errstate(over="ignore", invalid="ignore"):
+                r = train_one(cfg, data, epochs=epochs, lr=lr, momentum=momentum, batch_size=batch_size,
+                              hidden=hidden, seed=seed, backend=backend, optimizer=optimizer, on_epoch=tick)
+            results.append(r)
             write_results(results, outdir, settings)
     finally:
         if bar is not None:
@@ -343,12 +383,29 @@ def add_subparser(sub: Any) -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="seed of weights, batches and stochastic rounding")
     p.add_argument("--backend", choices=("auto", "lowp", "numpy"), default="auto",
                    help="GEMM backend: lowp.matmul when available (auto), or the NumPy emulation")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.set_defaults(func=main)
+    p.add_argument("--no-progress", action="store_true",
+                   help="no progress bar (there is none either when stderr is not a terminal)")
+    p.set_defaults(func=main, parser=p)
     return p
 
 
+#: Most weights (and as many biases) the command trains: 256 Mi float32 values, 1 GiB,
+#: and the optimizer keeps two or three copies. (64 inputs and 10 classes at the
+#: largest --hidden are 77 Mi.)
+_MAX_WEIGHTS = 1 << 28
+
+
 def main(args: argparse.Namespace) -> int:
+    parser = getattr(args, "parser", None)
+
+    def usage_error(msg: str, usage: bool = False) -> int:
+        # Exit code 2, as argparse's; an option's value, as argparse reports one: after
+        # the usage line (not for what the data or the output folder turn out to be).
+        if usage and parser is not None:
+            parser.print_usage(sys.stderr)
+        print(f"lowp experiment: error: {msg}", file=sys.stderr)
+        return 2
+
     epochs = args.epochs if args.epochs is not None else (4 if args.quick else 60)
     for name, val, ok in (("--epochs", epochs, epochs >= 1), ("--batch-size", args.batch_size, args.batch_size >= 1),
                           # (64 inputs and 10 classes: a million units is 700 MB of weights.)
@@ -357,35 +414,59 @@ def main(args: argparse.Namespace) -> int:
                           ("--lr", args.lr, 0 < args.lr <= float(np.finfo(np.float32).max)),
                           ("--momentum", args.momentum, 0 <= args.momentum < 1), ("--seed", args.seed, args.seed >= 0)):
         if not ok:
-            print(f"lowp experiment: error: {name}: invalid value {val}", file=sys.stderr)
-            return 2
-    # The output folder is checked before any training: created, and writable.
+            return usage_error(f"argument {name}: invalid value {val}", usage=True)
+    done: list[Result] = []
     try:
-        if not args.output:
-            raise OSError("an empty path")
-        os.makedirs(args.output, exist_ok=True)
-        if not os.access(args.output, os.W_OK):
-            raise OSError("not writable")
-    except OSError as e:
-        print(f"lowp experiment: error: --output: cannot write results to {args.output!r}: "
-              f"{e.strerror if getattr(e, 'strerror', None) else e}", file=sys.stderr)
-        return 2
-    try:
-        data = load_npz(args.data) if args.data else load_digits_split()
-    except ValueError as e:
-        print(f"lowp experiment: error: {e}", file=sys.stderr)
-        return 2
-    allc = default_configs()
-    configs = {k: allc[k] for k in (args.configs or allc)}
-    try:
-        results = run(configs, data, args.output, epochs=epochs, lr=args.lr, momentum=args.momentum,
-                      batch_size=args.batch_size, hidden=args.hidden, seed=args.seed, backend=args.backend,
-                      optimizer=args.optimizer, progress=not args.no_progress)
+        # (The data first: a run that fails on it creates no output folder.)
+        try:
+            data = load_npz(args.data) if args.data else load_digits_split()
+        except ValueError as e:
+            return usage_error(str(e))
+        n_weights = (data.x_train.shape[1] + data.n_classes) * args.hidden
+        if n_weights > _MAX_WEIGHTS:
+            return usage_error(f"argument --hidden: {args.hidden} hidden units with the data's "
+                               f"{data.x_train.shape[1]} features and {data.n_classes} classes make {n_weights} "
+                               f"weights; at most {_MAX_WEIGHTS} are trained")
+        # The output folder is checked before any training: created, and writable.
+        try:
+            if not args.output:
+                raise OSError("an empty path")
+            os.makedirs(args.output, exist_ok=True)
+            if not os.access(args.output, os.W_OK):
+                raise OSError("not writable")
+        except OSError as e:
+            return usage_error(f"--output: cannot write results to {args.output!r}: "
+                               f"{e.strerror if getattr(e, 'strerror', None) else e}")
+        allc = default_configs()
+        configs = {k: allc[k] for k in (args.configs or allc)}
+        try:
+            run(configs, data, args.output, epochs=epochs, lr=args.lr, momentum=args.momentum,
+                batch_size=args.batch_size, hidden=args.hidden, seed=args.seed, backend=args.backend,
+                optimizer=args.optimizer, progress=None if not args.no_progress else False, results=done)
+        except OSError as e:
+            # Writing the results failed (the folder removed, a full disk, a folder in a
+            # file's place): what finished is printed, as the files would have had it.
+            if done:
+                print(markdown_table(done, _settings(args, data, epochs)))
+            print(f"lowp experiment: error: --output: cannot write results to {args.output!r}: "
+                  f"{e.strerror if getattr(e, 'strerror', None) else e}"
+                  + (f" ({e.filename})" if getattr(e, "filename", None) else ""), file=sys.stderr)
+            return 1
     except KeyboardInterrupt:
-        print(f"\ninterrupted: results of the finished configs are in {args.output}", file=sys.stderr)
+        finished = [r.name for r in done]
+        if finished:
+            print(f"\ninterrupted: results of the finished configs ({', '.join(finished)}) are in {args.output}",
+                  file=sys.stderr)
+        else:
+            earlier = args.output and os.path.exists(os.path.join(args.output, "results.csv"))
+            print("\ninterrupted before any config finished: no results written"
+                  + (f" (the files in {args.output} are from an earlier run)" if earlier else ""), file=sys.stderr)
         return 130
-    settings = dict(data=data.name, optimizer=args.optimizer, epochs=epochs, lr=args.lr, momentum=args.momentum,
-                    batch=args.batch_size, hidden=args.hidden, seed=args.seed)
-    print(markdown_table(results, settings))
+    print(markdown_table(done, _settings(args, data, epochs)))
     print(f"written to {args.output}: results.md, results.csv, history.csv, curves.png")
     return 0
+
+
+def _settings(args: argparse.Namespace, data: Data, epochs: int) -> dict[str, Any]:
+    return dict(data=data.name, optimizer=args.optimizer, epochs=epochs, lr=args.lr, momentum=args.momentum,
+                batch=args.batch_size, hidden=args.hidden, seed=args.seed)
