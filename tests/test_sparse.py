@@ -1288,6 +1288,34 @@ def test_astype_checks_seed_and_saturate_even_when_nothing_rounds(dtype):
     assert m.astype(dtype, "stochastic", seed=5).nnz == 2
 
 
+@pytest.mark.parametrize("src,dst", [(np.float16, np.float16), (np.float32, np.float32), (np.float16, np.float32),
+                                     (lowp.bfloat16, lowp.bfloat16), (np.float32, lowp.float8_e5m2)])
+@pytest.mark.parametrize("rounding", ["nearest_even", "toward_zero"])
+def test_astype_saturates_as_cast_does_also_where_nothing_rounds(src, dst, rounding):
+    """saturate=True clamps infinities to +-max (NaN stays) in every astype, the same
+    format and float32 targets included, as lowp.cast of the values does."""
+    x = np.array([[np.inf, -np.inf, 1.0, np.nan]], np.float32).astype(src)
+    m = sparse.CSR.from_dense(x)
+    got = m.astype(dst, rounding, saturate=True).to_dense()
+    want = lowp.cast(x.astype(np.float64), dst, rounding, saturate=True)
+    np.testing.assert_array_equal(got.astype(np.float64), want.astype(np.float64))
+    assert np.isfinite(got.astype(np.float64)[0, :3]).all()
+    kept = m.astype(dst, rounding).to_dense().astype(np.float64)
+    assert np.isinf(kept[0, :2]).all()  # (without saturate: kept)
+
+
+@pytest.mark.parametrize("which", ["row", "col"])
+def test_coo_products_name_the_coordinate_made_out_of_range(which):
+    """A COO whose row or col is written out of range after construction: products raise
+    naming that array (COO has no indices)."""
+    M = sparse.COO.from_dense(np.eye(3, dtype=np.float32))
+    getattr(M, which)[1] = 7
+    x = np.ones(3, np.float32)
+    for f in (lambda: M @ x, lambda: x @ M, lambda: M @ np.ones((3, 5), np.float32)):
+        with pytest.raises(ValueError, match=f"^{which}: entry 1 is out of range"):
+            f()
+
+
 def test_data_assignment_refused_on_read_only_storage():
     """A matrix built from a read-only values array shares it (so M.T does too): ``M.data =``
     cannot write in place and is refused rather than giving M alone a copy, which left M.T

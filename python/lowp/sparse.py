@@ -105,13 +105,15 @@ def _encode_values(x: np.ndarray, fmt: Optional[Format], rounding: str = "neares
     Errors name ``name``."""
     x = _native(x)
     src = _source_format(x.dtype)
-    if src is not None and fmt is not None and src._spec == fmt._spec:
+    # (The same values as they are; saturating changes the infinities among them.)
+    if src is not None and fmt is not None and src._spec == fmt._spec and not saturate:
         return _sub_byte_codes(_contig(x).view(fmt.storage_dtype), fmt, x.dtype, "data")
-    if fmt is None:
+    if fmt is None and not saturate:
         if x.dtype == np.float32:
             return _contig(x)
         if x.dtype == np.float64 and rounding == "nearest_even":
             return x.astype(np.float32)
+    if fmt is None:
         # (Integers beyond 2^53 round once from their exact value, not through float64.)
         return _round(x, _FMT_F32, rounding, saturate=saturate, seed=seed).astype(np.float32)
     # (Integers go in as they are: those beyond 2^53 round once from their exact value.)
@@ -668,7 +670,7 @@ class _Sparse:
                 raise ValueError(f"scale: must be a positive finite number, got {scale!r}")
             vals = _div_to_odd(vals, sc)  # (to odd: the rounding into dtype is the exact quotient's, once)
         if fmt is not None and fmt._spec == (self._fmt._spec if self._fmt is not None else None) and sc == self._scale \
-                and rounding == "nearest_even":
+                and rounding == "nearest_even" and not saturate:
             return self._with_values(self._v.copy(), fmt, sc, copy=True)
         v = _encode_values(vals, fmt, rounding, saturate, seed)
         if np.shares_memory(v, self._v):  # float32 to float32: the values themselves
@@ -912,7 +914,14 @@ class COO(_Sparse):
 
     def _product(self, x2: np.ndarray, transpose: bool, out: np.ndarray) -> None:
         d, t, bf = self._kernel_values()
-        _lowp.coo_matmul(d, t, bf, self._row, self._col, self._shape, x2, out, transpose)
+        try:
+            _lowp.coo_matmul(d, t, bf, self._row, self._col, self._shape, x2, out, transpose)
+        except ValueError as e:
+            # The kernel checks each index as it reads it, and calls them all indices:
+            # the coordinates checked again name row or col.
+            if str(e).startswith("indices:"):
+                self._check_indices()
+            raise
 
     def _to_scipy(self, sp: Any, v: np.ndarray) -> Any:
         return sp.coo_array((v, (self._row, self._col)), shape=self._shape)
