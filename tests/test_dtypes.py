@@ -616,12 +616,17 @@ def test_quantized_arrays_pickle_with_every_protocol():
         np.testing.assert_array_equal(r.dequantize(), q.dequantize())
 
 
-@pytest.mark.parametrize("order", ["lowp_first", "ml_dtypes_first"])
+@pytest.mark.parametrize("order", ["lowp_first", "ml_dtypes_first", "lowp_then_find_spec"])
 def test_import_order(order):
-    first, second = ("lowp", "ml_dtypes") if order == "lowp_first" else ("ml_dtypes", "lowp")
+    """Either import order links the two libraries' types, also when ml_dtypes is looked
+    up (importlib.util.find_spec, a common "is it installed?" check) before its import."""
+    first, second = ("lowp", "ml_dtypes") if order != "ml_dtypes_first" else ("ml_dtypes", "lowp")
+    look = 'importlib.util.find_spec("ml_dtypes")' if order == "lowp_then_find_spec" else ""
     code = textwrap.dedent(f"""
+        import importlib.util
         import numpy as np
         import {first}
+        {look}
         import {second}
         import lowp, ml_dtypes
         assert np.dtype("bfloat16").type is ml_dtypes.bfloat16
@@ -648,6 +653,19 @@ def test_import_order(order):
                         assert got.dtype == want and got.dtype.type is want.type, (x, y, got.dtype, want)
                     assert np.array_equal((a * b).astype(np.float64), np.full(3, 2.0))
                     assert (a < b).all()
+        # ml_dtypes' narrow ints beside an fp8 type: float32, as np.result_type says (numpy's
+        # loop search ran float16's loops, and 57344 * 7 overflowed).
+        for l in ours[1:6]:
+            for m in (ml_dtypes.int4, ml_dtypes.uint4, ml_dtypes.int2, ml_dtypes.uint2):
+                a, b = np.full(2, float(lowp.finfo(l).max), l), np.full(2, 1, m)
+                b[0] = 7 if ml_dtypes.iinfo(m).max >= 7 else 1
+                want = np.result_type(a, b)
+                assert want == np.float32, (l, m, want)
+                exact = a.astype(np.float64) * b.astype(np.float64)
+                for x, y in ((a, b), (b, a)):
+                    got = x * y
+                    assert got.dtype == want and np.array_equal(got.astype(np.float64), exact), (l, m, got)
+                    assert (x @ y).dtype == want and float(x @ y) == exact.sum()
         print("ok")
     """)
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

@@ -96,26 +96,31 @@ for _name in DTYPE_NAMES:
     _t.is_integer = _is_integer
 
 
-def _register_float32_pairs() -> None:
-    """An fp8 type beside float16 or another fp8 type has float32 as its np.result_type (as
-    in ml_dtypes), while numpy's loop search would run float16's loops, which overflow on
-    an e4m3 x e5m2 product: the ufuncs of two inputs, ``@`` and the vector products run
-    float32's."""
+def _register_float32_pairs(others: list[np.dtype]) -> None:
+    """An fp8 type beside float16, another fp8 type (or ml_dtypes' narrow ints, in
+    ``others``) has float32 as its np.result_type (as in ml_dtypes), while numpy's loop
+    search would run float16's loops, which overflow on an e4m3 x e5m2 product: the
+    ufuncs of two inputs, ``@`` and the vector products run float32's."""
     ours = [np.dtype(getattr(_lowp, name)) for name in DTYPE_NAMES]
     f16, f32 = np.dtype(np.float16), np.dtype(np.float32)
     pairs = []
     for x in ours:
-        for y in ours + [f16]:
+        for y in ours + [f16] + others:
             for a, b in ((x, y), (y, x)):
-                if a != b and np.result_type(a, b) == f32 and np.can_cast(a, f16) and np.can_cast(b, f16):
+                try:
+                    common = np.result_type(a, b)
+                except TypeError:
+                    continue
+                if a != b and common == f32 and np.can_cast(a, f16) and np.can_cast(b, f16):
                     pairs.append((type(a), type(b), type(f32)))
     more = [getattr(np, n) for n in ("matmul", "vecdot", "matvec", "vecmat") if hasattr(np, n)]
     _lowp._register_common(pairs, more)
 
 
-_register_float32_pairs()
+_register_float32_pairs([])
 
 
+_ML_INT_NAMES = ("int1", "uint1", "int2", "uint2", "int4", "uint4")
 _ML_EXTRA_NAMES = ("float8_e3m4", "float8_e4m3b11fnuz", "float6_e2m3fn", "float6_e3m2fn", "float4_e2m1fn")
 
 
@@ -152,29 +157,38 @@ def _link_ml_dtypes(ml: Any) -> None:
                 if common == y and common.type is y.type:
                     pairs.append((type(a), type(b), type(y)))
     _lowp._register_common(pairs)
+    # ml_dtypes' narrow ints beside an fp8 type: float32, as beside float16.
+    _register_float32_pairs([np.dtype(getattr(ml, n)) for n in _ML_INT_NAMES if hasattr(ml, n)])
 
 
 class _MlDtypesHook:
-    """Import hook: links ml_dtypes' dtypes once ml_dtypes finishes importing."""
+    """Import hook: links ml_dtypes' dtypes once ml_dtypes finishes importing.
+
+    Every spec it hands out (also to ``importlib.util.find_spec``, whose spec is then
+    dropped) is the one the other finders give, with a loader that links the module after
+    running it; the hook leaves ``sys.meta_path`` once a module is linked."""
 
     def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
         if fullname != "ml_dtypes":
             return None
-        import importlib.machinery
-
-        sys.meta_path.remove(self)
-        try:
-            spec = importlib.machinery.PathFinder.find_spec(fullname, path)
-        finally:
-            pass
-        if spec is None or spec.loader is None:
+        spec = None
+        for finder in list(sys.meta_path):
+            find = getattr(finder, "find_spec", None)
+            if finder is self or find is None:
+                continue
+            spec = find(fullname, path, target)
+            if spec is not None:
+                break
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
             return spec
         loader = spec.loader
         exec_module = loader.exec_module
 
         def exec_and_link(module: Any) -> None:
             exec_module(module)
-            _link_ml_dtypes(module)
+            if self in sys.meta_path:
+                sys.meta_path.remove(self)
+                _link_ml_dtypes(module)
 
         loader.exec_module = exec_and_link  # type: ignore[method-assign]
         return spec
