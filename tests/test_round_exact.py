@@ -11,6 +11,9 @@ midpoint and beyond; zeros, infinities, NaN) and hypothesis-drawn floats.
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
+import textwrap
 from fractions import Fraction
 
 import gfloat
@@ -631,6 +634,54 @@ def test_decode_without_subnormals_reads_the_zero_exponent_as_zero():
     codes = np.arange(256, dtype=np.uint8)
     keep = ~np.isnan(v) & ((codes & 0x78) != 0)
     np.testing.assert_array_equal(lowp.encode(v[keep], f), codes[keep])
+
+
+@pytest.mark.parametrize("e,m", [(4, 3), (5, 2), (5, 10), (8, 20)])
+def test_decode_of_fnuz_without_subnormals_gives_no_negative_zero(e, m):
+    """fnuz formats have no -0: their flushed zero-exponent codes of either sign read +0
+    (other formats keep the sign)."""
+    f = lowp.FloatFormat(e, m, nan="fnuz", subnormals=False)
+    sign = 1 << (f.bits - 1)
+    codes = np.array([0, 1, (1 << m) - 1, sign + 1, sign + (1 << m) - 1], dtype=f.storage_dtype)
+    for dt in (np.float32, np.float64):
+        v = lowp.decode(codes, f, dt)
+        assert np.all(v == 0) and not np.signbit(v).any(), (dt, v)
+    g = lowp.FloatFormat(e, m, nan="ieee", subnormals=False)
+    assert np.signbit(lowp.decode(codes, g, np.float64))[3:].all()
+
+
+def test_a_failed_round_into_out_leaves_out_untouched():
+    """A NaN that the format cannot hold raises, and a caller's out (written directly
+    otherwise) keeps what it held."""
+    x = np.array([1.0, np.nan, 2.0], np.float32)
+    for fmt in ("e2m1fn", lowp.IntFormat(8), lowp.FloatFormat(3, 2, nan=None)):
+        o = np.full(3, 7.0, np.float32)
+        with pytest.raises(ValueError, match="^x: contains NaN"):
+            lowp.round(x, fmt, out=o)
+        np.testing.assert_array_equal(o, [7, 7, 7])
+        f = lowp.format(fmt)
+        c = np.full(3, 7, f.storage_dtype)
+        with pytest.raises(ValueError, match="^x: contains NaN"):
+            lowp.encode(x, f, out=c)
+        np.testing.assert_array_equal(c, [7, 7, 7])
+
+
+def test_a_cast_into_an_ml_dtypes_format_says_to_import_it():
+    code = textwrap.dedent("""
+        import sys, numpy as np, lowp
+        assert "ml_dtypes" not in sys.modules
+        try:
+            lowp.cast(np.array([1.0]), "e2m1fn")
+        except TypeError as e:
+            assert "import ml_dtypes" in str(e), e
+        else:
+            raise AssertionError("no error")
+        import ml_dtypes
+        assert lowp.cast(np.array([1.0]), "e2m1fn").dtype == np.dtype(ml_dtypes.float4_e2m1fn)
+        print("ok")
+    """)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
 
 
 def test_a_failed_round_in_place_leaves_its_input():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import math
+import sys
 from fractions import Fraction
 from typing import Any, Callable, Optional, TypeVar, Union
 
@@ -11,7 +12,7 @@ import numpy as np
 
 from . import _lowp
 from ._memory import result_empty
-from ._formats import Format, FloatFormat, PositFormat, _canonical, _code_format, _dtype_registry, format as _format
+from ._formats import Format, FloatFormat, PositFormat, _canonical, _code_format, _dtype_registry, _has_nan, format as _format
 
 __all__ = ["round", "cast", "encode", "decode", "ROUNDING_MODES", "nextafter_scalar"]
 
@@ -396,13 +397,15 @@ def _check_out(out: Any, shape: tuple, dtype: np.dtype) -> np.ndarray:
     return out
 
 
-def _into(res: np.ndarray, src: np.ndarray, call: Any) -> Any:
+def _into(res: np.ndarray, src: np.ndarray, call: Any, keep: bool = False) -> Any:
     """``call(dst)`` writing into ``res``; through a temporary when ``res`` overlaps the
-    input (``out=x`` rounds in place; the kernels never see aliased buffers) or is not a
-    C-contiguous, aligned array in the machine's byte order (which the kernels write),
-    copied back only when the call reports no failure (a true result). (A call that
-    raises may have written part of a ``res`` it writes directly.)"""
-    if not (res.flags.c_contiguous and res.flags.aligned and res.dtype.isnative) or np.may_share_memory(res, src):
+    input (``out=x`` rounds in place; the kernels never see aliased buffers), is not a
+    C-contiguous, aligned array in the machine's byte order (which the kernels write), or
+    ``keep`` asks that a failure leave ``res`` as it was: copied back only when the call
+    reports no failure (a false result). (Otherwise a call that fails may have written
+    part of ``res``.)"""
+    if keep or not (res.flags.c_contiguous and res.flags.aligned and res.dtype.isnative) \
+            or np.may_share_memory(res, src):
         tmp = np.empty(res.shape, res.dtype.newbyteorder("="))
         r = call(tmp)
         if not r:
@@ -459,7 +462,9 @@ def round(x: Any, fmt: Any, rounding: str = "nearest_even", *, saturate: bool = 
         res = result_empty(a.shape, a.dtype)
     else:
         res = _check_out(out, a.shape, a.dtype)
-    bad = _into(res, a, lambda d: _lowp.round_into(a.reshape(-1), f._spec, d.reshape(-1), r, sat, key, nb))
+    # (A format without NaN fails on a NaN input: a caller's out is then left untouched.)
+    bad = _into(res, a, lambda d: _lowp.round_into(a.reshape(-1), f._spec, d.reshape(-1), r, sat, key, nb),
+                keep=out is not None and not _has_nan(f))
     if bad:
         _raise_nan(f)
     return res
@@ -485,7 +490,8 @@ def _encode(x: Any, fmt: Any, rounding: str = "nearest_even", *, saturate: bool 
         a = _stochastic_exact(src, a, f, key, nb)
     sd = f.storage_dtype
     res = result_empty(a.shape, sd) if out is None else _check_out(out, a.shape, sd)
-    bad = _into(res, a, lambda d: _lowp.encode_into(a.reshape(-1), f._spec, d.reshape(-1), r, sat, key, nb))
+    bad = _into(res, a, lambda d: _lowp.encode_into(a.reshape(-1), f._spec, d.reshape(-1), r, sat, key, nb),
+                keep=out is not None and not _has_nan(f))
     if bad:
         _raise_nan(f, name)
     return res
@@ -547,7 +553,12 @@ def cast(x: Any, dtype: Any, rounding: str = "nearest_even", *, saturate: bool =
         f = dtype
         dt = f.dtype
         if dt is None:
-            raise TypeError(f"dtype: {f!r} has no numpy dtype; use lowp.encode for its bits or lowp.round for values")
+            hint = ""
+            if getattr(f, "_name", None) and "ml_dtypes" not in sys.modules:
+                # (ml_dtypes' formats without a lowp dtype take ml_dtypes' once it is imported.)
+                hint = f" until ml_dtypes, which has {f._name}, is imported (import ml_dtypes)"
+            raise TypeError(f"dtype: {f!r} has no numpy dtype{hint}; use lowp.encode for its bits or lowp.round "
+                            f"for values")
     else:
         try:
             dt = np.dtype(dtype) if dtype is not None else None

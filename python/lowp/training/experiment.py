@@ -307,9 +307,8 @@ def plot(results: Sequence[Result], path: str, settings: dict[str, Any]) -> None
     ax2.set_ylabel("test loss")
     if any(np.isfinite(v) and v > 0 for r in results for v in r.test_loss):
         ax2.set_yscale("log")  # (needs a positive value to scale by)
-    elif results:
+    elif results and not any(np.isfinite(v) for r in results for v in r.test_loss):
         ax2.text(0.5, 0.5, "no finite test loss (diverged)", transform=ax2.transAxes, ha="center", va="center")
-    ax2.tick_params(labelbottom=True)
     ax2.grid(alpha=0.3)
     ax2.legend(fontsize=8, loc="upper right")
     fig.suptitle(f"MLP on {settings.get('data', '?')}: " + ", ".join(

@@ -206,7 +206,8 @@ impl FloatFormat {
         } else {
             ldexp(((1u64 << m) | frac) as f64, bexp - self.bias - m as i32)
         };
-        if negative {
+        // (fnuz formats have no -0: the flushed codes of a negative sign are +0 too.)
+        if negative && !(v == 0.0 && self.nan == NanPolicy::Fnuz) {
             -v
         } else {
             v
