@@ -342,3 +342,64 @@ def test_more_dimensions_than_32():
         np.testing.assert_allclose(r, np.matmul(a.astype(np.float64), b.astype(np.float64)), rtol=1e-4, atol=1e-3)
     with pytest.raises(ValueError, match="^b: batch"):
         lowp.matmul(np.ones((2, 3, 4), np.float32), np.ones((3, 4, 5), np.float32))
+
+
+def test_emulated_products_without_memory_for_their_panel_raise_memory_error():
+    """The emulated products pack B whole (4 bytes a value): where that memory is not to
+    be had (here: an address-space limit), MemoryError, not an aborted process. A
+    product of broadcast views needing terabytes too."""
+    import subprocess
+    import sys
+    import textwrap
+
+    code = textwrap.dedent("""
+        import resource, numpy as np, lowp
+        K = 1 << 20
+        a, b = np.ones((64, K), lowp.bfloat16), np.ones((K, 64), lowp.bfloat16)
+        vm = next(int(l.split()[1]) * 1024 for l in open("/proc/self/status") if l.startswith("VmSize"))
+        hard = resource.getrlimit(resource.RLIMIT_AS)[1]
+        resource.setrlimit(resource.RLIMIT_AS, (vm + (64 << 20), hard))
+        for f in (lambda: lowp.matmul(a, b, accumulate="bf16"), lambda: lowp.sum(a, axis=1, accumulate="bf16")):
+            try:
+                f()
+            except MemoryError as e:
+                assert "cannot allocate a work buffer" in str(e), e
+            else:
+                raise AssertionError("no MemoryError")
+        resource.setrlimit(resource.RLIMIT_AS, (hard, hard))
+        x = np.broadcast_to(np.ones((1, 1), lowp.bfloat16), (2, 2**44))
+        try:
+            lowp.matmul(x, x.T, accumulate="float8_e5m2")
+        except MemoryError:
+            pass
+        else:
+            raise AssertionError("no MemoryError")
+        assert float(lowp.matmul(a[:8, :64], b[:64, :8], accumulate="bf16")[0, 0]) == 64.0
+        print("ok")
+    """)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and r.stdout.split()[-1] == "ok", (r.returncode, r.stderr[-2000:])
+
+
+def test_quantize_works_in_a_few_copies_of_its_input():
+    """quantize's exact quotients run in pieces: 2**24 float32 values (64 MiB) quantize
+    within 640 MiB more address space (they took 1.6 GB, 100 bytes a value)."""
+    import subprocess
+    import sys
+    import textwrap
+
+    code = textwrap.dedent("""
+        import resource, numpy as np, lowp
+        x = np.random.default_rng(0).standard_normal(1 << 24).astype(np.float32)
+        lowp.quantize(x[:1 << 17], "int8", symmetric=False)  # (the pool and tables set up first)
+        vm = next(int(l.split()[1]) * 1024 for l in open("/proc/self/status") if l.startswith("VmSize"))
+        hard = resource.getrlimit(resource.RLIMIT_AS)[1]
+        resource.setrlimit(resource.RLIMIT_AS, (vm + (640 << 20), hard))
+        q = lowp.quantize(x, "int8", symmetric=False)
+        resource.setrlimit(resource.RLIMIT_AS, (hard, hard))
+        d = q.dequantize()
+        assert np.abs(d - x).max() <= float(q.scale) / 2 * (1 + 1e-6)
+        print("ok")
+    """)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and r.stdout.split()[-1] == "ok", (r.returncode, r.stderr[-2000:])

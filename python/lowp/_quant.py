@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from fractions import Fraction
 from typing import Any, Optional, Union
 
@@ -154,6 +155,33 @@ def _calibrate(a: np.ndarray, calibration: Any, reduce_axes: Optional[tuple], sy
     raise ValueError(f"calibration: expected 'max' or ('percentile', p), got {calibration!r}")
 
 
+def _quantize_piece(a: np.ndarray, sc: Any, zp: Any, cmin: Any, cmax: Any, f: IntFormat, symmetric: bool, r: str,
+                    seed: SeedLike) -> np.ndarray:
+    """The integers of the float64 values ``a`` (1-D) with the scales, zero points and
+    code bounds ``sc``, ``zp``, ``cmin``, ``cmax`` (scalars or arrays like ``a``)."""
+    # x / scale rounded to odd, so that the rounding into the integers is the exact
+    # quotient's, once; the rounding mode acts on x / scale and the zero point is added
+    # after (as ONNX and PyTorch quantize), in a format one bit wider that holds the
+    # rounded quotient whatever the zero point. No integer format is wider than 32 bits:
+    # there an even integer part of the quotient is set aside (exactly: y - base is a
+    # Sterbenz difference) and added back with the zero point, which changes no rounding,
+    # ties to even and to odd included.
+    y = _div_to_odd(a, sc)
+    base = 2.0 * np.trunc(y * 0.5) if not symmetric and f.bits >= 32 else None
+    wide = f if symmetric else IntFormat(3) if base is not None else IntFormat(f.bits + 1)
+    codes = encode(y if base is None else y - base, wide, r, seed=seed)
+    itype = np.dtype(f"i{wide.storage_dtype.itemsize}")
+    vals = np.asarray(codes.view(itype))
+    if wide.bits < 8 * itype.itemsize:  # sign-extend narrower formats
+        sh = 8 * itype.itemsize - wide.bits
+        vals = (vals << sh) >> sh
+    if wide is not f:
+        vals = vals.astype(np.int64) + np.asarray(zp).astype(np.int64)  # (clipped into f's range below)
+        if base is not None:
+            vals = vals + base.astype(np.int64)
+    return np.clip(vals, cmin, cmax)
+
+
 def quantize(x: Any, fmt: Union[str, IntFormat] = "int8", *, axis: Optional[int] = None, symmetric: bool = True,
              rounding: str = "nearest_even", seed: SeedLike = None, calibration: Any = "max") -> QuantizedArray:
     """Quantize ``x`` to integers with a scale (and zero point when not ``symmetric``).
@@ -234,39 +262,29 @@ def quantize(x: Any, fmt: Union[str, IntFormat] = "int8", *, axis: Optional[int]
     scale = np.where(np.isfinite(scale) & (scale > 0), scale, 1.0)
     if not symmetric:
         zp = np.clip(np.rint(qmin - lo / scale), qmin, qmax)
-    shape = [1] * a.ndim
-    if axis is not None:
-        shape[axis] = -1
-    sc_b, zp_b = (scale.reshape(shape), zp.reshape(shape)) if a.ndim else (scale, zp)
-    # x / scale rounded to odd, so that the rounding into the integers is the exact
-    # quotient's, once; the rounding mode acts on x / scale and the zero point is added
-    # after (as ONNX and PyTorch quantize), in a format one bit wider that holds the
-    # rounded quotient whatever the zero point. No integer format is wider than 32 bits:
-    # there an even integer part of the quotient is set aside (exactly: y - base is a
-    # Sterbenz difference) and added back with the zero point, which changes no rounding,
-    # ties to even and to odd included.
-    y = _div_to_odd(a, sc_b)
-    base = 2.0 * np.trunc(y * 0.5) if not symmetric and f.bits >= 32 else None
-    wide = f if symmetric else IntFormat(3) if base is not None else IntFormat(f.bits + 1)
-    codes = encode(y if base is None else y - base, wide, r, seed=seed)
-    itype = np.dtype(f"i{wide.storage_dtype.itemsize}")
-    vals = np.asarray(codes.view(itype))
-    if wide.bits < 8 * itype.itemsize:  # sign-extend narrower formats
-        sh = 8 * itype.itemsize - wide.bits
-        vals = (vals << sh) >> sh
-    if wide is not f:
-        vals = vals.astype(np.int64) + zp_b.astype(np.int64)  # (clipped into f's range below)
-        if base is not None:
-            vals = vals + base.astype(np.int64)
     out_dtype = np.dtype(np.int8) if f.bits <= 8 else np.dtype(f"i{f.storage_dtype.itemsize}")
     # Where the scale rounded up (or the zero point by half a step) at the top of float32's
     # range, the extreme codes would dequantize past float32's largest value: those are
     # clipped to the last code whose value is finite, so dequantize() never returns inf.
     steps = np.floor(_F32_MAX / scale)
     steps = np.where(steps * scale > _F32_MAX, steps - 1, steps)
-    cmin = np.maximum(qmin, zp - steps).reshape(shape) if a.ndim else np.maximum(qmin, zp - steps)
-    cmax = np.minimum(qmax, zp + steps).reshape(shape) if a.ndim else np.minimum(qmax, zp + steps)
-    vals = np.asarray(np.clip(vals, cmin, cmax).astype(out_dtype))
+    cmin, cmax = np.maximum(qmin, zp - steps), np.minimum(qmax, zp + steps)
+    vals = np.empty(a.shape, out_dtype)
+    flat_a, flat_v = a.reshape(-1), vals.reshape(-1)
+    # The parameters of each element: along axis, `inner` elements apart.
+    inner = math.prod(a.shape[axis + 1:]) if axis is not None else 1
+    params = [np.asarray(p_, np.float64).reshape(-1) for p_ in (scale, zp, cmin, cmax)]
+    # Deterministic rounding in pieces (the exact quotients take a dozen float64
+    # temporaries an element); stochastic rounding draws its bits by position in one call.
+    piece = flat_a.size if r == "stochastic" else 1 << 16
+    for i0 in range(0, flat_a.size, max(piece, 1)):
+        i1 = min(flat_a.size, i0 + piece)
+        if axis is None:
+            sc, z, c0, c1 = (p_[0] for p_ in params)
+        else:
+            idx = (np.arange(i0, i1) // inner) % a.shape[axis]
+            sc, z, c0, c1 = (p_[idx] for p_ in params)
+        flat_v[i0:i1] = _quantize_piece(flat_a[i0:i1], sc, z, c0, c1, f, symmetric, r, seed)
     if axis is None:
         return QuantizedArray(vals, np.float32(scale), np.int32(zp), None, f)
     return QuantizedArray(vals, scale.astype(np.float32), zp.astype(np.int32), axis, f)

@@ -22,6 +22,8 @@ pub enum Error {
     Value(String),
     /// An unsupported type (maps to Python's TypeError).
     Type(String),
+    /// Memory that could not be had (maps to Python's MemoryError).
+    Memory(String),
 }
 
 impl Error {
@@ -36,12 +38,25 @@ impl Error {
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Error::Value(m) | Error::Type(m) => f.write_str(m),
+            Error::Value(m) | Error::Type(m) | Error::Memory(m) => f.write_str(m),
         }
     }
 }
 
 impl std::error::Error for Error {}
+
+/// `len` copies of `v` in a new vector, or [`Error::Memory`] where the memory is not
+/// to be had (the allocator's failure would abort the process): for buffers whose
+/// size follows the inputs' shapes, which broadcast views make any size.
+pub fn try_filled<T: Clone>(v: T, len: usize) -> Result<Vec<T>> {
+    let mut x = Vec::new();
+    if x.try_reserve_exact(len).is_err() {
+        let bytes = (len as u128) * std::mem::size_of::<T>() as u128;
+        return Err(Error::Memory(format!("cannot allocate a work buffer of {bytes} bytes")));
+    }
+    x.resize(len, v);
+    Ok(x)
+}
 
 pub type Result<T> = std::result::Result<T, Error>;
 

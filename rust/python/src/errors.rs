@@ -1,6 +1,6 @@
 //! Core errors to Python exceptions.
 
-use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::exceptions::{PyMemoryError, PyTypeError, PyValueError};
 use pyo3::PyErr;
 
 /// `f` without the GIL, in the floating-point environment the kernels need
@@ -13,6 +13,7 @@ pub fn to_py(e: lowp_core::Error) -> PyErr {
     match e {
         lowp_core::Error::Value(m) => PyValueError::new_err(m),
         lowp_core::Error::Type(m) => PyTypeError::new_err(m),
+        lowp_core::Error::Memory(m) => PyMemoryError::new_err(m),
     }
 }
 

@@ -6202,14 +6202,14 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
     // B panel: block kbi, strip s at (kbi * strips + s) * kbs * 16, [kk*16 + j].
     // (Starting on a cache line: a strip's rows of 16 values are lines.)
     let plen = if b_codes { 0 } else { kblocks * pstrips * kbs * 16 };
-    let mut bpanel_buf = vec![0f32; plen + 16];
+    let mut bpanel_buf = crate::try_filled(0f32, plen + 16)?;
     let boff = bpanel_buf.as_ptr().align_offset(64).min(16);
     let bpanel = &mut bpanel_buf[boff..boff + plen];
     // Kind Sr: the columns' placed random bits, as the B panel ([kk*16 + j]).
-    let mut vpanel = vec![0u32; if sr { bpanel.len() } else { 0 }];
-    let mut bbounds: Vec<Option<(i32, i32)>> = vec![None; kblocks];
+    let mut vpanel = crate::try_filled(0u32, if sr { bpanel.len() } else { 0 })?;
+    let mut bbounds: Vec<Option<(i32, i32)>> = crate::try_filled(None, kblocks)?;
     // Kind Split: the largest |b| of each depth block (inf included).
-    let mut bmaxes = vec![0f32; kblocks];
+    let mut bmaxes = crate::try_filled(0f32, kblocks)?;
     // The panels' parallel loops take a worker still spinning after the previous
     // loop, if one is (no wake-up; see `parallel::hot`).
     // Kind Sr's wide bits: a task that redid too many tiles stops the product
@@ -6276,7 +6276,13 @@ fn drive16(kind: Kind16, bf: bool, a: &Operand, b: &Operand, c: EmuOut, spec: &A
         // part of the scale its values take exactly (their last bits at or above
         // 2^-149; bounds and largest values above stay those of the values). In
         // place, none.
-        let bsc: Vec<i32> = if scaled_kind && !b_codes { bbounds.iter().map(|bb| bb.map_or(usc, |(lo, _)| usc.max(-149 - lo))).collect() } else { vec![0; kblocks] };
+        // (Smaller than bbounds, allocated above.)
+        let mut bsc: Vec<i32> = vec![0; kblocks];
+        if scaled_kind && !b_codes {
+            for (e, bb) in bsc.iter_mut().zip(&bbounds) {
+                *e = bb.map_or(usc, |(lo, _)| usc.max(-149 - lo));
+            }
+        }
         for (kbi, &e) in bsc.iter().enumerate() {
             if e != 0 {
                 let f = 2f32.powi(e);
