@@ -610,3 +610,24 @@ def test_empty_of_shapes_past_numpys_range_names_the_shape(padded):
             lowp.empty(shape, np.float32, padded=padded)
     assert lowp.empty((0, 2**40), np.float32, padded=padded).shape == (0, 2**40)
     assert lowp.empty((0, 3), lowp.bfloat16, padded=padded).shape == (0, 3)
+
+
+def test_masked_arrays_are_refused_everywhere():
+    """A masked array's hidden values would be used (a NaN under the mask came through
+    matmul, round, sum and cast; quantize refused it for that NaN): every lowp function
+    refuses masked arrays, naming the argument, the sparse constructors included."""
+    from lowp import sparse
+
+    ma = np.ma.MaskedArray([[1, np.nan], [3, 4]], mask=[[0, 1], [0, 0]], dtype=np.float32)
+    calls = {"a": [lambda: lowp.matmul(ma, np.eye(2, dtype=np.float32))],
+             "b": [lambda: lowp.matmul(np.eye(2, dtype=np.float32), ma)],
+             "x": [lambda: lowp.round(ma, "bf16"), lambda: lowp.sum(ma), lambda: lowp.cast(ma, lowp.bfloat16),
+                   lambda: lowp.encode(ma, "bf16"), lambda: lowp.quantize(ma), lambda: sparse.CSR.from_dense(ma),
+                   lambda: lowp.ulp(ma, "bf16"), lambda: sparse.prune(ma, 0.5)]}
+    for arg, fs in calls.items():
+        for f in fs:
+            with pytest.raises(TypeError, match=f"^{arg}: masked arrays are not supported"):
+                f()
+    # Other ndarray subclasses are arrays as before.
+    m = np.matrix([[1.0, 2.0], [3.0, 4.0]], np.float32)
+    np.testing.assert_array_equal(lowp.matmul(m, np.eye(2, dtype=np.float32)), [[1, 2], [3, 4]])

@@ -695,3 +695,18 @@ def test_a_failed_round_in_place_leaves_its_input():
     with pytest.raises(ValueError, match="^x: contains NaN"):
         lowp.encode(y, lowp.IntFormat(32), out=y.view(np.uint32))
     np.testing.assert_array_equal(y, np.array([1.3, np.nan, 2.7, 1e6], np.float32))
+
+
+def test_out_with_zero_strides_is_refused():
+    """An out whose elements overlap (a broadcast or as_strided view) is refused, as
+    matmul refuses one; every element would be written to the same place."""
+    o = np.zeros(1, np.float32)
+    z = np.lib.stride_tricks.as_strided(o, (4,), (0,))
+    x = np.arange(4, dtype=np.float32) + 0.1
+    with pytest.raises(ValueError, match="^out: must not have zero strides"):
+        lowp.round(x, "bf16", out=z)
+    with pytest.raises(ValueError, match="^out: must not have zero strides"):
+        lowp.encode(x, "bf16", out=np.lib.stride_tricks.as_strided(np.zeros(1, np.uint16), (4,), (0,)))
+    np.testing.assert_array_equal(o, [0])
+    one = np.zeros(1, np.float32)
+    assert lowp.round(x[:1], "bf16", out=np.lib.stride_tricks.as_strided(one, (1,), (0,)))[0] == np.float32(0.10009765625)

@@ -302,10 +302,20 @@ def _div_to_odd(a: Any, b: Any) -> np.ndarray:
         return _scaled_to_odd(_to_odd(q, r * np.sign(mb)), ea - eb)
 
 
+def _refuse_masked(x: Any, arg: str) -> None:
+    """Masked arrays are refused: their masked elements' hidden values would be used."""
+    ma = sys.modules.get("numpy.ma")  # (a masked array means numpy.ma is loaded)
+    if ma is not None and isinstance(x, ma.MaskedArray):
+        raise TypeError(f"{arg}: masked arrays are not supported (the values under the mask would be used); "
+                        f"pass {arg}.filled(value) or {arg}.compressed()")
+
+
 def _array_arg(x: Any, arg: str) -> np.ndarray:
     """``x`` as an array (itself if it is one); what numpy cannot read as one (ragged
-    nested sequences) raises TypeError naming ``arg``."""
+    nested sequences) and masked arrays raise TypeError naming ``arg``."""
     if isinstance(x, np.ndarray):
+        if type(x) is not np.ndarray:
+            _refuse_masked(x, arg)
         return x
     try:
         return np.asarray(x)
@@ -394,6 +404,9 @@ def _check_out(out: Any, shape: tuple, dtype: np.dtype) -> np.ndarray:
         raise TypeError(f"out: dtype {out.dtype} must be {dtype}")
     if not out.flags.writeable:
         raise ValueError("out: is read-only")
+    # (numpy gives arrays without elements zero strides.)
+    if out.size > 1 and any(st == 0 for st, n in zip(out.strides, out.shape) if n > 1):
+        raise ValueError("out: must not have zero strides (overlapping elements)")
     return out
 
 

@@ -19,7 +19,7 @@ import numpy as np
 
 from . import _lowp
 from ._convert import (_NO_FORMAT, SeedLike, _check_rounding, _distinct, _keeps_generator_on_error, _mul_to_odd,
-                       _native, _seed_word, _sub_byte_codes, encode)
+                       _native, _refuse_masked, _seed_word, _sub_byte_codes, encode)
 from ._formats import FloatFormat, Format, IntFormat, _NAMED, _code_format, _has_nan, format as _format
 from ._memory import result_empty
 from ._quant import QuantizedArray
@@ -37,6 +37,8 @@ _ACCEPTED = ("float16, float32, float64, int8, and the low-precision dtypes of l
 
 def _as_array(x: Any, arg: str) -> np.ndarray:
     if isinstance(x, np.ndarray):
+        if type(x) is not np.ndarray:
+            _refuse_masked(x, arg)
         return x
     if isinstance(x, QuantizedArray):
         raise TypeError(f"{arg}: got a QuantizedArray; use lowp.qmatmul or .dequantize()")

@@ -604,7 +604,9 @@ class _Sparse:
             d = np.zeros((m, n), np.float32)
         else:
             d = np.zeros((m, n), self._fmt.storage_dtype)  # code 0 is +0 in every format
-        d[coo._row, coo._col] = coo._v
+        # (Copies of the index arrays: numpy's indexing reads an index again after its
+        # bounds check, so another thread writing the matrix's own could send it astray.)
+        d[coo._row.copy(), coo._col.copy()] = coo._v
         return self._values_as_dtype(d.reshape(-1)).reshape(m, n)
 
     toarray = to_dense
