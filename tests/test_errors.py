@@ -629,5 +629,9 @@ def test_masked_arrays_are_refused_everywhere():
             with pytest.raises(TypeError, match=f"^{arg}: masked arrays are not supported"):
                 f()
     # Other ndarray subclasses are arrays as before.
-    m = np.matrix([[1.0, 2.0], [3.0, 4.0]], np.float32)
+    class Sub(np.ndarray):
+        pass
+
+    m = np.array([[1.0, 2.0], [3.0, 4.0]], np.float32).view(Sub)
     np.testing.assert_array_equal(lowp.matmul(m, np.eye(2, dtype=np.float32)), [[1, 2], [3, 4]])
+    np.testing.assert_array_equal(lowp.round(m, "bf16"), [[1, 2], [3, 4]])

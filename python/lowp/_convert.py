@@ -12,7 +12,8 @@ import numpy as np
 
 from . import _lowp
 from ._memory import result_empty
-from ._formats import Format, FloatFormat, PositFormat, _canonical, _code_format, _dtype_registry, _has_nan, format as _format
+from ._formats import (Format, FloatFormat, PositFormat, _canonical, _code_format, _dtype_registry, _has_nan,
+                       format as _format)
 
 __all__ = ["round", "cast", "encode", "decode", "ROUNDING_MODES", "nextafter_scalar"]
 
