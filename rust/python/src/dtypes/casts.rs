@@ -584,8 +584,8 @@ unsafe extern "C" fn cast_to<const T: usize, E: NpElem>(from: *mut c_void, to: *
                 let tab = super::kernels::odd_table(T);
                 let (s, d) = (from as *const f64, to as *mut u8);
                 // The narrowing to f32 raises underflow (and inexact) on values below f32's
-                // normals, which numpy would report for a cast that rounds as the f32
-                // sources' casts do, without a flag: the caller's flags are kept.
+                // normals, which numpy would then report; the cast reports none, as casts
+                // from f32 sources do not: the caller's flags are kept.
                 return with_fp_flags_kept(|| {
                     for i in 0..n {
                         let v = s.add(i).read();
