@@ -383,7 +383,8 @@ def test_emulated_products_without_memory_for_their_panel_raise_memory_error():
 
 def test_quantize_works_in_a_few_copies_of_its_input():
     """quantize's exact quotients run in pieces: 2**24 float32 values (64 MiB) quantize
-    within 640 MiB more address space (they took 1.6 GB, 100 bytes a value)."""
+    within 640 MiB more address space, to nearest and stochastically (they took 1.6 GB,
+    100 bytes a value)."""
     import subprocess
     import sys
     import textwrap
@@ -396,9 +397,11 @@ def test_quantize_works_in_a_few_copies_of_its_input():
         hard = resource.getrlimit(resource.RLIMIT_AS)[1]
         resource.setrlimit(resource.RLIMIT_AS, (vm + (640 << 20), hard))
         q = lowp.quantize(x, "int8", symmetric=False)
+        s = lowp.quantize(x, "int8", rounding="stochastic", seed=5)
         resource.setrlimit(resource.RLIMIT_AS, (hard, hard))
         d = q.dequantize()
         assert np.abs(d - x).max() <= float(q.scale) / 2 * (1 + 1e-6)
+        assert np.abs(s.dequantize() - x).max() <= float(s.scale) * (1 + 1e-6)
         print("ok")
     """)
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)

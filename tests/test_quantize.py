@@ -507,3 +507,17 @@ def test_qmatmul_along_the_inner_dimension_sums_in_float64():
                 e = sum(fa[i][t] * fb[t][j] for t in range(50))
                 assert r[i, j] == lowp.round(np.array([float(e)]), "float32")[0] or \
                     abs(Fraction(float(r[i, j])) - e) <= abs(Fraction(float(np.float32(float(e)))) - e)
+
+
+def test_stochastic_quantize_draws_as_one_encode_of_the_quotients():
+    """quantize runs in pieces of 65536 values; its stochastic draws are those of one
+    encode over the whole array (each element's bits by its flat index): with a scale
+    of exactly 2**-3 the quotients are x * 8, and the integers are encode's."""
+    rng = np.random.default_rng(3)
+    x = (rng.uniform(-15.875, 15.875, 150_001)).astype(np.float32)
+    x[0] = 15.875  # 127 steps of 2**-3
+    q = lowp.quantize(x, "int8", rounding="stochastic", seed=5)
+    assert float(q.scale) == 0.125
+    want = lowp.encode(x.astype(np.float64) * 8, lowp.IntFormat(8), "stochastic", seed=5).view(np.int8)
+    np.testing.assert_array_equal(q.values, want)
+    assert len(np.unique(q.values[70_000:70_100])) > 1

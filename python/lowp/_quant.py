@@ -8,7 +8,9 @@ from typing import Any, Optional, Union
 
 import numpy as np
 
-from ._convert import SeedLike, _add_to_odd, _as_float_array, _check_rounding, _div_to_odd, _mul_to_odd, _round_exact, encode
+from . import _lowp
+from ._convert import (SeedLike, _add_to_odd, _as_float_array, _check_rounding, _div_to_odd, _mul_to_odd, _round_exact,
+                       _seed_word)
 from ._formats import _NAMED, IntFormat, _code_format, format as _format
 
 __all__ = ["quantize", "QuantizedArray"]
@@ -156,9 +158,11 @@ def _calibrate(a: np.ndarray, calibration: Any, reduce_axes: Optional[tuple], sy
 
 
 def _quantize_piece(a: np.ndarray, sc: Any, zp: Any, cmin: Any, cmax: Any, f: IntFormat, symmetric: bool, r: str,
-                    seed: SeedLike) -> np.ndarray:
+                    key: int, index0: int) -> np.ndarray:
     """The integers of the float64 values ``a`` (1-D) with the scales, zero points and
-    code bounds ``sc``, ``zp``, ``cmin``, ``cmax`` (scalars or arrays like ``a``)."""
+    code bounds ``sc``, ``zp``, ``cmin``, ``cmax`` (scalars or arrays like ``a``);
+    stochastic rounding draws the bits of element ``index0 + i`` for ``a[i]`` (64 bits,
+    as for any float64 input), keyed by ``key``."""
     # x / scale rounded to odd, so that the rounding into the integers is the exact
     # quotient's, once; the rounding mode acts on x / scale and the zero point is added
     # after (as ONNX and PyTorch quantize), in a format one bit wider that holds the
@@ -169,7 +173,10 @@ def _quantize_piece(a: np.ndarray, sc: Any, zp: Any, cmin: Any, cmax: Any, f: In
     y = _div_to_odd(a, sc)
     base = 2.0 * np.trunc(y * 0.5) if not symmetric and f.bits >= 32 else None
     wide = f if symmetric else IntFormat(3) if base is not None else IntFormat(f.bits + 1)
-    codes = encode(y if base is None else y - base, wide, r, seed=seed)
+    yy = np.ascontiguousarray(y if base is None else y - base, np.float64)
+    codes = np.empty(yy.shape, wide.storage_dtype)
+    # (No NaN here: x was checked, and the scales are finite and positive.)
+    _lowp.encode_into(yy, wide._spec, codes, r, False, key, 64, index0)
     itype = np.dtype(f"i{wide.storage_dtype.itemsize}")
     vals = np.asarray(codes.view(itype))
     if wide.bits < 8 * itype.itemsize:  # sign-extend narrower formats
@@ -274,17 +281,18 @@ def quantize(x: Any, fmt: Union[str, IntFormat] = "int8", *, axis: Optional[int]
     # The parameters of each element: along axis, `inner` elements apart.
     inner = math.prod(a.shape[axis + 1:]) if axis is not None else 1
     params = [np.asarray(p_, np.float64).reshape(-1) for p_ in (scale, zp, cmin, cmax)]
-    # Deterministic rounding in pieces (the exact quotients take a dozen float64
-    # temporaries an element); stochastic rounding draws its bits by position in one call.
-    piece = flat_a.size if r == "stochastic" else 1 << 16
-    for i0 in range(0, flat_a.size, max(piece, 1)):
+    # In pieces (the exact quotients take a dozen float64 temporaries an element);
+    # stochastic rounding draws each element's bits by its flat index, in one sequence.
+    key = _seed_word(seed, r)
+    piece = 1 << 16
+    for i0 in range(0, flat_a.size, piece):
         i1 = min(flat_a.size, i0 + piece)
         if axis is None:
             sc, z, c0, c1 = (p_[0] for p_ in params)
         else:
             idx = (np.arange(i0, i1) // inner) % a.shape[axis]
             sc, z, c0, c1 = (p_[idx] for p_ in params)
-        flat_v[i0:i1] = _quantize_piece(flat_a[i0:i1], sc, z, c0, c1, f, symmetric, r, seed)
+        flat_v[i0:i1] = _quantize_piece(flat_a[i0:i1], sc, z, c0, c1, f, symmetric, r, key, i0)
     if axis is None:
         return QuantizedArray(vals, np.float32(scale), np.int32(zp), None, f)
     return QuantizedArray(vals, scale.astype(np.float32), zp.astype(np.int32), axis, f)
