@@ -405,10 +405,16 @@ def _check_out(out: Any, shape: tuple, dtype: np.dtype) -> np.ndarray:
         raise TypeError(f"out: dtype {out.dtype} must be {dtype}")
     if not out.flags.writeable:
         raise ValueError("out: is read-only")
-    # (numpy gives arrays without elements zero strides.)
-    if out.size > 1 and any(st == 0 for st, n in zip(out.strides, out.shape) if n > 1):
-        raise ValueError("out: must not have zero strides (overlapping elements)")
+    _refuse_overlapping(out)
     return out
+
+
+def _refuse_overlapping(out: np.ndarray) -> None:
+    """An ``out`` whose elements overlap (a zero stride along an axis of more than one
+    element) is refused: every element would be written to the same place."""
+    # (numpy gives arrays without elements zero strides.)
+    if out.size and any(st == 0 for st, n in zip(out.strides, out.shape) if n > 1):
+        raise ValueError("out: must not have zero strides (overlapping elements)")
 
 
 def _into(res: np.ndarray, src: np.ndarray, call: Any, keep: bool = False) -> Any:

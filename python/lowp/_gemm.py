@@ -18,8 +18,8 @@ from typing import Any, Optional, Union
 import numpy as np
 
 from . import _lowp
-from ._convert import (_NO_FORMAT, SeedLike, _check_rounding, _distinct, _keeps_generator_on_error, _mul_to_odd,
-                       _native, _refuse_masked, _seed_word, _sub_byte_codes, encode)
+from ._convert import (_NO_FORMAT, SeedLike, _array_arg, _check_rounding, _distinct, _keeps_generator_on_error,
+                       _mul_to_odd, _native, _refuse_overlapping, _seed_word, _sub_byte_codes, encode)
 from ._formats import FloatFormat, Format, IntFormat, _NAMED, _code_format, _has_nan, format as _format
 from ._memory import result_empty
 from ._quant import QuantizedArray
@@ -36,16 +36,9 @@ _ACCEPTED = ("float16, float32, float64, int8, and the low-precision dtypes of l
 
 
 def _as_array(x: Any, arg: str) -> np.ndarray:
-    if isinstance(x, np.ndarray):
-        if type(x) is not np.ndarray:
-            _refuse_masked(x, arg)
-        return x
     if isinstance(x, QuantizedArray):
         raise TypeError(f"{arg}: got a QuantizedArray; use lowp.qmatmul or .dequantize()")
-    try:
-        return np.asarray(x)
-    except Exception as e:  # ragged sequences and the like
-        raise TypeError(f"{arg}: cannot be read as a numeric array: {e}") from None
+    return _array_arg(x, arg)
 
 
 #: (storage dtype, format spec, format) of each input dtype seen, by dtype: the
@@ -247,9 +240,7 @@ def _check_out(out: Any, shape: tuple) -> np.ndarray:
         raise ValueError(f"out: shape {out.shape} does not match the result shape {shape}")
     if not out.flags.writeable:
         raise ValueError("out: must be writeable")
-    # (numpy gives arrays without elements zero strides.)
-    if out.size and any(s == 0 for s, n in zip(out.strides, out.shape) if n > 1):
-        raise ValueError("out: must not have zero strides (overlapping elements)")
+    _refuse_overlapping(out)
     return out
 
 

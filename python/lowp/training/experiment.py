@@ -434,22 +434,20 @@ def main(args: argparse.Namespace) -> int:
             if not os.access(args.output, os.W_OK):
                 raise OSError("not writable")
         except OSError as e:
-            return usage_error(f"--output: cannot write results to {args.output!r}: "
-                               f"{e.strerror if getattr(e, 'strerror', None) else e}")
+            return usage_error(_cannot_write(args.output, e))
         allc = default_configs()
         configs = {k: allc[k] for k in (args.configs or allc)}
         try:
             run(configs, data, args.output, epochs=epochs, lr=args.lr, momentum=args.momentum,
                 batch_size=args.batch_size, hidden=args.hidden, seed=args.seed, backend=args.backend,
-                optimizer=args.optimizer, progress=None if not args.no_progress else False, results=done)
+                optimizer=args.optimizer, progress=False if args.no_progress else None, results=done)
         except OSError as e:
             # Writing the results failed (the folder removed, a full disk, a folder in a
             # file's place): what finished is printed, as the files would have had it.
             if done:
                 print(markdown_table(done, _settings(args, data, epochs)))
-            print(f"lowp experiment: error: --output: cannot write results to {args.output!r}: "
-                  f"{e.strerror if getattr(e, 'strerror', None) else e}"
-                  + (f" ({e.filename})" if getattr(e, "filename", None) else ""), file=sys.stderr)
+            print(f"lowp experiment: error: {_cannot_write(args.output, e)}"
+                  + (f" ({e.filename})" if e.filename else ""), file=sys.stderr)
             return 1
     except KeyboardInterrupt:
         finished = [r.name for r in done]
@@ -464,6 +462,10 @@ def main(args: argparse.Namespace) -> int:
     print(markdown_table(done, _settings(args, data, epochs)))
     print(f"written to {args.output}: results.md, results.csv, history.csv, curves.png")
     return 0
+
+
+def _cannot_write(outdir: str, e: OSError) -> str:
+    return f"--output: cannot write results to {outdir!r}: {e.strerror or e}"
 
 
 def _settings(args: argparse.Namespace, data: Data, epochs: int) -> dict[str, Any]:
