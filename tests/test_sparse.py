@@ -1389,3 +1389,89 @@ def test_data_errors_name_data():
         sparse.CSR((np.array([np.nan]), [0], [0, 1]), shape=(1, 1), dtype=np.int8)
     with pytest.raises(ValueError, match="^x: contains NaN"):
         sparse.CSR.from_dense(np.array([[np.nan]]), dtype=np.int8)
+
+
+_ALL = (sparse.CSR, sparse.CSC, sparse.COO, sparse.BSR, sparse.NM)
+
+
+@pytest.mark.parametrize("cls", _ALL)
+def test_from_scipy_checks_value_counts(cls):
+    """A scipy matrix whose data was replaced by a shorter array: refused naming m.data
+    (scipy's conversions read past its end)."""
+    x = np.array([[1, 0, 2], [0, 3, 0]], np.float32)
+    s = sp.csr_array(x)
+    s.data = np.array([7, 8], np.float32)
+    with pytest.raises(ValueError, match=r"^m\.data: expected 3 values"):
+        cls.from_scipy(s)
+    c = sp.coo_array(x)
+    c.data = np.array([7, 8], np.float32)
+    with pytest.raises(ValueError, match=r"^m\.data: expected 3 values"):
+        cls.from_scipy(c)
+    b = sp.bsr_array(np.ones((4, 4), np.float32), blocksize=(2, 2))
+    b.data = np.full((1, 2, 2), 5, np.float32)
+    with pytest.raises(ValueError, match=r"^m\.data: expected shape \(4, 2, 2\)"):
+        cls.from_scipy(b)
+    with pytest.raises(ValueError, match=r"^arg\.data: expected 3 values"):
+        (cls if cls in (sparse.CSR, sparse.CSC) else sparse.CSR)(s)
+
+
+@pytest.mark.parametrize("cls", _ALL)
+def test_from_scipy_lil_is_checked(cls):
+    """A LIL's lists are writable and scipy's conversion trusts them (a column out of
+    range crashed it): checked, naming m.rows / m.data."""
+    x = np.array([[1, 0, 2], [0, 3, 0]], np.float32)
+    for bad in ([0, 10], [-5, 0]):
+        s = sp.lil_array(x)
+        s.rows[0] = bad
+        with pytest.raises(ValueError, match=r"^m\.rows: entry \d is out of range \[0, 3\)"):
+            cls.from_scipy(s)
+    s = sp.lil_array(x)
+    s.data[0] = [1.0]
+    with pytest.raises(ValueError, match=r"^m\.data: row 0 holds 1 values for 2 column indices"):
+        cls.from_scipy(s)
+    np.testing.assert_array_equal(cls.from_scipy(sp.lil_array(x)).to_dense(), x)
+    np.testing.assert_array_equal(cls.from_scipy(sp.lil_array((3, 4), dtype=np.float32)).to_dense(),
+                                  np.zeros((3, 4), np.float32))
+
+
+@pytest.mark.parametrize("cls", [sparse.CSR, sparse.CSC])
+def test_compressed_from_scipy_coo_adds_duplicates_in_float64(cls):
+    """As COO.from_scipy(...).tocsr(): duplicates added exactly, rounded once (int8
+    saturates), not in the values' own dtype as scipy adds them."""
+    s = sp.coo_array((np.array([100, 100], np.int8), ([0, 0], [0, 0])), shape=(1, 1))
+    assert cls.from_scipy(s).to_dense().tolist() == [[127]]
+    assert cls(s).to_dense().tolist() == [[127]]
+    assert cls.from_scipy(s, dtype=np.float32).to_dense().tolist() == [[200.0]]
+    d = np.array([1, 2**-24, 2**-24], np.float32)
+    s = sp.coo_array((d, ([0, 0, 0], [0, 0, 0])), shape=(1, 1))
+    assert cls.from_scipy(s).to_dense()[0, 0] == np.float32(1 + 2**-23)
+
+
+@pytest.mark.parametrize("cls", _ALL)
+@pytest.mark.parametrize("src", ["csr", "csc", "coo", "bsr"])
+def test_from_scipy_keeps_low_precision_values(cls, src):
+    """scipy matrices holding float16 (or a lowp dtype) values: kept in that dtype by
+    every class (scipy's own conversions widen or refuse them)."""
+    x = np.array([[1, 0, 2, 0], [0, 3, 0, 0]], np.float32)
+    for dt in (np.float16, lowp.bfloat16):
+        s = getattr(sp, f"{src}_array")(x)
+        s.data = s.data.astype(dt)
+        m = cls.from_scipy(s)
+        assert m.dtype == np.dtype(dt)
+        np.testing.assert_array_equal(m.to_dense().astype(np.float32), x)
+
+
+def test_compressed_from_lowp_matrix_keeps_duplicates():
+    M = sparse.CSR((np.array([1, 2, 3], np.float32), [1, 1, 0], [0, 2, 3]), shape=(2, 2))
+    assert (sparse.CSR(M).nnz, sparse.CSC(M).nnz, M.tocsc().nnz) == (3, 3, 3)
+    s = sp.csr_array((np.array([1, 2, 3], np.float32), [1, 1, 0], [0, 2, 3]), shape=(2, 2))
+    assert (sp.csr_array(s).nnz, sp.csc_array(s).nnz) == (3, 3)
+    np.testing.assert_array_equal(sparse.CSC(M).to_dense(), M.to_dense())
+
+
+def test_bsr_blocksize_not_a_pair_named():
+    d = np.ones((1, 2, 2), np.float32)
+    with pytest.raises(ValueError, match="^blocksize: expected two positive ints, got 2"):
+        sparse.BSR((d, [0], [0, 1]), shape=(2, 2), blocksize=2)
+    with pytest.raises(ValueError, match="^blocksize: expected two positive ints"):
+        sparse.BSR.from_scipy(sp.bsr_array(np.ones((2, 2), np.float32), blocksize=(2, 2)), blocksize=2)

@@ -30,6 +30,7 @@ format without a numpy dtype (a custom :class:`lowp.FloatFormat` or :class:`lowp
 
 from __future__ import annotations
 
+import itertools
 import math
 import numbers
 from typing import Any, Optional
@@ -718,7 +719,7 @@ class _Sparse:
 
     @classmethod
     def _from_scipy(cls, m: Any, dtype: Any, **kw: Any) -> Any:
-        return cls._from_coo(COO._from_scipy(m.tocoo(), dtype), **kw)
+        return cls._from_coo(COO._from_scipy(m, dtype), **kw)
 
     def _store(self, data: Any, dtype: Any) -> tuple[np.ndarray, Optional[Format], float]:
         """Values for a constructor: (stored array, format, scale)."""
@@ -738,6 +739,9 @@ def _check_scipy(m: Any, name: str = "m") -> None:
     mm, nn = (int(s) for s in m.shape)
     if m.format == "coo":
         r, c = _as_index(m.coords[0], f"{name}.row"), _as_index(m.coords[1], f"{name}.col")
+        _same_length(m.data, r.size, f"{name}.data", "row")
+        if c.size != r.size:
+            raise ValueError(f"{name}.col: holds {c.size} entries for {r.size} in {name}.row")
         r, c = _index_pair(r, c, max(mm, nn))
         _lowp.check_range(r, mm, f"{name}.row")
         _lowp.check_range(c, nn, f"{name}.col")
@@ -745,8 +749,44 @@ def _check_scipy(m: Any, name: str = "m") -> None:
         br, bc = m.blocksize if m.format == "bsr" else (1, 1)
         nmaj, nmin = (mm // br, nn // bc) if m.format != "csc" else (nn, mm)
         indptr, indices = _as_index(m.indptr, f"{name}.indptr"), _as_index(m.indices, f"{name}.indices")
+        if m.format == "bsr":
+            d = np.asarray(m.data)
+            if d.shape != (indices.size, br, bc):
+                raise ValueError(f"{name}.data: expected shape {(indices.size, br, bc)} ({indices.size} blocks of "
+                                 f"{br}x{bc}, one per block index), got {d.shape}")
+        else:
+            _same_length(m.data, indices.size, f"{name}.data", "indices")
         indptr, indices = _index_pair(indptr, indices, max(mm, nn))
         _lowp.check_compressed(indptr, indices, nmaj, nmin, f"{name}.indptr", f"{name}.indices")
+    elif m.format == "lil":
+        _lil_coords(m, name)
+
+
+def _same_length(data: Any, n: int, name: str, of: str) -> None:
+    d = np.asarray(data)
+    if d.ndim != 1 or d.size != n:
+        raise ValueError(f"{name}: expected {n} values (one per entry of {of}), got shape {d.shape}")
+
+
+def _lil_coords(m: Any, name: str = "m") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(row, col, values) of a scipy LIL matrix, checked: its lists are writable, and
+    scipy's own conversion trusts them (an index out of range crashes it)."""
+    mm, nn = (int(s) for s in m.shape)
+    rows, data = m.rows, m.data
+    if len(rows) != mm or len(data) != mm:
+        raise ValueError(f"{name}.rows, {name}.data: expected {mm} lists each, got {len(rows)} and {len(data)}")
+    lens = np.array([len(r) for r in rows], np.int64)
+    for i, (r, d) in enumerate(zip(rows, data)):
+        if len(d) != len(r):
+            raise ValueError(f"{name}.data: row {i} holds {len(d)} values for {len(r)} column indices in {name}.rows")
+    total = int(lens.sum())
+    col = _as_index(np.asarray(list(itertools.chain.from_iterable(rows))) if total else np.zeros(0, np.int64),
+                    f"{name}.rows")
+    vals = np.asarray(list(itertools.chain.from_iterable(data)) if total else [], dtype=m.dtype)
+    col = _index_pair(col, col, nn)[0]
+    _lowp.check_range(col, nn, f"{name}.rows")
+    row = np.repeat(np.arange(mm, dtype=np.int64), lens)
+    return row, col, vals
 
 
 def _native_scipy(m: Any) -> Any:
@@ -916,14 +956,7 @@ class COO(_Sparse):
 
     def _product(self, x2: np.ndarray, transpose: bool, out: np.ndarray) -> None:
         d, t, bf = self._kernel_values()
-        try:
-            _lowp.coo_matmul(d, t, bf, self._row, self._col, self._shape, x2, out, transpose)
-        except ValueError as e:
-            # The kernel checks each index as it reads it, and calls them all indices:
-            # the coordinates checked again name row or col.
-            if str(e).startswith("indices:"):
-                self._check_indices()
-            raise
+        _lowp.coo_matmul(d, t, bf, self._row, self._col, self._shape, x2, out, transpose)
 
     def _to_scipy(self, sp: Any, v: np.ndarray) -> Any:
         return sp.coo_array((v, (self._row, self._col)), shape=self._shape)
@@ -962,7 +995,17 @@ class COO(_Sparse):
 
     @classmethod
     def _from_scipy(cls, m: Any, dtype: Any, **kw: Any) -> "COO":
-        c = m.tocoo()
+        """Converted by lowp (scipy's conversions add duplicates in the values' own dtype,
+        widen or refuse low-precision ones, and trust index arrays written since the
+        matrix was built); DOK and DIA through scipy's ``tocoo``."""
+        if m.format in ("csr", "csc", "bsr"):
+            return {"csr": CSR, "csc": CSC, "bsr": BSR}[m.format]._from_scipy(m, dtype)._to_coo()
+        if m.format == "lil":
+            r, cc, data = _lil_coords(m)
+            fmt = _source_format(data.dtype) if dtype is None else _target_format(dtype)
+            r, cc = _compact_pair(r, cc, max(*m.shape, data.size))
+            return COO._make(_encode_values(data, fmt), fmt, 1.0, r, cc, tuple(int(s) for s in m.shape), None)
+        c = m if m.format == "coo" else m.tocoo()
         data = np.asarray(c.data)
         fmt = _source_format(data.dtype) if dtype is None else _target_format(dtype)
         v = _encode_values(data, fmt)
@@ -987,7 +1030,9 @@ class _Compressed(_Sparse):
             raise _bad_tuple(arg, _FORMS_COMPRESSED)
         if not (isinstance(arg, tuple) and len(arg) == 3):
             if isinstance(arg, _Sparse):
-                c = type(self)._from_coo(arg.tocoo() if dtype is None else arg.astype(dtype).tocoo())
+                # (Duplicates kept, as scipy's csr_array(csc) and M.tocsr() keep them.)
+                c = type(self)._from_coo(arg.tocoo() if dtype is None else arg.astype(dtype).tocoo(),
+                                         keep_duplicates=True)
             elif _is_scipy_sparse(arg):
                 _check_scipy(arg, "arg")
                 c = type(self)._from_scipy(arg, dtype)
@@ -1157,8 +1202,6 @@ class CSR(_Compressed):
 
     @classmethod
     def _from_scipy(cls, m: Any, dtype: Any, **kw: Any) -> Any:
-        if m.format != "csr":
-            m = m.tocsr()
         return _compressed_from_scipy(cls, m, dtype)
 
 
@@ -1189,8 +1232,6 @@ class CSC(_Compressed):
 
     @classmethod
     def _from_scipy(cls, m: Any, dtype: Any, **kw: Any) -> Any:
-        if m.format != "csc":
-            m = m.tocsc()
         return _compressed_from_scipy(cls, m, dtype)
 
 
@@ -1204,6 +1245,10 @@ def _unshared(v: np.ndarray, data: np.ndarray, *index: np.ndarray) -> tuple:
 
 
 def _compressed_from_scipy(cls: Any, m: Any, dtype: Any) -> Any:
+    if m.format != cls.format:
+        # Through COO, as scipy: a COO's duplicates added (in float64, rounded once), the
+        # other formats' kept.
+        return cls._from_coo(COO._from_scipy(m, dtype), keep_duplicates=m.format != "coo")
     data = np.asarray(m.data)
     fmt = _source_format(data.dtype) if dtype is None else _target_format(dtype)
     v = _encode_values(data, fmt)
@@ -1224,14 +1269,18 @@ def _default_blocksize(shape: tuple[int, int]) -> tuple[int, int]:
     return (1, 1)
 
 
-def _check_blocksize(blocksize: Any, shape: tuple[int, int]) -> tuple[int, int]:
+def _blocksize_arg(blocksize: Any) -> tuple[int, int]:
     try:
         dims = [operator_index(b) for b in blocksize]
     except TypeError:
         raise ValueError(f"blocksize: expected two positive ints, got {blocksize!r}") from None
     if len(dims) != 2:
         raise ValueError(f"blocksize: expected two positive ints, got {blocksize!r}")
-    br, bc = dims
+    return dims[0], dims[1]
+
+
+def _check_blocksize(blocksize: Any, shape: tuple[int, int]) -> tuple[int, int]:
+    br, bc = _blocksize_arg(blocksize)
     if br < 1 or bc < 1 or shape[0] % br or shape[1] % bc:
         raise ValueError(f"blocksize: {(br, bc)} must be positive and divide the shape {shape}")
     return br, bc
@@ -1268,7 +1317,7 @@ class BSR(_Sparse):
         if data.ndim != 3:
             raise ValueError(f"data: must have shape (nblocks, br, bc), got {data.shape}")
         br, bc = data.shape[1], data.shape[2]
-        if blocksize is not None and tuple(blocksize) != (br, bc):
+        if blocksize is not None and _blocksize_arg(blocksize) != (br, bc):
             raise ValueError(f"blocksize: {tuple(blocksize)} differs from the blocks of data {(br, bc)}")
         indices, indptr = _as_index(indices, "indices"), _as_index(indptr, "indptr")
         if indices.size != data.shape[0]:
@@ -1403,15 +1452,12 @@ class BSR(_Sparse):
 
     @classmethod
     def _from_scipy(cls, m: Any, dtype: Any, blocksize: Any = None, **kw: Any) -> "BSR":
-        if m.format == "bsr" and (blocksize is None or tuple(blocksize) == tuple(m.blocksize)):
+        if m.format == "bsr" and (blocksize is None or _blocksize_arg(blocksize) == tuple(m.blocksize)):
             data = np.asarray(m.data)
             fmt = _source_format(data.dtype) if dtype is None else _target_format(dtype)
             v = _encode_values(data.reshape(-1), fmt)
             mm, nn = (int(s) for s in m.shape)
             br, bc = m.blocksize
-            if data.ndim != 3 or data.shape[1:] != (br, bc) or data.shape[0] != np.asarray(m.indices).size:
-                raise ValueError(f"m: {data.shape} data blocks for {np.asarray(m.indices).size} block indices "
-                                 f"of {br}x{bc} blocks")
             indptr, indices = _index_pair(np.asarray(m.indptr), np.asarray(m.indices), max(mm, nn, data.size))
             indptr, indices = _unshared(v, data, indptr, indices)
             canonical = _lowp.check_compressed(indptr, indices, mm // br, nn // bc)

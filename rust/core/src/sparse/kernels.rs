@@ -279,6 +279,11 @@ pub(crate) trait Scatter: Sync {
     /// # Safety
     /// `p` lies in `range(u)`.
     unsafe fn at(&self, u: usize, p: usize) -> (f32, usize, usize);
+    /// The error for an index found out of range, given the output and input row counts.
+    fn index_error(&self, n_out: usize, n_in: usize) -> Error {
+        let _ = (n_out, n_in);
+        bad_index()
+    }
 }
 
 struct Csr<'a, V, I> {
@@ -349,6 +354,8 @@ struct Coo<'a, V, I> {
     v: V,
     out: &'a [I],
     inp: &'a [I],
+    /// Whether `out` holds the columns (`A.T @ B`), so that errors name the right array.
+    transposed: bool,
 }
 
 impl<V: Val, I: Idx> Scatter for Coo<'_, V, I> {
@@ -367,6 +374,18 @@ impl<V: Val, I: Idx> Scatter for Coo<'_, V, I> {
     unsafe fn at(&self, _u: usize, p: usize) -> (f32, usize, usize) {
         // SAFETY: p < units == len of out, inp and values (checked before the call).
         unsafe { (self.v.at(p), self.out.get_unchecked(p).u(), self.inp.get_unchecked(p).u()) }
+    }
+    /// Names `row` or `col` (a COO has no `indices`), checking `row` first.
+    fn index_error(&self, n_out: usize, n_in: usize) -> Error {
+        let (out, inp) = ((self.out, n_out), (self.inp, n_in));
+        let (row, col) = if self.transposed { (inp, out) } else { (out, inp) };
+        for (name, (idx, bound)) in [("row", row), ("col", col)] {
+            if let Some(pos) = idx.iter().position(|&x| x.u() >= bound) {
+                return Error::value(format!("{name}: entry {pos} is out of range [0, {bound})"));
+            }
+        }
+        // Rewritten by another thread since the kernel read it.
+        bad_index()
     }
 }
 
@@ -1465,7 +1484,7 @@ fn scatter<S: Scatter>(s: &S, b: Dense<'_>, out: &mut [f32]) -> Result<()> {
     if ok.load(Ordering::Relaxed) {
         Ok(())
     } else {
-        Err(bad_index())
+        Err(s.index_error(n_out, b.rows))
     }
 }
 
@@ -1554,7 +1573,7 @@ pub(crate) fn csr(vals: Values<'_>, indptr: Index<'_>, indices: Index<'_>, _shap
 pub(crate) fn coo(vals: Values<'_>, row: Index<'_>, col: Index<'_>, _shape: (usize, usize), b: Dense<'_>, out: &mut [f32], transpose: bool) -> Result<()> {
     with_idx2!(row, col, r, c, {
         with_vals!(vals, v, {
-            let s = if transpose { Coo { v, out: c, inp: r } } else { Coo { v, out: r, inp: c } };
+            let s = if transpose { Coo { v, out: c, inp: r, transposed: true } } else { Coo { v, out: r, inp: c, transposed: false } };
             scatter(&s, b, out)
         })
     })
