@@ -415,6 +415,51 @@ def test_a_step_that_cannot_be_written_changes_nothing(make, master):
     assert np.isnan(ps[0][0])
 
 
+@pytest.mark.parametrize("make", [lambda p, **k: SGD(p, momentum=0.9, **k), lambda p, **k: Adam(p, **k)])
+@pytest.mark.parametrize("master", [True, False])
+@pytest.mark.parametrize("fmt", [lowp.FloatFormat(4, 3, nan=None), "float4_e2m1fn"])
+def test_an_update_that_overflows_float32_changes_nothing(make, master, fmt):
+    """Finite gradients whose update overflows float32 (a float64 gradient past float32's
+    range, or lr * g) cannot be written into a format without NaN either: refused like
+    an infinite gradient, before the weights, masters, moments or step count change."""
+    ps = [np.array([1.0, 0.5], np.float32), np.array([2.0], np.float32)]
+    opt = make(ps, lr=0.125, weight_format=fmt, rounding="nearest_even", master_weights=master)
+    opt.step([np.array([0.25, 0.25], np.float32), np.array([0.25], np.float32)])
+    state = lambda: ([p.copy() for p in ps], None if opt.master is None else [m.copy() for m in opt.master],
+                     opt.steps, [None if b is None else np.copy(b) for b in getattr(opt, "_buf", [])],
+                     [np.copy(m) for m in getattr(opt, "_m", [])], [np.copy(v) for v in getattr(opt, "_v", [])])
+    before = state()
+    for grads in ([np.array([1e39, 0.5]), np.array([1.0], np.float32)],
+                  [np.array([0.5, 0.5], np.float32), np.array([1e39])]):
+        bad = 0 if grads[0].dtype == np.float64 else 1
+        with pytest.raises(ValueError, match=rf"^grads\[{bad}\]: gives an update that overflows float32.*nothing was updated"):
+            opt.step(grads)
+        after = state()
+        for u, v in zip(before, after):
+            if isinstance(u, list):
+                for x, y in zip(u, v):
+                    np.testing.assert_array_equal(x, y)
+            else:
+                assert u == v
+    # SGD's lr * g overflowing float32 with a float32 gradient: the same.
+    o = SGD([np.array([1.0], np.float32)], 1e10, weight_format=fmt, rounding="nearest_even", master_weights=master)
+    with pytest.raises(ValueError, match=r"^grads\[0\]: gives an update that overflows"):
+        o.step([np.array([1e30], np.float32)])
+    assert o.steps == 0
+
+
+def test_adam_second_moment_does_not_overflow_before_its_value_does():
+    """v += (1 - b2) * g * g is formed as ((1 - b2) * g) * g: |g| = 1e20 gives a finite
+    v of about 1e37 (g * g first would be inf, freezing the weight for good)."""
+    p = np.ones(2, np.float32)
+    o = Adam([p], 0.01)
+    o.step([np.array([1e20, 1.0], np.float32)])
+    assert np.isfinite(o._v[0]).all()
+    before = p.copy()
+    o.step([np.array([1.0, 1.0], np.float32)])
+    assert p[0] != before[0]
+
+
 def test_sgd_and_adam_specific_bad_input():
     ps = _params()
     with pytest.raises(ValueError, match="momentum"):
@@ -555,6 +600,24 @@ def test_step_after_unscale_divides_once():
     # The update cleared the record: the next step unscales again.
     s.step(opt, [np.array([1024.0], np.float32)])
     np.testing.assert_array_equal(opt.seen[1][0], [1.0])
+
+
+def test_step_after_unscale_and_out_of_place_clipping_divides_once():
+    """Clipping into new arrays (``g * c``) between unscale and step: step takes its
+    gradients as unscaled (as PyTorch's GradScaler.step after unscale_)."""
+    p = [np.zeros(2, np.float32)]
+    s = LossScaler(init_scale=4.0)
+    g = [np.array([8.0, 40.0], np.float32)]
+    assert s.unscale(g)
+    g = [x * np.float32(0.5) for x in g]
+    assert s.step(SGD(p, 1.0), g)
+    np.testing.assert_array_equal(p[0], [-1.0, -5.0])
+
+
+def test_loss_scaler_init_scale_below_min_scale_names_both():
+    with pytest.raises(ValueError, match=r"^init_scale: 0.5 is below min_scale \(1\)"):
+        LossScaler(init_scale=0.5)
+    assert LossScaler(init_scale=0.5, min_scale=0.25).scale == 0.5
 
 
 def test_unscaling_an_array_twice_between_updates_raises():
@@ -811,6 +874,9 @@ def test_fp8_scaling_takes_a_huge_int_amax_as_infinite():
 
 
 def test_quant_config_refuses_at_construction_what_the_model_would():
+    with pytest.raises(ValueError, match="^chunk_accumulate: only meaningful together with chunk"):
+        QuantConfig(chunk_accumulate="float64")
+    QuantConfig(chunk=64, chunk_accumulate="float64")
     with pytest.raises(ValueError, match="forward: fp8_scaling scales casts into float formats"):
         QuantConfig(forward="posit8", fp8_scaling=True)
     with pytest.raises(ValueError, match="backward: fp8_scaling"):
@@ -820,3 +886,29 @@ def test_quant_config_refuses_at_construction_what_the_model_would():
     c = QuantConfig(forward="bf16", loss_scaling=np.True_, fp8_scaling=np.False_)
     assert c.loss_scaling is True and c.fp8_scaling is False
     QuantConfig(forward="posit8")  # without fp8 scaling any real format goes
+
+
+@pytest.mark.parametrize("bad", ["no", 0, 1, np.array([False, False]), None])
+def test_boolean_arguments_take_bools_only(bad):
+    """A truthy string or an array is not a bool: refused naming the argument, before
+    anything is recorded."""
+    f = Fp8Scaling()
+    with pytest.raises(TypeError, match="^update: expected a bool"):
+        f.quantize([3.0], update=bad)
+    with pytest.raises(TypeError, match="^update: expected a bool"):
+        f.fake_quantize([3.0], update=bad)
+    assert f.amax_history.size == 0
+    with pytest.raises(TypeError, match="^power_of_two: expected a bool"):
+        Fp8Scaling(power_of_two=bad)
+    with pytest.raises(TypeError, match="^master_weights: expected a bool"):
+        SGD([np.ones(2, np.float32)], 0.1, master_weights=bad)
+
+
+def test_fp8_scaling_refuses_complex_amax_and_array_amax_compute():
+    f = Fp8Scaling()
+    for bad in (np.complex128(3 + 4j), 3 + 4j, np.complex64(1)):
+        with pytest.raises(TypeError, match="^amax: expected a real number"):
+            f.record(bad)
+    assert f.amax_history.size == 0
+    with pytest.raises(ValueError, match="^amax_compute: expected one of"):
+        Fp8Scaling(amax_compute=np.array(["max"]))

@@ -292,3 +292,39 @@ def test_train_step_refuses_a_mismatched_optimizer_before_computing():
     oa, ob = a.optimizer(), b.optimizer()
     a.train_step(x, y, oa), b.train_step(x, y, ob)
     assert all(np.array_equal(u, v) for u, v in zip(a.params, b.params))
+
+
+@needs_matmul
+@pytest.mark.parametrize("rounding", ["toward_zero", "up", "down", "odd", "nearest_away"])
+@pytest.mark.parametrize("chunk", [None, 16])
+def test_gemm_emulation_rounds_float32_accumulation_as_asked(rounding, chunk):
+    """accumulate="float32" with a rounding other than nearest even rounds every add
+    (lowp.matmul does): the NumPy fallback emulates it rather than running BLAS."""
+    rng = np.random.default_rng(0)
+    a = lowp.round(rng.standard_normal((5, 70)).astype(np.float32), "bf16")
+    b = lowp.round(rng.standard_normal((70, 6)).astype(np.float32), "bf16")
+    want = _gemm.gemm(a, b, rounding=rounding, chunk=chunk, backend="lowp")
+    assert not np.array_equal(want, _gemm.gemm(a, b, chunk=chunk, backend="lowp"))
+    np.testing.assert_array_equal(_gemm.gemm(a, b, rounding=rounding, chunk=chunk, backend="numpy"), want)
+
+
+def test_train_step_refuses_an_optimizer_over_another_models_params():
+    x, y = data(4, 4, 3)
+    a, b = MLP([4, 3], seed=0), MLP([4, 3], seed=1)
+    before = [p.copy() for p in a.params] + [p.copy() for p in b.params]
+    with pytest.raises(ValueError, match="^optimizer: updates other arrays than this model's params"):
+        a.train_step(x, y, b.optimizer())
+    for u, v in zip(before, a.params + b.params):
+        np.testing.assert_array_equal(u, v)
+    assert a.train_step(x, y, a.optimizer())[1]
+
+
+def test_forward_training_flag_and_loss_scale_range():
+    m = MLP([4, 3], QuantConfig(forward="e4m3fn", fp8_scaling=True), seed=0)
+    x, y = data(4, 4, 3)
+    with pytest.raises(TypeError, match="^training: expected a bool"):
+        m.forward(x, training="no")
+    assert all(s.amax_history.size == 0 for s in m.x_scaling)
+    with pytest.raises(ValueError, match="^loss_scale: must be <="):
+        m.grads(x, y, loss_scale=1e300)
+    m.grads(x, y, loss_scale=float(np.finfo(np.float32).max))  # LossScaler's largest scale

@@ -124,6 +124,13 @@ def array_list(value: Any, name: str) -> list:
         raise TypeError(f"{name}: expected a sequence of numpy arrays, got {type(value).__name__}") from None
 
 
+def boolean(value: Any, name: str) -> bool:
+    """``value`` as a bool: Python's or numpy's bools only (not any truthy value)."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name}: expected a bool, got {type(value).__name__}")
+    return bool(value)
+
+
 def optimizer(value: Any, name: str = "optimizer") -> Any:
     """An object with a callable ``step(grads)`` (lowp's SGD and Adam, or the caller's own)."""
     if not callable(getattr(value, "step", None)):

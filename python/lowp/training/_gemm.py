@@ -5,10 +5,10 @@ It calls ``lowp.matmul`` with the config's accumulator, chunk size and rounding.
 options (or ``backend="numpy"`` is asked for), a NumPy emulation of the same arithmetic
 is used instead:
 
-- ``accumulate="float32"``: NumPy's float32 matmul (BLAS, float32 accumulation, in
-  BLAS's order of additions);
+- ``accumulate="float32"`` to nearest even: NumPy's float32 matmul (BLAS, float32
+  accumulation, in BLAS's order of additions); in any other rounding, as a format below;
 - ``accumulate="float64"``: NumPy's float64 matmul, rounded once to float32;
-- ``accumulate=<Format>``: the products are added one at a time, each sum rounded into
+- ``accumulate=<Format>`` (or ``"float32"`` with a chunk or another rounding): the products are added one at a time, each sum rounded into
   the format (``acc = round(acc + a[:, k] * b[k, :])``); with ``chunk=C`` every run of C
   products is accumulated separately and its total added into a second accumulator of
   ``chunk_accumulate``. Products are exact in float64 and each sum is formed in float64
@@ -68,10 +68,10 @@ def gemm(a: np.ndarray, b: np.ndarray, *, accumulate: Union[str, Format] = "floa
 
 def _gemm_numpy(a: np.ndarray, b: np.ndarray, accumulate: Union[str, Format], chunk: Optional[int],
                 chunk_accumulate: Union[None, str, Format], rounding: str, seed: Any) -> np.ndarray:
-    if isinstance(accumulate, str) and chunk is None:
-        if accumulate == "float32":
-            return np.matmul(a.astype(np.float32, copy=False), b.astype(np.float32, copy=False))
+    if accumulate == "float64" and chunk is None:
         return np.matmul(a.astype(np.float64), b.astype(np.float64)).astype(np.float32)
+    if accumulate == "float32" and chunk is None and rounding == "nearest_even":
+        return np.matmul(a.astype(np.float32, copy=False), b.astype(np.float32, copy=False))
     m, k = a.shape
     n = b.shape[1]
     a64 = a.astype(np.float64)

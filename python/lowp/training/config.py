@@ -69,12 +69,13 @@ class QuantConfig:
             s(self, "chunk_accumulate", _acc(self.chunk_accumulate, "chunk_accumulate"))
         if self.chunk is not None:
             s(self, "chunk", _checks.integer(self.chunk, "chunk", ge=1))
+        elif self.chunk_accumulate is not None:
+            raise ValueError("chunk_accumulate: only meaningful together with chunk (the format each run of "
+                             "chunk products is added into)")
         for field in ("accumulate_rounding", "rounding", "weight_rounding"):
             _checks.rounding(getattr(self, field), field)
         for field in ("master_weights", "loss_scaling", "fp8_scaling"):
-            if not isinstance(getattr(self, field), (bool, np.bool_)):
-                raise TypeError(f"{field}: expected a bool, got {type(getattr(self, field)).__name__}")
-            s(self, field, bool(getattr(self, field)))
+            s(self, field, _checks.boolean(getattr(self, field), field))
         # (As Fp8Scaling takes it: 2**margin past float32's exponent range leaves no scale.)
         _checks.integer(self.margin, "margin", ge=0, le=127)
         _checks.integer(self.amax_history_len, "amax_history_len", ge=1, le=2**31 - 1)

@@ -55,12 +55,10 @@ class Fp8Scaling:
         # (2**margin beyond float32's exponent range would leave no usable scale.)
         self.margin = _checks.integer(margin, "margin", ge=0, le=127)
         self.amax_history_len = _checks.integer(amax_history_len, "amax_history_len", ge=1, le=2**31 - 1)
-        if amax_compute not in AMAX_COMPUTE:
+        if not isinstance(amax_compute, str) or amax_compute not in AMAX_COMPUTE:
             raise ValueError(f"amax_compute: expected one of {', '.join(map(repr, AMAX_COMPUTE))}, got {amax_compute!r}")
         self.amax_compute = amax_compute
-        if not isinstance(power_of_two, (bool, np.bool_)):
-            raise TypeError(f"power_of_two: expected a bool, got {type(power_of_two).__name__}")
-        self.power_of_two = bool(power_of_two)
+        self.power_of_two = _checks.boolean(power_of_two, "power_of_two")
         self._history: deque[float] = deque(maxlen=self.amax_history_len)
         self._scale = 1.0
 
@@ -82,7 +80,7 @@ class Fp8Scaling:
         """Record the amax of a cast and recompute the scale for the next one. A
         non-finite amax (an overflowed step) is not recorded."""
         try:
-            if isinstance(amax, (str, bytes, bool, np.bool_)) or np.ndim(amax) != 0:
+            if isinstance(amax, (str, bytes, bool, np.bool_, complex, np.complexfloating)) or np.ndim(amax) != 0:
                 raise TypeError
             try:
                 a = float(amax)
@@ -110,6 +108,7 @@ class Fp8Scaling:
         """Cast ``x`` with the current scale: ``(q, scale)`` with ``q`` (float32, values of
         the format) ``= round(x * scale, saturate=True)``. With ``update`` the amax of ``x``
         is recorded afterwards (delayed scaling)."""
+        update = _checks.boolean(update, "update")
         a = _as_float_array(x)
         scale = self._scale
         q = _round(_times_to_odd(a.astype(np.float64, copy=False), scale), self.format, rounding, saturate=True,

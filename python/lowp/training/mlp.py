@@ -139,6 +139,7 @@ class MLP:
     def forward(self, x: Any, *, training: bool = False) -> np.ndarray:
         """Logits (float32) for inputs ``x`` of shape (batch, sizes[0]). ``training``
         keeps what the backward pass needs and updates the fp8 amax histories."""
+        training = _checks.boolean(training, "training")
         h = self._inputs(x)
         return self._forward(h, training, None if training else _checks.SeedStream(self._eval_seed))
 
@@ -201,7 +202,8 @@ class MLP:
     def grads(self, x: Any, y: Any, *, loss_scale: float = 1.0) -> tuple[float, list[np.ndarray]]:
         """``(loss, grads)``: the mean loss and the gradients of ``loss * loss_scale`` with
         respect to ``params`` (same order and shapes), computed per the config."""
-        scale = _checks.number(loss_scale, "loss_scale", gt=0.0)
+        # (At most float32's largest value, as LossScaler's scale.)
+        scale = _checks.number(loss_scale, "loss_scale", gt=0.0, le=float(np.finfo(np.float32).max))
         # Every argument is checked before the forward pass, which records fp8 amaxes and
         # draws rounding seeds: a refused call leaves the model as it was.
         h = self._inputs(x)
@@ -259,6 +261,9 @@ class MLP:
             if [p.shape for p in optimizer.params] != shapes:
                 raise ValueError(f"optimizer: its parameters' shapes {[p.shape for p in optimizer.params]} do not "
                                  f"match the model's {shapes}; build it with model.optimizer()")
+            if not all(o is p for o, p in zip(optimizer.params, self.params)):
+                raise ValueError("optimizer: updates other arrays than this model's params (another model's?); "
+                                 "build it with model.optimizer()")
         if scaler is None:
             loss, g = self.grads(x, y)
             if not all(np.isfinite(gi).all() for gi in g):

@@ -18,6 +18,8 @@ Optimizer state (momentum, Adam moments) is float32.
 
 from __future__ import annotations
 
+import contextlib
+import math
 from typing import Any, Optional, Sequence
 
 import numpy as np
@@ -38,9 +40,7 @@ class Optimizer:
         self.lr = lr
         self.weight_format: Optional[Format] = _checks.weight_format(weight_format, "weight_format")
         self.rounding = _checks.rounding(rounding)
-        if not isinstance(master_weights, (bool, np.bool_)):
-            raise TypeError(f"master_weights: expected a bool, got {type(master_weights).__name__}")
-        self.master_weights = bool(master_weights)
+        self.master_weights = _checks.boolean(master_weights, "master_weights")
         self._seeds = _checks.SeedStream(seed)
         self.steps = 0
         if self.master_weights:
@@ -84,35 +84,62 @@ class Optimizer:
             r[inf] = _round(x[inf], self.weight_format, "nearest_even")
         return r
 
-    def _apply(self, i: int, update: np.ndarray) -> None:
-        """``param_i -= update`` (update already includes the learning rate)."""
+    def _new_value(self, i: int, update: np.ndarray) -> np.ndarray:
+        """``param_i - update`` (update already includes the learning rate): the new
+        master (float32), or the new weights before rounding (exact, in float64)."""
         if self.master is not None:
-            self.master[i] -= update
-            return
+            return self.master[i] - update
         p = self.params[i]
         if self.weight_format is None:
-            p -= update
-            return
-        # Exact in float64 (both terms are float32), then rounded once into the format.
-        new = p.astype(np.float64) - update.astype(np.float64)
-        p[...] = self._rounded(new)
+            return p - update
+        return p.astype(np.float64) - update.astype(np.float64)
+
+    def _apply(self, i: int, new: np.ndarray) -> None:
+        if self.master is not None:
+            self.master[i][...] = new
+        elif self.weight_format is None:
+            self.params[i][...] = new
+        else:
+            self.params[i][...] = self._rounded(new)
 
     def step(self, grads: Sequence[np.ndarray]) -> None:
-        """Apply one update from ``grads`` (one float array per parameter, same shapes)."""
+        """Apply one update from ``grads`` (one float array per parameter, same shapes).
+
+        Into a weight format without NaN (which cannot show a diverged weight), a
+        gradient or an update that is not finite (an overflow in float32) raises
+        ValueError, and nothing is changed: weights, masters, optimizer state, ``steps``.
+        """
         gs = _checks.grads_list(grads, self.params)
-        if self.weight_format is not None and not _has_nan(self.weight_format):
-            # Checked before anything changes: a NaN update could not be written back.
+        strict = self.weight_format is not None and not _has_nan(self.weight_format)
+        if strict:
             for i, g in enumerate(gs):
                 if not np.isfinite(g).all():
                     raise ValueError(f"grads[{i}]: has NaN or infinite values, whose update {self.weight_format!r} "
                                      f"(weight_format) cannot hold; nothing was updated")
-        self.steps += 1
+        # Every update is computed before anything changes (state included).
+        news, states = [], []
         for i, g in enumerate(gs):
-            self._apply(i, self._update(i, g.astype(np.float32, copy=False)))
+            with np.errstate(over="ignore", invalid="ignore") if strict else contextlib.nullcontext():
+                update, state = self._update(i, g.astype(np.float32, copy=False), self.steps + 1)
+                new = self._new_value(i, update)
+            if strict and not np.isfinite(new).all():
+                raise ValueError(f"grads[{i}]: gives an update that overflows float32 (to inf or NaN), which "
+                                 f"{self.weight_format!r} (weight_format) cannot hold; nothing was updated")
+            news.append(new)
+            states.append(state)
+        self.steps += 1
+        for i, (new, state) in enumerate(zip(news, states)):
+            self._commit(i, state)
+            self._apply(i, new)
         if self.master is not None:
             self._write_working_copies()
 
-    def _update(self, i: int, g: np.ndarray) -> np.ndarray:  # pragma: no cover - abstract
+    def _update(self, i: int, g: np.ndarray, t: int) -> tuple[np.ndarray, Any]:  # pragma: no cover - abstract
+        """The update of step ``t`` (learning rate included) and the optimizer's new state
+        for parameter ``i``, without changing anything."""
+        raise NotImplementedError
+
+    def _commit(self, i: int, state: Any) -> None:  # pragma: no cover - abstract
         raise NotImplementedError
 
 
@@ -134,19 +161,19 @@ class SGD(Optimizer):
                          master_weights=master_weights)
         self._buf: list[Optional[np.ndarray]] = [None] * len(self.params)
 
-    def _update(self, i: int, g: np.ndarray) -> np.ndarray:
+    def _update(self, i: int, g: np.ndarray, t: int) -> tuple[np.ndarray, Any]:
         w = self.master[i] if self.master is not None else self.params[i]
         if self.weight_decay:
             g = g + np.float32(self.weight_decay) * w
+        b = None
         if self.momentum:
-            b = self._buf[i]
-            if b is None:
-                b = self._buf[i] = g.astype(np.float32, copy=True)
-            else:
-                b *= np.float32(self.momentum)
-                b += g
+            prev = self._buf[i]
+            b = g.astype(np.float32, copy=True) if prev is None else np.float32(self.momentum) * prev + g
             g = b
-        return np.float32(self.lr) * g
+        return np.float32(self.lr) * g, b
+
+    def _commit(self, i: int, state: Any) -> None:
+        self._buf[i] = state
 
     def __repr__(self) -> str:
         return (f"SGD(lr={self.lr:g}, momentum={self.momentum:g}, weight_decay={self.weight_decay:g}, "
@@ -174,20 +201,20 @@ class Adam(Optimizer):
         self._m = [np.zeros_like(p) for p in self.params]
         self._v = [np.zeros_like(p) for p in self.params]
 
-    def _update(self, i: int, g: np.ndarray) -> np.ndarray:
+    def _update(self, i: int, g: np.ndarray, t: int) -> tuple[np.ndarray, Any]:
         w = self.master[i] if self.master is not None else self.params[i]
         if self.weight_decay:
             g = g + np.float32(self.weight_decay) * w
         b1, b2 = self.betas
-        m, v = self._m[i], self._v[i]
-        m *= np.float32(b1)
-        m += np.float32(1 - b1) * g
-        v *= np.float32(b2)
-        v += np.float32(1 - b2) * (g * g)
-        t = self.steps
-        mhat = m / np.float32(1 - b1**t)
-        vhat = v / np.float32(1 - b2**t)
-        return (np.float32(self.lr) * mhat / (np.sqrt(vhat) + np.float32(self.eps))).astype(np.float32)
+        m = np.float32(b1) * self._m[i] + np.float32(1 - b1) * g
+        # ((1 - b2) * g) * g: g*g first would overflow float32 from |g| of about 1.8e19.
+        v = np.float32(b2) * self._v[i] + (np.float32(1 - b2) * g) * g
+        # PyTorch's order: sqrt(v) / sqrt(1 - b2**t), as v / (1 - b2**t) could overflow.
+        denom = np.sqrt(v) / np.float32(math.sqrt(1 - b2**t)) + np.float32(self.eps)
+        return (np.float32(self.lr / (1 - b1**t)) * m / denom).astype(np.float32), (m, v)
+
+    def _commit(self, i: int, state: Any) -> None:
+        self._m[i], self._v[i] = state
 
     def __repr__(self) -> str:
         return (f"Adam(lr={self.lr:g}, betas={self.betas}, eps={self.eps:g}, weight_decay={self.weight_decay:g}, "

@@ -45,9 +45,12 @@ class LossScaler:
             optimizer.step(grads)
         scaler.update()            # uses what unscale found
 
-    or simply ``scaler.step(optimizer, grads)``, which unscales only the gradients not
-    unscaled since the last :meth:`update` (so ``unscale``, clipping, then ``step``
-    divides once). Unscaling the same array twice between updates raises RuntimeError.
+    or simply ``scaler.step(optimizer, grads)``, which unscales ``grads`` first unless
+    :meth:`unscale` was called since the last :meth:`update`: then ``grads`` are taken as
+    unscaled, as PyTorch's ``GradScaler.step`` after ``unscale_``. So ``unscale``,
+    clipping (in place or into new arrays), then ``step`` divides once; gradients unscaled
+    in several groups must all be unscaled before ``step``. Unscaling the same array twice
+    between updates raises RuntimeError.
     """
 
     def __init__(self, init_scale: float = 2.0**16, growth_factor: float = 2.0, backoff_factor: float = 0.5,
@@ -57,7 +60,10 @@ class LossScaler:
         self.growth_factor = _checks.number(growth_factor, "growth_factor", gt=1.0)
         self.backoff_factor = _checks.number(backoff_factor, "backoff_factor", gt=0.0, lt=1.0)
         self.growth_interval = _checks.integer(growth_interval, "growth_interval", ge=1)
-        self.min_scale = _checks.number(min_scale, "min_scale", gt=0.0, le=self._scale)
+        self.min_scale = _checks.number(min_scale, "min_scale", gt=0.0)
+        if self.min_scale > self._scale:
+            raise ValueError(f"init_scale: {self._scale:g} is below min_scale ({self.min_scale:g}); pass a "
+                             f"min_scale no larger than init_scale")
         self._growth_tracker = 0
         self._found_inf: Optional[bool] = None
         self._unscaled: list[np.ndarray] = []  # unscaled since the last update (held: ids stay unique)
@@ -159,9 +165,10 @@ class LossScaler:
             self._growth_tracker = 0
 
     def step(self, optimizer: Any, grads: Sequence[np.ndarray]) -> bool:
-        """Unscale ``grads`` (those not unscaled since the last :meth:`update`), let
-        ``optimizer`` step when every gradient unscaled since then is finite, update the
-        scale. Returns whether the step was taken."""
+        """Unscale ``grads`` (unless :meth:`unscale` was called since the last
+        :meth:`update`: then they are taken as unscaled), let ``optimizer`` step when
+        every gradient unscaled since then is finite, update the scale. Returns whether
+        the step was taken."""
         _checks.optimizer(optimizer)
         if isinstance(grads, np.ndarray):
             grads = [grads]
@@ -169,9 +176,8 @@ class LossScaler:
         if isinstance(optimizer, Optimizer):
             # What the optimizer would refuse is refused before any gradient is divided.
             _checks.grads_list(gs, optimizer.params)
-        rest = [g for g in gs if not any(g is u for u in self._unscaled)]
-        if rest or self._found_inf is None:
-            self.unscale(rest)
+        if self._found_inf is None:
+            self.unscale(gs)
         ok = not self._found_inf
         if ok:
             optimizer.step(gs)
