@@ -3,6 +3,8 @@ mode against numpy's own integer rounding, dequantization error, exact zero."""
 
 from __future__ import annotations
 
+import math
+import warnings
 from fractions import Fraction
 
 import numpy as np
@@ -521,3 +523,63 @@ def test_stochastic_quantize_draws_as_one_encode_of_the_quotients():
     want = lowp.encode(x.astype(np.float64) * 8, lowp.IntFormat(8), "stochastic", seed=5).view(np.int8)
     np.testing.assert_array_equal(q.values, want)
     assert len(np.unique(q.values[70_000:70_100])) > 1
+
+
+@pytest.mark.parametrize("calibration", [("percentile", 99.9), ("percentile", 100), "max"])
+def test_a_range_past_float64_refused_naming_x_without_warnings(calibration):
+    """Values spanning more than float64's range: percentile interpolation overflows.
+    Refused as max calibration refuses them (no scale, no NaN zero point, no warning)."""
+    x = np.array([-1.7e308, 1.7e308])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(ValueError, match="^x: values .*need a scale beyond float32's range"):
+            lowp.quantize(x, symmetric=False, calibration=calibration)
+
+
+@pytest.mark.parametrize("symmetric", [True, False])
+def test_values_past_float32_refused(symmetric):
+    """float64 values past float32's largest value cannot come back from dequantize():
+    refused naming x (they were clipped to a code far below qmax)."""
+    for big in (1e39, 4e40):
+        with pytest.raises(ValueError, match="^x: values up to .* lie beyond float32's range"):
+            lowp.quantize(np.array([big, 1.0]), symmetric=symmetric)
+        with pytest.raises(ValueError, match="^x: values up to .* lie beyond float32's range"):
+            lowp.quantize(np.array([1.0, -big]), lowp.IntFormat(16), symmetric=symmetric)
+    f32max = float(np.finfo(np.float32).max)
+    q = lowp.quantize(np.array([f32max, 1.0]), symmetric=symmetric)
+    assert q.values.max() >= 126 and np.isfinite(q.dequantize()).all()
+
+
+@pytest.mark.parametrize("rounding", ["nearest_even", "up", "down", "toward_zero"])
+def test_wide_integer_and_longdouble_inputs_round_once(rounding):
+    """int64 past 2**53 (and longdouble) quotients are the exact ones rounded once: not
+    rounded to float64 first. With scale 2**56, 2**55 + 1 is just above a half."""
+    x = np.array([127 * 2**56, 2**55 + 1, 2**56 + 1, -(2**55) - 1], dtype=np.int64)
+    q = lowp.quantize(x, rounding=rounding)
+    assert float(q.scale) == 2.0**56
+    want = [_round_frac(Fraction(int(v), 2**56), rounding) for v in x]
+    assert q.values.tolist() == want
+    if np.finfo(np.longdouble).nmant >= 63:
+        assert lowp.quantize(x.astype(np.longdouble), rounding=rounding).values.tolist() == want
+
+
+def _round_frac(v, rounding):
+    fl = math.floor(v)
+    if rounding == "up":
+        return math.ceil(v)
+    if rounding == "down":
+        return fl
+    if rounding == "toward_zero":
+        return int(v)
+    return round(v)  # Fraction's round: half to even
+
+
+def test_matrix_subclass_per_axis():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PendingDeprecationWarning)
+        m = np.matrix([[1.0, 2.0], [3.0, 4.0]])
+        q = lowp.quantize(m, axis=1)
+    want = lowp.quantize(np.asarray(m), axis=1)
+    assert type(q.values) is np.ndarray
+    np.testing.assert_array_equal(q.values, want.values)
+    np.testing.assert_array_equal(q.scale, want.scale)

@@ -283,7 +283,7 @@ def _add_to_odd(a: Any, b: Any) -> np.ndarray:
     """``a + b`` (float64, broadcast) rounded to odd, as :func:`_mul_to_odd`: the error
     of the rounded sum is exact (two-sum) and gives the side of the exact sum."""
     a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
-    with np.errstate(invalid="ignore"):
+    with np.errstate(over="ignore", invalid="ignore"):  # (an overflow to inf: the caller's to refuse)
         s = a + b
         back = s - a
         return _to_odd(s, (a - (s - back)) + (b - back))

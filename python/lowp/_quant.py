@@ -153,7 +153,12 @@ def _calibrate(a: np.ndarray, calibration: Any, reduce_axes: Optional[tuple], sy
         if symmetric:
             hi = np.percentile(np.abs(a), p, axis=reduce_axes)
             return -hi, hi
-        return np.percentile(a, 100.0 - p, axis=reduce_axes), np.percentile(a, p, axis=reduce_axes)
+        with np.errstate(over="ignore", invalid="ignore"):  # (interpolating across float64's range overflows)
+            lo, hi = np.percentile(a, 100.0 - p, axis=reduce_axes), np.percentile(a, p, axis=reduce_axes)
+        if not (np.isfinite(lo).all() and np.isfinite(hi).all()):
+            raise ValueError(f"x: values from {float(np.min(a)):g} to {float(np.max(a)):g} need a scale beyond "
+                             f"float32's range (scales are stored as float32)")
+        return lo, hi
     raise ValueError(f"calibration: expected 'max' or ('percentile', p), got {calibration!r}")
 
 
@@ -212,7 +217,9 @@ def quantize(x: Any, fmt: Union[str, IntFormat] = "int8", *, axis: Optional[int]
     if not isinstance(f, IntFormat) or not f.signed:
         raise ValueError(f"fmt: quantize takes signed integer formats ('int8', 'int4', 'int2', IntFormat(bits)), got {f!r}")
     r = _check_rounding(rounding)
-    a = _as_float_array(x).astype(np.float64)
+    # (Integers past 2**53 and longdouble values rounded to odd: the quotients' rounding
+    # into f is still the exact one's.)
+    a = np.asarray(_as_float_array(x, "x", f), np.float64)
     if np.isnan(a).any():
         raise ValueError("x: contains NaN; quantization needs finite values")
     if np.isinf(a).any():
@@ -247,6 +254,9 @@ def quantize(x: Any, fmt: Union[str, IntFormat] = "int8", *, axis: Optional[int]
     if (scale > _F32_MAX).any():
         raise ValueError(f"x: values up to {max(abs(float(np.min(lo))), float(np.max(hi))):g} need a scale beyond "
                          f"float32's range (scales are stored as float32)")
+    if (hi > _F32_MAX).any() or (lo < -_F32_MAX).any():
+        raise ValueError(f"x: values up to {max(-float(np.min(lo)), float(np.max(hi))):g} lie beyond float32's range "
+                         f"(quantized values dequantize to float32)")
     span = hi if symmetric else hi - lo
     if ((span > 0) & (span < _F32_TINIEST)).any():
         what = "values up to {:g} are" if symmetric else "a range of {:g} is"
