@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 
 import ml_dtypes
 import numpy as np
@@ -367,8 +368,9 @@ def test_ulps_beyond_float64s_range():
     included) rather than raising OverflowError; an infinite distance still fails."""
     assert_ulp_close([1.0, 3.0], [2.0, -3.0], "bf16", ulps=2**1100)
     assert_ulp_close(2**64 - 1, 2.0**60, "float64", ulps=2**1100)
-    with pytest.raises(AssertionError):  # (2**1138 ulp: 0.0 is in units of 2**-1074)
-        assert_ulp_close(2**64 - 1, 0.0, "float64", ulps=2**1100)
+    with pytest.raises(AssertionError):  # (about 2**1200 steps of int8's last gap, 1)
+        assert_ulp_close(2**1200, 0.0, "int8", ulps=2**1100)
+    assert_ulp_close(2**1200, 0.0, "int8", ulps=2**1201)
     with pytest.raises(AssertionError):
         assert_ulp_close(np.inf, 1.0, "bf16", ulps=2**1100)
     with pytest.raises(AssertionError):
@@ -448,3 +450,60 @@ def test_assert_ulp_close_counts_steps_past_2_to_the_53():
     assert_ulp_close(-d, d, "float64", ulps=2**54 + 2)
     with pytest.raises(AssertionError):
         assert_ulp_close(-d, d, "float64", ulps=2**54 + 1)
+
+
+@pytest.mark.parametrize("fmt", ["bf16", "float16", "e4m3fn", "posit8", "int8"])
+def test_ulp_distance_grows_with_the_gap_and_is_continuous(fmt):
+    """Values between the format's values count as fractions of their step: moving
+    actual away from desired never shrinks the distance, and desired moved by a hair
+    changes it by a hair (below a power of two the gap halves)."""
+    f = lowp.format(fmt)
+    rng = np.random.default_rng(0)
+    top = float(f.max)
+    d = 1.0
+    xs = np.sort(np.concatenate([rng.uniform(-2 * top, d, 400), lowp.nextafter(np.float64(d), -np.inf, fmt)
+                                 * np.array([1.0]), np.array([d - 1e-12, d])]))
+    dist = np.asarray(ulp_distance(xs, d, fmt))
+    assert np.all(np.diff(dist) <= 1e-9 * np.maximum(dist[:-1], 1)), "not decreasing toward desired"
+    below = float(lowp.nextafter(d, -np.inf, fmt))
+    near = np.asarray(ulp_distance(below, np.nextafter(d, 2.0), fmt))
+    assert abs(float(near) - float(ulp_distance(below, d, fmt))) < 1e-6
+    # Exactly one step, from either side, in and out of the format.
+    assert ulp_distance(below, d, fmt) == 1.0
+    mid = (below + d) / 2
+    assert ulp_distance(mid, d, fmt) == 0.5 and ulp_distance(below, mid, fmt) == 0.5
+
+
+def test_ulp_distance_of_far_apart_finite_values_is_finite():
+    assert ulp_distance(1.7e308, -1.7e308, "bf16") == pytest.approx(
+        float(2 * (Fraction(1.7e308) - Fraction(float(lowp.format("bf16").max))) / 2**120 + 2 * 0x7F7F))
+    assert_ulp_close(1.7e308, -1.7e308, "bf16", ulps=1e300)
+
+
+def _shrunk(strategy, pred, sd):
+    """The example hypothesis reports for a property failing on ``pred`` (seeded)."""
+    seen = []
+
+    @seed(sd)
+    @settings(database=None, max_examples=500)
+    @given(strategy)
+    def prop(v):
+        if pred(v):
+            seen.append(v)
+            raise AssertionError
+
+    with pytest.raises(AssertionError):
+        prop()
+    return seen[-1]
+
+
+@pytest.mark.parametrize("fmt, kw, pred, simplest", [
+    ("bf16", dict(allow_nan=False, allow_infinity=False), lambda v: abs(v) >= 2, 2.0),
+    ("int8", dict(allow_infinity=False), lambda v: v < -3, -4.0),
+    ("float8_e4m3fn", {}, lambda v: v > 1.5, 1.625),
+])
+def test_values_shrink_toward_small_magnitudes(fmt, kw, pred, simplest):
+    """A failing property is reported at the simplest value that fails, as st.floats and
+    st.integers report it, not at an edge such as the largest value (most seeds)."""
+    got = [_shrunk(lst.values(fmt, **kw), pred, sd) for sd in range(12)]
+    assert sum(g == simplest for g in got) >= 6, got

@@ -17,7 +17,7 @@ from typing import Any, Optional
 import numpy as np
 
 from .._formats import FloatFormat, Format, IntFormat, PositFormat, _has_nan, format as _format
-from .._ulp import _as_f64, _not_float64, _ordinals, _representable, ulp
+from .._ulp import _as_f64, _not_float64, _ordinals, _representable, nextafter, ulp
 
 __all__ = ["assert_ulp_close", "ulp_distance", "encoding_class", "ENCODING_CLASSES", "encoding_classes", "strategies"]
 
@@ -110,7 +110,10 @@ def ulp_distance(actual: Any, desired: Any, fmt: Any) -> Any:
 
     When both values are finite and representable in ``fmt`` it is the number of steps
     between them (how many times ``nextafter`` goes from one to the other; +0 and -0 are
-    0 apart); otherwise ``|actual - desired| / ulp(desired, fmt)``. NaN against NaN and
+    0 apart). A value between two consecutive values of ``fmt`` counts as the fraction of
+    that step it lies past the lower one (beyond the largest finite value, in steps of the
+    last gap), so the distance grows with ``|actual - desired|`` and is continuous in
+    both. NaN against NaN and
     equal infinities are 0 apart; NaN against a number, or an infinity against anything
     else, is infinitely far. Values float64 cannot hold (integers beyond 2**53, longdouble
     values, Python ints beyond 64 bits, Fractions) are taken exactly: the distance is
@@ -151,29 +154,21 @@ def _distances(actual: Any, desired: Any, f: Format) -> tuple[np.ndarray, dict[t
     exact: dict[tuple[int, ...], Fraction] = {}
     fin = np.isfinite(a) & np.isfinite(d)
     if fin.any():
-        af, df = a[fin], d[fin]
-        rep = _representable(af, f) & _representable(df, f)
-        out = np.empty(af.shape)
-        if rep.any():
-            oa, od = _ordinals(af[rep], f), _ordinals(df[rep], f)
-            # |oa - od| passes int64 for 64-bit codes of opposite signs: the difference of
-            # the larger and the smaller, taken modulo 2^64, is exact in uint64.
-            lo, hi = np.minimum(oa, od), np.maximum(oa, od)
-            steps = hi.astype(np.uint64) - lo.astype(np.uint64)
-            out[rep] = steps.astype(np.float64)
-            big = steps > np.uint64(1 << 53)  # (float64 rounds these: the exact count is kept too)
-            if big.any():
-                for i, v in zip(np.argwhere(fin)[rep][big], steps[big]):
-                    exact[tuple(int(j) for j in i)] = Fraction(int(v))
-        nr = ~rep
-        if nr.any():
-            out[nr] = np.abs(af[nr] - df[nr]) / ulp(df[nr], f)
-        dist[fin] = out
+        (oa, fa), (od, fd) = _fractional_ordinals(a[fin], f), _fractional_ordinals(d[fin], f)
+        # |oa - od| passes int64 for 64-bit codes of opposite signs: the difference of the
+        # larger and the smaller, taken modulo 2^64, is exact in uint64.
+        steps = np.maximum(oa, od).astype(np.uint64) - np.minimum(oa, od).astype(np.uint64)
+        sign = np.where(oa >= od, 1.0, -1.0)
+        dist[fin] = np.abs(sign * steps.astype(np.float64) + (fa - fd))
+        # (float64 rounds step counts past 2**53: the exact count is kept too.)
+        big = (steps > np.uint64(1 << 53)) & (fa == 0) & (fd == 0)
+        if big.any():
+            for i, v in zip(np.argwhere(fin)[big], steps[big]):
+                exact[tuple(int(j) for j in i)] = Fraction(int(v))
     ea, ed = _exact_entries(actual, a.shape), _exact_entries(desired, a.shape)
     if ea is None and ed is None:
         return dist, exact
     # Where a value is not a float64 (so a or d is only near it): the exact distance.
-    # Such a value is finite and representable in no format, so it is |a - d| / ulp(d).
     where = np.zeros(a.shape, bool)
     for e in (ea, ed):
         if e is not None:
@@ -184,13 +179,58 @@ def _distances(actual: Any, desired: Any, f: Format) -> tuple[np.ndarray, dict[t
         if isinstance(va, float) and not math.isfinite(va) or isinstance(vd, float) and not math.isfinite(vd):
             dist[i] = np.inf  # NaN or an infinity against a finite value
             continue
-        u = Fraction(float(ulp(vd, f)))
-        exact[i] = abs(Fraction(va) - Fraction(vd)) / u
+        exact[i] = abs(_exact_fractional_ordinal(va, f) - _exact_fractional_ordinal(vd, f))
         try:
             dist[i] = float(exact[i])
         except OverflowError:  # (a distance past float64's range: an int beyond it)
             dist[i] = np.inf
     return dist, exact
+
+
+def _fractional_ordinals(x: np.ndarray, f: Format) -> tuple[np.ndarray, np.ndarray]:
+    """For finite float64 ``x``: (the ordinal of the largest value of ``f`` at or below
+    ``x``, the fraction of the step to the next value that ``x`` lies past it). Beyond
+    the largest finite value, from it in steps of the last gap (a negative fraction below
+    the lowest)."""
+    ords = np.zeros(x.shape, np.int64)
+    frac = np.zeros(x.shape)
+    rep = _representable(x, f)
+    if rep.any():
+        ords[rep] = _ordinals(x[rep], f)
+    if not rep.all():
+        v = x[~rep]
+        top, last_gap = _top(f)
+        beyond = np.abs(v) > top
+        inside = v[~beyond]
+        lo = np.where(v > 0, top, -top)
+        gap = np.full(v.shape, last_gap)
+        if inside.size:
+            lo[~beyond] = nextafter(inside, -np.inf, f)
+            gap[~beyond] = nextafter(inside, np.inf, f) - lo[~beyond]
+        ords[~rep] = _ordinals(lo, f)
+        frac[~rep] = (v - lo) / gap
+    return ords, frac
+
+
+def _exact_fractional_ordinal(v: Any, f: Format) -> Fraction:
+    """:func:`_fractional_ordinals` of one value (a float or a Fraction), exactly."""
+    if isinstance(v, float):
+        if _representable(np.array([v]), f)[0]:
+            return Fraction(int(_ordinals(np.array([v]), f)[0]))
+        v = Fraction(v)
+    top, last_gap = _top(f)
+    if abs(v) > top:
+        lo, gap = Fraction(top) if v > 0 else -Fraction(top), Fraction(last_gap)
+    else:
+        lo = Fraction(float(nextafter(v, -math.inf, f)))
+        gap = Fraction(float(nextafter(v, math.inf, f))) - lo
+    return int(_ordinals(np.array([float(lo)]), f)[0]) + (v - lo) / gap
+
+
+def _top(f: Format) -> tuple[float, float]:
+    """``f``'s largest finite value and the gap below it."""
+    top = float(f.max)
+    return top, top - float(nextafter(top, 0.0, f))
 
 
 def assert_ulp_close(actual: Any, desired: Any, fmt: Any, ulps: float = 0, *, err_msg: str = "") -> None:
