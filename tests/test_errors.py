@@ -405,7 +405,7 @@ def test_bsr_from_scipy_checks_its_blocks():
     m = sp.bsr_array(np.eye(4, dtype=np.float32), blocksize=(2, 2))
     assert sparse.BSR.from_scipy(m).to_dense().tolist() == np.eye(4).tolist()
     m.data = m.data[:1]
-    with pytest.raises(ValueError, match="^m: .*data blocks for 2 block indices"):
+    with pytest.raises(ValueError, match=r"^m\.data: expected shape \(2, 2, 2\) \(2 blocks of 2x2"):
         sparse.BSR.from_scipy(m)
 
 
