@@ -257,6 +257,20 @@ def test_finfo_matches_numpy(t):
         assert float(getattr(ours, attr)) == float(getattr(theirs, attr)), attr
 
 
+def test_finfo_as_numpy_byte_order_complex_and_equality():
+    """As numpy.finfo: a byte-swapped dtype gives the native one, complex types their
+    components' limits, and two finfo of one type compare equal (numpy caches them)."""
+    f = lowp.finfo(np.dtype(lowp.bfloat16).newbyteorder(">"))
+    assert f.dtype == np.dtype(lowp.bfloat16) and f.dtype.isnative and type(f.max) is lowp.bfloat16
+    for c, t in ((np.complex64, np.float32), (np.complex128, np.float64)):
+        assert lowp.finfo(c).dtype == np.finfo(c).dtype == np.dtype(t)
+        assert float(lowp.finfo(c).eps) == float(np.finfo(c).eps)
+    assert lowp.finfo(lowp.bfloat16) == lowp.finfo(lowp.bfloat16) == lowp.finfo(np.dtype(lowp.bfloat16))
+    assert hash(lowp.finfo(lowp.bfloat16)) == hash(lowp.finfo(lowp.bfloat16))
+    assert lowp.finfo(lowp.bfloat16) != lowp.finfo(np.float16)
+    assert lowp.finfo(ml_dtypes.bfloat16) != lowp.finfo(lowp.bfloat16)  # (limits of different types)
+
+
 @pytest.mark.parametrize("fmt", [lowp.format(n) for n in POSIT_NAMES] + [lowp.PositFormat(12, 1)], ids=repr)
 def test_finfo_posit(fmt):
     fi = lowp.finfo(fmt)

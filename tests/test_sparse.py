@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 
 import ml_dtypes
 import numpy as np
@@ -1475,3 +1476,16 @@ def test_bsr_blocksize_not_a_pair_named():
         sparse.BSR((d, [0], [0, 1]), shape=(2, 2), blocksize=2)
     with pytest.raises(ValueError, match="^blocksize: expected two positive ints"):
         sparse.BSR.from_scipy(sp.bsr_array(np.ones((2, 2), np.float32), blocksize=(2, 2)), blocksize=2)
+
+
+def test_matrix_subclass_input_and_huge_scale():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PendingDeprecationWarning)
+        x = np.asmatrix(np.array([[1, 0, 2, 0], [0, 3, 0, 4]], np.float32))
+    for cls in _ALL:
+        M = cls.from_dense(x)
+        assert M.data.shape == cls.from_dense(np.asarray(x)).data.shape
+        np.testing.assert_array_equal(M.to_dense(), np.asarray(x))
+    M = sparse.CSR.from_dense(np.eye(2, dtype=np.float32))
+    with pytest.raises(ValueError, match="^scale: must be a positive finite number, got an int past float64"):
+        M.astype(np.int8, scale=2**1024)

@@ -912,3 +912,9 @@ def test_fp8_scaling_refuses_complex_amax_and_array_amax_compute():
     assert f.amax_history.size == 0
     with pytest.raises(ValueError, match="^amax_compute: expected one of"):
         Fp8Scaling(amax_compute=np.array(["max"]))
+
+
+@pytest.mark.parametrize("bad", ["", b"", {}, {"a": np.ones(2, np.float32)}])
+def test_unscale_refuses_strings_and_mappings(bad):
+    with pytest.raises(TypeError, match="^grads: expected a sequence of numpy arrays"):
+        LossScaler().unscale(bad)

@@ -454,13 +454,19 @@ class finfo:  # noqa: N801 - mirrors numpy.finfo
     """
 
     def __init__(self, dtype_or_format: Any) -> None:
+        try:  # Complex types: their components' limits, as numpy.finfo gives.
+            dt = np.dtype(dtype_or_format) if not isinstance(dtype_or_format, (Format, str)) else None
+        except TypeError:
+            dt = None
+        if dt is not None and dt.kind == "c" and dt.itemsize in (8, 16):
+            dtype_or_format = np.dtype(f"f{dt.itemsize // 2}")
         f = format(dtype_or_format)
         if isinstance(f, IntFormat):
             raise TypeError(f"finfo: {f!r} is an integer format; use numpy.iinfo (ml_dtypes.iinfo for ml_dtypes' "
                             f"narrow integers)")
         self.format = f
         # The dtype given, if it stores the format (ml_dtypes' own: its limits stay its scalars).
-        given = dtype_or_format if isinstance(dtype_or_format, np.dtype) else None
+        given = dtype_or_format.newbyteorder("=") if isinstance(dtype_or_format, np.dtype) else None
         if given is None and isinstance(dtype_or_format, type) and not issubclass(dtype_or_format, Format):
             given = np.dtype(dtype_or_format)
         self.dtype = given if given is not None and _code_format(given) == f else f.dtype
@@ -511,6 +517,15 @@ class finfo:  # noqa: N801 - mirrors numpy.finfo
             t = self.dtype.type
             for name in ("max", "min", "eps", "epsneg", "tiny", "smallest_normal", "smallest_subnormal", "resolution"):
                 setattr(self, name, t(getattr(self, name)))
+
+    def __eq__(self, other: Any) -> bool:
+        # (Equal for the same format and dtype, as numpy's cached finfo objects are.)
+        if not isinstance(other, finfo):
+            return NotImplemented
+        return self.format == other.format and self.dtype == other.dtype
+
+    def __hash__(self) -> int:
+        return hash((self.format, self.dtype))
 
     def __repr__(self) -> str:
         return (f"lowp.finfo(resolution={float(self.resolution):g}, min={float(self.min):g}, max={float(self.max):g}, "

@@ -668,7 +668,10 @@ class _Sparse:
         if scale is not None:
             if isinstance(scale, (bool, np.bool_)) or not isinstance(scale, (numbers.Real, np.floating, np.integer)):
                 raise TypeError(f"scale: expected a positive finite number, got {type(scale).__name__}")
-            sc = float(scale)
+            try:
+                sc = float(scale)
+            except OverflowError:  # (an int past float64's range)
+                raise ValueError("scale: must be a positive finite number, got an int past float64's range") from None
             if not (math.isfinite(sc) and sc > 0):
                 raise ValueError(f"scale: must be a positive finite number, got {scale!r}")
             vals = _div_to_odd(vals, sc)  # (to odd: the rounding into dtype is the exact quotient's, once)
@@ -970,7 +973,7 @@ class COO(_Sparse):
         if isinstance(x, _Sparse) or _is_scipy_sparse(x):
             raise TypeError(f"x: expected a dense array, got the sparse {type(x).__name__}; use from_scipy, "
                             f"asformat or the constructor")
-        a = _native(_array_arg(x, "x"))
+        a = _native(np.asarray(_array_arg(x, "x")))  # (np.matrix: as an array)
         if a.ndim != 2:
             raise ValueError(f"x: must be 2-D, got shape {a.shape}")
         src = _source_format(a.dtype, "x")

@@ -117,7 +117,10 @@ def real_array(value: Any, name: str) -> np.ndarray:
 
 
 def array_list(value: Any, name: str) -> list:
-    """``list(value)``, with a message naming ``name`` when it is no sequence."""
+    """``list(value)``, with a message naming ``name`` when it is no sequence (a str, bytes
+    or a mapping is none here: its characters or keys are no arrays)."""
+    if isinstance(value, (str, bytes, dict)):
+        raise TypeError(f"{name}: expected a sequence of numpy arrays, got {type(value).__name__}")
     try:
         return list(value)
     except TypeError:
