@@ -21,6 +21,8 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="lengths up to 2^14 only")
     ap.add_argument("--trials", type=int, default=8, help="dot products per length (errors are averaged)")
     args = ap.parse_args()
+    if args.trials < 1:
+        ap.error(f"--trials: expected a positive number of dot products, got {args.trials}")
     top = 14 if args.quick else 16
     g = np.random.default_rng(0)
     configs = [("fp16", dict(accumulate="float16")),

@@ -57,6 +57,14 @@ def main() -> None:
     ap.add_argument("--threads", default="1,2", help="comma-separated thread counts (default 1,2)")
     ap.add_argument("--mb", type=int, default=64, help="MB of float32 input (default 64)")
     args = ap.parse_args()
+    if args.mb < 1:
+        ap.error(f"--mb: expected a positive number of MB, got {args.mb}")
+    try:
+        threads = [int(t) for t in args.threads.split(",")]
+    except ValueError:
+        threads = []
+    if not threads or min(threads) < 1:
+        ap.error(f"--threads: expected comma-separated positive ints, got {args.threads!r}")
     repeats = 3 if args.quick else 7
     n = args.mb * (1 << 20) // 4
     nbytes = n * 4
@@ -77,6 +85,16 @@ def main() -> None:
     assert np.array_equal(lowp.encode(x, "float16"), f16_bits)
     assert np.array_equal(lowp.decode(e4_bits, "e4m3fn"), e4.astype(np.float32))
     assert np.array_equal(lowp.decode(e5_bits, "e5m2"), e5.astype(np.float32))
+    assert np.array_equal(lowp.decode(b16_bits, "bf16"), b16.astype(np.float32))
+    assert np.array_equal(lowp.decode(f16_bits, "float16"), f16.astype(np.float32))
+    for fmt, dt, mdt in (("bf16", np.uint16, ml_dtypes.bfloat16), ("e4m3fn", np.uint8, ml_dtypes.float8_e4m3fn),
+                         ("e5m2", np.uint8, ml_dtypes.float8_e5m2)):
+        # Stochastic rounding gives one of the two neighbours of each value.
+        s = lowp.decode(lowp.encode(x, fmt, rounding="stochastic", seed=1), fmt)
+        assert np.all((s == lowp.round(x, fmt, "down")) | (s == lowp.round(x, fmt, "up")))
+        h = x64[: n // 2]
+        assert np.array_equal(lowp.encode(h, fmt), h.astype(mdt).view(dt))
+        assert np.array_equal(lowp.round(x, fmt), x.astype(mdt).astype(np.float32))
 
     pre = {np.uint8: np.empty(n, np.uint8), np.uint16: np.empty(n, np.uint16), np.float32: np.empty(n, np.float32)}
     copy_dst = np.empty_like(x)
@@ -89,7 +107,7 @@ def main() -> None:
     print("GB/s = float32 bytes (input for encode/round, output for decode) / time; the machine may be shared and noisy\n")
 
     results = []  # (threads, name, ratio, target)
-    for th in [int(t) for t in args.threads.split(",")]:
+    for th in threads:
         lowp.set_num_threads(th)
         copy_pre, copy_new = gbs(lambda: np.copyto(copy_dst, x), lambda: np.copy(x))
         print(f"threads={th}    np.copyto (preallocated) {copy_pre:6.2f} GB/s    np.copy (fresh) {copy_new:6.2f} GB/s")

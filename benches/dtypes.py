@@ -38,10 +38,12 @@ def best(f, reps):
 def check(op: str, got, la, x) -> None:
     """Fail the run unless a timed lowp result is the exact one rounded once: casts and
     add/multiply (whose float64 results round into these types as the exact ones do)
-    against float64 arithmetic rounded by a cast, so that a broken loop cannot look fast."""
+    against float64 arithmetic rounded by a cast, so that a broken loop cannot look fast.
+    The cast is ml_dtypes' where it has the type (independent of lowp), else lowp's."""
     v = la.astype(np.float64)
-    ref = {"f32->dtype": lambda: x.astype(np.float64).astype(la.dtype), "dtype->f32": lambda: v.astype(np.float32),
-           "add": lambda: (v + v).astype(la.dtype), "multiply": lambda: (v * v).astype(la.dtype)}.get(op)
+    to = getattr(ml_dtypes, la.dtype.name, la.dtype)
+    ref = {"f32->dtype": lambda: x.astype(np.float64).astype(to), "dtype->f32": lambda: v.astype(np.float32),
+           "add": lambda: (v + v).astype(to), "multiply": lambda: (v * v).astype(to)}.get(op)
     if ref is None:
         return
     want = np.asarray(ref()).astype(np.float64)

@@ -3,13 +3,14 @@
 Prints, for n x n x n products:
   * lowp.matmul GFLOP/s for every input format (float32 accumulation), and ratios
     against numpy float32 matmul (OpenBLAS sgemm), numpy's upcast-then-sgemm on
-    ml_dtypes arrays (a.astype(f32) @ b.astype(f32)), and ml_dtypes' own np.dot;
+    ml_dtypes arrays (a.astype(f32) @ b.astype(f32)), and ml_dtypes' own np.dot
+    (timed on the first rows and scaled: it is single-threaded, row by row);
   * int8 x int8 -> int32 GOP/s against numpy sgemm, and int8 vector and few-row
     products against numpy's float32;
   * stacks of small products (B x n x n, numpy matmul shapes) against numpy's float32
-    matmul and ml_dtypes' np.matmul;
-  * vector-matrix and matrix-vector products against numpy's float32 and ml_dtypes, and
-    float64 ones against numpy's float64;
+    matmul and np.matmul on ml_dtypes arrays (numpy's upcast to float32);
+  * vector-matrix and matrix-vector products against numpy's float32 and np.matmul on
+    ml_dtypes arrays, and float64 ones against numpy's float64;
   * products of few rows (m x 4096 x 4096, B row-major and as w.T) against numpy's float32;
   * emulated accumulation (every add rounded: fp16 accumulators, and e5m2 products into
     FloatFormat(6, 9) as in Wang et al. 2018) against lowp's f32 path, and a table of
@@ -23,9 +24,11 @@ Usage: python benches/gemm.py [--quick] [--sizes 256,512,...] [--sections f32,f6
 from __future__ import annotations
 
 import argparse
+import math
 import subprocess
 import sys
 import time
+from fractions import Fraction
 
 import ml_dtypes
 import numpy as np
@@ -34,6 +37,7 @@ import lowp
 from _blas import openblas_threads
 from _check import check_product, exact_product
 from lowp import _lowp
+from lowp._convert import _round_exact
 
 
 SET_BLAS_THREADS = openblas_threads()
@@ -77,7 +81,53 @@ def check(got, a, b, exact=None) -> None:
             raise AssertionError(f"int8 product of shape {got.shape} is not exact")
         return
     rounded = got.dtype not in (np.float32, np.float64, np.int32, np.int64)  # (into a narrow type: its own rounding)
-    check_product(got, exact, a.shape[-1], f"product of {a.dtype} x {b.dtype}", 2.0**-7 * rounded)
+    # float64 sums (float64 and posit32 inputs): within twice float64's bound, as the
+    # reference is a float64 sum itself.
+    unit = 2.0**-52 if got.dtype == np.float64 else 2.0**-24
+    check_product(got, exact, a.shape[-1], f"product of {a.dtype} x {b.dtype}", 2.0**-7 * rounded, unit)
+
+
+def check_emulated(got, a, b, acc, chunk=None, rounding="nearest_even") -> None:
+    """Fail the run unless an emulated product is right: to a deterministic rounding, its
+    first 2 x 2 elements equal a reference adding the exact products one at a time in
+    Fractions, rounding every sum once (``acc = round(acc + a*b)``, chunk totals added
+    into the same format); stochastically, every element lies within the bound of sums
+    each rounded by less than one unit of the accumulator (where that bound says
+    anything)."""
+    f = lowp.format(acc)
+    got = np.asarray(got)
+    k = a.shape[-1]
+    if rounding == "stochastic":
+        unit = 2.0 * float(f.eps)  # (an add's error is below one unit: twice the unit roundoff)
+        if k * unit < 0.5:
+            check_product(got, exact_product(a, b), k, f"emulated product into {f!r}", 0.0, unit)
+        return
+    av = np.asarray(a[:2]).astype(np.float64)
+    bv = np.asarray(b[:, :2]).astype(np.float64)
+
+    def rnd(v):
+        # (An exact zero sum is +0 in every mode; a sum that overflowed stays a float
+        # infinity, or NaN, from then on.)
+        if isinstance(v, float) or v == 0:
+            return v
+        r = _round_exact(v, f, rounding)
+        return Fraction(r) if math.isfinite(r) else r
+
+    def add(x, y):
+        return float(x) + float(y) if isinstance(x, float) or isinstance(y, float) else x + y
+
+    for i in range(av.shape[0]):
+        for j in range(bv.shape[1]):
+            s, total = Fraction(0), Fraction(0)
+            for p in range(k):
+                s = rnd(add(s, Fraction(av[i, p]) * Fraction(bv[p, j])))
+                if chunk is not None and ((p + 1) % chunk == 0 or p == k - 1):
+                    total, s = rnd(add(total, s)), Fraction(0)
+            want = float(total if chunk is not None else s)
+            if not (float(got[i, j]) == want or math.isnan(want) and math.isnan(float(got[i, j]))) or \
+                    (want == 0 and math.copysign(1, want) != math.copysign(1, float(got[i, j]))):
+                raise AssertionError(f"emulated product into {f!r} ({rounding}, chunk {chunk}): element "
+                                     f"({i}, {j}) is {float(got[i, j])!r}, the per-add reference {want!r}")
 
 
 def best(f, reps: int) -> float:
@@ -120,6 +170,21 @@ FORMATS = [
 FORMATS += [(name, getattr(lowp, name)) for name in ("posit8", "posit16") if hasattr(lowp, name)]
 
 
+def ml_dot_time(x, y, budget: float = 1.0) -> float:
+    """Seconds of ml_dtypes' ``np.dot(x, y)``: the dtype's own dot function, in the type
+    (``x @ y`` on ml_dtypes arrays is numpy's upcast, the column before). It computes
+    row by row on one thread, so it is timed on the first rows of ``x`` (as many as
+    take about ``budget`` seconds, at least one) and scaled to all of them: a full
+    2048^3 fp8 product would take minutes."""
+    t0 = time.perf_counter()
+    np.dot(x[:1], y)
+    one = time.perf_counter() - t0
+    r = int(min(x.shape[0], max(1, budget / max(one, 1e-9))))
+    t0 = time.perf_counter()
+    np.dot(x[:r], y)
+    return (time.perf_counter() - t0) * x.shape[0] / r
+
+
 def throughput(sizes, quick: bool) -> None:
     g = np.random.default_rng(0)
     print("== float32 accumulation: GFLOP/s and ratios (lowp / other; > 1 means lowp is faster)")
@@ -132,6 +197,7 @@ def throughput(sizes, quick: bool) -> None:
         x32 = g.standard_normal((n, n)).astype(np.float32)
         y32 = g.standard_normal((n, n)).astype(np.float32)
         exact: dict = {}  # (each format's exact product, computed once for both thread counts)
+        dot_time: dict = {}  # (ml_dtypes' np.dot is single-threaded: timed once)
         for t in (1, 2):
             set_threads(t)
             for name, dt in FORMATS:
@@ -149,12 +215,10 @@ def throughput(sizes, quick: bool) -> None:
                     t_up = best(lambda: x.astype(np.float32) @ y.astype(np.float32), reps)
                     up = f"{t_up / t_lowp:9.2f}"
                 mld = "-"
-                if dt is not np.float32 and not name.startswith("posit") and n <= (256 if quick else 512) and t == 1:
-                    # ml_dtypes' np.dot: the dtype's own dot function, in the type, one
-                    # call (x @ y on ml_dtypes arrays is numpy's upcast, the column before).
-                    t0 = time.perf_counter()
-                    np.dot(x, y)
-                    mld = f"{(time.perf_counter() - t0) / t_lowp:12.0f}"
+                if dt is not np.float32 and not name.startswith("posit"):
+                    if name not in dot_time:
+                        dot_time[name] = ml_dot_time(x, y)
+                    mld = f"{dot_time[name] / t_lowp:12.0f}"
                 print(f"{n:5d} {t:3d} {name:>9} {flop / t_lowp / 1e9:7.1f} {flop / t_sgemm / 1e9:7.1f} "
                       f"{t_sgemm / t_lowp:8.2f} {up:>9} {mld:>12}", flush=True)
 
@@ -199,11 +263,12 @@ def int8_vectors() -> None:
 
 def stacks() -> None:
     """Stacks of small products (numpy matmul shapes (B, n, n) @ (B, n, n)): lowp on
-    bfloat16 against numpy's float32 matmul of the same stack and ml_dtypes' own
-    np.matmul on bfloat16; and every add rounded into float16."""
+    bfloat16 against numpy's float32 matmul of the same stack and np.matmul on
+    ml_dtypes' bfloat16 arrays (numpy's upcast to float32: its matmul has no bfloat16
+    loop); and every add rounded into float16."""
     g = np.random.default_rng(3)
     print("\n== stacks of small products: milliseconds a stack; ratios other / lowp (> 1: lowp is faster)")
-    print(f"{'B x n^3':>10} {'thr':>3} {'lowp bf16':>9} {'np f32':>7} {'vs f32':>6} {'ml bf16':>7} {'vs ml':>6} {'emu fp16':>8}")
+    print(f"{'B x n^3':>10} {'thr':>3} {'lowp bf16':>9} {'np f32':>7} {'vs f32':>6} {'up bf16':>7} {'vs up':>6} {'emu fp16':>8}")
     for bsz, n in ((1000, 8), (200, 32), (20, 128)):
         x32 = g.standard_normal((bsz, n, n)).astype(np.float32)
         y32 = g.standard_normal((bsz, n, n)).astype(np.float32)
@@ -214,6 +279,8 @@ def stacks() -> None:
             check(lowp.matmul(x, y), x, y)
             tml = best(lambda: np.matmul(x, y), 3)
             te = best(lambda: lowp.matmul(x, y, accumulate="float16"), 5)
+            if t == 1:
+                check_emulated(lowp.matmul(x[-1], y[-1], accumulate="float16"), x[-1], y[-1], "float16")
             print(f"{f'{bsz} x {n}^3':>10} {t:3d} {tl * 1e3:9.3f} {t32 * 1e3:7.3f} {t32 / tl:6.2f} {tml * 1e3:7.3f} "
                   f"{tml / tl:6.2f} {te * 1e3:8.3f}", flush=True)
 
@@ -221,12 +288,12 @@ def stacks() -> None:
 def vectors() -> None:
     """Vector-matrix and matrix-vector products (a row of A, or a column of B): lowp on
     bfloat16, float32 and the fp8 formats (both operands in the format) against
-    numpy's float32 (sgemv) and ml_dtypes' own np.matmul on bfloat16 and
-    float8_e4m3fn. Memory-bound: B (or A) is read once."""
+    numpy's float32 (sgemv) and np.matmul on ml_dtypes' bfloat16 and float8_e4m3fn
+    arrays (numpy's upcast to float32). Memory-bound: B (or A) is read once."""
     g = np.random.default_rng(4)
     print("\n== vector products: milliseconds; ratios other / lowp (> 1: lowp is faster)")
-    print(f"{'m x k x n':>18} {'thr':>3} {'lowp bf16':>9} {'lowp f32':>8} {'np f32':>7} {'vs f32':>6} {'ml bf16':>7} {'vs ml':>6} "
-          f"{'lowp e4m3':>9} {'lowp e5m2':>9} {'ml e4m3':>7} {'vs ml':>6}")
+    print(f"{'m x k x n':>18} {'thr':>3} {'lowp bf16':>9} {'lowp f32':>8} {'np f32':>7} {'vs f32':>6} {'up bf16':>7} {'vs up':>6} "
+          f"{'lowp e4m3':>9} {'lowp e5m2':>9} {'up e4m3':>7} {'vs up':>6}")
     for m, k, n in ((1, 4096, 4096), (4096, 4096, 1), (1, 4096, 11008), (11008, 4096, 1), (1, 1024, 1024), (1024, 1024, 1)):
         x32 = g.standard_normal((m, k)).astype(np.float32)
         y32 = g.standard_normal((k, n)).astype(np.float32)
@@ -251,12 +318,12 @@ def vectors_fp8() -> None:
     """Vector and few-row products with B in the other fp8 formats (the AMD-style
     float8_e4m3fnuz and float8_e5m2fnuz, the IEEE-style float8_e4m3): float32 rows of A
     times fp8 weights, B row-major and as w.T, and the matrix-vector product, against
-    numpy's float32 on the same layout and ml_dtypes' own np.matmul (both operands in
-    the format)."""
+    numpy's float32 on the same layout and np.matmul on ml_dtypes arrays (both operands
+    in the format; numpy's upcast to float32)."""
     g = np.random.default_rng(8)
     fmts = (("e4m3fnuz", ml_dtypes.float8_e4m3fnuz), ("e5m2fnuz", ml_dtypes.float8_e5m2fnuz), ("e4m3", ml_dtypes.float8_e4m3))
     print("\n== fp8 weights of the other formats: milliseconds; ratios other / lowp (> 1: lowp is faster)")
-    print(f"{'m x k x n':>16} {'B':>5} {'thr':>3} {'np f32':>7} " + " ".join(f"{name:>9} {'vs f32':>6} {'vs ml':>6}" for name, _ in fmts))
+    print(f"{'m x k x n':>16} {'B':>5} {'thr':>3} {'np f32':>7} " + " ".join(f"{name:>9} {'vs f32':>6} {'vs up':>6}" for name, _ in fmts))
     k = n = 4096
     w32 = g.standard_normal((n, k)).astype(np.float32)
     ws = [w32.astype(dt) for _, dt in fmts]
@@ -273,6 +340,7 @@ def vectors_fp8() -> None:
             cells = []
             for (_, dt), (a, b) in zip(fmts, ops):
                 tl = best(lambda: lowp.matmul(a, b), 8)
+                check(lowp.matmul(a, b), a, b)
                 # (ml_dtypes: the float32 operand in the format too.)
                 a8, b8 = (a, b.astype(dt)) if layout == "-" else (a.astype(dt), b)
                 tml = best(lambda: np.matmul(a8, b8), 1)
@@ -295,6 +363,7 @@ def vectors64() -> None:
         for t in (1, 2):
             set_threads(t)
             tn, tl = best_pair(lambda: x @ y, lambda: lowp.matmul(x, y), 8, rounds=4)
+            check(lowp.matmul(x, y), x, y)
             print(f"{f'{m} x {k} x {n}':>18} {layout:>5} {t:3d} {tl * 1e3:8.3f} {tn * 1e3:8.3f} {tn / tl:6.2f}", flush=True)
 
 
@@ -309,6 +378,7 @@ def squares64(sizes) -> None:
         for t in (1, 2):
             set_threads(t)
             tn, tl = best_pair(lambda: a @ b, lambda: lowp.matmul(a, b), 3 if n >= 2048 else 6, rounds=2)
+            check(lowp.matmul(a, b), a, b)
             gf = 2 * n**3 / 1e9
             print(f"{n:6d} {t:3d} {gf / tl:8.1f} {gf / tn:8.1f} {tn / tl:6.2f}", flush=True)
 
@@ -338,6 +408,8 @@ def skinny() -> None:
                 t32, tl = best_pair(lambda: x32 @ b32, lambda: lowp.matmul(x, b), 8, rounds=4)
                 tl32 = best(lambda: lowp.matmul(x32, b32), 6)
                 t8 = best(lambda: lowp.matmul(x, b8), 6)
+                for u, v in ((x, b), (x32, b32), (x, b8)):
+                    check(lowp.matmul(u, v), u, v)
                 print(f"{f'{m} x {k} x {n}':>16} {layout:>8} {t:3d} {tl * 1e3:9.3f} {tl32 * 1e3:8.3f} {t32 * 1e3:7.3f} "
                       f"{t32 / tl:7.2f} {t32 / tl32:6.2f} {t8 * 1e3:13.3f} {t32 / t8:6.2f}", flush=True)
 
@@ -373,6 +445,8 @@ def few_columns() -> None:
             te4 = best(lambda: lowp.matmul(we4, xe4), 6)
             t8 = best(lambda: lowp.matmul(w8, x8), 6)
             t64, tl64 = best_pair(lambda: w64 @ x64, lambda: lowp.matmul(w64, x64), 6, rounds=2)
+            for u, v in ((w, x), (w32, x32), (w16, x16), (we4, xe4), (w8, x8), (w64, x64)):
+                check(lowp.matmul(u, v), u, v)
             print(f"{f'{m} x {k} x {n}':>16} {t:3d} {tl * 1e3:9.3f} {tl32 * 1e3:8.3f} {t32 * 1e3:7.3f} {t32 / tl:7.2f} "
                   f"{t32 / tl32:6.2f} {t16 * 1e3:8.3f} {t32 / t16:6.2f} {te4 * 1e3:9.3f} {t32 / te4:6.2f} "
                   f"{t8 * 1e3:9.3f} {t32 / t8:6.2f} {tl64 * 1e3:8.3f} {t64 * 1e3:7.3f} {t64 / tl64:6.2f}", flush=True)
@@ -403,6 +477,9 @@ def emulated(sizes) -> None:
                                        lambda: lowp.matmul(a, b, accumulate=acc, chunk=chunk, rounding=mode,
                                                            seed=1, rbits=rbits),
                                        4, rounds=2)
+                    if t == 1:
+                        check_emulated(lowp.matmul(a, b, accumulate=acc, chunk=chunk, rounding=mode, seed=1, rbits=rbits),
+                                       a, b, acc, chunk, mode)
                     op = 2.0 * n**3
                     label = mode if rbits is None else f"{mode[:10]}/{rbits}"
                     acc_name = "fp16" if acc == "float16" else "f6m9"
@@ -431,6 +508,7 @@ def emulated_vectors() -> None:
             cells = []
             for acc, mode in runs:
                 te = best(lambda: lowp.matmul(a, b, accumulate=acc, rounding=mode, seed=1), 3)
+                check_emulated(lowp.matmul(a, b, accumulate=acc, rounding=mode, seed=1), a, b, acc, None, mode)
                 cells.append(f"{te * 1e3:9.3f} ({tf / te:5.3f})")
             print(f"{name:>6} {f'{m} x {k} x {n}':>17} {t:3d} {tf * 1e3:9.3f} " + " ".join(f"{c:>17}" for c in cells), flush=True)
 
@@ -456,6 +534,7 @@ def emulated_formats(n: int) -> None:
                     continue
                 tf, te = best_pair(lambda: lowp.matmul(a, b),
                                    lambda: lowp.matmul(a, b, accumulate=acc, rounding=mode, seed=1, rbits=rbits), 4, rounds=2)
+                check_emulated(lowp.matmul(a, b, accumulate=acc, rounding=mode, seed=1, rbits=rbits), a, b, acc, None, mode)
                 cells.append(f"{tf / te:6.3f} ({2.0 * n**3 / te / 1e9:4.1f})")
             print(f"{name:>8} {str(acc):>18} " + " ".join(f"{c:>13}" for c in cells), flush=True)
 
@@ -501,7 +580,7 @@ def peak_memory(n: int = 2048) -> None:
     base, peak, data, threads = (int(v) for v in r.stdout.split())
     extra = (peak - base) / 1024
     print(f"inputs + output: {data / 2**20:.1f} MiB; extra during the matmul ({threads} threads): {extra:.1f} MiB "
-          f"(limit 64 MiB): {'ok' if extra <= 64 else 'OVER'}")
+          f"(limit 64 MB, {64e6 / 2**20:.1f} MiB): {'ok' if extra * 2**20 <= 64e6 else 'OVER'}")
     print("  (for comparison, an f32 copy of both inputs alone is "
           f"{2 * n * n * 4 / 2**20:.0f} MiB)")
 
@@ -528,7 +607,9 @@ def leading_dimension(quick: bool) -> None:
         for ld, (a, b, c) in ops.items():
             au, cu = a[:m_unp], c[:m_unp]
             tu[ld] = min(tu[ld], best(lambda: _lowp.matmul_unpacked_f32(au, b, cu), 1))
+            check(cu, au, b)
             tm[ld] = min(tm[ld], best(lambda: lowp.matmul(a, b, out=c), 2))
+            check(c, a, b)
     res = {ld: (2.0 * m_unp * n * n / tu[ld] / 1e9, 2.0 * n**3 / tm[ld] / 1e9) for ld in ops}
     for ld, (u, m) in res.items():
         print(f"{ld:5d} {u:24.2f} {m:20.1f}", flush=True)
