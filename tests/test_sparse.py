@@ -1424,7 +1424,7 @@ def test_from_scipy_lil_is_checked(cls):
     for bad in ([0, 10], [-5, 0]):
         s = sp.lil_array(x)
         s.rows[0] = bad
-        with pytest.raises(ValueError, match=r"^m\.rows: entry \d is out of range \[0, 3\)"):
+        with pytest.raises(ValueError, match=r"^m\.rows: row 0 holds a column index out of range \[0, 3\)"):
             cls.from_scipy(s)
     s = sp.lil_array(x)
     s.data[0] = [1.0]
@@ -1489,3 +1489,22 @@ def test_matrix_subclass_input_and_huge_scale():
     M = sparse.CSR.from_dense(np.eye(2, dtype=np.float32))
     with pytest.raises(ValueError, match="^scale: must be a positive finite number, got an int past float64"):
         M.astype(np.int8, scale=2**1024)
+
+
+@pytest.mark.parametrize("cls", [sparse.CSR, sparse.CSC])
+def test_scipy_coo_duplicates_added_before_rounding(cls):
+    """float64 duplicates are added exactly and rounded once into the stored format (not
+    rounded one by one first, which rounds the sum twice)."""
+    s = sp.coo_array((np.array([1.0, 2**-24 + 2**-50]), ([0, 0], [0, 0])), shape=(1, 1))
+    assert cls.from_scipy(s).to_dense()[0, 0] == np.float32(1 + 2**-23)
+    assert cls(s).to_dense()[0, 0] == np.float32(1 + 2**-23)
+    s = sp.coo_array((np.array([1.0, 2**-8 + 2**-20]), ([0, 0], [0, 0])), shape=(1, 1))
+    assert float(cls.from_scipy(s, dtype=lowp.bfloat16).to_dense()[0, 0]) == 1 + 2**-7
+
+
+def test_compressed_of_a_lowp_coo_adds_its_duplicates():
+    """As scipy's csr_array(coo) and coo.tocsr(): duplicates added (int8 saturating)."""
+    c = sparse.COO((np.float32([1, 2, 3]), ([0, 0, 1], [0, 0, 1])), shape=(2, 2))
+    assert sparse.CSR(c).nnz == c.tocsr().nnz == sparse.CSC(c).nnz == 2
+    c8 = sparse.COO((np.int8([100, 100]), ([0, 0], [0, 0])), shape=(1, 1))
+    assert sparse.CSR(c8).data.tolist() == [127]

@@ -603,15 +603,59 @@ def test_step_after_unscale_divides_once():
 
 
 def test_step_after_unscale_and_out_of_place_clipping_divides_once():
-    """Clipping into new arrays (``g * c``) between unscale and step: step takes its
-    gradients as unscaled (as PyTorch's GradScaler.step after unscale_)."""
+    """Clipping into new arrays (``g * c``) between unscale and step: step cannot tell
+    such arrays from gradients not unscaled yet, and raises rather than guess; with
+    unscaled=True it takes them as unscaled (divided once)."""
     p = [np.zeros(2, np.float32)]
     s = LossScaler(init_scale=4.0)
     g = [np.array([8.0, 40.0], np.float32)]
     assert s.unscale(g)
     g = [x * np.float32(0.5) for x in g]
-    assert s.step(SGD(p, 1.0), g)
+    with pytest.raises(RuntimeError, match=r"^grads\[0\]: was not unscaled since the last update\(\).*unscaled=True"):
+        s.step(SGD(p, 1.0), g)
+    np.testing.assert_array_equal(p[0], [0.0, 0.0])
+    assert s.step(SGD(p, 1.0), g, unscaled=True)
     np.testing.assert_array_equal(p[0], [-1.0, -5.0])
+
+
+def test_step_after_a_partial_unscale_raises_rather_than_guess():
+    """One group unscaled, another not: the second is not divided silently by step
+    (nor a clipped copy divided twice)."""
+    w1, w2 = np.zeros(2, np.float32), np.zeros(2, np.float32)
+    s = LossScaler(init_scale=1024.0)
+    g1, g2 = np.full(2, 1024.0, np.float32), np.full(2, 1024.0, np.float32)
+    s.unscale([g1])
+    with pytest.raises(RuntimeError, match=r"^grads\[1\]: was not unscaled"):
+        s.step(SGD([w1, w2], 1.0, master_weights=False), [g1, g2])
+    s.unscale([g2])
+    assert s.step(SGD([w1, w2], 1.0, master_weights=False), [g1, g2])
+    np.testing.assert_array_equal(w2, [-1.0, -1.0])
+    with pytest.raises(TypeError, match="^unscaled: expected a bool"):
+        s.step(SGD([w1], 1.0), [g1], unscaled="yes")
+
+
+def test_a_refused_optimizer_step_clears_the_scalers_step():
+    """The optimizer refusing a step (an update it cannot hold) propagates; the next
+    step's fresh gradients are unscaled as usual (not taken as unscaled already)."""
+    opt = SGD([np.zeros(2, np.float32)], 1.0, weight_format="float4_e2m1fn", rounding="nearest_even")
+    s = LossScaler(init_scale=2.0)
+    opt.master[0][...] = -3e38
+    with pytest.raises(ValueError, match="overflows float32"):
+        s.step(opt, [np.full(2, 3e38, np.float32)])
+    assert s.scale == 2.0
+    opt.master[0][...] = 0
+    assert s.step(opt, [np.full(2, 2.0, np.float32)])
+    np.testing.assert_array_equal(opt.master[0], [-1.0, -1.0])
+
+
+def test_step_unscaled_true_checks_finiteness():
+    p = [np.zeros(2, np.float32)]
+    s = LossScaler(init_scale=4.0)
+    assert not s.step(SGD(p, 1.0), [np.array([np.inf, 1.0], np.float32)], unscaled=True)
+    assert s.scale == 2.0 and s.skipped_steps == 1
+    g = [np.array([1.0, 2.0], np.float32)]
+    assert s.step(SGD(p, 1.0), g, unscaled=True)
+    np.testing.assert_array_equal(g[0], [1.0, 2.0])  # (not divided)
 
 
 def test_loss_scaler_init_scale_below_min_scale_names_both():

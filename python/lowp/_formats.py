@@ -455,7 +455,7 @@ class finfo:  # noqa: N801 - mirrors numpy.finfo
 
     def __init__(self, dtype_or_format: Any) -> None:
         try:  # Complex types: their components' limits, as numpy.finfo gives.
-            dt = np.dtype(dtype_or_format) if not isinstance(dtype_or_format, (Format, str)) else None
+            dt = np.dtype(dtype_or_format) if not isinstance(dtype_or_format, Format) else None
         except TypeError:
             dt = None
         if dt is not None and dt.kind == "c" and dt.itemsize in (8, 16):

@@ -218,7 +218,8 @@ def quantize(x: Any, fmt: Union[str, IntFormat] = "int8", *, axis: Optional[int]
         raise ValueError(f"fmt: quantize takes signed integer formats ('int8', 'int4', 'int2', IntFormat(bits)), got {f!r}")
     r = _check_rounding(rounding)
     # (Integers past 2**53 and longdouble values rounded to odd: the quotients' rounding
-    # into f is still the exact one's.)
+    # into f is then the exact one's for formats up to 28 bits, where a midpoint times the
+    # scale fits float64; wider formats can round such inputs twice.)
     a = np.asarray(_as_float_array(x, "x", f), np.float64)
     if np.isnan(a).any():
         raise ValueError("x: contains NaN; quantization needs finite values")

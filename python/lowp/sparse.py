@@ -762,7 +762,7 @@ def _check_scipy(m: Any, name: str = "m") -> None:
         indptr, indices = _index_pair(indptr, indices, max(mm, nn))
         _lowp.check_compressed(indptr, indices, nmaj, nmin, f"{name}.indptr", f"{name}.indices")
     elif m.format == "lil":
-        _lil_coords(m, name)
+        _check_lil(m, name)
 
 
 def _same_length(data: Any, n: int, name: str, of: str) -> None:
@@ -771,23 +771,33 @@ def _same_length(data: Any, n: int, name: str, of: str) -> None:
         raise ValueError(f"{name}: expected {n} values (one per entry of {of}), got shape {d.shape}")
 
 
-def _lil_coords(m: Any, name: str = "m") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(row, col, values) of a scipy LIL matrix, checked: its lists are writable, and
-    scipy's own conversion trusts them (an index out of range crashes it)."""
+def _check_lil(m: Any, name: str) -> None:
+    """The lists of a scipy LIL matrix: one pair a row, of equal lengths, columns in range
+    (they are writable, and scipy's own conversion trusts them: an index out of range
+    crashes it). Entries that are not integers are refused where they are read."""
     mm, nn = (int(s) for s in m.shape)
     rows, data = m.rows, m.data
     if len(rows) != mm or len(data) != mm:
         raise ValueError(f"{name}.rows, {name}.data: expected {mm} lists each, got {len(rows)} and {len(data)}")
-    lens = np.array([len(r) for r in rows], np.int64)
     for i, (r, d) in enumerate(zip(rows, data)):
         if len(d) != len(r):
             raise ValueError(f"{name}.data: row {i} holds {len(d)} values for {len(r)} column indices in {name}.rows")
+        if r and not (0 <= min(r) and max(r) < nn):
+            raise ValueError(f"{name}.rows: row {i} holds a column index out of range [0, {nn})")
+
+
+def _lil_coords(m: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(row, col, values) of a scipy LIL matrix checked by :func:`_check_lil`."""
+    mm, nn = (int(s) for s in m.shape)
+    lens = np.array([len(r) for r in m.rows], np.int64)
     total = int(lens.sum())
-    col = _as_index(np.asarray(list(itertools.chain.from_iterable(rows))) if total else np.zeros(0, np.int64),
-                    f"{name}.rows")
-    vals = np.asarray(list(itertools.chain.from_iterable(data)) if total else [], dtype=m.dtype)
+    col = _as_index(np.array(list(itertools.chain.from_iterable(m.rows))) if total else np.zeros(0, np.int64),
+                    "m.rows")
+    vals = np.array(list(itertools.chain.from_iterable(m.data)) if total else [], dtype=m.dtype)
+    if vals.shape != col.shape:  # (written meanwhile)
+        raise ValueError(f"m.data: holds {vals.size} values for {col.size} column indices in m.rows")
     col = _index_pair(col, col, nn)[0]
-    _lowp.check_range(col, nn, f"{name}.rows")
+    _lowp.check_range(col, nn, "m.rows")  # (again: written meanwhile)
     row = np.repeat(np.arange(mm, dtype=np.int64), lens)
     return row, col, vals
 
@@ -1011,16 +1021,27 @@ class COO(_Sparse):
         c = m if m.format == "coo" else m.tocoo()
         data = np.asarray(c.data)
         fmt = _source_format(data.dtype) if dtype is None else _target_format(dtype)
-        v = _encode_values(data, fmt)
         r, cc = _as_index(c.coords[0], "m.row"), _as_index(c.coords[1], "m.col")
         if not (r.size == cc.size == data.size):
             raise ValueError(f"m: data, row, col lengths differ ({data.size}, {r.size}, {cc.size})")
         r, cc = _index_pair(r, cc, max(*c.shape, data.size))
-        r, cc = _unshared(v, data, r, cc)
         _lowp.check_range(r, int(c.shape[0]), "m.row")
         _lowp.check_range(cc, int(c.shape[1]), "m.col")
+        shape = tuple(int(s) for s in c.shape)
+        if kw.get("summed"):
+            # Canonical, duplicates added in float64 from the values as given (decoded
+            # exactly) and rounded once into the format (each rounded first, a sum of
+            # them would round twice).
+            order = np.lexsort((cc, r))
+            starts = np.flatnonzero(_pair_starts(r[order], cc[order]))
+            if starts.size != order.size:
+                sums = np.add.reduceat(_as_float_array(_native(data)[order]).astype(np.float64), starts)
+                v = sums.astype(np.float32) if fmt is None else encode(sums, fmt, saturate=fmt.dtype == np.int8)
+                return COO._make(v, fmt, 1.0, r[order][starts], cc[order][starts], shape, True)
+        v = _encode_values(data, fmt)
+        r, cc = _unshared(v, data, r, cc)
         # (scipy's flag is not trusted: its index arrays are writable. Found when needed.)
-        return COO._make(v, fmt, 1.0, r, cc, tuple(int(s) for s in c.shape), None)
+        return COO._make(v, fmt, 1.0, r, cc, shape, None)
 
 
 # ---------------------------------------------------------------- CSR / CSC
@@ -1033,9 +1054,10 @@ class _Compressed(_Sparse):
             raise _bad_tuple(arg, _FORMS_COMPRESSED)
         if not (isinstance(arg, tuple) and len(arg) == 3):
             if isinstance(arg, _Sparse):
-                # (Duplicates kept, as scipy's csr_array(csc) and M.tocsr() keep them.)
+                # Duplicates kept, as scipy's csr_array(csc) and M.tocsr() keep them; a COO's
+                # added, as scipy's csr_array(coo) and coo.tocsr() add them.
                 c = type(self)._from_coo(arg.tocoo() if dtype is None else arg.astype(dtype).tocoo(),
-                                         keep_duplicates=True)
+                                         keep_duplicates=not isinstance(arg, COO))
             elif _is_scipy_sparse(arg):
                 _check_scipy(arg, "arg")
                 c = type(self)._from_scipy(arg, dtype)
@@ -1251,7 +1273,9 @@ def _compressed_from_scipy(cls: Any, m: Any, dtype: Any) -> Any:
     if m.format != cls.format:
         # Through COO, as scipy: a COO's duplicates added (in float64, rounded once), the
         # other formats' kept.
-        return cls._from_coo(COO._from_scipy(m, dtype), keep_duplicates=m.format != "coo")
+        if m.format == "coo":
+            return cls._from_coo(COO._from_scipy(m, dtype, summed=True))
+        return cls._from_coo(COO._from_scipy(m, dtype), keep_duplicates=True)
     data = np.asarray(m.data)
     fmt = _source_format(data.dtype) if dtype is None else _target_format(dtype)
     v = _encode_values(data, fmt)

@@ -46,11 +46,13 @@ class LossScaler:
         scaler.update()            # uses what unscale found
 
     or simply ``scaler.step(optimizer, grads)``, which unscales ``grads`` first unless
-    :meth:`unscale` was called since the last :meth:`update`: then ``grads`` are taken as
-    unscaled, as PyTorch's ``GradScaler.step`` after ``unscale_``. So ``unscale``,
-    clipping (in place or into new arrays), then ``step`` divides once; gradients unscaled
-    in several groups must all be unscaled before ``step``. Unscaling the same array twice
-    between updates raises RuntimeError.
+    :meth:`unscale` was called since the last :meth:`update` (as PyTorch's
+    ``GradScaler.step`` after ``unscale_``): then every array in ``grads`` must be one that
+    was unscaled, so ``unscale``, clipping in place, then ``step`` divides once. Arrays
+    that were not (clipped copies, or a group not unscaled yet) are ambiguous and raise
+    RuntimeError: pass ``unscaled=True`` for gradients computed from unscaled ones, or
+    unscale the group first. Unscaling the same array twice between updates raises
+    RuntimeError.
     """
 
     def __init__(self, init_scale: float = 2.0**16, growth_factor: float = 2.0, backoff_factor: float = 0.5,
@@ -164,23 +166,42 @@ class LossScaler:
                 self._scale = grown
             self._growth_tracker = 0
 
-    def step(self, optimizer: Any, grads: Sequence[np.ndarray]) -> bool:
-        """Unscale ``grads`` (unless :meth:`unscale` was called since the last
-        :meth:`update`: then they are taken as unscaled), let ``optimizer`` step when
-        every gradient unscaled since then is finite, update the scale. Returns whether
-        the step was taken."""
+    def step(self, optimizer: Any, grads: Sequence[np.ndarray], *, unscaled: Optional[bool] = None) -> bool:
+        """Unscale ``grads``, let ``optimizer`` step when every gradient unscaled since the
+        last :meth:`update` is finite, update the scale. Returns whether the step was taken.
+
+        ``unscaled``: None (default) unscales ``grads`` unless :meth:`unscale` was called
+        since the last update, in which case each array must be one it divided (else
+        RuntimeError: ambiguous); True takes ``grads`` as unscaled (clipped copies of
+        unscaled gradients); False unscales them all. When ``optimizer.step`` raises, the
+        error propagates and this step's state is cleared (as by :meth:`update`, the scale
+        unchanged): the gradients given stay unscaled, in place."""
         _checks.optimizer(optimizer)
+        if unscaled is not None:
+            unscaled = _checks.boolean(unscaled, "unscaled")
         if isinstance(grads, np.ndarray):
             grads = [grads]
         gs = _checks.array_list(grads, "grads")  # (once: grads may be an iterator)
         if isinstance(optimizer, Optimizer):
             # What the optimizer would refuse is refused before any gradient is divided.
             _checks.grads_list(gs, optimizer.params)
-        if self._found_inf is None:
+        if unscaled is None and self._found_inf is not None:
+            for j, g in enumerate(gs):
+                if not any(g is u for u in self._unscaled):
+                    raise RuntimeError(f"grads[{j}]: was not unscaled since the last update(), while unscale() was "
+                                       f"called: pass unscaled=True if these gradients are computed from unscaled "
+                                       f"ones (clipped copies), or unscale() them first")
+        elif unscaled is False or self._found_inf is None and not unscaled:
             self.unscale(gs)
+        if self._found_inf is None:  # (unscaled=True with nothing unscaled: taken as finite if they are)
+            self._found_inf = not all(bool(np.isfinite(np.asarray(g, np.float64)).all()) for g in gs)
         ok = not self._found_inf
         if ok:
-            optimizer.step(gs)
+            try:
+                optimizer.step(gs)
+            except BaseException:
+                self._found_inf, self._unscaled = None, []
+                raise
         self.update(not ok)
         return ok
 
