@@ -265,6 +265,7 @@ def test_finfo_as_numpy_byte_order_complex_and_equality():
     for c, t in ((np.complex64, np.float32), (np.complex128, np.float64)):
         assert lowp.finfo(c).dtype == np.finfo(c).dtype == np.dtype(t)
         assert float(lowp.finfo(c).eps) == float(np.finfo(c).eps)
+        assert lowp.finfo(np.dtype(c).name).dtype == lowp.finfo(np.dtype(c).str).dtype == np.dtype(t)
     assert lowp.finfo(lowp.bfloat16) == lowp.finfo(lowp.bfloat16) == lowp.finfo(np.dtype(lowp.bfloat16))
     assert hash(lowp.finfo(lowp.bfloat16)) == hash(lowp.finfo(lowp.bfloat16))
     assert lowp.finfo(lowp.bfloat16) != lowp.finfo(np.float16)
