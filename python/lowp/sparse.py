@@ -1485,6 +1485,8 @@ class BSR(_Sparse):
             v = _encode_values(data.reshape(-1), fmt)
             mm, nn = (int(s) for s in m.shape)
             br, bc = m.blocksize
+            if data.shape != (np.asarray(m.indices).size, br, bc):  # (checked before; written meanwhile)
+                raise ValueError(f"m.data: expected shape {(np.asarray(m.indices).size, br, bc)}, got {data.shape}")
             indptr, indices = _index_pair(np.asarray(m.indptr), np.asarray(m.indices), max(mm, nn, data.size))
             indptr, indices = _unshared(v, data, indptr, indices)
             canonical = _lowp.check_compressed(indptr, indices, mm // br, nn // bc)
