@@ -1796,3 +1796,12 @@ def test_int8_beside_floats():
     with pytest.raises(TypeError, match="^a, b: emulated accumulation"):
         lowp.matmul(a, np.ones((21, 2)), accumulate="bf16")
     assert lowp.matmul(a, np.ones((21, 2))).dtype == np.float64
+
+
+def test_sum_axis_out_of_range_is_numpys_axis_error():
+    x = np.zeros((3, 4, 5), np.float32)
+    for ax in (3, -4, (0, 3)):
+        with pytest.raises(np.exceptions.AxisError, match="^axis: axis -?\\d is out of bounds for array of dimension 3"):
+            lowp.sum(x, ax)
+    with pytest.raises(IndexError):  # (AxisError is an IndexError too, as numpy's)
+        lowp.sum(np.float32(1), 0)

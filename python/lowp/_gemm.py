@@ -624,7 +624,8 @@ def sum(x: Any, axis: Any = None, *, accumulate: Any = "float32", chunk: Optiona
             if isinstance(a_, (bool, np.bool_)) or not isinstance(a_, (int, np.integer)):
                 raise TypeError(f"axis: expected None, an int or a tuple of ints, got {axis!r}")
             if not -xv.ndim <= int(a_) < xv.ndim:
-                raise ValueError(f"axis: {a_} is out of range for an array of {xv.ndim} dimensions")
+                # (numpy's AxisError, a ValueError and an IndexError, as numpy.sum raises.)
+                raise np.exceptions.AxisError(int(a_), xv.ndim, "axis")
         axes = tuple(sorted(int(a_) % xv.ndim for a_ in ax))  # a set of axes: added in index order
         if len(set(axes)) != len(axes):
             raise ValueError(f"axis: repeated axis in {axis!r}")
