@@ -365,9 +365,14 @@ def test_empty_arguments():
         lowp.empty((2.7, 3.9))
     with pytest.raises(TypeError, match="^shape"):
         lowp.empty((2, True))
-    with pytest.raises(TypeError, match="^dtype: expected a numeric dtype"):
-        lowp.empty((2, 3), object)
+    # padded_ld takes the dtypes empty takes: numbers, not objects, strings, raw bytes or records.
+    for d in (object, "U4", "S4", "V4", [("a", "f4")]):
+        with pytest.raises(TypeError, match="^dtype: expected a numeric dtype"):
+            lowp.empty((2, 3), d)
+        with pytest.raises(TypeError, match="^dtype: expected a numeric dtype"):
+            lowp.padded_ld(3, d)
     assert lowp.empty((np.int64(2), 3), np.float32).shape == (2, 3)
+    assert lowp.padded_ld(3, lowp.bfloat16) == lowp.padded_ld(3, np.float16) == 32
 
 
 def test_unaligned_arrays():
@@ -624,10 +629,33 @@ def test_masked_arrays_are_refused_everywhere():
              "x": [lambda: lowp.round(ma, "bf16"), lambda: lowp.sum(ma), lambda: lowp.cast(ma, lowp.bfloat16),
                    lambda: lowp.encode(ma, "bf16"), lambda: lowp.quantize(ma), lambda: sparse.CSR.from_dense(ma),
                    lambda: lowp.ulp(ma, "bf16"), lambda: sparse.prune(ma, 0.5)]}
+    from lowp import training
+
+    eye = sparse.CSR.from_dense(np.eye(2, dtype=np.float32))
+    col = np.ma.MaskedArray([[1.0], [1e30]], mask=[[0], [1]], dtype=np.float32)
+    i2 = np.array([0, 1])
+    mi = np.ma.MaskedArray(i2, mask=[0, 1])
+    md = ma[:, 0].copy()
+    p = np.zeros(2, np.float32)
+    calls["x"] += [lambda: eye @ col, lambda: col.T @ eye, lambda: eye.matmul(col)]
+    calls["data"] = [lambda: sparse.COO((md, (i2, i2)), shape=(2, 2)), lambda: sparse.CSR((md, i2, np.array([0, 1, 2]))),
+                     lambda: sparse.CSC((md, i2, np.array([0, 1, 2]))), lambda: setattr(eye, "data", md),
+                     lambda: sparse.BSR((np.ma.MaskedArray(np.ones((1, 2, 2)), mask=True), [0], [0, 1]), shape=(2, 2)),
+                     lambda: sparse.NM((np.ma.MaskedArray(np.ones((2, 2)), mask=True), np.zeros((2, 2), np.int64)),
+                                       shape=(2, 4))]
+    calls["row"] = [lambda: sparse.COO((np.ones(2), (mi, i2)), shape=(2, 2))]
+    calls["indices"] = [lambda: sparse.CSR((np.ones(2), mi, np.array([0, 1, 2])))]
+    calls["out"] = [lambda: lowp.round(np.ones(2), "bf16", out=np.ma.zeros(2)),
+                    lambda: lowp.encode(np.ones(2), "bf16", out=np.ma.zeros(2, np.uint16)),
+                    lambda: lowp.matmul(np.eye(2, dtype=np.float32), np.eye(2, dtype=np.float32), out=np.ma.zeros((2, 2), np.float32))]
+    calls[r"params\[0\]"] = [lambda: training.SGD([np.ma.zeros(2, np.float32)], lr=0.1)]
+    calls[r"grads\[0\]"] = [lambda: training.SGD([p], lr=0.1).step([np.ma.MaskedArray([1.0, np.nan], mask=[0, 1])]),
+                              lambda: training.LossScaler().unscale([np.ma.zeros(2, np.float32)])]
     for arg, fs in calls.items():
         for f in fs:
             with pytest.raises(TypeError, match=f"^{arg}: masked arrays are not supported"):
                 f()
+    assert not p.any() and np.array_equal(eye.to_dense(), np.eye(2))
     # Other ndarray subclasses are arrays as before.
     class Sub(np.ndarray):
         pass

@@ -11,6 +11,7 @@ from typing import Any, Callable, Optional, TypeVar, Union
 import numpy as np
 
 from . import _lowp
+from ._args import boolean
 from ._memory import result_empty
 from ._formats import (Format, FloatFormat, PositFormat, _canonical, _code_format, _dtype_registry, _has_nan,
                        format as _format)
@@ -399,6 +400,7 @@ def _significand_bits(f: Format) -> int:
 def _check_out(out: Any, shape: tuple, dtype: np.dtype) -> np.ndarray:
     if not isinstance(out, np.ndarray):
         raise TypeError(f"out: expected a numpy array, got {type(out).__name__}")
+    _refuse_masked(out, "out")
     if out.shape != shape:
         raise ValueError(f"out: shape {out.shape} does not match {shape}")
     if out.dtype.newbyteorder("=") != dtype:
@@ -434,16 +436,10 @@ def _into(res: np.ndarray, src: np.ndarray, call: Any, keep: bool = False) -> An
     return call(res)
 
 
-def _check_saturate(saturate: Any) -> bool:
-    if not isinstance(saturate, (bool, np.bool_)):
-        raise TypeError(f"saturate: expected a bool, got {type(saturate).__name__}")
-    return bool(saturate)
-
-
 def _prepare(fmt: Any, rounding: Any, saturate: Any) -> tuple[Format, str, bool]:
     f = _format(fmt)
     r = _check_rounding(rounding)
-    return f, r, _check_saturate(saturate)
+    return f, r, boolean(saturate, "saturate")
 
 
 def _raise_nan(f: Format, name: str = "x") -> None:
@@ -468,9 +464,7 @@ def round(x: Any, fmt: Any, rounding: str = "nearest_even", *, saturate: bool = 
     path. ``out``: an array of the result's shape and dtype to write into.
     """
     f, r, sat = _prepare(fmt, rounding, saturate)
-    if not isinstance(subnormals, (bool, np.bool_)):
-        raise TypeError(f"subnormals: expected a bool, got {type(subnormals).__name__}")
-    if not subnormals and isinstance(f, FloatFormat) and f.subnormals:
+    if not boolean(subnormals, "subnormals") and isinstance(f, FloatFormat) and f.subnormals:
         f = f.replace(subnormals=False)
     src = _native(_array_arg(x, "x"))
     a = _as_float_array(src, fmt=f, rounding=r)

@@ -14,6 +14,7 @@ from typing import Any, Optional
 import numpy as np
 
 from . import _lowp
+from ._args import boolean
 
 __all__ = [
     "Format",
@@ -179,11 +180,8 @@ class FloatFormat(Format):
                 raise ValueError(f"bias: {bias} is outside any float64-representable range")
         if nan not in _NAN_POLICIES:
             raise ValueError(f"nan: must be one of 'ieee', 'fn', 'fnuz', None; got {nan!r}")
-        if not isinstance(inf, (bool, np.bool_)):
-            raise TypeError(f"inf: expected a bool, got {type(inf).__name__}")
-        if not isinstance(subnormals, (bool, np.bool_)):
-            raise TypeError(f"subnormals: expected a bool, got {type(subnormals).__name__}")
-        inf = bool(inf) and nan == "ieee"
+        inf = boolean(inf, "inf") and nan == "ieee"
+        subnormals = boolean(subnormals, "subnormals")
         self._init(("float", exp_bits, man_bits, bias, inf, nan, bool(subnormals)))
         # Store the resolved bias so equal formats compare equal.
         object.__setattr__(self, "_spec", ("float", exp_bits, man_bits, self._info["bias"], inf, nan, bool(subnormals)))
@@ -281,9 +279,7 @@ class IntFormat(Format):
         bits = _int_arg(bits, "bits")
         if not 2 <= bits <= 32:
             raise ValueError(f"bits: must be in 2..32, got {bits}")
-        if not isinstance(signed, (bool, np.bool_)):
-            raise TypeError(f"signed: expected a bool, got {type(signed).__name__}")
-        self._init(("int", bits, bool(signed)))
+        self._init(("int", bits, boolean(signed, "signed")))
 
     @property
     def signed(self) -> bool:

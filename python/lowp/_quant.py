@@ -9,6 +9,7 @@ from typing import Any, Optional, Union
 import numpy as np
 
 from . import _lowp
+from ._args import boolean
 from ._convert import (SeedLike, _add_to_odd, _as_float_array, _check_rounding, _div_to_odd, _mul_to_odd, _round_exact,
                        _seed_word)
 from ._formats import _NAMED, IntFormat, _code_format, format as _format
@@ -74,7 +75,10 @@ class QuantizedArray:
         self.values = values
         # Scales as float32 (what quantize gives): dequantize and qmatmul read the same ones.
         self.scale = s32[()] if s32.ndim == 0 else s32
-        self.zero_point = zero_point
+        # Zero points as integers of their own (a list or array of the caller's, edited
+        # later, would pass values the range check above never saw).
+        zpa = zpa.astype(np.int32 if f.max < 2**31 else np.int64)
+        self.zero_point = zpa[()] if zpa.ndim == 0 else zpa
         self.axis = axis
         self.format = f
 
@@ -210,9 +214,7 @@ def quantize(x: Any, fmt: Union[str, IntFormat] = "int8", *, axis: Optional[int]
     above float32's largest value, or values spanning less than its smallest positive
     value, 2**-149) raises ValueError. An all-zero range gives scale 1.
     """
-    if not isinstance(symmetric, (bool, np.bool_)):
-        raise TypeError(f"symmetric: expected a bool, got {type(symmetric).__name__}")
-    symmetric = bool(symmetric)
+    symmetric = boolean(symmetric, "symmetric")
     f = _format(fmt)
     if not isinstance(f, IntFormat) or not f.signed:
         raise ValueError(f"fmt: quantize takes signed integer formats ('int8', 'int4', 'int2', IntFormat(bits)), got {f!r}")

@@ -38,7 +38,8 @@ from typing import Any, Optional
 import numpy as np
 
 from . import _lowp
-from ._convert import (_NO_FORMAT, _array_arg, _as_float_array, _check_rounding, _check_saturate, _div_to_odd, _encode,
+from ._args import boolean
+from ._convert import (_NO_FORMAT, _array_arg, _as_float_array, _check_rounding, _div_to_odd, _encode,
                        _native, _seed_word, _sub_byte_codes, decode, encode)
 from ._convert import round as _round
 from ._formats import Format, format as _format
@@ -150,7 +151,7 @@ def _decode_values(v: np.ndarray, fmt: Optional[Format], dtype: Any = np.float64
 
 def _as_dense_f32(x: Any, arg: str = "x") -> np.ndarray:
     """The dense operand of a product as a float32 array of at least one dimension."""
-    if isinstance(x, np.ndarray) and x.dtype == np.float32 and x.ndim:
+    if type(x) is np.ndarray and x.dtype == np.float32 and x.ndim:
         return _contig(x)
     if issparse(x) or _is_scipy_sparse(x):
         raise TypeError(f"{arg}: sparse @ sparse is not supported; convert one operand with .to_dense()")
@@ -168,7 +169,7 @@ def _as_dense_f32(x: Any, arg: str = "x") -> np.ndarray:
 # ---------------------------------------------------------------- indices
 
 def _as_index(a: Any, name: str) -> np.ndarray:
-    arr = np.asarray(a)
+    arr = np.asarray(_array_arg(a, name))
     if arr.ndim != 1:
         raise ValueError(f"{name}: must be 1-D, got shape {arr.shape}")
     if arr.size and arr.dtype.kind not in "iu":
@@ -410,7 +411,7 @@ class _Sparse:
         shape = self._data_shape()
         if isinstance(values, _Sparse) or _is_scipy_sparse(values):
             raise TypeError(f"data: expected a dense array of shape {shape}, got a sparse matrix")
-        arr = np.asarray(values)
+        arr = np.asarray(_array_arg(values, "data"))
         if arr.shape != shape:
             raise ValueError(f"data: expected an array of shape {shape} (one value per stored entry), "
                              f"got shape {arr.shape}")
@@ -490,9 +491,7 @@ class _Sparse:
     def matmul(self, x: Any, *, transpose: bool = False) -> np.ndarray:
         """``self @ x`` (or ``self.T @ x``) for a dense vector or matrix ``x``; float32 result.
         ``x`` is read as float32 (a float64 or integer ``x`` is rounded to float32 first)."""
-        if not isinstance(transpose, (bool, np.bool_)):
-            raise TypeError(f"transpose: expected a bool, got {type(transpose).__name__}")
-        return self._matmul(x, bool(transpose))
+        return self._matmul(x, boolean(transpose, "transpose"))
 
     def __matmul__(self, x: Any) -> Any:
         if isinstance(x, _Sparse):
@@ -654,7 +653,7 @@ class _Sparse:
         rounding with ``seed`` is reproducible). ``scale`` (int8): stored = round(value / scale).
         The result shares no array with ``self`` (as scipy's ``astype``), even for the same dtype."""
         _check_rounding(rounding)
-        _check_saturate(saturate)
+        boolean(saturate, "saturate")
         _seed_word(seed, "nearest_even")  # (checked where no rounding draws from it too)
         fmt = _target_format(dtype)
         # Exact values, float32 when they fit (so stochastic rounding draws as lowp.cast does).
@@ -727,7 +726,7 @@ class _Sparse:
     def _store(self, data: Any, dtype: Any) -> tuple[np.ndarray, Optional[Format], float]:
         """Values for a constructor: (stored array, format, scale)."""
         if isinstance(data, np.ndarray) or not hasattr(data, "dequantize"):
-            arr = np.asarray(data)
+            arr = np.asarray(_array_arg(data, "data"))
             fmt = _source_format(arr.dtype) if dtype is None else _target_format(dtype)
             return _encode_values(arr.reshape(-1), fmt), fmt, 1.0
         raise TypeError("data: expected an array of values")
@@ -854,7 +853,7 @@ class COO(_Sparse):
             self._init(c._v, c._fmt, c._scale, c._row, c._col, c._shape, c._canonical)
             return
         data, (row, col) = _coo_form(arg, _FORMS_COO)
-        data = np.asarray(data)
+        data = np.asarray(_array_arg(data, "data"))
         if data.ndim != 1:
             raise ValueError(f"data: must be 1-D, got shape {data.shape}")
         row, col = _as_index(row, "row"), _as_index(col, "col")
@@ -1071,7 +1070,7 @@ class _Compressed(_Sparse):
             self._copy_from(c)
             return
         data, indices, indptr = arg
-        data = np.asarray(data)
+        data = np.asarray(_array_arg(data, "data"))
         if data.ndim != 1:
             raise ValueError(f"data: must be 1-D, got shape {data.shape}")
         indices, indptr = _as_index(indices, "indices"), _as_index(indptr, "indptr")
@@ -1340,7 +1339,7 @@ class BSR(_Sparse):
             self._copy_from(b)
             return
         data, indices, indptr = arg
-        data = np.asarray(data)
+        data = np.asarray(_array_arg(data, "data"))
         if data.ndim != 3:
             raise ValueError(f"data: must have shape (nblocks, br, bc), got {data.shape}")
         br, bc = data.shape[1], data.shape[2]
@@ -1556,7 +1555,7 @@ class NM(_Sparse):
             _check_same_shape(shape, o._shape)
             self._copy_from(o)
             return
-        data, pos = np.asarray(arg[0]), np.asarray(arg[1])
+        data, pos = np.asarray(_array_arg(arg[0], "data")), np.asarray(_array_arg(arg[1], "positions"))
         if shape is None:
             raise ValueError("shape: required for NM((data, positions), shape)")
         rows, cols = _check_shape(shape)

@@ -7,7 +7,8 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
-from .._convert import ROUNDING_MODES
+from .._args import boolean as boolean
+from .._convert import ROUNDING_MODES, _refuse_masked
 from .._formats import FloatFormat, Format, PositFormat, format as _format
 
 FLOAT_DTYPES = "float16/32/64 or a float or posit dtype of lowp or ml_dtypes (bfloat16, float8_*, posit*)"
@@ -106,6 +107,7 @@ def real_array(value: Any, name: str) -> np.ndarray:
     """``value`` as a float32 array: real numbers only (numpy's bools, ints and floats,
     the float dtypes of lowp and ml_dtypes, and sequences of real numbers); dates,
     strings, complex and object arrays are refused with a message naming ``name``."""
+    _refuse_masked(value, name)
     try:
         a = value if isinstance(value, np.ndarray) else np.asarray(value)
     except (TypeError, ValueError) as e:
@@ -121,17 +123,14 @@ def array_list(value: Any, name: str) -> list:
     or a mapping is none here: its characters or keys are no arrays)."""
     if isinstance(value, (str, bytes, dict)):
         raise TypeError(f"{name}: expected a sequence of numpy arrays, got {type(value).__name__}")
+    _refuse_masked(value, name)
     try:
-        return list(value)
+        items = list(value)
     except TypeError:
         raise TypeError(f"{name}: expected a sequence of numpy arrays, got {type(value).__name__}") from None
-
-
-def boolean(value: Any, name: str) -> bool:
-    """``value`` as a bool: Python's or numpy's bools only (not any truthy value)."""
-    if not isinstance(value, (bool, np.bool_)):
-        raise TypeError(f"{name}: expected a bool, got {type(value).__name__}")
-    return bool(value)
+    for i, v in enumerate(items):
+        _refuse_masked(v, f"{name}[{i}]")
+    return items
 
 
 def optimizer(value: Any, name: str = "optimizer") -> Any:
@@ -175,6 +174,7 @@ def params_list(params: Any, name: str = "params") -> list[np.ndarray]:
     for i, p in enumerate(ps):
         if not isinstance(p, np.ndarray):
             raise TypeError(f"{name}[{i}]: expected a numpy array, got {type(p).__name__}")
+        _refuse_masked(p, f"{name}[{i}]")
         if p.dtype != np.float32:
             raise TypeError(f"{name}[{i}]: expected dtype float32 (the working copy), got {p.dtype}")
         if not p.flags.writeable:
@@ -198,6 +198,7 @@ def grads_list(grads: Any, params: Sequence[np.ndarray], name: str = "grads") ->
         raise ValueError(f"{name}: got {len(gs)} arrays for {len(params)} parameters")
     out = []
     for i, (g, p) in enumerate(zip(gs, params)):
+        _refuse_masked(g, f"{name}[{i}]")
         g = np.asarray(g)
         if g.shape != p.shape:
             raise ValueError(f"{name}[{i}]: shape {g.shape} does not match the parameter's shape {p.shape}")
