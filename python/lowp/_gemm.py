@@ -18,8 +18,9 @@ from typing import Any, Optional, Union
 import numpy as np
 
 from . import _lowp
+from ._args import boolean
 from ._convert import (_NO_FORMAT, SeedLike, _array_arg, _check_rounding, _distinct, _keeps_generator_on_error,
-                       _mul_to_odd, _native, _refuse_overlapping, _seed_word, _sub_byte_codes, encode)
+                       _mul_to_odd, _native, _refuse_masked, _refuse_overlapping, _seed_word, _sub_byte_codes, encode)
 from ._formats import FloatFormat, Format, IntFormat, _NAMED, _code_format, _has_nan, format as _format
 from ._memory import result_empty
 from ._quant import QuantizedArray
@@ -236,6 +237,7 @@ def _convert_into(res: np.ndarray, dst: np.ndarray, arg: str) -> None:
 def _check_out(out: Any, shape: tuple) -> np.ndarray:
     if not isinstance(out, np.ndarray):
         raise TypeError(f"out: expected a numpy array, got {type(out).__name__}")
+    _refuse_masked(out, "out")
     if out.shape != shape:
         raise ValueError(f"out: shape {out.shape} does not match the result shape {shape}")
     if not out.flags.writeable:
@@ -654,6 +656,15 @@ def sum(x: Any, axis: Any = None, *, accumulate: Any = "float32", chunk: Optiona
     return r[()] if r.ndim == 0 else r
 
 
+def _numeric_dtype(dtype: Any) -> np.dtype:
+    """``dtype`` of :func:`padded_ld` and :func:`empty`: numbers only (bools, integers,
+    floats, complex, the low-precision dtypes)."""
+    d = _target_dtype(dtype, "dtype")
+    if d.hasobject or d.kind not in "biufcV" or d.type is np.void:  # (raw bytes and records: no numbers)
+        raise TypeError(f"dtype: expected a numeric dtype, got {d}")
+    return d
+
+
 def padded_ld(n: int, dtype: Any) -> int:
     """A cache-friendly leading dimension (in elements) for rows of ``n`` elements:
     ``n`` rounded up to whole 64-byte cache lines, plus one more line when the row
@@ -664,7 +675,7 @@ def padded_ld(n: int, dtype: Any) -> int:
         raise TypeError(f"n: expected an int, got {type(n).__name__}")
     if not 0 <= n < 2**62:
         raise ValueError(f"n: must be in 0..2**62 - 1, got {n}")
-    d = _target_dtype(dtype, "dtype")
+    d = _numeric_dtype(dtype)
     if d.itemsize == 0 or 64 % d.itemsize:
         raise TypeError(f"dtype: {d} has an itemsize of {d.itemsize} bytes; padded rows need one that divides "
                         f"the 64-byte cache line (1, 2, 4, 8, 16, 32 or 64)")
@@ -675,11 +686,8 @@ def empty(shape: Any, dtype: Any = np.float32, *, padded: bool = True) -> np.nda
     """An uninitialised array whose rows (last axis) start 64-byte aligned at a
     stride of ``padded_ld(shape[-1], dtype)`` elements; a view of a larger buffer.
     ``padded=False`` is ``numpy.empty``."""
-    d = _target_dtype(dtype, "dtype")
-    if d.hasobject or d.kind not in "biufcV":
-        raise TypeError(f"dtype: expected a numeric dtype, got {d}")
-    if not isinstance(padded, (bool, np.bool_)):
-        raise TypeError(f"padded: expected a bool, got {type(padded).__name__}")
+    d = _numeric_dtype(dtype)
+    boolean(padded, "padded")
     if isinstance(shape, (int, np.integer)) and not isinstance(shape, (bool, np.bool_)):
         shape = (int(shape),)
     if isinstance(shape, np.ndarray) and shape.ndim == 1 and shape.dtype.kind in "iu" or isinstance(shape, range):
