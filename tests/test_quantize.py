@@ -390,6 +390,24 @@ def test_quantized_array_takes_low_precision_scalars_as_scales():
     assert q.scale == np.float32(2.0**-7)
 
 
+def test_quantized_array_keeps_zero_points_of_its_own():
+    """A list (or array) of zero points is copied into integers, as scales are: editing the
+    caller's list afterwards cannot put a zero point outside the format's range."""
+    zp = [0, 1]
+    q = lowp.QuantizedArray(np.zeros((2, 2), np.int8), [1.0, 2.0], zp, 0, "int4")
+    zp[0] = 1000
+    assert q.zero_point.dtype == np.int32 and q.zero_point.tolist() == [0, 1]
+    np.testing.assert_array_equal(q.dequantize(), [[0, 0], [-2, -2]])
+    za = np.array([3, -2], np.int64)
+    q = lowp.QuantizedArray(np.zeros((2, 2), np.int8), 1.0, za, 1, "int8")
+    za[:] = 500
+    assert q.zero_point.tolist() == [3, -2]
+    assert lowp.QuantizedArray(np.zeros(2, np.int8), 1.0, 5, None, "int8").zero_point == 5
+    # (An unsigned 32-bit format's zero points take int64.)
+    q = lowp.QuantizedArray(np.zeros(2, np.uint32), 1.0, 2**32 - 1, None, lowp.IntFormat(32, signed=False))
+    assert q.zero_point == 2**32 - 1
+
+
 def _f32_nearest(q: Fraction) -> np.float32:
     c = np.float32(float(q))
     near = [np.nextafter(c, np.float32(-np.inf)), c, np.nextafter(c, np.float32(np.inf))]
