@@ -31,8 +31,11 @@ def test_large_results_use_the_cache_and_stay_exact():
     assert lowp.buffer_cache_info()["blocks"] == 0
     for _ in range(3):
         codes = lowp.encode(x, "bf16")
-        assert isinstance(codes.base, _lowp.Buffer) and codes.base.nbytes >= codes.nbytes
+        assert isinstance(codes.base.base, _lowp.Buffer) and codes.base.base.nbytes >= codes.nbytes
         assert codes.flags.c_contiguous and codes.flags.writeable and codes.flags.aligned
+        # Made read-only, such an array can be made writeable again, as numpy's own.
+        codes.flags.writeable = False
+        codes.flags.writeable = True
         np.testing.assert_array_equal(codes, x.astype(ml_dtypes.bfloat16).view(np.uint16))
         vals = lowp.decode(codes, "bf16")
         np.testing.assert_array_equal(vals, x.astype(ml_dtypes.bfloat16).astype(np.float32))

@@ -2,9 +2,9 @@
 
 A fresh multi-megabyte array costs a page fault and a page zeroing for every page it
 writes first, which is as long as a conversion kernel takes to fill it. lowp's large
-results keep their memory in a ``lowp._lowp.Buffer`` (the array's ``base``); when the
-array is freed its memory goes to a small cache (at most 8 blocks, 1 GiB by default) and
-the next result of a similar size reuses it. ``set_buffer_cache(0)`` turns this off and
+results keep their memory in a ``lowp._lowp.Buffer`` (the base of the array's ``base``, a
+byte array over it); when the array is freed its memory goes to a small cache (at most 8
+blocks, 1 GiB by default) and the next result of a similar size reuses it. ``set_buffer_cache(0)`` turns this off and
 frees what the cache holds.
 """
 

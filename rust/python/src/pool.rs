@@ -164,10 +164,28 @@ fn cached_empty<'py>(py: Python<'py>, shape: Vec<usize>, dtype: Bound<'py, PyArr
     };
     let ptr = block.ptr;
     let buf = Bound::new(py, Buffer { block: Some(block) })?;
-    let mut dims: Vec<npy_intp> = shape.iter().map(|&d| d as npy_intp).collect();
+    // The result's base is a byte array over the whole block whose base is the
+    // Buffer: numpy lets an array's WRITEABLE flag be set again only when its
+    // base is a writeable array or exports a writeable buffer, which a class of
+    // this (abi3) module cannot.
+    let bytes = wrap(py, numpy::dtype::<u8>(py), &[need as npy_intp], ptr, buf.into_any())?; // (need <= isize::MAX / 2)
+    let dims: Vec<npy_intp> = shape.iter().map(|&d| d as npy_intp).collect();
+    wrap(py, dtype, &dims, ptr, bytes)
+}
+
+/// A new C-contiguous, writeable array of `dims` and `dtype` over the memory at
+/// `ptr`, with `base` as its base (which keeps that memory alive).
+fn wrap<'py>(
+    py: Python<'py>,
+    dtype: Bound<'py, PyArrayDescr>,
+    dims: &[npy_intp],
+    ptr: *mut u8,
+    base: Bound<'py, PyAny>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let mut dims = dims.to_vec();
     // SAFETY: NewFromDescr steals the new descriptor reference made by into_dtype_ptr;
-    // dims has nd entries; the data pointer is aligned, writeable, at least `need`
-    // bytes long and lives as long as `buf`, which becomes the array's base below.
+    // dims has nd entries; the data pointer is aligned, writeable, at least as long
+    // as the array's bytes and lives as long as `base`, which becomes its base below.
     let arr = unsafe {
         PY_ARRAY_API.PyArray_NewFromDescr(
             py,
@@ -187,8 +205,8 @@ fn cached_empty<'py>(py: Python<'py>, shape: Vec<usize>, dtype: Bound<'py, PyArr
     // SAFETY: arr is a new reference owned here.
     let arr = unsafe { Bound::from_owned_ptr(py, arr) };
     // SAFETY: arr is an ndarray without a base; SetBaseObject steals the reference
-    // to buf (also on failure).
-    let rc = unsafe { PY_ARRAY_API.PyArray_SetBaseObject(py, arr.as_ptr() as *mut PyArrayObject, buf.into_ptr()) };
+    // to base (also on failure).
+    let rc = unsafe { PY_ARRAY_API.PyArray_SetBaseObject(py, arr.as_ptr() as *mut PyArrayObject, base.into_ptr()) };
     if rc < 0 {
         return Err(PyErr::fetch(py));
     }
