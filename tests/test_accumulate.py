@@ -1805,3 +1805,52 @@ def test_sum_axis_out_of_range_is_numpys_axis_error():
             lowp.sum(x, ax)
     with pytest.raises(IndexError):  # (AxisError is an IndexError too, as numpy's)
         lowp.sum(np.float32(1), 0)
+
+
+def chain_ref(col, f):
+    """Column ``col`` added in index order from +0, each add rounded once into ``f``
+    to nearest-even (Fraction arithmetic)."""
+    acc = Fraction(0)
+    for v in np.asarray(col, np.float64):
+        acc = Fraction(round_exact(acc + Fraction(float(v)), f, "nearest_even"))
+    return float(acc)
+
+
+@pytest.mark.parametrize("acc", ["float32", "float64"])
+@pytest.mark.parametrize("dt", [np.float32, np.float64, "f32_in_f64", np.float16, ml_dtypes.bfloat16,
+                                ml_dtypes.float8_e4m3fn, lowp.posit16, np.int16, np.int8])
+def test_sums_of_few_columns_into_float32_and_float64_vs_fractions(acc, dt):
+    # One to three columns into float32 or float64 to nearest-even add with the
+    # hardware's adds; the tiles take four and more. Both are the exact chains.
+    f = lowp.format(acc)
+    g = np.random.default_rng(21)
+    x = g.standard_normal((300, 4)) * 2.0 ** g.integers(-40, 40, (300, 4))
+    x[::7] = -x[1::7][: len(x[::7])]  # cancellations to exact zeros and back
+    if dt == "f32_in_f64":
+        x = x.astype(np.float32).astype(np.float64)  # float64 values each exact in float32
+    elif np.dtype(dt).kind in "iu":
+        x = np.clip(np.round(x * 2.0 ** -30), -100, 100).astype(dt) if dt == np.int8 else (g.integers(-2**15, 2**15, x.shape)).astype(dt)
+    else:
+        top = float(lowp.finfo(dt).max) if dt is not np.float64 else 1e300
+        x = np.clip(x, -top / 4, top / 4).astype(dt)
+    ref = np.array([chain_ref(x[:, j], f) for j in range(4)])
+    for cols in (1, 2, 3, 4):
+        got = lowp.sum(x[:, :cols], axis=0, accumulate=acc)
+        assert same_bits(got, ref[:cols]), (cols, got, ref[:cols])
+    # Strided and reversed columns, and the whole array as one chain.
+    assert same_bits(lowp.sum(x[::-1, 1:3], axis=0, accumulate=acc), [chain_ref(x[::-1, 1], f), chain_ref(x[::-1, 2], f)])
+    assert same_bits(lowp.sum(x[::3, 2], accumulate=acc), chain_ref(x[::3, 2], f))
+    assert same_bits(lowp.sum(x, accumulate=acc), chain_ref(x.reshape(-1), f))
+
+
+def test_sums_of_few_columns_meet_infinities_and_nans_as_the_tiles_do():
+    x = np.array([[1, 2, np.inf, np.nan], [np.inf, -np.inf, 5, 1], [3, 4, -1, 2]], np.float32).T.copy()
+    for acc in ("float32", "float64"):
+        wide = lowp.sum(np.repeat(x, 2, axis=1), axis=0, accumulate=acc)[::2]  # eight columns: the tiles
+        for cols in (1, 2, 3):
+            assert same_bits(lowp.sum(x[:, :cols], axis=0, accumulate=acc), wide[:cols])
+    # (And float64 values inexact in float32 into float32: each add still rounds once.)
+    y = np.array([1.0, 2.0**-25, 2.0**-25, 2.0**-25, 2.0**-25])
+    assert lowp.sum(y) == chain_ref(y, lowp.format("float32")) == 1.0  # (not float32(y.sum()))
+    y = np.array([1.0, 2.0**-24 + 2.0**-60])  # float64's sum ties in float32, the exact one does not
+    assert lowp.sum(y) == chain_ref(y, lowp.format("float32")) == 1.0 + 2.0**-23

@@ -3150,8 +3150,66 @@ pub fn sum_emulated(x: &Operand, c: impl Into<EmuOut>, spec: &AccumSpec) -> Resu
         return Err(Error::value(format!("out: shape {rows}x{cols} must be 1x{}", x.cols)));
     }
     c.check(spec)?;
+    if x.cols < 4 && sum_native(x, &c, spec) {
+        return Ok(());
+    }
     // 1 * x is exact for any input.
     run(&ones, x, c, spec)
+}
+
+/// The sums of [`sum_emulated`] with the hardware's adds, where they are its
+/// roundings: into float32 or float64, nearest-even, no saturation and no
+/// chunks, every value exact in the accumulator's format (a float32
+/// accumulator checks float64 inputs value by value). One add is then the
+/// exact sum rounded once, so a chain of them in index order is the emulation,
+/// at the adds' latency instead of the tiles' (whose lanes span columns: a
+/// column or two leaves them empty). Returns whether it summed.
+fn sum_native(x: &Operand, c: &EmuOut, spec: &AccumSpec) -> bool {
+    let o = &spec.opts;
+    if spec.chunk.is_some() || o.mode != Mode::NearestEven || o.saturate {
+        return false;
+    }
+    let f32_acc = match spec.fmt {
+        Format::Float(f) if f == named::FLOAT32 => true,
+        Format::Float(f) if f == named::FLOAT64 => false,
+        _ => return false,
+    };
+    let (rows, cols) = (x.rows, x.cols);
+    // SAFETY (every get_f64 below): i < rows, j < cols.
+    if f32_acc && !x.fits_f32() {
+        let exact = |v: f64| v.is_nan() || v as f32 as f64 == v;
+        if !(0..cols).all(|j| (0..rows).all(|i| exact(unsafe { x.get_f64(i, j) }))) {
+            return false;
+        }
+    }
+    /// The chain over column `j`, `get` reading element i (each storage its own
+    /// loop, the decoding's branch out of it).
+    #[inline(always)]
+    fn chain(rows: usize, f32_acc: bool, get: impl Fn(usize) -> f64) -> f64 {
+        if f32_acc {
+            (0..rows).fold(0f32, |acc, i| acc + get(i) as f32) as f64
+        } else {
+            (0..rows).fold(0f64, |acc, i| acc + get(i))
+        }
+    }
+    use super::Dec;
+    for j in 0..cols {
+        let p = x.ptr.wrapping_offset(j as isize * x.cs * x.storage.bytes() as isize);
+        let rs = x.rs;
+        // SAFETY (each read): element (i, j) of the operand, i < rows.
+        let total = unsafe {
+            match &x.dec {
+                Dec::F32 => chain(rows, f32_acc, |i| *(p as *const f32).offset(i as isize * rs) as f64),
+                Dec::F64 => chain(rows, f32_acc, |i| *(p as *const f64).offset(i as isize * rs)),
+                Dec::Bf16 => chain(rows, f32_acc, |i| f32::from_bits((*(p as *const u16).offset(i as isize * rs) as u32) << 16) as f64),
+                Dec::Lut8(t) => chain(rows, f32_acc, |i| *t.get_unchecked(*p.offset(i as isize * rs) as usize) as f64),
+                _ => chain(rows, f32_acc, |i| x.get_f64(i, j)),
+            }
+        };
+        // SAFETY: the output is 1 x cols (checked by the caller), written by this thread only.
+        unsafe { c.put(0, j, total) };
+    }
+    true
 }
 
 /// The rounding options of chunk totals: those of the products' adds with a
