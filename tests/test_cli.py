@@ -72,3 +72,73 @@ def test_main_in_process(capsys):
     out = capsys.readouterr().out
     for name in lowp.named_formats():
         assert name in out
+
+
+def forbid_training(monkeypatch):
+    """``lowp experiment`` must stop before loading the digits or training."""
+    from lowp.training import experiment
+
+    def never(*a, **k):
+        raise AssertionError("the run went ahead")
+
+    monkeypatch.setattr(experiment, "load_digits_split", never)
+    monkeypatch.setattr(experiment, "train_one", never)
+
+
+def small_npz(path):
+    import numpy as np
+
+    x = np.random.default_rng(0).random((40, 3))
+    y = (x[:, 0] > 0.5).astype(np.int64)
+    np.savez(path, X_train=x[:30], y_train=y[:30], X_test=x[30:], y_test=y[30:])
+    return str(path)
+
+
+@pytest.mark.parametrize("modules, package, hint", [
+    (("sklearn", "sklearn.datasets"), "scikit-learn", "--data FILE.npz"),
+    (("matplotlib",), "matplotlib", "curves.png"),
+])
+def test_experiment_without_its_optional_dependencies(modules, package, hint, monkeypatch, tmp_path, capsys):
+    """A module of the experiment extra that cannot be imported: a usage error naming the
+    package and the install command, before anything is trained or written."""
+    from lowp.cli import main
+
+    forbid_training(monkeypatch)
+    for m in modules:
+        monkeypatch.setitem(sys.modules, m, None)  # (import raises ImportError)
+    out = tmp_path / "o"
+    assert main(["experiment", "--output", str(out), "--no-progress", "--epochs", "1"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("lowp experiment: error: missing optional dependencies: " + package)
+    assert hint in err and 'pip install "lowp[experiment]"' in err and "Traceback" not in err
+    assert not out.exists()
+
+
+def test_experiment_needs_scikit_learn_only_for_the_digits(monkeypatch, tmp_path, capsys):
+    from lowp.cli import main
+
+    monkeypatch.setitem(sys.modules, "sklearn", None)
+    monkeypatch.setitem(sys.modules, "sklearn.datasets", None)
+    out = tmp_path / "o"
+    assert main(["experiment", "--data", small_npz(tmp_path / "d.npz"), "--output", str(out), "--no-progress",
+                 "--configs", "fp32", "--epochs", "1", "--hidden", "4"]) == 0
+    assert (out / "results.csv").exists()
+
+
+def test_experiment_needs_tqdm_only_for_a_progress_bar(monkeypatch, tmp_path, capsys):
+    from lowp.cli import main
+
+    monkeypatch.setitem(sys.modules, "tqdm", None)
+    out = tmp_path / "o"
+    with monkeypatch.context() as m:
+        forbid_training(m)
+        m.setattr(sys.stderr, "isatty", lambda: True)  # (a bar would be shown)
+        assert main(["experiment", "--output", str(out), "--epochs", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "missing optional dependencies: tqdm" in err and "--no-progress" in err and "Traceback" not in err
+    assert not out.exists()
+    # No bar (--no-progress, or stderr not a terminal): tqdm is not needed.
+    data = small_npz(tmp_path / "d.npz")
+    args = ["experiment", "--data", data, "--output", str(out), "--configs", "fp32", "--epochs", "1", "--hidden", "4"]
+    assert main(args + ["--no-progress"]) == 0
+    assert main(args) == 0  # (stderr: pytest's capture, not a terminal)

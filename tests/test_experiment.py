@@ -299,8 +299,8 @@ def test_interrupts_before_any_config_finishes(tmp_path, monkeypatch, capsys):
 
 
 def test_results_are_replaced_whole(tmp_path, monkeypatch):
-    """A write that fails (here: interrupted while plotting) leaves the previous files
-    and no temporary ones."""
+    """A write that fails (here: interrupted while plotting) leaves the previous files,
+    all of them, and no temporary ones."""
     out = tmp_path / "o"
     assert cli.main(["experiment", "--output", str(out), "--no-progress", "--configs", "fp32", "--epochs", "1",
                      "--hidden", "4"]) == 0
@@ -316,8 +316,7 @@ def test_results_are_replaced_whole(tmp_path, monkeypatch):
                      "--hidden", "4"]) == 130
     after = {p.name: p.read_bytes() for p in out.iterdir()}
     assert set(after) == set(before)
-    assert after["curves.png"] == before["curves.png"]
-    assert after["results.csv"] != before["results.csv"]  # (written before the plot)
+    assert after == before  # (results.csv and the others too: written before the plot, not renamed)
 
 
 def test_results_that_cannot_be_written_are_a_clean_error(tmp_path, capsys):
@@ -364,3 +363,151 @@ def test_a_diverged_run_keeps_the_epoch_axis(monkeypatch, tmp_path):
     assert lo <= 1 and hi >= 3 and ax2.get_xlim() == ax1.get_xlim()
     assert any("diverged" in t.get_text() for t in ax2.texts)
     plt.close(fig)
+
+
+def test_an_interrupt_while_writing_leaves_the_finished_configs(tmp_path, monkeypatch, capsys):
+    """Ctrl-C while a config's files are written (the plot is slow): none of them is
+    replaced, the config does not count as finished, and the message says so."""
+    real_plot = experiment.plot
+    plots = []
+
+    def slow_plot(results, path, settings):
+        plots.append([r.name for r in results])
+        if len(plots) == 2:
+            raise KeyboardInterrupt
+        real_plot(results, path, settings)
+
+    monkeypatch.setattr(experiment, "plot", slow_plot)
+    out = tmp_path / "o"
+    rc = cli.main(["experiment", "--output", str(out), "--no-progress", "--configs", "fp32", "bf16", "posit16",
+                   "--epochs", "1", "--hidden", "4"])
+    assert rc == 130 and plots == [["fp32"], ["fp32", "bf16"]]
+    assert sorted(p.name for p in out.iterdir()) == ["curves.png", "history.csv", "results.csv", "results.md"]
+    assert [r[0] for r in read_csv(out / "results.csv")[1:]] == ["fp32"]
+    assert {r[0] for r in read_csv(out / "history.csv")[1:]} == {"fp32"}
+    assert "| fp32 |" in (out / "results.md").read_text() and "| bf16 |" not in (out / "results.md").read_text()
+    err = capsys.readouterr().err
+    assert "interrupted while writing the results of bf16 (not written)" in err
+    assert "hold the finished configs (fp32)" in err
+
+
+@pytest.mark.parametrize("renamed", [False, True])
+def test_an_interrupt_while_renaming_completes_the_files(renamed, tmp_path, monkeypatch, capsys):
+    """Ctrl-C while the written files are renamed (quick): every file is renamed, then
+    the run stops with that config finished."""
+    import os
+
+    real_replace = os.replace
+    calls = []
+
+    def replace(src, dst):
+        calls.append(dst)
+        if len(calls) == 5:  # (bf16's results.csv, renamed or not when the interrupt comes)
+            if renamed:
+                real_replace(src, dst)
+            raise KeyboardInterrupt
+        real_replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", replace)
+    out = tmp_path / "o"
+    rc = cli.main(["experiment", "--output", str(out), "--no-progress", "--configs", "fp32", "bf16", "posit16",
+                   "--epochs", "1", "--hidden", "4"])
+    assert rc == 130
+    assert sorted(p.name for p in out.iterdir()) == ["curves.png", "history.csv", "results.csv", "results.md"]
+    assert [r[0] for r in read_csv(out / "results.csv")[1:]] == ["fp32", "bf16"]
+    assert {r[0] for r in read_csv(out / "history.csv")[1:]} == {"fp32", "bf16"}
+    assert "| bf16 |" in (out / "results.md").read_text()
+    assert "hold the finished configs (fp32, bf16)" in capsys.readouterr().err
+
+
+def test_a_file_that_cannot_be_replaced_is_named(tmp_path, monkeypatch, capsys):
+    """The error names the file in the way (or that failed), not the temporary file
+    written beside it."""
+    import errno
+
+    out = tmp_path / "o"
+    (out / "results.csv").mkdir(parents=True)
+    args = ["experiment", "--output", str(out), "--no-progress", "--configs", "fp32", "--epochs", "1", "--hidden", "4"]
+    assert cli.main(args) == 1
+    err = capsys.readouterr().err
+    assert err.rstrip().endswith(f"({out / 'results.csv'})") and ".tmp" not in err
+    assert sorted(p.name for p in out.iterdir()) == ["results.csv"]  # (no temporary files left)
+    (out / "results.csv").rmdir()
+
+    def unwritable(results, path, settings):
+        raise PermissionError(errno.EACCES, "Permission denied", path)
+
+    monkeypatch.setattr(experiment, "plot", unwritable)
+    assert cli.main(args) == 1
+    err = capsys.readouterr().err
+    assert err.rstrip().endswith(f"Permission denied ({out / 'curves.png'})") and ".tmp" not in err
+    assert list(out.iterdir()) == []
+
+
+class FakeBar:
+    """tqdm's interface as ``run`` uses it. ``events``: ("shown", description, postfix) at
+    every refresh, ("postfix", description) at every postfix set from figures."""
+
+    def __init__(self, **kw):
+        self.desc, self.postfix, self.events = "", "", []
+
+    def _show(self, refresh):
+        if refresh:
+            self.events.append(("shown", self.desc, self.postfix))
+
+    def set_description(self, desc=None, refresh=True):
+        self.desc = desc or ""
+        self._show(refresh)
+
+    def set_postfix(self, ordered_dict=None, refresh=True, **kw):
+        self.postfix = ", ".join(f"{k}={v}" for k, v in {**(ordered_dict or {}), **kw}.items())
+        if self.postfix:
+            self.events.append(("postfix", self.desc))
+        self._show(refresh)
+
+    def set_postfix_str(self, s="", refresh=True):
+        self.postfix = str(s)
+        if self.postfix:
+            self.events.append(("postfix", self.desc))
+        self._show(refresh)
+
+    def update(self, n=1):
+        self._show(True)
+
+    def close(self):
+        pass
+
+
+def test_progress_bar_shows_no_figures_of_the_previous_config(tmp_path, monkeypatch):
+    """Under a config's name the bar shows that config's accuracy and loss, or none yet."""
+    import types
+
+    bars = []
+    fake = types.ModuleType("tqdm")
+    fake.tqdm = lambda **kw: bars.append(FakeBar(**kw)) or bars[-1]
+    monkeypatch.setitem(sys.modules, "tqdm", fake)
+    cfgs = experiment.default_configs()
+    experiment.run({k: cfgs[k] for k in ("fp32", "bf16")}, experiment.load_digits_split(), str(tmp_path / "o"),
+                   epochs=2, lr=0.002, momentum=0.9, batch_size=32, hidden=4, seed=0, progress=True)
+    (bar,) = bars
+    own = set()  # (the configs whose figures the postfix has held)
+    shown = set()
+    for ev in bar.events:
+        if ev[0] == "postfix":
+            own.add(ev[1])
+        else:
+            _, desc, postfix = ev
+            shown.add(desc)
+            assert postfix == "" or desc in own, bar.events
+    assert own == shown - {""} == {"fp32", "bf16"}
+
+
+def test_printed_settings_are_those_of_results_md(tmp_path, capsys):
+    out = tmp_path / "o"
+    assert cli.main(["experiment", "--output", str(out), "--no-progress", "--configs", "fp32", "--epochs", "1",
+                     "--hidden", "4"]) == 0
+    printed = capsys.readouterr().out
+    md = (out / "results.md").read_text()
+    line = md.splitlines()[2]
+    assert line.startswith("data digits, train 1438, test 359, optimizer sgd, epochs 1,")
+    assert printed.startswith(md)  # (the same table, then where it was written)

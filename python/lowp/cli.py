@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import errno
+import importlib
 import os
 import sys
 from typing import Optional, Sequence
@@ -36,6 +37,41 @@ def _info(args: argparse.Namespace) -> int:
     return 0
 
 
+#: The package of the ``experiment`` extra (pyproject.toml) that provides each module
+#: ``lowp experiment`` imports.
+_EXPERIMENT_PACKAGES = {"sklearn.datasets": "scikit-learn", "matplotlib": "matplotlib", "tqdm": "tqdm"}
+
+
+def _experiment(args: argparse.Namespace) -> int:
+    """``lowp experiment``, once the optional modules this run needs import: one that is
+    missing is a usage error (exit code 2) before anything is trained or written, rather
+    than a traceback when the data loads, the first config's plot is written or the
+    progress bar starts."""
+    from .training import experiment
+
+    needed = []
+    if not args.data:
+        needed.append(("sklearn.datasets", "for the bundled digits data, or give --data FILE.npz"))
+    needed.append(("matplotlib", "for curves.png"))
+    # (The bar: only on a terminal, as the command decides.)
+    if not args.no_progress and sys.stderr is not None and sys.stderr.isatty():
+        needed.append(("tqdm", "for the progress bar, or give --no-progress"))
+    missing = []
+    for module, purpose in needed:
+        try:
+            importlib.import_module(module)
+        except ImportError as e:
+            # Not installed, or installed but failing to import (a dependency of its own
+            # missing): then the error says which.
+            absent = e.name is not None and (module == e.name or module.startswith(e.name + "."))
+            missing.append(f"{_EXPERIMENT_PACKAGES[module]} ({purpose})" + ("" if absent else f": {e}"))
+    if missing:
+        print(f"lowp experiment: error: missing optional dependencies: {'; '.join(missing)}. Install them with: "
+              'pip install "lowp[experiment]"', file=sys.stderr)
+        return 2
+    return int(experiment.main(args))
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     from . import __version__
 
@@ -46,7 +82,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p_info.set_defaults(func=_info)
     from .training.experiment import add_subparser as _add_experiment
 
-    _add_experiment(sub)
+    _add_experiment(sub).set_defaults(func=_experiment)
     args = parser.parse_args(argv)
     try:
         rc = int(args.func(args))

@@ -6,8 +6,9 @@ offline) with a fixed stratified 80/20 train/test split; ``--data FILE.npz`` rea
 initial weights and sees the same batches; stochastic rounding is seeded, so a run is
 reproducible (apart from the times).
 
-Written to ``--output`` (default ``./lowp-results``), after every config so an
-interrupted run keeps what it finished:
+Written to ``--output`` (default ``./lowp-results``) after every config, all four
+files together (each written beside its target, then all renamed over them), so an
+interrupted run leaves the files of the configs it finished, agreeing with each other:
 
 - ``results.md`` and ``results.csv``: final test accuracy, test loss, train loss,
   skipped steps and time per config;
@@ -213,25 +214,59 @@ def findings(results: Sequence[Result]) -> list[str]:
     return out
 
 
-def _replace_file(path: str, write: Callable[[str], None]) -> None:
-    """``write(tmp)`` a file beside ``path``, then rename it to ``path``: an interrupted
-    or failed write leaves the previous file, never a partial one."""
-    d, base = os.path.split(path)
-    tmp = os.path.join(d, f".{base}.{os.getpid()}.tmp")
+class _InterruptedAfterWriting(KeyboardInterrupt):
+    """A KeyboardInterrupt that came while the files were renamed, raised once all were:
+    they are written."""
+
+
+def _replace_files(files: Sequence[tuple[str, Callable[[str], None]]]) -> None:
+    """For every ``(path, write)``: ``write(tmp)`` a file beside ``path``; once all are
+    written, rename each over its ``path``. An interrupted or failed write replaces none
+    of the files, and never leaves a partial one; an interrupt while they are renamed
+    (quick) takes effect once all are (``_InterruptedAfterWriting``). An OSError names
+    the file it is about (``path``, not the temporary one)."""
+    tmps = [os.path.join(d, f".{base}.{os.getpid()}.tmp") for d, base in (os.path.split(p) for p, _ in files)]
+    renamed = 0
     try:
-        write(tmp)
-        os.replace(tmp, path)
+        for tmp, (path, write) in zip(tmps, files):
+            try:
+                write(tmp)
+            except OSError as e:
+                raise _about(e, tmp, path) from None
+        interrupt: Optional[KeyboardInterrupt] = None
+        for tmp, (path, _) in zip(tmps, files):
+            while True:
+                try:
+                    os.replace(tmp, path)
+                    break
+                except KeyboardInterrupt as e:  # (renamed or not: then tried again)
+                    interrupt = e
+                    if not os.path.lexists(tmp):
+                        break
+                except OSError as e:  # (a folder in the file's place, ...)
+                    raise _about(e, tmp, path) from None
+            renamed += 1
+        if interrupt is not None:
+            raise _InterruptedAfterWriting(*interrupt.args)
     except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
+        for tmp in tmps[renamed:]:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
         raise
 
 
+def _about(e: OSError, tmp: str, path: str) -> OSError:
+    """``e``, naming ``path`` where it names the temporary file ``tmp``."""
+    if e.filename != tmp:
+        return e
+    return OSError(e.errno, e.strerror, path) if e.errno is not None else OSError(f"{e} ({path})")
+
+
 def write_results(results: Sequence[Result], outdir: str, settings: dict[str, Any]) -> list[str]:
-    """Write results.md, results.csv, history.csv and curves.png (each replaced whole);
-    returns the paths."""
+    """Write results.md, results.csv, history.csv and curves.png (replaced together, see
+    ``_replace_files``: interrupted, none is); returns the paths."""
     os.makedirs(outdir, exist_ok=True)
     done = [r for r in results if r.test_acc]
 
@@ -254,13 +289,18 @@ def write_results(results: Sequence[Result], outdir: str, settings: dict[str, An
         with open(t, "w") as fh:
             fh.write(markdown_table(done, settings))
 
-    paths = []
-    for name, write in (("results.csv", results_csv), ("history.csv", history_csv), ("results.md", results_md),
-                        ("curves.png", lambda t: plot(done, t, settings))):
-        p = os.path.join(outdir, name)
-        _replace_file(p, write)
-        paths.append(p)
-    return paths
+    files = [(os.path.join(outdir, name), write)
+             for name, write in (("results.csv", results_csv), ("history.csv", history_csv),
+                                 ("results.md", results_md), ("curves.png", lambda t: plot(done, t, settings)))]
+    _replace_files(files)
+    return [p for p, _ in files]
+
+
+def settings_of(data: Data, *, optimizer: str, epochs: int, lr: float, momentum: float, batch_size: int, hidden: int,
+                seed: int) -> dict[str, Any]:
+    """A run's settings, as results.md, curves.png and the printed results show them."""
+    return dict(data=data.name, train=len(data.y_train), test=len(data.y_test), optimizer=optimizer, epochs=epochs,
+                lr=lr, momentum=momentum, batch=batch_size, hidden=hidden, seed=seed)
 
 
 def markdown_table(results: Sequence[Result], settings: dict[str, Any]) -> str:
@@ -321,13 +361,16 @@ def plot(results: Sequence[Result], path: str, settings: dict[str, Any]) -> None
 
 def run(configs: dict[str, QuantConfig], data: Data, outdir: str, *, epochs: int, lr: float, momentum: float,
         batch_size: int, hidden: int, seed: int, backend: str = "auto", optimizer: str = "sgd",
-        progress: bool = True, results: Optional[list[Result]] = None) -> list[Result]:
+        progress: bool = True, results: Optional[list[Result]] = None,
+        trained: Optional[list[Result]] = None) -> list[Result]:
     """Train under every config in turn, writing the results after each one, and return
-    them (appended to ``results`` when given, as each config finishes). On
-    KeyboardInterrupt the finished configs stay written and the exception propagates.
-    ``progress``: a bar on stderr (None: only when stderr is a terminal)."""
-    settings = dict(data=data.name, train=len(data.y_train), test=len(data.y_test), optimizer=optimizer,
-                    epochs=epochs, lr=lr, momentum=momentum, batch=batch_size, hidden=hidden, seed=seed)
+    them. A config is finished once its files are written: then it is appended to
+    ``results`` when given (and to ``trained``, when given, as soon as it is trained).
+    On KeyboardInterrupt the files hold the finished configs (see ``write_results``) and
+    the exception propagates. ``progress``: a bar on stderr (None: only when stderr is a
+    terminal)."""
+    settings = settings_of(data, optimizer=optimizer, epochs=epochs, lr=lr, momentum=momentum, batch_size=batch_size,
+                           hidden=hidden, seed=seed)
     results = [] if results is None else results
     bar = None
     if progress is None:
@@ -339,6 +382,8 @@ def run(configs: dict[str, QuantConfig], data: Data, outdir: str, *, epochs: int
     try:
         for name, cfg in configs.items():
             if bar is not None:
+                # (The previous config's accuracy and loss: not shown under this one's name.)
+                bar.set_postfix_str("", refresh=False)
                 bar.set_description(name)
 
             def tick(r: Result) -> None:
@@ -351,8 +396,14 @@ def run(configs: dict[str, QuantConfig], data: Data, outdir: str, *, epochs: int
             with np.errstate(over="ignore", invalid="ignore"):
                 r = train_one(cfg, data, epochs=epochs, lr=lr, momentum=momentum, batch_size=batch_size,
                               hidden=hidden, seed=seed, backend=backend, optimizer=optimizer, on_epoch=tick)
+            if trained is not None:
+                trained.append(r)
+            try:
+                write_results([*results, r], outdir, settings)
+            except _InterruptedAfterWriting:
+                results.append(r)  # (its files were written all the same)
+                raise
             results.append(r)
-            write_results(results, outdir, settings)
     finally:
         if bar is not None:
             bar.close()
@@ -414,7 +465,9 @@ def main(args: argparse.Namespace) -> int:
                           ("--momentum", args.momentum, 0 <= args.momentum < 1), ("--seed", args.seed, args.seed >= 0)):
         if not ok:
             return usage_error(f"argument {name}: invalid value {val}", usage=True)
-    done: list[Result] = []
+    done: list[Result] = []  # (finished: their files written)
+    trained: list[Result] = []
+    configs: dict[str, QuantConfig] = {}
     try:
         # (The data first: a run that fails on it creates no output folder.)
         try:
@@ -440,20 +493,27 @@ def main(args: argparse.Namespace) -> int:
         try:
             run(configs, data, args.output, epochs=epochs, lr=args.lr, momentum=args.momentum,
                 batch_size=args.batch_size, hidden=args.hidden, seed=args.seed, backend=args.backend,
-                optimizer=args.optimizer, progress=False if args.no_progress else None, results=done)
+                optimizer=args.optimizer, progress=False if args.no_progress else None, results=done,
+                trained=trained)
         except OSError as e:
             # Writing the results failed (the folder removed, a full disk, a folder in a
-            # file's place): what finished is printed, as the files would have had it.
-            if done:
-                print(markdown_table(done, _settings(args, data, epochs)))
+            # file's place): what was trained is printed, as the files would have had it.
+            if trained:
+                print(markdown_table(trained, _settings(args, data, epochs)))
             print(f"lowp experiment: error: {_cannot_write(args.output, e)}"
                   + (f" ({e.filename})" if e.filename else ""), file=sys.stderr)
             return 1
     except KeyboardInterrupt:
+        # The files are replaced together: they hold the finished configs, or (none
+        # finished) what an earlier run left.
         finished = [r.name for r in done]
+        stopped = list(configs)[len(done)] if len(configs) > len(done) else None
+        during = ("" if stopped is None else
+                  f" while writing the results of {stopped} (not written)" if len(trained) > len(done) else
+                  f" while training {stopped}")
         if finished:
-            print(f"\ninterrupted: results of the finished configs ({', '.join(finished)}) are in {args.output}",
-                  file=sys.stderr)
+            print(f"\ninterrupted{during}: results.md, results.csv, history.csv and curves.png in {args.output} hold "
+                  f"the finished configs ({', '.join(finished)})", file=sys.stderr)
         else:
             earlier = args.output and os.path.exists(os.path.join(args.output, "results.csv"))
             print("\ninterrupted before any config finished: no results written"
@@ -469,5 +529,5 @@ def _cannot_write(outdir: str, e: OSError) -> str:
 
 
 def _settings(args: argparse.Namespace, data: Data, epochs: int) -> dict[str, Any]:
-    return dict(data=data.name, optimizer=args.optimizer, epochs=epochs, lr=args.lr, momentum=args.momentum,
-                batch=args.batch_size, hidden=args.hidden, seed=args.seed)
+    return settings_of(data, optimizer=args.optimizer, epochs=epochs, lr=args.lr, momentum=args.momentum,
+                       batch_size=args.batch_size, hidden=args.hidden, seed=args.seed)
