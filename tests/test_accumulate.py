@@ -1854,3 +1854,39 @@ def test_sums_of_few_columns_meet_infinities_and_nans_as_the_tiles_do():
     assert lowp.sum(y) == chain_ref(y, lowp.format("float32")) == 1.0  # (not float32(y.sum()))
     y = np.array([1.0, 2.0**-24 + 2.0**-60])  # float64's sum ties in float32, the exact one does not
     assert lowp.sum(y) == chain_ref(y, lowp.format("float32")) == 1.0 + 2.0**-23
+
+
+@pytest.mark.parametrize("mode", DETERMINISTIC)
+@pytest.mark.parametrize("acc", ["float64", lowp.FloatFormat(11, 40)])
+def test_sums_past_float64s_range_round_as_the_exact_sums(acc, mode):
+    """A finite sum past float64's largest value overflowed float64's add before it was
+    rounded: every mode gave infinity where toward zero, odd, and one direction of up and
+    down keep the largest value."""
+    f = lowp.format(acc)
+    big = float(f.max)
+    cols = np.array([[big, 2.0**970, -big, big, 2.0**969],
+                     [-big, -(2.0**971), 1.0, big, -big],
+                     [big, big, -big, -big, 2.0**960],
+                     [big, 2.0**960, 2.0**-1074, -(2.0**1000), big]]).T.copy()
+    ref = [round_chain(cols[:, j], f, mode) for j in range(cols.shape[1])]
+    assert same_bits(lowp.sum(cols, axis=0, accumulate=acc, rounding=mode), ref)
+    for j in range(cols.shape[1]):
+        assert same_bits(lowp.sum(cols[:, j], accumulate=acc, rounding=mode), ref[j])
+
+
+def round_chain(col, f, mode):
+    acc = Fraction(0)
+    for v in col:
+        r = round_exact(acc + Fraction(float(v)), f, mode)
+        if not math.isfinite(r):
+            return r
+        acc = Fraction(r)
+    return float(acc)
+
+
+def test_stochastic_sums_past_float64s_range_overflow_by_their_share():
+    big = np.finfo(np.float64).max
+    x = np.array([[big, 1.2 * 2.0**970]] * 20000)  # 0.6 of the last gap past the largest value
+    r = lowp.sum(x, axis=1, accumulate="float64", rounding="stochastic", seed=3)
+    assert set(np.unique(r).tolist()) == {big, np.inf}
+    assert abs(np.isinf(r).mean() - 0.6) < 0.02

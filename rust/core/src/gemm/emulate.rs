@@ -2470,11 +2470,47 @@ impl F64Acc {
     }
 }
 
+impl F64Acc {
+    /// `round(a + b)` of finite `a`, `b` whose nearest-even sum overflows: the
+    /// exact sum lies at or beyond half the last gap past the largest value
+    /// (2^1024 - 2^970), and the modes that keep it finite give the largest
+    /// value (stochastic: when the random bits are not below the share of the
+    /// last gap, 2^971, it lies past the largest value).
+    #[cold]
+    fn overflow(&self, a: f64, b: f64, rand: u64) -> f64 {
+        let neg = a + b < 0.0;
+        let max = if neg { -f64::MAX } else { f64::MAX };
+        let inf = if neg { f64::NEG_INFINITY } else { f64::INFINITY };
+        match self.mode {
+            Mode::NearestEven | Mode::NearestAway => inf,
+            Mode::TowardZero | Mode::Odd => max,
+            Mode::Up => if neg { max } else { inf },
+            Mode::Down => if neg { inf } else { max },
+            Mode::Stochastic => {
+                // Halves are exact here (a subnormal's lost bit is far below every
+                // decision), and their sum is finite: |x| - max, in units of 2^971,
+                // from (|x| / 2 - max / 2) * 2^-970 (Sterbenz: exact), plus the tail.
+                let (h, t) = two_sum(a * 0.5, b * 0.5);
+                let (h, t) = if neg { (-h, -t) } else { (h, t) };
+                let past = ((h - f64::MAX * 0.5) + t) * 2f64.powi(-970);
+                if past >= 1.0 || (rand as u128) < (past * 2f64.powi(self.rbits as i32)).floor() as u128 {
+                    inf
+                } else {
+                    max
+                }
+            }
+        }
+    }
+}
+
 impl Round for F64Acc {
     const STOCHASTIC: bool = true; // decided at run time by the mode
     #[inline(always)]
     fn add(&self, a: f64, b: f64, rand: u64) -> f64 {
         let (s, e) = two_sum(a, b);
+        if s.is_infinite() && a.is_finite() && b.is_finite() {
+            return self.overflow(a, b, rand);
+        }
         if e == 0.0 || !s.is_finite() {
             return s;
         }
@@ -2576,6 +2612,9 @@ impl Round for Generic {
     #[inline(always)]
     fn add(&self, a: f64, b: f64, rand: u64) -> f64 {
         let (s, e) = two_sum(a, b);
+        // A finite sum past float64's range (formats reaching near 2^1024): the largest
+        // float64 stands for it, beyond every such format's rounding threshold.
+        let s = if s.is_infinite() && a.is_finite() && b.is_finite() { f64::MAX.copysign(s) } else { s };
         self.fmt.decode(self.fmt.encode(to_odd(s, e), &self.opts, rand))
     }
 }
