@@ -1792,10 +1792,10 @@ def test_int8_beside_floats():
             got = lowp.matmul(a, b, accumulate=fmt, rounding=mode, chunk=chunk)
             assert same(got, ref_matmul(a, b, fmt, mode, chunk)), (t, fmt, mode)
             assert same(lowp.matmul(b.T, a.T, accumulate=fmt, rounding=mode, chunk=chunk), ref_matmul(b.T, a.T, fmt, mode, chunk))
-    # float64 inputs keep their rule: emulated accumulation needs exact float64 products.
-    with pytest.raises(TypeError, match="^a, b: emulated accumulation"):
-        lowp.matmul(a, np.ones((21, 2)), accumulate="bf16")
-    assert lowp.matmul(a, np.ones((21, 2))).dtype == np.float64
+    # float64 inputs too (their products exact here).
+    ones = np.ones((21, 2))
+    assert same(lowp.matmul(a, ones, accumulate="bf16"), ref_matmul(a, ones, lowp.format("bf16"), "nearest_even"))
+    assert lowp.matmul(a, ones).dtype == np.float64
 
 
 def test_sum_axis_out_of_range_is_numpys_axis_error():
@@ -1890,3 +1890,110 @@ def test_stochastic_sums_past_float64s_range_overflow_by_their_share():
     r = lowp.sum(x, axis=1, accumulate="float64", rounding="stochastic", seed=3)
     assert set(np.unique(r).tolist()) == {big, np.inf}
     assert abs(np.isinf(r).mean() - 0.6) < 0.02
+
+
+WIDE_ACCS = {**ACC_FORMATS, "float32": lowp.format("float32"), "float64": lowp.format("float64")}
+
+
+def wide_data(shape, seed, spread=20):
+    """float64 values of 53 significant bits over a range of binades (their products are
+    not float64 values)."""
+    g = np.random.default_rng(seed)
+    return g.standard_normal(shape) * 2.0 ** g.integers(-spread, spread, shape)
+
+
+@pytest.mark.parametrize("mode", DETERMINISTIC)
+@pytest.mark.parametrize("acc", list(WIDE_ACCS))
+def test_float64_operands_vs_fractions(acc, mode):
+    """float64 operands, whose products float64 does not hold, with every add the exact
+    ``acc + a*b`` rounded once: unchunked and chunked, against the Fraction reference."""
+    f = WIDE_ACCS[acc]
+    spread = 3 if f.max < 1e6 else 10 if f.max < 1e12 else 20  # (sums that stay in the format's range)
+    a, b = wide_data((5, 13), 71, spread), wide_data((13, 4), 72, spread)
+    assert not np.array_equal(a @ b, a.astype(np.float32).astype(np.float64) @ b.astype(np.float32).astype(np.float64))
+    if not (acc == "float32" and mode == "nearest_even"):  # (float64 operands then add in float64)
+        assert same(lowp.matmul(a, b, accumulate=f, rounding=mode), ref_matmul(a, b, f, mode))
+    f2 = lowp.format("float32") if f.bits < 32 else lowp.format("float64")
+    assert same(lowp.matmul(a, b, accumulate=f, rounding=mode, chunk=4, chunk_accumulate=f2),
+                ref_matmul(a, b, f, mode, 4, f2))
+    # One operand float64, the other narrower; a matrix-vector product.
+    b16 = np.clip(b, -6e4, 6e4).astype(np.float16)
+    if not (acc == "float32" and mode == "nearest_even"):
+        assert same(lowp.matmul(a, b16, accumulate=f, rounding=mode), ref_matmul(a, b16, f, mode))
+        assert same(lowp.matmul(a, b[:, :1], accumulate=f, rounding=mode), ref_matmul(a, b[:, :1], f, mode))
+
+
+@pytest.mark.parametrize("mode", DETERMINISTIC)
+def test_float64_operands_at_the_ends_of_float64s_range(mode):
+    """Products below float64's smallest subnormal or past its largest value, and sums of
+    them with accumulators near those ends, rounded as the exact sums."""
+    f64 = lowp.format("float64")
+    a = np.array([[2.0**-540 * 1.5, 2.0**-600, 3.0 * 2.0**-1074],
+                  [2.0**600, -(2.0**-540), 2.0**500],
+                  [-(2.0**512), 2.0**511 * 1.75, 1.0]])
+    b = np.array([[2.0**-540 * 1.25, 2.0**530, 1.0],
+                  [2.0**-490, 2.0**-535, 0.75],
+                  [2.0**-540, 2.0**423, 2.0**-1074]])
+    # A tiny product cancelling the accumulator exactly: +0.
+    z = lowp.matmul(np.array([[2.0**-500, -(2.0**-500)]]), np.array([[2.0**-500], [2.0**-500]]), accumulate=f64, rounding=mode)
+    assert same_bits(z, [[0.0]])
+    for acc in (f64, lowp.format("bf16"), lowp.FloatFormat(11, 40)):
+        if not lowp.format(acc).inf and mode in ("nearest_even", "nearest_away"):
+            continue
+        assert same(lowp.matmul(a, b, accumulate=acc, rounding=mode), ref_matmul(a, b, acc, mode)), acc
+        assert same(lowp.matmul(b.T, a.T, accumulate=acc, rounding=mode), ref_matmul(b.T, a.T, acc, mode)), acc
+
+
+@pytest.mark.parametrize("mode", DETERMINISTIC + ["stochastic"])
+def test_float64_operands_of_narrower_values_give_the_narrower_operands_bits(mode):
+    """float64 (and posit32) arrays whose values are float32 (posit16) values: the same bits
+    as the narrower operands, the random bits of stochastic rounding and chunk totals
+    included, at 1 and 2 threads."""
+    a32, b32 = data(9, 70, 11, np.float32, 3)
+    for kw in ({}, {"chunk": 16, "chunk_accumulate": "float32"}, {"chunk": 7}):
+        want = lowp.matmul(a32, b32, accumulate="bf16", rounding=mode, seed=4, **kw)
+        for threads in (1, 2):
+            old = lowp.get_num_threads()
+            lowp.set_num_threads(threads)
+            try:
+                got = lowp.matmul(a32.astype(np.float64), b32.astype(np.float64), accumulate="bf16", rounding=mode,
+                                  seed=4, **kw)
+            finally:
+                lowp.set_num_threads(old)
+            assert same_bits(got, want), (kw, threads)
+    p16 = lowp.cast(a32 * 4, lowp.posit16)
+    assert same_bits(lowp.matmul(p16.astype(lowp.posit32), b32, accumulate="fp16", rounding=mode, seed=2),
+                     lowp.matmul(p16, b32, accumulate="fp16", rounding=mode, seed=2))
+
+
+def test_float64_operands_stochastic_rounding_is_unbiased_and_reproducible():
+    # 1 + 0.3 * 2^-7 times 1 + 2^-40: 93 significant bits, 0.3 of a bf16 step past 1.
+    x = 1 + 0.3 * 2.0**-7
+    a = np.full((20000, 1), x)
+    b = np.array([[1 + 2.0**-40]])
+    r = lowp.matmul(a, b, accumulate="bf16", rounding="stochastic", seed=9)
+    assert set(np.unique(r).tolist()) == {1.0, 1 + 2.0**-7}
+    share = (x * (1 + 2.0**-40) - 1) / 2.0**-7
+    assert abs(np.mean(r == 1 + 2.0**-7) - share) < 4 * math.sqrt(share * (1 - share) / len(a))
+    np.testing.assert_array_equal(r, lowp.matmul(a, b, accumulate="bf16", rounding="stochastic", seed=9))
+    assert not np.array_equal(r, lowp.matmul(a, b, accumulate="bf16", rounding="stochastic", seed=10))
+    # Into float64: (1 + 2^-30)^2 = 1 + 2^-29 + 2^-60, 2^-8 of a float64 step past 1 + 2^-29.
+    a = np.full((20000, 1), 1 + 2.0**-30)
+    r = lowp.matmul(a, a[:1].T, accumulate="float64", rounding="stochastic", seed=1)
+    assert set(np.unique(r).tolist()) == {1 + 2.0**-29, 1 + 2.0**-29 + 2.0**-52}
+    p = 2.0**-8
+    assert abs(np.mean(r > 1 + 2.0**-29) - p) < 4 * math.sqrt(p * (1 - p) / len(a))
+    for mode, want in (("up", 1 + 2.0**-29 + 2.0**-52), ("down", 1 + 2.0**-29), ("nearest_even", 1 + 2.0**-29)):
+        assert lowp.matmul(a[:1], a[:1].T, accumulate="float64", rounding=mode)[0, 0] == want
+
+
+@pytest.mark.parametrize("mode", DETERMINISTIC)
+def test_float64_operands_over_float64s_whole_range_vs_fractions(mode):
+    # Products from 2^-1120 (far below the smallest subnormal) to 2^1040 (past the largest value).
+    g = np.random.default_rng(73)
+    for seed in range(4):
+        a = g.choice([-1, 1], (3, 7)) * (1 + g.random((3, 7))) * 2.0 ** g.integers(-560, 521, (3, 7))
+        b = g.choice([-1, 1], (7, 3)) * (1 + g.random((7, 3))) * 2.0 ** g.integers(-560, 521, (7, 3))
+        for acc in ("float64", "bf16", "fp16"):
+            f = lowp.format(acc)
+            assert same(lowp.matmul(a, b, accumulate=f, rounding=mode), ref_matmul(a, b, f, mode)), (seed, acc)

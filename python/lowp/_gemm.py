@@ -283,8 +283,10 @@ def matmul(a: Any, b: Any, *, accumulate: Any = "float32", chunk: Optional[int] 
         sums raises ValueError (pass ``out_dtype=np.int64``),
         ``"float64"``, ``"int32"`` (int8 inputs),
         or any format: then every add is ``acc = round(acc + a*b)``, the exact sum rounded
-        once into the format with ``rounding`` (products are exact; inputs must be float32
-        or narrower). The float32 and float64 paths to nearest-even without ``chunk`` are
+        once into the format with ``rounding`` (products are exact; float64 and posit32
+        inputs, whose products float64 does not hold, are added exactly in integers, about
+        100x slower: every deterministic mode exact, stochastic decisions made from the
+        remainder down to float64's last bit and a sticky bit). The float32 and float64 paths to nearest-even without ``chunk`` are
         BLAS-style: each depth block of a few hundred steps is summed from zero and then
         added to the total, so a sum may differ by rounding errors from the same adds made
         one by one in order. Any other ``rounding``, or a ``chunk`` (``chunk`` = the depth
@@ -377,9 +379,6 @@ def matmul(a: Any, b: Any, *, accumulate: Any = "float32", chunk: Optional[int] 
     else:
         if isinstance(acc, str):
             raise TypeError("accumulate: chunk and rounding modes need a float format accumulator")
-        if not _lowp.products_exact(fa._spec, fb._spec):
-            raise TypeError(f"a, b: emulated accumulation needs inputs whose products are exact in float64 "
-                            f"(float32 or narrower formats), got {a.dtype} and {b.dtype}")
         emulated = True
         for f, arg in ((acc, "accumulate"), (cacc, "chunk_accumulate")):
             if f is not None and not _has_nan(f) and _nan_product(a, b):

@@ -40,7 +40,6 @@ __all__ = [
     "posit16",
     "posit32",
     "posit8",
-    "products_exact",
     "round_into",
     "set_buffer_cache",
     "set_isa",
@@ -107,7 +106,6 @@ def matmul_emulated_into(a: Any, a_fmt: Optional[_Spec], b: Any, b_fmt: Optional
 def matmul_unpacked_f32(a: Any, b: Any, out: Any) -> None: ...
 def sum_into(x: Any, x_fmt: Optional[_Spec], out: Any, acc: _Spec, chunk: Optional[int], chunk_acc: Optional[_Spec],
              rounding: str, seed: int, rbits: int) -> None: ...
-def products_exact(a: Any, b: Any) -> bool: ...
 def padded_ld(n: int, itemsize: int) -> int: ...
 
 # sparse kernels

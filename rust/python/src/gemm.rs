@@ -314,12 +314,6 @@ fn sum_into<'py>(
     detach(py, || gemm::sum_emulated(&ox, c, &spec)).py_err()
 }
 
-/// Are products of values of the two formats exact in float64?
-#[pyfunction]
-fn products_exact(a: Spec, b: Spec) -> bool {
-    gemm::products_exact(&a.0, &b.0)
-}
-
 /// Cache-friendly leading dimension (elements) for rows of `n` elements.
 #[pyfunction]
 fn padded_ld(n: usize, itemsize: usize) -> PyResult<usize> {
@@ -358,7 +352,6 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(matmul_into, m)?)?;
     m.add_function(wrap_pyfunction!(matmul_emulated_into, m)?)?;
     m.add_function(wrap_pyfunction!(sum_into, m)?)?;
-    m.add_function(wrap_pyfunction!(products_exact, m)?)?;
     m.add_function(wrap_pyfunction!(padded_ld, m)?)?;
     m.add_function(wrap_pyfunction!(matmul_unpacked_f32, m)?)?;
     Ok(())

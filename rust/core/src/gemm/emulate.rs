@@ -3157,14 +3157,244 @@ pub fn matmul_emulated(a: &Operand, b: &Operand, c: impl Into<EmuOut>, spec: &Ac
     c.check(spec)?;
     let (fa, fb) = (a.format(), b.format());
     match (fa, fb) {
-        (Some(x), Some(y)) if products_exact(&x, &y) => {}
-        _ => {
-            return Err(Error::type_(
-                "a, b: emulated accumulation needs inputs whose products are exact in float64 (float32 or narrower formats); cast float64/posit32 inputs first",
-            ))
+        (Some(x), Some(y)) if products_exact(&x, &y) => run(a, b, c, spec),
+        _ => run_wide(a, b, c, spec),
+    }
+}
+
+/// [`matmul_emulated`] of operands whose products need not be exact in f64
+/// (float64 and posit32 values): row by row, every add `round(acc + a*b)` of
+/// the exact sum ([`WideAdd`]), with the random bits and chunk totals of the
+/// other paths ([`drive`]): operands whose products are exact give their bits.
+fn run_wide(a: &Operand, b: &Operand, c: EmuOut, spec: &AccumSpec) -> Result<()> {
+    if let Some((0, _)) = spec.chunk {
+        return Err(Error::value("chunk: must be a positive integer"));
+    }
+    let outer = chunk_rounder(spec)?;
+    let wide = WideAdd::new(spec.fmt, spec.opts)?;
+    let (m, n, k) = (a.rows, b.cols, a.cols);
+    if m == 0 || n == 0 {
+        return Ok(());
+    }
+    let stochastic = spec.opts.mode == Mode::Stochastic;
+    let rbits = spec.opts.rbits;
+    let chunk = spec.chunk.map_or(usize::MAX, |(cs, _)| cs);
+    let nchunks = if outer.is_some() { k.div_ceil(chunk) } else { 0 };
+    let steps = (k + nchunks) as u64;
+    let words = StepRand::new(spec.opts.key, steps);
+    let rng2 = Rng::new(chunk_opts(spec.opts).key);
+    let (inner_nz, final_nz) = (no_neg_zero(&spec.fmt), spec.chunk.map_or(no_neg_zero(&spec.fmt), |(_, f2)| no_neg_zero(&f2)));
+    let task = |i: usize| {
+        let (mut acc, mut tot, mut brow) = (vec![0f64; n], vec![0f64; n], vec![0f64; n]);
+        for p in 0..k {
+            // SAFETY: (i, p) is inside a, (p, j) inside b.
+            let av = super::kernels::Real::quiet(unsafe { a.get_f64(i, p) });
+            for (j, x) in brow.iter_mut().enumerate() {
+                *x = super::kernels::Real::quiet(unsafe { b.get_f64(p, j) });
+            }
+            for (j, (x, &bv)) in acc.iter_mut().zip(&brow).enumerate() {
+                let rd = if stochastic { words.bits(i, j, p, rbits) } else { 0 };
+                *x = wide.fma(*x, av, bv, rd);
+            }
+            if let Some(o) = &outer {
+                if (p + 1) % chunk == 0 || p + 1 == k {
+                    let t = (k + p / chunk) as u64;
+                    for (j, (x, y)) in acc.iter_mut().zip(tot.iter_mut()).enumerate() {
+                        let e = (i * n + j) as u64;
+                        let rd = if stochastic { rng2.bits(e.wrapping_mul(steps).wrapping_add(t), rbits) } else { 0 };
+                        *y = o.add(*y, if inner_nz { *x + 0.0 } else { *x }, rd);
+                        *x = 0.0;
+                    }
+                }
+            }
+        }
+        let res = if outer.is_some() { &tot } else { &acc };
+        // SAFETY: row i of c is written by this task only.
+        unsafe { c.put_run64(i, 0, res, final_nz) };
+    };
+    parallel::for_each_item(m, &task);
+    Ok(())
+}
+
+/// `round(acc + a*b)` of the exact value for any f64 operands: where the
+/// product is exact in f64, the rounder's two-term sum; else the exact sum
+/// (integers: the product's 106 bits and the accumulator's 53, aligned with a
+/// sticky bit) rounded to odd at float64's 53 bits and then into the format
+/// (which has at most 51: exact for every deterministic mode; stochastic
+/// rounding then decides with the remainder's bits down to float64's 53 and
+/// a sticky bit), or into float64 itself directly from the integers.
+struct WideAdd {
+    r: Dyn,
+    f64_acc: Option<F64Acc>,
+}
+
+impl WideAdd {
+    fn new(fmt: Format, opts: RoundOpts) -> Result<WideAdd> {
+        let f64_acc = (fmt == Format::Float(named::FLOAT64)).then(|| F64Acc::new(&opts));
+        Ok(WideAdd { r: Dyn::new(fmt, opts)?, f64_acc })
+    }
+
+    #[inline]
+    fn fma(&self, acc: f64, a: f64, b: f64, rand: u64) -> f64 {
+        let p = a * b;
+        if !acc.is_finite() {
+            // (inf or NaN stays: plus a finite product, or the product's own inf or NaN.)
+            let q = if a.is_finite() && b.is_finite() { 0.0 } else { p };
+            return self.r.add(acc, q, rand);
+        }
+        if !a.is_finite() || !b.is_finite() || a == 0.0 || b == 0.0 {
+            return self.r.add(acc, p, rand);
+        }
+        // The FMA's residual is exact while the product stays clear of underflow.
+        if p.is_finite() && p.abs() >= pow2(-969) && a.mul_add(b, -p) == 0.0 {
+            return self.r.add(acc, p, rand);
+        }
+        self.exact(acc, a, b, rand)
+    }
+
+    /// The rare case: the product not exact in f64 (or near its range's ends).
+    #[cold]
+    fn exact(&self, acc: f64, a: f64, b: f64, rand: u64) -> f64 {
+        let (na, ma, ea) = parts(a);
+        let (nb, mb, eb) = parts(b);
+        let p = (ma as u128 * mb as u128, ea + eb, na != nb);
+        let (nc, mc, ec) = parts(acc);
+        let Some((neg, m, e, sticky)) = exact_sum(p, (mc as u128, ec, nc)) else {
+            // An exact zero (a tiny product exactly -acc): +0, as every path's.
+            return self.r.add(0.0, 0.0, rand);
+        };
+        match &self.f64_acc {
+            Some(f) => f.round_parts(neg, m, e, sticky, rand),
+            None => self.r.add(odd53(neg, m, e, sticky), 0.0, rand),
         }
     }
-    run(a, b, c, spec)
+}
+
+/// A finite f64 as (negative, integer significand, exponent of its last bit).
+#[inline]
+fn parts(x: f64) -> (bool, u64, i32) {
+    let bits = x.to_bits();
+    let exp = ((bits >> 52) & 0x7ff) as i32;
+    let frac = bits & ((1u64 << 52) - 1);
+    let (m, e) = if exp == 0 { (frac, -1074) } else { (frac | 1 << 52, exp - 1075) };
+    (bits >> 63 == 1, m, e)
+}
+
+/// `m * 2^e` moved so that its top bit is bit 125 (m > 0).
+#[inline]
+fn top125(m: u128, e: i32) -> (u128, i32) {
+    let s = m.leading_zeros() as i32 - 2;
+    if s >= 0 {
+        (m << s, e - s)
+    } else {
+        (m >> -s, e - s) // (never: significands of at most 106 bits)
+    }
+}
+
+/// The exact sum of two signed values `m * 2^e` (significands below 2^106) as
+/// (negative, M, E, sticky): |sum| = (M + f) * 2^E with 0 < f < 1 when
+/// `sticky`, else f = 0; None when it is exactly zero.
+fn exact_sum(x: (u128, i32, bool), y: (u128, i32, bool)) -> Option<(bool, u128, i32, bool)> {
+    let norm = |(m, e, n): (u128, i32, bool)| (m != 0).then(|| { let (m, e) = top125(m, e); (m, e, n) });
+    let (x, y) = match (norm(x), norm(y)) {
+        (None, None) => return None,
+        (Some((m, e, n)), None) | (None, Some((m, e, n))) => return Some((n, m, e, false)),
+        (Some(x), Some(y)) => (x, y),
+    };
+    // The larger magnitude first (tops aligned: by exponent, then significand).
+    let (big, small) = if (x.1, x.0) >= (y.1, y.0) { (x, y) } else { (y, x) };
+    let d = (big.1 - small.1) as u32;
+    let (sm, sticky) = if d >= 127 { (0, true) } else { (small.0 >> d, d > 0 && small.0 & ((1u128 << d) - 1) != 0) };
+    let m = if big.2 == small.2 {
+        big.0 + sm
+    } else {
+        // (With a sticky remainder the small value is more than sm: one less, and
+        // the remainder 1 - f, still strictly between 0 and 1.)
+        big.0 - sm - sticky as u128
+    };
+    if m == 0 && !sticky {
+        return None;
+    }
+    Some((big.2, m, big.1, sticky))
+}
+
+/// `(M + f) * 2^E` (signed; see [`exact_sum`]) rounded to odd at float64's 53
+/// bits (at 2^-1074 in its subnormal range); past its range, the largest
+/// float64 (beyond every narrower format's rounding threshold, as [`Generic`]).
+fn odd53(neg: bool, m: u128, e: i32, sticky: bool) -> f64 {
+    let top = e + 127 - m.leading_zeros() as i32; // the top bit's exponent
+    let v = if top >= 1024 {
+        f64::MAX
+    } else {
+        let g = (top - 52).max(-1074);
+        let shift = g - e;
+        let q = if shift <= 0 {
+            (m << -shift) as u64 // (exact: at most 53 bits)
+        } else {
+            let (q, rest) = if shift >= 128 { (0, m != 0) } else { (m >> shift, m & ((1u128 << shift) - 1) != 0) };
+            q as u64 | (rest || sticky) as u64
+        };
+        q as f64 * pow2(g)
+    };
+    if neg { -v } else { v }
+}
+
+impl F64Acc {
+    /// `(M + f) * 2^E` (signed; see [`exact_sum`]) rounded to float64 in the
+    /// mode, as [`F64Acc::add`] rounds (stochastic: up when the random bits are
+    /// below the remainder's top `rbits` bits).
+    fn round_parts(&self, neg: bool, m: u128, e: i32, sticky: bool, rand: u64) -> f64 {
+        let inf = if neg { f64::NEG_INFINITY } else { f64::INFINITY };
+        let max = if neg { -f64::MAX } else { f64::MAX };
+        let top = e + 127 - m.leading_zeros() as i32;
+        if top >= 1024 {
+            // At least 2^1024: past the last gap too.
+            return match self.mode {
+                Mode::TowardZero | Mode::Odd => max,
+                Mode::Up if neg => max,
+                Mode::Down if !neg => max,
+                _ => inf,
+            };
+        }
+        let g = (top - 52).max(-1074);
+        let shift = g - e;
+        let (q, up) = if shift <= 0 {
+            ((m << -shift) as u64, false) // (exact; never with a sticky remainder)
+        } else {
+            let (q, r) = if shift >= 128 { (0, m) } else { (m >> shift, m & ((1u128 << shift) - 1)) };
+            let q = q as u64;
+            let inexact = r != 0 || sticky;
+            // r + f against half the gap, 2^(shift - 1) (beyond every r past 2^128); f
+            // only breaks ties.
+            let half = (shift <= 128).then(|| 1u128 << (shift - 1));
+            let above_half = half.is_some_and(|h| r > h || (r == h && sticky));
+            let at_half = half.is_some_and(|h| r == h && !sticky);
+            let up = match self.mode {
+                Mode::NearestEven => above_half || (at_half && q & 1 == 1),
+                Mode::NearestAway => above_half || at_half,
+                Mode::TowardZero => false,
+                Mode::Up => !neg && inexact,
+                Mode::Down => neg && inexact,
+                Mode::Odd => q & 1 == 0 && inexact,
+                Mode::Stochastic => {
+                    // floor((r + f) * 2^rbits / 2^shift): f never changes it when
+                    // shift >= rbits (always so with a sticky remainder).
+                    let sh = shift - self.rbits as i32;
+                    let top_bits = if sh >= 128 {
+                        0
+                    } else if sh >= 0 {
+                        r >> sh
+                    } else {
+                        r << -sh
+                    };
+                    (rand as u128) < top_bits
+                }
+            };
+            (q, up)
+        };
+        let v = (q + up as u64) as f64 * pow2(g);
+        if neg { -v } else { v }
+    }
 }
 
 /// Column sums `out[0, j] = sum_k x[k, j]`, every add rounded as `spec` says.
