@@ -507,3 +507,24 @@ def test_values_shrink_toward_small_magnitudes(fmt, kw, pred, simplest):
     st.integers report it, not at an edge such as the largest value (most seeds)."""
     got = [_shrunk(lst.values(fmt, **kw), pred, sd) for sd in range(12)]
     assert sum(g == simplest for g in got) >= 6, got
+
+
+@pytest.mark.parametrize("fmt", ["bf16", "float16", "posit16", "e4m3fn", "e5m2", "posit8", lowp.FloatFormat(5, 4)],
+                         ids=str)
+def test_failures_at_large_values_shrink_to_small_magnitudes(fmt):
+    """A failure drawn at an edge (the largest value or its neighbour) shrinks to about the
+    least failing magnitude, as one drawn anywhere else does, whatever the seed; in arrays
+    too, the other elements to 0."""
+    import random
+
+    from hypothesis import Phase, find
+
+    f = lowp.format(fmt)
+    least = float(lowp.nextafter(np.nextafter(100.0, 0.0), np.inf, f))  # the least value >= 100
+    cfg = settings(database=None, max_examples=1000, deadline=None, phases=[Phase.generate, Phase.shrink])
+    for sd in range(8):
+        v = find(lst.values(f, allow_nan=False), lambda v: abs(v) >= 100, settings=cfg, random=random.Random(sd))
+        assert least <= v <= 2 * least, (sd, v)
+        a = find(lst.arrays(f, 3, allow_nan=False), lambda a: bool(np.any(np.abs(a) >= 100)), settings=cfg,
+                 random=random.Random(sd))
+        assert np.count_nonzero(a) == 1 and least <= np.abs(a).max() <= 2 * least, (sd, a)

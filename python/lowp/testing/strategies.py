@@ -26,13 +26,14 @@ from __future__ import annotations
 import math
 
 import functools
-from typing import Any, Optional, Sequence, Union
+from typing import Any, Callable, Optional, Sequence, Union
 
 import numpy as np
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from .._convert import cast, decode
+from .._args import boolean
+from .._convert import cast, decode, encode
 from .._formats import FloatFormat, Format, IntFormat, PositFormat, format as _format
 from . import encoding_classes
 from .._ulp import _from_ordinals, _ordinal_limits, _representable, nextafter
@@ -100,8 +101,7 @@ def _edges(f: Format) -> list[float]:
 
 def _check_flags(**flags: Any) -> None:
     for k, v in flags.items():
-        if not isinstance(v, (bool, np.bool_)):
-            raise TypeError(f"{k}: expected a bool, got {type(v).__name__}")
+        boolean(v, k)
 
 
 def _uniform_bits(n: int) -> st.SearchStrategy[int]:
@@ -114,25 +114,86 @@ def _uniform_bits(n: int) -> st.SearchStrategy[int]:
     return st.binary(min_size=k, max_size=k).map(lambda b: int.from_bytes(b, "big") & mask)
 
 
-def _by_magnitude(f: Format) -> st.SearchStrategy[float]:
-    """Every value of ``f`` from uniformly drawn encodings, drawn as a sign and a
-    magnitude code, which shrink toward + and toward 0: toward the simplest value (a
-    code of ``f.bits`` bits would shrink negative values toward the most negative)."""
-    n = f.bits
+# A magnitude is drawn as a few choices and a function of them (not a strategy), so that
+# each branch of values() is one flat tuple mapped once: hypothesis copies the choices of
+# a span into a span of the same kind nested in it (a map in a map, a tuple in a tuple),
+# where they no longer line up, which skewed the draws.
+_Draw = tuple[list[st.SearchStrategy[Any]], Callable[..., int]]
+
+
+def _cells(m: int, cells: int) -> _Draw:
+    """Codes ``0 .. m - 1`` drawn uniformly: one of ``cells`` equal slices of them, then a
+    code in it. Smaller choices mean smaller codes, and the slice's index is one integer,
+    which shrinks exactly: a failure shrinks into the slice of the least failing code or
+    to the start of the next (one byte string over all the codes would shrink byte by
+    byte, its first byte stopping where the rest still fails: up to a 256th of all the
+    codes above it)."""
+    c = min(cells, m)
+    k = max(1, ((-(-m // c) - 1).bit_length() + 7) // 8)
+
+    def pick(i: int, b: bytes) -> int:
+        lo, hi = i * m // c, (i + 1) * m // c
+        return lo + (int.from_bytes(b, "big") * (hi - lo) >> (8 * k))
+
+    return [st.sampled_from(range(c)), st.binary(min_size=k, max_size=k)], pick
+
+
+def _below(points: Sequence[int]) -> tuple[_Draw, _Draw]:
+    """Codes up to one of ``points``: the index ``j`` of a point (in increasing order),
+    then base-256 digits of a position in ``0 .. points[j]``.
+
+    Returns two draws of the same choices: the first draws the digits, the second fixes
+    them at 255, which is the last position, the point itself. So the second draws each
+    point (from a finite set of choices, which hypothesis does not repeat: a few hundred
+    draws hold every point), and a failure there shrinks as a draw of the first: the same
+    choices give the same point, and its digits then shrink through the codes below it.
+    (Through all of them: were the range the codes above the point before, the digits of a
+    point just above another would not matter, would shrink to 0, and a smaller index then
+    went to the bottom of the range below.)
+    """
+    pts = sorted(set(points))
+    nd = max(1, (pts[-1].bit_length() + 7) // 8)
+
+    def pick(j: int, *digits: int) -> int:
+        return int.from_bytes(bytes(digits), "big") * (pts[j] + 1) >> (8 * nd)
+
+    # (The index is drawn by sampled_from, the digits by integers: hypothesis also copies
+    # choices between spans of the same kind side by side.)
+    index = st.sampled_from(range(len(pts)))
+    return ([index] + [st.integers(0, 255)] * nd, pick), ([index] + [st.integers(255, 255)] * nd, pick)
+
+
+def _magnitudes(f: Format) -> int:
+    """How many magnitude codes :func:`_signed_value` takes for ``f``."""
+    if isinstance(f, IntFormat):
+        return max(-int(f.min), int(f.max)) + 1  # type: ignore[attr-defined]
+    return 1 << (f.bits - 1)
+
+
+def _magnitude_of(f: Format, v: float) -> int:
+    """The magnitude code of a value ``v`` of ``f`` (NaR and the NaN of fnuz formats: 0,
+    which they take with the sign)."""
+    if isinstance(f, IntFormat):
+        return abs(int(v))
+    code = int(encode(np.array([v], dtype=np.float64), f)[0])
+    top = 1 << (f.bits - 1)
+    if isinstance(f, PositFormat) and code >= top:
+        return (2 * top - code) & (top - 1)
+    return code & (top - 1)
+
+
+def _signed_value(f: Format, neg: bool, c: int) -> float:
+    """The value of sign ``neg`` and magnitude code ``c``: sign and magnitude, rather than a
+    code of ``f.bits`` bits, so that draws shrink toward + and toward 0, the simplest value
+    (a code would shrink negative values toward the most negative)."""
     if isinstance(f, IntFormat):
         lo, hi = int(f.min), int(f.max)  # type: ignore[attr-defined]
-        return st.integers(lo, hi).map(float)
-    top = 1 << (n - 1)
-
-    def code(t: tuple[bool, int]) -> int:
-        neg, c = t
-        if not neg:
-            return c
-        if isinstance(f, PositFormat):  # two's complement; -0 is NaR
-            return (2 * top - c) if c else top
-        return top | c
-
-    return st.tuples(st.booleans(), _uniform_bits(n - 1)).map(lambda t: _decode1(code(t), f))
+        return float(-c if neg and lo < 0 else min(c, hi))
+    top = 1 << (f.bits - 1)
+    if neg:
+        # (posits: two's complement, and -0 is NaR)
+        c = ((2 * top - c) if c else top) if isinstance(f, PositFormat) else top | c
+    return _decode1(c, f)
 
 
 def encodings(fmt: Any) -> st.SearchStrategy[int]:
@@ -162,24 +223,37 @@ def values(fmt: Any, *, allow_nan: bool = True, allow_infinity: bool = True, all
 
     n = f.bits
     edge_vals = [v for v in _edges(f) if ok(v)]
-    # Uniform encodings first: hypothesis shrinks toward the first branch, whose draws
-    # shrink toward small magnitudes (an edge branch first kept failures at the edges,
-    # such as the largest value). Branches are drawn alike whatever their order.
-    branches: list[st.SearchStrategy[float]] = [_by_magnitude(f).filter(ok)]
-    if edge_vals:
-        branches.append(st.sampled_from(edge_vals))
+    m = _magnitudes(f)
+
+    def signed(draw: _Draw, offset: int = 0) -> st.SearchStrategy[float]:
+        parts, pick = draw
+        return st.tuples(st.booleans(), *parts).map(lambda t: _signed_value(f, t[0], pick(*t[1:]) + offset))
+
+    # Every branch draws a sign and a magnitude whose smaller choices mean smaller
+    # magnitudes, and the edges shrink into the branch before them (see _below): a failure
+    # shrinks toward small magnitudes wherever it was drawn, not only to smaller edges.
+    below, edges = _below([_magnitude_of(f, v) for v in edge_vals] or [0])
+    if isinstance(f, IntFormat):  # (integers shrink exactly)
+        uniform = st.integers(int(f.min), int(f.max)).map(float).filter(ok)  # type: ignore[attr-defined]
+    else:
+        uniform = signed(_cells(m, 256)).filter(ok)
+    branches: list[st.SearchStrategy[float]] = [uniform, signed(below).filter(ok), signed(edges).filter(ok)]
     if isinstance(f, FloatFormat) and f.subnormals and f.man_bits > 0 and allow_subnormal:
-        m = f.man_bits
-        sub = st.tuples(st.booleans(), st.integers(1, (1 << m) - 1)).map(
-            lambda t: _decode1((int(t[0]) << (n - 1)) | t[1], f))
-        branches.append(sub)
-    # Ties of narrower formats: encodings ending in a one followed by k-1 zeros.
+        branches.append(signed(_cells((1 << f.man_bits) - 1, 256), offset=1))
+    # Ties of narrower formats: encodings ending in a one followed by k-1 zeros; drawn as
+    # a magnitude rounded down to such an encoding, and k last, so that a smaller k moves
+    # the value by less than a step of the narrower format.
     kmax = f.man_bits if isinstance(f, FloatFormat) else (n - 2 if isinstance(f, PositFormat) else 0)
     kmax = min(kmax, 12)
     if kmax >= 1:
-        ties = st.integers(1, kmax).flatmap(
-            lambda k: _uniform_bits(n - k).map(lambda hi, k=k: (hi << k) | (1 << (k - 1))))
-        branches.append(ties.map(lambda c: _decode1(c, f)).filter(ok))
+        parts, pick = _cells(m, 256)
+
+        def tie(t: tuple[Any, ...]) -> float:
+            neg, *choices, k = t
+            c, h = pick(*choices), 1 << (k - 1)
+            return _signed_value(f, neg, ((c - h) >> k << k) + h if c >= h else h)
+
+        branches.append(st.tuples(st.booleans(), *parts, st.integers(1, kmax)).map(tie).filter(ok))
     return st.one_of(branches)
 
 
