@@ -1997,3 +1997,41 @@ def test_float64_operands_over_float64s_whole_range_vs_fractions(mode):
         for acc in ("float64", "bf16", "fp16"):
             f = lowp.format(acc)
             assert same(lowp.matmul(a, b, accumulate=f, rounding=mode), ref_matmul(a, b, f, mode)), (seed, acc)
+
+
+@pytest.mark.parametrize("mode", DETERMINISTIC)
+def test_float64_sums_near_the_largest_value_whose_error_term_overflows(mode):
+    """acc + x of opposite signs near float64's largest value: the error term of the
+    two-term sum overflowed (NaN) and every mode rounded as nearest-even."""
+    f64 = lowp.format("float64")
+    big = np.finfo(np.float64).max
+    for x in ([4.3171253790809657e307, -big], [-7.230244585190291e307, big], [big, -big * 0.75]):
+        x = np.array(x)
+        want = round_chain(x, f64, mode)
+        assert same_bits(lowp.sum(x, accumulate="float64", rounding=mode), want)
+        assert same_bits(lowp.matmul(x[None], np.ones((2, 1)), accumulate="float64", rounding=mode)[0, 0], want)
+        assert same_bits(lowp.sum(np.repeat(x[:, None], 6, axis=1), axis=0, accumulate="float64", rounding=mode),
+                         [want] * 6)
+        assert same_bits(lowp.sum(x, accumulate=lowp.FloatFormat(11, 40), rounding=mode),
+                         round_chain(x, lowp.FloatFormat(11, 40), mode))
+
+
+def test_stochastic_sums_of_2_to_the_1024_overflow_every_format():
+    f = lowp.FloatFormat(11, 40)
+    r = lowp.matmul(np.full((200, 1), 2.0**600), np.full((1, 200), 2.0**600), accumulate=f, rounding="stochastic", seed=1)
+    assert np.isinf(r).all()
+    r = lowp.sum(np.full((2, 40000), 2.0**1023), axis=0, accumulate=f, rounding="stochastic", seed=3)
+    assert np.isinf(r).all()
+    # (Into float64, a tie of the exact sum goes either way.)
+    big = np.finfo(np.float64).max
+    r = lowp.sum(np.array([[4.3171253790809657e307, -big]] * 20000), axis=1, accumulate="float64",
+                 rounding="stochastic", seed=1)
+    assert len(np.unique(r)) == 2 and 0.45 < np.mean(r == r.max()) < 0.55
+
+
+def test_float64_operands_into_formats_finer_than_2_to_the_minus_1072_are_refused():
+    f = lowp.FloatFormat(8, 50, bias=1024)  # smallest subnormal 2^-1073
+    with pytest.raises(ValueError, match="^accumulate: the format's smallest value is 2\\^-1073"):
+        lowp.matmul(np.array([[2.0**-537]]), np.array([[2.0**-537]]), accumulate=f)
+    # (Sums of float64 values are exact there.)
+    assert lowp.sum(np.array([2.0**-1000, 2.0**-1001]), accumulate=f) == 1.5 * 2.0**-1000

@@ -179,6 +179,24 @@ fn two_sum(a: f64, b: f64) -> (f64, f64) {
     (s, e)
 }
 
+/// [`two_sum`] that holds where its intermediate `s - a` overflows (operands of
+/// opposite signs near float64's largest value, a finite sum: then `e` is NaN):
+/// such a sum recomputed on the halves (exact there), its terms doubled.
+#[inline(always)]
+fn two_sum_big(a: f64, b: f64) -> (f64, f64) {
+    let (s, e) = two_sum(a, b);
+    if e.is_nan() && s.is_finite() {
+        return halves_sum(a, b);
+    }
+    (s, e)
+}
+
+#[cold]
+fn halves_sum(a: f64, b: f64) -> (f64, f64) {
+    let (s, e) = two_sum(a * 0.5, b * 0.5);
+    (s * 2.0, e * 2.0)
+}
+
 /// `s` rounded to odd with the sticky information of `e` (s + e exact, |e| <= ulp(s)/2).
 #[inline(always)]
 fn to_odd(s: f64, e: f64) -> f64 {
@@ -2507,7 +2525,7 @@ impl Round for F64Acc {
     const STOCHASTIC: bool = true; // decided at run time by the mode
     #[inline(always)]
     fn add(&self, a: f64, b: f64, rand: u64) -> f64 {
-        let (s, e) = two_sum(a, b);
+        let (s, e) = two_sum_big(a, b);
         if s.is_infinite() && a.is_finite() && b.is_finite() {
             return self.overflow(a, b, rand);
         }
@@ -2611,11 +2629,24 @@ impl Round for Generic {
     const STOCHASTIC: bool = true; // decided at run time by opts.mode
     #[inline(always)]
     fn add(&self, a: f64, b: f64, rand: u64) -> f64 {
-        let (s, e) = two_sum(a, b);
-        // A finite sum past float64's range (formats reaching near 2^1024): the largest
-        // float64 stands for it, beyond every such format's rounding threshold.
-        let s = if s.is_infinite() && a.is_finite() && b.is_finite() { f64::MAX.copysign(s) } else { s };
+        let (s, e) = two_sum_big(a, b);
+        let s = if s.is_infinite() && a.is_finite() && b.is_finite() { self.beyond(two_sum(a * 0.5, b * 0.5).0 * 2.0, s) } else { s };
         self.fmt.decode(self.fmt.encode(to_odd(s, e), &self.opts, rand))
+    }
+}
+
+impl Generic {
+    /// What stands for a finite sum past float64's range (formats reaching near
+    /// 2^1024), `big` the sum (infinite when it is 2^1024 or more), `s` its sign:
+    /// the largest float64, beyond every such format's rounding threshold; and
+    /// for stochastic rounding, a sum of 2^1024 or more (past the last gap of
+    /// every format) is infinite.
+    fn beyond(&self, big: f64, s: f64) -> f64 {
+        if self.opts.mode == Mode::Stochastic && big.is_infinite() {
+            s
+        } else {
+            f64::MAX.copysign(s)
+        }
     }
 }
 
@@ -3226,12 +3257,22 @@ fn run_wide(a: &Operand, b: &Operand, c: EmuOut, spec: &AccumSpec) -> Result<()>
 struct WideAdd {
     r: Dyn,
     f64_acc: Option<F64Acc>,
+    stochastic: bool,
 }
 
 impl WideAdd {
     fn new(fmt: Format, opts: RoundOpts) -> Result<WideAdd> {
         let f64_acc = (fmt == Format::Float(named::FLOAT64)).then(|| F64Acc::new(&opts));
-        Ok(WideAdd { r: Dyn::new(fmt, opts)?, f64_acc })
+        // Rounding to odd at float64's 2^-1074 leaves two bits below a last bit of
+        // 2^-1072 or more, as the second rounding needs.
+        if f64_acc.is_none() && profile(&fmt).1 < -1072 {
+            return Err(Error::value(format!(
+                "accumulate: the format's smallest value is 2^{}, finer than 2^-1072, and sums of float64 and posit32 \
+                 operands cannot be rounded into it exactly; accepted: formats whose smallest value is at least 2^-1072, or float64",
+                profile(&fmt).1
+            )));
+        }
+        Ok(WideAdd { r: Dyn::new(fmt, opts)?, f64_acc, stochastic: opts.mode == Mode::Stochastic })
     }
 
     #[inline]
@@ -3265,7 +3306,7 @@ impl WideAdd {
         };
         match &self.f64_acc {
             Some(f) => f.round_parts(neg, m, e, sticky, rand),
-            None => self.r.add(odd53(neg, m, e, sticky), 0.0, rand),
+            None => self.r.add(odd53(neg, m, e, sticky, self.stochastic), 0.0, rand),
         }
     }
 }
@@ -3319,12 +3360,13 @@ fn exact_sum(x: (u128, i32, bool), y: (u128, i32, bool)) -> Option<(bool, u128, 
 }
 
 /// `(M + f) * 2^E` (signed; see [`exact_sum`]) rounded to odd at float64's 53
-/// bits (at 2^-1074 in its subnormal range); past its range, the largest
-/// float64 (beyond every narrower format's rounding threshold, as [`Generic`]).
-fn odd53(neg: bool, m: u128, e: i32, sticky: bool) -> f64 {
+/// bits (at 2^-1074 in its subnormal range); at 2^1024 and beyond, the largest
+/// float64 (beyond every narrower format's rounding threshold, as [`Generic`]),
+/// or for stochastic rounding infinity (past every format's last gap).
+fn odd53(neg: bool, m: u128, e: i32, sticky: bool, stochastic: bool) -> f64 {
     let top = e + 127 - m.leading_zeros() as i32; // the top bit's exponent
     let v = if top >= 1024 {
-        f64::MAX
+        if stochastic { f64::INFINITY } else { f64::MAX }
     } else {
         let g = (top - 52).max(-1074);
         let shift = g - e;
