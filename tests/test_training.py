@@ -962,3 +962,91 @@ def test_fp8_scaling_refuses_complex_amax_and_array_amax_compute():
 def test_unscale_refuses_strings_and_mappings(bad):
     with pytest.raises(TypeError, match="^grads: expected a sequence of numpy arrays"):
         LossScaler().unscale(bad)
+
+
+# -- scaled casts of tiny tensors, float64 formats, no-master updates rounded once ----------------
+
+def test_scaled_casts_of_tiny_tensors_are_not_zeroed():
+    """With a wide format (bfloat16) the delayed scale passes 2**150, where 1/scale is 0 in
+    float32: the casts came out all zero, the GEMM saw zeros."""
+    from lowp.training import MLP, QuantConfig
+
+    cfg = QuantConfig(forward="bfloat16", backward="bfloat16", fp8_scaling=True)
+    m = MLP([4, 3], cfg, seed=0)
+    X = np.full((2, 4), 1e-8, np.float32)
+    Y = np.array([0, 1])
+    m.grads(X, Y)
+    m.grads(X, Y)
+    assert m.x_scaling[0].scale > 2.0**149
+    m.forward(X, training=True)
+    xq = m._cache[0].xq
+    np.testing.assert_array_equal(xq, m.x_scaling[0].fake_quantize(X, update=False))
+    assert np.all(xq != 0) and np.allclose(xq, 1e-8, rtol=2.0**-7)
+
+
+def test_scaling_into_formats_float32_cannot_hold_is_refused():
+    from lowp.training import Fp8Scaling, QuantConfig
+
+    with pytest.raises(ValueError, match="^format: scaled casts are float32"):
+        Fp8Scaling("float64")
+    with pytest.raises(ValueError, match="^forward: fp8_scaling's scaled casts are float32"):
+        QuantConfig(forward="float64", fp8_scaling=True)
+    with pytest.raises(ValueError, match="^backward: fp8_scaling's scaled casts are float32"):
+        QuantConfig(forward="e4m3fn", backward=lowp.FloatFormat(11, 30), fp8_scaling=True)
+
+
+def test_unknown_preset_of_an_mlp_names_config():
+    from lowp.training import MLP
+
+    with pytest.raises(ValueError, match="^config: unknown preset 'bogus'"):
+        MLP([4, 3], config="bogus")
+
+
+@pytest.mark.parametrize("mode", ["nearest_even", "toward_zero", "up", "down"])
+def test_updates_without_masters_are_the_exact_value_rounded_once(mode):
+    """w - lr * b rounded once from the exact value: lr*b was first rounded to float32 (lr
+    itself too), and a product landing on a tie then tied to even."""
+    from fractions import Fraction
+
+    g = np.random.default_rng(5)
+    w0 = lowp.round(g.standard_normal(400).astype(np.float32), "bf16")
+    b = (g.standard_normal(400) * 2.0 ** g.integers(-12, 2, 400)).astype(np.float32)
+    b[0] = 1 + 2.0**-8 - 2.0**-23
+    w0[0] = 0.0
+    for lr in (1 + 2.0**-23, 0.1, 3e-3):
+        w = w0.copy()
+        SGD([w], lr, weight_format="bf16", rounding=mode, master_weights=False).step([b])
+        exact = [Fraction(float(x)) - Fraction(lr) * Fraction(float(y)) for x, y in zip(w0, b)]
+        want = np.array([_round_fraction_bf16(e, mode) for e in exact], np.float32)
+        np.testing.assert_array_equal(w, want)
+    w = np.zeros(1, np.float32)
+    SGD([w], 1 + 2.0**-23, weight_format="bf16", rounding="nearest_even", master_weights=False).step(
+        [np.array([1 + 2.0**-8 - 2.0**-23], np.float32)])
+    assert w[0] == -1.0078125
+
+
+def _round_fraction_bf16(x, mode):
+    """The exact rational ``x`` rounded into bfloat16 (normal range) in ``mode``."""
+    import math
+    from fractions import Fraction
+
+    if x == 0:
+        return 0.0
+    neg = x < 0
+    a = -x if neg else x
+    e = a.numerator.bit_length() - a.denominator.bit_length()
+    if a < Fraction(2) ** e:
+        e -= 1
+    q = Fraction(2) ** (e - 7)
+    k = math.floor(a / q)
+    rem = a / q - k
+    if mode == "nearest_even":
+        up = rem > Fraction(1, 2) or (rem == Fraction(1, 2) and k % 2 == 1)
+    elif mode == "toward_zero":
+        up = False
+    elif mode == "up":
+        up = not neg and rem != 0
+    else:
+        up = neg and rem != 0
+    v = float((k + up) * q)
+    return -v if neg else v

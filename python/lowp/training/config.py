@@ -92,6 +92,9 @@ class QuantConfig:
                 if f is not None and not isinstance(f, FloatFormat):
                     raise ValueError(f"{field}: fp8_scaling scales casts into float formats (e.g. 'e4m3fn', "
                                      f"'e5m2'), got {f!r}")
+                if f is not None and not f._fits_f32():
+                    raise ValueError(f"{field}: fp8_scaling's scaled casts are float32, and {f!r} has values "
+                                     f"float32 cannot hold; accepted: float formats within float32")
 
     @classmethod
     def preset(cls, name: str, /, **changes: Any) -> "QuantConfig":

@@ -51,6 +51,10 @@ class Fp8Scaling:
             raise type(e)(f"format: {str(e).split(': ', 1)[-1]}") from None
         if not isinstance(f, FloatFormat):
             raise ValueError(f"format: expected a float format (e.g. 'e4m3fn', 'e5m2'), got {f!r}")
+        if not f._fits_f32():
+            # (Its scale, max / amax, and the scaled values are float32.)
+            raise ValueError(f"format: scaled casts are float32, and {f!r} has values float32 cannot hold; "
+                             f"accepted: float formats within float32 (e4m3fn, e5m2, float16, bfloat16, ...)")
         self.format: Format = f
         # (2**margin beyond float32's exponent range would leave no usable scale.)
         self.margin = _checks.integer(margin, "margin", ge=0, le=127)

@@ -10,7 +10,7 @@ from .._convert import round as _round
 from .._formats import Format
 from . import _checks
 from ._gemm import BACKENDS, gemm
-from .config import QuantConfig, preset
+from .config import PRESETS, QuantConfig, preset
 from .fp8 import Fp8Scaling
 from .optim import SGD, Adam, Optimizer
 from .scaler import LossScaler
@@ -63,6 +63,9 @@ class MLP:
         if config is None:
             config = preset("fp32")
         elif isinstance(config, str):
+            if config not in PRESETS:
+                raise ValueError(f"config: unknown preset {config!r}; accepted: a QuantConfig, None or one of "
+                                 f"{', '.join(map(repr, PRESETS))}")
             config = preset(config)
         elif not isinstance(config, QuantConfig):
             raise TypeError(f"config: expected a QuantConfig, a preset name or None, got {type(config).__name__}")
@@ -116,7 +119,8 @@ class MLP:
             return x.astype(np.float32, copy=False), 1.0
         if scaling is not None:
             q, s = scaling.quantize(x, r, seed=self._seed(r, seeds), update=update)
-            return q * np.float32(1.0 / s), 1.0  # exact: s is a power of two
+            # (Divided in float64, as Fp8Scaling.fake_quantize: 1/s can be below float32's range.)
+            return (q.astype(np.float64) / s).astype(np.float32), 1.0
         return _round(x.astype(np.float32, copy=False), fmt, r, seed=self._seed(r, seeds)), 1.0
 
     def _round(self, x: np.ndarray, fmt: Optional[Format], seeds: Optional[_checks.SeedStream] = None) -> np.ndarray:

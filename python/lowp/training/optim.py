@@ -8,8 +8,9 @@ which the optimizer keeps holding values of ``weight_format``. Two ways to updat
   copy with ``rounding`` (stochastic by default, reproducible with ``seed``). Small
   updates accumulate in the master, so nothing is lost.
 - ``master_weights=False``: no master; each update is applied to the low-precision
-  weights directly, ``w <- round(w - lr * update, weight_format, rounding)``, computed
-  exactly (float64) and rounded once. With round-to-nearest an update smaller than half
+  weights directly, ``w <- round(w - lr * update, weight_format, rounding)``: the exact
+  value of ``w - lr * update`` (``lr`` as given, a float64; ``update`` the float32 step
+  of the optimizer's state, the momentum buffer or Adam's ``m / denom``) rounded once. With round-to-nearest an update smaller than half
   an ulp of ``w`` is lost every time (training stalls); stochastic rounding moves ``w``
   by an ulp with probability ``|update| / ulp``, so the expected step is the update.
 
@@ -24,7 +25,7 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
-from .._convert import round as _round
+from .._convert import _add_to_odd, _two_product, round as _round
 from .._formats import Format, _has_nan
 from . import _checks
 
@@ -84,15 +85,28 @@ class Optimizer:
             r[inf] = _round(x[inf], self.weight_format, "nearest_even")
         return r
 
-    def _new_value(self, i: int, update: np.ndarray) -> np.ndarray:
-        """``param_i - update`` (update already includes the learning rate): the new
-        master (float32), or the new weights before rounding (exact, in float64)."""
+    def _new_value(self, i: int, factor: float, direction: np.ndarray) -> np.ndarray:
+        """``param_i - factor * direction``: the new master (float32 arithmetic, as a
+        float32 optimizer's), or without masters the new weights before rounding: the
+        exact value rounded to odd in float64, so that rounding it into the weight format
+        (at most 24 bits) rounds the exact value once. (The product is exact as two
+        float64s; their difference from the weight is formed as an FMA emulated with
+        rounding to odd is, Boldo and Melquiond's.)"""
         if self.master is not None:
-            return self.master[i] - update
+            return self.master[i] - np.float32(factor) * direction
         p = self.params[i]
         if self.weight_format is None:
-            return p - update
-        return p.astype(np.float64) - update.astype(np.float64)
+            return p - np.float32(factor) * direction
+        with np.errstate(over="ignore", invalid="ignore", under="ignore"):
+            ph, pl = _two_product(np.float64(factor), direction.astype(np.float64))
+            w = p.astype(np.float64)
+            th = w - ph
+            back = th - w
+            tl = (w - (th - back)) + (-ph - back)
+            v = _add_to_odd(th, _add_to_odd(tl, -pl))
+            v = np.where(np.isfinite(ph), v, th)  # (an infinite or NaN step: as float arithmetic has it)
+            # Past float32's range: an overflow, as with masters (a diverged weight).
+            return np.where(np.abs(v) > np.finfo(np.float32).max, np.copysign(np.inf, v), v)
 
     def _apply(self, i: int, new: np.ndarray) -> None:
         if self.master is not None:
@@ -120,8 +134,8 @@ class Optimizer:
         news, states = [], []
         for i, g in enumerate(gs):
             with np.errstate(over="ignore", invalid="ignore") if strict else contextlib.nullcontext():
-                update, state = self._update(i, g.astype(np.float32, copy=False), self.steps + 1)
-                new = self._new_value(i, update)
+                factor, direction, state = self._update(i, g.astype(np.float32, copy=False), self.steps + 1)
+                new = self._new_value(i, factor, direction)
             if strict and not np.isfinite(new).all():
                 raise ValueError(f"grads[{i}]: gives an update that overflows float32 (to inf or NaN), which "
                                  f"{self.weight_format!r} (weight_format) cannot hold; nothing was updated")
@@ -134,9 +148,10 @@ class Optimizer:
         if self.master is not None:
             self._write_working_copies()
 
-    def _update(self, i: int, g: np.ndarray, t: int) -> tuple[np.ndarray, Any]:  # pragma: no cover - abstract
-        """The update of step ``t`` (learning rate included) and the optimizer's new state
-        for parameter ``i``, without changing anything."""
+    def _update(self, i: int, g: np.ndarray, t: int) -> tuple[float, np.ndarray, Any]:  # pragma: no cover - abstract
+        """The update of step ``t`` as ``(factor, direction)``, the parameter moving by
+        ``-factor * direction`` (the learning rate, and the float32 step), and the
+        optimizer's new state for parameter ``i``, without changing anything."""
         raise NotImplementedError
 
     def _commit(self, i: int, state: Any) -> None:  # pragma: no cover - abstract
@@ -161,7 +176,7 @@ class SGD(Optimizer):
                          master_weights=master_weights)
         self._buf: list[Optional[np.ndarray]] = [None] * len(self.params)
 
-    def _update(self, i: int, g: np.ndarray, t: int) -> tuple[np.ndarray, Any]:
+    def _update(self, i: int, g: np.ndarray, t: int) -> tuple[float, np.ndarray, Any]:
         w = self.master[i] if self.master is not None else self.params[i]
         if self.weight_decay:
             g = g + np.float32(self.weight_decay) * w
@@ -170,7 +185,7 @@ class SGD(Optimizer):
             prev = self._buf[i]
             b = g.astype(np.float32, copy=True) if prev is None else np.float32(self.momentum) * prev + g
             g = b
-        return np.float32(self.lr) * g, b
+        return self.lr, g, b
 
     def _commit(self, i: int, state: Any) -> None:
         self._buf[i] = state
@@ -201,7 +216,7 @@ class Adam(Optimizer):
         self._m = [np.zeros_like(p) for p in self.params]
         self._v = [np.zeros_like(p) for p in self.params]
 
-    def _update(self, i: int, g: np.ndarray, t: int) -> tuple[np.ndarray, Any]:
+    def _update(self, i: int, g: np.ndarray, t: int) -> tuple[float, np.ndarray, Any]:
         w = self.master[i] if self.master is not None else self.params[i]
         if self.weight_decay:
             g = g + np.float32(self.weight_decay) * w
@@ -211,7 +226,7 @@ class Adam(Optimizer):
         v = np.float32(b2) * self._v[i] + (np.float32(1 - b2) * g) * g
         # PyTorch's order: sqrt(v) / sqrt(1 - b2**t), as v / (1 - b2**t) could overflow.
         denom = np.sqrt(v) / np.float32(math.sqrt(1 - b2**t)) + np.float32(self.eps)
-        return (np.float32(self.lr / (1 - b1**t)) * m / denom).astype(np.float32), (m, v)
+        return self.lr / (1 - b1**t), (m / denom).astype(np.float32), (m, v)
 
     def _commit(self, i: int, state: Any) -> None:
         self._m[i], self._v[i] = state
