@@ -212,7 +212,7 @@ def test_mlp_bad_input():
         m.grads(x, y[:-1])
     with pytest.raises(ValueError, match="y"):
         m.grads(x, y + 5)
-    with pytest.raises(ValueError, match="name"):
+    with pytest.raises(ValueError, match="^config: unknown preset"):
         MLP([12, 5], "fp9")
     with pytest.raises(ValueError, match="sizes"):
         MLP([12])
