@@ -10,7 +10,8 @@ which the optimizer keeps holding values of ``weight_format``. Two ways to updat
 - ``master_weights=False``: no master; each update is applied to the low-precision
   weights directly, ``w <- round(w - lr * update, weight_format, rounding)``: the exact
   value of ``w - lr * update`` (``lr`` as given, a float64; ``update`` the float32 step
-  of the optimizer's state, the momentum buffer or Adam's ``m / denom``) rounded once. With round-to-nearest an update smaller than half
+  of the optimizer's state, the momentum buffer or Adam's ``m / denom``) rounded once.
+  With round-to-nearest an update smaller than half
   an ulp of ``w`` is lost every time (training stalls); stochastic rounding moves ``w``
   by an ulp with probability ``|update| / ulp``, so the expected step is the update.
 
@@ -90,8 +91,8 @@ class Optimizer:
         float32 optimizer's), or without masters the new weights before rounding: the
         exact value rounded to odd in float64, so that rounding it into the weight format
         (at most 24 bits) rounds the exact value once. (The product is exact as two
-        float64s; their difference from the weight is formed as an FMA emulated with
-        rounding to odd is, Boldo and Melquiond's.)"""
+        float64s, and the difference is formed as Boldo and Melquiond's FMA emulation
+        with rounding to odd forms ``y + a*x``.)"""
         if self.master is not None:
             return self.master[i] - np.float32(factor) * direction
         p = self.params[i]
