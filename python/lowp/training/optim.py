@@ -61,7 +61,9 @@ class Optimizer:
 
     @lr.setter
     def lr(self, value: float) -> None:
-        self._lr = _checks.number(value, "lr", gt=0.0)
+        # Within float32's positive range (a float32 optimizer's learning rate), where the
+        # exact products of the updates without masters stay clear of float64's ends.
+        self._lr = _checks.number(value, "lr", ge=2.0**-149, le=float(np.finfo(np.float32).max))
 
     def _seed(self) -> Optional[int]:
         return self._seeds.next() if self.rounding == "stochastic" else None
@@ -105,9 +107,11 @@ class Optimizer:
             back = th - w
             tl = (w - (th - back)) + (-ph - back)
             v = _add_to_odd(th, _add_to_odd(tl, -pl))
-            v = np.where(np.isfinite(ph), v, th)  # (an infinite or NaN step: as float arithmetic has it)
-            # Past float32's range: an overflow, as with masters (a diverged weight).
-            return np.where(np.abs(v) > np.finfo(np.float32).max, np.copysign(np.inf, v), v)
+            # (An infinite or NaN step, or a zero one: as float arithmetic has it, -0 kept.)
+            v = np.where(np.isfinite(ph) & (ph != 0), v, th)
+            # Where float32's nearest-even rounding overflows (its largest value plus half a
+            # step, 2^128 - 2^103): an overflow, as with masters (a diverged weight).
+            return np.where(np.abs(v) >= 2.0**128 - 2.0**103, np.copysign(np.inf, v), v)
 
     def _apply(self, i: int, new: np.ndarray) -> None:
         if self.master is not None:
