@@ -286,8 +286,8 @@ def matmul(a: Any, b: Any, *, accumulate: Any = "float32", chunk: Optional[int] 
         once into the format with ``rounding`` (products are exact; float64 and posit32
         inputs, whose products float64 does not hold, are added exactly in integers, about
         100x slower: every deterministic mode exact, stochastic decisions made from the
-        remainder down to float64's last bit and a sticky bit). The float32 and float64 paths to nearest-even without ``chunk`` are
-        BLAS-style: each depth block of a few hundred steps is summed from zero and then
+        remainder down to float64's last bit and a sticky bit). The float32 and float64
+        paths to nearest-even without ``chunk`` are BLAS-style: each depth block of a few hundred steps is summed from zero and then
         added to the total, so a sum may differ by rounding errors from the same adds made
         one by one in order. Any other ``rounding``, or a ``chunk`` (``chunk`` = the depth
         is one run), emulates the adds in order. The float32 path's adds are fused
