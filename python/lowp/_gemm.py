@@ -289,8 +289,9 @@ def matmul(a: Any, b: Any, *, accumulate: Any = "float32", chunk: Optional[int] 
         remainder down to float64's last bit and a sticky bit). The float32 and float64
         paths to nearest-even without ``chunk`` are BLAS-style: each depth block of a few
         hundred steps is summed from zero and then added to the total, so a sum may differ
-        by rounding errors from the same adds made one by one in order. Any other ``rounding``, or a ``chunk`` (``chunk`` = the depth
-        is one run), emulates the adds in order. The float32 path's adds are fused
+        by rounding errors from the same adds made one by one in order. Any other
+        ``rounding``, or a ``chunk`` (``chunk`` = the depth is one run), emulates the adds
+        in order. The float32 path's adds are fused
         multiply-adds (exact products) on every CPU: without FMA hardware they are
         emulated exactly, giving the same bits as the AVX2 kernels (float64 products
         are rounded there). Accumulators start at +0, and
