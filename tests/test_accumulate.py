@@ -1807,12 +1807,15 @@ def test_sum_axis_out_of_range_is_numpys_axis_error():
         lowp.sum(np.float32(1), 0)
 
 
-def chain_ref(col, f):
-    """Column ``col`` added in index order from +0, each add rounded once into ``f``
-    to nearest-even (Fraction arithmetic)."""
+def round_chain(col, f, mode):
+    """Column ``col`` added in index order from +0, each add rounded once into ``f`` in
+    ``mode`` (Fraction arithmetic); the first non-finite sum ends it."""
     acc = Fraction(0)
     for v in np.asarray(col, np.float64):
-        acc = Fraction(round_exact(acc + Fraction(float(v)), f, "nearest_even"))
+        r = round_exact(acc + Fraction(float(v)), f, mode)
+        if not math.isfinite(r):
+            return r
+        acc = Fraction(r)
     return float(acc)
 
 
@@ -1833,14 +1836,15 @@ def test_sums_of_few_columns_into_float32_and_float64_vs_fractions(acc, dt):
     else:
         top = float(lowp.finfo(dt).max) if dt is not np.float64 else 1e300
         x = np.clip(x, -top / 4, top / 4).astype(dt)
-    ref = np.array([chain_ref(x[:, j], f) for j in range(4)])
+    ref = np.array([round_chain(x[:, j], f, "nearest_even") for j in range(4)])
     for cols in (1, 2, 3, 4):
         got = lowp.sum(x[:, :cols], axis=0, accumulate=acc)
         assert same_bits(got, ref[:cols]), (cols, got, ref[:cols])
     # Strided and reversed columns, and the whole array as one chain.
-    assert same_bits(lowp.sum(x[::-1, 1:3], axis=0, accumulate=acc), [chain_ref(x[::-1, 1], f), chain_ref(x[::-1, 2], f)])
-    assert same_bits(lowp.sum(x[::3, 2], accumulate=acc), chain_ref(x[::3, 2], f))
-    assert same_bits(lowp.sum(x, accumulate=acc), chain_ref(x.reshape(-1), f))
+    assert same_bits(lowp.sum(x[::-1, 1:3], axis=0, accumulate=acc),
+                     [round_chain(x[::-1, j], f, "nearest_even") for j in (1, 2)])
+    assert same_bits(lowp.sum(x[::3, 2], accumulate=acc), round_chain(x[::3, 2], f, "nearest_even"))
+    assert same_bits(lowp.sum(x, accumulate=acc), round_chain(x.reshape(-1), f, "nearest_even"))
 
 
 def test_sums_of_few_columns_meet_infinities_and_nans_as_the_tiles_do():
@@ -1851,9 +1855,9 @@ def test_sums_of_few_columns_meet_infinities_and_nans_as_the_tiles_do():
             assert same_bits(lowp.sum(x[:, :cols], axis=0, accumulate=acc), wide[:cols])
     # (And float64 values inexact in float32 into float32: each add still rounds once.)
     y = np.array([1.0, 2.0**-25, 2.0**-25, 2.0**-25, 2.0**-25])
-    assert lowp.sum(y) == chain_ref(y, lowp.format("float32")) == 1.0  # (not float32(y.sum()))
+    assert lowp.sum(y) == round_chain(y, lowp.format("float32"), "nearest_even") == 1.0  # (not float32(y.sum()))
     y = np.array([1.0, 2.0**-24 + 2.0**-60])  # float64's sum ties in float32, the exact one does not
-    assert lowp.sum(y) == chain_ref(y, lowp.format("float32")) == 1.0 + 2.0**-23
+    assert lowp.sum(y) == round_chain(y, lowp.format("float32"), "nearest_even") == 1.0 + 2.0**-23
 
 
 @pytest.mark.parametrize("mode", DETERMINISTIC)
@@ -1872,16 +1876,6 @@ def test_sums_past_float64s_range_round_as_the_exact_sums(acc, mode):
     assert same_bits(lowp.sum(cols, axis=0, accumulate=acc, rounding=mode), ref)
     for j in range(cols.shape[1]):
         assert same_bits(lowp.sum(cols[:, j], accumulate=acc, rounding=mode), ref[j])
-
-
-def round_chain(col, f, mode):
-    acc = Fraction(0)
-    for v in col:
-        r = round_exact(acc + Fraction(float(v)), f, mode)
-        if not math.isfinite(r):
-            return r
-        acc = Fraction(r)
-    return float(acc)
 
 
 def test_stochastic_sums_past_float64s_range_overflow_by_their_share():
