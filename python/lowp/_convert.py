@@ -280,14 +280,20 @@ def _mul_to_odd(a: Any, b: Any) -> np.ndarray:
         return _scaled_to_odd(_to_odd(p, e), ea + eb)
 
 
+def _two_sum(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(s, e)`` with ``s = a + b`` rounded and ``s + e`` the exact sum (Knuth's two-sum;
+    ``e`` is not finite where ``s`` overflows)."""
+    s = a + b
+    back = s - a
+    return s, (a - (s - back)) + (b - back)
+
+
 def _add_to_odd(a: Any, b: Any) -> np.ndarray:
     """``a + b`` (float64, broadcast) rounded to odd, as :func:`_mul_to_odd`: the error
     of the rounded sum is exact (two-sum) and gives the side of the exact sum."""
     a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
     with np.errstate(over="ignore", invalid="ignore"):  # (an overflow to inf: the caller's to refuse)
-        s = a + b
-        back = s - a
-        return _to_odd(s, (a - (s - back)) + (b - back))
+        return _to_odd(*_two_sum(a, b))
 
 
 def _div_to_odd(a: Any, b: Any) -> np.ndarray:

@@ -118,9 +118,7 @@ class MLP:
         if fmt is None:
             return x.astype(np.float32, copy=False), 1.0
         if scaling is not None:
-            q, s = scaling.quantize(x, r, seed=self._seed(r, seeds), update=update)
-            # (Divided in float64, as Fp8Scaling.fake_quantize: 1/s can be below float32's range.)
-            return (q.astype(np.float64) / s).astype(np.float32), 1.0
+            return scaling.fake_quantize(x, r, seed=self._seed(r, seeds), update=update), 1.0
         return _round(x.astype(np.float32, copy=False), fmt, r, seed=self._seed(r, seeds)), 1.0
 
     def _round(self, x: np.ndarray, fmt: Optional[Format], seeds: Optional[_checks.SeedStream] = None) -> np.ndarray:

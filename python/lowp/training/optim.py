@@ -26,7 +26,7 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
-from .._convert import _add_to_odd, _two_product, round as _round
+from .._convert import _add_to_odd, _two_product, _two_sum, round as _round
 from .._formats import Format, _has_nan
 from . import _checks
 
@@ -102,10 +102,7 @@ class Optimizer:
             return p - np.float32(factor) * direction
         with np.errstate(over="ignore", invalid="ignore", under="ignore"):
             ph, pl = _two_product(np.float64(factor), direction.astype(np.float64))
-            w = p.astype(np.float64)
-            th = w - ph
-            back = th - w
-            tl = (w - (th - back)) + (-ph - back)
+            th, tl = _two_sum(p.astype(np.float64), -ph)
             v = _add_to_odd(th, _add_to_odd(tl, -pl))
             # (An infinite or NaN step, or a zero one: as float arithmetic has it, -0 kept.)
             v = np.where(np.isfinite(ph) & (ph != 0), v, th)
