@@ -2497,27 +2497,31 @@ impl F64Acc {
     #[cold]
     fn overflow(&self, a: f64, b: f64, rand: u64) -> f64 {
         let neg = a + b < 0.0;
-        let max = if neg { -f64::MAX } else { f64::MAX };
-        let inf = if neg { f64::NEG_INFINITY } else { f64::INFINITY };
-        match self.mode {
-            Mode::NearestEven | Mode::NearestAway => inf,
-            Mode::TowardZero | Mode::Odd => max,
-            Mode::Up => if neg { max } else { inf },
-            Mode::Down => if neg { inf } else { max },
-            Mode::Stochastic => {
-                // Halves are exact here (a subnormal's lost bit is far below every
-                // decision), and their sum is finite: |x| - max, in units of 2^971,
-                // from (|x| / 2 - max / 2) * 2^-970 (Sterbenz: exact), plus the tail.
-                let (h, t) = two_sum(a * 0.5, b * 0.5);
-                let (h, t) = if neg { (-h, -t) } else { (h, t) };
-                let past = ((h - f64::MAX * 0.5) + t) * 2f64.powi(-970);
-                if past >= 1.0 || (rand as u128) < (past * 2f64.powi(self.rbits as i32)).floor() as u128 {
-                    inf
-                } else {
-                    max
-                }
-            }
-        }
+        let stochastic_up = self.mode == Mode::Stochastic && {
+            // Halves are exact here (a subnormal's lost bit is far below every
+            // decision), and their sum is finite: |x| - max, in units of 2^971,
+            // from (|x| / 2 - max / 2) * 2^-970 (Sterbenz: exact), plus the tail.
+            let (h, t) = two_sum(a * 0.5, b * 0.5);
+            let (h, t) = if neg { (-h, -t) } else { (h, t) };
+            let past = ((h - f64::MAX * 0.5) + t) * 2f64.powi(-970);
+            past >= 1.0 || (rand as u128) < (past * 2f64.powi(self.rbits as i32)).floor() as u128
+        };
+        self.past_max(neg, stochastic_up)
+    }
+
+    /// A value past the largest finite one (sign `neg`) in the mode: infinity, or
+    /// the largest value where the mode keeps it finite (stochastic: infinity when
+    /// `stochastic_up`).
+    fn past_max(&self, neg: bool, stochastic_up: bool) -> f64 {
+        let up = match self.mode {
+            Mode::NearestEven | Mode::NearestAway => true,
+            Mode::TowardZero | Mode::Odd => false,
+            Mode::Up => !neg,
+            Mode::Down => neg,
+            Mode::Stochastic => stochastic_up,
+        };
+        let v = if up { f64::INFINITY } else { f64::MAX };
+        if neg { -v } else { v }
     }
 }
 
@@ -3265,11 +3269,11 @@ impl WideAdd {
         let f64_acc = (fmt == Format::Float(named::FLOAT64)).then(|| F64Acc::new(&opts));
         // Rounding to odd at float64's 2^-1074 leaves two bits below a last bit of
         // 2^-1072 or more, as the second rounding needs.
-        if f64_acc.is_none() && profile(&fmt).1 < -1072 {
+        let finest = profile(&fmt).1;
+        if f64_acc.is_none() && finest < -1072 {
             return Err(Error::value(format!(
-                "accumulate: the format's smallest value is 2^{}, finer than 2^-1072, and sums of float64 and posit32 \
-                 operands cannot be rounded into it exactly; accepted: formats whose smallest value is at least 2^-1072, or float64",
-                profile(&fmt).1
+                "accumulate: the format's smallest value is 2^{finest}, finer than 2^-1072, and sums of float64 and posit32 \
+                 operands cannot be rounded into it exactly; accepted: formats whose smallest value is at least 2^-1072, or float64"
             )));
         }
         Ok(WideAdd { r: Dyn::new(fmt, opts)?, f64_acc, stochastic: opts.mode == Mode::Stochastic })
@@ -3386,17 +3390,10 @@ impl F64Acc {
     /// mode, as [`F64Acc::add`] rounds (stochastic: up when the random bits are
     /// below the remainder's top `rbits` bits).
     fn round_parts(&self, neg: bool, m: u128, e: i32, sticky: bool, rand: u64) -> f64 {
-        let inf = if neg { f64::NEG_INFINITY } else { f64::INFINITY };
-        let max = if neg { -f64::MAX } else { f64::MAX };
         let top = e + 127 - m.leading_zeros() as i32;
         if top >= 1024 {
             // At least 2^1024: past the last gap too.
-            return match self.mode {
-                Mode::TowardZero | Mode::Odd => max,
-                Mode::Up if neg => max,
-                Mode::Down if !neg => max,
-                _ => inf,
-            };
+            return self.past_max(neg, true);
         }
         let g = (top - 52).max(-1074);
         let shift = g - e;
