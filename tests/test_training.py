@@ -1026,3 +1026,23 @@ def test_updates_without_masters_are_the_exact_value_rounded_once(mode):
         [np.array([1 + 2.0**-8 - 2.0**-23], np.float32)])
     assert w[0] == -1.0078125
 
+
+def test_learning_rates_lie_in_float32s_range_and_zero_steps_keep_negative_zero():
+    for lr in (0.0, 1e-300, 1e301, 2.0**-150, float(np.finfo(np.float32).max) * 2):
+        with pytest.raises(ValueError, match="^lr: must be"):
+            SGD([np.zeros(1, np.float32)], lr)
+    for lr in (2.0**-149, float(np.finfo(np.float32).max)):
+        assert SGD([np.zeros(1, np.float32)], lr).lr == lr
+    # A zero step leaves -0.0 as float arithmetic does, with or without masters.
+    for master in (True, False):
+        for make in (lambda p: SGD(p, 0.1, weight_format="bf16", master_weights=master),
+                     lambda p: Adam(p, weight_format="bf16", master_weights=master)):
+            w = np.array([-0.0, 1.0], np.float32)
+            make([w]).step([np.zeros(2, np.float32)])
+            assert np.signbit(w[0]) and w[1] == 1.0
+    # The overflow point of float32's nearest-even rounding: its largest value plus half a step.
+    bmax = float(lowp.finfo("bf16").max)
+    w = np.array([-bmax], np.float32)
+    SGD([w], 1.0, weight_format="bf16", rounding="nearest_even", master_weights=False).step(
+        [np.array([1.3292087e36], np.float32)])
+    assert w[0] == -bmax  # (-3.4028234764e38 rounds to float32's -max, saturated into bf16)
